@@ -1,0 +1,264 @@
+//! The driver: runs any [`Operator`] as a kube-runtime controller.
+//!
+//! This is the only layer that talks to the API server. Each reconcile:
+//! 1. loads the persisted record from the object's status (through the reflector store;
+//!    no GETs on the hot path);
+//! 2. observes the owned objects from the shared [`Cache`];
+//! 3. calls the pure [`crate::engine::step`];
+//! 4. renders the decision's actions into [`Op`]s and executes them idempotently;
+//! 5. writes the new status with one merge patch fenced on the resourceVersion it read;
+//! 6. records one Event per transition.
+//!
+//! # Guarantees
+//! - See [`crate::engine`]; the driver adds: an idle reconcile makes no mutating request,
+//!   and a transition makes exactly one status write.
+//!
+//! # Assumptions
+//! - Owned objects carry the labels of [`labels`] so the cache can watch them with one
+//!   label selector and map them back to their owner.
+//!
+//! # Errors
+//! [`Error`]: API failures while acting or writing; each is retried with per-object
+//! exponential backoff with jitter, and recorded in `status.machine.lastError`.
+
+use std::fmt::Debug;
+
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::engine::{EngineStatus, Machine};
+
+/// Labels every object Lockstep creates carries.
+pub mod labels {
+    /// `app.kubernetes.io/managed-by`: always [`MANAGED_BY_VALUE`].
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    /// The value of [`MANAGED_BY`].
+    pub const MANAGED_BY_VALUE: &str = "lockstep";
+    /// `app.kubernetes.io/name`: the owning kind, lower-case (`distributeddb`).
+    pub const NAME: &str = "app.kubernetes.io/name";
+    /// `app.kubernetes.io/instance`: the owning object's name.
+    pub const INSTANCE: &str = "app.kubernetes.io/instance";
+}
+
+/// The errors of the driver layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to the API server failed.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was being done.
+        what: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// An action could not be rendered into objects (a bug or an invalid spec that the
+    /// schema did not catch).
+    #[error("cannot render action: {0}")]
+    Render(String),
+    /// An object could not be (de)serialized.
+    #[error("serialization: {0}")]
+    Serde(#[source] serde_json::Error),
+    /// The status write lost a race (409); the object is re-read and re-decided.
+    #[error("status write conflicted; will re-read and re-decide")]
+    Conflict,
+}
+
+/// One request against the API server, rendered from a machine action.
+///
+/// Every variant is idempotent as executed by the driver.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Server-side apply (field manager `lockstep`, forced), creating or updating.
+    Apply {
+        /// The object's API.
+        resource: ApiResource,
+        /// The object, with apiVersion, kind, name and namespace set.
+        object: DynamicObject,
+    },
+    /// Create if absent; AlreadyExists counts as success. For objects whose content
+    /// must not be rewritten once made (generated credentials, run-once Jobs).
+    Create {
+        /// The object's API.
+        resource: ApiResource,
+        /// The object.
+        object: DynamicObject,
+    },
+    /// Delete `name` if it still has `uid`; NotFound and a failed UID precondition count
+    /// as success.
+    Delete {
+        /// The object's API.
+        resource: ApiResource,
+        /// The object's name (in the owner's namespace).
+        name: String,
+        /// The UID precondition. `None` only for objects whose identity does not matter.
+        uid: Option<String>,
+    },
+    /// A JSON merge patch of metadata labels (for example moving a role label).
+    Label {
+        /// The object's API.
+        resource: ApiResource,
+        /// The object's name.
+        name: String,
+        /// Labels to set (`Some`) or remove (`None`).
+        labels: std::collections::BTreeMap<String, Option<String>>,
+    },
+}
+
+impl Op {
+    /// Server-side apply a typed object.
+    ///
+    /// # Errors
+    /// [`Error::Serde`] if the object does not serialize.
+    pub fn apply<K>(object: &K) -> Result<Self, Error>
+    where
+        K: Resource<DynamicType = ()> + Serialize,
+    {
+        let (resource, object) = erase(object)?;
+        Ok(Op::Apply { resource, object })
+    }
+
+    /// Create a typed object if absent.
+    ///
+    /// # Errors
+    /// [`Error::Serde`] if the object does not serialize.
+    pub fn create<K>(object: &K) -> Result<Self, Error>
+    where
+        K: Resource<DynamicType = ()> + Serialize,
+    {
+        let (resource, object) = erase(object)?;
+        Ok(Op::Create { resource, object })
+    }
+
+    /// Delete a typed object by name, preconditioned on its UID.
+    pub fn delete<K>(name: impl Into<String>, uid: impl Into<String>) -> Self
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        Op::Delete {
+            resource: ApiResource::erase::<K>(&()),
+            name: name.into(),
+            uid: Some(uid.into()),
+        }
+    }
+}
+
+fn erase<K>(object: &K) -> Result<(ApiResource, DynamicObject), Error>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let mut value = serde_json::to_value(object).map_err(Error::Serde)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), resource.api_version.clone().into());
+        map.insert("kind".into(), resource.kind.clone().into());
+    }
+    let object = serde_json::from_value(value).map_err(Error::Serde)?;
+    Ok((resource, object))
+}
+
+/// Reflector stores of every kind Lockstep owns, filled by label-selected watches.
+///
+/// Reads are from memory; the driver keeps them current.
+#[derive(Clone)]
+pub struct Cache {
+    /// StatefulSets.
+    pub statefulsets: Store<StatefulSet>,
+    /// Pods (selected by the StatefulSet's labels, which carry [`labels`]).
+    pub pods: Store<Pod>,
+    /// Services.
+    pub services: Store<Service>,
+    /// Jobs (hooks, backups, promotions).
+    pub jobs: Store<Job>,
+    /// CronJobs (scheduled backups).
+    pub cronjobs: Store<CronJob>,
+    /// ConfigMaps (pod scripts).
+    pub configmaps: Store<ConfigMap>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Store<PodDisruptionBudget>,
+    /// PersistentVolumeClaims made from volumeClaimTemplates.
+    pub pvcs: Store<PersistentVolumeClaim>,
+}
+
+impl Cache {
+    /// The objects of one store that belong to `owner` (by the instance and name labels).
+    pub fn owned_by<K, O>(store: &Store<K>, owner: &O, kind_label: &str) -> Vec<std::sync::Arc<K>>
+    where
+        K: Resource<DynamicType = ()> + Clone + 'static,
+        O: Resource,
+    {
+        let (ns, name) = (
+            owner.meta().namespace.clone(),
+            owner.meta().name.clone().unwrap_or_default(),
+        );
+        store
+            .state()
+            .into_iter()
+            .filter(|o| o.meta().namespace == ns)
+            .filter(|o| {
+                let l = o.labels();
+                l.get(labels::INSTANCE) == Some(&name)
+                    && l.get(labels::NAME).map(String::as_str) == Some(kind_label)
+            })
+            .collect()
+    }
+}
+
+/// A machine bound to a custom resource: what the driver needs beyond the pure machine.
+///
+/// Implementations are pure functions of their inputs too; only the driver performs I/O.
+pub trait Operator: Machine + Sized {
+    /// The custom resource.
+    type Resource: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static;
+
+    /// The value of `app.kubernetes.io/name` on owned objects (the kind, lower-case).
+    const KIND_LABEL: &'static str;
+
+    /// The finalizer this operator holds on its objects.
+    const FINALIZER: &'static str = "lockstep.dev/finalizer";
+
+    /// The object's spec, as the machine reads it.
+    fn spec(object: &Self::Resource) -> Self::Spec;
+
+    /// The engine part of the object's status (default when there is none yet).
+    fn engine_status(object: &Self::Resource) -> EngineStatus<Self::State>;
+
+    /// Observe the world for `object` from the cache. `state` is the decoded persisted
+    /// state when there is one (so desired objects can be rendered for drift checks).
+    fn observe(
+        object: &Self::Resource,
+        state: Option<&Self::State>,
+        cache: &Cache,
+    ) -> Self::Observed;
+
+    /// Render one action into requests.
+    ///
+    /// # Errors
+    /// [`Error::Render`] or [`Error::Serde`] when the action cannot be expressed.
+    fn render(object: &Self::Resource, action: &Self::Action) -> Result<Vec<Op>, Error>;
+
+    /// The complete `.status` to persist: `engine` plus the kind's own projected fields
+    /// (ready replicas, version, last backup), all deterministic functions of the inputs.
+    fn status(
+        object: &Self::Resource,
+        engine: EngineStatus<Self::State>,
+        state: Option<&Self::State>,
+        observed: &Self::Observed,
+    ) -> serde_json::Value;
+}

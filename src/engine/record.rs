@@ -1,0 +1,138 @@
+//! What the engine persists in a custom resource's `.status`.
+//!
+//! The engine owns these status fields; each kind's status type embeds
+//! [`EngineStatus`] with `#[serde(flatten)]` and adds its own observations.
+//!
+//! ```yaml
+//! status:
+//!   phase: Upgrading          # projected from machine.state, for printer columns
+//!   step: "2/PreHook"          # projected progress within the phase
+//!   observedGeneration: 4
+//!   conditions: [Ready, Progressing, Degraded]   # projected, never set ad hoc
+//!   machine:
+//!     state: {name: Upgrading, ordinal: 2, step: PreHook, ...}
+//!     enteredAt: "2026-11-29T18:00:00Z"
+//!     stateVersion: 1
+//!     history: [{from, to, reason, message, at}, ...]   # last HISTORY_LIMIT
+//!     lastError: null
+//! ```
+
+use std::marker::PhantomData;
+
+use chrono::{DateTime, Utc};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+
+/// How many transitions the persisted history keeps.
+pub const HISTORY_LIMIT: usize = 10;
+
+/// The persisted machine record: the single source of truth for where an object's
+/// lifecycle stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineRecord<S> {
+    /// The current state.
+    pub state: S,
+    /// When the current state was entered.
+    pub entered_at: DateTime<Utc>,
+    /// The encoding version of `state`, for future migrations.
+    pub state_version: u32,
+    /// The most recent transitions, oldest first.
+    #[serde(default)]
+    pub history: Vec<HistoryEntry>,
+    /// The last error met while acting in this state, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// One transition in the persisted history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// The state left, as `Kind` or `Kind step` (empty for the first entry).
+    pub from: String,
+    /// The state entered.
+    pub to: String,
+    /// The declared reason of the edge taken.
+    pub reason: String,
+    /// What the machine said.
+    pub message: String,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+/// A status condition, shaped like `metav1.Condition`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// The condition type: one of the constants in [`crate::engine::conditions`].
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// A CamelCase constant.
+    pub reason: String,
+    /// A human-readable message.
+    #[serde(default)]
+    pub message: String,
+    /// When `status` last changed.
+    pub last_transition_time: DateTime<Utc>,
+    /// The generation this condition was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The engine-owned part of a custom resource's status.
+///
+/// `machine` is kept as raw JSON so that a record this build cannot decode (written by a
+/// newer operator, or edited by hand) never fails deserialization of the whole object:
+/// the engine decodes it and, on failure, holds and reports `Degraded`. Its schema is the
+/// typed [`MachineRecord`] schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineStatus<S: JsonSchema> {
+    /// The current state's kind, for printer columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Progress within the phase (for example `2/PreHook`), for printer columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// The generation of the spec the status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready, Progressing and Degraded, projected from the machine.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The persisted machine record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "record_schema::<S>")]
+    pub machine: Option<serde_json::Value>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    _state: PhantomData<S>,
+}
+
+impl<S: JsonSchema> Default for EngineStatus<S> {
+    fn default() -> Self {
+        Self {
+            phase: None,
+            step: None,
+            observed_generation: None,
+            conditions: Vec::new(),
+            machine: None,
+            _state: PhantomData,
+        }
+    }
+}
+
+impl<S: JsonSchema> EngineStatus<S> {
+    /// The condition of type `type_`, if present.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// The schema of the `machine` field: the typed record.
+fn record_schema<S: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<MachineRecord<S>>()
+}

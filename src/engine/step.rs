@@ -1,0 +1,520 @@
+//! One reconcile, as a pure function.
+//!
+//! [`step`] is everything the driver does between reading and writing, minus the I/O:
+//! decode the persisted record, ask the machine, check the edge against the table,
+//! project phase and conditions, and say what to write and which event to record. The
+//! driver and the model-checking harness both call it, so what proptest checks is the
+//! code that runs in the cluster.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+
+use super::conditions::{self, reason, status};
+use super::machine::{Decision, Health, Machine, Wait, World, is_declared, kind_name};
+use super::record::{Condition, EngineStatus, HISTORY_LIMIT, HistoryEntry, MachineRecord};
+
+/// Everything one reconcile reads.
+#[derive(Debug)]
+pub struct Input<'a, M: Machine> {
+    /// The object's spec.
+    pub spec: &'a M::Spec,
+    /// The engine part of the object's status, as read.
+    pub status: &'a EngineStatus<M::State>,
+    /// The machine's observation of the world.
+    pub observed: M::Observed,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The clock, truncated to whole seconds.
+    pub now: DateTime<Utc>,
+}
+
+/// The kind of an [`Note`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoteKind {
+    /// Routine: a transition.
+    Normal,
+    /// Needs attention.
+    Warning,
+}
+
+/// An event to record, at most one per reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Normal or Warning.
+    pub kind: NoteKind,
+    /// A CamelCase reason.
+    pub reason: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// A transition that was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    /// The kind left.
+    pub from: &'static str,
+    /// The kind entered.
+    pub to: &'static str,
+    /// The edge's reason.
+    pub reason: &'static str,
+}
+
+/// Everything one reconcile does, as data.
+#[derive(Debug)]
+pub struct Outcome<M: Machine> {
+    /// Effects to carry out, in order, before writing `status`.
+    pub actions: Vec<M::Action>,
+    /// The engine status to persist.
+    pub status: EngineStatus<M::State>,
+    /// Whether `status` differs from what was read (so a write is needed).
+    pub changed: bool,
+    /// The event to record once the write has succeeded.
+    pub note: Option<Note>,
+    /// When to reconcile again without a watch event.
+    pub requeue: Option<Duration>,
+    /// The transition taken, if any.
+    pub taken: Option<Taken>,
+    /// The decoded state after this step (`None` if the record could not be decoded).
+    pub state: Option<M::State>,
+    /// The finalizer may be removed once `status` is persisted.
+    pub release_finalizer: bool,
+}
+
+/// Decode the persisted record, if any.
+///
+/// # Errors
+/// A message naming why the record cannot be used: it does not decode, or it was written
+/// with a newer `stateVersion` than this build knows.
+pub fn decode<M: Machine>(
+    status: &EngineStatus<M::State>,
+) -> Result<Option<MachineRecord<M::State>>, String> {
+    let Some(raw) = &status.machine else {
+        return Ok(None);
+    };
+    let record: MachineRecord<M::State> = serde_json::from_value(raw.clone())
+        .map_err(|e| format!("cannot decode status.machine: {e}"))?;
+    if record.state_version > M::STATE_VERSION {
+        return Err(format!(
+            "status.machine has stateVersion {} but this operator understands up to {}",
+            record.state_version,
+            M::STATE_VERSION
+        ));
+    }
+    Ok(Some(record))
+}
+
+/// Encode a record for `status.machine`.
+pub fn encode<S: serde::Serialize>(record: &MachineRecord<S>) -> serde_json::Value {
+    // Serializing plain data with derived impls cannot fail.
+    serde_json::to_value(record).unwrap_or(serde_json::Value::Null)
+}
+
+/// How a state is named in history, events and messages: `Kind` or `Kind step`.
+pub fn describe<M: Machine>(state: &M::State) -> String {
+    match M::step_label(state) {
+        Some(step) => format!("{} {step}", kind_name::<M>(state)),
+        None => kind_name::<M>(state).to_owned(),
+    }
+}
+
+/// Run one reconcile's decision.
+///
+/// # Guarantees
+/// - At most one transition is taken, and only along a declared edge.
+/// - An undeclared transition or an undecodable record yields no actions, keeps the
+///   persisted record as it was, and reports `Degraded`.
+/// - `changed` is false when the decision and the persisted status agree, so an idle
+///   reconcile writes nothing.
+pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
+    let Input {
+        spec,
+        status: old,
+        observed,
+        generation,
+        deleting,
+        now,
+    } = input;
+
+    let record = match decode::<M>(old) {
+        Ok(Some(record)) => record,
+        Ok(None) if deleting => {
+            // Never initialized: nothing was created, so nothing needs cleaning up.
+            return Outcome {
+                actions: Vec::new(),
+                status: old.clone(),
+                changed: false,
+                note: None,
+                requeue: None,
+                taken: None,
+                state: None,
+                release_finalizer: true,
+            };
+        }
+        Ok(None) => return initialize::<M>(old, generation, now),
+        Err(why) => {
+            let status =
+                project_hold::<M>(old, None, generation, now, reason::UNDECODABLE_STATE, &why);
+            return held(old, status, None);
+        }
+    };
+
+    let world = World {
+        observed,
+        deleting,
+        now,
+        entered_at: record.entered_at,
+    };
+    let decision = M::decide(spec, &record.state, &world);
+
+    match decision {
+        Decision::Stay {
+            reason: stay_reason,
+            message,
+            actions,
+            wait,
+            health,
+        } => {
+            let deadline = M::deadline(&record.state);
+            let in_state = world.in_state_for();
+            let stuck = deadline.is_some_and(|d| in_state > d);
+            let degraded = match (health, stuck) {
+                (Health::Degraded, _) => Some((stay_reason, message)),
+                (Health::Healthy, true) => Some((
+                    reason::PROGRESS_DEADLINE_EXCEEDED,
+                    format!(
+                        "{} for longer than its deadline of {}s: {message}",
+                        describe::<M>(&record.state),
+                        deadline.map_or(0, |d| d.as_secs())
+                    ),
+                )),
+                (Health::Healthy, false) => None,
+            };
+            let mut requeue = match wait {
+                Wait::Watch => None,
+                Wait::Requeue(after) => Some(after),
+            };
+            if let Some(left) = deadline
+                .and_then(|d| d.checked_sub(in_state))
+                .filter(|_| !stuck)
+            {
+                // Look again when the deadline passes, so a silent stall is reported.
+                let left = left + Duration::from_secs(1);
+                requeue = Some(requeue.map_or(left, |r| r.min(left)));
+            }
+            let status = project::<M>(
+                old,
+                &record,
+                generation,
+                now,
+                degraded.as_ref().map(|(r, m)| (*r, m.as_str())),
+                stuck,
+            );
+            let note = degraded_note(old, &status);
+            let changed = &status != old;
+            Outcome {
+                release_finalizer: deleting && M::finalized(&record.state),
+                actions,
+                status,
+                changed,
+                note,
+                requeue,
+                taken: None,
+                state: Some(record.state),
+            }
+        }
+        Decision::Go {
+            to,
+            reason: edge_reason,
+            message,
+            actions,
+        } => {
+            if !is_declared::<M>(&record.state, &to, edge_reason) {
+                let why = format!(
+                    "refused undeclared transition {} -> {} ({edge_reason}); nothing was done",
+                    kind_name::<M>(&record.state),
+                    kind_name::<M>(&to)
+                );
+                let status = project_hold::<M>(
+                    old,
+                    Some(&record),
+                    generation,
+                    now,
+                    reason::UNDECLARED_TRANSITION,
+                    &why,
+                );
+                return held(old, status, Some(record.state));
+            }
+            let from = describe::<M>(&record.state);
+            let taken = Taken {
+                from: kind_name::<M>(&record.state),
+                to: kind_name::<M>(&to),
+                reason: edge_reason,
+            };
+            let mut history = record.history;
+            history.push(HistoryEntry {
+                from: from.clone(),
+                to: describe::<M>(&to),
+                reason: edge_reason.to_owned(),
+                message: message.clone(),
+                at: now,
+            });
+            let excess = history.len().saturating_sub(HISTORY_LIMIT);
+            history.drain(..excess);
+            let next = MachineRecord {
+                state: to,
+                entered_at: now,
+                state_version: M::STATE_VERSION,
+                history,
+                last_error: None,
+            };
+            let status = project::<M>(old, &next, generation, now, None, false);
+            let note = Some(Note {
+                kind: NoteKind::Normal,
+                reason: edge_reason.to_owned(),
+                message: format!("{from} -> {}: {message}", describe::<M>(&next.state)),
+            });
+            Outcome {
+                release_finalizer: deleting && M::finalized(&next.state),
+                actions,
+                changed: true,
+                status,
+                note,
+                // Carry on promptly: the next step's inputs are usually already there.
+                requeue: Some(Duration::ZERO),
+                taken: Some(taken),
+                state: Some(next.state),
+            }
+        }
+    }
+}
+
+/// Record `error` as the record's `lastError` (the driver calls this when acting failed).
+/// Returns `None` when the record is unreadable or already says so.
+pub fn with_error<M: Machine>(
+    status: &EngineStatus<M::State>,
+    error: &str,
+) -> Option<EngineStatus<M::State>> {
+    let mut record = decode::<M>(status).ok().flatten()?;
+    if record.last_error.as_deref() == Some(error) {
+        return None;
+    }
+    record.last_error = Some(error.to_owned());
+    let mut next = status.clone();
+    next.machine = Some(encode(&record));
+    Some(next)
+}
+
+fn initialize<M: Machine>(
+    old: &EngineStatus<M::State>,
+    generation: i64,
+    now: DateTime<Utc>,
+) -> Outcome<M> {
+    let state = M::initial();
+    let record = MachineRecord {
+        history: vec![HistoryEntry {
+            from: String::new(),
+            to: describe::<M>(&state),
+            reason: reason::INITIALIZED.to_owned(),
+            message: "first reconcile".to_owned(),
+            at: now,
+        }],
+        state,
+        entered_at: now,
+        state_version: M::STATE_VERSION,
+        last_error: None,
+    };
+    let status = project::<M>(old, &record, generation, now, None, false);
+    Outcome {
+        actions: Vec::new(),
+        changed: true,
+        note: Some(Note {
+            kind: NoteKind::Normal,
+            reason: reason::INITIALIZED.to_owned(),
+            message: format!("starting in {}", describe::<M>(&record.state)),
+        }),
+        requeue: Some(Duration::ZERO),
+        taken: None,
+        state: Some(record.state.clone()),
+        release_finalizer: false,
+        status,
+    }
+}
+
+fn held<M: Machine>(
+    old: &EngineStatus<M::State>,
+    status: EngineStatus<M::State>,
+    state: Option<M::State>,
+) -> Outcome<M> {
+    Outcome {
+        actions: Vec::new(),
+        note: degraded_note(old, &status),
+        changed: &status != old,
+        status,
+        requeue: None,
+        taken: None,
+        state,
+        release_finalizer: false,
+    }
+}
+
+/// A Warning when Degraded newly became true or changed its reason.
+fn degraded_note<S: JsonSchema + PartialEq>(
+    old: &EngineStatus<S>,
+    new: &EngineStatus<S>,
+) -> Option<Note> {
+    let now = new
+        .condition(conditions::DEGRADED)
+        .filter(|c| c.status == status::TRUE)?;
+    let before = old.condition(conditions::DEGRADED);
+    if before.is_some_and(|b| {
+        b.status == now.status && b.reason == now.reason && b.message == now.message
+    }) {
+        return None;
+    }
+    Some(Note {
+        kind: NoteKind::Warning,
+        reason: now.reason.clone(),
+        message: now.message.clone(),
+    })
+}
+
+/// Project phase, step and conditions from a decoded record.
+fn project<M: Machine>(
+    old: &EngineStatus<M::State>,
+    record: &MachineRecord<M::State>,
+    generation: i64,
+    now: DateTime<Utc>,
+    degraded: Option<(&str, &str)>,
+    stuck: bool,
+) -> EngineStatus<M::State> {
+    let kind = kind_name::<M>(&record.state);
+    let described = describe::<M>(&record.state);
+    let ready = M::is_ready(&record.state);
+    let mut next = old.clone();
+    next.phase = Some(kind.to_owned());
+    next.step = M::step_label(&record.state);
+    next.observed_generation = Some(generation);
+    next.machine = Some(encode(record));
+    let ok = degraded.is_none();
+    next.conditions = vec![
+        condition(
+            old,
+            conditions::READY,
+            ready && ok,
+            kind,
+            &described,
+            generation,
+            now,
+        ),
+        if stuck {
+            condition(
+                old,
+                conditions::PROGRESSING,
+                false,
+                reason::PROGRESS_DEADLINE_EXCEEDED,
+                &described,
+                generation,
+                now,
+            )
+        } else {
+            condition(
+                old,
+                conditions::PROGRESSING,
+                !ready,
+                kind,
+                &described,
+                generation,
+                now,
+            )
+        },
+        match degraded {
+            Some((why, message)) => condition(
+                old,
+                conditions::DEGRADED,
+                true,
+                why,
+                message,
+                generation,
+                now,
+            ),
+            None => condition(
+                old,
+                conditions::DEGRADED,
+                false,
+                reason::AS_EXPECTED,
+                "",
+                generation,
+                now,
+            ),
+        },
+    ];
+    next
+}
+
+/// Project a hold: the record (raw) is kept, Ready and Progressing are false, Degraded
+/// carries `why`.
+fn project_hold<M: Machine>(
+    old: &EngineStatus<M::State>,
+    record: Option<&MachineRecord<M::State>>,
+    generation: i64,
+    now: DateTime<Utc>,
+    why: &str,
+    message: &str,
+) -> EngineStatus<M::State> {
+    let mut next = old.clone();
+    if let Some(record) = record {
+        next.phase = Some(kind_name::<M>(&record.state).to_owned());
+        next.step = M::step_label(&record.state);
+    }
+    next.observed_generation = Some(generation);
+    next.conditions = vec![
+        condition(old, conditions::READY, false, why, message, generation, now),
+        condition(
+            old,
+            conditions::PROGRESSING,
+            false,
+            why,
+            message,
+            generation,
+            now,
+        ),
+        condition(
+            old,
+            conditions::DEGRADED,
+            true,
+            why,
+            message,
+            generation,
+            now,
+        ),
+    ];
+    next
+}
+
+fn condition<S: JsonSchema>(
+    old: &EngineStatus<S>,
+    type_: &str,
+    holds: bool,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: DateTime<Utc>,
+) -> Condition {
+    let status = if holds { status::TRUE } else { status::FALSE };
+    let since = old
+        .condition(type_)
+        .filter(|c| c.status == status)
+        .map_or(now, |c| c.last_transition_time);
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: since,
+        observed_generation: Some(generation),
+    }
+}

@@ -1,0 +1,11 @@
+//! Lockstep: Kubernetes operators for stateful clusters whose every lifecycle is an
+//! explicit finite-state machine persisted in the custom resource's `.status`.
+//!
+//! - [`engine`]: the pure core: the [`engine::Machine`] trait, the persisted record, and
+//!   one reconcile as a pure function.
+//! - `driver`: the kube glue that runs any machine as a controller.
+//! - `machines`: the DistributedDB and PostgresCluster machines.
+#![deny(missing_docs)]
+
+pub mod driver;
+pub mod engine;
