@@ -9,3 +9,4 @@
 
 pub mod driver;
 pub mod engine;
+pub mod machines;

@@ -1,0 +1,1 @@
+//! The machines Lockstep ships, each bound to its custom resource.
