@@ -1,0 +1,61 @@
+# Lockstep — kubebuilder-style targets.
+#
+#   make test     everything CI checks (lint, freshness, unit + model checks,
+#                 pod-script tests against real PostgreSQL and S3, e2e on a real
+#                 control plane)
+#   make demo     the DistributedDB lifecycle, narrated, on a local control plane
+#
+# Run `make help` for the rest.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+CARGO ?= cargo
+LOCKSTEP := $(CURDIR)/target/debug/lockstep
+
+include tools/cluster/cluster.mk
+
+.PHONY: help
+help: ## Show the targets.
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## Build the lockstep binary.
+	$(CARGO) build --bins
+
+.PHONY: generate
+generate: build ## Regenerate crds/ and machines/ from the code.
+	$(LOCKSTEP) crds --out-dir crds
+	$(LOCKSTEP) machines --out-dir machines
+
+.PHONY: fmt
+fmt: ## Format the code.
+	$(CARGO) fmt
+
+.PHONY: lint
+lint: ## rustfmt check and clippy with warnings denied.
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+.PHONY: fresh
+fresh: build ## Fail if the committed crds/ or machines/ are stale.
+	$(LOCKSTEP) crds --out-dir crds --check
+	$(LOCKSTEP) machines --out-dir machines --check
+
+.PHONY: unit
+unit: ## Unit tests and the proptest model checks (seeded, fixed case count).
+	$(CARGO) test --lib --bins
+
+.PHONY: scripts
+scripts: ## Pod scripts against real PostgreSQL servers and a local S3 server.
+	bash tests/pg_scripts/run.sh
+
+.PHONY: e2e
+e2e: cluster-up ## End-to-end tests on the local control plane (brings it up).
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2
+
+.PHONY: test
+test: lint fresh unit scripts ## Everything CI checks; the control plane is torn down afterwards.
+	@status=0; $(MAKE) --no-print-directory e2e || status=$$?; \
+	  $(MAKE) --no-print-directory cluster-down; exit $$status
