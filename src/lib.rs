@@ -5,8 +5,11 @@
 //!   one reconcile as a pure function.
 //! - `driver`: the kube glue that runs any machine as a controller.
 //! - `machines`: the DistributedDB and PostgresCluster machines.
+//! - `ops`: running it in production: `lockstep run`, leader election, metrics, health,
+//!   logs, and `lockstep narrate`.
 #![deny(missing_docs)]
 
 pub mod driver;
 pub mod engine;
 pub mod machines;
+pub mod ops;

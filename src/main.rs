@@ -6,11 +6,25 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use lockstep::machines::{Generated, crd_files, machine_files};
+use lockstep::ops::leader::LeaseConfig;
+use lockstep::ops::logging::{self, LogFormat};
+use lockstep::ops::narrate::{self, Target};
+use lockstep::ops::runner::{self, RunOptions};
+use tokio_util::sync::CancellationToken;
 
 /// Lockstep: Kubernetes operators whose lifecycles are declared state machines.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCKSTEP_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -21,6 +35,61 @@ enum Command {
     Crds(GenerateArgs),
     /// Write every machine's transition table (YAML) and statechart (Markdown).
     Machines(GenerateArgs),
+    /// Run the operators (the controllers of the selected machines).
+    Run(RunArgs),
+    /// Print one line per transition of one object as it happens, until it is deleted.
+    Narrate(NarrateArgs),
+}
+
+/// Where to find the cluster.
+#[derive(Debug, clap::Args)]
+struct ClusterArgs {
+    /// A kubeconfig file; by default `KUBECONFIG`, `~/.kube/config`, or the in-cluster
+    /// ServiceAccount.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// The machines to run, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',', env = "LOCKSTEP_MACHINES")]
+    machines: Vec<String>,
+    /// Watch only this namespace (default: the whole cluster).
+    #[arg(long, env = "LOCKSTEP_NAMESPACE")]
+    namespace: Option<String>,
+    /// Run the controllers only while holding a coordination.k8s.io Lease.
+    #[arg(long, env = "LOCKSTEP_LEADER_ELECTION")]
+    leader_election: bool,
+    /// The Lease's name.
+    #[arg(long, default_value = "lockstep-leader", env = "LOCKSTEP_LEASE_NAME")]
+    lease_name: String,
+    /// The Lease's namespace (default: `POD_NAMESPACE`, else the kubeconfig's namespace).
+    #[arg(long, env = "LOCKSTEP_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// How long the lease stays valid without renewal, in seconds; a standby takes over
+    /// within this long after the leader dies.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..))]
+    lease_duration: u64,
+    /// This process's identity in the Lease (default: `POD_NAME`, else hostname-pid).
+    #[arg(long)]
+    identity: Option<String>,
+    /// Where to serve /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "LOCKSTEP_METRICS_ADDR")]
+    metrics_addr: std::net::SocketAddr,
+}
+
+#[derive(Debug, clap::Args)]
+struct NarrateArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// `KIND/NAME`, for example `distributeddb/demo`.
+    target: String,
+    /// The object's namespace (default: the kubeconfig's namespace).
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -38,7 +107,100 @@ fn main() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Crds(args) => generate(&args, crd_files()?),
         Command::Machines(args) => generate(&args, machine_files()?),
+        Command::Run(args) => {
+            logging::init(cli.log_format);
+            tokio_runtime()?.block_on(run(args))
+        }
+        Command::Narrate(args) => {
+            logging::init(cli.log_format);
+            tokio_runtime()?.block_on(narrate(args))
+        }
     }
+}
+
+fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// The client config: the named kubeconfig, or `Config::infer` (env, default file,
+/// in-cluster).
+async fn kube_config(args: &ClusterArgs) -> anyhow::Result<kube::Config> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                lockstep::ops::Error::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|source| lockstep::ops::Error::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig found and not running in a cluster")?,
+    };
+    Ok(config)
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let machines = runner::select_machines(&args.machines)?;
+    let config = kube_config(&args.cluster).await?;
+    let default_namespace = config.default_namespace.clone();
+    let client = kube::Client::try_from(config).map_err(lockstep::ops::Error::Config)?;
+    let election = args.leader_election.then(|| LeaseConfig {
+        name: args.lease_name.clone(),
+        namespace: args
+            .lease_namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|n| !n.is_empty())
+            })
+            .unwrap_or(default_namespace),
+        identity: args
+            .identity
+            .clone()
+            .unwrap_or_else(runner::default_identity),
+        duration_secs: args.lease_duration,
+    });
+    let options = RunOptions {
+        machines,
+        namespace: args.namespace.clone(),
+        metrics_addr: args.metrics_addr,
+        election,
+    };
+    tracing::info!(
+        machines = ?options.machines,
+        namespace = options.namespace.as_deref().unwrap_or("<all>"),
+        "lockstep run"
+    );
+    let shutdown = CancellationToken::new();
+    runner::shutdown_on_signals(shutdown.clone(), || std::process::exit(130))?;
+    runner::run(client, options, shutdown).await?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn narrate(args: NarrateArgs) -> anyhow::Result<ExitCode> {
+    let config = kube_config(&args.cluster).await?;
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = kube::Client::try_from(config).map_err(lockstep::ops::Error::Config)?;
+    let target = Target::parse(&args.target, namespace)?;
+    let mut out = std::io::stdout();
+    narrate::narrate(client, &target, &mut out).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Write `files` under `args.out_dir`, or with `--check` report the stale ones.
@@ -58,7 +220,10 @@ fn generate(args: &GenerateArgs, files: Vec<Generated>) -> anyhow::Result<ExitCo
         return Ok(ExitCode::SUCCESS);
     }
     for path in &stale {
-        eprintln!("stale: {} (regenerate with `make generate`)", path.display());
+        eprintln!(
+            "stale: {} (regenerate with `make generate`)",
+            path.display()
+        );
     }
     Ok(ExitCode::FAILURE)
 }

@@ -1,0 +1,278 @@
+//! `lockstep run`: the machine registry and the lifecycle of the operator process.
+//!
+//! ```text
+//!  start ─► serve /healthz /readyz /metrics ─► [elect] ─► run the selected controllers
+//!                                                             │
+//!  SIGTERM/SIGINT ─► controllers finish in-flight reconciles ─► release lease ─► exit 0
+//! ```
+//!
+//! # Guarantees
+//! - Without leader election the controllers start at once; with it they run only while
+//!   the lease is held (see [`super::leader`]).
+//! - A second signal while draining exits at once (the caller's choice; see
+//!   [`shutdown_on_signals`]).
+//!
+//! # Adding a machine
+//! One line in [`MACHINES`] and one arm in [`run_machine`].
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use super::Error;
+use super::health::{self, Status};
+use super::leader::{self, LeaseConfig};
+use super::metrics::Metrics;
+
+/// Every machine `lockstep run` knows, by its command-line name.
+pub const MACHINES: &[&str] = &["distributeddb", "postgrescluster"];
+
+/// What `lockstep run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The machines to run (names from [`MACHINES`]).
+    pub machines: Vec<&'static str>,
+    /// Watch one namespace, or the whole cluster (`None`).
+    pub namespace: Option<String>,
+    /// Where the health server listens.
+    pub metrics_addr: SocketAddr,
+    /// Leader election, or `None` to run the controllers unconditionally.
+    pub election: Option<LeaseConfig>,
+}
+
+/// Everything a machine's controller is given.
+#[derive(Clone)]
+pub struct MachineContext {
+    /// The API client.
+    pub client: Client,
+    /// Watch one namespace, or the whole cluster.
+    pub namespace: Option<String>,
+    /// The process's metrics.
+    pub metrics: Metrics,
+}
+
+impl std::fmt::Debug for MachineContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MachineContext")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running controller: resolves when it has drained after its token was cancelled,
+/// or fails.
+pub type Controller = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+
+/// Parse `--machines`: names from [`MACHINES`], comma-separated, or every machine when
+/// empty. Duplicates are ignored.
+///
+/// # Errors
+/// [`Error::UnknownMachine`] for a name that is not in [`MACHINES`].
+pub fn select_machines(names: &[String]) -> Result<Vec<&'static str>, Error> {
+    if names.is_empty() {
+        return Ok(MACHINES.to_vec());
+    }
+    let mut out: Vec<&'static str> = Vec::new();
+    for name in names.iter().flat_map(|n| n.split(',')).map(str::trim) {
+        if name.is_empty() {
+            continue;
+        }
+        let known = MACHINES
+            .iter()
+            .find(|m| m.eq_ignore_ascii_case(name))
+            .ok_or_else(|| Error::UnknownMachine {
+                name: name.to_owned(),
+                known: MACHINES.join(","),
+            })?;
+        if !out.contains(known) {
+            out.push(known);
+        }
+    }
+    Ok(out)
+}
+
+/// Start the controller of machine `name`, draining when `drain` is cancelled.
+///
+/// # Errors
+/// [`Error::NotRunnable`] for a known machine that has no controller in this build yet,
+/// [`Error::UnknownMachine`] for any other name.
+pub fn run_machine(
+    name: &str,
+    context: &MachineContext,
+    drain: CancellationToken,
+) -> Result<Controller, Error> {
+    let _ = (context, drain);
+    match name {
+        // One arm per machine, e.g.:
+        // "distributeddb" => Ok(Box::pin(drive::<DistributedDb>(context, drain))),
+        "distributeddb" | "postgrescluster" => Err(Error::NotRunnable(name.to_owned())),
+        other => Err(Error::UnknownMachine {
+            name: other.to_owned(),
+            known: MACHINES.join(","),
+        }),
+    }
+}
+
+/// Run the operator until `shutdown` is cancelled, then drain and return.
+///
+/// # Errors
+/// Any [`Error`] that stops the process: the health address cannot be bound, the lease
+/// cannot be used, or a controller fails.
+pub async fn run(
+    client: Client,
+    options: RunOptions,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let metrics = Metrics::new();
+    let status = Status::new(options.election.is_some());
+    // Fail before anything else when a selected machine cannot run.
+    for name in &options.machines {
+        let probe = CancellationToken::new();
+        probe.cancel();
+        drop(run_machine(
+            name,
+            &MachineContext {
+                client: client.clone(),
+                namespace: options.namespace.clone(),
+                metrics: metrics.clone(),
+            },
+            probe,
+        )?);
+    }
+
+    let listener = health::bind(options.metrics_addr).await?;
+    let bound = listener.local_addr().map_err(Error::Serve)?;
+    tracing::info!(addr = %bound, "serving /healthz /readyz /metrics");
+    let server_stop = CancellationToken::new();
+    let server = tokio::spawn(health::serve(
+        listener,
+        status.clone(),
+        metrics.clone(),
+        server_stop.clone(),
+    ));
+
+    let context = MachineContext {
+        client: client.clone(),
+        namespace: options.namespace.clone(),
+        metrics: metrics.clone(),
+    };
+    let machines = options.machines.clone();
+    let work_status = status.clone();
+    let work: leader::Work = Box::new(move |drain: CancellationToken| {
+        let started: Result<Vec<Controller>, Error> = machines
+            .iter()
+            .map(|name| run_machine(name, &context, drain.clone()))
+            .collect();
+        let status = work_status.clone();
+        Box::pin(async move {
+            let controllers = started?;
+            tracing::info!(machines = ?controllers.len(), "controllers starting");
+            // Until the driver reports its caches' readiness, a started controller
+            // counts as synced.
+            status.set_synced(true);
+            let result = futures::future::try_join_all(controllers).await.map(drop);
+            status.set_synced(false);
+            result
+        })
+    });
+
+    let result = match options.election {
+        Some(config) => {
+            tracing::info!(
+                identity = %config.identity,
+                lease = %format!("{}/{}", config.namespace, config.name),
+                duration_secs = config.duration_secs,
+                "leader election on"
+            );
+            leader::lead(client, config, status, metrics, shutdown, work).await
+        }
+        None => {
+            tracing::info!("leader election off: running the controllers");
+            status.set_leader(true);
+            metrics.set_leader(true);
+            let mut work = work;
+            work(shutdown).await
+        }
+    };
+    server_stop.cancel();
+    match server.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "health server failed"),
+        Err(error) => tracing::warn!(%error, "health server task failed"),
+    }
+    result
+}
+
+/// Cancel `shutdown` on the first SIGTERM or SIGINT; call `second` on the next one.
+///
+/// # Errors
+/// [`Error::Signal`] if the handlers cannot be installed.
+pub fn shutdown_on_signals(
+    shutdown: CancellationToken,
+    second: impl FnOnce() + Send + 'static,
+) -> Result<(), Error> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(Error::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(Error::Signal)?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: draining in-flight reconciles"),
+            _ = int.recv() => tracing::info!("SIGINT: draining in-flight reconciles"),
+        }
+        shutdown.cancel();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::warn!("second signal: exiting without draining");
+        second();
+    });
+    Ok(())
+}
+
+/// This process's identity for the lease: `POD_NAME` in a cluster, else
+/// `hostname-pid` (unique among processes on one host).
+pub fn default_identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "lockstep".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selects_machines() {
+        assert_eq!(select_machines(&[]).expect("all"), MACHINES.to_vec());
+        assert_eq!(
+            select_machines(&["DistributedDB,distributeddb".into()]).expect("one"),
+            vec!["distributeddb"]
+        );
+        assert!(matches!(
+            select_machines(&["mysql".into()]),
+            Err(Error::UnknownMachine { .. })
+        ));
+    }
+
+    #[test]
+    fn identity_is_unique_per_process() {
+        let id = default_identity();
+        assert!(!id.is_empty());
+        if std::env::var("POD_NAME").is_err() {
+            assert!(id.ends_with(&format!("-{}", std::process::id())), "{id}");
+        }
+    }
+}
