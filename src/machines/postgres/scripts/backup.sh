@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# lockstep PostgresCluster backup Job: pg_dump one database of the primary in
+# custom format (-Fc: compressed, restorable with pg_restore --clean, single
+# transaction, selectively) and upload it to S3-compatible storage with
+# `curl --aws-sigv4` (no AWS CLI needed).
+#
+# Object layout (keys relative to the bucket; PREFIX part omitted when empty):
+#   <S3_PREFIX>/<CLUSTER_NAME>/<UTC yyyymmddThhmmssZ>.dump   the dump
+#   <S3_PREFIX>/<CLUSTER_NAME>/latest                        text: key of the
+#                                                            newest dump
+# The `latest` pointer is written only after the dump upload succeeded and was
+# verified (HEAD size matches), so it never points at a partial object.
+# Roles / globals are not included (pg_dump is per database); the operator's
+# bootstrap recreates the superuser and replication roles.
+#
+# Image requirements: bash, pg_dump (same or newer major as the server), curl
+# >= 7.75 (for --aws-sigv4), sha256sum, date, stat. The stock postgres:<major>
+# image has no curl: use an image built FROM postgres:<major> plus
+# `apt-get install curl` (see README.md).
+#
+# Secrets: the AWS secret key and session token are handed to curl on stdin
+# (curl -K -), the database password via PGPASSWORD; none of them is ever in
+# argv or printed.
+#
+# Environment:
+#   CLUSTER_NAME            required. Used in the object key.
+#   PRIMARY_HOST            required. Host to dump from (the -rw Service).
+#   PRIMARY_PORT            port (default 5432).
+#   POSTGRES_USER           user for pg_dump (default postgres).
+#   POSTGRES_PASSWORD       required. Its password (Secret).
+#   BACKUP_DATABASE         database to dump (default $POSTGRES_DB, else postgres).
+#   S3_ENDPOINT             required. e.g. https://s3.eu-west-1.amazonaws.com
+#                           or http://minio.minio:9000 .
+#   S3_BUCKET               required. Bucket name.
+#   S3_PREFIX               optional key prefix (no leading/trailing slash needed).
+#   S3_REGION               signing region (default $AWS_REGION, else us-east-1).
+#   S3_FORCE_PATH_STYLE     true (default): <endpoint>/<bucket>/<key>;
+#                           false: <scheme>://<bucket>.<endpoint host>/<key>.
+#   AWS_ACCESS_KEY_ID       required (Secret).
+#   AWS_SECRET_ACCESS_KEY   required (Secret).
+#   AWS_SESSION_TOKEN       optional (temporary credentials).
+#   S3_TIMEOUT_SECONDS      max time for one transfer (default 3600).
+#   BACKUP_TMPDIR           where the dump is staged (default $TMPDIR or /tmp;
+#                           mount an emptyDir big enough for one dump).
+#   PG_BIN                  optional directory prepended to PATH.
+#
+# Exit codes: 0 uploaded; 2 configuration error / missing tool; 3 pg_dump
+# failed; 4 upload or verification failed.
+# Last line on success (stdout):
+#   lockstep-backup: uploaded s3://<bucket>/<key> (<N> bytes)
+set -Eeuo pipefail
+umask 0077
+
+log() { printf '%s lockstep-backup: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
+die() { local code=$1; shift; log "FATAL: $*"; exit "$code"; }
+require() {
+	local v
+	for v in "$@"; do
+		[[ -n "${!v:-}" ]] || die 2 "required environment variable $v is not set"
+	done
+}
+require_tools() {
+	local t
+	for t in "$@"; do
+		command -v "$t" >/dev/null 2>&1 || die 2 "required tool '$t' not found in the image (backup image must contain pg_dump, curl, sha256sum)"
+	done
+}
+
+[[ -n "${PG_BIN:-}" ]] && export PATH="$PG_BIN:$PATH"
+require CLUSTER_NAME PRIMARY_HOST POSTGRES_PASSWORD S3_ENDPOINT S3_BUCKET AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+require_tools pg_dump curl sha256sum
+PRIMARY_PORT=${PRIMARY_PORT:-5432}
+POSTGRES_USER=${POSTGRES_USER:-postgres}
+BACKUP_DATABASE=${BACKUP_DATABASE:-${POSTGRES_DB:-postgres}}
+S3_REGION=${S3_REGION:-${AWS_REGION:-us-east-1}}
+S3_FORCE_PATH_STYLE=${S3_FORCE_PATH_STYLE:-true}
+S3_TIMEOUT_SECONDS=${S3_TIMEOUT_SECONDS:-3600}
+BACKUP_TMPDIR=${BACKUP_TMPDIR:-${TMPDIR:-/tmp}}
+[[ "$PRIMARY_PORT" =~ ^[0-9]+$ ]] || die 2 "PRIMARY_PORT must be a number, got '$PRIMARY_PORT'"
+[[ "$S3_TIMEOUT_SECONDS" =~ ^[0-9]+$ ]] || die 2 "S3_TIMEOUT_SECONDS must be a number"
+[[ "$S3_ENDPOINT" =~ ^https?://[^/]+/?$ ]] || die 2 "S3_ENDPOINT must look like http(s)://host[:port], got '$S3_ENDPOINT'"
+[[ "$S3_BUCKET" =~ ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$ ]] || die 2 "S3_BUCKET '$S3_BUCKET' is not a valid bucket name"
+S3_PREFIX=${S3_PREFIX:-}
+S3_PREFIX=${S3_PREFIX#/}
+S3_PREFIX=${S3_PREFIX%/}
+[[ "$S3_PREFIX$CLUSTER_NAME" =~ ^[A-Za-z0-9._/-]+$ ]] || die 2 "S3_PREFIX/CLUSTER_NAME may only contain A-Z a-z 0-9 . _ / -"
+
+# ---- S3 via curl --aws-sigv4 (shared with restore.sh; keep in sync) ---------
+curl_cfg_escape() { local v=$1 bs='\' dq='"'; v=${v//"$bs"/"$bs$bs"}; v=${v//"$dq"/"$bs$dq"}; printf '%s' "$v"; }
+s3_url() {
+	local endpoint=${S3_ENDPOINT%/}
+	if [[ "$S3_FORCE_PATH_STYLE" == true ]]; then
+		printf '%s/%s/%s' "$endpoint" "$S3_BUCKET" "$1"
+	else
+		printf '%s://%s.%s/%s' "${endpoint%%://*}" "$S3_BUCKET" "${endpoint#*://}" "$1"
+	fi
+}
+# s3_request METHOD KEY BODY_OUT [curl args...]; prints the HTTP status code.
+s3_request() {
+	local method=(-X "$1") key=$2 out=$3
+	[[ "$1" != HEAD ]] || method=(-I)
+	shift 3
+	{
+		printf 'user = "%s:%s"\n' "$(curl_cfg_escape "$AWS_ACCESS_KEY_ID")" "$(curl_cfg_escape "$AWS_SECRET_ACCESS_KEY")"
+		if [[ -n "${AWS_SESSION_TOKEN:-}" ]]; then
+			printf 'header = "x-amz-security-token: %s"\n' "$(curl_cfg_escape "$AWS_SESSION_TOKEN")"
+		fi
+	} | curl -K - --silent --show-error --aws-sigv4 "aws:amz:$S3_REGION:s3" \
+		--connect-timeout 10 --max-time "$S3_TIMEOUT_SECONDS" --retry 2 \
+		"${method[@]}" -o "$out" -w '%{http_code}' "$@" "$(s3_url "$key")"
+}
+s3_put_file() { # KEY FILE
+	local sha code
+	sha=$(sha256sum "$2" | cut -d' ' -f1)
+	code=$(s3_request PUT "$1" "$WORK/response" -T "$2" \
+		-H "x-amz-content-sha256: $sha" -H "Content-Type: application/octet-stream") || {
+		log "curl failed uploading to s3://$S3_BUCKET/$1 (endpoint $S3_ENDPOINT)"
+		return 1
+	}
+	if [[ "$code" != 2?? ]]; then
+		log "upload of s3://$S3_BUCKET/$1 failed: HTTP $code: $(head -c 2000 "$WORK/response" 2>/dev/null | tr '\n' ' ')"
+		return 1
+	fi
+}
+s3_size() { # KEY -> prints Content-Length of the stored object
+	local code empty
+	empty=$(printf '' | sha256sum | cut -d' ' -f1)
+	code=$(s3_request HEAD "$1" /dev/null -D "$WORK/headers" -H "x-amz-content-sha256: $empty") || return 1
+	[[ "$code" == 2?? ]] || { log "HEAD s3://$S3_BUCKET/$1 returned HTTP $code"; return 1; }
+	tr -d '\r' <"$WORK/headers" | sed -n 's/^[Cc]ontent-[Ll]ength:[[:space:]]*//p' | tail -n 1
+}
+# -----------------------------------------------------------------------------
+
+WORK=$(mktemp -d "$BACKUP_TMPDIR/lockstep-backup.XXXXXX") || die 2 "cannot create a temp dir in BACKUP_TMPDIR=$BACKUP_TMPDIR"
+trap 'rm -rf "$WORK"' EXIT
+
+base="${S3_PREFIX:+$S3_PREFIX/}$CLUSTER_NAME"
+ts=$(date -u +%Y%m%dT%H%M%SZ)
+key="$base/$ts.dump"
+dump="$WORK/$ts.dump"
+
+log "dumping database '$BACKUP_DATABASE' from $PRIMARY_HOST:$PRIMARY_PORT as $POSTGRES_USER"
+PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=10 pg_dump -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" \
+	-U "$POSTGRES_USER" -w -d "$BACKUP_DATABASE" -Fc -f "$dump" >&2 ||
+	die 3 "pg_dump of '$BACKUP_DATABASE' from $PRIMARY_HOST:$PRIMARY_PORT failed"
+size=$(stat -c %s "$dump")
+((size > 0)) || die 3 "pg_dump produced an empty file"
+log "dump is $size bytes; uploading to s3://$S3_BUCKET/$key"
+
+s3_put_file "$key" "$dump" || die 4 "upload failed"
+stored=$(s3_size "$key") || die 4 "could not verify s3://$S3_BUCKET/$key after upload"
+[[ "$stored" == "$size" ]] || die 4 "verification failed: s3://$S3_BUCKET/$key is ${stored:-?} bytes, expected $size"
+
+printf '%s\n' "$key" >"$WORK/latest"
+s3_put_file "$base/latest" "$WORK/latest" || die 4 "dump uploaded but updating the pointer s3://$S3_BUCKET/$base/latest failed"
+log "updated s3://$S3_BUCKET/$base/latest"
+
+echo "lockstep-backup: uploaded s3://$S3_BUCKET/$key ($size bytes)"
