@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -101,8 +102,9 @@ func runAPIServer() int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "embedded etcd ready at %s (data %s)\n", cu.String(), etcdDir)
+	var closing atomic.Bool
 	go func() {
-		if err, ok := <-e.Err(); ok && err != nil {
+		if err, ok := <-e.Err(); ok && err != nil && !closing.Load() {
 			fmt.Fprintln(os.Stderr, "embedded etcd error:", err)
 			os.Exit(1)
 		}
@@ -113,6 +115,7 @@ func runAPIServer() int {
 
 	// The apiserver returns after SIGTERM/SIGINT handling; shut etcd down cleanly.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
+	closing.Store(true)
 	e.Close()
 	return code
 }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Print the state of the local test cluster; exit 0 only if it is up and ready.
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+if [ ! -d "$CLUSTER_DIR" ]; then
+  echo "cluster: down (no $CLUSTER_DIR)"
+  exit 1
+fi
+rc=0
+for c in apiserver controller-manager scheduler kwok; do
+  if pid_alive "$c"; then
+    echo "$c: running (pid $(cat "$PIDS/$c.pid"))"
+  else
+    echo "$c: NOT running"
+    rc=1
+  fi
+done
+if [ "$(kctl get --raw /readyz 2>/dev/null)" = ok ]; then
+  echo "apiserver /readyz: ok ($(kctl config view -o jsonpath='{.clusters[0].cluster.server}'))"
+  kctl get nodes 2>/dev/null || rc=1
+else
+  echo "apiserver /readyz: not ok"
+  rc=1
+fi
+echo "KUBECONFIG=$KUBECONFIG_ADMIN"
+echo "kubectl: $CLUSTER_DIR/bin/kubectl"
+exit $rc
