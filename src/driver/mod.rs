@@ -1,25 +1,54 @@
 //! The driver: runs any [`Operator`] as a kube-runtime controller.
 //!
-//! This is the only layer that talks to the API server. Each reconcile:
-//! 1. loads the persisted record from the object's status (through the reflector store;
+//! This is the only layer that talks to the API server. [`run`] watches the custom
+//! resource (with predicates: status-only churn triggers nothing) and every owned kind
+//! (label-selected into the shared [`Cache`], mapped back to the owner by labels), and
+//! each reconcile:
+//! 1. adds the finalizer first if it is missing (fenced JSON patch) and stops there;
+//! 2. loads the persisted record from the object's status (through the reflector store;
 //!    no GETs on the hot path);
-//! 2. observes the owned objects from the shared [`Cache`];
-//! 3. calls the pure [`crate::engine::step`];
-//! 4. renders the decision's actions into [`Op`]s and executes them idempotently;
-//! 5. writes the new status with one merge patch fenced on the resourceVersion it read;
-//! 6. records one Event per transition.
+//! 3. observes the owned objects from the shared [`Cache`];
+//! 4. calls the pure [`crate::engine::step`];
+//! 5. renders the decision's actions into [`Op`]s and executes them idempotently;
+//! 6. writes the new status with one merge patch fenced on the resourceVersion it read;
+//! 7. records one Event per transition (or newly degraded hold), after the write;
+//! 8. removes the finalizer once the final state is persisted.
+//!
+//! See [`controller`] for the order and the stale-cache fence, [`watch`] for what
+//! triggers a reconcile, [`execute`] for how each request is made safe to repeat.
+//!
+//! ```no_run
+//! # async fn doc<O: lockstep::driver::Operator>(client: kube::Client) {
+//! use lockstep::driver::{self, Config};
+//! let config = Config::namespaced("prod").concurrency(8).shutdown_on(async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! });
+//! driver::run::<O>(client, config).await;
+//! # }
+//! ```
 //!
 //! # Guarantees
 //! - See [`crate::engine`]; the driver adds: an idle reconcile makes no mutating request,
 //!   and a transition makes exactly one status write.
+//! - Every status write and finalizer patch is fenced on the resourceVersion read: a
+//!   concurrent change makes it fail with 409 ([`Error::Conflict`]), and the object is
+//!   re-read and re-decided, never blindly retried.
+//! - The finalizer is added before anything is created, never once the object is being
+//!   deleted, and removed only after the status of a finalized state is persisted.
+//! - Events are recorded only after the status write they describe succeeded.
 //!
 //! # Assumptions
 //! - Owned objects carry the labels of [`labels`] so the cache can watch them with one
-//!   label selector and map them back to their owner.
+//!   label selector and map them back to their owner, and live in the owner's namespace.
+//! - [`Operator::status`] returns JSON that round-trips through the resource's status
+//!   type (the driver compares it with the typed status it read, re-serialized).
+//! - The custom resource has a status subresource.
 //!
 //! # Errors
 //! [`Error`]: API failures while acting or writing; each is retried with per-object
-//! exponential backoff with jitter, and recorded in `status.machine.lastError`.
+//! exponential backoff with jitter ([`Backoff`]), and recorded (redacted, see
+//! [`Error::redacted`]) in `status.machine.lastError`. [`Error::Conflict`] is retried
+//! promptly and not recorded. Failing watches are retried with backoff and logged.
 
 use std::fmt::Debug;
 
@@ -36,6 +65,19 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service}
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::engine::{EngineStatus, Machine};
+
+pub mod config;
+pub mod controller;
+pub mod crd;
+pub mod execute;
+pub mod hooks;
+pub mod status;
+pub mod watch;
+
+pub use config::{Backoff, Config, FIELD_MANAGER};
+pub use controller::run;
+pub use crd::crd_yaml;
+pub use hooks::{DriverHooks, Finished, NoHooks, Target};
 
 /// Labels every object Lockstep creates carries.
 pub mod labels {
@@ -71,6 +113,45 @@ pub enum Error {
     /// The status write lost a race (409); the object is re-read and re-decided.
     #[error("status write conflicted; will re-read and re-decide")]
     Conflict,
+    /// An owned-object cache did not complete its first list in time (its watch is
+    /// failing: missing RBAC, an API the server does not serve).
+    #[error("the {0} cache has not completed its first list")]
+    CacheNotReady(&'static str),
+}
+
+impl Error {
+    /// The error as it may be persisted in `status.machine.lastError` and shown to
+    /// anyone who can read the object: what failed and the server's verdict, without
+    /// anything that could carry secret material (no server messages about Secrets,
+    /// no serializer excerpts of the data), at most 512 bytes.
+    pub fn redacted(&self) -> String {
+        let text = match self {
+            Error::Api { what, source } => match source {
+                kube::Error::Api(status) if what.contains("Secret") => {
+                    format!("{what}: {} {}", status.code, status.reason)
+                }
+                kube::Error::Api(status) => {
+                    format!(
+                        "{what}: {} {}: {}",
+                        status.code, status.reason, status.message
+                    )
+                }
+                other => format!("{what}: {other}"),
+            },
+            Error::Serde(e) => format!(
+                "serialization: {:?} error at line {} column {}",
+                e.classify(),
+                e.line(),
+                e.column()
+            ),
+            other => other.to_string(),
+        };
+        let mut end = text.len().min(512);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text[..end].to_owned()
+    }
 }
 
 /// One request against the API server, rendered from a machine action.
@@ -137,6 +218,21 @@ impl Op {
     {
         let (resource, object) = erase(object)?;
         Ok(Op::Create { resource, object })
+    }
+
+    /// Set (`Some`) or remove (`None`) labels on a typed object by name.
+    pub fn label<K>(
+        name: impl Into<String>,
+        labels: std::collections::BTreeMap<String, Option<String>>,
+    ) -> Self
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        Op::Label {
+            resource: ApiResource::erase::<K>(&()),
+            name: name.into(),
+            labels,
+        }
     }
 
     /// Delete a typed object by name, preconditioned on its UID.

@@ -1,0 +1,531 @@
+//! The controller: kube-runtime's `Controller` around one reconcile function.
+//!
+//! # One reconcile, in order
+//! 1. Without a deletion timestamp and without our finalizer: add the finalizer (a JSON
+//!    patch fenced on the resourceVersion read) and stop; the change re-triggers. Once a
+//!    deletion timestamp is set the finalizer is never added.
+//! 2. Decode the persisted engine status ([`Operator::engine_status`]).
+//! 3. Observe the owned objects from the [`Cache`] ([`Operator::observe`]).
+//! 4. Decide ([`engine::step`]).
+//! 5. Render each action ([`Operator::render`]) and execute the [`Op`]s in order.
+//! 6. Build the full status ([`Operator::status`]); if it differs from the `.status`
+//!    read (as JSON), write the difference with one merge patch to the status
+//!    subresource, fenced on the resourceVersion read.
+//! 7. Record the outcome's Event, once the write succeeded.
+//! 8. If the engine says the finalizer may go, and the write (if any) succeeded, remove
+//!    it (a fenced JSON patch).
+//!
+//! # The stale-cache fence
+//! The reflector store is updated by the watch, some time after a write. A reconcile
+//! that follows its own write at once (a transition requeues immediately) could read
+//! the pre-write object from the store and re-decide from a stale state. The driver
+//! keeps, per object, the resourceVersion it read before its last write and the object
+//! the API server returned; while the store still serves that resourceVersion, the
+//! reconcile uses the returned object instead. Even without this, the fenced write would
+//! refuse to persist a decision made from the stale object (409 → [`Error::Conflict`] →
+//! re-read): the fence saves the wasted round trip and the conflict, the
+//! resourceVersion precondition guarantees correctness.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use chrono::{SubsecRound, Utc};
+use futures::StreamExt;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Predicate, PredicateConfig};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::config::{Backoff, Config, FIELD_MANAGER};
+use super::execute::{self, describe_op};
+use super::hooks::{DriverHooks, Finished, Target};
+use super::status::{fenced_status_patch, merge_diff};
+use super::watch;
+use super::{Cache, Error, Op, Operator};
+use crate::engine::step::{decode, describe, with_error};
+use crate::engine::{Input, Note, NoteKind, Taken, step};
+
+/// Run `O` until shutdown: watch its custom resources (in `config`'s namespace or
+/// cluster-wide) and everything they own, and reconcile each object on every relevant
+/// change.
+///
+/// The future completes after a graceful shutdown ([`Config::shutdown_on`]): no new
+/// reconciles start and running ones finish. Dropping it stops everything at once.
+///
+/// # Errors
+/// None escape: API failures are retried per object with backoff and recorded in
+/// `status.machine.lastError`; watch failures are retried with backoff and logged.
+pub async fn run<O: Operator>(client: Client, config: Config) {
+    let Config {
+        namespace,
+        concurrency,
+        backoff,
+        instance,
+        hooks,
+        shutdown,
+        triggers,
+        owned_store_timeout,
+    } = config;
+    let ns = namespace.as_deref();
+
+    let (reader, writer) = reflector::store();
+    let objects = watcher(
+        watch::api::<O::Resource>(&client, ns),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .modify(|o| o.managed_fields_mut().clear())
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(
+        predicates::generation
+            .combine(predicates::labels)
+            .combine(predicates::annotations)
+            .combine(predicates::finalizers)
+            .combine(deletion_timestamp),
+        PredicateConfig::default(),
+    );
+    let (cache, owned) = Cache::watch::<O>(&client, ns);
+
+    let mut controller = Controller::for_stream(objects, reader)
+        .with_config(controller::Config::default().concurrency(concurrency))
+        .reconcile_on(owned);
+    for trigger in triggers {
+        controller = controller.reconcile_all_on(trigger);
+    }
+    for signal in shutdown {
+        controller = controller.graceful_shutdown_on(signal);
+    }
+
+    let instance = instance
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| FIELD_MANAGER.to_owned());
+    let reporter = Reporter {
+        controller: FIELD_MANAGER.to_owned(),
+        instance: Some(instance),
+    };
+    let context = Arc::new(Context::<O> {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        cache,
+        hooks,
+        backoff,
+        owned_store_timeout,
+        written: Mutex::default(),
+        failures: Mutex::default(),
+        _operator: PhantomData,
+    });
+
+    tracing::info!(
+        machine = O::NAME,
+        namespace = ns.unwrap_or("*"),
+        "driver starting"
+    );
+    controller
+        .run(reconcile::<O>, error_policy::<O>, context)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, action)) => tracing::trace!(%object, ?action, "reconciled"),
+                Err(controller::Error::ReconcilerFailed(error, object)) => {
+                    tracing::debug!(%object, error = %error.redacted(), "reconcile failed");
+                }
+                Err(controller::Error::ObjectNotFound(object)) => {
+                    tracing::debug!(%object, "object gone before its reconcile");
+                }
+                Err(error) => tracing::warn!(%error, "controller"),
+            }
+        })
+        .await;
+    tracing::info!(machine = O::NAME, "driver stopped");
+}
+
+/// A predicate on the deletion timestamp (kube has none).
+fn deletion_timestamp<K: Resource>(object: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    object
+        .meta()
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// What the reconciles of one operator share.
+struct Context<O: Operator> {
+    client: Client,
+    cache: Cache,
+    recorder: Recorder,
+    hooks: Arc<dyn DriverHooks>,
+    backoff: Backoff,
+    owned_store_timeout: Duration,
+    /// The stale-cache fence: per object, the resourceVersion read before our last
+    /// write and the object that write returned.
+    written: Mutex<WrittenMap<O::Resource>>,
+    /// Consecutive failed reconciles per object, for the backoff.
+    failures: Mutex<HashMap<ObjectRef<O::Resource>, u32>>,
+    _operator: PhantomData<fn() -> O>,
+}
+
+type WrittenMap<K> = HashMap<ObjectRef<K>, Written<K>>;
+
+struct Written<K> {
+    read: Option<String>,
+    object: Arc<K>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned map is still a valid map: every update is a single insert or remove.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<O: Operator> Context<O> {
+    /// The object to reconcile from: the store's, unless the store still serves the
+    /// version we overwrote, in which case the object our write returned.
+    fn freshest(&self, key: &ObjectRef<O::Resource>, stored: Arc<O::Resource>) -> Arc<O::Resource> {
+        let mut written = lock(&self.written);
+        match written.get(key) {
+            Some(w) if w.read == stored.resource_version() => {
+                tracing::debug!(
+                    "the cache still serves the pre-write object; using the written one"
+                );
+                w.object.clone()
+            }
+            Some(_) => {
+                written.remove(key);
+                stored
+            }
+            None => stored,
+        }
+    }
+
+    fn remember(&self, key: &ObjectRef<O::Resource>, read: Option<String>, object: O::Resource) {
+        lock(&self.written).insert(
+            key.clone(),
+            Written {
+                read,
+                object: Arc::new(object),
+            },
+        );
+    }
+
+    fn forget(&self, key: &ObjectRef<O::Resource>) {
+        lock(&self.written).remove(key);
+        lock(&self.failures).remove(key);
+    }
+
+    fn api(&self, namespace: &str) -> Api<O::Resource> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+/// What one reconcile will do, decided without I/O. Holds nothing of the machine's
+/// types, so the reconcile future is `Send` whatever they are.
+struct Plan {
+    ops: Vec<Op>,
+    /// The merge patch of `.status`, when it must change.
+    status_diff: Option<Value>,
+    /// The full status that should be stored after the write.
+    desired_status: Value,
+    note: Option<Note>,
+    taken: Option<Taken>,
+    requeue: Option<Duration>,
+    release_finalizer: bool,
+    /// The state after the decision, as `Kind` or `Kind step`.
+    state: Option<String>,
+}
+
+/// The `.status` of `object` as JSON (`null` when absent).
+fn current_status<K: serde::Serialize>(object: &K) -> Result<Value, Error> {
+    let value = serde_json::to_value(object).map_err(Error::Serde)?;
+    Ok(value.get("status").cloned().unwrap_or(Value::Null))
+}
+
+/// Steps 2–4 and the status half of 6: decode, observe, decide, render.
+fn plan<O: Operator>(object: &O::Resource, cache: &Cache) -> Result<Plan, Error> {
+    let engine = O::engine_status(object);
+    let persisted = decode::<O>(&engine).ok().flatten().map(|r| r.state);
+    let observed = O::observe(object, persisted.as_ref(), cache);
+    let spec = O::spec(object);
+    let outcome = step::<O>(Input {
+        spec: &spec,
+        status: &engine,
+        observed: observed.clone(),
+        generation: object.meta().generation.unwrap_or_default(),
+        deleting: object.meta().deletion_timestamp.is_some(),
+        now: Utc::now().trunc_subsecs(0),
+    });
+    let mut ops = Vec::new();
+    for action in &outcome.actions {
+        ops.extend(O::render(object, action)?);
+    }
+    let state = outcome.state.as_ref().map(describe::<O>);
+    let desired_status = O::status(object, outcome.status, outcome.state.as_ref(), &observed);
+    let status_diff = merge_diff(&current_status(object)?, &desired_status);
+    Ok(Plan {
+        ops,
+        status_diff,
+        desired_status,
+        note: outcome.note,
+        taken: outcome.taken,
+        requeue: outcome.requeue,
+        release_finalizer: outcome.release_finalizer,
+        state,
+    })
+}
+
+async fn reconcile<O: Operator>(
+    stored: Arc<O::Resource>,
+    ctx: Arc<Context<O>>,
+) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(&*stored);
+    let object = ctx.freshest(&key, stored);
+    let namespace = object.namespace().unwrap_or_default();
+    let name = object.name_any();
+    let span = tracing::info_span!(
+        "reconcile",
+        machine = O::NAME,
+        namespace = %namespace,
+        name = %name,
+        state = tracing::field::Empty,
+    );
+    async move {
+        let target = Target {
+            machine: O::NAME,
+            namespace: &namespace,
+            name: &name,
+        };
+        ctx.hooks.reconcile_started(&target);
+        let started = Instant::now();
+        let mut latest = object.clone();
+        let result = reconcile_once::<O>(&ctx, &key, &target, object, &mut latest).await;
+        let finished = match &result {
+            Ok((_, finished)) => {
+                lock(&ctx.failures).remove(&key);
+                *finished
+            }
+            Err(Error::Conflict) => {
+                tracing::debug!("lost a write race; re-reading and re-deciding");
+                Finished::Conflict
+            }
+            Err(error) => {
+                tracing::warn!(error = %error.redacted(), "reconcile failed; retrying with backoff");
+                record_error::<O>(&ctx, &key, &latest, error).await;
+                Finished::Failed
+            }
+        };
+        ctx.hooks.reconcile_finished(&target, started.elapsed(), finished);
+        result.map(|(action, _)| action)
+    }
+    .instrument(span)
+    .await
+}
+
+async fn reconcile_once<O: Operator>(
+    ctx: &Context<O>,
+    key: &ObjectRef<O::Resource>,
+    target: &Target<'_>,
+    object: Arc<O::Resource>,
+    latest: &mut Arc<O::Resource>,
+) -> Result<(Action, Finished), Error> {
+    let api = ctx.api(target.namespace);
+    let deleting = object.meta().deletion_timestamp.is_some();
+    let holds_finalizer = object.finalizers().iter().any(|f| f == O::FINALIZER);
+
+    // 1. The finalizer comes before anything is created.
+    if !deleting && !holds_finalizer {
+        let read = object.resource_version();
+        let patched = execute::add_finalizer(&api, &*object, O::FINALIZER).await?;
+        tracing::info!(finalizer = O::FINALIZER, "added finalizer");
+        ctx.remember(key, read, patched);
+        return Ok((Action::await_change(), Finished::FinalizerAdded));
+    }
+    if deleting && !holds_finalizer {
+        tracing::debug!("being deleted without our finalizer: nothing to do");
+        ctx.forget(key);
+        return Ok((Action::await_change(), Finished::Idle));
+    }
+
+    // 2–4 (no I/O), once the owned caches have listed.
+    ctx.cache.ready(ctx.owned_store_timeout).await?;
+    let plan = plan::<O>(&object, &ctx.cache)?;
+    if let Some(state) = &plan.state {
+        tracing::Span::current().record("state", state.as_str());
+        ctx.hooks.state(target, state);
+    }
+
+    // 5. Act.
+    for op in &plan.ops {
+        execute::execute(&ctx.client, target.namespace, op, FIELD_MANAGER).await?;
+        tracing::debug!(op = %describe_op(op), "executed");
+    }
+
+    // 6. One fenced status write, only if the status changes.
+    let wrote = match &plan.status_diff {
+        Some(diff) => {
+            let read = object.resource_version();
+            let patch = fenced_status_patch(read.as_deref().unwrap_or_default(), diff.clone());
+            let written =
+                execute::write_status(&api, &object.name_any(), &patch, FIELD_MANAGER).await?;
+            if current_status(&written)? != plan.desired_status {
+                tracing::warn!(
+                    "the status read back differs from the one written: Operator::status must \
+                     round-trip through the resource's status type, or every reconcile writes"
+                );
+            }
+            ctx.remember(key, read, written.clone());
+            *latest = Arc::new(written);
+            true
+        }
+        None => false,
+    };
+
+    // 7. The event, now that the write is in.
+    if let Some(taken) = &plan.taken {
+        tracing::info!(
+            from = taken.from,
+            to = taken.to,
+            reason = taken.reason,
+            "transition"
+        );
+        ctx.hooks
+            .transitioned(target, taken.from, taken.to, taken.reason);
+    }
+    if let Some(note) = &plan.note {
+        publish(ctx, &**latest, note, plan.taken.is_some()).await;
+    }
+
+    // 8. Release the finalizer once the final state is persisted.
+    if plan.release_finalizer {
+        execute::remove_finalizer(&api, &**latest, O::FINALIZER).await?;
+        tracing::info!(finalizer = O::FINALIZER, "released finalizer");
+        ctx.forget(key);
+    }
+
+    let action = plan
+        .requeue
+        .map_or_else(Action::await_change, Action::requeue);
+    let finished = match (wrote, plan.ops.is_empty()) {
+        (true, _) => Finished::StatusWritten,
+        (false, false) => Finished::Acted,
+        (false, true) => Finished::Idle,
+    };
+    Ok((action, finished))
+}
+
+/// The Event of a note; best effort (a lost event is logged, never retried: the status
+/// write it describes is already in).
+async fn publish<O: Operator>(
+    ctx: &Context<O>,
+    object: &O::Resource,
+    note: &Note,
+    transition: bool,
+) {
+    let (type_, action) = match (note.kind, transition) {
+        (NoteKind::Warning, _) => (EventType::Warning, "Hold"),
+        (NoteKind::Normal, true) => (EventType::Normal, "Transition"),
+        (NoteKind::Normal, false) => (EventType::Normal, "Initialize"),
+    };
+    let event = Event {
+        type_,
+        reason: note.reason.clone(),
+        note: Some(truncate(&note.message, 1024)),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
+        tracing::warn!(%error, reason = %note.reason, "could not record event");
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// Record `error` as `status.machine.lastError` (redacted), if that changes anything.
+/// Best effort: a failure here is logged; the reconcile is retried anyway.
+async fn record_error<O: Operator>(
+    ctx: &Context<O>,
+    key: &ObjectRef<O::Resource>,
+    object: &O::Resource,
+    error: &Error,
+) {
+    let Some((read, patch)) = last_error_patch::<O>(object, error) else {
+        return;
+    };
+    let namespace = object.namespace().unwrap_or_default();
+    match execute::write_status(
+        &ctx.api(&namespace),
+        &object.name_any(),
+        &patch,
+        FIELD_MANAGER,
+    )
+    .await
+    {
+        Ok(written) => ctx.remember(key, read, written),
+        Err(e) => tracing::debug!(error = %e.redacted(), "could not record lastError"),
+    }
+}
+
+/// The fenced status patch that records `error` as `lastError`, if it changes anything.
+fn last_error_patch<O: Operator>(
+    object: &O::Resource,
+    error: &Error,
+) -> Option<(Option<String>, Value)> {
+    let engine = O::engine_status(object);
+    let next = with_error::<O>(&engine, &error.redacted())?;
+    let diff = merge_diff(engine.machine.as_ref()?, next.machine.as_ref()?)?;
+    let read = object.resource_version();
+    let patch = fenced_status_patch(
+        read.as_deref().unwrap_or_default(),
+        serde_json::json!({ "machine": diff }),
+    );
+    Some((read, patch))
+}
+
+fn error_policy<O: Operator>(
+    object: Arc<O::Resource>,
+    error: &Error,
+    ctx: Arc<Context<O>>,
+) -> Action {
+    let key = ObjectRef::from_obj(&*object);
+    let attempt = {
+        let mut failures = lock(&ctx.failures);
+        let count = failures.entry(key).or_insert(0);
+        let attempt = *count;
+        *count = count.saturating_add(1);
+        attempt
+    };
+    let unit = rand::random_range(-1.0..=1.0);
+    let delay = ctx
+        .backoff
+        .delay(attempt, matches!(error, Error::Conflict), unit);
+    tracing::debug!(attempt, ?delay, "requeue after error");
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_respects_character_boundaries() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("hello", 10), "hello");
+    }
+}

@@ -1,0 +1,336 @@
+//! Executing requests: [`Op`]s, finalizer patches and the fenced status write.
+//!
+//! # Guarantees
+//! Every request here is idempotent or fenced:
+//! - [`Op::Apply`] is a forced server-side apply with field manager `lockstep`: applying
+//!   the same object twice changes nothing the second time.
+//! - [`Op::Create`] treats `AlreadyExists` as success.
+//! - [`Op::Delete`] carries a UID precondition; `NotFound` and a failed precondition
+//!   (409) both mean the object it named is gone, which is success.
+//! - [`Op::Label`] is a JSON merge patch of `metadata.labels`.
+//! - Finalizer patches are JSON patches whose first operation tests the
+//!   `resourceVersion` that was read: a concurrent change makes the server reject them
+//!   (reported as [`Error::Conflict`]).
+//! - The status write is one JSON merge patch to the status subresource that carries the
+//!   `resourceVersion` that was read (409 → [`Error::Conflict`]).
+
+use std::collections::BTreeMap;
+
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::ApiResource;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::{Error, Op};
+
+/// The HTTP status code of an API error, if the server answered with one.
+pub(crate) fn status_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+fn reason(error: &kube::Error) -> Option<&str> {
+    match error {
+        kube::Error::Api(status) => Some(status.reason.as_str()),
+        _ => None,
+    }
+}
+
+fn api_error(what: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Api { what, source }
+}
+
+fn dynamic_api(client: &Client, namespace: &str, resource: &ApiResource) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, resource)
+}
+
+/// What a request is about, for logs and errors: `verb Kind/name`.
+pub(crate) fn describe_op(op: &Op) -> String {
+    match op {
+        Op::Apply { resource, object } => format!("apply {}/{}", resource.kind, object.name_any()),
+        Op::Create { resource, object } => {
+            format!("create {}/{}", resource.kind, object.name_any())
+        }
+        Op::Delete { resource, name, .. } => format!("delete {}/{name}", resource.kind),
+        Op::Label { resource, name, .. } => format!("label {}/{name}", resource.kind),
+    }
+}
+
+/// Execute one op in `namespace` (the owner's; objects are always created there).
+///
+/// # Errors
+/// [`Error::Api`] when the server refuses for any reason other than the ones this op
+/// treats as success; [`Error::Render`] when an object to write has no name.
+pub async fn execute(
+    client: &Client,
+    namespace: &str,
+    op: &Op,
+    field_manager: &str,
+) -> Result<(), Error> {
+    let what = describe_op(op);
+    match op {
+        Op::Apply { resource, object } => {
+            let (name, object) = placed(object, namespace, &what)?;
+            let params = PatchParams::apply(field_manager).force();
+            dynamic_api(client, namespace, resource)
+                .patch(&name, &params, &Patch::Apply(&object))
+                .await
+                .map_err(api_error(what))?;
+        }
+        Op::Create { resource, object } => {
+            let (_, object) = placed(object, namespace, &what)?;
+            let params = PostParams {
+                field_manager: Some(field_manager.to_owned()),
+                ..PostParams::default()
+            };
+            match dynamic_api(client, namespace, resource)
+                .create(&params, &object)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if reason(&e) == Some("AlreadyExists") => {
+                    tracing::debug!("{what}: already exists");
+                }
+                Err(e) => return Err(api_error(what)(e)),
+            }
+        }
+        Op::Delete {
+            resource,
+            name,
+            uid,
+        } => {
+            let params = DeleteParams {
+                preconditions: uid.as_ref().map(|uid| Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
+            match dynamic_api(client, namespace, resource)
+                .delete(name, &params)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if matches!(status_code(&e), Some(404 | 409)) => {
+                    tracing::debug!("{what}: already gone (or replaced by another object)");
+                }
+                Err(e) => return Err(api_error(what)(e)),
+            }
+        }
+        Op::Label {
+            resource,
+            name,
+            labels,
+        } => {
+            let patch = label_patch(labels);
+            let params = PatchParams {
+                field_manager: Some(field_manager.to_owned()),
+                ..PatchParams::default()
+            };
+            dynamic_api(client, namespace, resource)
+                .patch(name, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(api_error(what))?;
+        }
+    }
+    Ok(())
+}
+
+/// The merge patch that sets (`Some`) or removes (`None`) labels.
+pub(crate) fn label_patch(labels: &BTreeMap<String, Option<String>>) -> Value {
+    json!({ "metadata": { "labels": labels } })
+}
+
+/// The object's name, and the object with its namespace set to the owner's.
+fn placed(
+    object: &DynamicObject,
+    namespace: &str,
+    what: &str,
+) -> Result<(String, DynamicObject), Error> {
+    let name = object
+        .metadata
+        .name
+        .clone()
+        .ok_or_else(|| Error::Render(format!("{what}: the object has no metadata.name")))?;
+    let mut object = object.clone();
+    object.metadata.namespace = Some(namespace.to_owned());
+    Ok((name, object))
+}
+
+/// Map a rejected fenced write to [`Error::Conflict`]: 409 from a resourceVersion
+/// mismatch, or 422 from a failed JSON-patch `test`.
+fn fenced(what: String) -> impl FnOnce(kube::Error) -> Error {
+    move |source| match status_code(&source) {
+        Some(409 | 422) => Error::Conflict,
+        _ => Error::Api { what, source },
+    }
+}
+
+/// The JSON patch that adds `finalizer` if the object still has resourceVersion
+/// `resource_version`.
+pub(crate) fn add_finalizer_patch(
+    resource_version: &str,
+    existing: &[String],
+    finalizer: &str,
+) -> Value {
+    let add = if existing.is_empty() {
+        json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]})
+    } else {
+        json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
+    };
+    json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+        add,
+    ])
+}
+
+/// The JSON patch that removes the finalizer at `index` if the object still has
+/// resourceVersion `resource_version` and that entry is still `finalizer`.
+pub(crate) fn remove_finalizer_patch(
+    resource_version: &str,
+    index: usize,
+    finalizer: &str,
+) -> Value {
+    let path = format!("/metadata/finalizers/{index}");
+    json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+        {"op": "test", "path": path, "value": finalizer},
+        {"op": "remove", "path": path},
+    ])
+}
+
+fn json_patch(value: Value) -> Result<json_patch::Patch, Error> {
+    serde_json::from_value(value).map_err(Error::Serde)
+}
+
+/// Add `finalizer` to `object`, fenced on the resourceVersion read.
+///
+/// # Errors
+/// [`Error::Conflict`] if the object changed since it was read; [`Error::Api`] otherwise.
+pub async fn add_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<K, Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let rv = object.resource_version().unwrap_or_default();
+    let patch = json_patch(add_finalizer_patch(&rv, object.finalizers(), finalizer))?;
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await
+    .map_err(fenced(format!("add finalizer {finalizer}")))
+}
+
+/// Remove `finalizer` from `object`, fenced on the resourceVersion read. Succeeds when
+/// the finalizer or the object is already gone.
+///
+/// # Errors
+/// [`Error::Conflict`] if the object changed since it was read; [`Error::Api`] otherwise.
+pub async fn remove_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let Some(index) = object.finalizers().iter().position(|f| f == finalizer) else {
+        return Ok(());
+    };
+    let rv = object.resource_version().unwrap_or_default();
+    let patch = json_patch(remove_finalizer_patch(&rv, index, finalizer))?;
+    match api
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if status_code(&e) == Some(404) => Ok(()),
+        Err(e) => Err(fenced(format!("remove finalizer {finalizer}"))(e)),
+    }
+}
+
+/// Write `patch` (a [`super::status::fenced_status_patch`]) to the status subresource.
+/// Returns the object as the server stored it.
+///
+/// # Errors
+/// [`Error::Conflict`] if the object changed since it was read (409); [`Error::Api`]
+/// otherwise.
+pub async fn write_status<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: &Value,
+    field_manager: &str,
+) -> Result<K, Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch_status(name, &params, &Patch::Merge(patch))
+        .await
+        .map_err(|source| match status_code(&source) {
+            Some(409) => Error::Conflict,
+            _ => Error::Api {
+                what: "write status".to_owned(),
+                source,
+            },
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_finalizer_creates_the_list() {
+        let patch = add_finalizer_patch("7", &[], "lockstep.dev/finalizer");
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["lockstep.dev/finalizer"]},
+            ])
+        );
+        assert!(json_patch(patch).is_ok());
+    }
+
+    #[test]
+    fn a_further_finalizer_is_appended() {
+        let patch = add_finalizer_patch("7", &["other".to_owned()], "lockstep.dev/finalizer");
+        assert_eq!(patch[1]["path"], "/metadata/finalizers/-");
+        assert_eq!(patch[1]["value"], "lockstep.dev/finalizer");
+    }
+
+    #[test]
+    fn removal_tests_both_the_version_and_the_entry() {
+        let patch = remove_finalizer_patch("9", 1, "lockstep.dev/finalizer");
+        assert_eq!(patch[0]["value"], "9");
+        assert_eq!(
+            patch[1],
+            json!({"op": "test", "path": "/metadata/finalizers/1", "value": "lockstep.dev/finalizer"})
+        );
+        assert_eq!(
+            patch[2],
+            json!({"op": "remove", "path": "/metadata/finalizers/1"})
+        );
+        assert!(json_patch(patch).is_ok());
+    }
+
+    #[test]
+    fn label_patches_remove_with_null() {
+        let labels = BTreeMap::from([
+            ("role".to_owned(), Some("primary".to_owned())),
+            ("old".to_owned(), None),
+        ]);
+        assert_eq!(
+            label_patch(&labels),
+            json!({"metadata": {"labels": {"role": "primary", "old": null}}})
+        );
+    }
+}

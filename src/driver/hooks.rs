@@ -1,0 +1,65 @@
+//! Observation hooks: how metrics (or a test) watch the driver without touching its loop.
+//!
+//! The driver calls a [`DriverHooks`] implementation at fixed points of every reconcile.
+//! Every method has an empty default, so an implementation overrides only what it needs.
+//! Hooks are called synchronously on the reconcile's task: they must be cheap and must not
+//! block (increment a counter, send on a channel).
+
+use std::time::Duration;
+
+/// The object a hook is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// The machine's name ([`crate::engine::Machine::NAME`]).
+    pub machine: &'static str,
+    /// The object's namespace.
+    pub namespace: &'a str,
+    /// The object's name.
+    pub name: &'a str,
+}
+
+/// How one reconcile ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// Nothing was written: the status already said what the machine decided.
+    Idle,
+    /// The finalizer was added; the reconcile stopped there (the change re-triggers).
+    FinalizerAdded,
+    /// The status was written (a transition, or a change of a projected field).
+    StatusWritten,
+    /// Actions were executed but the status did not change (for example drift repair).
+    Acted,
+    /// The status write lost a race; the object is re-read and re-decided.
+    Conflict,
+    /// An error; the object is retried with backoff.
+    Failed,
+}
+
+/// Callbacks at fixed points of the reconcile loop.
+///
+/// # Guarantees
+/// - `reconcile_started` and `reconcile_finished` are called in pairs, once per reconcile,
+///   including reconciles that fail.
+/// - `transitioned` is called once per persisted transition, after its status write
+///   succeeded, so counting it counts exactly the transitions in `status.machine.history`.
+/// - `state` is called on every reconcile that decoded a state, with the state after the
+///   reconcile's decision (`Kind` or `Kind step`).
+pub trait DriverHooks: Send + Sync + 'static {
+    /// A reconcile of `target` starts.
+    fn reconcile_started(&self, _target: &Target<'_>) {}
+
+    /// A reconcile of `target` ended after `elapsed`.
+    fn reconcile_finished(&self, _target: &Target<'_>, _elapsed: Duration, _finished: Finished) {}
+
+    /// `target` moved `from` → `to` along the edge named `reason`, and it is persisted.
+    fn transitioned(&self, _target: &Target<'_>, _from: &str, _to: &str, _reason: &str) {}
+
+    /// `target` is in `state` after this reconcile.
+    fn state(&self, _target: &Target<'_>, _state: &str) {}
+}
+
+/// Hooks that do nothing (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHooks;
+
+impl DriverHooks for NoHooks {}
