@@ -10,7 +10,8 @@ import botocore.exceptions
 import pytest
 
 from conftest import (
-    IS_ROOT, REPL_PASSWORD, REPL_USER, SCRIPT_NAMES, SCRIPTS_SRC, SUPER_PASSWORD, Env, wait_until,
+    IS_ROOT, REPL_PASSWORD, REPL_USER, SCRIPT_NAMES, SCRIPTS_SRC, SUPER_PASSWORD, Env, chown_postgres,
+    wait_until,
 )
 
 SECRETS = (SUPER_PASSWORD, REPL_PASSWORD)
@@ -98,6 +99,31 @@ def test_primary_bootstraps_with_password_auth_and_a_replication_role(env):
     assert pod.sql("SELECT current_user", user=REPL_USER, password=REPL_PASSWORD) == REPL_USER
     assert pod.psql("SELECT 1", password="wrong").returncode != 0
     assert_no_secret_in(pod.log_text())
+
+
+def test_primary_refuses_to_initdb_over_a_non_empty_foreign_directory(env):
+    pod = env.pod("pg-0")
+    pod.pgdata.mkdir(mode=0o700)
+    (pod.pgdata / "someone-elses-file").write_text("keep me")
+    chown_postgres(pod.pgdata)
+    pod.start("primary", wait=False)
+    assert pod.wait_exit() == 2
+    assert "refusing to initdb" in pod.log_text()
+    assert (pod.pgdata / "someone-elses-file").read_text() == "keep me"
+
+
+def test_primary_redoes_a_bootstrap_that_was_interrupted(env):
+    pod = env.pod("pg-0")
+    pod.pgdata.mkdir(mode=0o700)
+    (pod.pgdata / "PG_VERSION").write_text("15\n")  # half-written by a killed initdb
+    chown_postgres(pod.pgdata)
+    marker = pod.dir / "pgdata.lockstep-initdb-in-progress"
+    marker.write_text("")
+    chown_postgres(marker)
+    pod.start("primary")
+    assert "previous bootstrap was interrupted" in pod.log_text()
+    assert not marker.exists()
+    assert pod.sql("SELECT rolreplication FROM pg_roles WHERE rolname = 'replicator'") == "t"
 
 
 def test_replica_streams_a_row_written_on_the_primary(env):

@@ -32,6 +32,10 @@ set -Eeuo pipefail
 
 log() { printf '%s lockstep-promote: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
 die() { local code=$1; shift; log "FATAL: $*"; exit "$code"; }
+# Failures not handled explicitly (exit 1) still get a line naming the command
+# (unexpanded source text, so no secret values).
+on_err() { (($1 >= 2 && $1 <= 5)) || log "FATAL: unexpected failure (exit $1) at line $2: $3"; }
+trap 'on_err $? $LINENO "$BASH_COMMAND"' ERR
 require() {
 	local v
 	for v in "$@"; do

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what tests/pg_scripts needs, idempotently (safe to run every time):
+#   - PostgreSQL server binaries (Debian package `postgresql`, which also
+#     creates the `postgres` OS user the servers run as), curl, shellcheck
+#   - the Python packages in requirements.txt (pytest, boto3, moto server)
+# Needs root (or sudo) only when something is missing.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+as_root() {
+	if [[ "$(id -u)" == 0 ]]; then "$@"
+	elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+	else echo "setup.sh: need root to run: $*" >&2; exit 1
+	fi
+}
+
+missing=()
+compgen -G '/usr/lib/postgresql/*/bin/pg_rewind' >/dev/null || missing+=(postgresql)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+if ((${#missing[@]})); then
+	echo "setup.sh: installing ${missing[*]}"
+	# Don't let the Debian package create and start a default cluster on 5432.
+	if [[ ! -e /etc/postgresql-common/createcluster.conf ]]; then
+		as_root mkdir -p /etc/postgresql-common
+		echo 'create_main_cluster = false' | as_root tee /etc/postgresql-common/createcluster.conf >/dev/null
+	fi
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		-o Dpkg::Options::=--force-confold "${missing[@]}" >/dev/null
+fi
+id postgres >/dev/null 2>&1 || { echo "setup.sh: OS user 'postgres' is missing (it comes with the postgresql package)" >&2; exit 1; }
+
+if ! python3 -c 'import pytest, boto3, moto, flask, flask_cors' >/dev/null 2>&1; then
+	echo "setup.sh: installing Python requirements"
+	python3 -m pip install -q -r "$here/requirements.txt"
+fi
+echo "setup.sh: ok ($(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1), $(curl --version | head -n 1 | cut -d' ' -f1-2))"
