@@ -60,6 +60,16 @@ fi
 log() { echo "[cluster-build] $*" >&2; }
 
 mkdir -p "$CACHE_ROOT"
+# One build at a time per cache (a dev shell and CI may race); re-check after.
+exec 9>"$CACHE_ROOT/.build.lock"
+if ! flock -n 9; then
+  log "waiting for another build to finish (lock $CACHE_ROOT/.build.lock)"
+  flock 9
+fi
+if [ -x "$BIN/lockstep-cluster" ] && [ -x "$BIN/kwok" ] && [ -f "$OUT/.complete" ]; then
+  echo "$BIN"
+  exit 0
+fi
 TMP="$(mktemp -d "$CACHE_ROOT/.build-$HASH.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/bin"
@@ -98,5 +108,11 @@ touch "$TMP/.complete"
 rm -rf "$OUT"
 mv "$TMP" "$OUT"
 trap - EXIT
+# Keep the three most recent builds (a clone on an older commit may still be
+# using one); each is ~210 MB.
+ls -1dt "$CACHE_ROOT"/cluster-* 2>/dev/null | tail -n +4 | while read -r old; do
+  log "pruning old build $old"
+  rm -rf -- "$old"
+done
 log "done"
 echo "$BIN"

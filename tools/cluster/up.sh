@@ -65,10 +65,18 @@ fail() {
 # ---------------------------------------------------------------- ports
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 declare -A TAKEN=()
+# Pick listen ports below the kernel's ephemeral range, so that no outgoing
+# connection (etcd clients, kubectl, ...) can grab one before it is bound.
+read -r EPHEMERAL_LOW _ </proc/sys/net/ipv4/ip_local_port_range || EPHEMERAL_LOW=32768
+if [ "$EPHEMERAL_LOW" -gt 12000 ]; then
+  PORT_LO=10000 PORT_SPAN=$((EPHEMERAL_LOW - 10000))
+else
+  PORT_LO=$((EPHEMERAL_LOW / 2)) PORT_SPAN=$((EPHEMERAL_LOW / 2))
+fi
 free_port() {
   local p i
   for i in $(seq 1 200); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((PORT_LO + (RANDOM * 32768 + RANDOM) % PORT_SPAN))
     [ -z "${TAKEN[$p]:-}" ] || continue
     if ! port_in_use "$p" && ! grep -qi ":$(printf '%04X' "$p") " /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
       TAKEN[$p]=1
