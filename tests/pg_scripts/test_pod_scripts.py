@@ -1,5 +1,5 @@
 """The PostgresCluster pod scripts, run for real against PostgreSQL server
-binaries and a moto S3 server on loopback. See conftest.py for the harness."""
+binaries and a moto S3 server on loopback. See pg_harness.py for the harness."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import botocore.exceptions
 import pytest
 
-from conftest import (
+from pg_harness import (
     IS_ROOT, REPL_PASSWORD, REPL_USER, SCRIPT_NAMES, SCRIPTS_SRC, SUPER_PASSWORD, Env, chown_postgres,
     wait_until,
 )
