@@ -222,9 +222,8 @@ impl Metrics {
             .observe(duration.as_secs_f64());
     }
 
-    /// Record a persisted transition `from → to` (state kinds), after `time_in_state` in
-    /// `from` (from the record's `enteredAt`).
-    pub fn on_transition(&self, machine: &str, from: &str, to: &str, time_in_state: Duration) {
+    /// Record a persisted transition `from → to` (state kinds).
+    pub fn on_transition(&self, machine: &str, from: &str, to: &str) {
         self.transitions
             .get_or_create(&TransitionLabels {
                 machine: machine.to_owned(),
@@ -232,12 +231,17 @@ impl Metrics {
                 to: to.to_owned(),
             })
             .inc();
+    }
+
+    /// Record that an object spent `time` in `state` (a kind) before leaving it, as
+    /// measured between the two transitions' times in its persisted history.
+    pub fn on_time_in_state(&self, machine: &str, state: &str, time: Duration) {
         self.state_duration
             .get_or_create(&StateLabels {
                 machine: machine.to_owned(),
-                state: from.to_owned(),
+                state: state.to_owned(),
             })
-            .observe(time_in_state.as_secs_f64());
+            .observe(time.as_secs_f64());
     }
 
     /// Record an object's current state kind and whether it is stuck past its deadline.
@@ -373,12 +377,8 @@ mod tests {
     #[test]
     fn transitions_and_time_in_state() {
         let m = Metrics::new();
-        m.on_transition(
-            "distributeddb",
-            "Creating",
-            "Ready",
-            Duration::from_secs(40),
-        );
+        m.on_transition("distributeddb", "Creating", "Ready");
+        m.on_time_in_state("distributeddb", "Creating", Duration::from_secs(40));
         let text = m.encode();
         assert_eq!(
             line_value(

@@ -2,6 +2,8 @@
 //!
 //! - [`metrics`]: Prometheus metrics (reconciles, errors, durations, transitions, the
 //!   state of each object, time in state, stuck objects, leadership).
+//! - [`hooks`]: the metrics as the driver's hooks (reconciles, errors, transitions).
+//! - [`observe`]: the per-object series (state, time in state, stuck), read from status.
 //! - [`health`]: the HTTP server for `/healthz`, `/readyz` and `/metrics`.
 //! - [`leader`]: leader election through a `coordination.k8s.io` Lease.
 //! - [`logging`]: structured logs (text or JSON) through `tracing-subscriber`.
@@ -15,10 +17,12 @@
 //! and never stop it.
 
 pub mod health;
+pub mod hooks;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod narrate;
+pub mod observe;
 pub mod runner;
 
 use std::net::SocketAddr;

@@ -19,13 +19,20 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use kube::Client;
+use kube::core::ApiResource;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use super::health::{self, Status};
+use super::hooks::MetricsHooks;
 use super::leader::{self, LeaseConfig};
 use super::metrics::Metrics;
+use super::observe;
+use crate::driver::{self, Operator};
 
 /// Every machine `lockstep run` knows, by its command-line name.
 pub const MACHINES: &[&str] = &["distributeddb", "postgrescluster"];
@@ -52,6 +59,8 @@ pub struct MachineContext {
     pub namespace: Option<String>,
     /// The process's metrics.
     pub metrics: Metrics,
+    /// Called once by each machine when its custom resources have been listed.
+    pub synced: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl std::fmt::Debug for MachineContext {
@@ -107,13 +116,45 @@ pub fn run_machine(
     let _ = (context, drain);
     match name {
         // One arm per machine, e.g.:
-        // "distributeddb" => Ok(Box::pin(drive::<DistributedDb>(context, drain))),
+        // "distributeddb" => Ok(drive::<DistributedDb>(context, drain)),
         "distributeddb" | "postgrescluster" => Err(Error::NotRunnable(name.to_owned())),
         other => Err(Error::UnknownMachine {
             name: other.to_owned(),
             known: MACHINES.join(","),
         }),
     }
+}
+
+/// The controller of operator `O`: the driver, fed into the metrics by
+/// [`MetricsHooks`], plus the status watch of [`observe`]. It drains when `drain` is
+/// cancelled.
+pub fn drive<O: Operator>(context: &MachineContext, drain: CancellationToken) -> Controller {
+    let config = match &context.namespace {
+        Some(ns) => driver::config::Config::namespaced(ns),
+        None => driver::config::Config::cluster_wide(),
+    }
+    .hooks(MetricsHooks::new(context.metrics.clone()))
+    .shutdown_on(drain.cancelled_owned());
+    let client = context.client.clone();
+    let synced = context.synced.clone();
+    let observer = observe::observe(
+        client.clone(),
+        context.namespace.clone(),
+        ApiResource::erase::<O::Resource>(&()),
+        O::NAME,
+        context.metrics.clone(),
+        move || synced(),
+    );
+    Box::pin(async move {
+        let driver = driver::controller::run::<O>(client, config);
+        tokio::pin!(driver, observer);
+        // The observer runs until the driver has drained.
+        tokio::select! {
+            () = &mut driver => {}
+            () = &mut observer => driver.await,
+        }
+        Ok(())
+    })
 }
 
 /// Run the operator until `shutdown` is cancelled, then drain and return.
@@ -128,19 +169,25 @@ pub async fn run(
 ) -> Result<(), Error> {
     let metrics = Metrics::new();
     let status = Status::new(options.election.is_some());
+    // Readiness: every machine's custom resources listed.
+    let machine_count = options.machines.len();
+    let listed = Arc::new(AtomicUsize::new(0));
+    let synced_status = status.clone();
+    let context = MachineContext {
+        client: client.clone(),
+        namespace: options.namespace.clone(),
+        metrics: metrics.clone(),
+        synced: Arc::new(move || {
+            if listed.fetch_add(1, Ordering::SeqCst) + 1 >= machine_count {
+                synced_status.set_synced(true);
+            }
+        }),
+    };
     // Fail before anything else when a selected machine cannot run.
     for name in &options.machines {
         let probe = CancellationToken::new();
         probe.cancel();
-        drop(run_machine(
-            name,
-            &MachineContext {
-                client: client.clone(),
-                namespace: options.namespace.clone(),
-                metrics: metrics.clone(),
-            },
-            probe,
-        )?);
+        drop(run_machine(name, &context, probe)?);
     }
 
     let listener = health::bind(options.metrics_addr).await?;
@@ -154,11 +201,6 @@ pub async fn run(
         server_stop.clone(),
     ));
 
-    let context = MachineContext {
-        client: client.clone(),
-        namespace: options.namespace.clone(),
-        metrics: metrics.clone(),
-    };
     let machines = options.machines.clone();
     let work_status = status.clone();
     let work: leader::Work = Box::new(move |drain: CancellationToken| {
@@ -169,10 +211,7 @@ pub async fn run(
         let status = work_status.clone();
         Box::pin(async move {
             let controllers = started?;
-            tracing::info!(machines = ?controllers.len(), "controllers starting");
-            // Until the driver reports its caches' readiness, a started controller
-            // counts as synced.
-            status.set_synced(true);
+            tracing::info!(machines = controllers.len(), "controllers starting");
             let result = futures::future::try_join_all(controllers).await.map(drop);
             status.set_synced(false);
             result

@@ -1,0 +1,300 @@
+//! The per-object series, read from the objects' persisted status.
+//!
+//! While this process leads, one extra watch per machine follows its custom resources
+//! and keeps, for each object:
+//! - `lockstep_object_state{machine,namespace,name,state}` = 1 for `status.phase`,
+//!   removed when the object is deleted;
+//! - `lockstep_stuck_objects{machine}`: objects whose `Degraded` condition says
+//!   `ProgressDeadlineExceeded`;
+//! - `lockstep_state_duration_seconds{machine,state}`: for each new entry of
+//!   `status.machine.history`, the time since the entry before it (that is, since the
+//!   state it leaves was entered, its `enteredAt`).
+//!
+//! # Guarantees
+//! - History entries present when an object is first seen (at start or after a
+//!   takeover) are not observed again: each transition is timed at most once per process.
+//! - An object that disappears, including while the watch was down (missing from the
+//!   relist), leaves no series.
+//! - It reads only status fields; nothing of a spec or a Secret.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use super::metrics::{Metrics, ObjectKey};
+use crate::engine::conditions::{self, reason, status};
+
+/// The reason that marks a stuck object on its `Degraded` condition.
+const STUCK: &str = reason::PROGRESS_DEADLINE_EXCEEDED;
+
+/// Follow every object of `resource` (in `namespace`, or cluster-wide) into `metrics`
+/// until the future is dropped. `synced` is called once, when the first list is in.
+pub async fn observe(
+    client: Client,
+    namespace: Option<String>,
+    resource: ApiResource,
+    machine: &'static str,
+    metrics: Metrics,
+    synced: impl FnOnce() + Send,
+) {
+    let mut synced = Some(synced);
+    let api: Api<DynamicObject> = match &namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    let mut tracker = Tracker::new(machine, metrics);
+    let mut events =
+        std::pin::pin!(watcher(api, watcher::Config::default().any_semantic()).default_backoff());
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(event) => {
+                let done = matches!(event, watcher::Event::InitDone);
+                tracker.event(&event);
+                if done && let Some(synced) = synced.take() {
+                    synced();
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, machine, "status watch for metrics failed; retrying");
+            }
+        }
+    }
+}
+
+/// The bookkeeping of [`observe`], without I/O.
+#[derive(Debug)]
+pub struct Tracker {
+    machine: &'static str,
+    metrics: Metrics,
+    objects: HashMap<ObjectKey, HashSet<Entry>>,
+    relisted: Option<HashSet<ObjectKey>>,
+}
+
+/// A history entry's identity: `(at, from, to, reason)`.
+type Entry = (String, String, String, String);
+
+impl Tracker {
+    /// A tracker recording `machine`'s objects into `metrics`.
+    pub fn new(machine: &'static str, metrics: Metrics) -> Self {
+        Self {
+            machine,
+            metrics,
+            objects: HashMap::new(),
+            relisted: None,
+        }
+    }
+
+    /// Take one watch event into account.
+    pub fn event(&mut self, event: &watcher::Event<DynamicObject>) {
+        match event {
+            watcher::Event::Init => self.relisted = Some(HashSet::new()),
+            watcher::Event::InitApply(object) => {
+                let key = self.key(object);
+                if let Some(listed) = &mut self.relisted {
+                    listed.insert(key);
+                }
+                self.apply(object);
+            }
+            watcher::Event::Apply(object) => self.apply(object),
+            watcher::Event::Delete(object) => {
+                let key = self.key(object);
+                self.objects.remove(&key);
+                self.metrics.forget(&key);
+            }
+            watcher::Event::InitDone => {
+                if let Some(listed) = self.relisted.take() {
+                    let gone: Vec<ObjectKey> = self
+                        .objects
+                        .keys()
+                        .filter(|k| !listed.contains(*k))
+                        .cloned()
+                        .collect();
+                    for key in gone {
+                        self.objects.remove(&key);
+                        self.metrics.forget(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    fn key(&self, object: &DynamicObject) -> ObjectKey {
+        ObjectKey::new(
+            self.machine,
+            object.namespace().unwrap_or_default(),
+            object.name_any(),
+        )
+    }
+
+    fn apply(&mut self, object: &DynamicObject) {
+        let key = self.key(object);
+        let status = object.data.get("status").unwrap_or(&Value::Null);
+        let history: Vec<&Value> = status
+            .get("machine")
+            .and_then(|m| m.get("history"))
+            .and_then(Value::as_array)
+            .map(|h| h.iter().collect())
+            .unwrap_or_default();
+        let entries: Vec<Entry> = history.iter().map(|e| entry(e)).collect();
+        if let Some(seen) = self.objects.get(&key) {
+            for (i, now) in entries.iter().enumerate() {
+                if seen.contains(now) || i == 0 || now.1.is_empty() {
+                    continue;
+                }
+                let (Some(left), Some(entered)) = (time(&now.0), time(&entries[i - 1].0)) else {
+                    continue;
+                };
+                let spent = (left - entered).to_std().unwrap_or_default();
+                self.metrics
+                    .on_time_in_state(self.machine, kind_of(&now.1), spent);
+            }
+        }
+        self.objects
+            .insert(key.clone(), entries.iter().cloned().collect());
+
+        let phase = status.get("phase").and_then(Value::as_str);
+        let Some(phase) = phase else {
+            return;
+        };
+        let stuck = status
+            .get("conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.get("type").and_then(Value::as_str) == Some(conditions::DEGRADED)
+                    && c.get("status").and_then(Value::as_str) == Some(status::TRUE)
+                    && c.get("reason").and_then(Value::as_str) == Some(STUCK)
+            });
+        self.metrics.set_state(&key, phase, stuck);
+    }
+}
+
+fn entry(value: &Value) -> Entry {
+    let field = |k: &str| {
+        value
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    (field("at"), field("from"), field("to"), field("reason"))
+}
+
+fn time(at: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(at)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// The kind part of a described state (`Upgrading 2/PreHook` → `Upgrading`).
+pub fn kind_of(described: &str) -> &str {
+    described.split_whitespace().next().unwrap_or(described)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(name: &str, phase: &str, history: Value, stuck: bool) -> DynamicObject {
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let mut o = DynamicObject::new(name, &resource).within("ns");
+        let degraded = if stuck {
+            json!({"type": "Degraded", "status": "True", "reason": STUCK})
+        } else {
+            json!({"type": "Degraded", "status": "False", "reason": "AsExpected"})
+        };
+        o.data = json!({"status": {"phase": phase, "conditions": [degraded], "machine": {"history": history}}});
+        o
+    }
+
+    fn e(from: &str, to: &str, at: &str) -> Value {
+        json!({"from": from, "to": to, "reason": "R", "message": "", "at": at})
+    }
+
+    #[test]
+    fn times_new_transitions_only_and_forgets_deleted_objects() {
+        let metrics = Metrics::new();
+        let mut t = Tracker::new("distributeddb", metrics.clone());
+        let h1 = json!([
+            e("", "Creating", "2026-01-01T10:00:00Z"),
+            e("Creating", "Ready", "2026-01-01T10:00:30Z")
+        ]);
+        t.event(&watcher::Event::Apply(object("db", "Ready", h1, false)));
+        let text = metrics.encode();
+        assert!(!text.contains("state_duration_seconds_count"), "{text}");
+        assert!(
+            text.contains("lockstep_object_state{machine=\"distributeddb\",namespace=\"ns\",name=\"db\",state=\"Ready\"} 1"),
+            "{text}"
+        );
+
+        let h2 = json!([
+            e("", "Creating", "2026-01-01T10:00:00Z"),
+            e("Creating", "Ready", "2026-01-01T10:00:30Z"),
+            e("Ready", "Upgrading 1/PreHook", "2026-01-01T10:10:30Z")
+        ]);
+        t.event(&watcher::Event::Apply(object("db", "Upgrading", h2, true)));
+        let text = metrics.encode();
+        assert!(
+            text.contains("lockstep_state_duration_seconds_sum{machine=\"distributeddb\",state=\"Ready\"} 600.0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lockstep_stuck_objects{machine=\"distributeddb\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("lockstep_object_state{machine=\"distributeddb\",namespace=\"ns\",name=\"db\",state=\"Ready\"}"),
+            "{text}"
+        );
+
+        t.event(&watcher::Event::Delete(object(
+            "db",
+            "Upgrading",
+            json!([]),
+            true,
+        )));
+        let text = metrics.encode();
+        assert!(!text.contains("name=\"db\""), "{text}");
+        assert!(
+            text.contains("lockstep_stuck_objects{machine=\"distributeddb\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_relist_forgets_objects_gone_meanwhile() {
+        let metrics = Metrics::new();
+        let mut t = Tracker::new("distributeddb", metrics.clone());
+        t.event(&watcher::Event::Apply(object(
+            "a",
+            "Ready",
+            json!([]),
+            false,
+        )));
+        t.event(&watcher::Event::Apply(object(
+            "b",
+            "Ready",
+            json!([]),
+            false,
+        )));
+        t.event(&watcher::Event::Init);
+        t.event(&watcher::Event::InitApply(object(
+            "a",
+            "Ready",
+            json!([]),
+            false,
+        )));
+        t.event(&watcher::Event::InitDone);
+        let text = metrics.encode();
+        assert!(text.contains("name=\"a\""), "{text}");
+        assert!(!text.contains("name=\"b\""), "{text}");
+    }
+}
