@@ -10,13 +10,18 @@
 //!
 //! # Guarantees
 //! - Standbys run no controller and hold no cache.
-//! - On losing the lease, or on any error renewing it, the controllers are aborted at
-//!   once (not drained): another process may already lead. Aborting mid-reconcile is
+//! - On losing the lease, on any error renewing it, or when the lease has not been seen
+//!   renewed in time to stay valid for another half grace period (a watchdog reads the
+//!   Lease every third of the grace period), the controllers are aborted at once (not
+//!   drained): another process may lead soon. A leader cut off from the API server thus
+//!   stops before its lease can expire (given clocks that agree to within half the
+//!   grace period). Aborting mid-reconcile is
 //!   safe because every action is idempotent and the status write is fenced on the
 //!   resourceVersion read, so a deposed leader cannot persist a step twice.
 //! - On shutdown the controllers finish their in-flight reconciles while the lease keeps
-//!   being renewed, and only then is the lease released, so a standby takes over at once
-//!   instead of waiting out the lease duration.
+//!   being renewed, and only then is the lease released. Standbys re-read the Lease every
+//!   grace period, so a released lease is taken over within one grace period instead of
+//!   the lease duration.
 //!
 //! # Assumptions
 //! - Clocks of the nodes agree to within the grace period (kube-lease-manager's model).
@@ -25,9 +30,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::{Duration, SystemTime};
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerBuilder};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
@@ -66,15 +74,16 @@ enum Term {
     /// Shutdown was asked and the work drained.
     Drained(Result<(), Error>),
     /// The lease was lost (or could not be renewed); the work was aborted.
-    Lost,
+    Lost(String),
 }
 
 /// Run `work` whenever this process holds the lease, until `shutdown` is cancelled.
 ///
 /// # Errors
-/// - [`Error::Lease`] if the lease cannot be created or read at start;
 /// - [`Error::InvalidLease`] if the duration is below 2 seconds;
 /// - whatever the work returns when it fails on its own (the lease is released first).
+///
+/// Failures to reach the Lease are logged and retried; they never end the process.
 pub async fn lead(
     client: Client,
     config: LeaseConfig,
@@ -89,21 +98,27 @@ pub async fn lead(
             config.duration_secs
         )));
     }
+    let lease = format!("{}/{}", config.namespace, config.name);
+    // A standby re-reads the Lease this often: kube-lease-manager alone would wait for
+    // the expiry it last saw, so a lease released on shutdown is taken over promptly.
+    let poll = Duration::from_secs(config.grace_secs());
+    tracing::info!(%lease, identity = %config.identity, "standing by for the lease");
     loop {
-        let manager = build(&client, &config).await?;
-        tracing::info!(
-            lease = %format!("{}/{}", config.namespace, config.name),
-            identity = %config.identity,
-            "standing by for the lease"
-        );
-        // Acquire.
+        let manager = match build(&client, &config).await {
+            Ok(manager) => manager,
+            Err(error) => {
+                tracing::warn!(error = %DisplayChain(&error), "cannot read the lease; retrying");
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(poll) => continue,
+                }
+            }
+        };
         let acquired = tokio::select! {
             biased;
-            () = shutdown.cancelled() => {
-                release(&manager).await;
-                return Ok(());
-            }
+            () = shutdown.cancelled() => return Ok(()),
             acquired = manager.changed() => acquired,
+            () = tokio::time::sleep(poll) => continue,
         };
         match acquired {
             Ok(true) => {}
@@ -112,15 +127,15 @@ pub async fn lead(
                 tracing::warn!(%error, "reading the lease failed; retrying");
                 tokio::select! {
                     () = shutdown.cancelled() => return Ok(()),
-                    () = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
+                    () = tokio::time::sleep(poll) => continue,
                 }
             }
         }
 
-        tracing::info!(identity = %config.identity, "acquired the lease: leading");
+        tracing::info!(%lease, identity = %config.identity, "acquired the lease: leading");
         status.set_leader(true);
         metrics.set_leader(true);
-        let term = lead_one_term(&manager, &shutdown, &mut work).await;
+        let term = lead_one_term(&client, &config, &manager, &shutdown, &mut work).await;
         status.set_leader(false);
         status.set_synced(false);
         metrics.set_leader(false);
@@ -128,17 +143,19 @@ pub async fn lead(
         match term {
             Term::Drained(result) => {
                 release(&manager).await;
-                tracing::info!("released the lease");
+                tracing::info!(%lease, "released the lease");
                 return result;
             }
-            Term::Lost => {
-                tracing::warn!("lost the lease: controllers stopped; standing by");
+            Term::Lost(why) => {
+                tracing::warn!(%lease, %why, "lost the lease: controllers stopped; standing by");
             }
         }
     }
 }
 
 async fn lead_one_term(
+    client: &Client,
+    config: &LeaseConfig,
     manager: &LeaseManager,
     shutdown: &CancellationToken,
     work: &mut Work,
@@ -148,22 +165,15 @@ async fn lead_one_term(
     // One renewal future at a time, kept across loop turns (it sleeps until the next
     // renewal and must not be restarted needlessly).
     let mut renew = Box::pin(manager.changed());
-    loop {
+    let mut watchdog = Box::pin(watchdog(client.clone(), config.clone()));
+    let lost = loop {
         tokio::select! {
             renewed = &mut renew => match renewed {
                 Ok(true) => renew = Box::pin(manager.changed()),
-                Ok(false) => {
-                    task.abort();
-                    let _ = (&mut task).await;
-                    return Term::Lost;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "renewing the lease failed: stepping down");
-                    task.abort();
-                    let _ = (&mut task).await;
-                    return Term::Lost;
-                }
+                Ok(false) => break "another process holds the lease".to_owned(),
+                Err(error) => break format!("renewing the lease failed: {error}"),
             },
+            why = &mut watchdog => break why,
             joined = &mut task => {
                 let result = match joined {
                     Ok(result) => result,
@@ -172,11 +182,85 @@ async fn lead_one_term(
                 if result.is_ok() && !drain.is_cancelled() {
                     // Controllers ended without being asked: treat as a failure so the
                     // process exits (and restarts) rather than idling as a leader.
-                    return Term::Drained(Err(Error::Task("controllers stopped unexpectedly".into())));
+                    return Term::Drained(Err(Error::Task(
+                        "controllers stopped unexpectedly".into(),
+                    )));
                 }
                 return Term::Drained(result);
             }
         }
+    };
+    // Stop at once: another process may lead already.
+    task.abort();
+    let _ = (&mut task).await;
+    Term::Lost(lost)
+}
+
+/// Resolves (with the reason) when this process can no longer be sure it holds the
+/// lease: the Lease names another holder, is gone, or has not been seen renewed in time
+/// to stay valid for another half grace period (renewals failing or hanging).
+///
+/// kube-lease-manager reports a lost lease only at its next renewal attempt, and a
+/// renewal request that hangs reports nothing; this check bounds how long a deposed or
+/// cut-off leader keeps reconciling to the lease's own validity.
+async fn watchdog(client: Client, config: LeaseConfig) -> String {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let duration = Duration::from_secs(config.duration_secs);
+    let grace = Duration::from_secs(config.grace_secs());
+    let margin = grace / 2;
+    let period = (grace / 3).clamp(Duration::from_millis(200), Duration::from_secs(2));
+    // Just acquired: the lease was renewed a moment ago.
+    let mut valid_until = Instant::now() + duration.saturating_sub(margin);
+    loop {
+        let now = Instant::now();
+        if now >= valid_until {
+            return "the lease was not seen renewed before it could expire".to_owned();
+        }
+        tokio::time::sleep_until((now + period).min(valid_until)).await;
+        let left = valid_until.saturating_duration_since(Instant::now());
+        let read = match tokio::time::timeout(left, api.get_opt(&config.name)).await {
+            Ok(read) => read,
+            Err(_) => continue,
+        };
+        match read {
+            Ok(Some(lease)) => {
+                let spec = lease.spec.unwrap_or_default();
+                if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+                    return format!(
+                        "the lease is held by {}",
+                        spec.holder_identity.as_deref().unwrap_or("nobody")
+                    );
+                }
+                let (Some(renewed), Some(seconds)) = (spec.renew_time, spec.lease_duration_seconds)
+                else {
+                    continue;
+                };
+                let expires = SystemTime::from(renewed.0)
+                    + Duration::from_secs(u64::try_from(seconds).unwrap_or_default());
+                let remaining = expires
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default()
+                    .saturating_sub(margin);
+                valid_until = Instant::now() + remaining;
+            }
+            Ok(None) => return "the lease was deleted".to_owned(),
+            Err(error) => tracing::debug!(%error, "reading the lease failed"),
+        }
+    }
+}
+
+/// An error and its sources, on one line.
+struct DisplayChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for DisplayChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
     }
 }
 
