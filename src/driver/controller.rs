@@ -118,7 +118,7 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         hooks,
         backoff,
         owned_store_timeout,
-        written: Mutex::default(),
+        fence: Fence::default(),
         failures: Mutex::default(),
         _operator: PhantomData,
     });
@@ -167,19 +167,63 @@ struct Context<O: Operator> {
     hooks: Arc<dyn DriverHooks>,
     backoff: Backoff,
     owned_store_timeout: Duration,
-    /// The stale-cache fence: per object, the resourceVersion read before our last
-    /// write and the object that write returned.
-    written: Mutex<WrittenMap<O::Resource>>,
+    /// The stale-cache fence.
+    fence: Fence<O::Resource>,
     /// Consecutive failed reconciles per object, for the backoff.
     failures: Mutex<HashMap<ObjectRef<O::Resource>, u32>>,
     _operator: PhantomData<fn() -> O>,
 }
 
-type WrittenMap<K> = HashMap<ObjectRef<K>, Written<K>>;
+/// The stale-cache fence: per object, the resourceVersion read before our last write
+/// and the object that write returned.
+pub(crate) struct Fence<K: Resource<DynamicType = ()>> {
+    written: Mutex<HashMap<ObjectRef<K>, Written<K>>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Default for Fence<K> {
+    fn default() -> Self {
+        Self {
+            written: Mutex::default(),
+        }
+    }
+}
 
 struct Written<K> {
     read: Option<String>,
     object: Arc<K>,
+}
+
+impl<K: Resource<DynamicType = ()>> Fence<K> {
+    /// The object to reconcile from: the store's, unless the store still serves the
+    /// version we overwrote, in which case the object our write returned.
+    pub(crate) fn freshest(&self, key: &ObjectRef<K>, stored: Arc<K>) -> Arc<K> {
+        let mut written = lock(&self.written);
+        match written.get(key) {
+            Some(w) if w.read == stored.resource_version() => {
+                tracing::debug!(
+                    "the cache still serves the pre-write object; reconciling from the written one"
+                );
+                w.object.clone()
+            }
+            Some(_) => {
+                // The store has caught up (or moved past our write): trust it again.
+                written.remove(key);
+                stored
+            }
+            None => stored,
+        }
+    }
+
+    /// Remember that we overwrote version `read` of `key` and got `object` back.
+    pub(crate) fn remember(&self, key: &ObjectRef<K>, read: Option<String>, object: K) {
+        let object = Arc::new(object);
+        lock(&self.written).insert(key.clone(), Written { read, object });
+    }
+
+    /// Forget `key` (it is gone).
+    pub(crate) fn forget(&self, key: &ObjectRef<K>) {
+        lock(&self.written).remove(key);
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -188,37 +232,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl<O: Operator> Context<O> {
-    /// The object to reconcile from: the store's, unless the store still serves the
-    /// version we overwrote, in which case the object our write returned.
-    fn freshest(&self, key: &ObjectRef<O::Resource>, stored: Arc<O::Resource>) -> Arc<O::Resource> {
-        let mut written = lock(&self.written);
-        match written.get(key) {
-            Some(w) if w.read == stored.resource_version() => {
-                tracing::debug!(
-                    "the cache still serves the pre-write object; using the written one"
-                );
-                w.object.clone()
-            }
-            Some(_) => {
-                written.remove(key);
-                stored
-            }
-            None => stored,
-        }
-    }
-
     fn remember(&self, key: &ObjectRef<O::Resource>, read: Option<String>, object: O::Resource) {
-        lock(&self.written).insert(
-            key.clone(),
-            Written {
-                read,
-                object: Arc::new(object),
-            },
-        );
+        self.fence.remember(key, read, object);
     }
 
     fn forget(&self, key: &ObjectRef<O::Resource>) {
-        lock(&self.written).remove(key);
+        self.fence.forget(key);
         lock(&self.failures).remove(key);
     }
 
@@ -287,7 +306,7 @@ async fn reconcile<O: Operator>(
     ctx: Arc<Context<O>>,
 ) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(&*stored);
-    let object = ctx.freshest(&key, stored);
+    let object = ctx.fence.freshest(&key, stored);
     let namespace = object.namespace().unwrap_or_default();
     let name = object.name_any();
     let span = tracing::info_span!(
@@ -381,6 +400,7 @@ async fn reconcile_once<O: Operator>(
                      round-trip through the resource's status type, or every reconcile writes"
                 );
             }
+            tracing::debug!("status written");
             ctx.remember(key, read, written.clone());
             *latest = Arc::new(written);
             true
@@ -522,6 +542,63 @@ fn error_policy<O: Operator>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(rv: &str, data: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("a".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([("k".to_owned(), data.to_owned())].into()),
+            ..ConfigMap::default()
+        }
+    }
+
+    #[test]
+    fn the_fence_serves_the_written_object_while_the_store_is_stale() {
+        let fence = Fence::<ConfigMap>::default();
+        let key = ObjectRef::new("a").within("ns");
+        fence.remember(&key, Some("1".into()), cm("2", "written"));
+        let served = fence.freshest(&key, Arc::new(cm("1", "stale")));
+        assert_eq!(served.resource_version().as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn the_fence_steps_aside_once_the_store_has_caught_up() {
+        let fence = Fence::<ConfigMap>::default();
+        let key = ObjectRef::new("a").within("ns");
+        fence.remember(&key, Some("1".into()), cm("2", "written"));
+        let served = fence.freshest(&key, Arc::new(cm("3", "newer")));
+        assert_eq!(served.resource_version().as_deref(), Some("3"));
+        // Forgotten: even a (theoretical) replay of the old version is served as is.
+        let served = fence.freshest(&key, Arc::new(cm("1", "stale")));
+        assert_eq!(served.resource_version().as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn the_fence_ignores_other_objects() {
+        let fence = Fence::<ConfigMap>::default();
+        fence.remember(
+            &ObjectRef::new("a").within("ns"),
+            Some("1".into()),
+            cm("2", "written"),
+        );
+        let other = ObjectRef::new("a").within("other");
+        let served = fence.freshest(&other, Arc::new(cm("1", "theirs")));
+        assert_eq!(
+            served
+                .data
+                .as_ref()
+                .and_then(|d| d.get("k"))
+                .map(String::as_str),
+            Some("theirs")
+        );
+    }
 
     #[test]
     fn truncation_respects_character_boundaries() {

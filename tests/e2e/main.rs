@@ -1,1 +1,12 @@
-//! End-to-end tests against the local control plane (`make -f tools/cluster/cluster.mk cluster-up`).
+//! End-to-end tests against a real control plane (kube-apiserver, controller-manager,
+//! scheduler, KWOK): start one with `make -f tools/cluster/cluster.mk cluster-up`, then
+//! `cargo test --test e2e`. Without a reachable cluster every test fails, saying so.
+//!
+//! - [`smoke`]: the control plane does what the operators rely on.
+//! - [`engine_requests`]: the driver's request budget, counted.
+//! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
+//!   child process, request counting.
+
+mod engine_requests;
+mod smoke;
+mod support;

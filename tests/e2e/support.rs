@@ -1,0 +1,648 @@
+//! What every end-to-end test needs: a client for the local control plane, a namespace of
+//! its own, CRDs, waits on watches with deadlines, the operator in-process or as a child
+//! process, and a count of the API requests a client makes.
+//!
+//! # Assumptions
+//! - A control plane is running (`make -f tools/cluster/cluster.mk cluster-up`) and
+//!   `KUBECONFIG` (default `target/cluster/kubeconfig`) points at it. Without one every
+//!   test fails, saying so; none is skipped.
+//!
+//! # Guarantees
+//! - Nothing here sleeps: every wait is a watch with a deadline ([`DEADLINE`]) that
+//!   fails the test with what it was waiting for and what it saw last.
+//! - Each [`Env`] has a namespace of its own, deleted when the test ends (also when it
+//!   panics), after Lockstep's finalizers on the kinds it tracks are stripped so that
+//!   nothing keeps the namespace terminating.
+
+#![allow(dead_code)] // Each test module uses its own part of the support.
+
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams,
+    PostParams,
+};
+use kube::client::{Body, ClientBuilder};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{Condition, await_condition, conditions};
+use kube::runtime::watcher;
+use kube::{Api, Client, CustomResourceExt, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use lockstep::driver::{self, Operator};
+
+/// How long any single wait may take before the test fails.
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+/// The field manager tests apply with (distinct from the operator's `lockstep`).
+pub const TEST_MANAGER: &str = "lockstep-e2e";
+
+/// The kubeconfig of the control plane: `$KUBECONFIG`, else `target/cluster/kubeconfig`.
+pub fn kubeconfig_path() -> PathBuf {
+    match std::env::var_os("KUBECONFIG") {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/cluster/kubeconfig"),
+    }
+}
+
+fn no_cluster(why: impl std::fmt::Display) -> ! {
+    panic!(
+        "no control plane for the e2e tests: {why}\n\
+         start one with `make -f tools/cluster/cluster.mk cluster-up` \
+         (or point KUBECONFIG at a running cluster)"
+    )
+}
+
+/// The client configuration for the control plane. Fails the test if there is none.
+pub async fn kube_config() -> kube::Config {
+    let path = kubeconfig_path();
+    if !path.exists() {
+        no_cluster(format!("{} does not exist", path.display()));
+    }
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| no_cluster(format!("cannot read {}: {e}", path.display())));
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| no_cluster(format!("cannot use {}: {e}", path.display())))
+}
+
+/// Fail the test unless the API server answers within a few seconds.
+async fn ensure_reachable(client: &Client) {
+    match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => no_cluster(format!(
+            "the API server at {} refused: {e}",
+            kubeconfig_path().display()
+        )),
+        Err(_) => no_cluster(format!(
+            "the API server of {} did not answer within 10s",
+            kubeconfig_path().display()
+        )),
+    }
+}
+
+/// A client for the control plane. Fails the test if none is reachable.
+pub async fn client() -> Client {
+    let client = Client::try_from(kube_config().await).unwrap_or_else(|e| no_cluster(e));
+    ensure_reachable(&client).await;
+    client
+}
+
+/// One request a client made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The HTTP method.
+    pub method: http::Method,
+    /// The path, without the query.
+    pub path: String,
+    /// The query string (empty when none).
+    pub query: String,
+}
+
+impl Request {
+    /// Anything but a GET changes the cluster.
+    pub fn is_mutating(&self) -> bool {
+        self.method != http::Method::GET
+    }
+
+    /// A long-running watch (the reflectors' own traffic).
+    pub fn is_watch(&self) -> bool {
+        self.query.split('&').any(|kv| kv == "watch=true")
+    }
+
+    /// A write to the status subresource.
+    pub fn is_status_write(&self) -> bool {
+        self.is_mutating() && self.path.ends_with("/status")
+    }
+}
+
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.method, self.path)?;
+        if !self.query.is_empty() {
+            write!(f, "?{}", self.query)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every request made through a [`counted_client`], in order.
+#[derive(Debug, Clone, Default)]
+pub struct RequestLog(Arc<Mutex<Vec<Request>>>);
+
+impl RequestLog {
+    fn record(&self, request: &http::Request<Body>) {
+        let uri = request.uri();
+        let entry = Request {
+            method: request.method().clone(),
+            path: uri.path().to_owned(),
+            query: uri.query().unwrap_or_default().to_owned(),
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(entry);
+    }
+
+    /// A mark to count from: the number of requests so far.
+    pub fn mark(&self) -> usize {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    /// The requests made since `mark`.
+    pub fn since(&self, mark: usize) -> Vec<Request> {
+        let log = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        log.get(mark..).map(<[Request]>::to_vec).unwrap_or_default()
+    }
+}
+
+/// A client whose every request is recorded in `log` (a tower layer around the kube
+/// client's HTTP service).
+pub async fn counted_client(log: &RequestLog) -> Client {
+    let log = log.clone();
+    let counting = tower::util::MapRequestLayer::new(move |request: http::Request<Body>| {
+        log.record(&request);
+        request
+    });
+    let client = ClientBuilder::try_from(kube_config().await)
+        .unwrap_or_else(|e| no_cluster(e))
+        .with_layer(&counting)
+        .build();
+    ensure_reachable(&client).await;
+    client
+}
+
+/// Wait, through a watch, until the object `name` satisfies `condition`; fail the test
+/// after [`DEADLINE`] with `what` and the object as last seen. Returns the object (`None`
+/// when the condition was met by its absence).
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    condition: impl Condition<K>,
+) -> Option<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
+{
+    match tokio::time::timeout(DEADLINE, await_condition(api.clone(), name, condition)).await {
+        Ok(Ok(object)) => object,
+        Ok(Err(e)) => panic!("the watch failed while waiting for {what} ({name}): {e}"),
+        Err(_) => {
+            let last = api.get_opt(name).await;
+            panic!("timed out after {DEADLINE:?} waiting for {what} ({name}); last seen: {last:#?}")
+        }
+    }
+}
+
+/// Wait until the object `name` with `uid` is gone.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, uid: &str, what: &str)
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
+{
+    wait_for(api, name, what, conditions::is_deleted(uid)).await;
+}
+
+/// Wait until the objects `api` lists with `selector` satisfy `condition` as a set.
+/// Returns them.
+pub async fn wait_for_all<K>(
+    api: &Api<K>,
+    selector: &str,
+    what: &str,
+    condition: impl Fn(&[K]) -> bool,
+) -> Vec<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + serde::Serialize + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, writer) = kube::runtime::reflector::store::<K>();
+    let stream = kube::runtime::reflector(
+        writer,
+        watcher(api.clone(), watcher::Config::default().labels(selector)),
+    );
+    let mut stream = std::pin::pin!(stream);
+    let waited = tokio::time::timeout(DEADLINE, async {
+        let mut listed = false;
+        while let Some(event) = stream.next().await {
+            match event {
+                Err(e) => panic!("the watch failed while waiting for {what}: {e}"),
+                Ok(watcher::Event::InitDone) => listed = true,
+                Ok(_) => {}
+            }
+            if listed {
+                let objects: Vec<K> = reader.state().iter().map(|o| (**o).clone()).collect();
+                if condition(&objects) {
+                    return objects;
+                }
+            }
+        }
+        panic!("the watch ended while waiting for {what}")
+    })
+    .await;
+    match waited {
+        Ok(objects) => objects,
+        Err(_) => {
+            let last: Vec<String> = reader
+                .state()
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{}: {:?}",
+                        o.name_any(),
+                        serde_json::to_value(&**o)
+                            .ok()
+                            .and_then(|v| v.get("status").cloned())
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out after {DEADLINE:?} waiting for {what} ({selector}); last seen: {last:#?}"
+            )
+        }
+    }
+}
+
+/// Apply (server-side) a CRD and wait until it is Established.
+pub async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.name_any();
+    let mut crd = crd.clone();
+    crd.metadata.managed_fields = None;
+    crd.metadata.resource_version = None;
+    api.patch(
+        &name,
+        &PatchParams::apply(TEST_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("cannot install the CRD {name}: {e}"));
+    wait_for(
+        &api,
+        &name,
+        "the CRD to be Established",
+        conditions::is_crd_established(),
+    )
+    .await;
+}
+
+/// Install the CRD of a Rust custom resource type.
+pub async fn install_crd_of<K: CustomResourceExt>(client: &Client) {
+    install_crd(client, &K::crd()).await;
+}
+
+/// Install every CRD in `crds/*.yaml` (as `lockstep crds` writes them).
+pub async fn install_crds_from_dir(client: &Client) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not a CRD: {e}", file.display()));
+        install_crd(client, &crd).await;
+    }
+}
+
+/// A namespace of one test. Deleted by [`TestNamespace::delete`], or when dropped.
+pub struct TestNamespace {
+    /// The namespace's name (generated, unique).
+    pub name: String,
+    client: Client,
+    tracked: Vec<ApiResource>,
+    deleted: bool,
+}
+
+impl TestNamespace {
+    /// Create a namespace named `<prefix>-<random>`, labelled `lockstep.dev/e2e=true`.
+    pub async fn create(client: &Client, prefix: &str) -> Self {
+        let api: Api<Namespace> = Api::all(client.clone());
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{prefix}-")),
+                labels: Some([("lockstep.dev/e2e".to_owned(), "true".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        let created = api
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create a test namespace: {e}"));
+        let name = created.name_any();
+        // Namespaced objects can be created once the namespace's default ServiceAccount
+        // exists (pods need it).
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), &name);
+        wait_for(
+            &accounts,
+            "default",
+            "the namespace's default ServiceAccount",
+            conditions::is_created(),
+        )
+        .await;
+        Self {
+            name,
+            client: client.clone(),
+            tracked: Vec::new(),
+            deleted: false,
+        }
+    }
+
+    /// Strip Lockstep finalizers from objects of kind `K` in this namespace before it is
+    /// deleted (an operator stopped mid-test would otherwise keep it terminating).
+    pub fn track<K: Resource<DynamicType = ()>>(&mut self) {
+        self.tracked.push(ApiResource::erase::<K>(&()));
+    }
+
+    /// Delete the namespace now (without waiting for it to be gone).
+    pub async fn delete(mut self) {
+        self.deleted = true;
+        cleanup(&self.client, &self.name, &self.tracked).await;
+    }
+}
+
+async fn cleanup(client: &Client, namespace: &str, tracked: &[ApiResource]) {
+    for resource in tracked {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+        let Ok(list) = api.list(&ListParams::default()).await else {
+            continue;
+        };
+        for object in list {
+            let kept: Vec<&String> = object
+                .finalizers()
+                .iter()
+                .filter(|f| !f.starts_with("lockstep.dev/"))
+                .collect();
+            if kept.len() != object.finalizers().len() {
+                let patch = serde_json::json!({"metadata": {"finalizers": kept}});
+                let _ = api
+                    .patch(
+                        &object.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
+            }
+        }
+    }
+    let api: Api<Namespace> = Api::all(client.clone());
+    if let Err(e) = api.delete(namespace, &DeleteParams::background()).await {
+        eprintln!("could not delete the test namespace {namespace}: {e}");
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if self.deleted {
+            return;
+        }
+        // Drop cannot await, and the test's runtime may be shutting down: clean up on a
+        // thread with a runtime (and client) of its own.
+        let (name, tracked) = (self.name.clone(), std::mem::take(&mut self.tracked));
+        let cleaned = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async {
+                let Ok(client) = Client::try_from(kube_config().await) else {
+                    return;
+                };
+                cleanup(&client, &name, &tracked).await;
+            });
+        })
+        .join();
+        if cleaned.is_err() {
+            eprintln!("could not delete the test namespace {}", self.name);
+        }
+    }
+}
+
+/// A test's world: a client and a namespace of its own.
+pub struct Env {
+    /// A client that is not counted.
+    pub client: Client,
+    /// The test's namespace.
+    pub ns: TestNamespace,
+}
+
+/// Send `tracing` output to the test's captured output, filtered by `RUST_LOG`
+/// (nothing when unset).
+pub fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
+impl Env {
+    /// Connect (failing the test if there is no control plane) and create a namespace
+    /// `<prefix>-<random>`.
+    pub async fn new(prefix: &str) -> Self {
+        init_tracing();
+        let client = client().await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        Self { client, ns }
+    }
+
+    /// The test namespace's name.
+    pub fn namespace(&self) -> &str {
+        &self.ns.name
+    }
+
+    /// An `Api` of `K` in the test namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    /// Delete the namespace (also done on drop; this one reports nothing and waits for
+    /// the delete request only).
+    pub async fn finish(self) {
+        self.ns.delete().await;
+    }
+}
+
+/// An operator running in this test process, on a task of the test's runtime.
+pub struct InProcessOperator {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl InProcessOperator {
+    /// Start `driver::run::<O>` with `config` (a graceful-shutdown signal is added).
+    pub fn start<O: Operator>(client: Client, config: driver::Config) -> Self
+    where
+        O::Resource: Send + Sync,
+    {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let config = config.shutdown_on(async move {
+            let _ = stopped.await;
+        });
+        let task = tokio::spawn(driver::run::<O>(client, config));
+        Self {
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Shut down gracefully (running reconciles finish) and wait for it.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            match tokio::time::timeout(DEADLINE, task).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => panic!("the operator task failed: {e}"),
+                Err(_) => panic!("the operator did not shut down within {DEADLINE:?}"),
+            }
+        }
+    }
+}
+
+impl Drop for InProcessOperator {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The real `lockstep` binary, started as a child process (for crash and restart tests:
+/// [`OperatorProcess::kill9`]). Killed when dropped.
+pub struct OperatorProcess {
+    child: Option<Child>,
+    /// Where its stdout and stderr go.
+    pub log: PathBuf,
+}
+
+impl OperatorProcess {
+    /// The path of the binary cargo built for this test run.
+    pub fn binary() -> &'static str {
+        env!("CARGO_BIN_EXE_lockstep")
+    }
+
+    /// Start `lockstep <args>` with `KUBECONFIG` set to the test cluster's; its output
+    /// goes to `target/e2e-logs/<log_name>.log`.
+    pub fn spawn(args: &[&str], log_name: &str) -> Self {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/e2e-logs");
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let log = dir.join(format!("{log_name}.log"));
+        let out = std::fs::File::create(&log)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
+        let err = out
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot share {}: {e}", log.display()));
+        let child = Command::new(Self::binary())
+            .args(args)
+            .env("KUBECONFIG", kubeconfig_path())
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", Self::binary()));
+        Self {
+            child: Some(child),
+            log,
+        }
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kill it with SIGKILL (no graceful shutdown) and reap it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Wait for it to exit by itself, at most [`DEADLINE`].
+    pub async fn wait(&mut self) -> ExitStatus {
+        let Some(mut child) = self.child.take() else {
+            panic!("lockstep was already reaped");
+        };
+        let pid = child.id();
+        let waited = tokio::task::spawn_blocking(move || child.wait());
+        match tokio::time::timeout(DEADLINE, waited).await {
+            Ok(Ok(Ok(status))) => status,
+            Ok(Ok(Err(e))) => panic!("cannot wait for lockstep: {e}"),
+            Ok(Err(e)) => panic!("cannot wait for lockstep: {e}"),
+            Err(_) => {
+                // The child moved to the waiting thread: kill it by pid.
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                panic!(
+                    "lockstep did not exit within {DEADLINE:?}; see {}",
+                    self.log.display()
+                )
+            }
+        }
+    }
+
+    /// Its output so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Events recorded about an object (events.k8s.io), oldest first.
+pub async fn events_about(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    let mut events: Vec<_> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("cannot list events: {e}"))
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect();
+    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    events
+}
