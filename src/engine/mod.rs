@@ -50,6 +50,8 @@ pub mod export;
 pub mod machine;
 pub mod record;
 pub mod step;
+#[cfg(test)]
+mod tests;
 
 pub use machine::{Decision, Edge, Health, Machine, Wait, World};
 pub use record::{Condition, EngineStatus, HistoryEntry, MachineRecord};

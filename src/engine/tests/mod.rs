@@ -1,0 +1,5 @@
+//! The engine's unit tests.
+
+mod export;
+mod step;
+mod toy;
