@@ -45,6 +45,8 @@
 //! ([`crate::driver::Error`]): they are recorded as `lastError`, and the object is retried
 //! with per-object exponential backoff and jitter.
 
+#[cfg(test)]
+pub(crate) mod check;
 pub mod conditions;
 pub mod export;
 pub mod machine;

@@ -1,0 +1,1216 @@
+//! Model checking a machine against a simulated world, with proptest.
+//!
+//! [`check_machine`] drives the real [`step`](super::step::step) — the same pure function
+//! the driver calls — against a machine author's [`WorldModel`], through a randomly
+//! generated sequence of [`Event`]s that interleaves reconciles with the faults a
+//! controller meets in a cluster. After every event it checks safety properties; after the
+//! whole sequence it turns the faults off and checks bounded liveness. A failure is shrunk
+//! to a short sequence and reported as a numbered list of events with a trace of the run.
+//!
+//! # What is checked
+//! After every reconcile:
+//! - every transition taken is declared in [`Machine::table`] (checked here against the
+//!   table, independently of the engine's own check), and the persisted record changes
+//!   exactly when a transition is reported;
+//! - the machine never *attempts* an undeclared transition (the engine would refuse it and
+//!   report `Degraded`; here that is a machine bug) and the record never stops decoding;
+//! - `step` is deterministic: the same input twice gives the same outcome;
+//! - `changed` is true exactly when the new status differs from the one read;
+//! - the status survives a JSON round trip unchanged, and so does the state
+//!   (`decode(encode(x)) == x`);
+//! - the persisted `observedGeneration` never decreases and never runs ahead of
+//!   `metadata.generation`;
+//! - the finalizer is released only while deleting and only once the persisted state is
+//!   [`Machine::finalized`].
+//!
+//! After every event: the world model's [`WorldModel::invariants`] hold for the persisted
+//! state.
+//!
+//! After the sequence (faults off): the world is [settled](WorldModel::settle) before each
+//! reconcile; within [`CheckConfig::liveness_reconciles`] reconciles the machine reaches a
+//! state the world model calls [converged](WorldModel::converged), with `observedGeneration`
+//! caught up with the spec (or, once deleted, its finalizer is released), and one more
+//! reconcile then writes nothing and carries no actions. Time passes in this phase only
+//! when nothing else would trigger a reconcile: after an idle reconcile the clock advances
+//! by its requeue, and an idle reconcile with no requeue, or one asking to requeue at
+//! once, is a failure (the machine would wait forever, or spin).
+//!
+//! # Fault model
+//! Every reconcile starts from the persisted status as JSON (`EngineStatus` deserialized
+//! from a string), never from a value kept in memory, so a crash loses nothing the
+//! machine could rely on. On top of that the generated events include:
+//! - **stale caches**: a reconcile may read the custom resource (status, spec, generation,
+//!   deletion) or the owned objects as they were up to [`CheckConfig::max_staleness`]
+//!   events ago. Within one operator process each cache only moves forward; after a
+//!   restart or crash it may serve an older view again;
+//! - **crash**: the operator dies after executing some of a reconcile's actions and before
+//!   its status write, or right after the write (before removing the finalizer);
+//! - **409 Conflict** on the status write: the actions ran, the write is lost, and another
+//!   writer bumped the resourceVersion;
+//! - **500** on the status write: the actions ran, the write is lost;
+//! - **a failing action**: the driver stops at the failing action and records `lastError`
+//!   (through [`with_error`](super::step::with_error)) with a fenced write;
+//! - **dropped events**: environment moves happen with no reconcile after them;
+//! - **spec edits** (generation bumps), **deletion**, and **clock advances**.
+//!
+//! Status writes are fenced: a write from a reconcile that read an older resourceVersion
+//! fails with 409 and changes nothing.
+//!
+//! # Plugging a machine in
+//! Write a world model for the machine's tests and call the entry point. The world model
+//! holds the spec too, so a stale read of the custom resource sees the spec of its moment.
+//! Its `Debug` output appears in counterexamples: keep it short. A complete example is the
+//! rolling restart in `src/engine/tests/restart.rs`.
+//!
+//! ```ignore
+//! use proptest::prelude::*;
+//! use crate::engine::check::{self, CheckConfig, WorldModel};
+//!
+//! #[derive(Clone, Debug)]
+//! struct Cluster { replicas: u32, pods: Vec<Option<Pod>>, next_uid: u64 }
+//!
+//! impl WorldModel<MyMachine> for Cluster {
+//!     type Move = ClusterMove;   // e.g. PodReady(u8), JobFails(u8), Recreate(u8)
+//!     type Edit = SpecEdit;      // e.g. Scale(u32), Upgrade(String)
+//!     fn initial() -> BoxedStrategy<Self> { Just(Cluster::new(3)).boxed() }
+//!     fn spec(&self) -> MySpec { MySpec { replicas: self.replicas } }
+//!     fn spec_edits() -> BoxedStrategy<SpecEdit> { (1u32..5).prop_map(SpecEdit::Scale).boxed() }
+//!     fn edit_spec(&mut self, edit: &SpecEdit) { /* change what spec() returns */ }
+//!     fn observe(&self) -> MyObserved { /* what Operator::observe would see */ }
+//!     fn apply(&mut self, action: &MyAction) { /* NotFound / failed UID precondition: no-op */ }
+//!     fn environment_moves() -> BoxedStrategy<ClusterMove> { /* ... */ }
+//!     fn step_environment(&mut self, mv: &ClusterMove) { /* a move that does not apply: no-op */ }
+//!     fn invariants(&self, state: &MyState) -> Result<(), String> { /* safety */ }
+//!     fn converged(&self, state: &MyState) -> bool { /* at rest and matching the spec */ }
+//!     fn settle(&mut self) { /* everything pending happens, failures clear */ }
+//! }
+//!
+//! #[test]
+//! fn my_machine_is_safe_and_live_under_faults() {
+//!     check::check_machine::<MyMachine, Cluster>(CheckConfig::default());
+//! }
+//! ```
+//!
+//! # Guarantees
+//! - Deterministic: a fixed seed ([`CheckConfig::seed`]) and case count, no failure
+//!   persistence files, no wall-clock reads. `LOCKSTEP_CHECK_CASES` and
+//!   `LOCKSTEP_CHECK_SEED` override them for a deeper local run ([`check_machine`] only).
+//! - A failure reports a shrunk sequence of events, the initial world, and a trace of the
+//!   shrunk run; [`try_check_machine`] returns it instead of panicking. Shrinking is
+//!   proptest's, followed by a pass to a fixed point that drops events and simplifies
+//!   reconciles (see `minimize`).
+//!
+//! # Assumptions
+//! - The world model is deterministic, and [`WorldModel::settle`] is idempotent.
+//! - Moves and edits are generated up front, independently of the world; one that does not
+//!   apply when its turn comes must be a no-op.
+//! - The driver behaves as modelled: actions in order, then one status write fenced on the
+//!   resourceVersion read; finalizer removal is fenced the same way; on a failing action it
+//!   stops and records `lastError`.
+//! - Invariants are checked once a record has been persisted (no action can run before:
+//!   the first reconcile only initializes).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt::{self, Debug};
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+
+use super::conditions::{self, reason, status};
+use super::machine::{Machine, kind_name};
+use super::record::{EngineStatus, MachineRecord};
+use super::step::{self, Input, Outcome, Taken};
+
+/// A simulated world for machine `M`: the objects it owns and how they behave.
+pub(crate) trait WorldModel<M: Machine>: Clone + Debug + 'static {
+    /// Something the environment does on its own (a pod becomes Ready, a Job fails, the
+    /// StatefulSet controller recreates a pod).
+    type Move: Clone + Debug + 'static;
+    /// A change the user makes to the spec.
+    type Edit: Clone + Debug + 'static;
+
+    /// The worlds a check starts from (the custom resource was just created).
+    fn initial() -> BoxedStrategy<Self>;
+
+    /// The custom resource's spec, as the machine reads it.
+    fn spec(&self) -> M::Spec;
+
+    /// Spec edits to generate; each one bumps `metadata.generation`.
+    fn spec_edits() -> BoxedStrategy<Self::Edit>;
+
+    /// Apply a spec edit.
+    fn edit_spec(&mut self, edit: &Self::Edit);
+
+    /// What the machine observes (what `Operator::observe` would read from the cache).
+    fn observe(&self) -> M::Observed;
+
+    /// Carry out an action as the driver would. What the driver tolerates is a no-op here:
+    /// NotFound, AlreadyExists, a failed UID precondition.
+    fn apply(&mut self, action: &M::Action);
+
+    /// Environment moves to generate.
+    fn environment_moves() -> BoxedStrategy<Self::Move>;
+
+    /// Apply an environment move (a no-op if it does not apply to the world as it is).
+    fn step_environment(&mut self, mv: &Self::Move);
+
+    /// Safety properties of the world and the persisted state, checked after every event.
+    ///
+    /// # Errors
+    /// What is violated, for the counterexample.
+    fn invariants(&self, state: &M::State) -> Result<(), String>;
+
+    /// Whether the machine is at rest in `state` and the world matches the spec.
+    fn converged(&self, state: &M::State) -> bool;
+
+    /// Make everything pending happen and clear failures, so that a correct machine can
+    /// finish. Must be idempotent.
+    fn settle(&mut self);
+}
+
+/// How a generated sequence is checked.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckConfig {
+    /// Generated sequences.
+    pub cases: u32,
+    /// The longest sequence of events.
+    pub max_events: usize,
+    /// How many events a cached view may lag behind.
+    pub max_staleness: u8,
+    /// The largest single clock advance.
+    pub max_tick: Duration,
+    /// Reconciles allowed for convergence once faults stop.
+    pub liveness_reconciles: usize,
+    /// The ChaCha seed of the generator.
+    pub seed: [u8; 32],
+    /// The bound on shrinking steps.
+    pub max_shrink_iters: u32,
+}
+
+impl Default for CheckConfig {
+    fn default() -> Self {
+        Self {
+            cases: 256,
+            max_events: 40,
+            max_staleness: 3,
+            max_tick: Duration::from_secs(600),
+            liveness_reconciles: 64,
+            seed: *b"lockstep/engine/check: seed 0001",
+            max_shrink_iters: 4096,
+        }
+    }
+}
+
+impl CheckConfig {
+    /// Apply `LOCKSTEP_CHECK_CASES` (a count) and `LOCKSTEP_CHECK_SEED` (a `u64`) when set,
+    /// for a deeper or different local run. Unset, the configuration is unchanged.
+    #[must_use]
+    pub fn with_env_overrides(mut self) -> Self {
+        if let Some(cases) = std::env::var("LOCKSTEP_CHECK_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            self.cases = cases;
+        }
+        if let Some(seed) = std::env::var("LOCKSTEP_CHECK_SEED")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            for (i, byte) in self.seed.iter_mut().enumerate() {
+                *byte = seed.to_le_bytes()[i % 8] ^ (i as u8);
+            }
+        }
+        self
+    }
+}
+
+/// How the I/O of one reconcile goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Nothing goes wrong.
+    None,
+    /// The status write fails with 409: another writer changed the object.
+    Conflict,
+    /// The status write fails with 500.
+    ServerError,
+    /// The operator dies after executing `after` actions, before writing status.
+    Crash {
+        /// Actions executed before the crash.
+        after: u8,
+    },
+    /// The operator dies right after its status write: no finalizer removal, no event.
+    CrashAfterWrite,
+    /// Action number `after` (0-based) fails; those before it ran.
+    ActionFails {
+        /// Actions executed before the failing one.
+        after: u8,
+    },
+}
+
+/// One reconcile, and what goes wrong in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reconcile {
+    /// How many events behind the cached custom resource is.
+    pub object_lag: u8,
+    /// How many events behind the cached owned objects are.
+    pub world_lag: u8,
+    /// The I/O fault.
+    pub fault: Fault,
+}
+
+impl Reconcile {
+    /// A reconcile on fresh caches with no fault.
+    pub const FRESH: Reconcile = Reconcile {
+        object_lag: 0,
+        world_lag: 0,
+        fault: Fault::None,
+    };
+}
+
+/// One generated event.
+#[derive(Clone)]
+pub(crate) enum Event<Mv, Ed> {
+    /// The controller reconciles the object.
+    Reconcile(Reconcile),
+    /// The operator restarts: its caches are rebuilt and may serve older views.
+    Restart,
+    /// The environment moves, with no reconcile after it.
+    Env(Mv),
+    /// The user edits the spec.
+    Edit(Ed),
+    /// The user deletes the object.
+    Delete,
+    /// The clock advances by this many seconds.
+    Tick(u32),
+}
+
+impl<Mv: Debug, Ed: Debug> Debug for Event<Mv, Ed> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Reconcile(r) => {
+                f.write_str("reconcile")?;
+                if r.object_lag > 0 {
+                    write!(f, " [custom resource cache {} behind]", r.object_lag)?;
+                }
+                if r.world_lag > 0 {
+                    write!(f, " [owned-object cache {} behind]", r.world_lag)?;
+                }
+                match r.fault {
+                    Fault::None => Ok(()),
+                    Fault::Conflict => f.write_str(", status write 409 Conflict"),
+                    Fault::ServerError => f.write_str(", status write 500"),
+                    Fault::Crash { after } => {
+                        write!(f, ", operator crashes after {after} action(s)")
+                    }
+                    Fault::ActionFails { after } => write!(f, ", action #{} fails", after + 1),
+                    Fault::CrashAfterWrite => {
+                        f.write_str(", operator crashes after the status write")
+                    }
+                }
+            }
+            Event::Restart => f.write_str("operator restarts"),
+            Event::Env(mv) => write!(f, "environment: {mv:?}"),
+            Event::Edit(edit) => write!(f, "spec edit: {edit:?}"),
+            Event::Delete => f.write_str("object deleted"),
+            Event::Tick(secs) => write!(f, "clock +{secs}s"),
+        }
+    }
+}
+
+/// What a passing check exercised.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CheckReport {
+    /// The machine's name.
+    pub machine: &'static str,
+    /// Sequences generated.
+    pub cases: u32,
+    /// Events run.
+    pub events: usize,
+    /// Reconciles run, liveness included.
+    pub reconciles: usize,
+    /// Status writes that landed.
+    pub writes: usize,
+    /// Status writes lost to faults or fencing.
+    pub lost_writes: usize,
+    /// Actions executed.
+    pub actions: usize,
+    /// The most reconciles any case needed to converge once faults stopped.
+    pub liveness_max: usize,
+    /// How often each declared edge was taken (`From -> To (Reason)`).
+    pub transitions: BTreeMap<String, usize>,
+    /// Declared edges never taken in any case.
+    pub unexercised: Vec<String>,
+}
+
+impl CheckReport {
+    fn absorb(&mut self, other: &CheckReport) {
+        self.events += other.events;
+        self.reconciles += other.reconciles;
+        self.writes += other.writes;
+        self.lost_writes += other.lost_writes;
+        self.actions += other.actions;
+        self.liveness_max = self.liveness_max.max(other.liveness_max);
+        for (edge, n) in &other.transitions {
+            *self.transitions.entry(edge.clone()).or_default() += n;
+        }
+    }
+}
+
+impl fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "model check of `{}`: {} cases, {} events, {} reconciles, {} writes ({} lost), {} actions; converged within {} reconciles once faults stopped",
+            self.machine,
+            self.cases,
+            self.events,
+            self.reconciles,
+            self.writes,
+            self.lost_writes,
+            self.actions,
+            self.liveness_max
+        )?;
+        for (edge, n) in &self.transitions {
+            writeln!(f, "  {n:>6}  {edge}")?;
+        }
+        for edge in &self.unexercised {
+            writeln!(f, "  never taken: {edge}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A shrunk failing sequence.
+#[derive(Debug, Clone)]
+pub(crate) struct Counterexample {
+    /// The machine's name.
+    pub machine: &'static str,
+    /// What failed.
+    pub reason: String,
+    /// The initial world.
+    pub world: String,
+    /// The events, in order.
+    pub events: Vec<String>,
+    /// What happened, line by line, in the shrunk run.
+    pub trace: Vec<String>,
+}
+
+impl fmt::Display for Counterexample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "model check of `{}` failed: {}",
+            self.machine, self.reason
+        )?;
+        writeln!(f, "initial world: {}", self.world)?;
+        writeln!(f, "shrunk events ({}):", self.events.len())?;
+        for (i, event) in self.events.iter().enumerate() {
+            writeln!(f, "  {:>2}. {event}", i + 1)?;
+        }
+        writeln!(f, "trace:")?;
+        for line in &self.trace {
+            writeln!(f, "  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Check `M` against the world model `W`; panic with the shrunk counterexample on failure,
+/// print the report otherwise. Applies [`CheckConfig::with_env_overrides`].
+pub(crate) fn check_machine<M, W>(config: CheckConfig) -> CheckReport
+where
+    M: Machine,
+    W: WorldModel<M>,
+{
+    match try_check_machine::<M, W>(&config.with_env_overrides()) {
+        Ok(report) => {
+            println!("{report}");
+            report
+        }
+        Err(counterexample) => panic!("{counterexample}"),
+    }
+}
+
+/// Check `M` against the world model `W`, returning the shrunk counterexample on failure.
+///
+/// # Errors
+/// The shrunk counterexample when a property fails (or the run aborts).
+pub(crate) fn try_check_machine<M, W>(
+    config: &CheckConfig,
+) -> Result<CheckReport, Box<Counterexample>>
+where
+    M: Machine,
+    W: WorldModel<M>,
+{
+    let strategy = (
+        W::initial(),
+        vec(events::<M, W>(config), 0..=config.max_events),
+    );
+    let proptest_config = Config {
+        cases: config.cases,
+        failure_persistence: None,
+        max_shrink_iters: config.max_shrink_iters,
+        max_shrink_time: 0,
+        fork: false,
+        timeout: 0,
+        verbose: 0,
+        source_file: None,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new_with_rng(
+        proptest_config,
+        TestRng::from_seed(RngAlgorithm::ChaCha, &config.seed),
+    );
+    let totals = RefCell::new(CheckReport::default());
+    let result = runner.run(&strategy, |(world, events)| {
+        let mut sim = Sim::<M, W>::new(config, world, false);
+        let verdict = sim.run(&events);
+        totals.borrow_mut().absorb(&sim.report);
+        verdict.map_err(TestCaseError::fail)
+    });
+    match result {
+        Ok(()) => {
+            let mut report = totals.into_inner();
+            report.machine = M::NAME;
+            report.cases = config.cases;
+            report.unexercised = M::table()
+                .iter()
+                .map(|e| edge_name(e.from.into(), e.to.into(), e.reason))
+                .filter(|name| !report.transitions.contains_key(name))
+                .collect();
+            Ok(report)
+        }
+        Err(TestError::Abort(why)) => Err(Box::new(Counterexample {
+            machine: M::NAME,
+            reason: format!("proptest aborted: {}", why.message()),
+            world: String::new(),
+            events: Vec::new(),
+            trace: Vec::new(),
+        })),
+        Err(TestError::Fail(why, (world, events))) => {
+            let events = minimize::<M, W>(config, &world, events);
+            // Run the shrunk sequence again, recording what happens.
+            let shown = format!("{world:?}");
+            let mut sim = Sim::<M, W>::new(config, world, true);
+            let rerun = catch_unwind(AssertUnwindSafe(|| sim.run(&events)));
+            let reason = match rerun {
+                Ok(Err(reason)) => reason,
+                Ok(Ok(())) | Err(_) => why.message().to_owned(),
+            };
+            Err(Box::new(Counterexample {
+                machine: M::NAME,
+                reason,
+                world: shown,
+                events: events.iter().map(|e| format!("{e:?}")).collect(),
+                trace: sim.trace.take().unwrap_or_default(),
+            }))
+        }
+    }
+}
+
+/// Whether `events` fail from `world` (a panic counts as a failure).
+fn fails<M: Machine, W: WorldModel<M>>(
+    config: &CheckConfig,
+    world: &W,
+    events: &[Event<W::Move, W::Edit>],
+) -> bool {
+    let mut sim = Sim::<M, W>::new(config, world.clone(), false);
+    !matches!(
+        catch_unwind(AssertUnwindSafe(|| sim.run(events))),
+        Ok(Ok(()))
+    )
+}
+
+/// Shrink further than proptest does. Proptest deletes each element once and then
+/// simplifies elements, so an event that only became redundant when another was
+/// simplified stays. This repeats, to a fixed point: drop each event; make each
+/// reconcile fresh and fault-free, one aspect at a time; shorten each clock advance.
+fn minimize<M: Machine, W: WorldModel<M>>(
+    config: &CheckConfig,
+    world: &W,
+    mut events: Vec<Event<W::Move, W::Edit>>,
+) -> Vec<Event<W::Move, W::Edit>> {
+    // Each attempt is one short simulated run; the bound keeps a pathological case finite.
+    let mut budget = 20_000_usize;
+    let mut progress = true;
+    while progress && budget > 0 {
+        progress = false;
+        let mut i = 0;
+        while i < events.len() && budget > 0 {
+            budget -= 1;
+            let mut candidate = events.clone();
+            candidate.remove(i);
+            if fails::<M, W>(config, world, &candidate) {
+                events = candidate;
+                progress = true;
+            } else {
+                i += 1;
+            }
+        }
+        for i in 0..events.len() {
+            let simpler: Vec<Event<W::Move, W::Edit>> = match &events[i] {
+                Event::Reconcile(r) => [
+                    Reconcile::FRESH,
+                    Reconcile {
+                        fault: Fault::None,
+                        ..*r
+                    },
+                    Reconcile {
+                        object_lag: 0,
+                        world_lag: 0,
+                        ..*r
+                    },
+                    Reconcile {
+                        object_lag: 0,
+                        ..*r
+                    },
+                    Reconcile { world_lag: 0, ..*r },
+                ]
+                .into_iter()
+                .filter(|s| s != r)
+                .map(Event::Reconcile)
+                .collect(),
+                Event::Tick(secs) if *secs > 1 => vec![Event::Tick(1), Event::Tick(secs / 2)],
+                _ => Vec::new(),
+            };
+            for candidate_event in simpler {
+                if budget == 0 {
+                    break;
+                }
+                budget -= 1;
+                let mut candidate = events.clone();
+                candidate[i] = candidate_event;
+                if fails::<M, W>(config, world, &candidate) {
+                    events = candidate;
+                    progress = true;
+                    break;
+                }
+            }
+        }
+    }
+    events
+}
+
+/// The event strategy. Alternatives are listed simplest first: proptest shrinks toward
+/// earlier alternatives, so shrunk sequences read as plain reconciles where they can.
+fn events<M: Machine, W: WorldModel<M>>(
+    config: &CheckConfig,
+) -> impl Strategy<Value = Event<W::Move, W::Edit>> + use<M, W> {
+    let stale = config.max_staleness.max(1);
+    let lag = prop_oneof![6 => Just(0u8), 1 => 1..=stale];
+    let fault = prop_oneof![
+        12 => Just(Fault::None),
+        1 => Just(Fault::Conflict),
+        1 => Just(Fault::ServerError),
+        1 => (0u8..4).prop_map(|after| Fault::Crash { after }),
+        1 => (0u8..4).prop_map(|after| Fault::ActionFails { after }),
+        1 => Just(Fault::CrashAfterWrite),
+    ];
+    let reconcile = (lag.clone(), lag, fault).prop_map(|(object_lag, world_lag, fault)| {
+        Event::Reconcile(Reconcile {
+            object_lag,
+            world_lag,
+            fault,
+        })
+    });
+    let max_tick = u32::try_from(config.max_tick.as_secs())
+        .unwrap_or(u32::MAX)
+        .max(1);
+    prop_oneof![
+        100 => reconcile,
+        60 => W::environment_moves().prop_map(Event::Env),
+        10 => W::spec_edits().prop_map(Event::Edit),
+        8 => (1..=max_tick).prop_map(Event::Tick),
+        8 => Just(Event::Restart),
+        2 => Just(Event::Delete),
+    ]
+}
+
+fn edge_name(from: &str, to: &str, reason: &str) -> String {
+    format!("{from} -> {to} ({reason})")
+}
+
+/// The custom resource as the API server holds it.
+#[derive(Debug, Clone)]
+struct Object {
+    /// `.status`, as JSON text.
+    status: String,
+    resource_version: u64,
+    generation: i64,
+    deleting: bool,
+}
+
+/// One simulated run.
+struct Sim<'c, M: Machine, W: WorldModel<M>> {
+    config: &'c CheckConfig,
+    world: W,
+    object: Object,
+    /// The finalizer was released: the object no longer exists.
+    gone: bool,
+    now: DateTime<Utc>,
+    /// `(object, world)` after each event; the last one is the present.
+    snapshots: Vec<(Object, W)>,
+    /// The newest snapshot each cache of the running process has served.
+    object_floor: usize,
+    world_floor: usize,
+    trace: Option<Vec<String>>,
+    report: CheckReport,
+    _machine: PhantomData<M>,
+}
+
+impl<'c, M: Machine, W: WorldModel<M>> Sim<'c, M, W> {
+    fn new(config: &'c CheckConfig, world: W, trace: bool) -> Self {
+        let object = Object {
+            status: serde_json::to_string(&EngineStatus::<M::State>::default())
+                .unwrap_or_else(|_| "{}".to_owned()),
+            resource_version: 1,
+            generation: 1,
+            deleting: false,
+        };
+        let mut sim = Self {
+            config,
+            world,
+            object,
+            gone: false,
+            // A fixed epoch keeps runs reproducible.
+            now: Utc
+                .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+                .single()
+                .unwrap_or_default(),
+            snapshots: Vec::new(),
+            object_floor: 0,
+            world_floor: 0,
+            trace: trace.then(Vec::new),
+            report: CheckReport::default(),
+            _machine: PhantomData,
+        };
+        sim.snapshot();
+        sim
+    }
+
+    fn log(&mut self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &mut self.trace {
+            trace.push(line());
+        }
+    }
+
+    fn log_world(&mut self, prefix: &str) {
+        if let Some(trace) = &mut self.trace {
+            trace.push(format!("    {prefix}{:?}", self.world));
+        }
+    }
+
+    fn snapshot(&mut self) {
+        self.snapshots
+            .push((self.object.clone(), self.world.clone()));
+    }
+
+    /// The snapshot a cache `lag` events behind serves, never older than `floor` (what
+    /// this process already saw) nor than the staleness window.
+    fn pick(&self, lag: u8, floor: usize) -> usize {
+        let latest = self.snapshots.len() - 1;
+        let window = latest.saturating_sub(usize::from(self.config.max_staleness));
+        latest
+            .saturating_sub(usize::from(lag))
+            .max(floor)
+            .max(window)
+    }
+
+    fn run(&mut self, events: &[Event<W::Move, W::Edit>]) -> Result<(), String> {
+        for (i, event) in events.iter().enumerate() {
+            self.report.events += 1;
+            self.log(|| format!("{:>2}. {event:?}", i + 1));
+            let checked = self.event(event).and_then(|()| {
+                self.snapshot();
+                self.check_invariants()
+            });
+            self.failed(checked)?;
+        }
+        let live = self.liveness();
+        self.failed(live)
+    }
+
+    /// Note a failure at the end of the trace.
+    fn failed(&mut self, result: Result<(), String>) -> Result<(), String> {
+        if let Err(why) = &result {
+            self.log(|| format!("    FAILED: {why}"));
+        }
+        result
+    }
+
+    fn event(&mut self, event: &Event<W::Move, W::Edit>) -> Result<(), String> {
+        match event {
+            Event::Reconcile(r) => self.reconcile(r).map(drop),
+            Event::Restart => {
+                self.restart();
+                Ok(())
+            }
+            Event::Env(mv) => {
+                self.world.step_environment(mv);
+                self.log_world("world: ");
+                Ok(())
+            }
+            Event::Edit(edit) => {
+                if !self.gone {
+                    self.world.edit_spec(edit);
+                    self.object.generation += 1;
+                    self.object.resource_version += 1;
+                }
+                Ok(())
+            }
+            Event::Delete => {
+                if !self.gone && !self.object.deleting {
+                    self.object.deleting = true;
+                    self.object.resource_version += 1;
+                }
+                Ok(())
+            }
+            Event::Tick(secs) => {
+                self.now += chrono::Duration::seconds(i64::from(*secs));
+                Ok(())
+            }
+        }
+    }
+
+    fn restart(&mut self) {
+        self.object_floor = 0;
+        self.world_floor = 0;
+    }
+
+    fn persisted(&self) -> Result<EngineStatus<M::State>, String> {
+        serde_json::from_str(&self.object.status)
+            .map_err(|e| format!("the persisted status does not parse: {e}"))
+    }
+
+    fn persisted_state(&self) -> Result<Option<M::State>, String> {
+        let record = step::decode::<M>(&self.persisted()?)
+            .map_err(|e| format!("the persisted record does not decode: {e}"))?;
+        Ok(record.map(|r| r.state))
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        match self.persisted_state()? {
+            Some(state) => self
+                .world
+                .invariants(&state)
+                .map_err(|e| format!("invariant violated in {state:?}: {e}")),
+            None => Ok(()),
+        }
+    }
+
+    /// One reconcile. `None` when the object is gone.
+    fn reconcile(&mut self, r: &Reconcile) -> Result<Option<Outcome<M>>, String> {
+        if self.gone {
+            self.log(|| "    the object is gone; nothing to reconcile".to_owned());
+            return Ok(None);
+        }
+        self.report.reconciles += 1;
+        let oi = self.pick(r.object_lag, self.object_floor);
+        let wi = self.pick(r.world_lag, self.world_floor);
+        self.object_floor = oi;
+        self.world_floor = wi;
+        let object = self.snapshots[oi].0.clone();
+        let spec = self.snapshots[oi].1.spec();
+        let observed = self.snapshots[wi].1.observe();
+        let latest = self.snapshots.len() - 1;
+        if oi < latest || wi < latest {
+            self.log(|| {
+                format!(
+                    "    reads the custom resource as of {} event(s) ago, owned objects as of {}",
+                    latest - oi,
+                    latest - wi
+                )
+            });
+        }
+
+        let read: EngineStatus<M::State> = serde_json::from_str(&object.status)
+            .map_err(|e| format!("the persisted status does not parse: {e}"))?;
+        let input = || Input::<M> {
+            spec: &spec,
+            status: &read,
+            observed: observed.clone(),
+            generation: object.generation,
+            deleting: object.deleting,
+            now: self.now,
+        };
+        let out = step::step::<M>(input());
+        same_outcome(&out, &step::step::<M>(input()))?;
+        check_outcome::<M>(&read, object.deleting, &out)?;
+        self.log(|| describe_outcome(&out));
+
+        let planned = out.actions.len();
+        let executed = match r.fault {
+            Fault::Crash { after } | Fault::ActionFails { after } => {
+                usize::from(after).min(planned)
+            }
+            Fault::None | Fault::Conflict | Fault::ServerError | Fault::CrashAfterWrite => planned,
+        };
+        for action in &out.actions[..executed] {
+            self.world.apply(action);
+        }
+        self.report.actions += executed;
+        if executed > 0 {
+            self.log_world(&format!("executed {executed} action(s); world: "));
+        }
+
+        match r.fault {
+            Fault::Crash { .. } => {
+                self.log(|| format!("    crashed after {executed} action(s); nothing written"));
+                self.lost(out.changed);
+                self.restart();
+            }
+            Fault::ActionFails { .. } if executed < planned => {
+                let error = format!("injected failure of action #{}", executed + 1);
+                self.log(|| format!("    {error}; lastError is recorded"));
+                if let Some(next) = step::with_error::<M>(&read, &error) {
+                    self.write(object.resource_version, &next)?;
+                }
+            }
+            Fault::CrashAfterWrite => {
+                let landed = !out.changed || self.write(object.resource_version, &out.status)?;
+                if landed {
+                    self.count_transition(&out);
+                }
+                self.log(|| "    crashed after the status write, before anything else".to_owned());
+                self.restart();
+            }
+            Fault::Conflict => {
+                // Another writer changed the object between our read and our write.
+                self.object.resource_version += 1;
+                self.log(|| "    status write: 409 Conflict".to_owned());
+                self.lost(out.changed);
+            }
+            Fault::ServerError => {
+                self.log(|| "    status write: 500".to_owned());
+                self.lost(out.changed);
+            }
+            Fault::None | Fault::ActionFails { .. } => {
+                let fenced_ok = if out.changed {
+                    self.write(object.resource_version, &out.status)?
+                } else {
+                    object.resource_version == self.object.resource_version
+                };
+                if fenced_ok {
+                    self.count_transition(&out);
+                }
+                if fenced_ok && out.release_finalizer {
+                    self.release()?;
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    fn count_transition(&mut self, out: &Outcome<M>) {
+        if let Some(t) = &out.taken {
+            *self
+                .report
+                .transitions
+                .entry(edge_name(t.from, t.to, t.reason))
+                .or_default() += 1;
+        }
+    }
+
+    fn lost(&mut self, changed: bool) {
+        if changed {
+            self.report.lost_writes += 1;
+        }
+    }
+
+    /// A status write fenced on the resourceVersion read. Whether it landed.
+    fn write(&mut self, read_version: u64, next: &EngineStatus<M::State>) -> Result<bool, String> {
+        if read_version != self.object.resource_version {
+            self.log(|| "    status write: 409 Conflict (read a stale resourceVersion)".to_owned());
+            self.report.lost_writes += 1;
+            return Ok(false);
+        }
+        let before = self.persisted()?;
+        if next.observed_generation < before.observed_generation {
+            return Err(format!(
+                "observedGeneration went back from {:?} to {:?}",
+                before.observed_generation, next.observed_generation
+            ));
+        }
+        if next.observed_generation > Some(self.object.generation) {
+            return Err(format!(
+                "observedGeneration {:?} is ahead of generation {}",
+                next.observed_generation, self.object.generation
+            ));
+        }
+        self.object.status = serde_json::to_string(next)
+            .map_err(|e| format!("the status does not serialize: {e}"))?;
+        self.object.resource_version += 1;
+        self.report.writes += 1;
+        self.log(|| "    status written".to_owned());
+        Ok(true)
+    }
+
+    /// The driver removes the finalizer; the object is gone.
+    fn release(&mut self) -> Result<(), String> {
+        if !self.object.deleting {
+            return Err("the finalizer was released although the object is not deleting".into());
+        }
+        if let Some(state) = self.persisted_state()?
+            && !M::finalized(&state)
+        {
+            return Err(format!(
+                "the finalizer was released while the persisted state {state:?} is not finalized"
+            ));
+        }
+        self.gone = true;
+        self.log(|| "    finalizer released; the object is gone".to_owned());
+        Ok(())
+    }
+
+    /// Faults off: settle, reconcile until converged, then one quiet reconcile.
+    fn liveness(&mut self) -> Result<(), String> {
+        self.log(|| "-- faults stop; the world settles before each reconcile --".to_owned());
+        self.restart();
+        let bound = self.config.liveness_reconciles;
+        for used in 0..=bound {
+            if self.gone {
+                self.report.liveness_max = self.report.liveness_max.max(used);
+                return Ok(());
+            }
+            self.world.settle();
+            self.log_world("settled: ");
+            self.snapshot();
+            self.check_invariants()?;
+            if !self.object.deleting
+                && self.persisted()?.observed_generation == Some(self.object.generation)
+                && let Some(state) = self.persisted_state()?
+                && self.world.converged(&state)
+            {
+                self.report.liveness_max = self.report.liveness_max.max(used);
+                return self.quiet(&state);
+            }
+            if used == bound {
+                break;
+            }
+            let out = self.reconcile(&Reconcile::FRESH)?;
+            self.snapshot();
+            self.check_invariants()?;
+            let Some(out) = out else { continue };
+            if !out.changed && out.actions.is_empty() {
+                // Idle in a settled world: only time can move it on.
+                match out.requeue {
+                    Some(after) if after > Duration::ZERO => {
+                        self.now += chrono::Duration::from_std(after)
+                            .map_err(|e| format!("requeue out of range: {e}"))?;
+                        self.log(|| {
+                            format!("    idle; clock +{}s to the requeue", after.as_secs())
+                        });
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "idle reconcile in {:?} asks to requeue at once (a hot loop)",
+                            out.state
+                        ));
+                    }
+                    None => {
+                        return Err(format!(
+                            "stuck in {:?}: an idle reconcile in a settled world waits for a watch event that never comes (world {:?})",
+                            out.state, self.world
+                        ));
+                    }
+                }
+            }
+        }
+        Err(format!(
+            "did not converge within {bound} reconciles once faults stopped: persisted state {:?}, deleting {}, world {:?}",
+            self.persisted_state()?,
+            self.object.deleting,
+            self.world
+        ))
+    }
+
+    fn quiet(&mut self, state: &M::State) -> Result<(), String> {
+        self.log(|| format!("    converged in {state:?}; one more reconcile must be quiet"));
+        match self.reconcile(&Reconcile::FRESH)? {
+            Some(out) if out.changed || !out.actions.is_empty() => Err(format!(
+                "converged in {state:?} but the next reconcile is not quiet: changed {}, actions {:?}",
+                out.changed, out.actions
+            )),
+            _ => self.check_invariants(),
+        }
+    }
+}
+
+fn describe_outcome<M: Machine>(out: &Outcome<M>) -> String {
+    let mut line = String::from("    ");
+    let initialized = out
+        .note
+        .as_ref()
+        .is_some_and(|n| n.reason == reason::INITIALIZED);
+    match (&out.taken, &out.state) {
+        (Some(t), _) => line.push_str(&format!("{} -> {} ({})", t.from, t.to, t.reason)),
+        (None, Some(state)) if initialized => line.push_str(&format!("initialized to {state:?}")),
+        (None, Some(state)) => line.push_str(&format!("stays in {state:?}")),
+        (None, None) => line.push_str("no state"),
+    }
+    if !out.actions.is_empty() {
+        line.push_str(&format!("; actions {:?}", out.actions));
+    }
+    if !out.changed {
+        line.push_str("; nothing to write");
+    }
+    if out.release_finalizer {
+        line.push_str("; may release the finalizer");
+    }
+    line
+}
+
+/// `step` is deterministic.
+fn same_outcome<M: Machine>(a: &Outcome<M>, b: &Outcome<M>) -> Result<(), String> {
+    let same = a.actions == b.actions
+        && a.status == b.status
+        && a.changed == b.changed
+        && a.note == b.note
+        && a.requeue == b.requeue
+        && a.taken == b.taken
+        && a.state == b.state
+        && a.release_finalizer == b.release_finalizer;
+    if same {
+        Ok(())
+    } else {
+        Err(format!(
+            "the same input gave two different outcomes (decide is not deterministic): actions {:?} vs {:?}, state {:?} vs {:?}",
+            a.actions, b.actions, a.state, b.state
+        ))
+    }
+}
+
+fn declared<M: Machine>(taken: &Taken) -> bool {
+    M::table().iter().any(|e| {
+        let (from, to): (&str, &str) = (e.from.into(), e.to.into());
+        from == taken.from && to == taken.to && e.reason == taken.reason
+    })
+}
+
+/// Safety checks on one outcome, against the status it was computed from.
+fn check_outcome<M: Machine>(
+    read: &EngineStatus<M::State>,
+    deleting: bool,
+    out: &Outcome<M>,
+) -> Result<(), String> {
+    if out.changed != (&out.status != read) {
+        return Err(format!(
+            "changed is {} but the status {} differ from the one read",
+            out.changed,
+            if out.changed { "does not" } else { "does" }
+        ));
+    }
+    if let Some(degraded) = out.status.condition(conditions::DEGRADED)
+        && degraded.status == status::TRUE
+        && (degraded.reason == reason::UNDECLARED_TRANSITION
+            || degraded.reason == reason::UNDECODABLE_STATE)
+    {
+        return Err(format!("{}: {}", degraded.reason, degraded.message));
+    }
+
+    // The status and the state survive the API server's JSON round trip.
+    let text = serde_json::to_string(&out.status)
+        .map_err(|e| format!("the status does not serialize: {e}"))?;
+    let back: EngineStatus<M::State> =
+        serde_json::from_str(&text).map_err(|e| format!("the status does not deserialize: {e}"))?;
+    if back != out.status {
+        return Err(format!("the status changes in a JSON round trip: {text}"));
+    }
+    if let Some(state) = &out.state {
+        let value = serde_json::to_value(state)
+            .map_err(|e| format!("the state does not serialize: {e}"))?;
+        let again: M::State = serde_json::from_value(value.clone())
+            .map_err(|e| format!("the state {value} does not deserialize: {e}"))?;
+        if &again != state {
+            return Err(format!(
+                "decode(encode(state)) differs: {state:?} became {again:?}"
+            ));
+        }
+    }
+
+    let before = step::decode::<M>(read)
+        .map_err(|e| format!("the persisted record does not decode: {e}"))?;
+    let after = step::decode::<M>(&out.status)
+        .map_err(|e| format!("the new record does not decode: {e}"))?;
+    if after.as_ref().map(|r| &r.state) != out.state.as_ref() {
+        return Err(format!(
+            "Outcome.state {:?} disagrees with the record to write {:?}",
+            out.state,
+            after.map(|r| r.state)
+        ));
+    }
+    check_edge::<M>(before.as_ref(), after.as_ref(), out.taken.as_ref())?;
+
+    if out.release_finalizer {
+        if !deleting {
+            return Err("release_finalizer while not deleting".into());
+        }
+        if let Some(record) = &after
+            && !M::finalized(&record.state)
+        {
+            return Err(format!(
+                "release_finalizer in {:?}, which is not finalized",
+                record.state
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The record changes exactly when a transition is reported, and that transition is
+/// declared and matches the states.
+fn check_edge<M: Machine>(
+    before: Option<&MachineRecord<M::State>>,
+    after: Option<&MachineRecord<M::State>>,
+    taken: Option<&Taken>,
+) -> Result<(), String> {
+    match (before, after, taken) {
+        (_, _, Some(t)) if !declared::<M>(t) => Err(format!(
+            "took {} -> {} ({}), which the table does not declare",
+            t.from, t.to, t.reason
+        )),
+        (Some(b), Some(a), Some(t)) => {
+            let (from, to) = (kind_name::<M>(&b.state), kind_name::<M>(&a.state));
+            if (from, to) == (t.from, t.to) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "reported {} -> {} but the record went {from} -> {to}",
+                    t.from, t.to
+                ))
+            }
+        }
+        (_, _, Some(t)) => Err(format!(
+            "reported {} -> {} without a record before and after",
+            t.from, t.to
+        )),
+        (Some(b), Some(a), None) => {
+            if a.state == b.state && a.entered_at == b.entered_at && a.history == b.history {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the record changed from {:?} to {:?} without a transition",
+                    b.state, a.state
+                ))
+            }
+        }
+        (Some(b), None, None) => Err(format!("the record {:?} vanished", b.state)),
+        (None, Some(a), None) => {
+            if a.state == M::initial() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "initialized to {:?}, not the initial state",
+                    a.state
+                ))
+            }
+        }
+        (None, None, None) => Ok(()),
+    }
+}
