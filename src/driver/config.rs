@@ -172,10 +172,14 @@ impl Config {
     /// a watch was down).
     #[must_use]
     pub fn resync_every(self, period: Duration) -> Self {
-        let ticks = futures::stream::unfold((), move |()| async move {
-            tokio::time::sleep(period).await;
-            Some(((), ()))
-        });
+        let start = tokio::time::Instant::now() + period;
+        let ticks = futures::stream::unfold(
+            tokio::time::interval_at(start, period),
+            |mut ticker| async move {
+                ticker.tick().await;
+                Some(((), ticker))
+            },
+        );
         self.reconcile_all_on(ticks)
     }
 

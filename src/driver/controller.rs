@@ -6,7 +6,7 @@
 //!    deletion timestamp is set the finalizer is never added.
 //! 2. Decode the persisted engine status ([`Operator::engine_status`]).
 //! 3. Observe the owned objects from the [`Cache`] ([`Operator::observe`]).
-//! 4. Decide ([`engine::step`]).
+//! 4. Decide ([`crate::engine::step()`]).
 //! 5. Render each action ([`Operator::render`]) and execute the [`Op`]s in order.
 //! 6. Build the full status ([`Operator::status`]); if it differs from the `.status`
 //!    read (as JSON), write the difference with one merge patch to the status

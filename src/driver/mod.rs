@@ -8,7 +8,7 @@
 //! 2. loads the persisted record from the object's status (through the reflector store;
 //!    no GETs on the hot path);
 //! 3. observes the owned objects from the shared [`Cache`];
-//! 4. calls the pure [`crate::engine::step`];
+//! 4. calls the pure [`crate::engine::step()`];
 //! 5. renders the decision's actions into [`Op`]s and executes them idempotently;
 //! 6. writes the new status with one merge patch fenced on the resourceVersion it read;
 //! 7. records one Event per transition (or newly degraded hold), after the write;
