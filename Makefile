@@ -55,6 +55,10 @@ scripts: ## Pod scripts against real PostgreSQL servers and a local S3 server.
 e2e: cluster-up ## End-to-end tests on the local control plane (brings it up).
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2
 
+.PHONY: demo
+demo: ## The DistributedDB lifecycle, narrated, on the local control plane (DEMO_TEARDOWN=1 to tear down after).
+	bash hack/demo.sh
+
 .PHONY: test
 test: lint fresh unit scripts ## Everything CI checks; the control plane is torn down afterwards.
 	@status=0; $(MAKE) --no-print-directory e2e || status=$$?; \
