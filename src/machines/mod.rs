@@ -6,6 +6,9 @@
 
 use std::path::PathBuf;
 
+pub mod common;
+pub mod distributeddb;
+
 /// A generated file: where it goes and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Generated {
@@ -78,12 +81,21 @@ type TableExport = (&'static str, Result<String, serde_yaml::Error>, String);
 
 /// Every machine's exported table.
 fn tables() -> Vec<TableExport> {
-    #[allow(unused_mut)] // machines are added to this list one by one
-    let mut all: Vec<TableExport> = Vec::new();
-    all
+    vec![table::<distributeddb::DistributedDb>()]
+}
+
+fn table<M: crate::engine::Machine>() -> TableExport {
+    (
+        M::NAME,
+        crate::engine::export::yaml::<M>(),
+        crate::engine::export::mermaid::<M>(),
+    )
 }
 
 /// Every kind's CRD.
-fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
-    Vec::new()
+fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    use kube::CustomResourceExt;
+    vec![distributeddb::DistributedDB::crd()]
 }

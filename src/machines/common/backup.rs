@@ -1,0 +1,238 @@
+//! Backups: the environment every backup container gets, and the CronJob that takes
+//! scheduled backups.
+//!
+//! # Guarantees
+//! - S3 credentials reach a backup container only as `secretKeyRef`s to the Secret the
+//!   user names: no credential is ever read by Lockstep, copied into a custom resource,
+//!   its status, an Event or a log line.
+//! - The CronJob never runs two backups at once (`concurrencyPolicy: Forbid`) and keeps
+//!   the last few Jobs of each outcome so the last backup's outcome stays readable.
+//!
+//! # Contract with the backup image
+//! The container receives `S3_ENDPOINT`, `S3_BUCKET`, `S3_PREFIX`, `BACKUP_KIND`
+//! (`scheduled`, `on-demand` or `final`), `BACKUP_NAME` (the Job's name, unique per
+//! run), `BACKUP_SOURCE` (the host to back up from), `BACKUP_RETENTION` when set (how
+//! many backups to keep under the prefix; pruning is the image's job), and
+//! `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` from the Secret's keys
+//! [`ACCESS_KEY_KEY`] and [`SECRET_KEY_KEY`]. It exits 0 when the backup is stored.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
+use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, SecretKeySelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use super::jobs::Purpose;
+use super::meta::{JOB_PURPOSE, MAX_CRONJOB_NAME, child_name};
+
+/// The key of the credentials Secret holding the access key id.
+pub const ACCESS_KEY_KEY: &str = "accessKey";
+/// The key of the credentials Secret holding the secret access key.
+pub const SECRET_KEY_KEY: &str = "secretKey";
+
+/// Where backups go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    /// The S3-compatible endpoint URL.
+    pub s3_endpoint: String,
+    /// The bucket.
+    pub bucket: String,
+    /// The key prefix within the bucket.
+    pub prefix: Option<String>,
+    /// The Secret (in the owner's namespace) holding [`ACCESS_KEY_KEY`] and
+    /// [`SECRET_KEY_KEY`].
+    pub credentials_secret: String,
+    /// How many backups to keep, if bounded.
+    pub retention: Option<i32>,
+}
+
+/// Why a backup runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
+pub enum BackupKind {
+    /// Taken by the CronJob.
+    Scheduled,
+    /// Requested through the `backup-now` annotation.
+    OnDemand,
+    /// Taken before the finalizer is released.
+    Final,
+}
+
+fn plain(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+/// The environment of a backup container (see the module docs for the contract).
+pub fn backup_env(destination: &Destination, kind: BackupKind, source: &str) -> Vec<EnvVar> {
+    let mut env = vec![
+        plain("S3_ENDPOINT", &destination.s3_endpoint),
+        plain("S3_BUCKET", &destination.bucket),
+        plain("S3_PREFIX", destination.prefix.clone().unwrap_or_default()),
+        plain("BACKUP_KIND", <&str>::from(kind)),
+        plain("BACKUP_SOURCE", source),
+        EnvVar {
+            name: "BACKUP_NAME".to_owned(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.labels['batch.kubernetes.io/job-name']".to_owned(),
+                    api_version: None,
+                }),
+                ..EnvVarSource::default()
+            }),
+        },
+    ];
+    if let Some(keep) = destination.retention {
+        env.push(plain("BACKUP_RETENTION", keep.to_string()));
+    }
+    env.push(from_secret(
+        "AWS_ACCESS_KEY_ID",
+        &destination.credentials_secret,
+        ACCESS_KEY_KEY,
+    ));
+    env.push(from_secret(
+        "AWS_SECRET_ACCESS_KEY",
+        &destination.credentials_secret,
+        SECRET_KEY_KEY,
+    ));
+    env
+}
+
+/// The name of an owner's backup CronJob.
+pub fn cronjob_name(owner: &str) -> String {
+    child_name(owner, "backup", MAX_CRONJOB_NAME)
+}
+
+/// Everything the scheduled-backup CronJob is made of.
+#[derive(Debug, Clone)]
+pub struct Schedule<'a> {
+    /// The owner's name.
+    pub owner_name: &'a str,
+    /// The owner's namespace.
+    pub namespace: &'a str,
+    /// The controller reference to the owner.
+    pub owner: OwnerReference,
+    /// The owner's standard labels (the purpose is added; Jobs and pods inherit them).
+    pub labels: BTreeMap<String, String>,
+    /// The cron expression.
+    pub schedule: &'a str,
+    /// Whether scheduled backups are paused.
+    pub suspend: bool,
+    /// The Job each run creates (from [`super::jobs::job_spec`]).
+    pub job: JobSpec,
+}
+
+impl Schedule<'_> {
+    /// The CronJob.
+    pub fn build(&self) -> CronJob {
+        let mut labels = self.labels.clone();
+        labels.insert(JOB_PURPOSE.to_owned(), Purpose::Backup.label().to_owned());
+        CronJob {
+            metadata: ObjectMeta {
+                name: Some(cronjob_name(self.owner_name)),
+                namespace: Some(self.namespace.to_owned()),
+                labels: Some(labels.clone()),
+                owner_references: Some(vec![self.owner.clone()]),
+                ..ObjectMeta::default()
+            },
+            spec: CronJobSpec {
+                schedule: self.schedule.to_owned(),
+                suspend: Some(self.suspend),
+                concurrency_policy: Some("Forbid".to_owned()),
+                starting_deadline_seconds: Some(300),
+                successful_jobs_history_limit: Some(3),
+                failed_jobs_history_limit: Some(3),
+                job_template: JobTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(self.job.clone()),
+                },
+                ..CronJobSpec::default()
+            },
+            status: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn destination() -> Destination {
+        Destination {
+            s3_endpoint: "https://s3.example".to_owned(),
+            bucket: "b".to_owned(),
+            prefix: None,
+            credentials_secret: "s3-creds".to_owned(),
+            retention: Some(7),
+        }
+    }
+
+    #[test]
+    fn credentials_reach_the_container_only_through_secret_refs() {
+        let env = backup_env(&destination(), BackupKind::Final, "db.ns.svc");
+        for name in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+            let var = env.iter().find(|e| e.name == name);
+            let var = var.map(|v| (v.value.clone(), v.value_from.clone()));
+            assert!(
+                matches!(&var, Some((None, Some(src))) if src.secret_key_ref.as_ref().is_some_and(|s| s.name == "s3-creds")),
+                "{name}: {var:?}"
+            );
+        }
+        assert!(
+            env.iter()
+                .any(|e| e.name == "BACKUP_KIND" && e.value.as_deref() == Some("final"))
+        );
+        assert!(
+            env.iter()
+                .any(|e| e.name == "BACKUP_RETENTION" && e.value.as_deref() == Some("7"))
+        );
+    }
+
+    #[test]
+    fn the_cronjob_never_overlaps_runs_and_labels_its_jobs() {
+        let cj = Schedule {
+            owner_name: "db",
+            namespace: "ns",
+            owner: OwnerReference::default(),
+            labels: BTreeMap::new(),
+            schedule: "0 3 * * *",
+            suspend: false,
+            job: JobSpec::default(),
+        }
+        .build();
+        assert_eq!(cj.metadata.name.as_deref(), Some("db-backup"));
+        let spec = cj.spec;
+        assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
+        let job_labels = spec
+            .job_template
+            .metadata
+            .and_then(|m| m.labels)
+            .unwrap_or_default();
+        assert_eq!(
+            job_labels.get(JOB_PURPOSE).map(String::as_str),
+            Some("backup")
+        );
+    }
+}

@@ -1,0 +1,308 @@
+//! The final-backup sub-machine: what every Lockstep machine does between
+//! `deletionTimestamp` and releasing its finalizer.
+//!
+//! ```text
+//!   (any state) ──deleting──► no backup policy ─────────────────────────► Finalized
+//!                      │      skip annotation ──────────────────────────► Finalized
+//!                      ▼
+//!             Finalizing(attempt n) ── Job final-backup-n succeeded ────► Finalized
+//!                 │   ▲                skip annotation (any time) ───────► Finalized
+//!   Job failed,   │   │ backoff over
+//!   Degraded ─────┘   └── Finalizing(attempt n+1)
+//! ```
+//!
+//! # Guarantees
+//! - The finalizer is released only after a final backup Job *succeeded*, or when the
+//!   user said so (the [`SKIP_FINAL_BACKUP`] annotation, or no `backupPolicy`).
+//! - A failure keeps the finalizer, reports Degraded with the Job's reason and retries
+//!   with exponential backoff, forever (each attempt is a new Job; none is rerun).
+//! - The only object created while deleting is the attempt's final-backup Job.
+//!
+//! # Assumptions
+//! - The machine persists the attempt number in its Finalizing state and takes the
+//!   [`FINAL_BACKUP_RETRIED`] self-edge to move to the next one.
+//!
+//! [`SKIP_FINAL_BACKUP`]: super::annotations::SKIP_FINAL_BACKUP
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::annotations::SKIP_FINAL_BACKUP;
+use super::jobs::JobOutcome;
+use super::retry::{Attempts, Backoff, JobStep, job_step};
+use crate::engine::Decision;
+
+/// Edge reason: the object is being deleted and a final backup will be taken.
+pub const DELETION_REQUESTED: &str = "DeletionRequested";
+/// Edge reason: the object is being deleted and there is no backup policy.
+pub const NO_BACKUP_POLICY: &str = "NoBackupPolicy";
+/// Edge reason: the final backup succeeded.
+pub const FINAL_BACKUP_SUCCEEDED: &str = "FinalBackupSucceeded";
+/// Edge reason: the user asked to skip the final backup.
+pub const FINAL_BACKUP_SKIPPED: &str = "FinalBackupSkipped";
+/// Edge reason: a failed final backup is tried again.
+pub const FINAL_BACKUP_RETRIED: &str = "FinalBackupRetried";
+/// Stay reason: the final backup Job is being created or runs.
+pub const FINAL_BACKUP_RUNNING: &str = "FinalBackupRunning";
+/// Stay reason (Degraded): the final backup failed; waiting to retry.
+pub const FINAL_BACKUP_FAILED: &str = "FinalBackupFailed";
+/// Stay reason: finalized; the finalizer is released.
+pub const FINALIZED: &str = "Finalized";
+
+/// The key of the final backup Job of `attempt`.
+pub fn key(attempt: u32) -> String {
+    format!("final-backup-{attempt}")
+}
+
+/// Where to go when deletion is first seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// Straight to the finalized state.
+    Release {
+        /// [`NO_BACKUP_POLICY`] or [`FINAL_BACKUP_SKIPPED`].
+        reason: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// To Finalizing, attempt 1.
+    Backup {
+        /// Why.
+        message: String,
+    },
+}
+
+/// What to do when deletion is first seen.
+pub fn entry(configured: bool, skip: bool) -> Entry {
+    if !configured {
+        Entry::Release {
+            reason: NO_BACKUP_POLICY,
+            message: "deleting; no backupPolicy, so no final backup".to_owned(),
+        }
+    } else if skip {
+        Entry::Release {
+            reason: FINAL_BACKUP_SKIPPED,
+            message: format!("deleting; final backup skipped ({SKIP_FINAL_BACKUP}=true)"),
+        }
+    } else {
+        Entry::Backup {
+            message: "deleting; taking a final backup before releasing the finalizer".to_owned(),
+        }
+    }
+}
+
+/// What the Finalizing state sees.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    /// Whether the spec still has a backup policy.
+    pub configured: bool,
+    /// Whether the skip annotation is set.
+    pub skip: bool,
+    /// The current attempt, from 1.
+    pub attempt: u32,
+    /// The outcome of the attempt's Job, if it exists.
+    pub job: Option<&'a JobOutcome>,
+    /// The clock.
+    pub now: DateTime<Utc>,
+}
+
+/// What the Finalizing state does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go to the finalized state.
+    Release {
+        /// The edge's reason.
+        reason: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// Create the attempt's Job and wait.
+    Start {
+        /// The Job's key.
+        key: String,
+        /// What is happening.
+        message: String,
+    },
+    /// Wait for the running Job.
+    Wait {
+        /// What is happening.
+        message: String,
+    },
+    /// The attempt failed: stay Degraded until the backoff is over.
+    Backoff {
+        /// The failure and when it is retried.
+        message: String,
+        /// How long until the retry.
+        wait: Duration,
+    },
+    /// The attempt failed and the backoff is over: go to the next attempt.
+    Retry {
+        /// The next attempt.
+        next: u32,
+        /// The failure.
+        message: String,
+    },
+}
+
+/// Decide the Finalizing state.
+pub fn step(facts: Facts<'_>) -> Verdict {
+    if facts.skip {
+        return Verdict::Release {
+            reason: FINAL_BACKUP_SKIPPED,
+            message: format!("final backup skipped ({SKIP_FINAL_BACKUP}=true)"),
+        };
+    }
+    if !facts.configured {
+        return Verdict::Release {
+            reason: NO_BACKUP_POLICY,
+            message: "backupPolicy was removed; no final backup".to_owned(),
+        };
+    }
+    let attempts = Attempts {
+        attempt: facts.attempt,
+        round_start: 1,
+        retry_limit: None,
+    };
+    let key = key(facts.attempt);
+    match job_step(facts.job, attempts, &Backoff::JOB_STEP, facts.now) {
+        JobStep::Start => Verdict::Start {
+            message: format!("starting final backup Job {key}"),
+            key,
+        },
+        JobStep::Running => Verdict::Wait {
+            message: format!("final backup Job {key} is running"),
+        },
+        JobStep::Succeeded => Verdict::Release {
+            reason: FINAL_BACKUP_SUCCEEDED,
+            message: format!("final backup Job {key} succeeded"),
+        },
+        JobStep::Backoff { failure, at, wait } => Verdict::Backoff {
+            message: format!(
+                "final backup Job {key} {failure}; retrying at {}; set {SKIP_FINAL_BACKUP}=true to delete without it",
+                at.format("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            wait,
+        },
+        JobStep::Retry { failure } | JobStep::Exhausted { failure } => Verdict::Retry {
+            next: facts.attempt.saturating_add(1),
+            message: format!("final backup Job {key} {failure}; trying again"),
+        },
+    }
+}
+
+/// Turn a verdict into a decision, given the machine's finalized state, its Finalizing
+/// state for an attempt, and its action running a final backup Job.
+pub fn decision<S, A>(
+    verdict: Verdict,
+    finalized: impl FnOnce() -> S,
+    finalizing: impl FnOnce(u32) -> S,
+    run: impl FnOnce(String) -> A,
+) -> Decision<S, A> {
+    match verdict {
+        Verdict::Release { reason, message } => Decision::go(finalized(), reason, message),
+        Verdict::Start { key, message } => {
+            Decision::stay(FINAL_BACKUP_RUNNING, message).with_actions([run(key)])
+        }
+        Verdict::Wait { message } => Decision::stay(FINAL_BACKUP_RUNNING, message),
+        Verdict::Backoff { message, wait } => Decision::stay(FINAL_BACKUP_FAILED, message)
+            .degraded()
+            .requeue(wait),
+        Verdict::Retry { next, message } => {
+            Decision::go(finalizing(next), FINAL_BACKUP_RETRIED, message)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1000, 0).unwrap_or_default()
+    }
+
+    fn facts(job: Option<&JobOutcome>) -> Facts<'_> {
+        Facts {
+            configured: true,
+            skip: false,
+            attempt: 1,
+            job,
+            now: now(),
+        }
+    }
+
+    #[test]
+    fn without_a_policy_or_with_skip_deletion_releases_at_once() {
+        assert!(matches!(
+            entry(false, false),
+            Entry::Release {
+                reason: NO_BACKUP_POLICY,
+                ..
+            }
+        ));
+        assert!(matches!(
+            entry(true, true),
+            Entry::Release {
+                reason: FINAL_BACKUP_SKIPPED,
+                ..
+            }
+        ));
+        assert!(matches!(entry(true, false), Entry::Backup { .. }));
+    }
+
+    #[test]
+    fn the_finalizer_waits_for_the_final_backup_to_succeed() {
+        assert!(matches!(step(facts(None)), Verdict::Start { key, .. } if key == "final-backup-1"));
+        assert!(matches!(
+            step(facts(Some(&JobOutcome::Running))),
+            Verdict::Wait { .. }
+        ));
+        let done = JobOutcome::Succeeded { at: now() };
+        assert!(matches!(
+            step(facts(Some(&done))),
+            Verdict::Release {
+                reason: FINAL_BACKUP_SUCCEEDED,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_failed_final_backup_is_degraded_then_retried() {
+        let failed = JobOutcome::Failed {
+            at: now(),
+            reason: "BackoffLimitExceeded".to_owned(),
+            message: String::new(),
+        };
+        let v = step(facts(Some(&failed)));
+        assert!(
+            matches!(&v, Verdict::Backoff { message, .. } if message.contains("BackoffLimitExceeded")),
+            "{v:?}"
+        );
+        let later = Facts {
+            now: now() + chrono::Duration::seconds(10),
+            ..facts(Some(&failed))
+        };
+        assert!(matches!(step(later), Verdict::Retry { next: 2, .. }));
+    }
+
+    #[test]
+    fn skipping_releases_even_while_a_backup_fails() {
+        let failed = JobOutcome::Failed {
+            at: now(),
+            reason: "DeadlineExceeded".to_owned(),
+            message: String::new(),
+        };
+        let skip = Facts {
+            skip: true,
+            ..facts(Some(&failed))
+        };
+        assert!(matches!(
+            step(skip),
+            Verdict::Release {
+                reason: FINAL_BACKUP_SKIPPED,
+                ..
+            }
+        ));
+    }
+}

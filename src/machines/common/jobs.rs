@@ -1,0 +1,347 @@
+//! Run-once Jobs: building them with deterministic names, and reading their outcome.
+//!
+//! A machine step that runs something to completion (an upgrade hook, a backup, a
+//! promotion) does it with a Job whose name is a pure function of what the step is for
+//! (its *key*, for example `pre-2-1a2b3c4d-1`: hook, ordinal, hash of target and pod,
+//! attempt). Creating it is therefore idempotent (`AlreadyExists` means it already runs),
+//! and after a restart the machine finds the same Job and reads its outcome instead of
+//! running the step again. Retries are new attempts with new keys, never a rerun of a
+//! finished Job, so every Job's outcome is final and readable.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+
+use super::meta::{JOB_KEY, JOB_PURPOSE, MAX_JOB_NAME, child_name};
+
+/// What a Job is for: the value of [`JOB_PURPOSE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Purpose {
+    /// An upgrade hook (pre or post).
+    Hook,
+    /// A backup, scheduled or on demand.
+    Backup,
+    /// The backup taken before the finalizer is released.
+    FinalBackup,
+    /// A primary promotion.
+    Promote,
+}
+
+impl Purpose {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether this Job takes a backup (so its outcome is a `lastBackup`).
+    pub fn is_backup(self) -> bool {
+        matches!(self, Purpose::Backup | Purpose::FinalBackup)
+    }
+}
+
+/// How a Job ended, or that it has not yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// Not finished (including not yet started).
+    Running,
+    /// Completed successfully.
+    Succeeded {
+        /// When it completed.
+        at: DateTime<Utc>,
+    },
+    /// Failed for good (`backoffLimit` or `activeDeadlineSeconds` reached).
+    Failed {
+        /// When it was marked failed.
+        at: DateTime<Utc>,
+        /// The Job's `Failed` condition reason (`BackoffLimitExceeded`, `DeadlineExceeded`).
+        reason: String,
+        /// The condition's message.
+        message: String,
+    },
+}
+
+impl JobOutcome {
+    /// When the Job finished, if it has.
+    pub fn finished_at(&self) -> Option<DateTime<Utc>> {
+        match self {
+            JobOutcome::Running => None,
+            JobOutcome::Succeeded { at } | JobOutcome::Failed { at, .. } => Some(*at),
+        }
+    }
+
+    /// A one-line description: `Succeeded`, `Running`, or `Failed (reason: message)`.
+    pub fn describe(&self) -> String {
+        match self {
+            JobOutcome::Running => "Running".to_owned(),
+            JobOutcome::Succeeded { .. } => "Succeeded".to_owned(),
+            JobOutcome::Failed {
+                reason, message, ..
+            } if message.is_empty() => format!("Failed ({reason})"),
+            JobOutcome::Failed {
+                reason, message, ..
+            } => format!("Failed ({reason}: {message})"),
+        }
+    }
+}
+
+/// What a machine needs to know of one owned Job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobView {
+    /// The Job's name.
+    pub name: String,
+    /// The Job's UID (for preconditioned deletes).
+    pub uid: String,
+    /// Its run-once key ([`JOB_KEY`]), if it has one (CronJob-made Jobs do not).
+    pub key: Option<String>,
+    /// What it is for ([`JOB_PURPOSE`]), if labelled.
+    pub purpose: Option<Purpose>,
+    /// When it was created.
+    pub created: Option<DateTime<Utc>>,
+    /// How it ended.
+    pub outcome: JobOutcome,
+}
+
+/// Convert an API timestamp.
+pub fn time(t: &Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
+}
+
+/// Read a Job's outcome from its conditions.
+pub fn outcome(job: &Job) -> JobOutcome {
+    let status = job.status.as_ref();
+    let conditions = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let created = job.metadata.creation_timestamp.as_ref().map(time);
+    for c in conditions.iter().filter(|c| c.status == "True") {
+        let at = c
+            .last_transition_time
+            .as_ref()
+            .map(time)
+            .or_else(|| status.and_then(|s| s.completion_time.as_ref()).map(time))
+            .or(created)
+            .unwrap_or_default();
+        match c.type_.as_str() {
+            "Complete" => return JobOutcome::Succeeded { at },
+            "Failed" => {
+                return JobOutcome::Failed {
+                    at,
+                    reason: c.reason.clone().unwrap_or_else(|| "Failed".to_owned()),
+                    message: c.message.clone().unwrap_or_default(),
+                };
+            }
+            _ => {}
+        }
+    }
+    JobOutcome::Running
+}
+
+/// Summarize a Job for a machine's observation.
+pub fn view(job: &Job) -> JobView {
+    let labels = job.metadata.labels.as_ref();
+    JobView {
+        name: job.metadata.name.clone().unwrap_or_default(),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        key: labels.and_then(|l| l.get(JOB_KEY)).cloned(),
+        purpose: labels
+            .and_then(|l| l.get(JOB_PURPOSE))
+            .and_then(|p| p.parse().ok()),
+        created: job.metadata.creation_timestamp.as_ref().map(time),
+        outcome: outcome(job),
+    }
+}
+
+/// The pod a Job runs: one container, labels and annotations.
+#[derive(Debug, Clone, Default)]
+pub struct PodRecipe {
+    /// Labels of the pod (the Job's own labels are added).
+    pub labels: BTreeMap<String, String>,
+    /// Annotations of the pod.
+    pub annotations: BTreeMap<String, String>,
+    /// The container.
+    pub container: Container,
+    /// The ServiceAccount to run as (default: the namespace's default).
+    pub service_account_name: Option<String>,
+}
+
+/// A Job that runs its pod once: `backoffLimit: 0`, `restartPolicy: Never`, and an
+/// optional deadline. Failures are retried by the machine as new attempts, never by the
+/// Job controller, so each Job's outcome is one attempt's.
+pub fn job_spec(
+    pod: &PodRecipe,
+    labels: &BTreeMap<String, String>,
+    deadline: Option<i64>,
+) -> JobSpec {
+    let mut pod_labels = pod.labels.clone();
+    pod_labels.extend(labels.clone());
+    JobSpec {
+        backoff_limit: Some(0),
+        active_deadline_seconds: deadline,
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(pod_labels),
+                annotations: (!pod.annotations.is_empty()).then(|| pod.annotations.clone()),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                restart_policy: Some("Never".to_owned()),
+                service_account_name: pod.service_account_name.clone(),
+                containers: vec![pod.container.clone()],
+                ..PodSpec::default()
+            }),
+        },
+        ..JobSpec::default()
+    }
+}
+
+/// The name of the run-once Job `key` of `owner`.
+pub fn job_name(owner: &str, key: &str) -> String {
+    child_name(owner, key, MAX_JOB_NAME)
+}
+
+/// Everything a run-once Job is made of.
+#[derive(Debug, Clone)]
+pub struct RunOnce<'a> {
+    /// The owner's name (the Job is named `{owner}-{key}`).
+    pub owner_name: &'a str,
+    /// The owner's namespace.
+    pub namespace: &'a str,
+    /// The controller reference to the owner.
+    pub owner: OwnerReference,
+    /// The owner's standard labels (the key and purpose are added).
+    pub labels: BTreeMap<String, String>,
+    /// The deterministic key.
+    pub key: &'a str,
+    /// What the Job is for.
+    pub purpose: Purpose,
+    /// The pod it runs.
+    pub pod: PodRecipe,
+    /// `activeDeadlineSeconds`.
+    pub deadline: Option<i64>,
+}
+
+impl RunOnce<'_> {
+    /// The Job: named by its key, owned, labelled with its key and purpose.
+    pub fn build(&self) -> Job {
+        let mut labels = self.labels.clone();
+        labels.insert(JOB_KEY.to_owned(), self.key.to_owned());
+        labels.insert(JOB_PURPOSE.to_owned(), self.purpose.label().to_owned());
+        Job {
+            metadata: ObjectMeta {
+                name: Some(job_name(self.owner_name, self.key)),
+                namespace: Some(self.namespace.to_owned()),
+                labels: Some(labels.clone()),
+                owner_references: Some(vec![self.owner.clone()]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(job_spec(&self.pod, &labels, self.deadline)),
+            status: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    fn job_with(conditions: Vec<(&str, &str, Option<&str>)>) -> Job {
+        Job {
+            status: Some(JobStatus {
+                conditions: Some(
+                    conditions
+                        .into_iter()
+                        .map(|(t, s, r)| JobCondition {
+                            type_: t.to_owned(),
+                            status: s.to_owned(),
+                            reason: r.map(str::to_owned),
+                            last_transition_time: Some(Time(
+                                Timestamp::from_second(60).unwrap_or_default(),
+                            )),
+                            ..JobCondition::default()
+                        })
+                        .collect(),
+                ),
+                ..JobStatus::default()
+            }),
+            ..Job::default()
+        }
+    }
+
+    #[test]
+    fn a_job_without_a_final_condition_is_running() {
+        assert_eq!(outcome(&Job::default()), JobOutcome::Running);
+        assert_eq!(
+            outcome(&job_with(vec![(
+                "FailureTarget",
+                "True",
+                Some("BackoffLimitExceeded")
+            )])),
+            JobOutcome::Running
+        );
+    }
+
+    #[test]
+    fn complete_and_failed_conditions_are_final_outcomes() {
+        let at = DateTime::from_timestamp(60, 0).unwrap_or_default();
+        assert_eq!(
+            outcome(&job_with(vec![("Complete", "True", None)])),
+            JobOutcome::Succeeded { at }
+        );
+        assert_eq!(
+            outcome(&job_with(vec![(
+                "Failed",
+                "True",
+                Some("DeadlineExceeded")
+            )])),
+            JobOutcome::Failed {
+                at,
+                reason: "DeadlineExceeded".to_owned(),
+                message: String::new()
+            }
+        );
+    }
+
+    #[test]
+    fn a_run_once_job_never_retries_by_itself_and_carries_its_key() {
+        let owner = OwnerReference {
+            name: "db".to_owned(),
+            uid: "u".to_owned(),
+            ..OwnerReference::default()
+        };
+        let job = RunOnce {
+            owner_name: "db",
+            namespace: "ns",
+            owner,
+            labels: BTreeMap::new(),
+            key: "pre-2-abc-1",
+            purpose: Purpose::Hook,
+            pod: PodRecipe::default(),
+            deadline: Some(60),
+        }
+        .build();
+        assert_eq!(job.metadata.name.as_deref(), Some("db-pre-2-abc-1"));
+        let spec = job.spec.unwrap_or_default();
+        assert_eq!(spec.backoff_limit, Some(0));
+        assert_eq!(spec.active_deadline_seconds, Some(60));
+        let pod_labels = spec
+            .template
+            .metadata
+            .and_then(|m| m.labels)
+            .unwrap_or_default();
+        assert_eq!(
+            pod_labels.get(JOB_KEY).map(String::as_str),
+            Some("pre-2-abc-1")
+        );
+        assert_eq!(
+            pod_labels.get(JOB_PURPOSE).map(String::as_str),
+            Some("hook")
+        );
+    }
+}

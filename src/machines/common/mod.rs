@@ -1,0 +1,67 @@
+//! Parts every Lockstep machine shares: DistributedDB and PostgresCluster both build on
+//! these, so each behaviour exists once.
+//!
+//! - [`meta`]: the identity of owned objects: standard labels, owner references, stable
+//!   hashes and deterministic child names.
+//! - [`quantity`]: Kubernetes quantities, parsed and compared exactly.
+//! - [`subset`]: the semantic drift check: is the object we would apply already
+//!   contained in the live one? API-server defaults never count as drift.
+//! - [`jobs`]: run-once Jobs with deterministic names, and reading a Job's outcome.
+//! - [`retry`]: backoff and attempt bookkeeping for a step that runs a Job which may fail.
+//! - [`backup`]: the backup container (S3 settings, credentials only through
+//!   `secretKeyRef`) and the scheduled-backup CronJob.
+//! - [`finalize`]: the final-backup sub-machine every Finalizing state runs.
+//! - [`annotations`]: the documented escape hatches users set on a custom resource.
+//!
+//! # Guarantees
+//! - Everything here is pure: builders return typed objects, readers take typed objects,
+//!   deciders take observations and a clock reading. Nothing performs I/O.
+//! - Names and hashes are stable across builds and platforms (FNV-1a, not the standard
+//!   library's hasher), because they are persisted in cluster objects.
+//!
+//! # Assumptions
+//! - Owned objects live in the owner's namespace and carry [`meta::standard_labels`].
+//!
+//! # Errors
+//! [`Error`]: an owner without a name or UID (never the case for objects read from the
+//! API server), or an object that does not serialize.
+
+pub mod annotations;
+pub mod backup;
+pub mod finalize;
+pub mod jobs;
+pub mod meta;
+pub mod quantity;
+pub mod retry;
+pub mod subset;
+
+/// The errors of the shared parts.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The owner has no name or UID yet, so nothing can reference it.
+    #[error("the owner {kind} has no {missing}; it must be read from the API server first")]
+    OwnerIncomplete {
+        /// The owner's kind.
+        kind: String,
+        /// `name` or `uid`.
+        missing: &'static str,
+    },
+    /// An object could not be turned into JSON.
+    #[error("cannot serialize {what}")]
+    Serialize {
+        /// What was being serialized.
+        what: String,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl From<Error> for crate::driver::Error {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Serialize { source, .. } => crate::driver::Error::Serde(source),
+            other => crate::driver::Error::Render(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Retries of a step that runs a Job which may fail: exponential backoff and an attempt
+//! budget, decided purely from the failed Job's recorded failure time and the clock.
+//!
+//! The machine persists two numbers in its state: the current `attempt` (from 1; it
+//! names the attempt's Job) and the `round_start` (the attempt at which the current
+//! retry budget began; a user's retry request starts a new round). The failure time comes
+//! from the Job itself, so after a restart the same backoff is still in force.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::jobs::JobOutcome;
+
+/// Exponential backoff: `base`, `2·base`, `4·base`, … capped at `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The wait after the first failure.
+    pub base: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// The backoff Lockstep uses for failing Job steps: 10 s doubling up to 5 min.
+    pub const JOB_STEP: Backoff = Backoff {
+        base: Duration::from_secs(10),
+        max: Duration::from_secs(300),
+    };
+
+    /// The wait after the `failures`-th consecutive failure (from 1).
+    pub fn delay(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(20);
+        self.base
+            .checked_mul(1u32 << doublings)
+            .unwrap_or(self.max)
+            .min(self.max)
+    }
+}
+
+/// Where a Job step stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobStep {
+    /// The attempt's Job does not exist yet: create it.
+    Start,
+    /// The attempt's Job is running.
+    Running,
+    /// The attempt's Job succeeded.
+    Succeeded,
+    /// The attempt failed; the next may start at `at`, `wait` from now.
+    Backoff {
+        /// What failed, from the Job's condition.
+        failure: String,
+        /// When the next attempt may start.
+        at: DateTime<Utc>,
+        /// How long until then.
+        wait: Duration,
+    },
+    /// The attempt failed and the next may start now.
+    Retry {
+        /// What failed.
+        failure: String,
+    },
+    /// The attempt failed and the budget is spent; only a user can move this on.
+    Exhausted {
+        /// What failed.
+        failure: String,
+    },
+}
+
+/// The attempt numbers of a Job step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempts {
+    /// The current attempt, from 1.
+    pub attempt: u32,
+    /// The attempt the current retry budget began with.
+    pub round_start: u32,
+    /// Retries allowed per round after the first attempt; `None` for unlimited.
+    pub retry_limit: Option<u32>,
+}
+
+impl Attempts {
+    /// Failures so far in this round, counting the current attempt if it failed.
+    pub fn failures_in_round(&self) -> u32 {
+        self.attempt.saturating_sub(self.round_start) + 1
+    }
+
+    /// `attempt 2 of 4` (or `attempt 2` when unlimited).
+    pub fn describe(&self) -> String {
+        match self.retry_limit {
+            Some(limit) => format!(
+                "attempt {} of {}",
+                self.failures_in_round(),
+                limit.saturating_add(1)
+            ),
+            None => format!("attempt {}", self.attempt),
+        }
+    }
+}
+
+/// Where the step whose current attempt's Job has `outcome` stands at `now`.
+pub fn job_step(
+    outcome: Option<&JobOutcome>,
+    attempts: Attempts,
+    backoff: &Backoff,
+    now: DateTime<Utc>,
+) -> JobStep {
+    let (at, failure) = match outcome {
+        None => return JobStep::Start,
+        Some(JobOutcome::Running) => return JobStep::Running,
+        Some(JobOutcome::Succeeded { .. }) => return JobStep::Succeeded,
+        Some(failed @ JobOutcome::Failed { at, .. }) => (*at, failed.describe()),
+    };
+    let failures = attempts.failures_in_round();
+    if attempts.retry_limit.is_some_and(|limit| failures > limit) {
+        return JobStep::Exhausted { failure };
+    }
+    let delay = chrono::Duration::from_std(backoff.delay(failures)).unwrap_or_default();
+    let ready = at + delay;
+    match (ready - now).to_std() {
+        Ok(wait) if !wait.is_zero() => JobStep::Backoff {
+            failure,
+            at: ready,
+            wait,
+        },
+        _ => JobStep::Retry { failure },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(secs, 0).unwrap_or_default()
+    }
+
+    fn failed(secs: i64) -> JobOutcome {
+        JobOutcome::Failed {
+            at: at(secs),
+            reason: "BackoffLimitExceeded".to_owned(),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let b = Backoff::JOB_STEP;
+        assert_eq!(b.delay(1), Duration::from_secs(10));
+        assert_eq!(b.delay(2), Duration::from_secs(20));
+        assert_eq!(b.delay(6), Duration::from_secs(300));
+        assert_eq!(b.delay(99), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_failed_attempt_waits_out_its_backoff_then_retries() {
+        let attempts = Attempts {
+            attempt: 1,
+            round_start: 1,
+            retry_limit: Some(3),
+        };
+        let b = Backoff::JOB_STEP;
+        assert!(matches!(
+            job_step(Some(&failed(100)), attempts, &b, at(105)),
+            JobStep::Backoff { wait, .. } if wait == Duration::from_secs(5)
+        ));
+        assert!(matches!(
+            job_step(Some(&failed(100)), attempts, &b, at(110)),
+            JobStep::Retry { .. }
+        ));
+    }
+
+    #[test]
+    fn the_budget_is_spent_after_retry_limit_retries() {
+        let b = Backoff::JOB_STEP;
+        let last = Attempts {
+            attempt: 4,
+            round_start: 1,
+            retry_limit: Some(3),
+        };
+        assert!(matches!(
+            job_step(Some(&failed(0)), last, &b, at(0)),
+            JobStep::Exhausted { .. }
+        ));
+        let new_round = Attempts {
+            round_start: 4,
+            ..last
+        };
+        assert!(matches!(
+            job_step(Some(&failed(0)), new_round, &b, at(1000)),
+            JobStep::Retry { .. }
+        ));
+    }
+
+    #[test]
+    fn no_retries_means_the_first_failure_exhausts() {
+        let once = Attempts {
+            attempt: 1,
+            round_start: 1,
+            retry_limit: Some(0),
+        };
+        assert!(matches!(
+            job_step(Some(&failed(0)), once, &Backoff::JOB_STEP, at(0)),
+            JobStep::Exhausted { .. }
+        ));
+    }
+}

@@ -1,0 +1,339 @@
+//! The `DistributedDB` custom resource (`lockstep.dev/v1alpha1`, short name `ddb`).
+//!
+//! ```yaml
+//! apiVersion: lockstep.dev/v1alpha1
+//! kind: DistributedDB
+//! metadata: {name: orders}
+//! spec:
+//!   replicas: 3                       # ≥ 1, default 3
+//!   image: registry.example/db:1.4    # changing it runs an ordered upgrade
+//!   storage: {storageClassName: standard, size: 10Gi}   # size may grow, never shrink
+//!   upgrade:
+//!     preHook:  {command: [db-admin, drain]}            # image defaults to the target
+//!     postHook: {command: [db-admin, verify], retryLimit: 5}
+//!   backupPolicy:
+//!     schedule: "0 3 * * *"
+//!     s3Endpoint: https://s3.example
+//!     s3CredentialsSecret: orders-s3   # keys accessKey, secretKey
+//!     bucket: backups
+//!     image: registry.example/db-backup:1.4
+//! ```
+//!
+//! # Validation (by the API server, with the field named in every message)
+//! - `metadata.name` at most 40 characters (names of owned Jobs derive from it);
+//! - `spec.replicas` ≥ 1; `spec.image` non-empty;
+//! - `spec.storage.size` a positive quantity that never shrinks; growing it expands
+//!   every volume claim, which needs a StorageClass with `allowVolumeExpansion`
+//!   (otherwise the API server refuses the resize and the error is reported in
+//!   `status.machine.lastError`); `spec.storage.storageClassName` immutable;
+//! - `spec.backupPolicy.schedule` a five-field cron expression or a macro such as
+//!   `@daily`;
+//! - hook `timeoutSeconds` ≥ 1 and `retryLimit` in 0..=10.
+//!
+//! # Annotations
+//! See [`crate::machines::common::annotations`]: `lockstep.dev/backup-now`,
+//! `lockstep.dev/skip-final-backup`, `lockstep.dev/retry-hook`, `lockstep.dev/skip-hook`.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::machine::DdbState;
+use crate::engine::EngineStatus;
+
+macro_rules! cron_item {
+    ($v:literal) => {
+        concat!("([*?]|(", $v, ")(-(", $v, "))?)(/[0-9]+)?")
+    };
+}
+macro_rules! cron_field {
+    ($v:literal) => {
+        concat!(cron_item!($v), "(,", cron_item!($v), ")*")
+    };
+}
+
+macro_rules! cron_regex {
+    () => {
+        concat!(
+            "^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|",
+            cron_field!("[0-5]?[0-9]"),
+            " +",
+            cron_field!("[01]?[0-9]|2[0-3]"),
+            " +",
+            cron_field!("0?[1-9]|[12][0-9]|3[01]"),
+            " +",
+            cron_field!("0?[1-9]|1[0-2]|[A-Za-z]{3}"),
+            " +",
+            cron_field!("[0-7]|[A-Za-z]{3}"),
+            ")$"
+        )
+    };
+}
+
+/// The regular expression (RE2, without backslashes so that it embeds in a CEL string)
+/// a backup schedule must match: a cron macro, or five fields (minute, hour, day of
+/// month, month, day of week) of values, ranges, lists and steps within each field's
+/// bounds.
+pub const CRON_PATTERN: &str = cron_regex!();
+
+const CRON_RULE: &str = concat!("self.matches('", cron_regex!(), "')");
+
+/// The longest name a `DistributedDB` may have.
+pub const MAX_NAME: usize = 40;
+
+fn default_replicas() -> i32 {
+    3
+}
+
+fn default_ports() -> Vec<DbPort> {
+    vec![DbPort {
+        name: "db".to_owned(),
+        port: 8080,
+    }]
+}
+
+fn default_hook_timeout() -> i64 {
+    600
+}
+
+fn default_retry_limit() -> i32 {
+    3
+}
+
+fn default_backup_timeout() -> i64 {
+    3600
+}
+
+/// A DistributedDB cluster: a StatefulSet of database pods upgraded one ordinal at a
+/// time with hooks, backed up on a schedule and on demand, and backed up once more
+/// before it is deleted.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[kube(
+    group = "lockstep.dev",
+    version = "v1alpha1",
+    kind = "DistributedDB",
+    plural = "distributeddbs",
+    shortname = "ddb",
+    namespaced,
+    status = "DistributedDBStatus",
+    derive = "PartialEq",
+    doc = "A DistributedDB cluster whose lifecycle is a declared state machine persisted in .status.machine.",
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Step", type_ = "string", json_path = ".status.step"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("size(self.metadata.name) <= 40")
+        .message("metadata.name must be at most 40 characters: the names of the StatefulSet's pods and of the hook and backup Jobs derive from it")
+        .field_path(".metadata.name"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedDBSpec {
+    /// The number of database pods.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1))]
+    pub replicas: i32,
+    /// The database image. Changing it runs an ordered, hooked upgrade.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// The volume each pod gets.
+    pub storage: Storage,
+    /// Scheduled, on-demand and final backups. Without it, no backups are taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_policy: Option<BackupPolicy>,
+    /// Hooks run around each pod's replacement during an upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradePolicy>,
+    /// Resources of the database container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// The ports the database listens on; the headless Service exposes the same.
+    #[serde(default = "default_ports")]
+    pub ports: Vec<DbPort>,
+    /// Extra environment of the database container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Extra labels of the database pods (Lockstep's own labels win on a clash).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_labels: BTreeMap<String, String>,
+    /// Extra annotations of the database pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
+}
+
+/// Persistent storage of each pod.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[x_kube(validation = Rule::new(
+    "has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)"
+).message("storage.storageClassName is immutable: existing volumes cannot move to another StorageClass")
+ .field_path(".storageClassName")
+ .reason(Reason::FieldValueForbidden))]
+#[serde(rename_all = "camelCase")]
+pub struct Storage {
+    /// The StorageClass of the volumes (default: the cluster's default class). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// The size of each volume, such as `10Gi`. It may grow (the volumes are expanded,
+    /// which needs a StorageClass with `allowVolumeExpansion`) but never shrink.
+    #[schemars(length(max = 64))]
+    #[x_kube(
+        validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))")
+            .message("storage.size must be a positive quantity such as 10Gi"),
+        validation = Rule::new("!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0")
+            .message("storage.size cannot shrink: volumes can only grow")
+            .reason(Reason::FieldValueForbidden)
+    )]
+    pub size: String,
+}
+
+/// A port of the database container.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DbPort {
+    /// The port's name (an IANA service name: at most 15 lower-case characters).
+    #[schemars(length(min = 1, max = 15))]
+    pub name: String,
+    /// The port number, on the container and on the Service.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+/// Upgrade hooks.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradePolicy {
+    /// Runs before each pod is replaced (for example, to move leadership away from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_hook: Option<Hook>,
+    /// Runs after each replaced pod is Ready at the new image (for example, to verify it
+    /// rejoined), before the next pod is touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_hook: Option<Hook>,
+}
+
+/// A container run to completion as one Job per pod and attempt.
+///
+/// It gets `TARGET_POD`, `TARGET_ORDINAL`, `TARGET_HOST` (the pod's stable DNS name),
+/// `FROM_IMAGE`, `TO_IMAGE` and `HOOK` (`pre` or `post`) in its environment.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Hook {
+    /// The image (default: the image being upgraded to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The entrypoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Extra environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// How long one attempt may run before it counts as failed.
+    #[serde(default = "default_hook_timeout")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: i64,
+    /// How many times a failed attempt is retried (with backoff) before the upgrade
+    /// waits for `lockstep.dev/retry-hook` or `lockstep.dev/skip-hook`.
+    #[serde(default = "default_retry_limit")]
+    #[schemars(range(min = 0, max = 10))]
+    pub retry_limit: i32,
+    /// Extra labels of the hook's pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_labels: BTreeMap<String, String>,
+    /// Extra annotations of the hook's pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
+}
+
+/// Where and when backups are taken.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupPolicy {
+    /// When scheduled backups run: five cron fields (`0 3 * * *`) or a macro (`@daily`).
+    #[schemars(length(max = 128))]
+    #[x_kube(validation = Rule::new(CRON_RULE).message(
+        "backupPolicy.schedule must be a cron expression: five fields (minute hour day-of-month month day-of-week, such as \"0 3 * * *\") or @yearly, @monthly, @weekly, @daily or @hourly"
+    ))]
+    pub schedule: String,
+    /// Pause scheduled backups (on-demand and final backups still run).
+    #[serde(default)]
+    pub suspend: bool,
+    /// The S3-compatible endpoint URL.
+    #[schemars(length(min = 1))]
+    pub s3_endpoint: String,
+    /// The Secret holding the S3 credentials under the keys `accessKey` and `secretKey`.
+    /// They reach the backup container only as secret references.
+    #[schemars(length(min = 1))]
+    pub s3_credentials_secret: String,
+    /// The bucket.
+    #[schemars(length(min = 1))]
+    pub bucket: String,
+    /// The key prefix within the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// How many backups to keep under the prefix (passed to the image as
+    /// `BACKUP_RETENTION`; pruning is the image's job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub retention: Option<i32>,
+    /// The backup container's image.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// Its entrypoint (default: the image's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// How long one backup may run before it counts as failed.
+    #[serde(default = "default_backup_timeout")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: i64,
+    /// Extra labels of backup pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_labels: BTreeMap<String, String>,
+    /// Extra annotations of backup pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
+}
+
+/// The observed state of a DistributedDB.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedDBStatus {
+    /// Phase, step, conditions, observedGeneration and the machine record.
+    #[serde(flatten)]
+    pub engine: EngineStatus<DdbState>,
+    /// The image every pod ran when the cluster last came to rest (set when an upgrade
+    /// finishes with the last pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Database pods that exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Database pods that are Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// The most recent backup that finished (scheduled, on demand or final).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<LastBackup>,
+}
+
+/// A finished backup.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastBackup {
+    /// When it finished.
+    pub time: DateTime<Utc>,
+    /// The Job that took it.
+    pub job: String,
+    /// `Succeeded`, or `Failed (reason: message)`.
+    pub outcome: String,
+}

@@ -1,0 +1,169 @@
+//! DistributedDB: the seed operator for a replicated database, as a Lockstep machine.
+//!
+//! - [`api`]: the custom resource, its validation and status.
+//! - [`machine`]: the state machine (statechart, guarantees and assumptions there).
+//! - [`observe`] and [`render`]: the bridge to Kubernetes objects, both pure.
+//!
+//! This module binds them into an [`Operator`] the driver runs.
+//!
+//! # Guarantees
+//! See [`machine`]. Additionally, `status` is a deterministic function of the persisted
+//! state and the observation, so an idle reconcile writes nothing.
+//!
+//! # Assumptions
+//! The driver's cache watches pods, Jobs, CronJobs, StatefulSets, Services and volume
+//! claims carrying the standard labels, which every rendered object (and every pod and
+//! claim made from them) carries.
+//!
+//! # Errors
+//! Rendering fails only for an owner without a UID (never for an object read from the
+//! API server) or an object that does not serialize: [`crate::driver::Error`].
+
+pub mod api;
+pub mod machine;
+#[cfg(test)]
+mod model;
+pub mod observe;
+pub mod render;
+#[cfg(test)]
+mod tests;
+
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+pub use api::{DistributedDB, DistributedDBSpec, DistributedDBStatus, LastBackup};
+pub use machine::{DdbAction, DdbKind, DdbState, DistributedDb, Observed};
+
+use crate::driver::{Cache, Error, Op, Operator};
+use crate::engine::EngineStatus;
+use crate::machines::common::backup::cronjob_name;
+use crate::machines::common::jobs::JobOutcome;
+
+impl Operator for DistributedDb {
+    type Resource = DistributedDB;
+
+    const KIND_LABEL: &'static str = render::KIND_LABEL;
+
+    fn spec(object: &DistributedDB) -> DistributedDBSpec {
+        object.spec.clone()
+    }
+
+    fn engine_status(object: &DistributedDB) -> EngineStatus<DdbState> {
+        object
+            .status
+            .as_ref()
+            .map(|s| s.engine.clone())
+            .unwrap_or_default()
+    }
+
+    fn observe(object: &DistributedDB, _state: Option<&DdbState>, cache: &Cache) -> Observed {
+        observe::observe(object, cache)
+    }
+
+    fn render(object: &DistributedDB, action: &DdbAction) -> Result<Vec<Op>, Error> {
+        let name = object.name_any();
+        Ok(match action {
+            DdbAction::EnsureService => vec![Op::apply(&render::service(object)?)?],
+            DdbAction::EnsureStatefulSet(shape) => {
+                vec![Op::apply(&render::statefulset(object, shape)?)?]
+            }
+            DdbAction::DeletePod { ordinal, uid } => {
+                vec![Op::delete::<Pod>(format!("{name}-{ordinal}"), uid)]
+            }
+            DdbAction::RunHook {
+                phase,
+                ordinal,
+                key,
+                from,
+                to,
+            } => render::hook_job(object, *phase, *ordinal, key, from, to)?
+                .map(|job| Op::create(&job))
+                .transpose()?
+                .into_iter()
+                .collect(),
+            DdbAction::RunBackup { key, kind } => render::backup_job(object, key, *kind)?
+                .map(|job| Op::create(&job))
+                .transpose()?
+                .into_iter()
+                .collect(),
+            DdbAction::EnsureCronJob => match &object.spec.backup_policy {
+                Some(policy) => vec![Op::apply(&render::cronjob(object, policy)?)?],
+                None => Vec::new(),
+            },
+            DdbAction::DeleteCronJob { uid } => {
+                vec![Op::delete::<CronJob>(cronjob_name(&name), uid)]
+            }
+            DdbAction::ExpandVolume { ordinal, size } => {
+                vec![Op::apply(&render::volume_expansion(
+                    object, *ordinal, size,
+                ))?]
+            }
+            DdbAction::DeleteJob { name, uid } => vec![Op::delete::<Job>(name, uid)],
+        })
+    }
+
+    fn status(
+        object: &DistributedDB,
+        engine: EngineStatus<DdbState>,
+        state: Option<&DdbState>,
+        observed: &Observed,
+    ) -> serde_json::Value {
+        let old = object.status.as_ref();
+        let status = DistributedDBStatus {
+            engine,
+            version: version(state).or_else(|| old.and_then(|s| s.version.clone())),
+            replicas: Some(count(observed, |_| true)),
+            ready_replicas: Some(count(observed, |p| p.ready)),
+            last_backup: last_backup(observed, old.and_then(|s| s.last_backup.as_ref())),
+        };
+        serde_json::to_value(status).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// The version a state vouches for: the image every pod ran when it last came to rest.
+pub fn version(state: Option<&DdbState>) -> Option<String> {
+    match state? {
+        DdbState::Ready { version, .. }
+        | DdbState::Scaling { version, .. }
+        | DdbState::BackingUp { version, .. } => Some(version.clone()),
+        DdbState::Upgrading(u) => Some(u.from.clone()),
+        DdbState::Creating | DdbState::Finalizing { .. } | DdbState::Finalized => None,
+    }
+}
+
+fn count(observed: &Observed, pick: impl Fn(&machine::PodView) -> bool) -> i32 {
+    let n = observed
+        .pods
+        .values()
+        .filter(|p| !p.terminating && pick(p))
+        .count();
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// The most recent finished backup among the observed Jobs, or `before` if that is more
+/// recent (Jobs are pruned; the status remembers).
+pub fn last_backup(observed: &Observed, before: Option<&LastBackup>) -> Option<LastBackup> {
+    let seen = observed
+        .jobs
+        .iter()
+        .filter(|j| j.purpose.is_some_and(|p| p.is_backup()))
+        .filter_map(|j| {
+            let time = j.outcome.finished_at()?;
+            let outcome = match &j.outcome {
+                JobOutcome::Succeeded { .. } => "Succeeded".to_owned(),
+                other => other.describe(),
+            };
+            Some(LastBackup {
+                time,
+                job: j.name.clone(),
+                outcome,
+            })
+        })
+        .max_by(|a, b| (a.time, &a.job).cmp(&(b.time, &b.job)));
+    match (seen, before) {
+        (Some(seen), Some(before)) if before.time > seen.time => Some(before.clone()),
+        (None, before) => before.cloned(),
+        (seen, _) => seen,
+    }
+}

@@ -1,0 +1,1 @@
+//! The DistributedDB world model for the engine's model-checking harness.

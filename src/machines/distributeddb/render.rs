@@ -1,0 +1,402 @@
+//! Rendering: the typed objects a DistributedDB owns, as pure functions of the custom
+//! resource (and, for the StatefulSet, the state's [`Shape`]).
+//!
+//! Observation renders the same objects to check the live ones for drift
+//! ([`crate::machines::common::subset`]), so what is compared is exactly what would be
+//! applied.
+//!
+//! | object | name | notes |
+//! |---|---|---|
+//! | headless Service | `<name>` | `clusterIP: None`, publishes not-ready addresses |
+//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data` |
+//! | pods (by the StatefulSet) | `<name>-<ordinal>` | container `db`, volume at `/var/lib/data` |
+//! | hook Jobs | `<name>-{pre,post}-<ordinal>-<hash>-<attempt>` | run once |
+//! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | run once |
+//! | CronJob | `<name>-backup` | scheduled backups |
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+    VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::ResourceExt;
+use serde::Serialize;
+
+use super::api::{BackupPolicy, DistributedDB};
+use super::machine::{HookPhase, Shape};
+use crate::machines::common::Error;
+use crate::machines::common::backup::{self, BackupKind, Destination};
+use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce, job_spec};
+use crate::machines::common::meta::{self, APPLIED_HASH, owner_reference};
+
+/// `app.kubernetes.io/name` of everything a DistributedDB owns.
+pub const KIND_LABEL: &str = "distributeddb";
+/// The database container's name.
+pub const CONTAINER: &str = "db";
+/// The volume claim template's name (claims are `data-<name>-<ordinal>`).
+pub const VOLUME: &str = "data";
+/// Where the volume is mounted.
+pub const DATA_PATH: &str = "/var/lib/data";
+
+/// The owner's standard labels.
+pub fn labels(db: &DistributedDB) -> BTreeMap<String, String> {
+    meta::standard_labels(KIND_LABEL, &db.name_any())
+}
+
+/// The database pods' selector (immutable once the StatefulSet exists).
+pub fn selector(db: &DistributedDB) -> BTreeMap<String, String> {
+    meta::component_labels(KIND_LABEL, &db.name_any(), "database")
+}
+
+fn namespace(db: &DistributedDB) -> String {
+    db.namespace().unwrap_or_default()
+}
+
+/// `<name>-<ordinal>.<name>.<namespace>.svc`: a pod's stable DNS name.
+pub fn pod_host(db: &DistributedDB, ordinal: i32) -> String {
+    let name = db.name_any();
+    format!("{name}-{ordinal}.{name}.{}.svc", namespace(db))
+}
+
+/// `data-<name>-<ordinal>`: the volume claim of a pod.
+pub fn claim_name(db: &DistributedDB, ordinal: i32) -> String {
+    format!("{VOLUME}-{}-{ordinal}", db.name_any())
+}
+
+/// Set [`APPLIED_HASH`] to the hash of the object as rendered without it.
+fn with_applied_hash<T: Serialize>(
+    mut object: T,
+    meta: impl Fn(&mut T) -> &mut ObjectMeta,
+) -> Result<T, Error> {
+    let json = serde_json::to_string(&object).map_err(|source| Error::Serialize {
+        what: "a rendered object".to_owned(),
+        source,
+    })?;
+    let hash = meta::short_hash(&[&json]);
+    meta(&mut object)
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(APPLIED_HASH.to_owned(), hash);
+    Ok(object)
+}
+
+/// The headless Service giving each pod a stable DNS name.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn service(db: &DistributedDB) -> Result<Service, Error> {
+    let svc = Service {
+        metadata: ObjectMeta {
+            name: Some(db.name_any()),
+            namespace: Some(namespace(db)),
+            labels: Some(labels(db)),
+            owner_references: Some(vec![owner_reference(db)?]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_owned()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector(db)),
+            ports: Some(
+                db.spec
+                    .ports
+                    .iter()
+                    .map(|p| ServicePort {
+                        name: Some(p.name.clone()),
+                        port: p.port,
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    };
+    with_applied_hash(svc, |s| &mut s.metadata)
+}
+
+/// The StatefulSet holding `shape`.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Error> {
+    let name = db.name_any();
+    let spec = &db.spec;
+    let mut pod_labels = spec.pod_labels.clone();
+    pod_labels.extend(selector(db));
+    let mut env = vec![
+        EnvVar {
+            name: "POD_NAME".to_owned(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".to_owned(),
+                    api_version: None,
+                }),
+                ..EnvVarSource::default()
+            }),
+        },
+        EnvVar {
+            name: "DB_SERVICE".to_owned(),
+            value: Some(format!("{name}.{}.svc", namespace(db))),
+            value_from: None,
+        },
+        EnvVar {
+            name: "DB_REPLICAS".to_owned(),
+            value: Some(shape.replicas.to_string()),
+            value_from: None,
+        },
+    ];
+    env.extend(spec.env.iter().cloned());
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(shape.image.clone()),
+        ports: Some(
+            spec.ports
+                .iter()
+                .map(|p| ContainerPort {
+                    name: Some(p.name.clone()),
+                    container_port: p.port,
+                    ..ContainerPort::default()
+                })
+                .collect(),
+        ),
+        env: Some(env),
+        resources: spec.resources.clone(),
+        volume_mounts: Some(vec![VolumeMount {
+            name: VOLUME.to_owned(),
+            mount_path: DATA_PATH.to_owned(),
+            ..VolumeMount::default()
+        }]),
+        ..Container::default()
+    };
+    let sts = StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace(db)),
+            labels: Some(labels(db)),
+            owner_references: Some(vec![owner_reference(db)?]),
+            ..ObjectMeta::default()
+        },
+        spec: StatefulSetSpec {
+            replicas: Some(shape.replicas),
+            service_name: Some(name),
+            pod_management_policy: Some("Parallel".to_owned()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".to_owned()),
+                rolling_update: None,
+            }),
+            selector: LabelSelector {
+                match_labels: Some(selector(db)),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: (!spec.pod_annotations.is_empty())
+                        .then(|| spec.pod_annotations.clone()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(VOLUME.to_owned()),
+                    labels: Some(labels(db)),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+                    storage_class_name: spec.storage.storage_class_name.clone(),
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "storage".to_owned(),
+                            Quantity(shape.claim_size.clone()),
+                        )])),
+                        limits: None,
+                    }),
+                    ..PersistentVolumeClaimSpec::default()
+                }),
+                status: None,
+            }]),
+            ..StatefulSetSpec::default()
+        },
+        status: None,
+    };
+    with_applied_hash(sts, |s| &mut s.metadata)
+}
+
+/// The request growing pod `ordinal`'s volume claim to `size` (server-side applied:
+/// only the storage request is owned by Lockstep).
+pub fn volume_expansion(db: &DistributedDB, ordinal: i32, size: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(claim_name(db, ordinal)),
+            namespace: Some(namespace(db)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity(size.to_owned()),
+                )])),
+                limits: None,
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn plain(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+/// The hook Job `key` for pod `ordinal`.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID. A hook that is no longer in the spec renders to
+/// `None`.
+pub fn hook_job(
+    db: &DistributedDB,
+    phase: HookPhase,
+    ordinal: i32,
+    key: &str,
+    from: &str,
+    to: &str,
+) -> Result<Option<Job>, Error> {
+    let Some(hook) = phase.of(&db.spec) else {
+        return Ok(None);
+    };
+    let name = db.name_any();
+    let phase_name: &str = phase.into();
+    let mut env = vec![
+        plain("HOOK", phase_name),
+        plain("TARGET_POD", format!("{name}-{ordinal}")),
+        plain("TARGET_ORDINAL", ordinal.to_string()),
+        plain("TARGET_HOST", pod_host(db, ordinal)),
+        plain("FROM_IMAGE", from),
+        plain("TO_IMAGE", to),
+    ];
+    env.extend(hook.env.iter().cloned());
+    let pod = PodRecipe {
+        labels: hook.pod_labels.clone(),
+        annotations: hook.pod_annotations.clone(),
+        container: Container {
+            name: "hook".to_owned(),
+            image: Some(hook.image.clone().unwrap_or_else(|| to.to_owned())),
+            command: (!hook.command.is_empty()).then(|| hook.command.clone()),
+            args: (!hook.args.is_empty()).then(|| hook.args.clone()),
+            env: Some(env),
+            ..Container::default()
+        },
+        service_account_name: None,
+    };
+    Ok(Some(
+        RunOnce {
+            owner_name: &name,
+            namespace: &namespace(db),
+            owner: owner_reference(db)?,
+            labels: meta::component_labels(KIND_LABEL, &name, "hook"),
+            key,
+            purpose: Purpose::Hook,
+            pod,
+            deadline: Some(hook.timeout_seconds),
+        }
+        .build(),
+    ))
+}
+
+fn destination(policy: &BackupPolicy) -> Destination {
+    Destination {
+        s3_endpoint: policy.s3_endpoint.clone(),
+        bucket: policy.bucket.clone(),
+        prefix: policy.prefix.clone(),
+        credentials_secret: policy.s3_credentials_secret.clone(),
+        retention: policy.retention,
+    }
+}
+
+fn backup_pod(db: &DistributedDB, policy: &BackupPolicy, kind: BackupKind) -> PodRecipe {
+    let source = format!("{}.{}.svc", db.name_any(), namespace(db));
+    PodRecipe {
+        labels: policy.pod_labels.clone(),
+        annotations: policy.pod_annotations.clone(),
+        container: Container {
+            name: "backup".to_owned(),
+            image: Some(policy.image.clone()),
+            command: (!policy.command.is_empty()).then(|| policy.command.clone()),
+            args: (!policy.args.is_empty()).then(|| policy.args.clone()),
+            env: Some(backup::backup_env(&destination(policy), kind, &source)),
+            ..Container::default()
+        },
+        service_account_name: None,
+    }
+}
+
+/// The backup Job `key` (on demand or final). `None` without a backup policy.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID.
+pub fn backup_job(db: &DistributedDB, key: &str, kind: BackupKind) -> Result<Option<Job>, Error> {
+    let Some(policy) = &db.spec.backup_policy else {
+        return Ok(None);
+    };
+    let name = db.name_any();
+    let purpose = match kind {
+        BackupKind::Final => Purpose::FinalBackup,
+        BackupKind::Scheduled | BackupKind::OnDemand => Purpose::Backup,
+    };
+    Ok(Some(
+        RunOnce {
+            owner_name: &name,
+            namespace: &namespace(db),
+            owner: owner_reference(db)?,
+            labels: meta::component_labels(KIND_LABEL, &name, "backup"),
+            key,
+            purpose,
+            pod: backup_pod(db, policy, kind),
+            deadline: Some(policy.timeout_seconds),
+        }
+        .build(),
+    ))
+}
+
+/// The scheduled-backup CronJob for `policy`.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn cronjob(db: &DistributedDB, policy: &BackupPolicy) -> Result<CronJob, Error> {
+    let name = db.name_any();
+    let labels = meta::component_labels(KIND_LABEL, &name, "backup");
+    let job = job_spec(
+        &backup_pod(db, policy, BackupKind::Scheduled),
+        &labels,
+        Some(policy.timeout_seconds),
+    );
+    let cj = backup::Schedule {
+        owner_name: &name,
+        namespace: &namespace(db),
+        owner: owner_reference(db)?,
+        labels,
+        schedule: &policy.schedule,
+        suspend: policy.suspend,
+        job,
+    }
+    .build();
+    with_applied_hash(cj, |c| &mut c.metadata)
+}
