@@ -19,9 +19,9 @@
 //! The reflector store is updated by the watch, some time after a write. A reconcile
 //! that follows its own write at once (a transition requeues immediately) could read
 //! the pre-write object from the store and re-decide from a stale state. The driver
-//! keeps, per object, the resourceVersion it read before its last write and the object
-//! the API server returned; while the store still serves that resourceVersion, the
-//! reconcile uses the returned object instead. Even without this, the fenced write would
+//! keeps, per object, the resourceVersions its writes replaced and the object the API
+//! server returned for the last one; while the store still serves a replaced version,
+//! the reconcile uses the returned object instead. Even without this, the fenced write would
 //! refuse to persist a decision made from the stale object (409 → [`Error::Conflict`] →
 //! re-read): the fence saves the wasted round trip and the conflict, the
 //! resourceVersion precondition guarantees correctness.
@@ -174,8 +174,8 @@ struct Context<O: Operator> {
     _operator: PhantomData<fn() -> O>,
 }
 
-/// The stale-cache fence: per object, the resourceVersion read before our last write
-/// and the object that write returned.
+/// The stale-cache fence: per object, the resourceVersions our writes superseded since
+/// the store last caught up, and the object the last write returned.
 pub(crate) struct Fence<K: Resource<DynamicType = ()>> {
     written: Mutex<HashMap<ObjectRef<K>, Written<K>>>,
 }
@@ -189,19 +189,21 @@ impl<K: Resource<DynamicType = ()>> Default for Fence<K> {
 }
 
 struct Written<K> {
-    read: Option<String>,
+    /// The versions our writes replaced, oldest first (several when we wrote twice, for
+    /// example the finalizer then the status, before the store saw the first write).
+    superseded: Vec<Option<String>>,
     object: Arc<K>,
 }
 
 impl<K: Resource<DynamicType = ()>> Fence<K> {
-    /// The object to reconcile from: the store's, unless the store still serves the
-    /// version we overwrote, in which case the object our write returned.
+    /// The object to reconcile from: the store's, unless the store still serves a
+    /// version we overwrote, in which case the object our last write returned.
     pub(crate) fn freshest(&self, key: &ObjectRef<K>, stored: Arc<K>) -> Arc<K> {
         let mut written = lock(&self.written);
         match written.get(key) {
-            Some(w) if w.read == stored.resource_version() => {
+            Some(w) if w.superseded.contains(&stored.resource_version()) => {
                 tracing::debug!(
-                    "the cache still serves the pre-write object; reconciling from the written one"
+                    "the cache still serves a pre-write object; reconciling from the written one"
                 );
                 w.object.clone()
             }
@@ -217,7 +219,15 @@ impl<K: Resource<DynamicType = ()>> Fence<K> {
     /// Remember that we overwrote version `read` of `key` and got `object` back.
     pub(crate) fn remember(&self, key: &ObjectRef<K>, read: Option<String>, object: K) {
         let object = Arc::new(object);
-        lock(&self.written).insert(key.clone(), Written { read, object });
+        let mut written = lock(&self.written);
+        let mut superseded = match written.remove(key) {
+            // Our previous write is what we just overwrote: the store may still serve
+            // either version.
+            Some(previous) if previous.object.resource_version() == read => previous.superseded,
+            _ => Vec::new(),
+        };
+        superseded.push(read);
+        written.insert(key.clone(), Written { superseded, object });
     }
 
     /// Forget `key` (it is gone).
@@ -578,6 +588,31 @@ mod tests {
         // Forgotten: even a (theoretical) replay of the old version is served as is.
         let served = fence.freshest(&key, Arc::new(cm("1", "stale")));
         assert_eq!(served.resource_version().as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn the_fence_covers_two_writes_before_the_store_sees_the_first() {
+        let fence = Fence::<ConfigMap>::default();
+        let key = ObjectRef::new("a").within("ns");
+        fence.remember(&key, Some("1".into()), cm("2", "finalizer added"));
+        fence.remember(&key, Some("2".into()), cm("3", "status written"));
+        for stale in ["1", "2"] {
+            let served = fence.freshest(&key, Arc::new(cm(stale, "stale")));
+            assert_eq!(
+                served.resource_version().as_deref(),
+                Some("3"),
+                "store at {stale}"
+            );
+        }
+        let served = fence.freshest(&key, Arc::new(cm("3", "caught up")));
+        assert_eq!(
+            served
+                .data
+                .as_ref()
+                .and_then(|d| d.get("k"))
+                .map(String::as_str),
+            Some("caught up")
+        );
     }
 
     #[test]
