@@ -351,6 +351,10 @@ pub trait Operator: Machine + Sized {
 
     /// The complete `.status` to persist: `engine` plus the kind's own projected fields
     /// (ready replicas, version, last backup), all deterministic functions of the inputs.
+    ///
+    /// The driver compares it with the object's typed status re-serialized, so it must
+    /// round-trip through the resource's status type (serialize that type; do not add
+    /// keys it drops), or every reconcile writes (the driver warns when it sees this).
     fn status(
         object: &Self::Resource,
         engine: EngineStatus<Self::State>,
