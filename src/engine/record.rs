@@ -40,7 +40,8 @@ pub struct MachineRecord<S> {
     /// The most recent transitions, oldest first.
     #[serde(default)]
     pub history: Vec<HistoryEntry>,
-    /// The last error met while acting in this state, if any.
+    /// The error of the last reconcile that failed, if the reconciles since have not
+    /// succeeded: the next successful reconcile's write clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }

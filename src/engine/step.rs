@@ -205,6 +205,12 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
                 let left = left + Duration::from_secs(1);
                 requeue = Some(requeue.map_or(left, |r| r.min(left)));
             }
+            // The write that follows this decision happens only if its actions all
+            // succeed, so it clears the error a failed reconcile recorded.
+            let record = MachineRecord {
+                last_error: None,
+                ..record
+            };
             let status = project::<M>(
                 old,
                 &record,

@@ -96,6 +96,27 @@ fn the_first_reconcile_initializes_and_writes_once_and_an_idle_one_writes_nothin
 }
 
 #[test]
+fn a_successful_stay_clears_the_last_error_once_and_then_writes_nothing() {
+    let spec = spec(2);
+    let mut api = Api::new();
+    api.reconcile(&spec, 0); // Pending -> Scaling
+    api.reconcile(&spec, 0);
+    api.reconcile(&spec, 2); // Scaling -> Running
+    let errored = with_error::<Toy>(&api.read(), "boom").expect("lastError is recorded");
+    api.status = serde_json::to_string(&errored).expect("serializes");
+
+    let recovered = api.reconcile(&spec, 2);
+    assert!(
+        recovered.changed,
+        "the reconcile that succeeds clears lastError"
+    );
+    assert_eq!(recovered.taken, None);
+    assert_eq!(record(&api).last_error, None);
+    let idle = api.reconcile(&spec, 2);
+    assert!(!idle.changed, "and then it is quiet");
+}
+
+#[test]
 fn a_declared_transition_persists_appends_history_emits_one_normal_note_and_clears_last_error() {
     let spec = spec(3);
     let mut api = Api::new();
