@@ -10,6 +10,7 @@
 #   cluster-up      start the cluster; idempotent; builds if needed
 #   cluster-down    stop every process of the cluster and remove its state
 #   cluster-status  print whether the cluster is up
+#   cluster-selftest  check StatefulSet/PVC, Job, KWOK hooks, RBAC on a running cluster
 #
 # Variables (for recipes and tests):
 #   CLUSTER_BIN_DIR     cached binaries: lockstep-cluster, kwok, kubectl
@@ -25,7 +26,7 @@ CLUSTER_KUBECTL := $(CLUSTER_DIR)/bin/kubectl
 # Evaluated lazily: hashing the inputs costs a few milliseconds, no build.
 CLUSTER_BIN_DIR = $(shell $(CLUSTER_ROOT)/tools/cluster/build.sh --print)
 
-.PHONY: cluster-build cluster-up cluster-down cluster-status
+.PHONY: cluster-build cluster-up cluster-down cluster-status cluster-selftest
 
 cluster-build:
 	@$(CLUSTER_ROOT)/tools/cluster/build.sh >/dev/null
@@ -38,3 +39,6 @@ cluster-down:
 
 cluster-status:
 	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/cluster/status.sh
+
+cluster-selftest:
+	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/cluster/selftest.sh
