@@ -9,6 +9,7 @@
 #   LOCKSTEP_CACHE   cache root (default: $HOME/.cache/lockstep)
 set -euo pipefail
 
+command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 KWOK_DIR="$ROOT/tools/kwok"
