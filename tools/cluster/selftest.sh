@@ -110,6 +110,32 @@ k patch pvc grow -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}' >/de
 grown() { [ "$(k get pvc grow -o jsonpath='{.status.capacity.storage}')" = 2Gi ]; }
 if until_ok 30 grown; then ok "expandable PVC resized to 2Gi"; else bad "expandable PVC resize"; fi
 
+k apply -f - >/dev/null <<'EOF'
+apiVersion: v1
+kind: Pod
+metadata:
+  name: slow
+  annotations:
+    lockstep.dev/kwok-ready-delay-ms: "3000"
+    lockstep.dev/kwok-ready-jitter-ms: "0"
+    lockstep.dev/kwok-delete-delay-ms: "3000"
+spec:
+  containers: [{name: c, image: example.invalid/x:1}]
+EOF
+scheduled() { [ -n "$(k get pod slow -o jsonpath='{.spec.nodeName}')" ]; }
+until_ok 15 scheduled
+sleep 1.5
+early="$(k get pod slow -o jsonpath='{.status.phase}')"
+if [ "$early" = Pending ] && until_ok 10 pod_ready slow True; then ok "kwok-ready-delay-ms delays readiness"; else bad "kwok-ready-delay-ms (phase at 1.5 s: $early)"; fi
+k delete pod slow --wait=false >/dev/null
+sleep 1.5
+gone() { ! k get pod slow; }
+if k get pod slow >/dev/null 2>&1 && until_ok 10 gone; then
+  ok "kwok-delete-delay-ms keeps the pod Terminating, then removes it"
+else
+  bad "kwok-delete-delay-ms"
+fi
+
 k create serviceaccount nobody >/dev/null
 if [ "$(kctl auth can-i list pods -n "$NS" --as="system:serviceaccount:$NS:nobody")" = no ]; then ok "RBAC: unbound ServiceAccount denied"; else bad "RBAC denies"; fi
 token="$(k create token nobody 2>/dev/null)"
