@@ -54,6 +54,7 @@ if [ "${1:-}" = "--print" ]; then
 fi
 
 if [ -x "$BIN/lockstep-cluster" ] && [ -x "$BIN/kwok" ] && [ -f "$OUT/.complete" ]; then
+  touch "$OUT/.complete" 2>/dev/null || true # last use, for pruning
   echo "$BIN"
   exit 0
 fi
@@ -109,11 +110,16 @@ touch "$TMP/.complete"
 rm -rf "$OUT"
 mv "$TMP" "$OUT"
 trap - EXIT
-# Keep the three most recent builds (a clone on an older commit may still be
-# using one); each is ~210 MB.
-ls -1dt "$CACHE_ROOT"/cluster-* 2>/dev/null | tail -n +4 | while read -r old; do
-  log "pruning old build $old"
-  rm -rf -- "$old"
+# Prune builds beyond the three most recently used that have not been used
+# for a day (a running cluster or an older clone may still use one); each
+# entry is ~210 MB.
+for c in "$CACHE_ROOT"/cluster-*/.complete; do
+  [ -f "$c" ] && echo "$(stat -c %Y "$c") ${c%/.complete}"
+done | sort -rn | tail -n +4 | while read -r mtime old; do
+  if [ $(($(date +%s) - mtime)) -gt 86400 ]; then
+    log "pruning old build $old"
+    rm -rf -- "$old"
+  fi
 done
 log "done"
 echo "$BIN"

@@ -18,19 +18,19 @@ if [ -f "$KUBECONFIG_ADMIN" ] && [ -x "$CLUSTER_DIR/bin/kubectl" ] && pid_alive 
 fi
 
 stop() {
-  local name="$1" f="$PIDS/$1.pid" pid i
+  local name="$1" f="$PIDS/$1.pid" pid
   [ -f "$f" ] || return 0
   pid="$(cat "$f")"
   if pid_alive "$name"; then
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 100); do
+    for _ in $(seq 1 100); do
       pid_alive "$name" || break
       sleep 0.1
     done
     if pid_alive "$name"; then
       log "$name (pid $pid) ignored SIGTERM; killing"
       kill -KILL "$pid" 2>/dev/null || true
-      for i in $(seq 1 50); do
+      for _ in $(seq 1 50); do
         [ -d "/proc/$pid" ] || break
         sleep 0.1
       done
