@@ -33,6 +33,7 @@ use super::leader::{self, LeaseConfig};
 use super::metrics::Metrics;
 use super::observe;
 use crate::driver::{self, Operator};
+use crate::machines::distributeddb::DistributedDb;
 
 /// Every machine `lockstep run` knows, by its command-line name.
 pub const MACHINES: &[&str] = &["distributeddb", "postgrescluster"];
@@ -113,11 +114,10 @@ pub fn run_machine(
     context: &MachineContext,
     drain: CancellationToken,
 ) -> Result<Controller, Error> {
-    let _ = (context, drain);
     match name {
-        // One arm per machine, e.g.:
-        // "distributeddb" => Ok(drive::<DistributedDb>(context, drain)),
-        "distributeddb" | "postgrescluster" => Err(Error::NotRunnable(name.to_owned())),
+        "distributeddb" => Ok(drive::<DistributedDb>(context, drain)),
+        // Not written yet: "postgrescluster" => Ok(drive::<PostgresCluster>(context, drain)),
+        "postgrescluster" => Err(Error::NotRunnable(name.to_owned())),
         other => Err(Error::UnknownMachine {
             name: other.to_owned(),
             known: MACHINES.join(","),
