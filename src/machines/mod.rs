@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 pub mod common;
 pub mod distributeddb;
+pub mod postgres;
 
 /// A generated file: where it goes and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +82,10 @@ type TableExport = (&'static str, Result<String, serde_yaml::Error>, String);
 
 /// Every machine's exported table.
 fn tables() -> Vec<TableExport> {
-    vec![table::<distributeddb::DistributedDb>()]
+    vec![
+        table::<distributeddb::DistributedDb>(),
+        table::<postgres::Postgres>(),
+    ]
 }
 
 fn table<M: crate::engine::Machine>() -> TableExport {
@@ -97,5 +101,8 @@ fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
     use kube::CustomResourceExt;
-    vec![distributeddb::DistributedDB::crd()]
+    vec![
+        distributeddb::DistributedDB::crd(),
+        postgres::PostgresCluster::crd(),
+    ]
 }

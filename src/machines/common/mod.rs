@@ -27,6 +27,7 @@
 //! API server), or an object that does not serialize.
 
 pub mod annotations;
+pub mod applied;
 pub mod backup;
 pub mod finalize;
 pub mod jobs;

@@ -1,0 +1,272 @@
+//! The `PostgresCluster` custom resource (`lockstep.dev/v1alpha1`, short name `pgc`).
+//!
+//! ```yaml
+//! apiVersion: lockstep.dev/v1alpha1
+//! kind: PostgresCluster
+//! metadata: {name: orders}
+//! spec:
+//!   version: "16"               # 13..17, optionally with a minor: "16.4" -> postgres:16.4
+//!   replicas: 3                 # one primary, two streaming replicas
+//!   storageSize: 10Gi           # immutable
+//!   failoverDelaySeconds: 30    # primary not Ready this long -> promote a Ready replica
+//!   backupSchedule: "0 3 * * *" # needs spec.backup
+//!   backup:
+//!     s3Endpoint: https://s3.eu-west-1.amazonaws.com
+//!     bucket: backups
+//!     prefix: prod
+//!     credentialsSecret: orders-s3        # keys accessKey, secretKey
+//!     image: registry.example/pg-backup:16  # pg_dump + curl, see the scripts README
+//! ```
+//!
+//! # Validation (by the API server, each message naming the field)
+//! - `metadata.name` at most 40 characters (pod, Service and Job names derive from it);
+//! - `spec.version` a supported major (13–17), optionally with a minor version; the
+//!   major cannot change in place (data directories are not compatible across majors:
+//!   create a new cluster and restore a dump into it);
+//! - `spec.replicas` ≥ 1;
+//! - `spec.storageSize` a positive quantity, immutable; `spec.storageClassName` and
+//!   `spec.credentialsSecret` immutable;
+//! - `spec.backupSchedule` a five-field cron expression or a macro such as `@daily`, and
+//!   only together with `spec.backup`;
+//! - `spec.failoverDelaySeconds` in 0..=3600.
+//!
+//! # Credentials
+//! The superuser (`postgres`) and replication (`replicator`) passwords come from the Secret
+//! `spec.credentialsSecret` (keys [`SUPERUSER_PASSWORD_KEY`] and
+//! [`REPLICATION_PASSWORD_KEY`]); without one, Lockstep creates `<name>-credentials` with
+//! random passwords once, and never reads, logs or rewrites it.
+//!
+//! # Annotations
+//! `lockstep.dev/backup-now` (one on-demand backup per token) and
+//! `lockstep.dev/skip-final-backup` (delete without the final backup): see
+//! [`crate::machines::common::annotations`].
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::machine::PgState;
+use crate::engine::EngineStatus;
+use crate::machines::distributeddb::api::CRON_PATTERN;
+
+/// The longest name a `PostgresCluster` may have.
+pub const MAX_NAME: usize = 40;
+/// The key of the credentials Secret holding the superuser's password.
+pub const SUPERUSER_PASSWORD_KEY: &str = "superuserPassword";
+/// The key of the credentials Secret holding the replication role's password.
+pub const REPLICATION_PASSWORD_KEY: &str = "replicationPassword";
+/// The superuser.
+pub const SUPERUSER: &str = "postgres";
+/// The replication role.
+pub const REPLICATION_USER: &str = "replicator";
+/// The supported majors, as a regular expression over `spec.version` (RE2, no
+/// backslashes, so that it embeds in a CEL string).
+pub const VERSION_PATTERN: &str = "^(13|14|15|16|17)([.][0-9]+)?$";
+
+fn default_replicas() -> i32 {
+    3
+}
+
+fn default_failover_delay() -> i64 {
+    30
+}
+
+fn default_backup_timeout() -> i64 {
+    3600
+}
+
+fn cron_rule() -> String {
+    format!("self.matches('{CRON_PATTERN}')")
+}
+
+fn version_rule() -> String {
+    format!("self.matches('{VERSION_PATTERN}')")
+}
+
+/// A PostgreSQL cluster: one primary and streaming replicas in a StatefulSet, with
+/// switchover on upgrades, failover when the primary stays down, scheduled and on-demand
+/// backups to S3, and a final backup before it is deleted.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[kube(
+    group = "lockstep.dev",
+    version = "v1alpha1",
+    kind = "PostgresCluster",
+    plural = "postgresclusters",
+    shortname = "pgc",
+    namespaced,
+    status = "PostgresClusterStatus",
+    derive = "PartialEq",
+    doc = "A PostgreSQL primary/replica cluster whose lifecycle is a declared state machine persisted in .status.machine.",
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Step", type_ = "string", json_path = ".status.step"),
+    printcolumn(name = "Primary", type_ = "string", json_path = ".status.primaryPod"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("size(self.metadata.name) <= 40")
+        .message("metadata.name must be at most 40 characters: the names of the pods, Services and Jobs derive from it")
+        .field_path(".metadata.name"),
+)]
+#[x_kube(
+    validation = Rule::new("!has(self.backupSchedule) || has(self.backup)")
+        .message("spec.backupSchedule needs spec.backup: scheduled backups need a destination")
+        .field_path(".backupSchedule"),
+    validation = Rule::new(
+        "has(self.credentialsSecret) == has(oldSelf.credentialsSecret) && (!has(self.credentialsSecret) || self.credentialsSecret == oldSelf.credentialsSecret)"
+    )
+        .message("spec.credentialsSecret is immutable: the data directory holds the passwords it was created with")
+        .field_path(".credentialsSecret")
+        .reason(Reason::FieldValueForbidden),
+    validation = Rule::new(
+        "has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)"
+    )
+        .message("spec.storageClassName is immutable: existing volumes cannot move to another StorageClass")
+        .field_path(".storageClassName")
+        .reason(Reason::FieldValueForbidden),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PostgresClusterSpec {
+    /// The PostgreSQL version: a major from 13 to 17 (`"16"`), optionally with a minor
+    /// (`"16.4"`). The image is `postgres:<version>` unless `image` is set. A change of
+    /// the minor (or of `image`) is a rolling upgrade: replicas first, then a switchover,
+    /// then the old primary. The major cannot change in place.
+    #[schemars(length(max = 16))]
+    #[x_kube(
+        validation = Rule::new(version_rule()).message(
+            "spec.version must be a supported PostgreSQL major version (13, 14, 15, 16 or 17), optionally with a minor version such as \"16.4\""
+        ),
+        validation = Rule::new(
+            "!self.matches('^[0-9]+') || !oldSelf.matches('^[0-9]+') || self.find('^[0-9]+') == oldSelf.find('^[0-9]+')"
+        )
+            .message("spec.version cannot change its major version in place: data directories are not compatible across majors; create a new cluster and restore a dump into it")
+            .reason(Reason::FieldValueForbidden)
+    )]
+    pub version: String,
+    /// The server image, overriding `postgres:<version>`. It must run the major of
+    /// `version` and provide bash and the server binaries (the official images do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+    /// Instances: one primary and `replicas - 1` streaming replicas.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 32))]
+    pub replicas: i32,
+    /// The size of each instance's volume, such as `10Gi`. Immutable.
+    #[schemars(length(max = 64))]
+    #[x_kube(
+        validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))")
+            .message("spec.storageSize must be a positive quantity such as 10Gi"),
+        validation = Rule::new("self == oldSelf")
+            .message("spec.storageSize is immutable: the StatefulSet's volume claim template cannot change")
+            .reason(Reason::FieldValueForbidden)
+    )]
+    pub storage_size: String,
+    /// The StorageClass of the volumes (default: the cluster's default class). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// Resources of the PostgreSQL container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// How long the primary may be not Ready before a Ready replica is promoted in its
+    /// place.
+    #[serde(default = "default_failover_delay")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub failover_delay_seconds: i64,
+    /// The Secret holding the superuser's and the replication role's passwords (keys
+    /// `superuserPassword` and `replicationPassword`). Without it Lockstep generates
+    /// `<name>-credentials`. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub credentials_secret: Option<String>,
+    /// A database created at bootstrap; backups dump it (default: `postgres`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = "^[A-Za-z_][A-Za-z0-9_]*$"))]
+    pub database: Option<String>,
+    /// When scheduled backups run: five cron fields (`0 3 * * *`) or a macro (`@daily`).
+    /// Needs `backup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    #[x_kube(validation = Rule::new(cron_rule()).message(
+        "spec.backupSchedule must be a cron expression: five fields (minute hour day-of-month month day-of-week, such as \"0 3 * * *\") or @yearly, @monthly, @weekly, @daily or @hourly"
+    ))]
+    pub backup_schedule: Option<String>,
+    /// Where backups go and how they run. Without it there are no backups, and deletion
+    /// takes no final backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSpec>,
+}
+
+/// The backup destination and the backup Jobs' pod.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// The S3-compatible endpoint URL (`http(s)://host[:port]`).
+    #[schemars(length(min = 1), regex(pattern = "^https?://[^/]+/?$"))]
+    pub s3_endpoint: String,
+    /// The bucket.
+    #[schemars(length(min = 1, max = 63))]
+    pub bucket: String,
+    /// The key prefix within the bucket; dumps go to `<prefix>/<cluster>/<time>.dump`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// The signing region (default `us-east-1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Virtual-hosted-style addressing (`bucket.host`) instead of path style.
+    #[serde(default)]
+    pub virtual_hosted_style: bool,
+    /// The Secret holding the S3 credentials under the keys `accessKey` and `secretKey`.
+    /// They reach the backup container only as secret references.
+    #[schemars(length(min = 1, max = 253))]
+    pub credentials_secret: String,
+    /// The backup image: bash, `pg_dump` of the cluster's major or newer, `curl` ≥ 7.75
+    /// and `sha256sum` (the official `postgres` images plus curl).
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// How long one backup may run before it counts as failed.
+    #[serde(default = "default_backup_timeout")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: i64,
+    /// Pause scheduled backups (on-demand and final backups still run).
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+/// The observed state of a PostgresCluster.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PostgresClusterStatus {
+    /// Phase, step, conditions, observedGeneration and the machine record.
+    #[serde(flatten)]
+    pub engine: EngineStatus<PgState>,
+    /// The pod labelled `lockstep.dev/role=primary`: the one `<name>-rw` selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_pod: Option<String>,
+    /// The pods labelled `lockstep.dev/role=replica`: the ones `<name>-ro` selects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replica_pods: Vec<String>,
+    /// While a switchover or failover runs: the pod being promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_primary: Option<String>,
+    /// The image every instance ran when the cluster last came to rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// When the most recent successful backup (scheduled, on demand or final) finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup_time: Option<DateTime<Utc>>,
+    /// The most recent failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failover: Option<FailoverRecord>,
+}
+
+/// A completed failover.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverRecord {
+    /// When the promoted replica took the primary role.
+    pub time: DateTime<Utc>,
+    /// What happened and why.
+    pub message: String,
+}

@@ -1,0 +1,1 @@
+//! The PostgresCluster world model for the engine's model-checking harness.

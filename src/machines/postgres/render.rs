@@ -1,0 +1,668 @@
+//! Rendering: the typed objects a PostgresCluster owns, as functions of the custom
+//! resource (the StatefulSet also of the state's image and replicas).
+//!
+//! Everything here is pure except [`credentials_secret`], which draws random passwords;
+//! it is created once (`AlreadyExists` counts as success) and never re-rendered for a
+//! drift check, so the passwords a cluster was bootstrapped with never change.
+//!
+//! | object | name | notes |
+//! |---|---|---|
+//! | ConfigMap | `<name>-scripts` | the pod scripts (`entrypoint.sh`, `promote.sh`, `backup.sh`, `restore.sh`), mounted at `/lockstep/scripts` |
+//! | Secret | `<name>-credentials` | only without `spec.credentialsSecret`; random passwords; not owned (kept, like the claims) |
+//! | Service | `<name>` | headless, publishes not-ready addresses: each pod's stable DNS name |
+//! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
+//! | Service | `<name>-ro` | selects `lockstep.dev/role=replica` |
+//! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` |
+//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; claims of removed ordinals are deleted on scale-down, kept on deletion |
+//! | promote Jobs | `<name>-promote-<ordinal>-<hash>-<attempt>` | `promote.sh` against the target's stable DNS name |
+//! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw` |
+//! | CronJob | `<name>-backup` | scheduled `backup.sh` |
+//!
+//! The environment follows the scripts' contract (`src/machines/postgres/scripts/README.md`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
+    DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, Lifecycle,
+    LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, SecretKeySelector, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use rand::Rng;
+
+use super::api::{
+    BackupSpec, PostgresCluster, REPLICATION_PASSWORD_KEY, REPLICATION_USER, SUPERUSER,
+    SUPERUSER_PASSWORD_KEY,
+};
+use super::machine::{Role, ServiceKind};
+use crate::machines::common::Error;
+use crate::machines::common::applied::with_applied_hash;
+use crate::machines::common::backup::{self, BackupKind, Destination};
+use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce, job_spec};
+use crate::machines::common::meta::{self, owner_reference};
+
+/// `app.kubernetes.io/name` of everything a PostgresCluster owns.
+pub const KIND_LABEL: &str = "postgrescluster";
+/// The label carrying a pod's role (`primary` or `replica`), maintained by the operator.
+pub const ROLE_LABEL: &str = "lockstep.dev/role";
+/// The PostgreSQL container's name.
+pub const CONTAINER: &str = "postgres";
+/// The volume claim template's name (claims are `data-<name>-<ordinal>`).
+pub const VOLUME: &str = "data";
+/// Where the volume is mounted.
+pub const DATA_PATH: &str = "/var/lib/postgresql/data";
+/// `PGDATA`: a sub-directory of the volume (its root may hold `lost+found`).
+pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
+/// Where the scripts ConfigMap is mounted.
+pub const SCRIPTS_PATH: &str = "/lockstep/scripts";
+/// Where the downward-API labels file is mounted (`<path>/labels`).
+pub const PODINFO_PATH: &str = "/etc/lockstep/podinfo";
+/// The PostgreSQL port.
+pub const PORT: i32 = 5432;
+/// The uid and gid of `postgres` in the official images.
+pub const POSTGRES_UID: i64 = 999;
+/// How long `promote.sh` keeps trying.
+pub const PROMOTE_DEADLINE_SECONDS: i64 = 120;
+
+/// The pod scripts, shipped verbatim in the scripts ConfigMap.
+pub const SCRIPTS: [(&str, &str); 4] = [
+    ("entrypoint.sh", include_str!("scripts/entrypoint.sh")),
+    ("promote.sh", include_str!("scripts/promote.sh")),
+    ("backup.sh", include_str!("scripts/backup.sh")),
+    ("restore.sh", include_str!("scripts/restore.sh")),
+];
+
+const SCRIPTS_VOLUME: &str = "scripts";
+const PODINFO_VOLUME: &str = "podinfo";
+const TMP_VOLUME: &str = "tmp";
+const TMP_PATH: &str = "/lockstep/tmp";
+
+/// The owner's standard labels.
+pub fn labels(pg: &PostgresCluster) -> BTreeMap<String, String> {
+    meta::standard_labels(KIND_LABEL, &pg.name_any())
+}
+
+/// The PostgreSQL pods' selector (immutable once the StatefulSet exists).
+pub fn selector(pg: &PostgresCluster) -> BTreeMap<String, String> {
+    meta::component_labels(KIND_LABEL, &pg.name_any(), "database")
+}
+
+fn namespace(pg: &PostgresCluster) -> String {
+    pg.namespace().unwrap_or_default()
+}
+
+/// The name of one of the cluster's Services.
+pub fn service_name(pg: &PostgresCluster, kind: ServiceKind) -> String {
+    let name = pg.name_any();
+    match kind {
+        ServiceKind::Headless => name,
+        ServiceKind::ReadWrite => format!("{name}-rw"),
+        ServiceKind::ReadOnly => format!("{name}-ro"),
+    }
+}
+
+/// `<name>-<ordinal>.<name>.<namespace>.svc`: a pod's stable DNS name.
+pub fn pod_host(pg: &PostgresCluster, ordinal: i32) -> String {
+    let name = pg.name_any();
+    format!("{name}-{ordinal}.{name}.{}.svc", namespace(pg))
+}
+
+/// `<name>-rw.<namespace>.svc`: where the primary is reached.
+pub fn primary_host(pg: &PostgresCluster) -> String {
+    format!(
+        "{}.{}.svc",
+        service_name(pg, ServiceKind::ReadWrite),
+        namespace(pg)
+    )
+}
+
+/// The ConfigMap holding the scripts.
+pub fn scripts_name(pg: &PostgresCluster) -> String {
+    format!("{}-scripts", pg.name_any())
+}
+
+/// The Secret the pods read their passwords from.
+pub fn credentials_name(pg: &PostgresCluster) -> String {
+    pg.spec
+        .credentials_secret
+        .clone()
+        .unwrap_or_else(|| format!("{}-credentials", pg.name_any()))
+}
+
+fn metadata(pg: &PostgresCluster, name: String) -> Result<ObjectMeta, Error> {
+    Ok(ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace(pg)),
+        labels: Some(labels(pg)),
+        owner_references: Some(vec![owner_reference(pg)?]),
+        ..ObjectMeta::default()
+    })
+}
+
+fn plain(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn secret_ref(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+fn field_ref(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_owned(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+fn scripts_volume(pg: &PostgresCluster) -> Volume {
+    Volume {
+        name: SCRIPTS_VOLUME.to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: scripts_name(pg),
+            default_mode: Some(0o555),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(POSTGRES_UID),
+        run_as_group: Some(POSTGRES_UID),
+        fs_group: Some(POSTGRES_UID),
+        run_as_non_root: Some(true),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// The ConfigMap holding the pod scripts.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn scripts(pg: &PostgresCluster) -> Result<ConfigMap, Error> {
+    let cm = ConfigMap {
+        metadata: metadata(pg, scripts_name(pg))?,
+        data: Some(
+            SCRIPTS
+                .iter()
+                .map(|(file, text)| ((*file).to_owned(), (*text).to_owned()))
+                .collect(),
+        ),
+        ..ConfigMap::default()
+    };
+    with_applied_hash(cm, |c| &mut c.metadata)
+}
+
+/// A random password: 32 alphanumeric characters (about 190 bits).
+fn password() -> String {
+    rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(32)
+        .map(char::from)
+        .collect()
+}
+
+/// The generated credentials Secret, with fresh random passwords. Created once, never
+/// applied: only its first rendering is ever stored. It has no owner reference: like the
+/// volume claims (which hold a data directory bootstrapped with these passwords) it
+/// outlives the cluster, so a cluster re-created under the same name finds both.
+pub fn credentials_secret(pg: &PostgresCluster) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(format!("{}-credentials", pg.name_any())),
+            namespace: Some(namespace(pg)),
+            labels: Some(labels(pg)),
+            ..ObjectMeta::default()
+        },
+        string_data: Some(BTreeMap::from([
+            (SUPERUSER_PASSWORD_KEY.to_owned(), password()),
+            (REPLICATION_PASSWORD_KEY.to_owned(), password()),
+        ])),
+        type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    }
+}
+
+/// One of the cluster's Services.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn service(pg: &PostgresCluster, kind: ServiceKind) -> Result<Service, Error> {
+    let mut select = selector(pg);
+    let (cluster_ip, publish_not_ready) = match kind {
+        ServiceKind::Headless => (Some("None".to_owned()), Some(true)),
+        ServiceKind::ReadWrite => {
+            let role: &str = Role::Primary.into();
+            select.insert(ROLE_LABEL.to_owned(), role.to_owned());
+            (None, None)
+        }
+        ServiceKind::ReadOnly => {
+            let role: &str = Role::Replica.into();
+            select.insert(ROLE_LABEL.to_owned(), role.to_owned());
+            (None, None)
+        }
+    };
+    let svc = Service {
+        metadata: metadata(pg, service_name(pg, kind))?,
+        spec: Some(ServiceSpec {
+            cluster_ip,
+            publish_not_ready_addresses: publish_not_ready,
+            selector: Some(select),
+            ports: Some(vec![ServicePort {
+                name: Some("postgresql".to_owned()),
+                port: PORT,
+                target_port: Some(IntOrString::String("postgresql".to_owned())),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    };
+    with_applied_hash(svc, |s| &mut s.metadata)
+}
+
+/// The PodDisruptionBudget: voluntary disruptions take one instance at a time.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn pdb(pg: &PostgresCluster) -> Result<PodDisruptionBudget, Error> {
+    let pdb = PodDisruptionBudget {
+        metadata: metadata(pg, pg.name_any())?,
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector(pg)),
+                match_expressions: None,
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    };
+    with_applied_hash(pdb, |p| &mut p.metadata)
+}
+
+/// The server's environment, per the entrypoint's contract.
+fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
+    let secret = credentials_name(pg);
+    let mut env = vec![
+        plain("PGDATA", PGDATA),
+        plain("PGPORT", PORT.to_string()),
+        field_ref("POD_NAME", "metadata.name"),
+        plain("LOCKSTEP_ROLE_FILE", format!("{PODINFO_PATH}/labels")),
+        plain("LOCKSTEP_ROLE_LABEL", ROLE_LABEL),
+        plain("POSTGRES_USER", SUPERUSER),
+        secret_ref("POSTGRES_PASSWORD", &secret, SUPERUSER_PASSWORD_KEY),
+        plain("REPLICATION_USER", REPLICATION_USER),
+        secret_ref("REPLICATION_PASSWORD", &secret, REPLICATION_PASSWORD_KEY),
+        plain("PRIMARY_HOST", primary_host(pg)),
+        plain("PRIMARY_PORT", PORT.to_string()),
+    ];
+    if let Some(db) = &pg.spec.database {
+        env.push(plain("POSTGRES_DB", db));
+    }
+    env
+}
+
+/// The StatefulSet running `image` × `replicas`.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<StatefulSet, Error> {
+    let name = pg.name_any();
+    let exec = |command: &[&str]| ExecAction {
+        command: Some(command.iter().map(|c| (*c).to_owned()).collect()),
+    };
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(image.to_owned()),
+        command: Some(vec![
+            "bash".to_owned(),
+            format!("{SCRIPTS_PATH}/entrypoint.sh"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("postgresql".to_owned()),
+            container_port: PORT,
+            ..ContainerPort::default()
+        }]),
+        env: Some(server_env(pg)),
+        resources: pg.spec.resources.clone(),
+        readiness_probe: Some(Probe {
+            exec: Some(exec(&[
+                "pg_isready",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                "5432",
+                "-U",
+                SUPERUSER,
+            ])),
+            period_seconds: Some(5),
+            timeout_seconds: Some(4),
+            failure_threshold: Some(3),
+            ..Probe::default()
+        }),
+        lifecycle: Some(Lifecycle {
+            // SIGTERM is PostgreSQL's smart shutdown, which waits for clients: stop fast.
+            pre_stop: Some(LifecycleHandler {
+                exec: Some(exec(&[
+                    "/bin/sh",
+                    "-c",
+                    "pg_ctl -D \"$PGDATA\" -m fast -w -t 50 stop",
+                ])),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
+        volume_mounts: Some(vec![
+            mount(VOLUME, DATA_PATH, false),
+            mount(SCRIPTS_VOLUME, SCRIPTS_PATH, true),
+            mount(PODINFO_VOLUME, PODINFO_PATH, true),
+        ]),
+        ..Container::default()
+    };
+    let podinfo = Volume {
+        name: PODINFO_VOLUME.to_owned(),
+        downward_api: Some(DownwardAPIVolumeSource {
+            items: Some(vec![DownwardAPIVolumeFile {
+                path: "labels".to_owned(),
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.labels".to_owned(),
+                    api_version: None,
+                }),
+                ..DownwardAPIVolumeFile::default()
+            }]),
+            ..DownwardAPIVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let sts = StatefulSet {
+        metadata: metadata(pg, name.clone())?,
+        spec: StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(name),
+            pod_management_policy: Some("Parallel".to_owned()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".to_owned()),
+                rolling_update: None,
+            }),
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    // A removed replica's data is stale; a new one clones afresh.
+                    when_scaled: Some("Delete".to_owned()),
+                    // Deleting the cluster keeps the data.
+                    when_deleted: Some("Retain".to_owned()),
+                },
+            ),
+            selector: LabelSelector {
+                match_labels: Some(selector(pg)),
+                match_expressions: None,
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(selector(pg)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    security_context: Some(security_context()),
+                    termination_grace_period_seconds: Some(60),
+                    volumes: Some(vec![scripts_volume(pg), podinfo]),
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(VOLUME.to_owned()),
+                    labels: Some(labels(pg)),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+                    storage_class_name: pg.spec.storage_class_name.clone(),
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "storage".to_owned(),
+                            Quantity(pg.spec.storage_size.clone()),
+                        )])),
+                        limits: None,
+                    }),
+                    ..PersistentVolumeClaimSpec::default()
+                }),
+                status: None,
+            }]),
+            ..StatefulSetSpec::default()
+        },
+        status: None,
+    };
+    with_applied_hash(sts, |s| &mut s.metadata)
+}
+
+/// Give a Job's pod the scripts, a scratch directory and the `postgres` user.
+fn job_pod_extras(pg: &PostgresCluster, spec: &mut JobSpec) {
+    if let Some(pod) = spec.template.spec.as_mut() {
+        pod.security_context = Some(security_context());
+        pod.volumes = Some(vec![
+            scripts_volume(pg),
+            Volume {
+                name: TMP_VOLUME.to_owned(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            },
+        ]);
+    }
+}
+
+fn job_container(name: &str, image: String, script: &str, env: Vec<EnvVar>) -> Container {
+    Container {
+        name: name.to_owned(),
+        image: Some(image),
+        command: Some(vec!["bash".to_owned(), format!("{SCRIPTS_PATH}/{script}")]),
+        env: Some(env),
+        volume_mounts: Some(vec![
+            mount(SCRIPTS_VOLUME, SCRIPTS_PATH, true),
+            mount(TMP_VOLUME, TMP_PATH, false),
+        ]),
+        ..Container::default()
+    }
+}
+
+/// The promote Job `key`: `promote.sh` against pod `target`, with the server's image.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID.
+pub fn promote_job(
+    pg: &PostgresCluster,
+    key: &str,
+    target: i32,
+    image: &str,
+) -> Result<Job, Error> {
+    let name = pg.name_any();
+    let env = vec![
+        plain("TARGET_HOST", pod_host(pg, target)),
+        plain("TARGET_PORT", PORT.to_string()),
+        plain("POSTGRES_USER", SUPERUSER),
+        secret_ref(
+            "POSTGRES_PASSWORD",
+            &credentials_name(pg),
+            SUPERUSER_PASSWORD_KEY,
+        ),
+        plain(
+            "PROMOTE_DEADLINE_SECONDS",
+            PROMOTE_DEADLINE_SECONDS.to_string(),
+        ),
+    ];
+    let mut job = RunOnce {
+        owner_name: &name,
+        namespace: &namespace(pg),
+        owner: owner_reference(pg)?,
+        labels: meta::component_labels(KIND_LABEL, &name, "promote"),
+        key,
+        purpose: Purpose::Promote,
+        pod: PodRecipe {
+            container: job_container("promote", image.to_owned(), "promote.sh", env),
+            ..PodRecipe::default()
+        },
+        deadline: Some(PROMOTE_DEADLINE_SECONDS + 60),
+    }
+    .build();
+    if let Some(spec) = job.spec.as_mut() {
+        job_pod_extras(pg, spec);
+    }
+    Ok(job)
+}
+
+fn destination(backup: &BackupSpec) -> Destination {
+    Destination {
+        s3_endpoint: backup.s3_endpoint.clone(),
+        bucket: backup.bucket.clone(),
+        prefix: backup.prefix.clone(),
+        credentials_secret: backup.credentials_secret.clone(),
+        retention: None,
+    }
+}
+
+/// The backup container's environment: the shared S3 part plus `backup.sh`'s own.
+pub fn backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> Vec<EnvVar> {
+    let mut env = backup::backup_env(&destination(backup), kind, &primary_host(pg));
+    env.extend([
+        plain("CLUSTER_NAME", pg.name_any()),
+        plain("PRIMARY_HOST", primary_host(pg)),
+        plain("PRIMARY_PORT", PORT.to_string()),
+        plain("POSTGRES_USER", SUPERUSER),
+        secret_ref(
+            "POSTGRES_PASSWORD",
+            &credentials_name(pg),
+            SUPERUSER_PASSWORD_KEY,
+        ),
+        plain(
+            "BACKUP_DATABASE",
+            pg.spec.database.as_deref().unwrap_or("postgres"),
+        ),
+        plain("S3_REGION", backup.region.as_deref().unwrap_or("us-east-1")),
+        plain(
+            "S3_FORCE_PATH_STYLE",
+            if backup.virtual_hosted_style {
+                "false"
+            } else {
+                "true"
+            },
+        ),
+        plain("BACKUP_TMPDIR", TMP_PATH),
+    ]);
+    env
+}
+
+fn backup_pod(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> PodRecipe {
+    PodRecipe {
+        container: job_container(
+            "backup",
+            backup.image.clone(),
+            "backup.sh",
+            backup_env(pg, backup, kind),
+        ),
+        ..PodRecipe::default()
+    }
+}
+
+/// The backup Job `key` (on demand or final). `None` without `spec.backup`.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID.
+pub fn backup_job(pg: &PostgresCluster, key: &str, kind: BackupKind) -> Result<Option<Job>, Error> {
+    let Some(backup) = &pg.spec.backup else {
+        return Ok(None);
+    };
+    let name = pg.name_any();
+    let purpose = match kind {
+        BackupKind::Final => Purpose::FinalBackup,
+        BackupKind::Scheduled | BackupKind::OnDemand => Purpose::Backup,
+    };
+    let mut job = RunOnce {
+        owner_name: &name,
+        namespace: &namespace(pg),
+        owner: owner_reference(pg)?,
+        labels: meta::component_labels(KIND_LABEL, &name, "backup"),
+        key,
+        purpose,
+        pod: backup_pod(pg, backup, kind),
+        deadline: Some(backup.timeout_seconds),
+    }
+    .build();
+    if let Some(spec) = job.spec.as_mut() {
+        job_pod_extras(pg, spec);
+    }
+    Ok(Some(job))
+}
+
+/// The scheduled-backup CronJob. `None` without both `spec.backup` and
+/// `spec.backupSchedule`.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn cronjob(pg: &PostgresCluster) -> Result<Option<CronJob>, Error> {
+    let (Some(backup), Some(schedule)) = (&pg.spec.backup, &pg.spec.backup_schedule) else {
+        return Ok(None);
+    };
+    let name = pg.name_any();
+    let labels = meta::component_labels(KIND_LABEL, &name, "backup");
+    let mut job = job_spec(
+        &backup_pod(pg, backup, BackupKind::Scheduled),
+        &labels,
+        Some(backup.timeout_seconds),
+    );
+    job_pod_extras(pg, &mut job);
+    let cj = backup::Schedule {
+        owner_name: &name,
+        namespace: &namespace(pg),
+        owner: owner_reference(pg)?,
+        labels,
+        schedule,
+        suspend: backup.suspend,
+        job,
+    }
+    .build();
+    with_applied_hash(cj, |c| &mut c.metadata).map(Some)
+}

@@ -1,0 +1,1 @@
+//! Unit tests of `decide` and of rendering, read as sentences.
