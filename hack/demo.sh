@@ -17,7 +17,7 @@
 # Env:
 #   DEMO_TEARDOWN=1        tear the control plane down at the end
 #   DEMO_NAMESPACE         namespace of the demo (default lockstep-demo)
-#   DEMO_UPGRADE_IMAGE     the image to upgrade to (default: the example's, tag + "-next")
+#   DEMO_UPGRADE_IMAGE     the image to upgrade to (default: the example's, next minor)
 #   DEMO_TIMEOUT           seconds each step may take (default 180)
 set -euo pipefail
 
@@ -120,10 +120,15 @@ print(value)' "$1"
 }
 NAME="$(ddb_field metadata.name)"
 FROM_IMAGE="$(ddb_field spec.image)"
-case "$FROM_IMAGE" in
-  *:*) DEFAULT_NEXT="${FROM_IMAGE}-next" ;;
-  *) DEFAULT_NEXT="${FROM_IMAGE}:next" ;;
-esac
+# The next minor version of an `x.y` tag (registry.example/db:1.4 -> 1.5), else tag-next.
+TAG="${FROM_IMAGE##*:}"
+if [ "$TAG" != "$FROM_IMAGE" ] && [[ "$TAG" =~ ^([0-9]+)\.([0-9]+)$ ]]; then
+  DEFAULT_NEXT="${FROM_IMAGE%:*}:${BASH_REMATCH[1]}.$((BASH_REMATCH[2] + 1))"
+elif [ "$TAG" != "$FROM_IMAGE" ]; then
+  DEFAULT_NEXT="${FROM_IMAGE}-next"
+else
+  DEFAULT_NEXT="${FROM_IMAGE}:next"
+fi
 TO_IMAGE="${DEMO_UPGRADE_IMAGE:-$DEFAULT_NEXT}"
 
 # Anything left from an earlier run goes first (the operator finalizes it).

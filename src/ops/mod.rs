@@ -84,9 +84,6 @@ pub enum Error {
         /// The names Lockstep knows, comma-separated.
         known: String,
     },
-    /// A known machine has no controller in this build yet.
-    #[error("machine {0:?} has no controller in this build yet")]
-    NotRunnable(String),
     /// A controller (or the task running it) failed.
     #[error("controllers failed: {0}")]
     Task(String),

@@ -34,6 +34,7 @@ use super::metrics::Metrics;
 use super::observe;
 use crate::driver::{self, Operator};
 use crate::machines::distributeddb::DistributedDb;
+use crate::machines::postgres::Postgres;
 
 /// Every machine `lockstep run` knows, by its command-line name.
 pub const MACHINES: &[&str] = &["distributeddb", "postgrescluster"];
@@ -107,8 +108,7 @@ pub fn select_machines(names: &[String]) -> Result<Vec<&'static str>, Error> {
 /// Start the controller of machine `name`, draining when `drain` is cancelled.
 ///
 /// # Errors
-/// [`Error::NotRunnable`] for a known machine that has no controller in this build yet,
-/// [`Error::UnknownMachine`] for any other name.
+/// [`Error::UnknownMachine`] for a name that is not in [`MACHINES`].
 pub fn run_machine(
     name: &str,
     context: &MachineContext,
@@ -116,8 +116,7 @@ pub fn run_machine(
 ) -> Result<Controller, Error> {
     match name {
         "distributeddb" => Ok(drive::<DistributedDb>(context, drain)),
-        // Not written yet: "postgrescluster" => Ok(drive::<PostgresCluster>(context, drain)),
-        "postgrescluster" => Err(Error::NotRunnable(name.to_owned())),
+        "postgrescluster" => Ok(drive::<Postgres>(context, drain)),
         other => Err(Error::UnknownMachine {
             name: other.to_owned(),
             known: MACHINES.join(","),
@@ -169,19 +168,11 @@ pub async fn run(
 ) -> Result<(), Error> {
     let metrics = Metrics::new();
     let status = Status::new(options.election.is_some());
-    // Readiness: every machine's custom resources listed.
-    let machine_count = options.machines.len();
-    let listed = Arc::new(AtomicUsize::new(0));
-    let synced_status = status.clone();
     let context = MachineContext {
         client: client.clone(),
         namespace: options.namespace.clone(),
         metrics: metrics.clone(),
-        synced: Arc::new(move || {
-            if listed.fetch_add(1, Ordering::SeqCst) + 1 >= machine_count {
-                synced_status.set_synced(true);
-            }
-        }),
+        synced: Arc::new(|| {}),
     };
     // Fail before anything else when a selected machine cannot run.
     for name in &options.machines {
@@ -204,6 +195,17 @@ pub async fn run(
     let machines = options.machines.clone();
     let work_status = status.clone();
     let work: leader::Work = Box::new(move |drain: CancellationToken| {
+        // Ready once every machine's custom resources have been listed, this term.
+        let listed = Arc::new(AtomicUsize::new(0));
+        let (count, synced_status) = (machines.len(), work_status.clone());
+        let context = MachineContext {
+            synced: Arc::new(move || {
+                if listed.fetch_add(1, Ordering::SeqCst) + 1 >= count {
+                    synced_status.set_synced(true);
+                }
+            }),
+            ..context.clone()
+        };
         let started: Result<Vec<Controller>, Error> = machines
             .iter()
             .map(|name| run_machine(name, &context, drain.clone()))
