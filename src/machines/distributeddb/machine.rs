@@ -41,7 +41,11 @@
 //! - **One pod down at a time, deliberately.** A pod is deleted only when every other
 //!   pod is Ready, the StatefulSet holds the target image and its controller has seen
 //!   it. A pod that is already down and needs replacing is replaced first; otherwise
-//!   ordinals go strictly descending.
+//!   ordinals go strictly descending. (Before the cluster first served, Creating replaces
+//!   pods at a superseded `spec.image` that it sees not Ready; through a stale cache
+//!   such a pod may have just become Ready. Nothing has served yet, so this is allowed.)
+//! - **Pods stay at the version.** At rest, a pod running another image (made from a
+//!   template someone edited) is replaced through the same hooked protocol.
 //! - **No pod is deleted twice.** The pod's UID is persisted in the state before it is
 //!   deleted, and the delete carries it as a precondition: after a crash the delete is
 //!   re-issued against the same UID and cannot hit the recreated pod. A pod already at
@@ -252,6 +256,8 @@ pub mod reason {
     pub const MIXED_IMAGES: &str = "MixedImages";
     /// Edge: `spec.image` is what every pod already runs.
     pub const VERSION_ADOPTED: &str = "VersionAdopted";
+    /// Edge: at rest, a pod runs an image other than the version; it is replaced.
+    pub const STRAY_IMAGE: &str = "StrayImage";
     /// Edge: `spec.replicas` changed.
     pub const REPLICAS_CHANGED: &str = "ReplicasChanged";
     /// Edge: every wanted replica exists and is Ready, and no other does.
@@ -269,15 +275,16 @@ pub mod reason {
     pub const HOOK_SKIPPED: &str = "HookSkipped";
     /// Edge: the deleted pod's replacement is Ready at the target image.
     pub const POD_REPLACED: &str = "PodReplaced";
-    /// Edge: the replacement came up at a stale image; it is replaced again.
+    /// Edge: the replacement came up at a stale image; it is replaced again (from its
+    /// pre-hook: it may be serving).
     pub const RECREATED_AT_STALE_IMAGE: &str = "RecreatedAtStaleImage";
     /// Edge: the upgraded pod restarted before its post-hook finished; the post-hook runs
     /// for the new pod.
     pub const POD_RESTARTED: &str = "PodRestarted";
     /// Edge: the pod was upgraded and its post-hook succeeded; on to the next pod.
     pub const POD_UPGRADED: &str = "PodUpgraded";
-    /// Edge: the pod the step was about was replaced by someone else; the next pod is
-    /// chosen again.
+    /// Edge: the next pod is chosen again: the step's pod was replaced by someone else, or
+    /// it was chosen because it was down and is Ready again.
     pub const REPLANNED: &str = "Replanned";
     /// Edge: every pod is Ready at the target image.
     pub const UPGRADE_COMPLETED: &str = "UpgradeCompleted";
@@ -294,7 +301,7 @@ pub mod reason {
     pub const SERVING: &str = "Serving";
     /// Stay: restoring owned objects to what the state wants.
     pub const RESTORING: &str = "Restoring";
-    /// Stay (Degraded): at rest, but some pods are not Ready.
+    /// Stay: at rest, but some pods are not Ready (`status.readyReplicas` shows it).
     pub const PODS_NOT_READY: &str = "PodsNotReady";
     /// Stay: waiting for pods (to exist, to be Ready).
     pub const WAITING_FOR_PODS: &str = "WaitingForPods";
@@ -308,7 +315,7 @@ pub mod reason {
     pub const REPLACING_POD: &str = "ReplacingPod";
     /// Stay: the on-demand backup runs.
     pub const BACKUP_RUNNING: &str = "BackupRunning";
-    /// Stay (Degraded): a backup was requested without a backup policy.
+    /// Stay: a backup was requested without a backup policy; nothing happens.
     pub const BACKUP_NOT_CONFIGURED: &str = "BackupNotConfigured";
 }
 
@@ -809,6 +816,12 @@ pub static TABLE: &[Edge<DdbKind>] = &[
     ),
     Edge::new(
         K::Ready,
+        K::Upgrading,
+        STRAY_IMAGE,
+        "a pod runs an image other than the version (its template was edited); it is replaced with hooks",
+    ),
+    Edge::new(
+        K::Ready,
         K::Ready,
         VERSION_ADOPTED,
         "spec.image changed to what every pod already runs",
@@ -1173,6 +1186,44 @@ fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -
             ),
         };
     }
+    // A pod at an image other than the version (made from a template someone edited, say)
+    // is replaced the way an upgrade replaces pods: one at a time, with its hooks, once the
+    // template holds the version again.
+    let stray = (0..replicas).find(|k| {
+        o.pods
+            .get(k)
+            .is_some_and(|p| !p.terminating && p.image.as_deref() != Some(version))
+    });
+    if let Some(stray) = stray
+        && actions.is_empty()
+        && let Next::Pod { ordinal, uid } = next_pod(o, replicas, version)
+    {
+        let image = o
+            .pods
+            .get(&stray)
+            .and_then(|p| p.image.clone())
+            .unwrap_or_default();
+        return Decision::go(
+            DdbState::Upgrading(Upgrade {
+                from: version.to_owned(),
+                to: version.to_owned(),
+                replicas,
+                ordinal,
+                step: UpgradeStep::PreHook,
+                pod_uid: uid,
+                attempt: 1,
+                round_start: 1,
+                retry_ack: o.requests.retry_hook.clone(),
+                skip_ack: o.requests.skip_hook.clone(),
+            }),
+            STRAY_IMAGE,
+            format!(
+                "{} runs {image}, not {version}; replacing it",
+                o.pod_name(stray)
+            ),
+        );
+    }
+    let mut ignored = None;
     if let Some(token) = &o.requests.backup_now
         && o.job(&backup_key(token)).is_none()
     {
@@ -1190,15 +1241,13 @@ fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -
                 ),
             );
         }
-        return stay(
-            BACKUP_NOT_CONFIGURED,
-            format!(
-                "{} is set but spec.backupPolicy is not: set a backup policy or remove the annotation",
-                annotations::BACKUP_NOW
-            ),
-            actions,
-        )
-        .degraded();
+        // Not Degraded: a condition at rest would flip back with a write as soon as the
+        // annotation goes, and the state never leaves Ready for it. The message says why
+        // nothing happens.
+        ignored = Some(format!(
+            "{}={token} is ignored: spec.backupPolicy is not set",
+            annotations::BACKUP_NOW
+        ));
     }
     // At rest: grow volume claims that are smaller than spec.storage.size, and prune
     // the hook Jobs of finished upgrades.
@@ -1225,12 +1274,16 @@ fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -
         .filter(|k| !o.pods.get(k).is_some_and(|p| p.ready && !p.terminating))
         .collect();
     if !not_ready.is_empty() {
+        // Healthy: readyReplicas reports it, and Ready would otherwise flap (with a
+        // status write) on every pod restart.
         return stay(
             PODS_NOT_READY,
             format!("pod {} not Ready", o.pod_names(&not_ready)),
             actions,
-        )
-        .degraded();
+        );
+    }
+    if let Some(message) = ignored {
+        return stay(BACKUP_NOT_CONFIGURED, message, actions);
     }
     let reason = if actions.is_empty() {
         SERVING
@@ -1520,6 +1573,9 @@ fn pre_hook(
     let key = hook_key(HookPhase::Pre, k, &u.to, &u.pod_uid, u.attempt);
     let job = o.job(&key);
     if job.is_none() {
+        if let Some(replan) = overtaken(u, o) {
+            return replan;
+        }
         if let Some(why) = hold_before_delete(o, k, u.replicas, &u.to) {
             return stay(WAITING_FOR_PODS, why, actions);
         }
@@ -1564,6 +1620,31 @@ fn pre_hook(
     )
 }
 
+/// The pod chosen for this step was chosen because it was down; if it is Ready again and
+/// another pod now comes first (the highest one needing replacement), re-plan, so that a
+/// Ready pod is never taken down out of order.
+fn overtaken(u: &Upgrade, o: &Observed) -> Option<D> {
+    match next_pod(o, u.replicas, &u.to) {
+        Next::Pod { ordinal, uid } if ordinal != u.ordinal => Some(Decision::go(
+            DdbState::Upgrading(Upgrade {
+                ordinal,
+                step: UpgradeStep::PreHook,
+                pod_uid: uid,
+                attempt: 1,
+                round_start: 1,
+                ..u.clone()
+            }),
+            REPLANNED,
+            format!(
+                "{} is Ready again, so {} goes first",
+                o.pod_name(u.ordinal),
+                o.pod_name(ordinal)
+            ),
+        )),
+        _ => None,
+    }
+}
+
 fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
     let k = u.ordinal;
     let name = o.pod_name(k);
@@ -1575,6 +1656,11 @@ fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
                     format!("waiting for {name} to terminate"),
                     actions,
                 );
+            }
+            if p.ready
+                && let Some(replan) = overtaken(u, o)
+            {
+                return replan;
             }
             match hold_before_delete(o, k, u.replicas, &u.to) {
                 Some(why) => stay(WAITING_FOR_PODS, why, actions),
@@ -1606,13 +1692,10 @@ fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
                     );
                 }
                 return Decision::go(
-                    DdbState::Upgrading(Upgrade {
-                        pod_uid: p.uid.clone(),
-                        ..u.clone()
-                    }),
+                    to_step(u, UpgradeStep::PreHook, &p.uid),
                     RECREATED_AT_STALE_IMAGE,
                     format!(
-                        "{name} came back at {} instead of {}; replacing it again",
+                        "{name} came back at {} instead of {}; replacing it again, from its pre-hook",
                         p.image.as_deref().unwrap_or("no image"),
                         u.to
                     ),

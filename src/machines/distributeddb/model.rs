@@ -1,1 +1,942 @@
-//! The DistributedDB world model for the engine's model-checking harness.
+//! The DistributedDB world model for the engine's model-checking harness
+//! ([`crate::engine::check`]).
+//!
+//! The world: a StatefulSet controller that lags (it observes a new template in one move
+//! and creates missing pods from the template it last observed in another, so a pod can
+//! come back at a stale image), pods that become Ready one by one or get stuck until the
+//! world settles, hook and backup Jobs that succeed or fail, drift of every owned object
+//! (including a rogue edit of the template image), a CronJob that fires, and a user who
+//! asks for backups or to skip the final one. Crashes, stale caches, 409s, lost writes,
+//! failing actions, spec edits and deletion come from the harness.
+//!
+//! Invariants, checked after every event:
+//! - a pod is taken down (a Ready pod deleted) only while every other pod is Ready and
+//!   no other pod taken down is still down: at most one pod is deliberately down;
+//! - no pod already running the target image is ever deleted (so no pod is replaced
+//!   twice, and a restarted operator cannot delete the replacement);
+//! - within one pass over a target image, the ordinals taken down never go up; a pod
+//!   that is already down may be replaced out of order;
+//! - a Ready pod is deleted only after its pre-hook Job succeeded, and the next pod only
+//!   after the previous one's post-hook Job succeeded (when hooks are configured);
+//! - the StatefulSet template only ever holds an image some spec asked for;
+//! - the Finalized state (which releases the finalizer) is reached only after a final
+//!   backup Job succeeded, or the user skipped it or had no backup policy.
+//!
+//! Bounded liveness is the harness's: once faults stop and the world settles, the
+//! machine reaches Ready at the spec's image and replicas and then stays quiet.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use chrono::{DateTime, TimeZone, Utc};
+use proptest::prelude::*;
+
+use super::api::{BackupPolicy, DbPort, DistributedDBSpec, Hook, Storage, UpgradePolicy};
+use super::machine::{
+    CronJobView, DdbAction, DdbState, DistributedDb, HookPhase, Observed, PodView, Requests,
+    StatefulSetView, backup_key, hook_key,
+};
+use crate::engine::check::{CheckConfig, WorldModel, check_machine};
+use crate::machines::common::backup::BackupKind;
+use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
+use crate::machines::common::meta::short_hash;
+
+const IMAGES: [&str; 3] = ["db:1", "db:2", "db:3"];
+/// How many moves back a reconcile may read the world (the harness's staleness bound is
+/// 3 events, each at most one move or edit).
+const STALE_TICKS: u64 = 3;
+
+/// The image a rogue edit puts into the StatefulSet template.
+const ROGUE: &str = "db:0";
+
+/// The harness's clock starts here; failed Jobs failed at this time.
+fn epoch() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or_default()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pod {
+    uid: String,
+    image: String,
+    ready: bool,
+    terminating: bool,
+    stuck: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Job {
+    name: String,
+    uid: String,
+    key: Option<String>,
+    purpose: Purpose,
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sts {
+    image: String,
+    replicas: i32,
+    generation: i64,
+    observed: i64,
+    drifted: bool,
+    /// The template the controller last observed (what it creates pods from).
+    synced_image: String,
+    synced_replicas: i32,
+}
+
+/// One pass of take-downs over a target image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pass {
+    image: String,
+    last: i32,
+}
+
+/// The simulated namespace of one DistributedDB.
+#[derive(Clone)]
+pub(super) struct Cluster {
+    spec: DistributedDBSpec,
+    requests: Requests,
+    /// `Some(in sync)` when the Service exists.
+    service: Option<bool>,
+    sts: Option<Sts>,
+    pods: BTreeMap<i32, Pod>,
+    jobs: Vec<Job>,
+    /// `(uid, in sync)` when the CronJob exists.
+    cron: Option<(String, bool)>,
+    next_uid: u64,
+    /// Every image a spec asked for.
+    asked: BTreeSet<String>,
+    /// The spec had no backup policy at some point.
+    ever_without_policy: bool,
+    /// Ordinals taken down whose replacement is not Ready yet.
+    down: BTreeSet<i32>,
+    /// Ordinals whose pod someone else evicted, until a pod there is Ready again.
+    evicted: BTreeSet<i32>,
+    /// Counts environment moves and spec edits (a reconcile's view lags by at most
+    /// [`STALE_TICKS`] of them).
+    tick: u64,
+    /// When each pod was last seen not Ready.
+    last_down: BTreeMap<String, u64>,
+    /// Every pod was Ready at some point: the cluster has served. Before that, replacing
+    /// a pod at a superseded image is not a take-down (and may act on a stale view of a
+    /// pod that just became Ready).
+    served: bool,
+    pass: Option<Pass>,
+    violations: Vec<String>,
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hooks = if self.spec.upgrade.is_some() {
+            " +hooks"
+        } else {
+            ""
+        };
+        let backups = if self.spec.backup_policy.is_some() {
+            " +backups"
+        } else {
+            ""
+        };
+        write!(
+            f,
+            "spec {} x{}{hooks}{backups}",
+            self.spec.image, self.spec.replicas
+        )?;
+        match &self.sts {
+            Some(s) => write!(
+                f,
+                "; sts {} x{} gen {}/{}{}",
+                s.image,
+                s.replicas,
+                s.observed,
+                s.generation,
+                if s.drifted { " drifted" } else { "" }
+            )?,
+            None => write!(f, "; no sts")?,
+        }
+        write!(f, "; pods [")?;
+        for (k, p) in &self.pods {
+            let status = match (p.terminating, p.ready, p.stuck) {
+                (true, _, _) => "terminating",
+                (_, true, _) => "Ready",
+                (_, _, true) => "stuck",
+                _ => "starting",
+            };
+            write!(f, " {k}:{}:{}:{status}", p.uid, p.image)?;
+        }
+        write!(f, " ]; jobs [")?;
+        for j in &self.jobs {
+            write!(
+                f,
+                " {}:{:?}",
+                j.key.as_deref().unwrap_or(&j.name),
+                j.outcome
+            )?;
+        }
+        write!(f, " ]")?;
+        if let Some(t) = &self.requests.backup_now {
+            write!(f, "; backup-now={t}")?;
+        }
+        if self.requests.skip_final_backup {
+            write!(f, "; skip-final-backup")?;
+        }
+        Ok(())
+    }
+}
+
+/// Something the environment does.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Move {
+    /// The StatefulSet controller observes the current template.
+    StsObserves,
+    /// The StatefulSet controller creates missing pods (from the template it last
+    /// observed) and removes pods beyond its replicas.
+    StsCreatesPods,
+    /// A terminating pod is gone.
+    PodGone(u8),
+    /// A pod becomes Ready (unless stuck).
+    PodReady(u8),
+    /// A starting pod will not become Ready until the world settles.
+    PodStuck(u8),
+    /// Someone else deletes a pod (an eviction, a node drain).
+    PodEvicted(u8),
+    /// The user asks to go on without a hook that is out of retries.
+    SkipHook(u8),
+    /// The n-th running Job finishes.
+    JobFinishes(u8, bool),
+    /// Someone edits the StatefulSet.
+    StsDrifts,
+    /// Someone puts another image into the StatefulSet template.
+    StsImageTampered,
+    /// Someone deletes the Service.
+    ServiceDeleted,
+    /// Someone deletes the CronJob.
+    CronJobDeleted,
+    /// The CronJob starts a scheduled backup.
+    CronFires,
+    /// The user asks for a backup.
+    BackupNow(u8),
+    /// The user asks to delete without a final backup.
+    SkipFinalBackup,
+}
+
+/// A change to the spec.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Edit {
+    /// A new image.
+    Image(u8),
+    /// New replicas.
+    Replicas(i32),
+    /// Add or remove the backup policy.
+    ToggleBackups,
+}
+
+fn hook(retry_limit: i32) -> Hook {
+    Hook {
+        image: None,
+        command: vec!["hook".to_owned()],
+        args: Vec::new(),
+        env: Vec::new(),
+        timeout_seconds: 60,
+        retry_limit,
+        pod_labels: BTreeMap::new(),
+        pod_annotations: BTreeMap::new(),
+    }
+}
+
+fn policy() -> BackupPolicy {
+    BackupPolicy {
+        schedule: "@daily".to_owned(),
+        suspend: false,
+        s3_endpoint: "https://s3.example".to_owned(),
+        s3_credentials_secret: "s3".to_owned(),
+        bucket: "b".to_owned(),
+        prefix: None,
+        retention: None,
+        image: "backup:1".to_owned(),
+        command: Vec::new(),
+        args: Vec::new(),
+        timeout_seconds: 600,
+        pod_labels: BTreeMap::new(),
+        pod_annotations: BTreeMap::new(),
+    }
+}
+
+impl Cluster {
+    fn new(replicas: i32, hooks: Option<i32>, backups: bool) -> Self {
+        Cluster {
+            spec: DistributedDBSpec {
+                replicas,
+                image: IMAGES[0].to_owned(),
+                storage: Storage {
+                    storage_class_name: None,
+                    size: "1Gi".to_owned(),
+                },
+                backup_policy: backups.then(policy),
+                upgrade: hooks.map(|retry| UpgradePolicy {
+                    pre_hook: Some(hook(retry)),
+                    post_hook: Some(hook(retry)),
+                }),
+                resources: None,
+                ports: vec![DbPort {
+                    name: "db".to_owned(),
+                    port: 8080,
+                }],
+                env: Vec::new(),
+                pod_labels: BTreeMap::new(),
+                pod_annotations: BTreeMap::new(),
+            },
+            requests: Requests::default(),
+            service: None,
+            sts: None,
+            pods: BTreeMap::new(),
+            jobs: Vec::new(),
+            cron: None,
+            next_uid: 0,
+            asked: BTreeSet::from([IMAGES[0].to_owned()]),
+            ever_without_policy: !backups,
+            down: BTreeSet::new(),
+            evicted: BTreeSet::new(),
+            served: false,
+            tick: 0,
+            last_down: BTreeMap::new(),
+            pass: None,
+            violations: Vec::new(),
+        }
+    }
+
+    fn uid(&mut self, prefix: &str) -> String {
+        self.next_uid += 1;
+        format!("{prefix}{}", self.next_uid)
+    }
+
+    fn add_job(&mut self, key: Option<String>, purpose: Purpose) {
+        if key.is_some() && self.jobs.iter().any(|j| j.key == key) {
+            return; // AlreadyExists
+        }
+        let uid = self.uid("j");
+        let name = match &key {
+            Some(k) => format!("db-{k}"),
+            None => format!("db-backup-{uid}"),
+        };
+        self.jobs.push(Job {
+            name,
+            uid,
+            key,
+            purpose,
+            outcome: Outcome::Running,
+        });
+    }
+
+    /// Whether a hook Job with this key prefix succeeded, or failed while the user asked
+    /// to skip hooks.
+    fn hook_done(&self, prefix: &str) -> bool {
+        self.jobs.iter().any(|j| {
+            let done = match j.outcome {
+                Outcome::Succeeded => true,
+                Outcome::Failed => self.requests.skip_hook.is_some(),
+                Outcome::Running => false,
+            };
+            done && j.key.as_deref().is_some_and(|k| k.starts_with(prefix))
+        })
+    }
+
+    /// The checks of a delete that takes effect on pod `k`.
+    fn check_delete(&mut self, k: i32, pod: &Pod) {
+        let Some(template) = self.sts.as_ref().map(|s| s.image.clone()) else {
+            return;
+        };
+        if pod.image == template {
+            self.violations.push(format!(
+                "deleted db-{k} ({}) although it already runs the target image {template}",
+                pod.uid
+            ));
+        }
+        if !pod.ready || !self.served {
+            return; // replacing a pod that is down (or never served) takes nothing down
+        }
+        let replicas = self.sts.as_ref().map_or(0, |s| s.replicas);
+        for j in (0..replicas).filter(|j| *j != k) {
+            if !self.pods.get(&j).is_some_and(|p| p.ready && !p.terminating) {
+                self.violations
+                    .push(format!("took db-{k} down while db-{j} was not Ready"));
+            }
+        }
+        if let Some(other) = self.down.iter().find(|d| **d != k) {
+            self.violations.push(format!(
+                "took db-{k} down while db-{other}, also taken down, was not back"
+            ));
+        }
+        if HookPhase::Pre.of(&self.spec).is_some() {
+            let prefix = format!("pre-{k}-{}-", short_hash(&[&template, &pod.uid]));
+            if !self.hook_done(&prefix) {
+                self.violations.push(format!(
+                    "deleted db-{k} ({}) before its pre-hook succeeded",
+                    pod.uid
+                ));
+            }
+        }
+        // A pod seen down within the staleness window may have been chosen (down pods go
+        // first) on a view that did not yet show it Ready again: no cache-based controller
+        // can tell. Such a take-down is exempt from the ordering rule.
+        let recently_down = self
+            .last_down
+            .get(&pod.uid)
+            .is_some_and(|t| self.tick.saturating_sub(*t) <= STALE_TICKS);
+        if recently_down {
+            self.down.insert(k);
+            return;
+        }
+        match &self.pass {
+            Some(pass) if pass.image == template => {
+                if k > pass.last {
+                    self.violations.push(format!(
+                        "took db-{k} down after db-{} in the same pass to {template}: ordinals went up",
+                        pass.last
+                    ));
+                }
+                let previous = pass.last;
+                if previous != k && HookPhase::Post.of(&self.spec).is_some() {
+                    let uid = self
+                        .pods
+                        .get(&previous)
+                        .map(|p| p.uid.clone())
+                        .unwrap_or_default();
+                    let prefix = format!("post-{previous}-{}-", short_hash(&[&template, &uid]));
+                    if !self.hook_done(&prefix) {
+                        self.violations.push(format!(
+                            "took db-{k} down before the post-hook of db-{previous} succeeded"
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.pass = Some(Pass {
+            image: template,
+            last: k,
+        });
+        self.down.insert(k);
+    }
+
+    /// Bookkeeping after any change.
+    fn refresh(&mut self) {
+        let pods = &self.pods;
+        let up = |k: &i32| pods.get(k).is_some_and(|p| p.ready && !p.terminating);
+        self.down.retain(|k| !up(k));
+        self.evicted.retain(|k| !up(k));
+        for p in self.pods.values().filter(|p| !p.ready && !p.terminating) {
+            self.last_down.insert(p.uid.clone(), self.tick);
+        }
+        if let Some(s) = &self.sts {
+            self.served |= (0..s.replicas).all(|k| up(&k));
+            let uniform = (0..s.replicas).all(|k| {
+                self.pods
+                    .get(&k)
+                    .is_some_and(|p| p.ready && !p.terminating && p.image == s.image)
+            });
+            if uniform {
+                self.pass = None;
+            }
+        }
+    }
+
+    fn sts_observes(&mut self) {
+        if let Some(s) = &mut self.sts {
+            s.observed = s.generation;
+            s.synced_image = s.image.clone();
+            s.synced_replicas = s.replicas;
+        }
+    }
+
+    fn sts_creates_pods(&mut self) {
+        let Some(s) = self.sts.clone() else { return };
+        if s.observed == 0 {
+            return;
+        }
+        for k in 0..s.synced_replicas {
+            if !self.pods.contains_key(&k) {
+                let uid = self.uid("p");
+                self.pods.insert(
+                    k,
+                    Pod {
+                        uid,
+                        image: s.synced_image.clone(),
+                        ready: false,
+                        terminating: false,
+                        stuck: false,
+                    },
+                );
+            }
+        }
+        for p in self.pods.range_mut(s.synced_replicas..).map(|(_, p)| p) {
+            p.terminating = true;
+        }
+    }
+
+    fn running_job(&mut self, n: u8) -> Option<&mut Job> {
+        let running: Vec<usize> = (0..self.jobs.len())
+            .filter(|i| self.jobs[*i].outcome == Outcome::Running)
+            .collect();
+        let pick = *running.get(usize::from(n) % running.len().max(1))?;
+        self.jobs.get_mut(pick)
+    }
+
+    fn pod_at(&mut self, n: u8) -> Option<&mut Pod> {
+        self.pods.get_mut(&i32::from(n % 4))
+    }
+}
+
+impl WorldModel<DistributedDb> for Cluster {
+    type Move = Move;
+    type Edit = Edit;
+
+    fn initial() -> BoxedStrategy<Self> {
+        (
+            1..=3i32,
+            prop::option::of(0..=1i32),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(replicas, hooks, backups, existing)| {
+                let mut world = Cluster::new(replicas, hooks, backups);
+                if existing {
+                    // The objects already exist and run (as after the operator was
+                    // reinstalled): the machine adopts them, so more of each run is spent
+                    // upgrading, scaling and deleting.
+                    world.service = Some(true);
+                    world.sts = Some(Sts {
+                        image: IMAGES[0].to_owned(),
+                        replicas,
+                        generation: 1,
+                        observed: 1,
+                        drifted: false,
+                        synced_image: IMAGES[0].to_owned(),
+                        synced_replicas: replicas,
+                    });
+                    world.settle();
+                    world.requests.retry_hook = None;
+                }
+                world
+            })
+            .boxed()
+    }
+
+    fn spec(&self) -> DistributedDBSpec {
+        self.spec.clone()
+    }
+
+    fn spec_edits() -> BoxedStrategy<Edit> {
+        prop_oneof![
+            4 => (0..3u8).prop_map(Edit::Image),
+            2 => (1..=3i32).prop_map(Edit::Replicas),
+            1 => Just(Edit::ToggleBackups),
+        ]
+        .boxed()
+    }
+
+    fn edit_spec(&mut self, edit: &Edit) {
+        self.tick += 1;
+        match edit {
+            Edit::Image(i) => {
+                let image = IMAGES[usize::from(*i) % IMAGES.len()].to_owned();
+                self.asked.insert(image.clone());
+                self.spec.image = image;
+            }
+            Edit::Replicas(n) => self.spec.replicas = *n,
+            Edit::ToggleBackups => {
+                self.spec.backup_policy = match self.spec.backup_policy {
+                    Some(_) => None,
+                    None => Some(policy()),
+                };
+                self.ever_without_policy |= self.spec.backup_policy.is_none();
+                if let Some((_, in_sync)) = &mut self.cron {
+                    *in_sync = false;
+                }
+            }
+        }
+    }
+
+    fn observe(&self) -> Observed {
+        Observed {
+            name: "db".to_owned(),
+            service_in_sync: self.service == Some(true),
+            statefulset: self.sts.as_ref().map(|s| StatefulSetView {
+                conforms: !s.drifted,
+                image: Some(s.image.clone()),
+                replicas: s.replicas,
+                caught_up: s.observed == s.generation,
+                claim_size: Some("1Gi".to_owned()),
+            }),
+            pods: self
+                .pods
+                .iter()
+                .map(|(k, p)| {
+                    (
+                        *k,
+                        PodView {
+                            uid: p.uid.clone(),
+                            image: Some(p.image.clone()),
+                            ready: p.ready,
+                            terminating: p.terminating,
+                        },
+                    )
+                })
+                .collect(),
+            jobs: self
+                .jobs
+                .iter()
+                .map(|j| JobView {
+                    name: j.name.clone(),
+                    uid: j.uid.clone(),
+                    key: j.key.clone(),
+                    purpose: Some(j.purpose),
+                    created: Some(epoch()),
+                    outcome: match j.outcome {
+                        Outcome::Running => JobOutcome::Running,
+                        Outcome::Succeeded => JobOutcome::Succeeded { at: epoch() },
+                        Outcome::Failed => JobOutcome::Failed {
+                            at: epoch(),
+                            reason: "BackoffLimitExceeded".to_owned(),
+                            message: String::new(),
+                        },
+                    },
+                })
+                .collect(),
+            cronjob: self.cron.as_ref().map(|(uid, in_sync)| CronJobView {
+                uid: uid.clone(),
+                in_sync: *in_sync,
+            }),
+            volumes: BTreeMap::new(),
+            requests: self.requests.clone(),
+        }
+    }
+
+    fn apply(&mut self, action: &DdbAction) {
+        match action {
+            DdbAction::EnsureService => self.service = Some(true),
+            DdbAction::EnsureStatefulSet(shape) => {
+                if !self.asked.contains(&shape.image) {
+                    self.violations.push(format!(
+                        "wrote {} into the StatefulSet template, an image no spec asked for",
+                        shape.image
+                    ));
+                }
+                match &mut self.sts {
+                    None => {
+                        self.sts = Some(Sts {
+                            image: shape.image.clone(),
+                            replicas: shape.replicas,
+                            generation: 1,
+                            observed: 0,
+                            drifted: false,
+                            synced_image: shape.image.clone(),
+                            synced_replicas: shape.replicas,
+                        });
+                    }
+                    Some(s) => {
+                        if s.image != shape.image || s.replicas != shape.replicas || s.drifted {
+                            s.image = shape.image.clone();
+                            s.replicas = shape.replicas;
+                            s.drifted = false;
+                            s.generation += 1;
+                        }
+                    }
+                }
+            }
+            DdbAction::DeletePod { ordinal, uid } => {
+                if let Some(pod) = self.pods.get(ordinal).cloned()
+                    && pod.uid == *uid
+                    && !pod.terminating
+                {
+                    self.check_delete(*ordinal, &pod);
+                    if let Some(p) = self.pods.get_mut(ordinal) {
+                        p.terminating = true;
+                    }
+                }
+            }
+            DdbAction::RunHook { phase, key, .. } => {
+                if phase.of(&self.spec).is_some() {
+                    self.add_job(Some(key.clone()), Purpose::Hook);
+                }
+            }
+            DdbAction::RunBackup { key, kind } => {
+                if self.spec.backup_policy.is_some() {
+                    let purpose = match kind {
+                        BackupKind::Final => Purpose::FinalBackup,
+                        BackupKind::OnDemand | BackupKind::Scheduled => Purpose::Backup,
+                    };
+                    self.add_job(Some(key.clone()), purpose);
+                }
+            }
+            DdbAction::EnsureCronJob => {
+                if self.spec.backup_policy.is_some() {
+                    let uid = match &self.cron {
+                        Some((uid, _)) => uid.clone(),
+                        None => self.uid("c"),
+                    };
+                    self.cron = Some((uid, true));
+                }
+            }
+            DdbAction::DeleteCronJob { uid } => {
+                if self.cron.as_ref().is_some_and(|(u, _)| u == uid) {
+                    self.cron = None;
+                }
+            }
+            DdbAction::ExpandVolume { .. } => {}
+            DdbAction::DeleteJob { uid, .. } => self.jobs.retain(|j| j.uid != *uid),
+        }
+        self.refresh();
+    }
+
+    fn environment_moves() -> BoxedStrategy<Move> {
+        prop_oneof![
+            6 => Just(Move::StsObserves),
+            6 => Just(Move::StsCreatesPods),
+            6 => any::<u8>().prop_map(Move::PodGone),
+            10 => any::<u8>().prop_map(Move::PodReady),
+            1 => any::<u8>().prop_map(Move::PodStuck),
+            1 => any::<u8>().prop_map(Move::PodEvicted),
+            1 => (0..3u8).prop_map(Move::SkipHook),
+            8 => (any::<u8>(), prop::bool::weighted(0.7)).prop_map(|(n, ok)| Move::JobFinishes(n, ok)),
+            1 => Just(Move::StsDrifts),
+            1 => Just(Move::StsImageTampered),
+            1 => Just(Move::ServiceDeleted),
+            1 => Just(Move::CronJobDeleted),
+            1 => Just(Move::CronFires),
+            1 => (0..3u8).prop_map(Move::BackupNow),
+            1 => Just(Move::SkipFinalBackup),
+        ]
+        .boxed()
+    }
+
+    fn step_environment(&mut self, mv: &Move) {
+        self.tick += 1;
+        match *mv {
+            Move::StsObserves => self.sts_observes(),
+            Move::StsCreatesPods => self.sts_creates_pods(),
+            Move::PodGone(n) => {
+                let k = i32::from(n % 4);
+                if self.pods.get(&k).is_some_and(|p| p.terminating) {
+                    self.pods.remove(&k);
+                }
+            }
+            Move::PodReady(n) => {
+                if let Some(p) = self.pod_at(n)
+                    && !p.terminating
+                    && !p.stuck
+                {
+                    p.ready = true;
+                }
+            }
+            Move::PodStuck(n) => {
+                if let Some(p) = self.pod_at(n)
+                    && !p.ready
+                {
+                    p.stuck = true;
+                }
+            }
+            Move::PodEvicted(n) => {
+                let k = i32::from(n % 4);
+                if let Some(p) = self.pods.get_mut(&k)
+                    && !p.terminating
+                {
+                    p.terminating = true;
+                    self.evicted.insert(k);
+                }
+            }
+            Move::SkipHook(n) => self.requests.skip_hook = Some(format!("s{n}")),
+            Move::JobFinishes(n, ok) => {
+                if let Some(j) = self.running_job(n) {
+                    j.outcome = if ok {
+                        Outcome::Succeeded
+                    } else {
+                        Outcome::Failed
+                    };
+                }
+            }
+            Move::StsDrifts => {
+                if let Some(s) = &mut self.sts {
+                    s.drifted = true;
+                    s.generation += 1;
+                }
+            }
+            Move::StsImageTampered => {
+                if let Some(s) = &mut self.sts {
+                    s.image = ROGUE.to_owned();
+                    s.generation += 1;
+                }
+            }
+            Move::ServiceDeleted => self.service = None,
+            Move::CronJobDeleted => self.cron = None,
+            Move::CronFires => {
+                if self.cron.is_some() {
+                    self.add_job(None, Purpose::Backup);
+                }
+            }
+            Move::BackupNow(n) => self.requests.backup_now = Some(format!("t{n}")),
+            Move::SkipFinalBackup => self.requests.skip_final_backup = true,
+        }
+        self.refresh();
+    }
+
+    fn invariants(&self, state: &DdbState) -> Result<(), String> {
+        if let Some(first) = self.violations.first() {
+            return Err(first.clone());
+        }
+        if self.down.len() > 1 {
+            return Err(format!("pods {:?} were all taken down at once", self.down));
+        }
+        if *state == DdbState::Finalized
+            && !(self.ever_without_policy
+                || self.requests.skip_final_backup
+                || self
+                    .jobs
+                    .iter()
+                    .any(|j| j.purpose == Purpose::FinalBackup && j.outcome == Outcome::Succeeded))
+        {
+            return Err("finalized without a successful or skipped final backup".to_owned());
+        }
+        Ok(())
+    }
+
+    fn converged(&self, state: &DdbState) -> bool {
+        let spec = &self.spec;
+        let DdbState::Ready { version, replicas } = state else {
+            return false;
+        };
+        let sts_ok = self.sts.as_ref().is_some_and(|s| {
+            s.image == spec.image
+                && s.replicas == spec.replicas
+                && !s.drifted
+                && s.observed == s.generation
+        });
+        let pods_ok = self.pods.len() == usize::try_from(spec.replicas).unwrap_or(0)
+            && (0..spec.replicas).all(|k| {
+                self.pods
+                    .get(&k)
+                    .is_some_and(|p| p.ready && !p.terminating && p.image == spec.image)
+            });
+        let cron_ok = match (&spec.backup_policy, &self.cron) {
+            (Some(_), Some((_, in_sync))) => *in_sync,
+            (None, None) => true,
+            _ => false,
+        };
+        let pruned = !self
+            .jobs
+            .iter()
+            .any(|j| j.purpose == Purpose::Hook && j.outcome != Outcome::Running);
+        let backup_served = match (&self.requests.backup_now, &spec.backup_policy) {
+            (Some(token), Some(_)) => self
+                .jobs
+                .iter()
+                .any(|j| j.key.as_deref() == Some(backup_key(token).as_str())),
+            _ => true,
+        };
+        *version == spec.image
+            && *replicas == spec.replicas
+            && self.service == Some(true)
+            && sts_ok
+            && pods_ok
+            && cron_ok
+            && pruned
+            && backup_served
+    }
+
+    fn settle(&mut self) {
+        self.sts_observes();
+        self.pods.retain(|_, p| !p.terminating);
+        self.sts_creates_pods();
+        self.pods.retain(|_, p| !p.terminating);
+        for p in self.pods.values_mut() {
+            p.stuck = false;
+            p.ready = true;
+        }
+        for j in &mut self.jobs {
+            if j.outcome == Outcome::Running {
+                j.outcome = Outcome::Succeeded;
+            }
+        }
+        // A user who finds a hook out of retries asks for it to run again.
+        self.requests.retry_hook = Some("settled".to_owned());
+        self.refresh();
+    }
+}
+
+fn config() -> CheckConfig {
+    CheckConfig {
+        cases: 384,
+        max_events: 120,
+        liveness_reconciles: 128,
+        ..CheckConfig::default()
+    }
+}
+
+#[test]
+fn distributeddb_is_safe_and_live_under_faults() {
+    let report = check_machine::<DistributedDb, Cluster>(config());
+    assert!(report.writes > 0);
+}
+
+#[test]
+fn the_model_catches_a_delete_of_an_upgraded_pod() {
+    // The invariants are only as good as their teeth: deleting the replacement of a
+    // pod that was just upgraded is reported.
+    let mut world = Cluster::new(1, None, false);
+    world.apply(&DdbAction::EnsureStatefulSet(super::machine::Shape {
+        image: "db:1".to_owned(),
+        replicas: 1,
+        claim_size: "1Gi".to_owned(),
+    }));
+    world.settle();
+    let uid = world
+        .pods
+        .get(&0)
+        .map(|p| p.uid.clone())
+        .unwrap_or_default();
+    world.apply(&DdbAction::DeletePod { ordinal: 0, uid });
+    assert!(world.invariants(&DdbState::Creating).is_err());
+}
+
+#[test]
+fn the_model_catches_a_delete_before_the_pre_hook() {
+    let mut world = Cluster::new(2, Some(0), false);
+    world.apply(&DdbAction::EnsureStatefulSet(super::machine::Shape {
+        image: "db:1".to_owned(),
+        replicas: 2,
+        claim_size: "1Gi".to_owned(),
+    }));
+    world.settle();
+    world.edit_spec(&Edit::Image(1));
+    world.apply(&DdbAction::EnsureStatefulSet(super::machine::Shape {
+        image: "db:2".to_owned(),
+        replicas: 2,
+        claim_size: "1Gi".to_owned(),
+    }));
+    let uid = world
+        .pods
+        .get(&1)
+        .map(|p| p.uid.clone())
+        .unwrap_or_default();
+    world.apply(&DdbAction::DeletePod { ordinal: 1, uid });
+    let why = world
+        .invariants(&DdbState::Creating)
+        .err()
+        .unwrap_or_default();
+    assert!(why.contains("before its pre-hook succeeded"), "{why}");
+}
+
+#[test]
+fn hook_keys_in_the_model_match_the_machine() {
+    let key = hook_key(HookPhase::Pre, 2, "db:2", "p7", 1);
+    assert!(key.starts_with(&format!("pre-2-{}-", short_hash(&["db:2", "p7"]))));
+}

@@ -454,11 +454,37 @@ fn the_pod_is_deleted_with_its_recorded_uid_only_while_the_others_are_ready() {
     let state = upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:1"));
     let d = decide(&spec("db:2"), &state, template_at(at_rest("db:1"), "db:2"));
     assert_eq!(deletes(&d), vec![(2, uid(2, "db:1"))]);
+    // Pod 0 is down but already at the target: pod 2 waits for it.
+    let mut o = template_at(at_rest("db:1"), "db:2");
+    o.pods.insert(0, pod(0, "db:2", false));
+    let d = decide(&spec("db:2"), &state, o);
+    assert!(deletes(&d).is_empty());
+    assert_eq!(d.reason(), WAITING_FOR_PODS);
+}
+
+#[test]
+fn a_pod_that_goes_down_while_another_waits_is_replaced_first() {
+    let state = upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:1"));
     let mut o = template_at(at_rest("db:1"), "db:2");
     o.pods.insert(0, pod(0, "db:1", false));
     let d = decide(&spec("db:2"), &state, o);
     assert!(deletes(&d).is_empty());
-    assert_eq!(d.reason(), WAITING_FOR_PODS);
+    assert_eq!(d.reason(), REPLANNED);
+    assert_eq!(
+        target(&d),
+        Some(&upgrading("db:2", 0, UpgradeStep::PreHook, &uid(0, "db:1")))
+    );
+}
+
+#[test]
+fn a_down_pod_that_recovers_gives_the_highest_ordinal_its_turn_back() {
+    let state = upgrading("db:2", 0, UpgradeStep::PreHook, &uid(0, "db:1"));
+    let d = decide(&spec("db:2"), &state, template_at(at_rest("db:1"), "db:2"));
+    assert_eq!(d.reason(), REPLANNED);
+    assert_eq!(
+        target(&d),
+        Some(&upgrading("db:2", 2, UpgradeStep::PreHook, &uid(2, "db:1")))
+    );
 }
 
 #[test]
@@ -650,7 +676,7 @@ fn a_pod_recreated_at_a_stale_image_is_replaced_again() {
     assert_eq!(d.reason(), RECREATED_AT_STALE_IMAGE);
     assert_eq!(
         target(&d),
-        Some(&upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:0")))
+        Some(&upgrading("db:2", 2, UpgradeStep::PreHook, &uid(2, "db:0")))
     );
 }
 
@@ -696,11 +722,11 @@ fn backup_now_runs_one_backup_per_token() {
 }
 
 #[test]
-fn backup_now_without_a_policy_is_degraded() {
+fn backup_now_without_a_policy_does_nothing() {
     let mut o = at_rest("db:1");
     o.requests.backup_now = Some("t1".to_owned());
     let d = decide(&spec("db:1"), &ready("db:1"), o);
-    assert!(is_degraded(&d));
+    assert!(target(&d).is_none() && d.actions().is_empty());
     assert_eq!(d.reason(), BACKUP_NOT_CONFIGURED);
 }
 
