@@ -146,6 +146,12 @@ pub enum Verdict {
 
 /// Decide the Finalizing state.
 pub fn step(facts: Facts<'_>) -> Verdict {
+    step_named(facts, None)
+}
+
+/// [`step`], with messages naming the attempt's Job (`job_name`, when it exists) rather
+/// than its key.
+pub fn step_named(facts: Facts<'_>, job_name: Option<&str>) -> Verdict {
     if facts.skip {
         return Verdict::Release {
             reason: FINAL_BACKUP_SKIPPED,
@@ -164,28 +170,29 @@ pub fn step(facts: Facts<'_>) -> Verdict {
         retry_limit: None,
     };
     let key = key(facts.attempt);
+    let name = job_name.unwrap_or(&key).to_owned();
     match job_step(facts.job, attempts, &Backoff::JOB_STEP, facts.now) {
         JobStep::Start => Verdict::Start {
             message: format!("starting final backup Job {key}"),
             key,
         },
         JobStep::Running => Verdict::Wait {
-            message: format!("final backup Job {key} is running"),
+            message: format!("final backup Job {name} is running"),
         },
         JobStep::Succeeded => Verdict::Release {
             reason: FINAL_BACKUP_SUCCEEDED,
-            message: format!("final backup Job {key} succeeded"),
+            message: format!("final backup Job {name} succeeded"),
         },
         JobStep::Backoff { failure, at, wait } => Verdict::Backoff {
             message: format!(
-                "final backup Job {key} {failure}; retrying at {}; set {SKIP_FINAL_BACKUP}=true to delete without it",
+                "final backup Job {name} {failure}; retrying at {}; set {SKIP_FINAL_BACKUP}=true to delete without it",
                 at.format("%Y-%m-%dT%H:%M:%SZ")
             ),
             wait,
         },
         JobStep::Retry { failure } | JobStep::Exhausted { failure } => Verdict::Retry {
             next: facts.attempt.saturating_add(1),
-            message: format!("final backup Job {key} {failure}; trying again"),
+            message: format!("final backup Job {name} {failure}; trying again"),
         },
     }
 }

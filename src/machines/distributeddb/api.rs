@@ -130,7 +130,7 @@ fn default_backup_timeout() -> i64 {
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("size(self.metadata.name) <= 40")
         .message("metadata.name must be at most 40 characters: the names of the StatefulSet's pods and of the hook and backup Jobs derive from it")
-        .field_path(".metadata.name"),
+        ,
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DistributedDBSpec {

@@ -1424,13 +1424,16 @@ fn begin_finalizing(spec: &DistributedDBSpec, o: &Observed) -> D {
 fn finalizing(spec: &DistributedDBSpec, attempt: u32, world: &World<Observed>) -> D {
     let o = &world.observed;
     let key = finalize::key(attempt);
-    let verdict = finalize::step(finalize::Facts {
-        configured: spec.backup_policy.is_some(),
-        skip: o.requests.skip_final_backup,
-        attempt,
-        job: o.job(&key).map(|j| &j.outcome),
-        now: world.now,
-    });
+    let verdict = finalize::step_named(
+        finalize::Facts {
+            configured: spec.backup_policy.is_some(),
+            skip: o.requests.skip_final_backup,
+            attempt,
+            job: o.job(&key).map(|j| &j.outcome),
+            now: world.now,
+        },
+        o.job(&key).map(|j| j.name.as_str()),
+    );
     finalize::decision(
         verdict,
         || DdbState::Finalized,
