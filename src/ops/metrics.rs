@@ -263,8 +263,8 @@ impl Metrics {
         self.object_state
             .get_or_create(&object_labels(key, state))
             .set(1);
-        let was_stuck = previous.as_ref().is_some_and(|p| p.stuck);
-        if was_stuck != stuck {
+        // A new object (so the machine's gauge exists, at 0 if need be) or a change.
+        if previous.as_ref().is_none_or(|p| p.stuck != stuck) {
             self.refresh_stuck(&objects, &key.machine);
         }
     }
@@ -401,6 +401,13 @@ mod tests {
         let m = Metrics::new();
         let key = ObjectKey::new("distributeddb", "default", "demo");
         m.set_state(&key, "Creating", false);
+        assert_eq!(
+            line_value(
+                &m.encode(),
+                "lockstep_stuck_objects{machine=\"distributeddb\"}"
+            ),
+            Some(0.0)
+        );
         m.set_state(&key, "Upgrading", true);
         let text = m.encode();
         assert!(!text.contains("state=\"Creating\""), "{text}");

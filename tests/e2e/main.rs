@@ -4,9 +4,12 @@
 //!
 //! - [`smoke`]: the control plane does what the operators rely on.
 //! - [`engine_requests`]: the driver's request budget, counted.
+//! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
+//!   the deploy manifests' RBAC.
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
 //!   child process, request counting.
 
 mod engine_requests;
+mod operability;
 mod smoke;
 mod support;
