@@ -89,7 +89,7 @@ make --no-print-directory cluster-up
 
 step "1. Build lockstep and install the CRDs"
 cargo build --quiet --bins
-k apply --server-side --field-manager=lockstep-demo -k crds >/dev/null
+k apply --server-side --field-manager=lockstep-demo -f crds/distributeddbs.lockstep.dev.yaml >/dev/null
 k wait --for=condition=Established crd/distributeddbs.lockstep.dev --timeout=60s >/dev/null
 explain "crds/ is generated from the Rust types (lockstep crds); the statechart the"
 explain "operator enforces is in machines/distributeddb.md (lockstep machines)."
@@ -110,8 +110,11 @@ explain "transition (or none), acts, and writes the new state with one fenced st
 ddb_field() {
   k create --dry-run=client -o json -f "$EXAMPLE" | python3 -c '
 import json, sys
-doc = json.load(sys.stdin)
-items = doc["items"] if doc.get("kind") == "List" else [doc]
+text, decoder, items, at = sys.stdin.read(), json.JSONDecoder(), [], 0
+while text[at:].strip():
+    at += len(text[at:]) - len(text[at:].lstrip())
+    doc, at = decoder.raw_decode(text, at)
+    items += doc["items"] if doc.get("kind") == "List" else [doc]
 ddb = next(i for i in items if i.get("kind") == "DistributedDB")
 value = ddb
 for key in sys.argv[1].split("."):

@@ -224,7 +224,7 @@ impl Story {
                 format!(": {message}")
             };
             lines.push(format!(
-                "{}  {}  {arrow:<34} {reason}{message}",
+                "{}  {}  {arrow:<42} {reason}{message}",
                 clock(&at),
                 self.name
             ));
