@@ -20,7 +20,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::conditions;
 use kube::{Api, Client, ResourceExt};
@@ -631,9 +631,8 @@ async fn a_killed_leader_is_replaced_and_the_upgrade_finishes() {
 /// `examples/deploy` applied with server-side apply; then the operator runs out of the
 /// cluster as its ServiceAccount (a TokenRequest token) through a whole lifecycle —
 /// create, upgrade with hooks, volume expansion, on-demand backup, delete with a final
-/// backup — without a
-/// single Forbidden, and the ServiceAccount cannot read Secrets or touch what it does
-/// not manage.
+/// backup — without a single Forbidden and without a Secret value in its log; and the
+/// ServiceAccount cannot read Secrets or touch what it does not manage.
 #[tokio::test]
 async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
     let mut env = Env::new("ops-rbac").await;
@@ -762,6 +761,19 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
         ],
         "operability-rbac",
     );
+    // The S3 credentials the backup Jobs reference: canaries that must never be logged.
+    let canary = format!("canary-{}", env.namespace());
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "backup-s3"},
+        "stringData": {"accessKey": format!("{canary}-access"), "secretKey": format!("{canary}-secret")}
+    }))
+    .expect("a Secret");
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create the S3 Secret");
     let api = env.api::<DistributedDB>();
     create_ddb(&env, &ddb("db", "registry.example/db:1", 100, true)).await;
     support::wait_for(
@@ -838,6 +850,11 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
         operator.process.log.display()
     );
     operator.assert_no_forbidden();
+    assert!(
+        !operator.process.output().contains(&canary),
+        "a Secret value reached the operator's log: {}",
+        operator.process.log.display()
+    );
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), "lockstep-system");
     assert_eq!(
         lease_holder(&leases, "lockstep-leader").await,
