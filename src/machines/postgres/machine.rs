@@ -67,7 +67,9 @@
 //! - **Backups.** S3 and database credentials reach Jobs only as secret references; the
 //!   finalizer is held until a final backup Job succeeded or the user skipped it.
 //! - **Quiet at rest.** Owned objects are re-applied only when the rendered object is not
-//!   contained in the live one, labels only when they differ.
+//!   contained in the live one, labels only when they differ. At rest the machine looks
+//!   again every [`RESYNC`] without any event (reading caches only), so a missed watch
+//!   event cannot postpone noticing a failed primary for longer.
 //!
 //! # Assumptions
 //! - The StatefulSet controller recreates deleted pods (`OnDelete`, `Parallel`) as
@@ -647,6 +649,10 @@ pub fn spec_image(spec: &PostgresClusterSpec) -> String {
 }
 
 type D = Decision<PgState, PgAction>;
+
+/// How often a cluster at rest is looked at again without any event: a missed watch
+/// event cannot postpone noticing a primary that stopped being Ready by more than this.
+pub const RESYNC: Duration = Duration::from_secs(300);
 
 /// The label moves that make the pods' roles what `primary` says: demotions first, then
 /// the promotion, so that no two pods are ever labelled primary.
@@ -1336,7 +1342,8 @@ fn ready(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> D {
             ),
             actions,
         )
-        .degraded();
+        .degraded()
+        .requeue(RESYNC);
     }
     rest(
         SERVING,
@@ -1348,6 +1355,7 @@ fn ready(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> D {
         ),
         actions,
     )
+    .requeue(RESYNC)
 }
 
 fn scaling(spec: &PostgresClusterSpec, cluster: &Topology, from_replicas: i32, o: &Observed) -> D {
