@@ -3,12 +3,15 @@
 //! `cargo test --test e2e`. Without a reachable cluster every test fails, saying so.
 //!
 //! - [`smoke`]: the control plane does what the operators rely on.
+//! - [`distributeddb`]: the DistributedDB lifecycle: create, hooked upgrade, crash and
+//!   restart, drift, scaling, backups, final backup, validation.
 //! - [`engine_requests`]: the driver's request budget, counted.
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
 //!   the deploy manifests' RBAC.
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
 //!   child process, request counting.
 
+mod distributeddb;
 mod engine_requests;
 mod operability;
 mod smoke;

@@ -8,8 +8,8 @@
 //!
 //! Rules, for `desired ⊆ live`:
 //! - objects: every key of `desired` is in `live` with a contained value; a desired
-//!   `null`, `{}` or `[]` is also satisfied by an absent key (the API server drops empty
-//!   values);
+//!   `null`, `""`, `{}` or `[]` is also satisfied by an absent key (the API server drops
+//!   empty values, such as an environment variable's empty `value`);
 //! - arrays: the same length, and each element contained in the element at the same
 //!   index (lists are ordered and their elements are ours, so an extra element is
 //!   drift);
@@ -45,10 +45,11 @@ pub fn contains(live: &Value, desired: &Value) -> bool {
     }
 }
 
-/// `null`, `{}` or `[]`.
+/// `null`, `""`, `{}` or `[]`.
 fn is_empty(value: &Value) -> bool {
     match value {
         Value::Null => true,
+        Value::String(s) => s.is_empty(),
         Value::Object(m) => m.is_empty(),
         Value::Array(a) => a.is_empty(),
         _ => false,
@@ -120,5 +121,7 @@ mod tests {
     fn empty_values_match_absent_ones() {
         let desired = json!({"metadata": {"annotations": {}}, "args": [], "x": null});
         assert!(contains(&json!({"metadata": {}}), &desired));
+        let env = json!({"env": [{"name": "S3_PREFIX", "value": ""}]});
+        assert!(contains(&json!({"env": [{"name": "S3_PREFIX"}]}), &env));
     }
 }
