@@ -118,12 +118,14 @@ class Pod:
         self.proc: subprocess.Popen | None = None
 
     # -- process control ---------------------------------------------------
-    def script_env(self, role: str, primary: "Pod | None", **extra) -> dict:
+    def script_env(self, role: "str | None", primary: "Pod | None", **extra) -> dict:
+        # role=None: the pod as the StatefulSet makes it, before the operator labels it.
+        role_line = "" if role is None else f'lockstep.dev/role="{role}"\n'
         self.labels.write_text(
             'app.kubernetes.io/name="postgres"\n'
             f'lockstep.dev/cluster="{self.env.cluster}"\n'
-            f'lockstep.dev/role="{role}"\n'
-            'statefulset.kubernetes.io/pod-name="x-0"\n'
+            + role_line
+            + 'statefulset.kubernetes.io/pod-name="x-0"\n'
         )
         self.labels.chmod(0o644)
         env = self.env.base_env()
@@ -149,7 +151,7 @@ class Pod:
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def start(self, role: str, primary: "Pod | None" = None, wait=True, **extra):
+    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, **extra):
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} already running"
         env = self.script_env(role, primary, **extra)
         with open(self.log, "ab") as logf:

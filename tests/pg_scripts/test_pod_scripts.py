@@ -77,6 +77,27 @@ def test_entrypoint_fails_clearly_when_the_labels_file_is_missing(env):
     assert "LOCKSTEP_ROLE_FILE" in pod.log_text()
 
 
+def test_entrypoint_waits_for_the_operator_to_assign_a_role(env):
+    pod = env.pod("pg-0")
+    pod.start(None, wait=False, ROLE_WAIT_SECONDS=60)
+    wait_until(lambda: "waiting up to 60s for the operator" in pod.log_text(),
+               what="the entrypoint to say it waits for a role")
+    assert pod.proc.poll() is None
+    assert not (pod.pgdata / "PG_VERSION").exists()
+    # The operator labels the pod; the kubelet rewrites the downward-API file.
+    pod.labels.write_text(pod.labels.read_text() + 'lockstep.dev/role="primary"\n')
+    pod.wait_ready()
+    assert pod.in_recovery() is False
+
+
+def test_entrypoint_gives_up_when_no_role_is_assigned_in_time(env):
+    pod = env.pod("pg-0")
+    pod.start(None, wait=False, ROLE_WAIT_SECONDS=1)
+    assert pod.wait_exit() == 2
+    assert "lockstep.dev/role not found" in pod.log_text()
+    assert not (pod.pgdata / "PG_VERSION").exists()
+
+
 def test_entrypoint_refuses_to_run_as_root(env):
     if not IS_ROOT:
         pytest.skip("tests are not running as root")

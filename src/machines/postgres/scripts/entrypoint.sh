@@ -27,6 +27,9 @@
 #                          /etc/lockstep/podinfo/labels); lines `key="value"`.
 #   LOCKSTEP_ROLE_LABEL    label holding the role (default lockstep.dev/role).
 #   LOCKSTEP_ROLE          if set, overrides the file (primary|replica).
+#   ROLE_WAIT_SECONDS      how long to wait for the role label to appear in the
+#                          file (default 300): a pod the StatefulSet just made
+#                          has no role until the operator labels it.
 #   POSTGRES_USER          superuser name (default postgres).
 #   POSTGRES_PASSWORD      required. Superuser password (Secret). Replicas use
 #                          it for pg_rewind's connection to the primary.
@@ -119,8 +122,9 @@ RECLONE_ON_REWIND_FAILURE=${RECLONE_ON_REWIND_FAILURE:-true}
 APPLICATION_NAME=${APPLICATION_NAME:-${POD_NAME:-${HOSTNAME:-lockstep-replica}}}
 LOCKSTEP_ROLE_FILE=${LOCKSTEP_ROLE_FILE:-/etc/lockstep/podinfo/labels}
 LOCKSTEP_ROLE_LABEL=${LOCKSTEP_ROLE_LABEL:-lockstep.dev/role}
+ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-300}
 require POSTGRES_PASSWORD REPLICATION_PASSWORD
-for v in PGPORT PRIMARY_PORT PRIMARY_WAIT_SECONDS RETRY_INTERVAL_SECONDS START_TIMEOUT_SECONDS MAX_WAL_SENDERS; do
+for v in PGPORT PRIMARY_PORT PRIMARY_WAIT_SECONDS RETRY_INTERVAL_SECONDS START_TIMEOUT_SECONDS MAX_WAL_SENDERS ROLE_WAIT_SECONDS; do
 	is_uint "${!v}" || die 2 "$v must be a non-negative integer, got '${!v}'"
 done
 export PGPORT
@@ -129,13 +133,9 @@ export PGPORT
 INITDB_MARKER="$PGDATA.lockstep-initdb-in-progress"
 CLONE_MARKER="$PGDATA.lockstep-clone-in-progress"
 
-# Reads the role from the downward-API labels file (key="value" per line).
-read_role() {
-	if [[ -n "${LOCKSTEP_ROLE:-}" ]]; then
-		printf '%s' "$LOCKSTEP_ROLE"
-		return
-	fi
-	[[ -r "$LOCKSTEP_ROLE_FILE" ]] || die 2 "role labels file LOCKSTEP_ROLE_FILE=$LOCKSTEP_ROLE_FILE is missing or unreadable"
+# The role label's value in the downward-API labels file (key="value" per
+# line), or status 1 if the label is not there (yet).
+role_from_file() {
 	local line key value
 	while IFS= read -r line || [[ -n "$line" ]]; do
 		key=${line%%=*}
@@ -144,9 +144,27 @@ read_role() {
 		value=${value#\"}
 		value=${value%\"}
 		printf '%s' "$value"
-		return
+		return 0
 	done <"$LOCKSTEP_ROLE_FILE"
-	die 2 "label $LOCKSTEP_ROLE_LABEL not found in $LOCKSTEP_ROLE_FILE"
+	return 1
+}
+
+# Reads the role, waiting up to ROLE_WAIT_SECONDS for the operator to label the
+# pod (the kubelet refreshes the file when the label appears).
+read_role() {
+	if [[ -n "${LOCKSTEP_ROLE:-}" ]]; then
+		printf '%s' "$LOCKSTEP_ROLE"
+		return
+	fi
+	[[ -r "$LOCKSTEP_ROLE_FILE" ]] || die 2 "role labels file LOCKSTEP_ROLE_FILE=$LOCKSTEP_ROLE_FILE is missing or unreadable"
+	local deadline=$((SECONDS + ROLE_WAIT_SECONDS)) logged=
+	until role_from_file; do
+		((SECONDS < deadline)) ||
+			die 2 "label $LOCKSTEP_ROLE_LABEL not found in $LOCKSTEP_ROLE_FILE after ${ROLE_WAIT_SECONDS}s (ROLE_WAIT_SECONDS)"
+		[[ -n "$logged" ]] || log "no $LOCKSTEP_ROLE_LABEL label yet; waiting up to ${ROLE_WAIT_SECONDS}s for the operator to assign a role"
+		logged=1
+		sleep "$RETRY_INTERVAL_SECONDS"
+	done
 }
 
 has_data() { [[ -f "$PGDATA/PG_VERSION" ]]; }
