@@ -6,6 +6,43 @@
 //!
 //! This module binds them into an [`Operator`] the driver runs.
 //!
+//! # Walkthrough
+//! ```text
+//! $ kubectl apply -f examples/distributeddb-full.yaml
+//! $ kubectl get ddb
+//! NAME        REPLICAS   READY   VERSION                              PHASE      STEP   AGE
+//! inventory   3          3       registry.example/distributeddb:1.4   Ready             20s
+//!
+//! # An upgrade: one pod at a time, highest ordinal first, hooks around each.
+//! $ kubectl patch ddb inventory --type merge -p '{"spec":{"image":"registry.example/distributeddb:1.5"}}'
+//! $ kubectl get ddb inventory -w      # STEP: 2/PreHook 2/Restart 2/PostHook 1/PreHook ... 0/PostHook
+//! $ kubectl describe ddb inventory    # history: ImageChanged, PreHookSucceeded, PodReplaced,
+//!                                     # PodUpgraded, ..., UpgradeCompleted; one Event each
+//!
+//! # A hook that keeps failing stops the upgrade: Degraded=True, reason HookFailed,
+//! # "the pre-upgrade hook of inventory-2 Failed (BackoffLimitExceeded: ...)".
+//! # Fix the hook (or the cluster), then:
+//! $ kubectl annotate ddb inventory --overwrite lockstep.dev/retry-hook=$(date +%s)
+//! # ... or go on without it:
+//! $ kubectl annotate ddb inventory --overwrite lockstep.dev/skip-hook=$(date +%s)
+//! # ... or roll back: set spec.image back; the upgrade retargets, pod by pod.
+//!
+//! # Backups: the CronJob inventory-backup follows spec.backupPolicy; one more, now:
+//! $ kubectl annotate ddb inventory --overwrite lockstep.dev/backup-now=$(date +%s)
+//! $ kubectl get ddb inventory -o jsonpath='{.status.lastBackup}'
+//!
+//! # Deletion takes a final backup first; while it fails the object stays Terminating
+//! # with Degraded=True (FinalBackupFailed) and retries with backoff. To delete anyway:
+//! $ kubectl annotate ddb inventory lockstep.dev/skip-final-backup=true
+//! ```
+//!
+//! Growing `spec.storage.size` expands every volume claim (the StorageClass must allow
+//! expansion); shrinking it or changing the class is refused by the API server. A change
+//! of `spec.replicas` goes through Scaling (claims of removed replicas are retained).
+//! On-demand backup Jobs are kept (their names are the record of which tokens were
+//! served); the CronJob keeps its last three Jobs of each outcome; hook Jobs are deleted
+//! once the cluster is back at rest.
+//!
 //! # Guarantees
 //! See [`machine`]. Additionally, `status` is a deterministic function of the persisted
 //! state and the observation, so an idle reconcile writes nothing.
