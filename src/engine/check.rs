@@ -997,6 +997,10 @@ impl<'c, M: Machine, W: WorldModel<M>> Sim<'c, M, W> {
             self.snapshot();
             self.check_invariants()?;
             let Some(out) = out else { continue };
+            if self.gone {
+                // This reconcile released the finalizer: done (checked at the loop's top).
+                continue;
+            }
             if !out.changed && out.actions.is_empty() {
                 // Idle in a settled world: only time can move it on.
                 match out.requeue {
