@@ -89,7 +89,9 @@ make --no-print-directory cluster-up
 
 step "1. Build lockstep and install the CRDs"
 cargo build --quiet --bins
-k apply --server-side --field-manager=lockstep-demo -f crds/distributeddbs.lockstep.dev.yaml >/dev/null
+# (kubectl's warnings about schema formats go to the log, not the narration.)
+k apply --server-side --field-manager=lockstep-demo -f crds/distributeddbs.lockstep.dev.yaml \
+  >"$DEMO_DIR/crd-apply.log" 2>&1 || fail "installing the CRD failed: $(cat "$DEMO_DIR/crd-apply.log")"
 k wait --for=condition=Established crd/distributeddbs.lockstep.dev --timeout=60s >/dev/null
 explain "crds/ is generated from the Rust types (lockstep crds); the statechart the"
 explain "operator enforces is in machines/distributeddb.md (lockstep machines)."
