@@ -8,10 +8,11 @@
 //!   leader: true
 //!   caches: synced
 //!   ```
-//!   A leader (or a process running without election) is ready once its controllers'
-//!   caches have synced. A standby is ready as soon as it serves: it has no caches to
-//!   sync, and a standby that is never ready would stall every rollout of a 2-replica
-//!   Deployment.
+//!   A leader (or a process running without election) is ready once every selected
+//!   machine's custom resources have been listed (the driver's owned-object caches are
+//!   awaited by each reconcile itself; the driver exposes no readiness of its own yet). A
+//!   standby is ready as soon as it serves: it has no caches to sync, and a standby that
+//!   is never ready would stall every rollout of a 2-replica Deployment.
 //! - `/metrics`: the OpenMetrics text of [`Metrics`].
 //!
 //! # Guarantees
