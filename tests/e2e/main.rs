@@ -14,5 +14,6 @@
 mod distributeddb;
 mod engine_requests;
 mod operability;
+mod postgres;
 mod smoke;
 mod support;

@@ -41,6 +41,8 @@
 //! `lockstep.dev/skip-final-backup` (delete without the final backup): see
 //! [`crate::machines::common::annotations`].
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::{CustomResource, KubeSchema};
@@ -106,8 +108,9 @@ fn version_rule() -> String {
     printcolumn(name = "Primary", type_ = "string", json_path = ".status.primaryPod"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("size(self.metadata.name) <= 40")
-        .message("metadata.name must be at most 40 characters: the names of the pods, Services and Jobs derive from it")
-        .field_path(".metadata.name"),
+        // No fieldPath: the root schema does not declare `metadata`, so the API server
+        // refuses a path into it; the message names the field instead.
+        .message("metadata.name must be at most 40 characters: the names of the pods, Services and Jobs derive from it"),
 )]
 #[x_kube(
     validation = Rule::new("!has(self.backupSchedule) || has(self.backup)")
@@ -232,6 +235,12 @@ pub struct BackupSpec {
     /// Pause scheduled backups (on-demand and final backups still run).
     #[serde(default)]
     pub suspend: bool,
+    /// Extra labels of backup pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_labels: BTreeMap<String, String>,
+    /// Extra annotations of backup pods (for example a cloud IAM role).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
 }
 
 /// The observed state of a PostgresCluster.

@@ -291,6 +291,8 @@ impl World {
             image: "pg-backup".to_owned(),
             timeout_seconds: 600,
             suspend: false,
+            pod_labels: BTreeMap::new(),
+            pod_annotations: BTreeMap::new(),
         }
     }
 

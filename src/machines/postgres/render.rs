@@ -597,6 +597,8 @@ pub fn backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -
 
 fn backup_pod(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> PodRecipe {
     PodRecipe {
+        labels: backup.pod_labels.clone(),
+        annotations: backup.pod_annotations.clone(),
         container: job_container(
             "backup",
             backup.image.clone(),

@@ -53,6 +53,8 @@ fn backup() -> BackupSpec {
         image: "pg-backup:16".to_owned(),
         timeout_seconds: 600,
         suspend: false,
+        pod_labels: BTreeMap::new(),
+        pod_annotations: BTreeMap::new(),
     }
 }
 

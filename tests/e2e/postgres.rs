@@ -1,0 +1,1058 @@
+//! PostgresCluster end to end, on the real control plane with KWOK pods: creation with
+//! roles and Services, the upgrade (replicas in reverse order, switchover Job, old
+//! primary last) with `-rw` watched throughout, failover after the delay (and none when
+//! the primary recovers in time), the backup CronJob following the schedule, on-demand
+//! and final backups, a failing final backup held until skipped, and the API server's
+//! validation.
+//!
+//! KWOK runs no containers: PostgreSQL pods become Ready on their own, Job pods complete
+//! about a second after they start (so promote and backup Jobs "succeed"), a pod labelled
+//! `lockstep.dev/kwok-notready=true` turns NotReady and `lockstep.dev/kwok-fail=true`
+//! makes a Job's pod fail. What the scripts do inside the pods is tested for real in
+//! `tests/pg_scripts/`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use lockstep::driver::{self, DriverHooks, Finished, Target};
+use lockstep::engine::conditions;
+use lockstep::machines::postgres::{
+    PRIMARY_AVAILABLE, Postgres, PostgresCluster, PostgresClusterSpec,
+};
+
+use crate::support::{
+    DEADLINE, Env, InProcessOperator, RequestLog, counted_client, install_crd_of, wait_for,
+    wait_for_all, wait_gone,
+};
+
+// ------------------------------------------------------------------ helpers
+
+const ROLE: &str = "lockstep.dev/role";
+
+fn merge(base: &mut serde_json::Value, extra: serde_json::Value) {
+    match (base, extra) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {
+            for (k, v) in e {
+                merge(b.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (b, e) => *b = e,
+    }
+}
+
+/// Three instances of PostgreSQL 16.3, plus `extra`.
+fn spec(extra: serde_json::Value) -> PostgresClusterSpec {
+    let mut base = json!({"version": "16.3", "replicas": 3, "storageSize": "1Gi"});
+    merge(&mut base, extra);
+    serde_json::from_value(base).expect("a valid PostgresCluster spec")
+}
+
+fn backup() -> serde_json::Value {
+    json!({
+        "s3Endpoint": "https://s3.example",
+        "bucket": "backups",
+        "prefix": "e2e",
+        "credentialsSecret": "s3",
+        "image": "registry.example/pg-backup:16",
+    })
+}
+
+struct Pg {
+    env: Env,
+    api: Api<PostgresCluster>,
+}
+
+impl Pg {
+    /// A namespace with the CRD installed and an S3 credentials Secret.
+    async fn new(prefix: &str) -> Self {
+        let mut env = Env::new(prefix).await;
+        install_crd_of::<PostgresCluster>(&env.client).await;
+        env.ns.track::<PostgresCluster>();
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "s3"},
+            "stringData": {"accessKey": "e2e-access", "secretKey": "e2e-secret"}
+        }))
+        .expect("a Secret");
+        env.api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create the S3 credentials Secret");
+        let api = env.api();
+        Self { env, api }
+    }
+
+    fn operator(&self) -> InProcessOperator {
+        InProcessOperator::start::<Postgres>(
+            self.env.client.clone(),
+            driver::Config::namespaced(self.env.namespace()),
+        )
+    }
+
+    async fn create(&self, name: &str, spec: PostgresClusterSpec) -> PostgresCluster {
+        self.api
+            .create(&PostParams::default(), &PostgresCluster::new(name, spec))
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"))
+    }
+
+    async fn merge_patch(&self, name: &str, patch: serde_json::Value) {
+        self.api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("patch {name} with {patch}: {e}"));
+    }
+
+    async fn until(
+        &self,
+        name: &str,
+        what: &str,
+        condition: impl Fn(&PostgresCluster) -> bool + Send + 'static,
+    ) -> PostgresCluster {
+        wait_for(
+            &self.api,
+            name,
+            what,
+            move |pg: Option<&PostgresCluster>| pg.is_some_and(&condition),
+        )
+        .await
+        .expect("the object exists")
+    }
+
+    /// Ready for its current generation, every instance at `image`.
+    async fn ready_at(&self, name: &str, image: &str) -> PostgresCluster {
+        let image = image.to_owned();
+        self.until(name, &format!("Ready at {image}"), move |pg| {
+            is_ready_at(pg, &image)
+        })
+        .await
+    }
+
+    async fn label_pod(&self, pod: &str, key: &str, value: Option<&str>) {
+        let patch = json!({"metadata": {"labels": {key: value}}});
+        self.env
+            .api::<Pod>()
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("label {pod}: {e}"));
+    }
+
+    /// The error the API server gives for creating `name` with `spec` (a JSON value, so
+    /// that invalid values get through serde).
+    async fn refused_create(&self, name: &str, spec: serde_json::Value) -> String {
+        let object = json!({
+            "apiVersion": "lockstep.dev/v1alpha1",
+            "kind": "PostgresCluster",
+            "metadata": {"name": name},
+            "spec": spec,
+        });
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            self.env.client.clone(),
+            self.env.namespace(),
+            &kube::core::ApiResource::erase::<PostgresCluster>(&()),
+        );
+        let object: kube::api::DynamicObject =
+            serde_json::from_value(object).expect("a dynamic object");
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => panic!("the API server accepted {name}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    async fn refused_patch(&self, name: &str, patch: serde_json::Value) -> String {
+        match self
+            .api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => panic!("the API server accepted {patch} on {name}"),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+
+fn is_ready_at(pg: &PostgresCluster, image: &str) -> bool {
+    let Some(status) = &pg.status else {
+        return false;
+    };
+    status.image.as_deref() == Some(image)
+        && status.engine.phase.as_deref() == Some("Ready")
+        && status.engine.observed_generation == pg.metadata.generation
+        && status
+            .engine
+            .condition(conditions::READY)
+            .is_some_and(|c| c.status == conditions::status::TRUE)
+}
+
+fn primary_pod(pg: &PostgresCluster) -> Option<&str> {
+    pg.status.as_ref()?.primary_pod.as_deref()
+}
+
+/// The machine's history: `(from, to, reason, message, at)`.
+fn history(pg: &PostgresCluster) -> Vec<lockstep::engine::HistoryEntry> {
+    pg.status
+        .as_ref()
+        .and_then(|s| s.engine.machine.clone())
+        .and_then(|m| m.get("history").cloned())
+        .and_then(|h| serde_json::from_value(h).ok())
+        .unwrap_or_default()
+}
+
+fn reasons(pg: &PostgresCluster) -> Vec<String> {
+    history(pg).into_iter().map(|h| h.reason).collect()
+}
+
+/// What happened to a cluster, as the watches saw it: database pod deletions
+/// (`delete pg-2`), Job creations (`job promote-1`, `job final-backup-1`), Job
+/// completions (`done final-backup-1`); and, over the whole run, the most pods ever
+/// labelled primary at once and the most ready endpoints `<name>-rw` ever had at once.
+struct Recorder {
+    log: Arc<Mutex<Vec<String>>>,
+    most_primaries: Arc<Mutex<usize>>,
+    most_rw_endpoints: Arc<Mutex<usize>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn short_key(key: &str) -> String {
+    // `promote-1-<hash>-<attempt>` -> `promote-1`; `final-backup-1` stays.
+    match key.strip_prefix("promote-") {
+        Some(rest) => format!("promote-{}", rest.split('-').next().unwrap_or_default()),
+        None if key.starts_with("backup-") => "backup".to_owned(),
+        None => key.to_owned(),
+    }
+}
+
+impl Recorder {
+    async fn start(env: &Env, name: &str) -> Self {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let most_primaries = Arc::new(Mutex::new(0));
+        let most_rw_endpoints = Arc::new(Mutex::new(0));
+        let mut listed = Vec::new();
+
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        listed.push(rx);
+        let pods = {
+            let api: Api<Pod> = env.api();
+            let (log, most) = (log.clone(), most_primaries.clone());
+            let selector =
+                format!("app.kubernetes.io/instance={name},lockstep.dev/component=database");
+            let config = watcher::Config::default().labels(&selector);
+            tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let mut deleted = BTreeSet::new();
+                let mut roles: BTreeMap<String, Option<String>> = BTreeMap::new();
+                let mut stream = std::pin::pin!(watcher(api, config));
+                while let Some(Ok(event)) = stream.next().await {
+                    let (pod, gone) = match event {
+                        watcher::Event::InitDone => {
+                            if let Some(tx) = tx.take() {
+                                let _ = tx.send(());
+                            }
+                            continue;
+                        }
+                        watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
+                        watcher::Event::Delete(p) => (p, true),
+                        watcher::Event::Init => continue,
+                    };
+                    let pod_name = pod.name_any();
+                    if gone {
+                        roles.remove(&pod_name);
+                    } else {
+                        roles.insert(pod_name.clone(), pod.labels().get(ROLE).cloned());
+                    }
+                    let primaries = roles
+                        .values()
+                        .filter(|r| r.as_deref() == Some("primary"))
+                        .count();
+                    if let Ok(mut most) = most.lock() {
+                        *most = (*most).max(primaries);
+                    }
+                    if (gone || pod.metadata.deletion_timestamp.is_some())
+                        && deleted.insert(pod.uid().unwrap_or_default())
+                        && let Ok(mut log) = log.lock()
+                    {
+                        log.push(format!("delete {pod_name}"));
+                    }
+                }
+            })
+        };
+
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        listed.push(rx);
+        let jobs = {
+            let api: Api<Job> = env.api();
+            let log = log.clone();
+            let selector = format!("app.kubernetes.io/instance={name}");
+            let config = watcher::Config::default().labels(&selector);
+            tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let (mut seen, mut done) = (BTreeSet::new(), BTreeSet::new());
+                let mut stream = std::pin::pin!(watcher(api, config));
+                while let Some(Ok(event)) = stream.next().await {
+                    let job = match event {
+                        watcher::Event::InitDone => {
+                            if let Some(tx) = tx.take() {
+                                let _ = tx.send(());
+                            }
+                            continue;
+                        }
+                        watcher::Event::Apply(j) | watcher::Event::InitApply(j) => j,
+                        watcher::Event::Delete(_) | watcher::Event::Init => continue,
+                    };
+                    let key = job.labels().get("lockstep.dev/job").cloned();
+                    let key = short_key(&key.unwrap_or_else(|| "scheduled-backup".to_owned()));
+                    let complete = job
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c.type_ == "Complete" && c.status == "True")
+                        });
+                    let Ok(mut log) = log.lock() else { continue };
+                    if seen.insert(job.name_any()) {
+                        log.push(format!("job {key}"));
+                    }
+                    if complete && done.insert(job.name_any()) {
+                        log.push(format!("done {key}"));
+                    }
+                }
+            })
+        };
+
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        listed.push(rx);
+        let slices = {
+            let api: Api<EndpointSlice> = env.api();
+            let most = most_rw_endpoints.clone();
+            let selector = format!("kubernetes.io/service-name={name}-rw");
+            let config = watcher::Config::default().labels(&selector);
+            tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let mut ready: BTreeMap<String, usize> = BTreeMap::new();
+                let mut stream = std::pin::pin!(watcher(api, config));
+                while let Some(Ok(event)) = stream.next().await {
+                    match event {
+                        watcher::Event::InitDone => {
+                            if let Some(tx) = tx.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        watcher::Event::Apply(s) | watcher::Event::InitApply(s) => {
+                            ready.insert(s.name_any(), ready_endpoints(&s));
+                        }
+                        watcher::Event::Delete(s) => {
+                            ready.remove(&s.name_any());
+                        }
+                        watcher::Event::Init => {}
+                    }
+                    if let Ok(mut most) = most.lock() {
+                        *most = (*most).max(ready.values().sum());
+                    }
+                }
+            })
+        };
+        for rx in listed {
+            let _ = rx.await;
+        }
+        Self {
+            log,
+            most_primaries,
+            most_rw_endpoints,
+            tasks: vec![pods, jobs, slices],
+        }
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Pod deletions and promote Job creations, in order.
+    fn switchover_steps(&self) -> Vec<String> {
+        self.log()
+            .into_iter()
+            .filter(|e| e.starts_with("delete ") || e.starts_with("job promote-"))
+            .collect()
+    }
+
+    fn most_primaries(&self) -> usize {
+        self.most_primaries.lock().map(|m| *m).unwrap_or(usize::MAX)
+    }
+
+    fn most_rw_endpoints(&self) -> usize {
+        self.most_rw_endpoints
+            .lock()
+            .map(|m| *m)
+            .unwrap_or(usize::MAX)
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn ready_endpoints(slice: &EndpointSlice) -> usize {
+    slice
+        .endpoints
+        .iter()
+        .flatten()
+        .filter(|e| {
+            e.conditions
+                .as_ref()
+                .is_none_or(|c| c.ready.unwrap_or(true) && !c.terminating.unwrap_or(false))
+        })
+        .count()
+}
+
+/// The pods the ready endpoints of Service `service` point at, once they are `want`.
+async fn endpoints_become(env: &Env, service: &str, want: &[&str]) {
+    let api: Api<EndpointSlice> = env.api();
+    let mut want: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
+    want.sort();
+    let what = format!("{service} to select {want:?}");
+    wait_for_all(
+        &api,
+        &format!("kubernetes.io/service-name={service}"),
+        &what,
+        move |slices: &[EndpointSlice]| {
+            let mut pods: Vec<String> = slices
+                .iter()
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .filter(|e| {
+                    e.conditions
+                        .as_ref()
+                        .is_none_or(|c| c.ready.unwrap_or(true))
+                })
+                .filter_map(|e| e.target_ref.as_ref().and_then(|r| r.name.clone()))
+                .collect();
+            pods.sort();
+            pods == want
+        },
+    )
+    .await;
+}
+
+// ------------------------------------------------------------------ the tests
+
+#[tokio::test]
+async fn a_new_cluster_becomes_ready_with_pod_0_primary_and_the_services_selecting_by_role() {
+    let pg = Pg::new("pg-create").await;
+    let operator = pg.operator();
+    pg.create("pg", spec(json!({"database": "app"}))).await;
+    let ready = pg.ready_at("pg", "postgres:16.3").await;
+    let status = ready.status.as_ref().expect("a status");
+    assert_eq!(status.primary_pod.as_deref(), Some("pg-0"));
+    assert_eq!(status.replica_pods, vec!["pg-1", "pg-2"]);
+    assert!(
+        status
+            .engine
+            .condition(PRIMARY_AVAILABLE)
+            .is_some_and(|c| c.status == conditions::status::TRUE),
+        "{status:?}"
+    );
+
+    let pods: Api<Pod> = pg.env.api();
+    for (pod, role) in [
+        ("pg-0", "primary"),
+        ("pg-1", "replica"),
+        ("pg-2", "replica"),
+    ] {
+        let pod = pods.get(pod).await.expect("the pod");
+        assert_eq!(pod.labels().get(ROLE).map(String::as_str), Some(role));
+    }
+    endpoints_become(&pg.env, "pg-rw", &["pg-0"]).await;
+    endpoints_become(&pg.env, "pg-ro", &["pg-1", "pg-2"]).await;
+
+    let services: Api<Service> = pg.env.api();
+    let headless = services.get("pg").await.expect("the headless Service");
+    assert_eq!(
+        headless.spec.and_then(|s| s.cluster_ip).as_deref(),
+        Some("None")
+    );
+
+    // Generated credentials: both passwords, no owner (they outlive the cluster, like
+    // the volumes that were bootstrapped with them).
+    let secret = pg
+        .env
+        .api::<Secret>()
+        .get("pg-credentials")
+        .await
+        .expect("the generated Secret");
+    let keys: Vec<String> = secret.data.unwrap_or_default().keys().cloned().collect();
+    assert_eq!(keys, vec!["replicationPassword", "superuserPassword"]);
+    assert!(secret.metadata.owner_references.is_none());
+
+    let sts: Api<StatefulSet> = pg.env.api();
+    let sts = sts.get("pg").await.expect("the StatefulSet");
+    assert_eq!(
+        sts.spec
+            .update_strategy
+            .as_ref()
+            .and_then(|s| s.type_.as_deref()),
+        Some("OnDelete")
+    );
+    let template_labels = sts
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    assert!(!template_labels.contains_key(ROLE));
+    let scripts = pg
+        .env
+        .api::<ConfigMap>()
+        .get("pg-scripts")
+        .await
+        .expect("the scripts ConfigMap");
+    assert!(
+        scripts
+            .data
+            .unwrap_or_default()
+            .get("entrypoint.sh")
+            .is_some_and(|s| s.contains("lockstep PostgresCluster pod entrypoint"))
+    );
+    pg.env
+        .api::<PodDisruptionBudget>()
+        .get("pg")
+        .await
+        .expect("the PodDisruptionBudget");
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+#[tokio::test]
+async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces_the_old_primary() {
+    let pg = Pg::new("pg-upgrade").await;
+    let operator = pg.operator();
+    pg.create("pg", spec(json!({}))).await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    endpoints_become(&pg.env, "pg-rw", &["pg-0"]).await;
+    let recorder = Recorder::start(&pg.env, "pg").await;
+
+    pg.merge_patch("pg", json!({"spec": {"version": "16.4"}}))
+        .await;
+    let upgraded = pg.ready_at("pg", "postgres:16.4").await;
+
+    assert_eq!(
+        recorder.switchover_steps(),
+        vec!["delete pg-2", "delete pg-1", "job promote-1", "delete pg-0"],
+        "full log: {:?}",
+        recorder.log()
+    );
+    assert_eq!(primary_pod(&upgraded), Some("pg-1"));
+    endpoints_become(&pg.env, "pg-rw", &["pg-1"]).await;
+    endpoints_become(&pg.env, "pg-ro", &["pg-0", "pg-2"]).await;
+    assert!(
+        recorder.most_primaries() <= 1,
+        "two pods were labelled primary at once"
+    );
+    assert!(
+        recorder.most_rw_endpoints() <= 1,
+        "pg-rw selected {} pods at once",
+        recorder.most_rw_endpoints()
+    );
+    let reasons = reasons(&upgraded);
+    for reason in [
+        "SwitchoverStarted",
+        "OldPrimaryDemoted",
+        "SwitchoverCompleted",
+        "UpgradeCompleted",
+    ] {
+        assert!(reasons.iter().any(|r| r == reason), "{reasons:?}");
+    }
+    let pods: Api<Pod> = pg.env.api();
+    for k in 0..3 {
+        let pod = pods.get(&format!("pg-{k}")).await.expect("the pod");
+        let image = pod
+            .spec
+            .and_then(|s| s.containers.first().and_then(|c| c.image.clone()));
+        assert_eq!(image.as_deref(), Some("postgres:16.4"));
+    }
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+#[tokio::test]
+async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_the_delay() {
+    let pg = Pg::new("pg-failover").await;
+    let operator = pg.operator();
+    pg.create("pg", spec(json!({"failoverDelaySeconds": 5})))
+        .await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    let recorder = Recorder::start(&pg.env, "pg").await;
+
+    pg.label_pod("pg-0", "lockstep.dev/kwok-notready", Some("true"))
+        .await;
+    let failed_over = pg
+        .until("pg", "a failover to another pod", |pg| {
+            is_ready_at(pg, "postgres:16.3") && primary_pod(pg).is_some_and(|p| p != "pg-0")
+        })
+        .await;
+    assert_eq!(primary_pod(&failed_over), Some("pg-1"));
+
+    let history = history(&failed_over);
+    let at = |reason: &str| {
+        history
+            .iter()
+            .find(|h| h.reason == reason)
+            .unwrap_or_else(|| panic!("no {reason} in {history:?}"))
+            .at
+    };
+    let waited = at("FailoverStarted") - at("PrimaryNotReady");
+    assert!(
+        waited >= chrono::Duration::seconds(5),
+        "failed over after {waited}, before failoverDelaySeconds=5"
+    );
+    let completed = history
+        .iter()
+        .find(|h| h.reason == "FailoverCompleted")
+        .expect("a completed failover");
+    assert!(
+        completed.message.contains("failoverDelaySeconds"),
+        "{}",
+        completed.message
+    );
+    let status = failed_over.status.as_ref().expect("a status");
+    assert!(status.last_failover.is_some());
+    assert!(
+        status
+            .engine
+            .condition(PRIMARY_AVAILABLE)
+            .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == "FailedOver"),
+        "{:?}",
+        status.engine.conditions
+    );
+
+    // The failed primary was fenced (deleted) and comes back as a replica.
+    pg.until("pg", "pg-0 back as a replica", |pg| {
+        pg.status
+            .as_ref()
+            .is_some_and(|s| s.replica_pods.iter().any(|p| p == "pg-0"))
+    })
+    .await;
+    endpoints_become(&pg.env, "pg-rw", &["pg-1"]).await;
+    let log = recorder.log();
+    assert!(log.contains(&"delete pg-0".to_owned()), "{log:?}");
+    assert!(log.contains(&"job promote-1".to_owned()), "{log:?}");
+    assert!(recorder.most_primaries() <= 1);
+    assert!(recorder.most_rw_endpoints() <= 1);
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+#[tokio::test]
+async fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
+    let pg = Pg::new("pg-recover").await;
+    let operator = pg.operator();
+    pg.create("pg", spec(json!({"failoverDelaySeconds": 600})))
+        .await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    let recorder = Recorder::start(&pg.env, "pg").await;
+
+    pg.label_pod("pg-0", "lockstep.dev/kwok-notready", Some("true"))
+        .await;
+    let lost = pg
+        .until(
+            "pg",
+            "PrimaryLost, Degraded while awaiting the failover",
+            |pg| {
+                pg.status.as_ref().is_some_and(|s| {
+                    s.engine.phase.as_deref() == Some("PrimaryLost")
+                        && s.engine
+                            .condition(conditions::DEGRADED)
+                            .is_some_and(|c| c.status == conditions::status::TRUE)
+                })
+            },
+        )
+        .await;
+    let status = lost.status.as_ref().expect("a status");
+    assert!(
+        status
+            .engine
+            .condition(PRIMARY_AVAILABLE)
+            .is_some_and(|c| c.status == conditions::status::FALSE),
+        "{:?}",
+        status.engine.conditions
+    );
+    assert!(
+        status
+            .engine
+            .condition(conditions::DEGRADED)
+            .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == "AwaitingFailover"),
+        "{:?}",
+        status.engine.conditions
+    );
+
+    pg.label_pod("pg-0", "lockstep.dev/kwok-notready", None)
+        .await;
+    let recovered = pg.ready_at("pg", "postgres:16.3").await;
+    assert_eq!(primary_pod(&recovered), Some("pg-0"));
+    assert!(reasons(&recovered).iter().any(|r| r == "PrimaryRecovered"));
+    assert!(
+        !recorder.log().iter().any(|e| e.starts_with("job promote")),
+        "{:?}",
+        recorder.log()
+    );
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+#[tokio::test]
+async fn the_backup_cronjob_follows_the_schedule_and_backup_now_runs_one_job() {
+    let pg = Pg::new("pg-backups").await;
+    let operator = pg.operator();
+    pg.create(
+        "pg",
+        spec(json!({"backup": backup(), "backupSchedule": "0 3 * * *"})),
+    )
+    .await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    let cronjobs: Api<CronJob> = pg.env.api();
+    let schedule_is = |want: &'static str| {
+        move |cj: Option<&CronJob>| cj.is_some_and(|cj| cj.spec.schedule == want)
+    };
+    wait_for(
+        &cronjobs,
+        "pg-backup",
+        "the CronJob at 0 3 * * *",
+        schedule_is("0 3 * * *"),
+    )
+    .await;
+
+    pg.merge_patch("pg", json!({"spec": {"backupSchedule": "30 4 * * 1-5"}}))
+        .await;
+    let cj = wait_for(
+        &cronjobs,
+        "pg-backup",
+        "the CronJob at 30 4 * * 1-5",
+        schedule_is("30 4 * * 1-5"),
+    )
+    .await
+    .expect("the CronJob");
+    let uid = cj.uid().unwrap_or_default();
+    let container = cj
+        .spec
+        .job_template
+        .spec
+        .and_then(|s| s.template.spec)
+        .map(|p| p.containers[0].clone())
+        .expect("a container");
+    assert_eq!(
+        container.command.unwrap_or_default(),
+        vec!["bash", "/lockstep/scripts/backup.sh"]
+    );
+
+    let recorder = Recorder::start(&pg.env, "pg").await;
+    pg.merge_patch(
+        "pg",
+        json!({"metadata": {"annotations": {"lockstep.dev/backup-now": "e2e-1"}}}),
+    )
+    .await;
+    let backed_up = pg
+        .until("pg", "lastBackupTime from the on-demand backup", |pg| {
+            pg.status.as_ref().is_some_and(|s| {
+                s.last_backup_time.is_some() && s.engine.phase.as_deref() == Some("Ready")
+            })
+        })
+        .await;
+    assert!(reasons(&backed_up).iter().any(|r| r == "BackupSucceeded"));
+    assert!(
+        recorder.log().contains(&"done backup".to_owned()),
+        "{:?}",
+        recorder.log()
+    );
+
+    pg.merge_patch("pg", json!({"spec": {"backupSchedule": null}}))
+        .await;
+    wait_gone(&cronjobs, "pg-backup", &uid, "the CronJob to be deleted").await;
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+#[tokio::test]
+async fn deleting_a_cluster_runs_the_final_backup_job_and_then_it_is_gone() {
+    let pg = Pg::new("pg-final").await;
+    let operator = pg.operator();
+    let created = pg.create("pg", spec(json!({"backup": backup()}))).await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    let recorder = Recorder::start(&pg.env, "pg").await;
+
+    pg.api
+        .delete("pg", &DeleteParams::default())
+        .await
+        .expect("delete the cluster");
+    wait_gone(
+        &pg.api,
+        "pg",
+        &created.uid().unwrap_or_default(),
+        "the cluster to be gone",
+    )
+    .await;
+    let log = recorder.log();
+    let job = log.iter().position(|e| e == "job final-backup-1");
+    let done = log.iter().position(|e| e == "done final-backup-1");
+    assert!(
+        job.is_some() && done.is_some() && job < done,
+        "the final backup Job ran to completion before the finalizer went: {log:?}"
+    );
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+#[tokio::test]
+async fn a_failing_final_backup_keeps_the_finalizer_until_the_skip_annotation() {
+    let pg = Pg::new("pg-final-fails").await;
+    let operator = pg.operator();
+    let mut failing = backup();
+    merge(
+        &mut failing,
+        json!({"podLabels": {"lockstep.dev/kwok-fail": "true"}}),
+    );
+    let created = pg.create("pg", spec(json!({"backup": failing}))).await;
+    pg.ready_at("pg", "postgres:16.3").await;
+
+    pg.api
+        .delete("pg", &DeleteParams::default())
+        .await
+        .expect("delete the cluster");
+    let held = pg
+        .until("pg", "Degraded: the final backup failed", |pg| {
+            pg.status.as_ref().is_some_and(|s| {
+                s.engine.condition(conditions::DEGRADED).is_some_and(|c| {
+                    c.status == conditions::status::TRUE && c.reason == "FinalBackupFailed"
+                })
+            })
+        })
+        .await;
+    assert!(
+        held.finalizers()
+            .iter()
+            .any(|f| f.starts_with("lockstep.dev/"))
+    );
+    let message = held
+        .status
+        .as_ref()
+        .and_then(|s| s.engine.condition(conditions::DEGRADED))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("lockstep.dev/skip-final-backup"),
+        "{message}"
+    );
+
+    pg.merge_patch(
+        "pg",
+        json!({"metadata": {"annotations": {"lockstep.dev/skip-final-backup": "true"}}}),
+    )
+    .await;
+    wait_gone(
+        &pg.api,
+        "pg",
+        &created.uid().unwrap_or_default(),
+        "the cluster to be gone once skipped",
+    )
+    .await;
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+#[tokio::test]
+async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
+    let pg = Pg::new("pg-invalid").await;
+    let base = json!({"version": "16.3", "replicas": 3, "storageSize": "1Gi"});
+    let with = |extra: serde_json::Value| {
+        let mut s = base.clone();
+        merge(&mut s, extra);
+        s
+    };
+    for (name, spec, says) in [
+        (
+            "old",
+            with(json!({"version": "12"})),
+            "spec.version must be a supported",
+        ),
+        ("none", with(json!({"replicas": 0})), "spec.replicas"),
+        (
+            "size",
+            with(json!({"storageSize": "lots"})),
+            "spec.storageSize must be a positive quantity",
+        ),
+        (
+            "cron",
+            with(json!({"backup": backup(), "backupSchedule": "every day"})),
+            "spec.backupSchedule must be a cron expression",
+        ),
+        (
+            "nowhere",
+            with(json!({"backupSchedule": "0 3 * * *"})),
+            "spec.backupSchedule needs spec.backup",
+        ),
+        (
+            "delay",
+            with(json!({"failoverDelaySeconds": -1})),
+            "spec.failoverDelaySeconds",
+        ),
+    ] {
+        let error = pg.refused_create(name, spec).await;
+        assert!(error.contains(says), "{name}: {error}");
+    }
+    let long = "p".repeat(41);
+    let error = pg.refused_create(&long, base.clone()).await;
+    assert!(
+        error.contains("metadata.name must be at most 40"),
+        "{error}"
+    );
+
+    pg.create("pg", spec(json!({}))).await;
+    for (patch, says) in [
+        (
+            json!({"spec": {"storageSize": "2Gi"}}),
+            "spec.storageSize is immutable",
+        ),
+        (
+            json!({"spec": {"version": "17"}}),
+            "spec.version cannot change its major version",
+        ),
+        (
+            json!({"spec": {"credentialsSecret": "mine"}}),
+            "spec.credentialsSecret is immutable",
+        ),
+    ] {
+        let error = pg.refused_patch("pg", patch.clone()).await;
+        assert!(error.contains(says), "{patch}: {error}");
+    }
+    // A minor version change is an upgrade, not an error.
+    pg.merge_patch("pg", json!({"spec": {"version": "16.4"}}))
+        .await;
+    pg.env.finish().await;
+}
+
+/// Reconciles started, finished, and finished idle (nothing written, nothing done).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    started: u64,
+    finished: u64,
+    idle: u64,
+}
+
+struct Probe(watch::Sender<Counts>);
+
+impl DriverHooks for Probe {
+    fn reconcile_started(&self, _: &Target<'_>) {
+        self.0.send_modify(|c| c.started += 1);
+    }
+
+    fn reconcile_finished(&self, _: &Target<'_>, _: std::time::Duration, finished: Finished) {
+        self.0.send_modify(|c| {
+            c.finished += 1;
+            if finished == Finished::Idle {
+                c.idle += 1;
+            }
+        });
+    }
+}
+
+async fn counts_until(
+    counts: &mut watch::Receiver<Counts>,
+    what: &str,
+    condition: impl FnMut(&Counts) -> bool,
+) -> Counts {
+    let waited = match tokio::time::timeout(DEADLINE, counts.wait_for(condition)).await {
+        Ok(Ok(c)) => Some(*c),
+        Ok(Err(_)) => panic!("the operator stopped while waiting for {what}"),
+        Err(_) => None,
+    };
+    waited.unwrap_or_else(|| panic!("timed out waiting for {what}: {:?}", *counts.borrow()))
+}
+
+#[tokio::test]
+async fn a_cluster_at_rest_makes_no_request_when_reconciled_again() {
+    let pg = Pg::new("pg-quiet").await;
+    let requests = RequestLog::default();
+    let counted = counted_client(&requests).await;
+    let (probe, mut counts) = watch::channel(Counts::default());
+    let (force, forced) = futures::channel::mpsc::unbounded();
+    let operator = InProcessOperator::start::<Postgres>(
+        counted,
+        driver::Config::namespaced(pg.env.namespace())
+            .hooks(Probe(probe))
+            .reconcile_all_on(forced),
+    );
+    pg.create(
+        "pg",
+        spec(json!({"backup": backup(), "backupSchedule": "0 3 * * *", "database": "app"})),
+    )
+    .await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    // Wait until reconciles stop coming (owned objects settle after creation), then
+    // force a few more: each must find everything as rendered.
+    let mut settled = counts_until(&mut counts, "reconciles to finish", |c| {
+        c.started == c.finished
+    })
+    .await;
+    loop {
+        let mark = requests.mark();
+        force.unbounded_send(()).expect("the operator listens");
+        let after = counts_until(&mut counts, "a forced reconcile", |c| {
+            c.finished > settled.finished && c.started == c.finished
+        })
+        .await;
+        let mutating: Vec<String> = requests
+            .since(mark)
+            .into_iter()
+            .filter(|r| r.is_mutating())
+            .map(|r| r.to_string())
+            .collect();
+        if after.idle > settled.idle && mutating.is_empty() {
+            settled = after;
+            break;
+        }
+        // A late watch event (a pod's status settling) may still be in flight once;
+        // the next forced reconcile must then be quiet.
+        assert!(
+            after.finished < settled.finished + 4,
+            "reconciles at rest keep acting: {mutating:?}"
+        );
+        settled = after;
+    }
+    for _ in 0..3 {
+        let mark = requests.mark();
+        force.unbounded_send(()).expect("the operator listens");
+        let after = counts_until(&mut counts, "a forced reconcile", |c| {
+            c.finished > settled.finished && c.started == c.finished
+        })
+        .await;
+        let mutating: Vec<String> = requests
+            .since(mark)
+            .into_iter()
+            .filter(|r| r.is_mutating())
+            .map(|r| r.to_string())
+            .collect();
+        assert_eq!(
+            mutating,
+            Vec::<String>::new(),
+            "a reconcile at rest writes nothing"
+        );
+        assert!(after.idle > settled.idle, "{after:?}");
+        settled = after;
+    }
+    operator.stop().await;
+    pg.env.finish().await;
+}
