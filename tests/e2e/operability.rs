@@ -26,7 +26,9 @@ use kube::runtime::wait::conditions;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use lockstep::machines::distributeddb::DistributedDB;
+use lockstep::machines::postgres::PostgresCluster;
 
 use crate::support::{self, DEADLINE, Env, OperatorProcess, TEST_MANAGER};
 
@@ -239,6 +241,23 @@ fn ready_at(image: &str) -> impl Fn(Option<&DistributedDB>) -> bool {
             condition_true(db, "Ready")
                 && status.and_then(|s| s.version.as_deref()) == Some(image.as_str())
                 && status.and_then(|s| s.engine.observed_generation) == db.metadata.generation
+        })
+    }
+}
+
+/// A PostgresCluster Ready with an image ending in `tag`, for the current generation.
+fn pg_ready_at(tag: &str) -> impl Fn(Option<&PostgresCluster>) -> bool {
+    let tag = tag.to_owned();
+    move |pg: Option<&PostgresCluster>| {
+        pg.is_some_and(|pg| {
+            let status = pg.status.as_ref();
+            status
+                .and_then(|s| s.engine.condition("Ready"))
+                .is_some_and(|c| c.status == "True")
+                && status
+                    .and_then(|s| s.image.as_deref())
+                    .is_some_and(|i| i.ends_with(tag.as_str()))
+                && status.and_then(|s| s.engine.observed_generation) == pg.metadata.generation
         })
     }
 }
@@ -631,8 +650,9 @@ async fn a_killed_leader_is_replaced_and_the_upgrade_finishes() {
 /// `examples/deploy` applied with server-side apply; then the operator runs out of the
 /// cluster as its ServiceAccount (a TokenRequest token) through a whole lifecycle —
 /// create, upgrade with hooks, volume expansion, on-demand backup, delete with a final
-/// backup — without a single Forbidden and without a Secret value in its log; and the
-/// ServiceAccount cannot read Secrets or touch what it does not manage.
+/// backup — and a PostgresCluster's (generated credentials, switchover during an
+/// upgrade, finalization) without a single Forbidden and without a Secret value in its
+/// log; and the ServiceAccount cannot read Secrets or touch what it does not manage.
 #[tokio::test]
 async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
     let mut env = Env::new("ops-rbac").await;
@@ -659,13 +679,19 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
         applied.contains("clusterrole.rbac.authorization.k8s.io/lockstep serverside-applied"),
         "{applied}"
     );
-    support::wait_for(
-        &Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(env.client.clone()),
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    for crd in [
         "distributeddbs.lockstep.dev",
-        "the CRD from the kustomization to be Established",
-        conditions::is_crd_established(),
-    )
-    .await;
+        "postgresclusters.lockstep.dev",
+    ] {
+        support::wait_for(
+            &crds,
+            crd,
+            "the CRD from the kustomization to be Established",
+            conditions::is_crd_established(),
+        )
+        .await;
+    }
     // The Deployment's pods pass the namespace's `restricted` Pod Security admission.
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "lockstep-system");
     support::wait_for(
@@ -709,7 +735,9 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
             Some("lockstep-system"),
             true,
         ),
+        ("create", "secrets", "", Some(ns.as_str()), true),
         ("list", "secrets", "", None, false),
+        ("update", "secrets", "", Some(ns.as_str()), false),
         ("get", "secrets", "", Some(ns.as_str()), false),
         ("watch", "secrets", "", None, false),
         ("create", "pods", "", Some(ns.as_str()), false),
@@ -758,6 +786,7 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
             "--lease-namespace=lockstep-system",
             "--lease-name=lockstep-leader",
             "--lease-duration=6",
+            "--machines=postgrescluster",
         ],
         "operability-rbac",
     );
@@ -840,6 +869,80 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
         "the final backup and the finalizer's release (as the ServiceAccount)",
     )
     .await;
+
+    // PostgresCluster: generated credentials (create-only), role labels, a switchover
+    // with a promotion Job during an upgrade, finalization.
+    let pgc: Api<PostgresCluster> = env.api();
+    let cluster: PostgresCluster = serde_json::from_value(json!({
+        "apiVersion": "lockstep.dev/v1alpha1",
+        "kind": "PostgresCluster",
+        "metadata": {"name": "pg"},
+        "spec": {"version": "16", "replicas": 2, "storageSize": "1Gi"}
+    }))
+    .expect("a valid PostgresCluster");
+    pgc.create(&PostParams::default(), &cluster)
+        .await
+        .expect("create the PostgresCluster");
+    support::wait_for(
+        &pgc,
+        "pg",
+        "the PostgresCluster Ready (as the ServiceAccount)",
+        pg_ready_at(":16"),
+    )
+    .await;
+    let before = pgc
+        .get("pg")
+        .await
+        .expect("get")
+        .status
+        .and_then(|s| s.primary_pod);
+    let upgrade = json!({"spec": {"version": "16.4"}});
+    pgc.patch("pg", &PatchParams::default(), &Patch::Merge(&upgrade))
+        .await
+        .expect("upgrade the PostgresCluster");
+    let upgraded = support::wait_for(
+        &pgc,
+        "pg",
+        "the PostgresCluster upgrade (as the ServiceAccount)",
+        pg_ready_at(":16.4"),
+    )
+    .await
+    .and_then(|p| p.status)
+    .and_then(|s| s.primary_pod);
+    assert_ne!(
+        before, upgraded,
+        "the upgrade did not switch the primary over"
+    );
+    let generated = env
+        .api::<Secret>()
+        .get("pg-credentials")
+        .await
+        .expect("the generated credentials");
+    let passwords: Vec<String> = generated
+        .data
+        .unwrap_or_default()
+        .values()
+        .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        .collect();
+    assert!(!passwords.is_empty(), "no generated passwords");
+    let uid = pgc.get("pg").await.expect("get").uid().expect("uid");
+    pgc.delete("pg", &DeleteParams::default())
+        .await
+        .expect("delete");
+    support::wait_gone(
+        &pgc,
+        "pg",
+        &uid,
+        "the PostgresCluster's finalization (as the ServiceAccount)",
+    )
+    .await;
+    let log = operator.process.output();
+    for password in &passwords {
+        assert!(
+            !log.contains(password.as_str()),
+            "a generated password reached the operator's log"
+        );
+    }
 
     operator.assert_no_forbidden();
     operator.sigterm();
