@@ -3,6 +3,7 @@ binaries and a moto S3 server on loopback. See pg_harness.py for the harness."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -10,8 +11,8 @@ import botocore.exceptions
 import pytest
 
 from pg_harness import (
-    IS_ROOT, REPL_PASSWORD, REPL_USER, SCRIPT_NAMES, SCRIPTS_SRC, SUPER_PASSWORD, Env, chown_postgres,
-    wait_until,
+    IS_ROOT, PG_BIN, REPL_PASSWORD, REPL_USER, SCRIPT_NAMES, SCRIPTS_SRC, SUPER_PASSWORD, Env,
+    chown_postgres, wait_until,
 )
 
 SECRETS = (SUPER_PASSWORD, REPL_PASSWORD)
@@ -206,6 +207,60 @@ def test_promote_makes_the_replica_writable_and_is_idempotent(env):
     assert again.returncode == 0, again.stderr
     assert "already" in again.stdout
     assert_no_secret_in(r.stdout + r.stderr + again.stdout + again.stderr)
+
+
+def test_a_planned_switchover_ends_the_old_primarys_sessions_and_loses_no_commit(env):
+    old, new = primary_and_replica(env)
+    make_table(old)
+    # A client session on the old primary, opened (through -rw) before the relabel.
+    held = subprocess.Popen(
+        [f"{PG_BIN}/psql", "-X", "-h", "127.0.0.1", "-p", str(old.port), "-U", "postgres",
+         "-d", "postgres", "-c", "SELECT pg_sleep(120)"],
+        env=dict(os.environ, PGPASSWORD=SUPER_PASSWORD), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    wait_until(lambda: old.sql("SELECT count(*) FROM pg_stat_activity "
+                               "WHERE query = 'SELECT pg_sleep(120)'") == "1",
+               what="the held session to be running")
+    insert(old, "acknowledged")
+    r = promote(env, new, OLD_PRIMARY_HOST="127.0.0.1", OLD_PRIMARY_PORT=old.port,
+                CATCHUP_SECONDS=30)
+    assert r.returncode == 0, r.stderr
+    assert "client session(s) on the old primary" in r.stderr
+    assert held.wait(timeout=30) != 0
+    assert "terminating connection" in held.stderr.read()
+    assert new.in_recovery() is False
+    assert count(new, "acknowledged") == "1"
+    assert_no_secret_in(r.stdout + r.stderr)
+
+
+def test_a_switchover_never_promotes_a_target_that_has_not_replayed_the_old_primary(env):
+    old, new = primary_and_replica(env)
+    make_table(old)
+    new.sql("SELECT pg_wal_replay_pause()")
+    insert(old, "not-yet-replayed")
+    r = promote(env, new, OLD_PRIMARY_HOST="127.0.0.1", OLD_PRIMARY_PORT=old.port,
+                CATCHUP_SECONDS=3)
+    assert r.returncode == 3, r.stderr
+    assert "did not replay" in r.stderr
+    assert new.in_recovery() is True
+    new.sql("SELECT pg_wal_replay_resume()")
+    r = promote(env, new, OLD_PRIMARY_HOST="127.0.0.1", OLD_PRIMARY_PORT=old.port,
+                CATCHUP_SECONDS=30)
+    assert r.returncode == 0, r.stderr
+    assert count(new, "not-yet-replayed") == "1"
+
+
+def test_a_failover_promotes_without_waiting_for_an_unreachable_old_primary(env):
+    old, new = primary_and_replica(env)
+    make_table(old)
+    port = old.port
+    old.stop("immediate")
+    r = promote(env, new, OLD_PRIMARY_HOST="127.0.0.1", OLD_PRIMARY_PORT=port,
+                CATCHUP_SECONDS=30)
+    assert r.returncode == 0, r.stderr
+    assert "not a reachable primary" in r.stderr
+    assert new.in_recovery() is False
 
 
 def test_promote_gives_up_at_its_deadline_when_the_target_is_unreachable(env):

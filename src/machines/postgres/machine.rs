@@ -39,8 +39,11 @@
 //!    on (a failover also deletes the failed primary, UID-preconditioned, so it can only
 //!    come back as a standby); persisted only after the label is in;
 //! 3. `Promote`: the promote Job (`promote.sh`: `pg_promote()` over the network) runs
-//!    against the target, which must be Ready; a failed attempt is retried with backoff
-//!    as a new Job, and a target that is no longer Ready is replaced by another Ready one;
+//!    against the target, which must be Ready. In a planned switchover it first ends
+//!    the old primary's client sessions and waits until the target has replayed all
+//!    the old primary wrote, so no acknowledged commit is lost. A failed attempt is
+//!    retried with backoff as a new Job, and a target that is no longer Ready is
+//!    replaced by another Ready one;
 //! 4. once the Job succeeded, one transition carries both label moves, the old primary
 //!    to `replica` first and then the target to `primary`: `-rw` never selects two pods.
 //!
@@ -459,6 +462,10 @@ pub enum PgAction {
         target: i32,
         /// The image the Job runs (the cluster's: it has `psql`).
         image: String,
+        /// In a planned switchover, the old primary: its client sessions are ended and
+        /// the target must replay all it wrote before it is promoted. `None` in a
+        /// failover.
+        old_primary: Option<i32>,
     },
     /// Create a backup Job (if absent).
     RunBackup {
@@ -1782,6 +1789,7 @@ fn promote(
                 key,
                 target: t,
                 image: s.cluster.image.clone(),
+                old_primary: (s.cause != SwitchCause::Failover).then_some(s.cluster.primary),
             }]),
             Some(p) if p.uid == s.target.uid => {
                 retarget(s, o, below, what, format!("{name} is not Ready"), actions)

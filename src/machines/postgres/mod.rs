@@ -99,9 +99,18 @@ impl Operator for Postgres {
                 )]
             }
             PgAction::DeletePod { ordinal, uid, .. } => vec![Op::delete::<Pod>(pod(*ordinal), uid)],
-            PgAction::RunPromote { key, target, image } => {
+            PgAction::RunPromote {
+                key,
+                target,
+                image,
+                old_primary,
+            } => {
                 vec![Op::create(&render::promote_job(
-                    object, key, *target, image,
+                    object,
+                    key,
+                    *target,
+                    image,
+                    *old_primary,
                 )?)?]
             }
             PgAction::RunBackup { key, kind } => render::backup_job(object, key, *kind)?

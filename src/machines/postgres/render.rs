@@ -74,6 +74,8 @@ pub const PORT: i32 = 5432;
 pub const POSTGRES_UID: i64 = 999;
 /// How long `promote.sh` keeps trying.
 pub const PROMOTE_DEADLINE_SECONDS: i64 = 120;
+/// How long `promote.sh` waits for the target to replay the old primary's WAL.
+pub const CATCHUP_SECONDS: i64 = 60;
 
 /// The pod scripts, shipped verbatim in the scripts ConfigMap.
 pub const SCRIPTS: [(&str, &str); 4] = [
@@ -510,6 +512,8 @@ fn job_container(name: &str, image: String, script: &str, env: Vec<EnvVar>) -> C
 }
 
 /// The promote Job `key`: `promote.sh` against pod `target`, with the server's image.
+/// With `old_primary` (a planned switchover) the script first ends that pod's client
+/// sessions and waits for the target to replay everything it wrote.
 ///
 /// # Errors
 /// [`Error`] if the owner has no UID.
@@ -518,9 +522,10 @@ pub fn promote_job(
     key: &str,
     target: i32,
     image: &str,
+    old_primary: Option<i32>,
 ) -> Result<Job, Error> {
     let name = pg.name_any();
-    let env = vec![
+    let mut env = vec![
         plain("TARGET_HOST", pod_host(pg, target)),
         plain("TARGET_PORT", PORT.to_string()),
         plain("POSTGRES_USER", SUPERUSER),
@@ -534,6 +539,13 @@ pub fn promote_job(
             PROMOTE_DEADLINE_SECONDS.to_string(),
         ),
     ];
+    if let Some(old) = old_primary {
+        env.extend([
+            plain("OLD_PRIMARY_HOST", pod_host(pg, old)),
+            plain("OLD_PRIMARY_PORT", PORT.to_string()),
+            plain("CATCHUP_SECONDS", CATCHUP_SECONDS.to_string()),
+        ]);
+    }
     let mut job = RunOnce {
         owner_name: &name,
         namespace: &namespace(pg),
@@ -545,7 +557,7 @@ pub fn promote_job(
             container: job_container("promote", image.to_owned(), "promote.sh", env),
             ..PodRecipe::default()
         },
-        deadline: Some(PROMOTE_DEADLINE_SECONDS + 60),
+        deadline: Some(PROMOTE_DEADLINE_SECONDS + CATCHUP_SECONDS + 60),
     }
     .build();
     if let Some(spec) = job.spec.as_mut() {

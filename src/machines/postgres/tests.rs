@@ -507,6 +507,13 @@ fn mid_switchover_nobody_is_labelled_primary() {
     assert_eq!(d.reason(), PROMOTING);
     assert!(labels_in(&d).is_empty());
     assert_eq!(promotes_in(&d), vec![1]);
+    assert!(d.actions().iter().any(|a| matches!(
+        a,
+        PgAction::RunPromote {
+            old_primary: Some(0),
+            ..
+        }
+    )));
 }
 
 #[test]
@@ -750,6 +757,32 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
     edit(&mut o, 0, |p| p.uid = "recreated".to_owned());
     let d = decide(&spec("16.3"), &state, o);
     assert!(deletes_in(&d).is_empty());
+}
+
+#[test]
+fn a_failover_promotes_without_waiting_for_the_failed_primary() {
+    let state = PgState::SwitchingOver(Switchover {
+        cluster: cluster(V1, 0),
+        old_uid: Some(uid(0, V1)),
+        target: PodRef {
+            ordinal: 1,
+            uid: uid(1, V1),
+        },
+        step: SwitchStep::Promote,
+        attempt: 1,
+        cause: SwitchCause::Failover,
+    });
+    let mut o = primary_down(0);
+    edit(&mut o, 0, |p| p.role = Some(Role::Replica));
+    let d = decide(&spec("16.3"), &state, o);
+    assert!(d.actions().iter().any(|a| matches!(
+        a,
+        PgAction::RunPromote {
+            target: 1,
+            old_primary: None,
+            ..
+        }
+    )));
 }
 
 #[test]
@@ -1105,14 +1138,17 @@ fn backup_jobs_run_backup_sh_against_the_primary_with_secrets_by_reference() {
 #[test]
 fn the_promote_job_targets_the_pod_by_its_stable_name() {
     let pg = object(spec("16.3"));
-    let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1).expect("renders");
+    let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1, Some(0)).expect("renders");
     let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
     let env = env_of(&pod.containers[0]);
-    assert_eq!(
-        env.get("TARGET_HOST").and_then(|e| e.value.as_deref()),
-        Some("pg-1.pg.db.svc")
-    );
+    let plain = |k: &str| env.get(k).and_then(|e| e.value.clone());
+    assert_eq!(plain("TARGET_HOST").as_deref(), Some("pg-1.pg.db.svc"));
+    assert_eq!(plain("OLD_PRIMARY_HOST").as_deref(), Some("pg-0.pg.db.svc"));
     assert_eq!(pod.containers[0].image.as_deref(), Some(V1));
+    // A failover does not wait for the old primary.
+    let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1, None).expect("renders");
+    let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
+    assert!(!env_of(&pod.containers[0]).contains_key("OLD_PRIMARY_HOST"));
 }
 
 // --- status ------------------------------------------------------------------------
