@@ -44,9 +44,9 @@ enum Command {
 /// Where to find the cluster.
 #[derive(Debug, clap::Args)]
 struct ClusterArgs {
-    /// A kubeconfig file; by default `KUBECONFIG`, `~/.kube/config`, or the in-cluster
-    /// ServiceAccount.
-    #[arg(long, env = "KUBECONFIG")]
+    /// A kubeconfig file; by default `KUBECONFIG` (one or more files), `~/.kube/config`,
+    /// or the in-cluster ServiceAccount.
+    #[arg(long)]
     kubeconfig: Option<PathBuf>,
 }
 
@@ -145,7 +145,7 @@ async fn kube_config(args: &ClusterArgs) -> anyhow::Result<kube::Config> {
         }
         None => kube::Config::infer()
             .await
-            .context("no kubeconfig found and not running in a cluster")?,
+            .context("cannot configure a client from KUBECONFIG, ~/.kube/config or the in-cluster environment")?,
     };
     Ok(config)
 }
