@@ -11,12 +11,12 @@
 //! # Guarantees
 //! - Standbys run no controller and hold no cache.
 //! - On losing the lease, on any error renewing it, or when the lease has not been seen
-//!   renewed in time to stay valid for another half grace period (a watchdog reads the
-//!   Lease every third of the grace period), the controllers are aborted at once (not
-//!   drained): another process may lead soon. A leader cut off from the API server thus
-//!   stops before its lease can expire (given clocks that agree to within half the
-//!   grace period). Aborting mid-reconcile is
-//!   safe because every action is idempotent and the status write is fenced on the
+//!   renewed in time to stay valid for another quarter of the grace period (a watchdog
+//!   reads the Lease every quarter grace period), the controllers are aborted at once
+//!   (not drained): another process may lead soon. A leader cut off from the API server
+//!   thus stops before its lease can expire (given clocks that agree to within a quarter
+//!   of the grace period). Aborting mid-reconcile is safe because every action is
+//!   idempotent and the status write is fenced on the
 //!   resourceVersion read, so a deposed leader cannot persist a step twice.
 //! - On shutdown the controllers finish their in-flight reconciles while the lease keeps
 //!   being renewed, and only then is the lease released. Standbys re-read the Lease every
@@ -198,7 +198,7 @@ async fn lead_one_term(
 
 /// Resolves (with the reason) when this process can no longer be sure it holds the
 /// lease: the Lease names another holder, is gone, or has not been seen renewed in time
-/// to stay valid for another half grace period (renewals failing or hanging).
+/// to stay valid for another quarter grace period (renewals failing or hanging).
 ///
 /// kube-lease-manager reports a lost lease only at its next renewal attempt, and a
 /// renewal request that hangs reports nothing; this check bounds how long a deposed or
@@ -207,8 +207,10 @@ async fn watchdog(client: Client, config: LeaseConfig) -> String {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let duration = Duration::from_secs(config.duration_secs);
     let grace = Duration::from_secs(config.grace_secs());
-    let margin = grace / 2;
-    let period = (grace / 3).clamp(Duration::from_millis(200), Duration::from_secs(2));
+    // The holder renews `grace` before expiry; the renewal then has three quarters of
+    // the grace period to land and be seen before this gives up on it.
+    let margin = grace / 4;
+    let period = (grace / 4).clamp(Duration::from_millis(200), Duration::from_secs(2));
     // Just acquired: the lease was renewed a moment ago.
     let mut valid_until = Instant::now() + duration.saturating_sub(margin);
     loop {
