@@ -7,7 +7,8 @@
 //! - [`Op::Create`] treats `AlreadyExists` as success.
 //! - [`Op::Delete`] carries a UID precondition; `NotFound` and a failed precondition
 //!   (409) both mean the object it named is gone, which is success.
-//! - [`Op::Label`] is a JSON merge patch of `metadata.labels`.
+//! - [`Op::Label`] is a JSON merge patch of `metadata.labels`; NotFound counts as success
+//!   (machines relabel whatever replaces the object from their persisted state).
 //! - Finalizer patches are JSON patches whose first operation tests the
 //!   `resourceVersion` that was read: a concurrent change makes the server reject them
 //!   (reported as [`Error::Conflict`]).
@@ -130,10 +131,18 @@ pub async fn execute(
                 field_manager: Some(field_manager.to_owned()),
                 ..PatchParams::default()
             };
-            dynamic_api(client, namespace, resource)
+            match dynamic_api(client, namespace, resource)
                 .patch(name, &params, &Patch::Merge(&patch))
                 .await
-                .map_err(api_error(what))?;
+            {
+                Ok(_) => {}
+                // Labels follow the persisted state: whatever replaces a vanished object
+                // is labelled when it is observed, so there is nothing to retry.
+                Err(e) if status_code(&e) == Some(404) => {
+                    tracing::debug!("{what}: gone; its replacement is labelled when observed");
+                }
+                Err(e) => return Err(api_error(what)(e)),
+            }
         }
     }
     Ok(())

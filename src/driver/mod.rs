@@ -184,7 +184,8 @@ pub enum Op {
         /// The UID precondition. `None` only for objects whose identity does not matter.
         uid: Option<String>,
     },
-    /// A JSON merge patch of metadata labels (for example moving a role label).
+    /// A JSON merge patch of metadata labels (for example moving a role label); NotFound
+    /// counts as success, since machines relabel whatever replaces the object.
     Label {
         /// The object's API.
         resource: ApiResource,

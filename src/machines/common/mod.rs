@@ -10,6 +10,7 @@
 //! - [`retry`]: backoff and attempt bookkeeping for a step that runs a Job which may fail.
 //! - [`backup`]: the backup container (S3 settings, credentials only through
 //!   `secretKeyRef`) and the scheduled-backup CronJob.
+//! - [`cron`]: the CEL rule every backup schedule is validated with.
 //! - [`finalize`]: the final-backup sub-machine every Finalizing state runs.
 //! - [`annotations`]: the documented escape hatches users set on a custom resource.
 //!
@@ -29,6 +30,7 @@
 pub mod annotations;
 pub mod applied;
 pub mod backup;
+pub mod cron;
 pub mod finalize;
 pub mod jobs;
 pub mod meta;

@@ -886,7 +886,7 @@ fn the_crd_validates_fields_by_name() {
 
 #[test]
 fn the_cron_pattern_accepts_schedules_and_rejects_nonsense() {
-    let re = regex_lite(super::api::CRON_PATTERN);
+    let re = regex_lite(crate::machines::common::cron::CRON_PATTERN);
     for good in [
         "0 3 * * *",
         "*/15 * * * *",

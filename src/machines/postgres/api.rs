@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 
 use super::machine::PgState;
 use crate::engine::EngineStatus;
-use crate::machines::distributeddb::api::CRON_PATTERN;
+use crate::machines::common::cron::CRON_RULE;
 
 /// The longest name a `PostgresCluster` may have.
 pub const MAX_NAME: usize = 40;
@@ -77,10 +77,6 @@ fn default_failover_delay() -> i64 {
 
 fn default_backup_timeout() -> i64 {
     3600
-}
-
-fn cron_rule() -> String {
-    format!("self.matches('{CRON_PATTERN}')")
 }
 
 fn version_rule() -> String {
@@ -191,7 +187,7 @@ pub struct PostgresClusterSpec {
     /// Needs `backup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
-    #[x_kube(validation = Rule::new(cron_rule()).message(
+    #[x_kube(validation = Rule::new(CRON_RULE).message(
         "spec.backupSchedule must be a cron expression: five fields (minute hour day-of-month month day-of-week, such as \"0 3 * * *\") or @yearly, @monthly, @weekly, @daily or @hourly"
     ))]
     pub backup_schedule: Option<String>,
