@@ -538,6 +538,9 @@ async fn of_two_elected_processes_exactly_one_reconciles() {
     .await;
     leader.assert_no_forbidden();
     standby.assert_no_forbidden();
+    // Stopped before the namespace goes, so that no finalizer is re-added behind the
+    // cleanup's back.
+    drop(standby);
     env.finish().await;
 }
 
@@ -644,6 +647,7 @@ async fn a_killed_leader_is_replaced_and_the_upgrade_finishes() {
         "{standby_metrics}"
     );
     standby.assert_no_forbidden();
+    drop((leader, standby));
     env.finish().await;
 }
 
