@@ -12,6 +12,7 @@
 //!   `secretKeyRef`) and the scheduled-backup CronJob.
 //! - [`cron`]: the CEL rule every backup schedule is validated with.
 //! - [`finalize`]: the final-backup sub-machine every Finalizing state runs.
+//! - [`on_demand`]: the on-demand backup sub-machine every `backup-now` request runs.
 //! - [`annotations`]: the documented escape hatches users set on a custom resource.
 //!
 //! # Guarantees
@@ -34,6 +35,7 @@ pub mod cron;
 pub mod finalize;
 pub mod jobs;
 pub mod meta;
+pub mod on_demand;
 pub mod quantity;
 pub mod retry;
 pub mod subset;

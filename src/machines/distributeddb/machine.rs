@@ -92,6 +92,7 @@ use crate::machines::common::backup::BackupKind;
 use crate::machines::common::finalize;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::meta::short_hash;
+use crate::machines::common::on_demand;
 use crate::machines::common::retry::{Attempts, Backoff, JobStep, job_step};
 
 /// The DistributedDB machine.
@@ -247,6 +248,10 @@ pub mod reason {
         DELETION_REQUESTED, FINAL_BACKUP_FAILED, FINAL_BACKUP_RETRIED, FINAL_BACKUP_RUNNING,
         FINAL_BACKUP_SKIPPED, FINAL_BACKUP_SUCCEEDED, FINALIZED, NO_BACKUP_POLICY,
     };
+    pub use crate::machines::common::on_demand::{
+        BACKUP_CANCELLED, BACKUP_FAILED, BACKUP_NOT_CONFIGURED, BACKUP_REQUESTED, BACKUP_RUNNING,
+        BACKUP_SUCCEEDED,
+    };
 
     /// Edge: every replica is Ready at the image.
     pub const ALL_REPLICAS_READY: &str = "AllReplicasReady";
@@ -288,14 +293,6 @@ pub mod reason {
     pub const REPLANNED: &str = "Replanned";
     /// Edge: every pod is Ready at the target image.
     pub const UPGRADE_COMPLETED: &str = "UpgradeCompleted";
-    /// Edge: an on-demand backup was requested.
-    pub const BACKUP_REQUESTED: &str = "BackupRequested";
-    /// Edge: the on-demand backup succeeded.
-    pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
-    /// Edge: the on-demand backup failed.
-    pub const BACKUP_FAILED: &str = "BackupFailed";
-    /// Edge: the backup policy was removed before the backup started.
-    pub const BACKUP_CANCELLED: &str = "BackupCancelled";
 
     /// Stay: at rest.
     pub const SERVING: &str = "Serving";
@@ -313,10 +310,6 @@ pub mod reason {
     pub const HOOK_FAILED: &str = "HookFailed";
     /// Stay: the pod is being deleted and recreated.
     pub const REPLACING_POD: &str = "ReplacingPod";
-    /// Stay: the on-demand backup runs.
-    pub const BACKUP_RUNNING: &str = "BackupRunning";
-    /// Stay: a backup was requested without a backup policy; nothing happens.
-    pub const BACKUP_NOT_CONFIGURED: &str = "BackupNotConfigured";
 }
 
 use reason::*;
@@ -552,10 +545,7 @@ pub fn hook_key(phase: HookPhase, ordinal: i32, to: &str, pod_uid: &str, attempt
     format!("{phase}-{ordinal}-{}-{attempt}", short_hash(&[to, pod_uid]))
 }
 
-/// The key of the on-demand backup Job for a `backup-now` token.
-pub fn backup_key(token: &str) -> String {
-    format!("backup-{}", short_hash(&[token]))
-}
+pub use crate::machines::common::on_demand::key as backup_key;
 
 /// What the StatefulSet should hold in `state` (`None` while deleting: nothing is
 /// created or restored then). `live_claim` is the live claim template's size.
@@ -1224,30 +1214,32 @@ fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -
         );
     }
     let mut ignored = None;
-    if let Some(token) = &o.requests.backup_now
-        && o.job(&backup_key(token)).is_none()
-    {
-        if spec.backup_policy.is_some() {
+    match on_demand::request(
+        o.requests.backup_now.as_deref(),
+        |key| o.job(key).is_some(),
+        spec.backup_policy.is_some(),
+    ) {
+        on_demand::Request::Idle => {}
+        on_demand::Request::Start { token, message } => {
             return Decision::go(
                 DdbState::BackingUp {
                     version: version.to_owned(),
                     replicas,
-                    request: token.clone(),
+                    request: token,
                 },
                 BACKUP_REQUESTED,
-                format!(
-                    "on-demand backup requested ({}={token})",
-                    annotations::BACKUP_NOW
-                ),
+                message,
             );
         }
         // Not Degraded: a condition at rest would flip back with a write as soon as the
         // annotation goes, and the state never leaves Ready for it. The message says why
         // nothing happens.
-        ignored = Some(format!(
-            "{}={token} is ignored: spec.backupPolicy is not set",
-            annotations::BACKUP_NOW
-        ));
+        on_demand::Request::NotConfigured { token } => {
+            ignored = Some(format!(
+                "{}={token} is ignored: spec.backupPolicy is not set",
+                annotations::BACKUP_NOW
+            ));
+        }
     }
     // At rest: grow volume claims that are smaller than spec.storage.size, and prune
     // the hook Jobs of finished upgrades.
@@ -1368,44 +1360,21 @@ fn backing_up(
     };
     let actions = upkeep(spec, &shape, o);
     let key = backup_key(request);
-    match o.job(&key).map(|j| (&j.outcome, &j.name)) {
-        None if spec.backup_policy.is_none() => Decision::go(
-            back,
-            BACKUP_CANCELLED,
-            "backupPolicy was removed; no backup taken",
-        ),
-        None => stay(
-            BACKUP_RUNNING,
-            format!(
-                "starting on-demand backup for {}={request}",
-                annotations::BACKUP_NOW
-            ),
-            actions,
-        )
-        .with_actions([DdbAction::RunBackup {
+    let verdict = on_demand::step(on_demand::Facts {
+        token: request,
+        configured: spec.backup_policy.is_some(),
+        field: "backupPolicy",
+        job: o.job(&key).map(|j| (&j.outcome, j.name.as_str())),
+    });
+    on_demand::decision(
+        verdict,
+        || back,
+        actions,
+        |key| DdbAction::RunBackup {
             key,
             kind: BackupKind::OnDemand,
-        }]),
-        Some((JobOutcome::Running, name)) => stay(
-            BACKUP_RUNNING,
-            format!("on-demand backup Job {name} is running"),
-            actions,
-        ),
-        Some((JobOutcome::Succeeded { .. }, name)) => Decision::go(
-            back,
-            BACKUP_SUCCEEDED,
-            format!("on-demand backup Job {name} succeeded"),
-        ),
-        Some((failed @ JobOutcome::Failed { .. }, name)) => Decision::go(
-            back,
-            BACKUP_FAILED,
-            format!(
-                "on-demand backup Job {name} {}; set a new {} token to try again",
-                failed.describe(),
-                annotations::BACKUP_NOW
-            ),
-        ),
-    }
+        },
+    )
 }
 
 fn begin_finalizing(spec: &DistributedDBSpec, o: &Observed) -> D {

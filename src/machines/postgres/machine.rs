@@ -106,6 +106,7 @@ use crate::machines::common::backup::BackupKind;
 use crate::machines::common::finalize;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::meta::short_hash;
+use crate::machines::common::on_demand;
 use crate::machines::common::retry::{Attempts, Backoff, JobStep, job_step};
 
 /// The PostgresCluster machine.
@@ -311,6 +312,10 @@ pub mod reason {
         DELETION_REQUESTED, FINAL_BACKUP_FAILED, FINAL_BACKUP_RETRIED, FINAL_BACKUP_RUNNING,
         FINAL_BACKUP_SKIPPED, FINAL_BACKUP_SUCCEEDED, FINALIZED, NO_BACKUP_POLICY,
     };
+    pub use crate::machines::common::on_demand::{
+        BACKUP_CANCELLED, BACKUP_FAILED, BACKUP_NOT_CONFIGURED, BACKUP_REQUESTED, BACKUP_RUNNING,
+        BACKUP_SUCCEEDED,
+    };
 
     /// Edge: the generated credentials Secret was created.
     pub const CREDENTIALS_GENERATED: &str = "CredentialsGenerated";
@@ -353,14 +358,6 @@ pub mod reason {
     pub const PRIMARY_RECOVERED: &str = "PrimaryRecovered";
     /// Edge: the primary stayed not Ready longer than `failoverDelaySeconds`.
     pub const FAILOVER_STARTED: &str = "FailoverStarted";
-    /// Edge: an on-demand backup was requested.
-    pub const BACKUP_REQUESTED: &str = "BackupRequested";
-    /// Edge: the on-demand backup succeeded.
-    pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
-    /// Edge: the on-demand backup failed.
-    pub const BACKUP_FAILED: &str = "BackupFailed";
-    /// Edge: `spec.backup` was removed before the backup Job was created.
-    pub const BACKUP_CANCELLED: &str = "BackupCancelled";
 
     /// Stay: at rest.
     pub const SERVING: &str = "Serving";
@@ -382,10 +379,6 @@ pub mod reason {
     pub const AWAITING_FAILOVER: &str = "AwaitingFailover";
     /// Stay: the old primary's pod must be seen before the primary label moves.
     pub const WAITING_FOR_OLD_PRIMARY: &str = "WaitingForOldPrimary";
-    /// Stay: the on-demand backup runs.
-    pub const BACKUP_RUNNING: &str = "BackupRunning";
-    /// Stay (Degraded): a backup was requested without `spec.backup`.
-    pub const BACKUP_NOT_CONFIGURED: &str = "BackupNotConfigured";
 }
 
 use reason::*;
@@ -643,10 +636,7 @@ pub fn promote_key(target: i32, uid: &str, attempt: u32) -> String {
     format!("promote-{target}-{}-{attempt}", short_hash(&[uid]))
 }
 
-/// The key of the on-demand backup Job for a `backup-now` token.
-pub fn backup_key(token: &str) -> String {
-    format!("backup-{}", short_hash(&[token]))
-}
+pub use crate::machines::common::on_demand::key as backup_key;
 
 /// The image a spec asks for: `spec.image`, else `postgres:<version>`.
 pub fn spec_image(spec: &PostgresClusterSpec) -> String {
@@ -1302,23 +1292,24 @@ fn ready(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> D {
             message,
         );
     }
-    if let Some(token) = &o.requests.backup_now
-        && o.job(&backup_key(token)).is_none()
-    {
-        if spec.backup.is_some() {
+    match on_demand::request(
+        o.requests.backup_now.as_deref(),
+        |key| o.job(key).is_some(),
+        spec.backup.is_some(),
+    ) {
+        on_demand::Request::Idle => {}
+        on_demand::Request::Start { token, message } => {
             return Decision::go(
                 PgState::BackingUp {
                     cluster: cluster.clone(),
-                    request: token.clone(),
+                    request: token,
                 },
                 BACKUP_REQUESTED,
-                format!(
-                    "on-demand backup requested ({}={token})",
-                    annotations::BACKUP_NOW
-                ),
+                message,
             );
         }
-        return stay(
+        on_demand::Request::NotConfigured { .. } => {
+            return stay(
             BACKUP_NOT_CONFIGURED,
             format!(
                 "{} is set but spec.backup is not: configure a backup destination or remove the annotation",
@@ -1327,6 +1318,7 @@ fn ready(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> D {
             actions,
         )
         .degraded();
+        }
     }
     // At rest: prune the promote Jobs of finished switchovers.
     actions.extend(
@@ -1979,44 +1971,21 @@ fn backing_up(spec: &PostgresClusterSpec, cluster: &Topology, request: &str, o: 
         return lose_primary(cluster, o);
     }
     let key = backup_key(request);
-    match o.job(&key).map(|j| (&j.outcome, &j.name)) {
-        None if spec.backup.is_none() => Decision::go(
-            back,
-            BACKUP_CANCELLED,
-            "spec.backup was removed; no backup taken",
-        ),
-        None => stay(
-            BACKUP_RUNNING,
-            format!(
-                "starting on-demand backup for {}={request}",
-                annotations::BACKUP_NOW
-            ),
-            actions,
-        )
-        .with_actions([PgAction::RunBackup {
+    let verdict = on_demand::step(on_demand::Facts {
+        token: request,
+        configured: spec.backup.is_some(),
+        field: "spec.backup",
+        job: o.job(&key).map(|j| (&j.outcome, j.name.as_str())),
+    });
+    on_demand::decision(
+        verdict,
+        || back,
+        actions,
+        |key| PgAction::RunBackup {
             key,
             kind: BackupKind::OnDemand,
-        }]),
-        Some((JobOutcome::Running, name)) => stay(
-            BACKUP_RUNNING,
-            format!("on-demand backup Job {name} is running"),
-            actions,
-        ),
-        Some((JobOutcome::Succeeded { .. }, name)) => Decision::go(
-            back,
-            BACKUP_SUCCEEDED,
-            format!("on-demand backup Job {name} succeeded"),
-        ),
-        Some((failed @ JobOutcome::Failed { .. }, name)) => Decision::go(
-            back,
-            BACKUP_FAILED,
-            format!(
-                "on-demand backup Job {name} {}; set a new {} token to try again",
-                failed.describe(),
-                annotations::BACKUP_NOW
-            ),
-        ),
-    }
+        },
+    )
 }
 
 fn begin_finalizing(spec: &PostgresClusterSpec, o: &Observed) -> D {
