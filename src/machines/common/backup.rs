@@ -1,5 +1,5 @@
-//! Backups: the environment every backup container gets, and the CronJob that takes
-//! scheduled backups.
+//! Backups: the environment every backup container gets, the run-once Jobs of on-demand
+//! and final backups, and the CronJob that takes scheduled backups.
 //!
 //! # Guarantees
 //! - S3 credentials reach a backup container only as `secretKeyRef`s to the Secret the
@@ -18,12 +18,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, SecretKeySelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::jobs::Purpose;
-use super::meta::{JOB_PURPOSE, MAX_CRONJOB_NAME, child_name};
+use super::Error;
+use super::applied::with_applied_hash;
+use super::jobs::{PodRecipe, Purpose, RunOnce, job_spec};
+use super::meta::{JOB_PURPOSE, MAX_CRONJOB_NAME, child_name, component_labels};
 
 /// The key of the credentials Secret holding the access key id.
 pub const ACCESS_KEY_KEY: &str = "accessKey";
@@ -56,6 +58,16 @@ pub enum BackupKind {
     OnDemand,
     /// Taken before the finalizer is released.
     Final,
+}
+
+impl BackupKind {
+    /// What a Job taking a backup of this kind is for.
+    pub fn purpose(self) -> Purpose {
+        match self {
+            BackupKind::Final => Purpose::FinalBackup,
+            BackupKind::Scheduled | BackupKind::OnDemand => Purpose::Backup,
+        }
+    }
 }
 
 fn plain(name: &str, value: impl Into<String>) -> EnvVar {
@@ -172,6 +184,82 @@ impl Schedule<'_> {
             },
             status: None,
         }
+    }
+}
+
+/// What an owner's backup Jobs are made of: the run-once Jobs of on-demand and final
+/// backups ([`Backups::job`]) and the scheduled-backup CronJob ([`Backups::cronjob`]).
+#[derive(Debug, Clone)]
+pub struct Backups<'a> {
+    /// The owner's name.
+    pub owner_name: &'a str,
+    /// The owner's namespace.
+    pub namespace: &'a str,
+    /// The controller reference to the owner.
+    pub owner: OwnerReference,
+    /// The owner's `app.kubernetes.io/name` (the Jobs' component is `backup`).
+    pub kind_label: &'a str,
+    /// `activeDeadlineSeconds` of every backup Job.
+    pub timeout_seconds: i64,
+}
+
+impl Backups<'_> {
+    fn labels(&self) -> BTreeMap<String, String> {
+        component_labels(self.kind_label, self.owner_name, "backup")
+    }
+
+    /// The run-once Job `key` taking a backup of `kind` with `pod`; `extras` completes
+    /// its Job spec (volumes, security context) if the machine needs more than the pod.
+    pub fn job(
+        &self,
+        key: &str,
+        kind: BackupKind,
+        pod: PodRecipe,
+        extras: impl FnOnce(&mut JobSpec),
+    ) -> Job {
+        let mut job = RunOnce {
+            owner_name: self.owner_name,
+            namespace: self.namespace,
+            owner: self.owner.clone(),
+            labels: self.labels(),
+            key,
+            purpose: kind.purpose(),
+            pod,
+            deadline: Some(self.timeout_seconds),
+        }
+        .build();
+        if let Some(spec) = job.spec.as_mut() {
+            extras(spec);
+        }
+        job
+    }
+
+    /// The scheduled-backup CronJob on `schedule`, its Jobs running `pod` (completed by
+    /// `extras` like [`Backups::job`]), stamped with its applied hash.
+    ///
+    /// # Errors
+    /// [`Error::Serialize`] if the object does not serialize.
+    pub fn cronjob(
+        &self,
+        schedule: &str,
+        suspend: bool,
+        pod: &PodRecipe,
+        extras: impl FnOnce(&mut JobSpec),
+    ) -> Result<CronJob, Error> {
+        let labels = self.labels();
+        let mut job = job_spec(pod, &labels, Some(self.timeout_seconds));
+        extras(&mut job);
+        let cj = Schedule {
+            owner_name: self.owner_name,
+            namespace: self.namespace,
+            owner: self.owner.clone(),
+            labels,
+            schedule,
+            suspend,
+            job,
+        }
+        .build();
+        with_applied_hash(cj, |c| &mut c.metadata)
     }
 }
 

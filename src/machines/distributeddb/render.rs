@@ -32,7 +32,7 @@ use super::api::{BackupPolicy, DistributedDB};
 use super::machine::{HookPhase, Shape};
 use crate::machines::common::Error;
 use crate::machines::common::backup::{self, BackupKind, Destination};
-use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce, job_spec};
+use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
 use crate::machines::common::meta::{self, APPLIED_HASH, owner_reference};
 
 /// `app.kubernetes.io/name` of everything a DistributedDB owns.
@@ -348,6 +348,21 @@ fn backup_pod(db: &DistributedDB, policy: &BackupPolicy, kind: BackupKind) -> Po
     }
 }
 
+fn backups<'a>(
+    db: &DistributedDB,
+    name: &'a str,
+    namespace: &'a str,
+    policy: &BackupPolicy,
+) -> Result<backup::Backups<'a>, Error> {
+    Ok(backup::Backups {
+        owner_name: name,
+        namespace,
+        owner: owner_reference(db)?,
+        kind_label: KIND_LABEL,
+        timeout_seconds: policy.timeout_seconds,
+    })
+}
+
 /// The backup Job `key` (on demand or final). `None` without a backup policy.
 ///
 /// # Errors
@@ -356,24 +371,14 @@ pub fn backup_job(db: &DistributedDB, key: &str, kind: BackupKind) -> Result<Opt
     let Some(policy) = &db.spec.backup_policy else {
         return Ok(None);
     };
-    let name = db.name_any();
-    let purpose = match kind {
-        BackupKind::Final => Purpose::FinalBackup,
-        BackupKind::Scheduled | BackupKind::OnDemand => Purpose::Backup,
-    };
-    Ok(Some(
-        RunOnce {
-            owner_name: &name,
-            namespace: &namespace(db),
-            owner: owner_reference(db)?,
-            labels: meta::component_labels(KIND_LABEL, &name, "backup"),
-            key,
-            purpose,
-            pod: backup_pod(db, policy, kind),
-            deadline: Some(policy.timeout_seconds),
-        }
-        .build(),
-    ))
+    let (name, namespace) = (db.name_any(), namespace(db));
+    let backups = backups(db, &name, &namespace, policy)?;
+    Ok(Some(backups.job(
+        key,
+        kind,
+        backup_pod(db, policy, kind),
+        |_| {},
+    )))
 }
 
 /// The scheduled-backup CronJob for `policy`.
@@ -381,22 +386,7 @@ pub fn backup_job(db: &DistributedDB, key: &str, kind: BackupKind) -> Result<Opt
 /// # Errors
 /// [`Error`] if the owner has no UID or the object does not serialize.
 pub fn cronjob(db: &DistributedDB, policy: &BackupPolicy) -> Result<CronJob, Error> {
-    let name = db.name_any();
-    let labels = meta::component_labels(KIND_LABEL, &name, "backup");
-    let job = job_spec(
-        &backup_pod(db, policy, BackupKind::Scheduled),
-        &labels,
-        Some(policy.timeout_seconds),
-    );
-    let cj = backup::Schedule {
-        owner_name: &name,
-        namespace: &namespace(db),
-        owner: owner_reference(db)?,
-        labels,
-        schedule: &policy.schedule,
-        suspend: policy.suspend,
-        job,
-    }
-    .build();
-    with_applied_hash(cj, |c| &mut c.metadata)
+    let (name, namespace) = (db.name_any(), namespace(db));
+    let pod = backup_pod(db, policy, BackupKind::Scheduled);
+    backups(db, &name, &namespace, policy)?.cronjob(&policy.schedule, policy.suspend, &pod, |_| {})
 }

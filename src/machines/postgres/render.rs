@@ -49,7 +49,7 @@ use super::machine::{Role, ServiceKind};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};
-use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce, job_spec};
+use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
 use crate::machines::common::meta::{self, owner_reference};
 
 /// `app.kubernetes.io/name` of everything a PostgresCluster owns.
@@ -621,6 +621,21 @@ fn backup_pod(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> Po
     }
 }
 
+fn backups<'a>(
+    pg: &PostgresCluster,
+    name: &'a str,
+    namespace: &'a str,
+    backup: &BackupSpec,
+) -> Result<backup::Backups<'a>, Error> {
+    Ok(backup::Backups {
+        owner_name: name,
+        namespace,
+        owner: owner_reference(pg)?,
+        kind_label: KIND_LABEL,
+        timeout_seconds: backup.timeout_seconds,
+    })
+}
+
 /// The backup Job `key` (on demand or final). `None` without `spec.backup`.
 ///
 /// # Errors
@@ -629,26 +644,16 @@ pub fn backup_job(pg: &PostgresCluster, key: &str, kind: BackupKind) -> Result<O
     let Some(backup) = &pg.spec.backup else {
         return Ok(None);
     };
-    let name = pg.name_any();
-    let purpose = match kind {
-        BackupKind::Final => Purpose::FinalBackup,
-        BackupKind::Scheduled | BackupKind::OnDemand => Purpose::Backup,
-    };
-    let mut job = RunOnce {
-        owner_name: &name,
-        namespace: &namespace(pg),
-        owner: owner_reference(pg)?,
-        labels: meta::component_labels(KIND_LABEL, &name, "backup"),
+    let (name, namespace) = (pg.name_any(), namespace(pg));
+    let backups = backups(pg, &name, &namespace, backup)?;
+    Ok(Some(backups.job(
         key,
-        purpose,
-        pod: backup_pod(pg, backup, kind),
-        deadline: Some(backup.timeout_seconds),
-    }
-    .build();
-    if let Some(spec) = job.spec.as_mut() {
-        job_pod_extras(pg, spec);
-    }
-    Ok(Some(job))
+        kind,
+        backup_pod(pg, backup, kind),
+        |spec| {
+            job_pod_extras(pg, spec);
+        },
+    )))
 }
 
 /// The scheduled-backup CronJob. `None` without both `spec.backup` and
@@ -660,23 +665,11 @@ pub fn cronjob(pg: &PostgresCluster) -> Result<Option<CronJob>, Error> {
     let (Some(backup), Some(schedule)) = (&pg.spec.backup, &pg.spec.backup_schedule) else {
         return Ok(None);
     };
-    let name = pg.name_any();
-    let labels = meta::component_labels(KIND_LABEL, &name, "backup");
-    let mut job = job_spec(
-        &backup_pod(pg, backup, BackupKind::Scheduled),
-        &labels,
-        Some(backup.timeout_seconds),
-    );
-    job_pod_extras(pg, &mut job);
-    let cj = backup::Schedule {
-        owner_name: &name,
-        namespace: &namespace(pg),
-        owner: owner_reference(pg)?,
-        labels,
-        schedule,
-        suspend: backup.suspend,
-        job,
-    }
-    .build();
-    with_applied_hash(cj, |c| &mut c.metadata).map(Some)
+    let (name, namespace) = (pg.name_any(), namespace(pg));
+    let pod = backup_pod(pg, backup, BackupKind::Scheduled);
+    backups(pg, &name, &namespace, backup)?
+        .cronjob(schedule, backup.suspend, &pod, |spec| {
+            job_pod_extras(pg, spec)
+        })
+        .map(Some)
 }
