@@ -19,11 +19,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
-use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, SecretKeySelector};
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::Error;
 use super::applied::with_applied_hash;
+use super::env::{from_field, from_secret, plain};
 use super::jobs::{PodRecipe, Purpose, RunOnce, job_spec};
 use super::meta::{JOB_PURPOSE, MAX_CRONJOB_NAME, child_name, component_labels};
 
@@ -70,29 +71,6 @@ impl BackupKind {
     }
 }
 
-fn plain(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: Some(value.into()),
-        value_from: None,
-    }
-}
-
-fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.to_owned(),
-                key: key.to_owned(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
-        }),
-    }
-}
-
 /// The environment of a backup container (see the module docs for the contract).
 pub fn backup_env(destination: &Destination, kind: BackupKind, source: &str) -> Vec<EnvVar> {
     let mut env = vec![
@@ -101,17 +79,10 @@ pub fn backup_env(destination: &Destination, kind: BackupKind, source: &str) -> 
         plain("S3_PREFIX", destination.prefix.clone().unwrap_or_default()),
         plain("BACKUP_KIND", <&str>::from(kind)),
         plain("BACKUP_SOURCE", source),
-        EnvVar {
-            name: "BACKUP_NAME".to_owned(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.labels['batch.kubernetes.io/job-name']".to_owned(),
-                    api_version: None,
-                }),
-                ..EnvVarSource::default()
-            }),
-        },
+        from_field(
+            "BACKUP_NAME",
+            "metadata.labels['batch.kubernetes.io/job-name']",
+        ),
     ];
     if let Some(keep) = destination.retention {
         env.push(plain("BACKUP_RETENTION", keep.to_string()));

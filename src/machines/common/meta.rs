@@ -50,6 +50,18 @@ pub fn component_labels(
     l
 }
 
+/// `<service>.<namespace>.svc`: where a Service is reached in the cluster.
+pub fn service_host(service: &str, namespace: &str) -> String {
+    format!("{service}.{namespace}.svc")
+}
+
+/// `<owner>-<ordinal>.<owner>.<namespace>.svc`: the stable DNS name of a pod of the
+/// owner's StatefulSet (named like the owner, governed by a headless Service of that
+/// name).
+pub fn pod_host(owner: &str, namespace: &str, ordinal: i32) -> String {
+    service_host(&format!("{owner}-{ordinal}.{owner}"), namespace)
+}
+
 /// The controller owner reference to `owner` (with `blockOwnerDeletion`), so garbage
 /// collection removes the child with its owner.
 ///

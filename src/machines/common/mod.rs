@@ -6,6 +6,7 @@
 //! - [`quantity`]: Kubernetes quantities, parsed and compared exactly.
 //! - [`subset`]: the semantic drift check: is the object we would apply already
 //!   contained in the live one? API-server defaults never count as drift.
+//! - [`env`]: container environment variables (plain, from a Secret, from a pod field).
 //! - [`jobs`]: run-once Jobs with deterministic names, and reading a Job's outcome.
 //! - [`retry`]: backoff and attempt bookkeeping for a step that runs a Job which may fail.
 //! - [`backup`]: the backup container (S3 settings, credentials only through
@@ -32,6 +33,7 @@ pub mod annotations;
 pub mod applied;
 pub mod backup;
 pub mod cron;
+pub mod env;
 pub mod finalize;
 pub mod jobs;
 pub mod meta;

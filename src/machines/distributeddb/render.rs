@@ -19,21 +19,21 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
-    VolumeMount, VolumeResourceRequirements,
+    Container, ContainerPort, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
+    PodTemplateSpec, Service, ServicePort, ServiceSpec, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
-use serde::Serialize;
 
 use super::api::{BackupPolicy, DistributedDB};
 use super::machine::{HookPhase, Shape};
 use crate::machines::common::Error;
+use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};
+use crate::machines::common::env::{from_field, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
-use crate::machines::common::meta::{self, APPLIED_HASH, owner_reference};
+use crate::machines::common::meta::{self, owner_reference};
 
 /// `app.kubernetes.io/name` of everything a DistributedDB owns.
 pub const KIND_LABEL: &str = "distributeddb";
@@ -60,30 +60,12 @@ fn namespace(db: &DistributedDB) -> String {
 
 /// `<name>-<ordinal>.<name>.<namespace>.svc`: a pod's stable DNS name.
 pub fn pod_host(db: &DistributedDB, ordinal: i32) -> String {
-    let name = db.name_any();
-    format!("{name}-{ordinal}.{name}.{}.svc", namespace(db))
+    meta::pod_host(&db.name_any(), &namespace(db), ordinal)
 }
 
 /// `data-<name>-<ordinal>`: the volume claim of a pod.
 pub fn claim_name(db: &DistributedDB, ordinal: i32) -> String {
     format!("{VOLUME}-{}-{ordinal}", db.name_any())
-}
-
-/// Set [`APPLIED_HASH`] to the hash of the object as rendered without it.
-fn with_applied_hash<T: Serialize>(
-    mut object: T,
-    meta: impl Fn(&mut T) -> &mut ObjectMeta,
-) -> Result<T, Error> {
-    let json = serde_json::to_string(&object).map_err(|source| Error::Serialize {
-        what: "a rendered object".to_owned(),
-        source,
-    })?;
-    let hash = meta::short_hash(&[&json]);
-    meta(&mut object)
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(APPLIED_HASH.to_owned(), hash);
-    Ok(object)
 }
 
 /// The headless Service giving each pod a stable DNS name.
@@ -131,27 +113,9 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
     let mut pod_labels = spec.pod_labels.clone();
     pod_labels.extend(selector(db));
     let mut env = vec![
-        EnvVar {
-            name: "POD_NAME".to_owned(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.name".to_owned(),
-                    api_version: None,
-                }),
-                ..EnvVarSource::default()
-            }),
-        },
-        EnvVar {
-            name: "DB_SERVICE".to_owned(),
-            value: Some(format!("{name}.{}.svc", namespace(db))),
-            value_from: None,
-        },
-        EnvVar {
-            name: "DB_REPLICAS".to_owned(),
-            value: Some(shape.replicas.to_string()),
-            value_from: None,
-        },
+        from_field("POD_NAME", "metadata.name"),
+        plain("DB_SERVICE", meta::service_host(&name, &namespace(db))),
+        plain("DB_REPLICAS", shape.replicas.to_string()),
     ];
     env.extend(spec.env.iter().cloned());
     let container = Container {
@@ -258,14 +222,6 @@ pub fn volume_expansion(db: &DistributedDB, ordinal: i32, size: &str) -> Persist
     }
 }
 
-fn plain(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: Some(value.into()),
-        value_from: None,
-    }
-}
-
 /// The hook Job `key` for pod `ordinal`.
 ///
 /// # Errors
@@ -332,7 +288,7 @@ fn destination(policy: &BackupPolicy) -> Destination {
 }
 
 fn backup_pod(db: &DistributedDB, policy: &BackupPolicy, kind: BackupKind) -> PodRecipe {
-    let source = format!("{}.{}.svc", db.name_any(), namespace(db));
+    let source = meta::service_host(&db.name_any(), &namespace(db));
     PodRecipe {
         labels: policy.pod_labels.clone(),
         annotations: policy.pod_annotations.clone(),

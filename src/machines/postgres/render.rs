@@ -29,10 +29,10 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
-    DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, Lifecycle,
-    LifecycleHandler, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, SecretKeySelector, Service,
-    ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, ExecAction, Lifecycle, LifecycleHandler,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -49,6 +49,7 @@ use super::machine::{Role, ServiceKind};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};
+use crate::machines::common::env::{from_field, from_secret, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
 use crate::machines::common::meta::{self, owner_reference};
 
@@ -116,17 +117,12 @@ pub fn service_name(pg: &PostgresCluster, kind: ServiceKind) -> String {
 
 /// `<name>-<ordinal>.<name>.<namespace>.svc`: a pod's stable DNS name.
 pub fn pod_host(pg: &PostgresCluster, ordinal: i32) -> String {
-    let name = pg.name_any();
-    format!("{name}-{ordinal}.{name}.{}.svc", namespace(pg))
+    meta::pod_host(&pg.name_any(), &namespace(pg), ordinal)
 }
 
 /// `<name>-rw.<namespace>.svc`: where the primary is reached.
 pub fn primary_host(pg: &PostgresCluster) -> String {
-    format!(
-        "{}.{}.svc",
-        service_name(pg, ServiceKind::ReadWrite),
-        namespace(pg)
-    )
+    meta::service_host(&service_name(pg, ServiceKind::ReadWrite), &namespace(pg))
 }
 
 /// The ConfigMap holding the scripts.
@@ -150,43 +146,6 @@ fn metadata(pg: &PostgresCluster, name: String) -> Result<ObjectMeta, Error> {
         owner_references: Some(vec![owner_reference(pg)?]),
         ..ObjectMeta::default()
     })
-}
-
-fn plain(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: Some(value.into()),
-        value_from: None,
-    }
-}
-
-fn secret_ref(name: &str, secret: &str, key: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.to_owned(),
-                key: key.to_owned(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
-        }),
-    }
-}
-
-fn field_ref(name: &str, path: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: None,
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.to_owned(),
-                api_version: None,
-            }),
-            ..EnvVarSource::default()
-        }),
-    }
 }
 
 fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
@@ -332,13 +291,13 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
     let mut env = vec![
         plain("PGDATA", PGDATA),
         plain("PGPORT", PORT.to_string()),
-        field_ref("POD_NAME", "metadata.name"),
+        from_field("POD_NAME", "metadata.name"),
         plain("LOCKSTEP_ROLE_FILE", format!("{PODINFO_PATH}/labels")),
         plain("LOCKSTEP_ROLE_LABEL", ROLE_LABEL),
         plain("POSTGRES_USER", SUPERUSER),
-        secret_ref("POSTGRES_PASSWORD", &secret, SUPERUSER_PASSWORD_KEY),
+        from_secret("POSTGRES_PASSWORD", &secret, SUPERUSER_PASSWORD_KEY),
         plain("REPLICATION_USER", REPLICATION_USER),
-        secret_ref("REPLICATION_PASSWORD", &secret, REPLICATION_PASSWORD_KEY),
+        from_secret("REPLICATION_PASSWORD", &secret, REPLICATION_PASSWORD_KEY),
         plain("PRIMARY_HOST", primary_host(pg)),
         plain("PRIMARY_PORT", PORT.to_string()),
     ];
@@ -529,7 +488,7 @@ pub fn promote_job(
         plain("TARGET_HOST", pod_host(pg, target)),
         plain("TARGET_PORT", PORT.to_string()),
         plain("POSTGRES_USER", SUPERUSER),
-        secret_ref(
+        from_secret(
             "POSTGRES_PASSWORD",
             &credentials_name(pg),
             SUPERUSER_PASSWORD_KEY,
@@ -584,7 +543,7 @@ pub fn backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -
         plain("PRIMARY_HOST", primary_host(pg)),
         plain("PRIMARY_PORT", PORT.to_string()),
         plain("POSTGRES_USER", SUPERUSER),
-        secret_ref(
+        from_secret(
             "POSTGRES_PASSWORD",
             &credentials_name(pg),
             SUPERUSER_PASSWORD_KEY,
