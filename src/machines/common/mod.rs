@@ -3,6 +3,7 @@
 //!
 //! - [`meta`]: the identity of owned objects: standard labels, owner references, stable
 //!   hashes and deterministic child names.
+//! - [`observe`]: reading owned pods, Jobs and the backup CronJob, and the drift check.
 //! - [`quantity`]: Kubernetes quantities, parsed and compared exactly.
 //! - [`subset`]: the semantic drift check: is the object we would apply already
 //!   contained in the live one? API-server defaults never count as drift.
@@ -37,6 +38,7 @@ pub mod env;
 pub mod finalize;
 pub mod jobs;
 pub mod meta;
+pub mod observe;
 pub mod on_demand;
 pub mod quantity;
 pub mod retry;

@@ -457,14 +457,7 @@ pub struct PodView {
     pub terminating: bool,
 }
 
-/// The scheduled-backup CronJob as observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CronJobView {
-    /// Its UID.
-    pub uid: String,
-    /// The rendered CronJob is contained in the live one.
-    pub in_sync: bool,
-}
+pub use crate::machines::common::observe::CronJobView;
 
 /// A pod's volume claim as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -529,14 +529,7 @@ impl PodView {
     }
 }
 
-/// The scheduled-backup CronJob as observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CronJobView {
-    /// Its UID.
-    pub uid: String,
-    /// The rendered CronJob is contained in the live one.
-    pub in_sync: bool,
-}
+pub use crate::machines::common::observe::CronJobView;
 
 /// Which of the simple owned objects match their rendering.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

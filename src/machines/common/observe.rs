@@ -1,0 +1,120 @@
+//! Reading what every machine observes the same way: the pods of its StatefulSet, their
+//! images and readiness, its run-once Jobs, its backup CronJob, and the drift check of a
+//! live object against its rendering.
+//!
+//! # Guarantees
+//! - Pure: everything here reads typed objects taken from the reflector stores.
+//! - An object is in sync only if it exists, its rendering succeeded and the live object
+//!   contains the rendering ([`super::subset`]); anything else counts as drift.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+
+use super::backup::cronjob_name;
+use super::jobs::{self, JobView};
+use super::subset::typed_contains;
+
+/// The scheduled-backup CronJob as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronJobView {
+    /// Its UID.
+    pub uid: String,
+    /// The rendered CronJob is contained in the live one.
+    pub in_sync: bool,
+}
+
+/// Whether `live` exists and contains `desired` (which rendered).
+pub fn in_sync<T: Serialize>(live: Option<&T>, desired: Option<T>) -> bool {
+    match (live, desired) {
+        (Some(live), Some(desired)) => typed_contains(live, &desired).unwrap_or(false),
+        _ => false,
+    }
+}
+
+/// The object called `name` among `objects`.
+pub fn named<K: Resource>(objects: Vec<Arc<K>>, name: &str) -> Option<Arc<K>> {
+    objects
+        .into_iter()
+        .find(|o| o.meta().name.as_deref() == Some(name))
+}
+
+/// The image of the StatefulSet's pod template's `container`.
+pub fn template_image(sts: &StatefulSet, container: &str) -> Option<String> {
+    sts.spec
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == container)?
+        .image
+        .clone()
+}
+
+/// The image of the pod's `container`.
+pub fn pod_image(pod: &Pod, container: &str) -> Option<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == container))
+        .and_then(|c| c.image.clone())
+}
+
+/// Whether the pod's Ready condition holds.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The ordinal of a pod of StatefulSet `sts` (by its owner reference and name).
+pub fn ordinal_of(pod: &Pod, sts: &str) -> Option<i32> {
+    let owned = pod
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "StatefulSet" && o.name == sts);
+    if !owned {
+        return None;
+    }
+    pod.name_any()
+        .strip_prefix(&format!("{sts}-"))?
+        .parse()
+        .ok()
+}
+
+/// The pods of StatefulSet `sts` among `pods`, by ordinal, as `view` sees them.
+pub fn pods_by_ordinal<V>(
+    pods: &[Arc<Pod>],
+    sts: &str,
+    view: impl Fn(&Pod) -> V,
+) -> BTreeMap<i32, V> {
+    pods.iter()
+        .filter_map(|p| Some((ordinal_of(p, sts)?, view(p))))
+        .collect()
+}
+
+/// The views of `jobs`, sorted by name.
+pub fn job_views(jobs: &[Arc<Job>]) -> Vec<JobView> {
+    let mut views: Vec<_> = jobs.iter().map(|j| jobs::view(j)).collect();
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    views
+}
+
+/// The backup CronJob of `owner` among `cronjobs`, checked against `desired` (rendered
+/// only if the CronJob exists).
+pub fn cronjob_view(
+    cronjobs: Vec<Arc<CronJob>>,
+    owner: &str,
+    desired: impl FnOnce() -> Option<CronJob>,
+) -> Option<CronJobView> {
+    named(cronjobs, &cronjob_name(owner)).map(|live| CronJobView {
+        uid: live.uid().unwrap_or_default(),
+        in_sync: in_sync(Some(live.as_ref()), desired()),
+    })
+}
