@@ -91,6 +91,20 @@ pub fn entry(configured: bool, skip: bool) -> Entry {
     }
 }
 
+/// Turn [`entry`] into the decision taken when deletion is first seen, given the
+/// machine's finalized state and its Finalizing state for an attempt.
+pub fn begin<S, A>(
+    configured: bool,
+    skip: bool,
+    finalized: impl FnOnce() -> S,
+    finalizing: impl FnOnce(u32) -> S,
+) -> Decision<S, A> {
+    match entry(configured, skip) {
+        Entry::Release { reason, message } => Decision::go(finalized(), reason, message),
+        Entry::Backup { message } => Decision::go(finalizing(1), DELETION_REQUESTED, message),
+    }
+}
+
 /// What the Finalizing state sees.
 #[derive(Debug, Clone, Copy)]
 pub struct Facts<'a> {

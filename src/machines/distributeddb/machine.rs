@@ -1371,16 +1371,12 @@ fn backing_up(
 }
 
 fn begin_finalizing(spec: &DistributedDBSpec, o: &Observed) -> D {
-    match finalize::entry(spec.backup_policy.is_some(), o.requests.skip_final_backup) {
-        finalize::Entry::Release { reason, message } => {
-            Decision::go(DdbState::Finalized, reason, message)
-        }
-        finalize::Entry::Backup { message } => Decision::go(
-            DdbState::Finalizing { attempt: 1 },
-            DELETION_REQUESTED,
-            message,
-        ),
-    }
+    finalize::begin(
+        spec.backup_policy.is_some(),
+        o.requests.skip_final_backup,
+        || DdbState::Finalized,
+        |attempt| DdbState::Finalizing { attempt },
+    )
 }
 
 fn finalizing(spec: &DistributedDBSpec, attempt: u32, world: &World<Observed>) -> D {

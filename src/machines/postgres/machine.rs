@@ -1982,16 +1982,12 @@ fn backing_up(spec: &PostgresClusterSpec, cluster: &Topology, request: &str, o: 
 }
 
 fn begin_finalizing(spec: &PostgresClusterSpec, o: &Observed) -> D {
-    match finalize::entry(spec.backup.is_some(), o.requests.skip_final_backup) {
-        finalize::Entry::Release { reason, message } => {
-            Decision::go(PgState::Finalized, reason, message)
-        }
-        finalize::Entry::Backup { message } => Decision::go(
-            PgState::Finalizing { attempt: 1 },
-            DELETION_REQUESTED,
-            message,
-        ),
-    }
+    finalize::begin(
+        spec.backup.is_some(),
+        o.requests.skip_final_backup,
+        || PgState::Finalized,
+        |attempt| PgState::Finalizing { attempt },
+    )
 }
 
 fn finalizing(spec: &PostgresClusterSpec, attempt: u32, world: &World<Observed>) -> D {
