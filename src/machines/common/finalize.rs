@@ -30,7 +30,7 @@ use chrono::{DateTime, Utc};
 
 use super::annotations::SKIP_FINAL_BACKUP;
 use super::jobs::JobOutcome;
-use super::retry::{Attempts, Backoff, JobStep, job_step};
+use super::retry::{Attempts, Backoff, JobStep, job_step, retry_time};
 use crate::engine::Decision;
 
 /// Edge reason: the object is being deleted and a final backup will be taken.
@@ -200,7 +200,7 @@ pub fn step_named(facts: Facts<'_>, job_name: Option<&str>) -> Verdict {
         JobStep::Backoff { failure, at, wait } => Verdict::Backoff {
             message: format!(
                 "final backup Job {name} {failure}; retrying at {}; set {SKIP_FINAL_BACKUP}=true to delete without it",
-                at.format("%Y-%m-%dT%H:%M:%SZ")
+                retry_time(at)
             ),
             wait,
         },

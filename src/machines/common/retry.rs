@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::jobs::JobOutcome;
+use super::jobs::{JobOutcome, JobView};
 
 /// Exponential backoff: `base`, `2·base`, `4·base`, … capped at `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +125,25 @@ pub fn job_step(
         },
         _ => JobStep::Retry { failure },
     }
+}
+
+/// Where a run-once Job step stands: [`job_step`] with [`Backoff::JOB_STEP`] on the
+/// attempt's observed `job`, and the name messages call the Job by (its name once it
+/// exists, else its `key`).
+pub fn run_once_step(
+    job: Option<&JobView>,
+    key: &str,
+    attempts: Attempts,
+    now: DateTime<Utc>,
+) -> (JobStep, String) {
+    let name = job.map_or_else(|| key.to_owned(), |j| j.name.clone());
+    let step = job_step(job.map(|j| &j.outcome), attempts, &Backoff::JOB_STEP, now);
+    (step, name)
+}
+
+/// A retry time as messages print it (UTC, to the second).
+pub fn retry_time(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 #[cfg(test)]

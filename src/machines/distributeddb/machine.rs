@@ -93,7 +93,7 @@ use crate::machines::common::finalize;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::meta::short_hash;
 use crate::machines::common::on_demand;
-use crate::machines::common::retry::{Attempts, Backoff, JobStep, job_step};
+use crate::machines::common::retry::{Attempts, JobStep, retry_time, run_once_step};
 
 /// The DistributedDB machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1769,13 +1769,8 @@ fn hook_step(
         round_start: u.round_start,
         retry_limit: Some(u32::try_from(hook.retry_limit).unwrap_or(0)),
     };
-    let job_name = job.map_or_else(|| key.clone(), |j| j.name.clone());
-    match job_step(
-        job.map(|j| &j.outcome),
-        attempts,
-        &Backoff::JOB_STEP,
-        world.now,
-    ) {
+    let (step, job_name) = run_once_step(job, &key, attempts, world.now);
+    match step {
         JobStep::Start => stay(
             HOOK_RUNNING,
             format!("starting the {what} of {name} ({})", attempts.describe()),
@@ -1802,7 +1797,7 @@ fn hook_step(
             format!(
                 "the {what} of {name} {failure} in Job {job_name} ({}); retrying at {}",
                 attempts.describe(),
-                at.format("%Y-%m-%dT%H:%M:%SZ")
+                retry_time(at)
             ),
             actions,
         )

@@ -107,7 +107,7 @@ use crate::machines::common::finalize;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::meta::short_hash;
 use crate::machines::common::on_demand;
-use crate::machines::common::retry::{Attempts, Backoff, JobStep, job_step};
+use crate::machines::common::retry::{Attempts, JobStep, retry_time, run_once_step};
 
 /// The PostgresCluster machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1757,13 +1757,8 @@ fn promote(
         round_start: 1,
         retry_limit: None,
     };
-    let job_name = job.map_or_else(|| key.clone(), |j| j.name.clone());
-    match job_step(
-        job.map(|j| &j.outcome),
-        attempts,
-        &Backoff::JOB_STEP,
-        world.now,
-    ) {
+    let (step, job_name) = run_once_step(job, &key, attempts, world.now);
+    match step {
         JobStep::Start => match o.pods.get(&t) {
             Some(p) if p.uid == s.target.uid && p.serving() => stay(
                 PROMOTING,
@@ -1795,7 +1790,7 @@ fn promote(
             format!(
                 "{what}: promote Job {job_name} {failure} ({}); retrying at {}",
                 attempts.describe(),
-                at.format("%Y-%m-%dT%H:%M:%SZ")
+                retry_time(at)
             ),
             actions,
         )
