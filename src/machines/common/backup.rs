@@ -21,12 +21,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
 
 use super::Error;
 use super::applied::with_applied_hash;
 use super::env::{from_field, from_secret, plain};
 use super::jobs::{PodRecipe, Purpose, RunOnce, job_spec};
-use super::meta::{JOB_PURPOSE, MAX_CRONJOB_NAME, child_name, component_labels};
+use super::meta::{JOB_PURPOSE, MAX_CRONJOB_NAME, child_name, component_labels, owner_reference};
 
 /// The key of the credentials Secret holding the access key id.
 pub const ACCESS_KEY_KEY: &str = "accessKey";
@@ -163,9 +164,9 @@ impl Schedule<'_> {
 #[derive(Debug, Clone)]
 pub struct Backups<'a> {
     /// The owner's name.
-    pub owner_name: &'a str,
+    pub owner_name: String,
     /// The owner's namespace.
-    pub namespace: &'a str,
+    pub namespace: String,
     /// The controller reference to the owner.
     pub owner: OwnerReference,
     /// The owner's `app.kubernetes.io/name` (the Jobs' component is `backup`).
@@ -174,9 +175,27 @@ pub struct Backups<'a> {
     pub timeout_seconds: i64,
 }
 
-impl Backups<'_> {
+impl<'a> Backups<'a> {
+    /// The backup Jobs of `owner`, labelled with `kind_label`, each allowed
+    /// `timeout_seconds`.
+    ///
+    /// # Errors
+    /// [`Error::OwnerIncomplete`] if the owner has no name or UID.
+    pub fn of<K>(owner: &K, kind_label: &'a str, timeout_seconds: i64) -> Result<Self, Error>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        Ok(Backups {
+            owner_name: owner.name_any(),
+            namespace: owner.namespace().unwrap_or_default(),
+            owner: owner_reference(owner)?,
+            kind_label,
+            timeout_seconds,
+        })
+    }
+
     fn labels(&self) -> BTreeMap<String, String> {
-        component_labels(self.kind_label, self.owner_name, "backup")
+        component_labels(self.kind_label, &self.owner_name, "backup")
     }
 
     /// The run-once Job `key` taking a backup of `kind` with `pod`; `extras` completes
@@ -189,8 +208,8 @@ impl Backups<'_> {
         extras: impl FnOnce(&mut JobSpec),
     ) -> Job {
         let mut job = RunOnce {
-            owner_name: self.owner_name,
-            namespace: self.namespace,
+            owner_name: &self.owner_name,
+            namespace: &self.namespace,
             owner: self.owner.clone(),
             labels: self.labels(),
             key,
@@ -221,8 +240,8 @@ impl Backups<'_> {
         let mut job = job_spec(pod, &labels, Some(self.timeout_seconds));
         extras(&mut job);
         let cj = Schedule {
-            owner_name: self.owner_name,
-            namespace: self.namespace,
+            owner_name: &self.owner_name,
+            namespace: &self.namespace,
             owner: self.owner.clone(),
             labels,
             schedule,

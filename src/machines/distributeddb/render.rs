@@ -304,21 +304,6 @@ fn backup_pod(db: &DistributedDB, policy: &BackupPolicy, kind: BackupKind) -> Po
     }
 }
 
-fn backups<'a>(
-    db: &DistributedDB,
-    name: &'a str,
-    namespace: &'a str,
-    policy: &BackupPolicy,
-) -> Result<backup::Backups<'a>, Error> {
-    Ok(backup::Backups {
-        owner_name: name,
-        namespace,
-        owner: owner_reference(db)?,
-        kind_label: KIND_LABEL,
-        timeout_seconds: policy.timeout_seconds,
-    })
-}
-
 /// The backup Job `key` (on demand or final). `None` without a backup policy.
 ///
 /// # Errors
@@ -327,8 +312,7 @@ pub fn backup_job(db: &DistributedDB, key: &str, kind: BackupKind) -> Result<Opt
     let Some(policy) = &db.spec.backup_policy else {
         return Ok(None);
     };
-    let (name, namespace) = (db.name_any(), namespace(db));
-    let backups = backups(db, &name, &namespace, policy)?;
+    let backups = backup::Backups::of(db, KIND_LABEL, policy.timeout_seconds)?;
     Ok(Some(backups.job(
         key,
         kind,
@@ -342,7 +326,11 @@ pub fn backup_job(db: &DistributedDB, key: &str, kind: BackupKind) -> Result<Opt
 /// # Errors
 /// [`Error`] if the owner has no UID or the object does not serialize.
 pub fn cronjob(db: &DistributedDB, policy: &BackupPolicy) -> Result<CronJob, Error> {
-    let (name, namespace) = (db.name_any(), namespace(db));
     let pod = backup_pod(db, policy, BackupKind::Scheduled);
-    backups(db, &name, &namespace, policy)?.cronjob(&policy.schedule, policy.suspend, &pod, |_| {})
+    backup::Backups::of(db, KIND_LABEL, policy.timeout_seconds)?.cronjob(
+        &policy.schedule,
+        policy.suspend,
+        &pod,
+        |_| {},
+    )
 }

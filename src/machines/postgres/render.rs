@@ -580,21 +580,6 @@ fn backup_pod(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> Po
     }
 }
 
-fn backups<'a>(
-    pg: &PostgresCluster,
-    name: &'a str,
-    namespace: &'a str,
-    backup: &BackupSpec,
-) -> Result<backup::Backups<'a>, Error> {
-    Ok(backup::Backups {
-        owner_name: name,
-        namespace,
-        owner: owner_reference(pg)?,
-        kind_label: KIND_LABEL,
-        timeout_seconds: backup.timeout_seconds,
-    })
-}
-
 /// The backup Job `key` (on demand or final). `None` without `spec.backup`.
 ///
 /// # Errors
@@ -603,8 +588,7 @@ pub fn backup_job(pg: &PostgresCluster, key: &str, kind: BackupKind) -> Result<O
     let Some(backup) = &pg.spec.backup else {
         return Ok(None);
     };
-    let (name, namespace) = (pg.name_any(), namespace(pg));
-    let backups = backups(pg, &name, &namespace, backup)?;
+    let backups = backup::Backups::of(pg, KIND_LABEL, backup.timeout_seconds)?;
     Ok(Some(backups.job(
         key,
         kind,
@@ -624,9 +608,8 @@ pub fn cronjob(pg: &PostgresCluster) -> Result<Option<CronJob>, Error> {
     let (Some(backup), Some(schedule)) = (&pg.spec.backup, &pg.spec.backup_schedule) else {
         return Ok(None);
     };
-    let (name, namespace) = (pg.name_any(), namespace(pg));
     let pod = backup_pod(pg, backup, BackupKind::Scheduled);
-    backups(pg, &name, &namespace, backup)?
+    backup::Backups::of(pg, KIND_LABEL, backup.timeout_seconds)?
         .cronjob(schedule, backup.suspend, &pod, |spec| {
             job_pod_extras(pg, spec)
         })
