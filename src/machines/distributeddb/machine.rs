@@ -1224,9 +1224,7 @@ fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -
                 message,
             );
         }
-        // Not Degraded: a condition at rest would flip back with a write as soon as the
-        // annotation goes, and the state never leaves Ready for it. The message says why
-        // nothing happens.
+        // Reported Degraded below (once every pod is Ready), until the annotation goes.
         on_demand::Request::NotConfigured { token } => {
             ignored = Some(format!(
                 "{}={token} is ignored: spec.backupPolicy is not set",
@@ -1259,16 +1257,18 @@ fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -
         .filter(|k| !o.pods.get(k).is_some_and(|p| p.ready && !p.terminating))
         .collect();
     if !not_ready.is_empty() {
-        // Healthy: readyReplicas reports it, and Ready would otherwise flap (with a
-        // status write) on every pod restart.
+        // A replica down at rest is degraded capacity: Ready turns False and Degraded
+        // names the pods, until they are back (one status write each way).
         return stay(
             PODS_NOT_READY,
             format!("pod {} not Ready", o.pod_names(&not_ready)),
             actions,
-        );
+        )
+        .degraded();
     }
     if let Some(message) = ignored {
-        return stay(BACKUP_NOT_CONFIGURED, message, actions);
+        // The user asked for something that cannot happen: say so where they look.
+        return stay(BACKUP_NOT_CONFIGURED, message, actions).degraded();
     }
     let reason = if actions.is_empty() {
         SERVING

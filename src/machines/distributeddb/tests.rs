@@ -722,12 +722,25 @@ fn backup_now_runs_one_backup_per_token() {
 }
 
 #[test]
-fn backup_now_without_a_policy_does_nothing() {
+fn backup_now_without_a_policy_does_nothing_and_is_reported_degraded() {
     let mut o = at_rest("db:1");
     o.requests.backup_now = Some("t1".to_owned());
     let d = decide(&spec("db:1"), &ready("db:1"), o);
     assert!(target(&d).is_none() && d.actions().is_empty());
     assert_eq!(d.reason(), BACKUP_NOT_CONFIGURED);
+    assert!(is_degraded(&d), "the ignored request shows in the Degraded condition");
+    assert!(message(&d).contains("spec.backupPolicy is not set"));
+}
+
+#[test]
+fn a_ready_cluster_with_a_pod_down_is_reported_degraded_naming_the_pod() {
+    let mut o = at_rest("db:1");
+    o.pods.insert(1, pod(1, "db:1", false));
+    let d = decide(&spec("db:1"), &ready("db:1"), o);
+    assert!(target(&d).is_none(), "a pod down at rest moves no state");
+    assert_eq!(d.reason(), PODS_NOT_READY);
+    assert!(is_degraded(&d));
+    assert!(message(&d).contains("db-1"), "{}", message(&d));
 }
 
 #[test]
