@@ -728,7 +728,10 @@ fn backup_now_without_a_policy_does_nothing_and_is_reported_degraded() {
     let d = decide(&spec("db:1"), &ready("db:1"), o);
     assert!(target(&d).is_none() && d.actions().is_empty());
     assert_eq!(d.reason(), BACKUP_NOT_CONFIGURED);
-    assert!(is_degraded(&d), "the ignored request shows in the Degraded condition");
+    assert!(
+        is_degraded(&d),
+        "the ignored request shows in the Degraded condition"
+    );
     assert!(message(&d).contains("spec.backupPolicy is not set"));
 }
 
