@@ -217,11 +217,14 @@ fn reasons(pg: &PostgresCluster) -> Vec<String> {
 /// What happened to a cluster, as the watches saw it: database pod deletions
 /// (`delete pg-2`), Job creations (`job promote-1`, `job final-backup-1`), Job
 /// completions (`done final-backup-1`); and, over the whole run, the most pods ever
-/// labelled primary at once and the most ready endpoints `<name>-rw` ever had at once.
+/// labelled primary at once and the most ready endpoints `<name>-rw` ever had at once;
+/// and the UIDs of every pod ever labelled `replica` and ever selected by `<name>-ro`.
 struct Recorder {
     log: Arc<Mutex<Vec<String>>>,
     most_primaries: Arc<Mutex<usize>>,
     most_rw_endpoints: Arc<Mutex<usize>>,
+    replica_uids: Arc<Mutex<BTreeSet<String>>>,
+    ro_uids: Arc<Mutex<BTreeSet<String>>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -239,6 +242,8 @@ impl Recorder {
         let log = Arc::new(Mutex::new(Vec::new()));
         let most_primaries = Arc::new(Mutex::new(0));
         let most_rw_endpoints = Arc::new(Mutex::new(0));
+        let replica_uids = Arc::new(Mutex::new(BTreeSet::new()));
+        let ro_uids = Arc::new(Mutex::new(BTreeSet::new()));
         let mut listed = Vec::new();
 
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -246,6 +251,7 @@ impl Recorder {
         let pods = {
             let api: Api<Pod> = env.api();
             let (log, most) = (log.clone(), most_primaries.clone());
+            let replica_uids = replica_uids.clone();
             let selector =
                 format!("app.kubernetes.io/instance={name},lockstep.dev/component=database");
             let config = watcher::Config::default().labels(&selector);
@@ -271,6 +277,11 @@ impl Recorder {
                         roles.remove(&pod_name);
                     } else {
                         roles.insert(pod_name.clone(), pod.labels().get(ROLE).cloned());
+                        if pod.labels().get(ROLE).map(String::as_str) == Some("replica")
+                            && let Ok(mut uids) = replica_uids.lock()
+                        {
+                            uids.insert(pod.uid().unwrap_or_default());
+                        }
                     }
                     let primaries = roles
                         .values()
@@ -364,6 +375,39 @@ impl Recorder {
                 }
             })
         };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        listed.push(rx);
+        let ro_slices = {
+            let api: Api<EndpointSlice> = env.api();
+            let uids = ro_uids.clone();
+            let selector = format!("kubernetes.io/service-name={name}-ro");
+            let config = watcher::Config::default().labels(&selector);
+            tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let mut stream = std::pin::pin!(watcher(api, config));
+                while let Some(Ok(event)) = stream.next().await {
+                    match event {
+                        watcher::Event::InitDone => {
+                            if let Some(tx) = tx.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        watcher::Event::Apply(s) | watcher::Event::InitApply(s) => {
+                            // Every endpoint, Ready or not: what the Service selects.
+                            let selected = s
+                                .endpoints
+                                .iter()
+                                .flatten()
+                                .filter_map(|e| e.target_ref.as_ref()?.uid.clone());
+                            if let Ok(mut uids) = uids.lock() {
+                                uids.extend(selected);
+                            }
+                        }
+                        watcher::Event::Delete(_) | watcher::Event::Init => {}
+                    }
+                }
+            })
+        };
         for rx in listed {
             let _ = rx.await;
         }
@@ -371,8 +415,17 @@ impl Recorder {
             log,
             most_primaries,
             most_rw_endpoints,
-            tasks: vec![pods, jobs, slices],
+            replica_uids,
+            ro_uids,
+            tasks: vec![pods, jobs, slices, ro_slices],
         }
+    }
+
+    /// Whether the pod with `uid` was ever labelled `replica` or selected by `<name>-ro`.
+    fn ever_read_only(&self, uid: &str) -> (bool, bool) {
+        let labelled = self.replica_uids.lock().map_or(true, |u| u.contains(uid));
+        let selected = self.ro_uids.lock().map_or(true, |u| u.contains(uid));
+        (labelled, selected)
     }
 
     fn log(&self) -> Vec<String> {
@@ -544,6 +597,13 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
     pg.create("pg", spec(json!({}))).await;
     pg.ready_at("pg", "postgres:16.3").await;
     endpoints_become(&pg.env, "pg-rw", &["pg-0"]).await;
+    let pods: Api<Pod> = pg.env.api();
+    let old_primary_uid = pods
+        .get("pg-0")
+        .await
+        .expect("the primary's pod")
+        .uid()
+        .expect("a UID");
     let recorder = Recorder::start(&pg.env, "pg").await;
 
     pg.merge_patch("pg", json!({"spec": {"version": "16.4"}}))
@@ -568,6 +628,13 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
         "pg-rw selected {} pods at once",
         recorder.most_rw_endpoints()
     );
+    // The old primary's pod (its original UID: until it restarts it is a writable
+    // primary) is labelled `demoted`, never `replica`, and `pg-ro` never selects it.
+    assert_eq!(
+        recorder.ever_read_only(&old_primary_uid),
+        (false, false),
+        "(labelled replica, selected by pg-ro) for the old primary pg-0 before its restart"
+    );
     let reasons = reasons(&upgraded);
     for reason in [
         "SwitchoverStarted",
@@ -577,7 +644,6 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
     ] {
         assert!(reasons.iter().any(|r| r == reason), "{reasons:?}");
     }
-    let pods: Api<Pod> = pg.env.api();
     for k in 0..3 {
         let pod = pods.get(&format!("pg-{k}")).await.expect("the pod");
         let image = pod

@@ -303,6 +303,29 @@ def test_demoted_primary_rewinds_discarding_diverged_writes_and_follows_the_new_
     assert_no_secret_in(log)
 
 
+def test_an_old_primary_labelled_demoted_restarts_in_place_as_a_standby_never_a_primary(env):
+    # The operator labels the old primary `demoted` at the demote step; if its
+    # container restarts in place (same pod, label still `demoted`), it must come
+    # back as a standby of the new primary, never as a second writable primary.
+    old, new = primary_and_replica(env)
+    make_table(old)
+    insert(old, "before-switchover")
+    new.wait_for_row("items", "before-switchover")
+    assert promote(env, new).returncode == 0
+    insert(old, "diverged")  # what a client of a still-writable old primary would lose
+    insert(new, "on-new-primary")
+    old.stop("immediate")
+
+    old.start("demoted", primary=new)
+    log = old.log_text()
+    assert "role demoted" in log
+    assert "pg_rewind completed" in log
+    assert old.in_recovery() is True
+    old.wait_for_row("items", "on-new-primary")
+    assert count(old, "diverged") == "0"
+    assert_no_secret_in(log)
+
+
 def test_cleanly_stopped_old_primary_rejoins_without_data_loss(env):
     old, new = primary_and_replica(env)
     make_table(old)

@@ -23,9 +23,14 @@
 //!
 //! **Roles.** The operator is the only writer of `lockstep.dev/role`: the state names the
 //! primary's ordinal (pod 0 at creation), the pod at that ordinal is labelled `primary`
-//! and every other pod `replica`. A pod reads its role at start (downward API), so a
-//! role change takes effect when the pod restarts; `<name>-rw` selects the primary label
-//! and `<name>-ro` the replica label.
+//! and every other pod `replica`, except a pod that is (or may still be) a writable
+//! primary but must not serve: it is labelled `demoted`. A pod reads its role at start
+//! (downward API), so a role change takes effect when the pod restarts; `<name>-rw`
+//! selects the primary label, `<name>-ro` the replica label, and neither selects
+//! `demoted`. A `demoted` pod keeps that label until it is recreated (a new pod has no
+//! label, waits for one and is labelled `replica`); outside a switchover the machine
+//! deletes it (UID-preconditioned) so that it comes back as a standby. If it restarts in
+//! place, its entrypoint treats `demoted` like `replica` (it rewinds).
 //!
 //! **Upgrading** (a change of `spec.version`'s minor or of `spec.image`): one pod at a
 //! time, the pod's UID persisted before its UID-preconditioned delete, each waiting for
@@ -35,17 +40,21 @@
 //!
 //! **SwitchingOver** (for an upgrade, a scale-down below the primary, or a failover):
 //! 1. the target is chosen and persisted with the old primary's UID (*intent first*);
-//! 2. `Demote`: the old primary is labelled `replica`, so `-rw` selects nobody from here
-//!    on (a failover also deletes the failed primary, UID-preconditioned, so it can only
+//! 2. `Demote`: the old primary is labelled `demoted`, so `-rw` selects nobody from here
+//!    on and `-ro` does not route to the still-writable old primary either (a failover
+//!    also deletes the failed primary, UID-preconditioned, so it can only
 //!    come back as a standby); persisted only after the label is in;
 //! 3. `Promote`: the promote Job (`promote.sh`: `pg_promote()` over the network) runs
-//!    against the target, which must be Ready. In a planned switchover it first ends
+//!    against the target, which must be Ready; the target is labelled `demoted` when
+//!    the Job is created (out of `-ro` before it can become writable). In a planned switchover it first ends
 //!    the old primary's client sessions and waits until the target has replayed all
 //!    the old primary wrote, so no acknowledged commit is lost. A failed attempt is
 //!    retried with backoff as a new Job, and a target that is no longer Ready is
 //!    replaced by another Ready one;
 //! 4. once the Job succeeded, one transition carries both label moves, the old primary
-//!    to `replica` first and then the target to `primary`: `-rw` never selects two pods.
+//!    to `demoted` (`replica` if it was already recreated) first and then the target to
+//!    `primary`: `-rw` never selects two pods. The old primary is labelled `replica`
+//!    only once it has restarted: a new pod (new UID) is labelled `replica`.
 //!
 //! **Failover.** When the primary is not Ready, the machine moves to `PrimaryLost`; if
 //! the primary is still not Ready `spec.failoverDelaySeconds` later, a Ready replica is
@@ -55,8 +64,11 @@
 //! # Guarantees
 //! - **At most one pod carries the primary label.** A pod is labelled `primary` only if
 //!   the persisted state names it; the state names a new primary only through a
-//!   switchover, whose last transition labels the old primary `replica` before the new
+//!   switchover, whose last transition labels the old primary `demoted` before the new
 //!   one `primary` (and waits while the old primary's pod is not observed at all).
+//! - **No pod labelled `replica` is writable** (`-ro` never routes to a primary): a pod
+//!   that is or may be a primary (labelled `primary` or `demoted`, or a promote target)
+//!   is labelled `demoted` until it is recreated.
 //! - **A replica that is not Ready is never promoted**: the promote Job is created only
 //!   for a target observed Ready with the UID the intent recorded.
 //! - **Replicas are upgraded before the primary**, and the serving primary is never
@@ -141,7 +153,7 @@ pub struct PodRef {
 pub enum SwitchStep {
     /// The target is chosen; the old primary is about to lose its label.
     Demote,
-    /// The old primary is labelled replica; the promote Job runs against the target.
+    /// The old primary is labelled demoted; the promote Job runs against the target.
     Promote,
 }
 
@@ -341,7 +353,7 @@ pub mod reason {
     pub const PRIMARY_OUTSIDE_SCALE: &str = "PrimaryOutsideScale";
     /// Edge: exactly `spec.replicas` instances exist and all are Ready.
     pub const SCALING_COMPLETE: &str = "ScalingComplete";
-    /// Edge: the old primary is labelled replica (and, in a failover, fenced).
+    /// Edge: the old primary is labelled demoted (and, in a failover, fenced).
     pub const OLD_PRIMARY_DEMOTED: &str = "OldPrimaryDemoted";
     /// Edge: a failed promote Job is tried again after its backoff.
     pub const PROMOTION_RETRIED: &str = "PromotionRetried";
@@ -391,6 +403,11 @@ pub enum Role {
     Primary,
     /// Selected by `<name>-ro`; clones or follows the primary.
     Replica,
+    /// Selected by neither Service: a pod that is (or may still be) a writable primary
+    /// but must not serve, e.g. the old primary of a switchover until it restarts. Only a
+    /// recreated pod (a new UID, so no label) is labelled `replica` in its place; if it
+    /// restarts in place, its entrypoint treats `demoted` like `replica` (rewinds).
+    Demoted,
 }
 
 /// Why a pod is deleted.
@@ -644,17 +661,49 @@ type D = Decision<PgState, PgAction>;
 /// event cannot postpone noticing a primary that stopped being Ready by more than this.
 pub const RESYNC: Duration = Duration::from_secs(300);
 
+/// Whether a pod that must not be primary is to be labelled `demoted` rather than
+/// `replica`: it is labelled `primary` or `demoted` now, so it may still be a writable
+/// primary (a role change takes effect only when the pod restarts, and a restarted pod
+/// is a new pod without the label).
+fn may_be_writable(pod: &PodView) -> bool {
+    matches!(pod.role, Some(Role::Primary | Role::Demoted))
+}
+
 /// The label moves that make the pods' roles what `primary` says: demotions first, then
-/// the promotion, so that no two pods are ever labelled primary.
+/// the promotion, so that no two pods are ever labelled primary. A pod that may still be
+/// a writable primary is labelled `demoted` (served by neither Service), never
+/// `replica`; when `primary` is known (not mid-switchover) such a pod is deleted, so
+/// that it comes back as a new pod, a standby, and is labelled `replica`.
+/// The role the old primary of switchover `s` is labelled with once it must not serve:
+/// `demoted` while it is the pod the switchover began with or may be writable for
+/// another reason; a recreated pod (a standby) is a `replica`.
+fn old_primary_role(s: &Switchover, pod: &PodView) -> Role {
+    if s.old_uid.as_deref() == Some(pod.uid.as_str()) || may_be_writable(pod) {
+        Role::Demoted
+    } else {
+        Role::Replica
+    }
+}
+
 fn label_moves(o: &Observed, primary: Option<i32>) -> Vec<PgAction> {
     let mut demotions = Vec::new();
     let mut promotion = Vec::new();
+    let mut restarts = Vec::new();
     for (k, pod) in o.pods.iter().filter(|(_, p)| !p.terminating) {
         let want = if Some(*k) == primary {
             Role::Primary
+        } else if may_be_writable(pod) {
+            Role::Demoted
         } else {
             Role::Replica
         };
+        if want == Role::Demoted && primary.is_some() {
+            restarts.push(PgAction::DeletePod {
+                ordinal: *k,
+                uid: pod.uid.clone(),
+                cause: DeleteCause::Fence,
+            });
+        }
         if pod.role == Some(want) {
             continue;
         }
@@ -664,10 +713,11 @@ fn label_moves(o: &Observed, primary: Option<i32>) -> Vec<PgAction> {
         };
         match want {
             Role::Primary => promotion.push(action),
-            Role::Replica => demotions.push(action),
+            Role::Replica | Role::Demoted => demotions.push(action),
         }
     }
     demotions.extend(promotion);
+    demotions.extend(restarts);
     demotions
 }
 
@@ -935,7 +985,7 @@ const LIFECYCLE: [Edge<PgKind>; 33] = [
         K::SwitchingOver,
         K::SwitchingOver,
         OLD_PRIMARY_DEMOTED,
-        "the old primary is labelled replica (a failed one is also deleted): -rw selects nobody",
+        "the old primary is labelled demoted (a failed one is also deleted): neither -rw nor -ro selects it",
     ),
     Edge::new(
         K::SwitchingOver,
@@ -1162,7 +1212,11 @@ fn choose_target(
     (0..below.min(cluster.replicas))
         .filter(|k| *k != cluster.primary)
         .filter_map(|k| o.pods.get(&k).map(|p| (k, p)))
-        .find(|(_, p)| p.serving() && image.is_none_or(|i| p.image.as_deref() == Some(i)))
+        .find(|(_, p)| {
+            p.serving()
+                && p.role != Some(Role::Demoted)
+                && image.is_none_or(|i| p.image.as_deref() == Some(i))
+        })
         .map(|(k, p)| PodRef {
             ordinal: k,
             uid: p.uid.clone(),
@@ -1659,9 +1713,11 @@ fn switching_over(spec: &PostgresClusterSpec, s: &Switchover, world: &World<Obse
         SwitchStep::Demote => {
             let mut demote = vec![];
             if let Some(pod) = o.pods.get(&old) {
+                // Still running as a writable primary until it restarts: served by
+                // neither Service (`replica` would put it behind `-ro`).
                 demote.push(PgAction::Label {
                     ordinal: old,
-                    role: Role::Replica,
+                    role: old_primary_role(s, pod),
                 });
                 if s.cause == SwitchCause::Failover
                     && !pod.terminating
@@ -1674,6 +1730,10 @@ fn switching_over(spec: &PostgresClusterSpec, s: &Switchover, world: &World<Obse
                     });
                 }
             }
+            let demoted_as: &str = match demote.first() {
+                Some(PgAction::Label { role, .. }) => (*role).into(),
+                _ => "demoted",
+            };
             let fenced = if demote.len() > 1 {
                 " and deleted, so that it restarts as a standby"
             } else {
@@ -1686,8 +1746,9 @@ fn switching_over(spec: &PostgresClusterSpec, s: &Switchover, world: &World<Obse
                 }),
                 OLD_PRIMARY_DEMOTED,
                 format!(
-                    "{what}: {} labelled replica{fenced}; promoting {}",
+                    "{what}: {} labelled {}{fenced}; promoting {}",
                     o.pod_name(old),
+                    demoted_as,
                     o.pod_name(t)
                 ),
             )
@@ -1765,6 +1826,12 @@ fn promote(
                 format!("{what}: promoting {name} ({})", attempts.describe()),
                 actions,
             )
+            // Out of `-ro` before it can become writable: a promote Job that failed may
+            // still have promoted it, and another target may be chosen after it.
+            .with_actions((p.role != Some(Role::Demoted)).then_some(PgAction::Label {
+                ordinal: t,
+                role: Role::Demoted,
+            }))
             .with_actions([PgAction::RunPromote {
                 key,
                 target: t,
@@ -1807,9 +1874,10 @@ fn promote(
     }
 }
 
-/// The target is promoted: move the primary label in one transition, every other pod to
-/// `replica` first (the old primary unconditionally: a cache may not have seen its label
-/// yet), then the target to `primary`.
+/// The target is promoted: move the primary label in one transition, every other pod
+/// that may be a writable primary to `demoted` first (the old primary unconditionally
+/// while it is the pod the switchover began with: a cache may not have seen its label
+/// yet; a recreated one to `replica`), then the target to `primary`.
 fn elect(s: &Switchover, o: &Observed, what: &str, actions: Vec<PgAction>) -> D {
     let cluster = &s.cluster;
     let old = cluster.primary;
@@ -1818,7 +1886,7 @@ fn elect(s: &Switchover, o: &Observed, what: &str, actions: Vec<PgAction>) -> D 
         return stay(
             WAITING_FOR_OLD_PRIMARY,
             format!(
-                "{what}: {} is promoted; waiting to see {} again before labelling it replica and {} primary",
+                "{what}: {} is promoted; waiting to see {} again before labelling it demoted and {} primary",
                 o.pod_name(t),
                 o.pod_name(old),
                 o.pod_name(t)
@@ -1826,9 +1894,13 @@ fn elect(s: &Switchover, o: &Observed, what: &str, actions: Vec<PgAction>) -> D 
             actions,
         );
     }
+    let old_role = o
+        .pods
+        .get(&old)
+        .map_or(Role::Replica, |p| old_primary_role(s, p));
     let mut moves = vec![PgAction::Label {
         ordinal: old,
-        role: Role::Replica,
+        role: old_role,
     }];
     moves.extend(
         o.pods
@@ -1836,7 +1908,7 @@ fn elect(s: &Switchover, o: &Observed, what: &str, actions: Vec<PgAction>) -> D 
             .filter(|(k, p)| **k != old && **k != t && p.role == Some(Role::Primary))
             .map(|(k, _)| PgAction::Label {
                 ordinal: *k,
-                role: Role::Replica,
+                role: Role::Demoted,
             }),
     );
     moves.push(PgAction::Label {

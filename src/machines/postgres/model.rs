@@ -14,19 +14,23 @@
 //! 1. At most one pod is labelled `primary`.
 //! 2. A pod labelled `primary` holds the writable timeline (`-rw` never routes to a
 //!    standby), except while the object is being deleted.
-//! 3. A promotion only ever promotes a Ready replica. In this world, as with
+//! 3. No pod labelled `replica` is writable (`-ro` never routes to a primary): a pod
+//!    that started labelled `primary` or was promoted runs as a primary until it is
+//!    deleted, and meanwhile is labelled `primary` or `demoted`, except while the object
+//!    is being deleted.
+//! 4. A promotion only ever promotes a Ready replica. In this world, as with
 //!    `promote.sh`, a promote Job can only promote a server that accepts connections
 //!    (what the readiness probe measures), and the machine creates one only for a target
 //!    it *observes* Ready (unit-tested). Checking the target's readiness when the Job is
 //!    created instead fails here, through a cache one event stale: the observe/act race
 //!    is inherent, and the Job is the real guard.
-//! 4. The serving primary is never deleted for an upgrade while it has replicas.
-//! 5. Replicas are upgraded before the primary: within one upgrade round (one template
+//! 5. The serving primary is never deleted for an upgrade while it has replicas.
+//! 6. Replicas are upgraded before the primary: within one upgrade round (one template
 //!    image), the pod that was primary when the round began is deleted for the upgrade
 //!    only once every other pod runs the round's image (unless a failover took its role
 //!    away in between).
-//! 6. No pod is deleted twice for one upgrade round.
-//! 7. The finalizer is released (state `Finalized`) only after a final backup Job
+//! 7. No pod is deleted twice for one upgrade round.
+//! 8. The finalizer is released (state `Finalized`) only after a final backup Job
 //!    succeeded, or with the skip annotation, or without a backup destination.
 //!
 //! Bounded liveness (convergence to `Ready` at the spec with every pod Ready and labelled,
@@ -63,6 +67,10 @@ struct Pod {
     image: String,
     ready: bool,
     role: Option<Role>,
+    /// It runs as a writable primary: it started labelled `primary` (the entrypoint reads
+    /// the label once, at start) or was promoted. It stays one until the pod is deleted
+    /// (a new pod is unlabelled until the operator labels it).
+    writable: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,6 +143,7 @@ impl fmt::Debug for World {
                 match p.role {
                     Some(Role::Primary) => " P",
                     Some(Role::Replica) => " R",
+                    Some(Role::Demoted) => " D",
                     None => "",
                 }
             )?;
@@ -199,6 +208,7 @@ impl World {
                     image,
                     ready: false,
                     role: None,
+                    writable: false,
                 },
             );
         }
@@ -239,6 +249,10 @@ impl World {
             // A failover: the round's primary lost its role by failing, not by handing it
             // over, so the order no longer binds it.
             self.round_primary = None;
+        }
+        // The old primary's server keeps running as a primary until its pod restarts.
+        if let Some(p) = self.pods.get_mut(&target) {
+            p.writable = true;
         }
         self.db_primary = target;
     }
@@ -336,6 +350,7 @@ impl World {
                     image: image(0),
                     ready: true,
                     role: Some(role),
+                    writable: k == 0,
                 },
             );
         }
@@ -493,6 +508,10 @@ impl WorldModel<Postgres> for World {
             }
             PgAction::Label { ordinal, role } => {
                 if let Some(p) = self.pods.get_mut(ordinal) {
+                    // A pod waiting for its first label starts as what it is labelled.
+                    if p.role.is_none() && *role == Role::Primary {
+                        p.writable = true;
+                    }
                     p.role = Some(*role);
                 }
             }
@@ -615,6 +634,17 @@ impl WorldModel<Postgres> for World {
             return Err(format!(
                 "pod {k} is labelled primary but pod {} holds the writable timeline",
                 self.db_primary
+            ));
+        }
+        if !deleting
+            && let Some(k) = self
+                .pods
+                .iter()
+                .find(|(_, p)| p.role == Some(Role::Replica) && p.writable)
+                .map(|(k, _)| *k)
+        {
+            return Err(format!(
+                "pod {k} is labelled replica (`-ro` routes to it) but may still be a writable primary"
             ));
         }
         if matches!(state, PgState::Finalized)

@@ -11,7 +11,7 @@
 //! | Secret | `<name>-credentials` | only without `spec.credentialsSecret`; random passwords; not owned (kept, like the claims) |
 //! | Service | `<name>` | headless, publishes not-ready addresses: each pod's stable DNS name |
 //! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
-//! | Service | `<name>-ro` | selects `lockstep.dev/role=replica` |
+//! | Service | `<name>-ro` | selects `lockstep.dev/role=replica` (neither Service selects `demoted`) |
 //! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` |
 //! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; claims of removed ordinals are deleted on scale-down, kept on deletion |
 //! | promote Jobs | `<name>-promote-<ordinal>-<hash>-<attempt>` | `promote.sh` against the target's stable DNS name |

@@ -333,7 +333,9 @@ fn a_stray_primary_label_is_removed_before_the_primary_is_labelled() {
     edit(&mut o, 2, |p| p.role = Some(Role::Primary));
     edit(&mut o, 0, |p| p.role = None);
     let d = decide(&spec("16.3"), &ready(V1, 0), o);
-    assert_eq!(labels_in(&d), vec![(2, Role::Replica), (0, Role::Primary)]);
+    // It may be a writable primary: out of both Services, and restarted as a standby.
+    assert_eq!(labels_in(&d), vec![(2, Role::Demoted), (0, Role::Primary)]);
+    assert_eq!(deletes_in(&d), vec![(2, uid(2, V1), DeleteCause::Fence)]);
 }
 
 // --- upgrades ----------------------------------------------------------------------
@@ -490,7 +492,8 @@ fn the_switchover_demotes_the_old_primary_before_promoting_anyone() {
         upgrade_observed(&[1, 2], 0),
     );
     assert_eq!(d.reason(), OLD_PRIMARY_DEMOTED);
-    assert_eq!(labels_in(&d), vec![(0, Role::Replica)]);
+    // Still a writable primary until it restarts: served by neither Service.
+    assert_eq!(labels_in(&d), vec![(0, Role::Demoted)]);
     assert!(deletes_in(&d).is_empty(), "a switchover does not fence");
     assert!(promotes_in(&d).is_empty());
 }
@@ -498,14 +501,15 @@ fn the_switchover_demotes_the_old_primary_before_promoting_anyone() {
 #[test]
 fn mid_switchover_nobody_is_labelled_primary() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    edit(&mut o, 0, |p| p.role = Some(Role::Replica));
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     let d = decide(
         &spec("16.4"),
         &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
         o,
     );
     assert_eq!(d.reason(), PROMOTING);
-    assert!(labels_in(&d).is_empty());
+    // The target leaves `-ro` before it can become writable; nobody is labelled primary.
+    assert_eq!(labels_in(&d), vec![(1, Role::Demoted)]);
     assert_eq!(promotes_in(&d), vec![1]);
     assert!(d.actions().iter().any(|a| matches!(
         a,
@@ -519,7 +523,7 @@ fn mid_switchover_nobody_is_labelled_primary() {
 #[test]
 fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instead() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    edit(&mut o, 0, |p| p.role = Some(Role::Replica));
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     edit(&mut o, 1, |p| p.ready = false);
     let d = decide(
         &spec("16.4"),
@@ -547,7 +551,7 @@ fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instea
 #[test]
 fn once_promoted_the_old_primary_loses_its_label_before_the_target_gets_it() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    edit(&mut o, 0, |p| p.role = Some(Role::Replica));
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     o.jobs = vec![job(
         &promote_key(1, &uid(1, V2), 1),
         Purpose::Promote,
@@ -559,8 +563,9 @@ fn once_promoted_the_old_primary_loses_its_label_before_the_target_gets_it() {
         o,
     );
     assert_eq!(d.reason(), SWITCHOVER_COMPLETED);
-    // Unconditionally: a cache may still show the old primary as a replica.
-    assert_eq!(labels_in(&d), vec![(0, Role::Replica), (1, Role::Primary)]);
+    // Unconditionally: a cache may still show the old primary as a replica. It is still
+    // the pod the switchover began with, so possibly writable: `demoted`, not `replica`.
+    assert_eq!(labels_in(&d), vec![(0, Role::Demoted), (1, Role::Primary)]);
     assert_eq!(
         target(&d),
         Some(&PgState::Upgrading {
@@ -608,7 +613,7 @@ fn after_the_switchover_the_old_primary_is_upgraded_last() {
 #[test]
 fn a_failed_promote_job_is_retried_after_its_backoff_as_a_new_job() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    edit(&mut o, 0, |p| p.role = Some(Role::Replica));
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     o.jobs = vec![job(
         &promote_key(1, &uid(1, V2), 1),
         Purpose::Promote,
@@ -750,13 +755,16 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
     });
     let d = decide(&spec("16.3"), &state, primary_down(0));
     assert_eq!(d.reason(), OLD_PRIMARY_DEMOTED);
-    assert_eq!(labels_in(&d), vec![(0, Role::Replica)]);
+    assert_eq!(labels_in(&d), vec![(0, Role::Demoted)]);
     assert_eq!(deletes_in(&d), vec![(0, uid(0, V1), DeleteCause::Fence)]);
-    // A recreated old primary (another UID) is not deleted again.
+    // A recreated old primary (another UID, no label yet) is not deleted again, and as a
+    // new pod it starts as a standby: `replica`.
     let mut o = primary_down(0);
     edit(&mut o, 0, |p| p.uid = "recreated".to_owned());
+    edit(&mut o, 0, |p| p.role = None);
     let d = decide(&spec("16.3"), &state, o);
     assert!(deletes_in(&d).is_empty());
+    assert_eq!(labels_in(&d), vec![(0, Role::Replica)]);
 }
 
 #[test]
@@ -773,7 +781,7 @@ fn a_failover_promotes_without_waiting_for_the_failed_primary() {
         cause: SwitchCause::Failover,
     });
     let mut o = primary_down(0);
-    edit(&mut o, 0, |p| p.role = Some(Role::Replica));
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     let d = decide(&spec("16.3"), &state, o);
     assert!(d.actions().iter().any(|a| matches!(
         a,
@@ -799,7 +807,7 @@ fn a_completed_failover_records_why_in_its_message() {
         cause: SwitchCause::Failover,
     });
     let mut o = primary_down(0);
-    edit(&mut o, 0, |p| p.role = Some(Role::Replica));
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     o.jobs = vec![job(
         &promote_key(1, &uid(1, V1), 1),
         Purpose::Promote,
@@ -808,7 +816,7 @@ fn a_completed_failover_records_why_in_its_message() {
     let d = decide(&spec("16.3"), &state, o);
     assert_eq!(d.reason(), FAILOVER_COMPLETED);
     assert_eq!(target(&d), Some(&ready(V1, 1)));
-    assert_eq!(labels_in(&d), vec![(0, Role::Replica), (1, Role::Primary)]);
+    assert_eq!(labels_in(&d), vec![(0, Role::Demoted), (1, Role::Primary)]);
     if let Decision::Go { message, .. } = &d {
         assert!(message.contains("failoverDelaySeconds"), "{message}");
     }

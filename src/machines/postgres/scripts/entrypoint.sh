@@ -12,6 +12,14 @@
 #   replica  old primary (no standby.signal) pg_rewind against the primary, start as standby
 #                                            (pg_rewind fails -> wipe + pg_basebackup, loudly)
 #   replica  standby data                    point primary_conninfo at the primary, start
+#   demoted  anything                        exactly as replica: never starts as a primary
+#
+# `demoted` (selected by neither Service) marks a pod that is, or may still be, a
+# writable primary that must not serve: an old primary between the demote step of
+# a switchover/failover and its restart. A demoted pod that restarts in place must
+# come back as a standby, so it rejoins like a replica (pg_rewind, or re-clone);
+# waiting for the label to change instead could wait forever, as the operator only
+# relabels a recreated pod.
 #
 # Runs as the postgres OS user (uid 999 in the postgres:<major> images), never
 # as root. Needs bash and the PostgreSQL 13+ server binaries (initdb, pg_ctl,
@@ -26,7 +34,7 @@
 #   LOCKSTEP_ROLE_FILE     downward-API labels file (default
 #                          /etc/lockstep/podinfo/labels); lines `key="value"`.
 #   LOCKSTEP_ROLE_LABEL    label holding the role (default lockstep.dev/role).
-#   LOCKSTEP_ROLE          if set, overrides the file (primary|replica).
+#   LOCKSTEP_ROLE          if set, overrides the file (primary|replica|demoted).
 #   ROLE_WAIT_SECONDS      how long to wait for the role label to appear in the
 #                          file (default 300): a pod the StatefulSet just made
 #                          has no role until the operator labels it.
@@ -399,7 +407,11 @@ main() {
 	role=$(read_role)
 	case "$role" in
 	primary | replica) ;;
-	*) die 2 "unknown role '$role' (label $LOCKSTEP_ROLE_LABEL must be primary or replica)" ;;
+	demoted)
+		log "role demoted: possibly an old primary; rejoining as a standby, like a replica"
+		role=replica
+		;;
+	*) die 2 "unknown role '$role' (label $LOCKSTEP_ROLE_LABEL must be primary, replica or demoted)" ;;
 	esac
 	log "role=$role PGDATA=$PGDATA port=$PGPORT"
 	prepare_pgdata
