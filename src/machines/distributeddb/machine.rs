@@ -183,6 +183,44 @@ pub struct Upgrade {
     pub skip_ack: Option<String>,
 }
 
+impl Upgrade {
+    /// A new upgrade from `from` to `to`, starting at pod `ordinal`'s pre-hook. The
+    /// escape-hatch tokens already set are acknowledged, so only new ones act.
+    fn begin(
+        from: String,
+        to: String,
+        replicas: i32,
+        ordinal: i32,
+        pod_uid: String,
+        requests: &Requests,
+    ) -> Self {
+        Upgrade {
+            from,
+            to,
+            replicas,
+            ordinal,
+            step: UpgradeStep::PreHook,
+            pod_uid,
+            attempt: 1,
+            round_start: 1,
+            retry_ack: requests.retry_hook.clone(),
+            skip_ack: requests.skip_hook.clone(),
+        }
+    }
+
+    /// This upgrade moved on to pod `ordinal`: its pre-hook, with a fresh hook budget.
+    fn at(&self, ordinal: i32, pod_uid: String) -> Self {
+        Upgrade {
+            ordinal,
+            step: UpgradeStep::PreHook,
+            pod_uid,
+            attempt: 1,
+            round_start: 1,
+            ..self.clone()
+        }
+    }
+}
+
 /// The steps of one pod's replacement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
 pub enum UpgradeStep {
@@ -1084,18 +1122,14 @@ fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
                     .and_then(|p| p.image.clone())
                     .unwrap_or_default();
                 Decision::go(
-                    DdbState::Upgrading(Upgrade {
+                    DdbState::Upgrading(Upgrade::begin(
                         from,
-                        to: spec.image.clone(),
+                        spec.image.clone(),
                         replicas,
                         ordinal,
-                        step: UpgradeStep::PreHook,
-                        pod_uid: uid,
-                        attempt: 1,
-                        round_start: 1,
-                        retry_ack: o.requests.retry_hook.clone(),
-                        skip_ack: o.requests.skip_hook.clone(),
-                    }),
+                        uid,
+                        &o.requests,
+                    )),
                     MIXED_IMAGES,
                     format!(
                         "all {replicas} pods Ready, but {} runs an earlier image; upgrading it to {}",
@@ -1135,18 +1169,14 @@ fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -
     if spec.image != version {
         return match next_pod(o, replicas, &spec.image) {
             Next::Pod { ordinal, uid } => Decision::go(
-                DdbState::Upgrading(Upgrade {
-                    from: version.to_owned(),
-                    to: spec.image.clone(),
+                DdbState::Upgrading(Upgrade::begin(
+                    version.to_owned(),
+                    spec.image.clone(),
                     replicas,
                     ordinal,
-                    step: UpgradeStep::PreHook,
-                    pod_uid: uid,
-                    attempt: 1,
-                    round_start: 1,
-                    retry_ack: o.requests.retry_hook.clone(),
-                    skip_ack: o.requests.skip_hook.clone(),
-                }),
+                    uid,
+                    &o.requests,
+                )),
                 IMAGE_CHANGED,
                 format!(
                     "upgrading from {version} to {}, starting with {}",
@@ -1187,18 +1217,14 @@ fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -
             .and_then(|p| p.image.clone())
             .unwrap_or_default();
         return Decision::go(
-            DdbState::Upgrading(Upgrade {
-                from: version.to_owned(),
-                to: version.to_owned(),
+            DdbState::Upgrading(Upgrade::begin(
+                version.to_owned(),
+                version.to_owned(),
                 replicas,
                 ordinal,
-                step: UpgradeStep::PreHook,
-                pod_uid: uid,
-                attempt: 1,
-                round_start: 1,
-                retry_ack: o.requests.retry_hook.clone(),
-                skip_ack: o.requests.skip_hook.clone(),
-            }),
+                uid,
+                &o.requests,
+            )),
             STRAY_IMAGE,
             format!(
                 "{} runs {image}, not {version}; replacing it",
@@ -1436,12 +1462,7 @@ fn retarget(spec: &DistributedDBSpec, u: &Upgrade, o: &Observed, actions: Vec<Dd
         Next::Pod { ordinal, uid } => Decision::go(
             DdbState::Upgrading(Upgrade {
                 to: spec.image.clone(),
-                ordinal,
-                step: UpgradeStep::PreHook,
-                pod_uid: uid,
-                attempt: 1,
-                round_start: 1,
-                ..u.clone()
+                ..u.at(ordinal, uid)
             }),
             IMAGE_CHANGED,
             format!(
@@ -1477,14 +1498,7 @@ fn advance(
 ) -> D {
     match next_pod(o, u.replicas, &u.to) {
         Next::Pod { ordinal, uid } => Decision::go(
-            DdbState::Upgrading(Upgrade {
-                ordinal,
-                step: UpgradeStep::PreHook,
-                pod_uid: uid,
-                attempt: 1,
-                round_start: 1,
-                ..u.clone()
-            }),
+            DdbState::Upgrading(u.at(ordinal, uid)),
             reason,
             format!("{done}; next: {}", o.pod_name(ordinal)),
         ),
@@ -1587,14 +1601,7 @@ fn pre_hook(
 fn overtaken(u: &Upgrade, o: &Observed) -> Option<D> {
     match next_pod(o, u.replicas, &u.to) {
         Next::Pod { ordinal, uid } if ordinal != u.ordinal => Some(Decision::go(
-            DdbState::Upgrading(Upgrade {
-                ordinal,
-                step: UpgradeStep::PreHook,
-                pod_uid: uid,
-                attempt: 1,
-                round_start: 1,
-                ..u.clone()
-            }),
+            DdbState::Upgrading(u.at(ordinal, uid)),
             REPLANNED,
             format!(
                 "{} is Ready again, so {} goes first",
