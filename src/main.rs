@@ -76,6 +76,10 @@ struct RunArgs {
     /// This process's identity in the Lease (default: `POD_NAME`, else hostname-pid).
     #[arg(long)]
     identity: Option<String>,
+    /// Reconcile every object this often, in seconds, even when nothing changed (a
+    /// safety net for missed events; an unchanged object costs no request). 0: never.
+    #[arg(long, default_value_t = 600, env = "LOCKSTEP_RESYNC_PERIOD")]
+    resync_period: u64,
     /// Where to serve /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080", env = "LOCKSTEP_METRICS_ADDR")]
     metrics_addr: std::net::SocketAddr,
@@ -177,6 +181,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         namespace: args.namespace.clone(),
         metrics_addr: args.metrics_addr,
         election,
+        resync: (args.resync_period > 0)
+            .then(|| std::time::Duration::from_secs(args.resync_period)),
     };
     tracing::info!(
         machines = ?options.machines,

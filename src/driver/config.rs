@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 
+use super::authority::Authority;
 use super::hooks::{DriverHooks, NoHooks};
 
 /// The field manager of every server-side apply and the reporting controller of events.
@@ -77,6 +78,7 @@ pub struct Config {
     pub(crate) shutdown: Vec<Shutdown>,
     pub(crate) triggers: Vec<BoxStream<'static, ()>>,
     pub(crate) owned_store_timeout: Duration,
+    pub(crate) authority: Authority,
 }
 
 impl fmt::Debug for Config {
@@ -89,6 +91,7 @@ impl fmt::Debug for Config {
             .field("shutdown_futures", &self.shutdown.len())
             .field("extra_triggers", &self.triggers.len())
             .field("owned_store_timeout", &self.owned_store_timeout)
+            .field("authority", &self.authority)
             .finish_non_exhaustive()
     }
 }
@@ -111,6 +114,7 @@ impl Config {
             shutdown: Vec::new(),
             triggers: Vec::new(),
             owned_store_timeout: Duration::from_secs(60),
+            authority: Authority::unconditional(),
         }
     }
 
@@ -181,6 +185,14 @@ impl Config {
             },
         );
         self.reconcile_all_on(ticks)
+    }
+
+    /// Make mutating requests only while `authority` allows (leader election hands its
+    /// lease's validity here). Default: unconditional.
+    #[must_use]
+    pub fn authority(mut self, authority: Authority) -> Self {
+        self.authority = authority;
+        self
     }
 
     /// How long a reconcile waits for the owned-object caches to finish their first

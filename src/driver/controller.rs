@@ -36,17 +36,17 @@ use futures::StreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Predicate, PredicateConfig};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::Instrument;
 
+use super::authority::Authority;
 use super::config::{Backoff, Config, FIELD_MANAGER};
 use super::execute::{self, describe_op};
 use super::hooks::{DriverHooks, Finished, Target};
 use super::status::{fenced_status_patch, merge_diff};
-use super::watch;
+use super::watch::{self, OwnWrites, ResourceTrigger, WatchBackoff};
 use super::{Cache, Error, Op, Operator};
 use crate::engine::step::{decode, describe, with_error};
 use crate::engine::{Input, Note, NoteKind, Taken, step};
@@ -71,26 +71,35 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         shutdown,
         triggers,
         owned_store_timeout,
+        authority,
     } = config;
     let ns = namespace.as_deref();
 
     let (reader, writer) = reflector::store();
+    let written = Arc::new(OwnWrites::default());
+    let mut trigger = ResourceTrigger::default();
+    let ours = written.clone();
     let objects = watcher(
         watch::api::<O::Resource>(&client, ns),
         watcher::Config::default().any_semantic(),
     )
-    .default_backoff()
+    .backoff(WatchBackoff::default())
     .modify(|o| o.managed_fields_mut().clear())
     .reflect(writer)
-    .applied_objects()
-    .predicate_filter(
-        predicates::generation
-            .combine(predicates::labels)
-            .combine(predicates::annotations)
-            .combine(predicates::finalizers)
-            .combine(deletion_timestamp),
-        PredicateConfig::default(),
-    );
+    .filter_map(move |event| {
+        let admitted = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                trigger.admit(&o, &ours).then_some(Ok(o))
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                trigger.forget(&o);
+                None
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(error) => Some(Err(error)),
+        };
+        futures::future::ready(admitted)
+    });
     let (cache, owned) = Cache::watch::<O>(&client, ns);
 
     let mut controller = Controller::for_stream(objects, reader)
@@ -118,7 +127,9 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         hooks,
         backoff,
         owned_store_timeout,
+        authority,
         fence: Fence::default(),
+        written,
         failures: Mutex::default(),
         _operator: PhantomData,
     });
@@ -146,19 +157,6 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
     tracing::info!(machine = O::NAME, "driver stopped");
 }
 
-/// A predicate on the deletion timestamp (kube has none).
-fn deletion_timestamp<K: Resource>(object: &K) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    object
-        .meta()
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| t.0.as_second())
-        .hash(&mut hasher);
-    Some(hasher.finish())
-}
-
 /// What the reconciles of one operator share.
 struct Context<O: Operator> {
     client: Client,
@@ -167,8 +165,13 @@ struct Context<O: Operator> {
     hooks: Arc<dyn DriverHooks>,
     backoff: Backoff,
     owned_store_timeout: Duration,
+    /// Whether this process may still make mutating requests.
+    authority: Authority,
     /// The stale-cache fence.
     fence: Fence<O::Resource>,
+    /// The resourceVersions of this process's own writes, so their events trigger
+    /// nothing while anyone else's writes do.
+    written: Arc<OwnWrites>,
     /// Consecutive failed reconciles per object, for the backoff.
     failures: Mutex<HashMap<ObjectRef<O::Resource>, u32>>,
     _operator: PhantomData<fn() -> O>,
@@ -243,12 +246,19 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl<O: Operator> Context<O> {
     fn remember(&self, key: &ObjectRef<O::Resource>, read: Option<String>, object: O::Resource) {
+        self.written.add(object.resource_version());
         self.fence.remember(key, read, object);
     }
 
     fn forget(&self, key: &ObjectRef<O::Resource>) {
         self.fence.forget(key);
         lock(&self.failures).remove(key);
+    }
+
+    /// Fail unless this process may still make a mutating request (checked right
+    /// before each one).
+    fn may_act(&self) -> Result<(), Error> {
+        self.authority.check().map_err(Error::NoAuthority)
     }
 
     fn api(&self, namespace: &str) -> Api<O::Resource> {
@@ -372,6 +382,7 @@ async fn reconcile_once<O: Operator>(
     // 1. The finalizer comes before anything is created.
     if !deleting && !holds_finalizer {
         let read = object.resource_version();
+        ctx.may_act()?;
         let patched = execute::add_finalizer(&api, &*object, O::FINALIZER).await?;
         tracing::info!(finalizer = O::FINALIZER, "added finalizer");
         ctx.remember(key, read, patched);
@@ -393,6 +404,7 @@ async fn reconcile_once<O: Operator>(
 
     // 5. Act.
     for op in &plan.ops {
+        ctx.may_act()?;
         execute::execute(&ctx.client, target.namespace, op, FIELD_MANAGER).await?;
         tracing::debug!(op = %describe_op(op), "executed");
     }
@@ -402,6 +414,7 @@ async fn reconcile_once<O: Operator>(
         Some(diff) => {
             let read = object.resource_version();
             let patch = fenced_status_patch(read.as_deref().unwrap_or_default(), diff.clone());
+            ctx.may_act()?;
             let written =
                 execute::write_status(&api, &object.name_any(), &patch, FIELD_MANAGER).await?;
             if current_status(&written)? != plan.desired_status {
@@ -435,6 +448,7 @@ async fn reconcile_once<O: Operator>(
 
     // 8. Release the finalizer once the final state is persisted.
     if plan.release_finalizer {
+        ctx.may_act()?;
         execute::remove_finalizer(&api, &**latest, O::FINALIZER).await?;
         tracing::info!(finalizer = O::FINALIZER, "released finalizer");
         ctx.forget(key);
@@ -495,6 +509,9 @@ async fn record_error<O: Operator>(
     object: &O::Resource,
     error: &Error,
 ) {
+    if matches!(error, Error::NoAuthority(_)) || ctx.may_act().is_err() {
+        return;
+    }
     let Some((read, patch)) = last_error_patch::<O>(object, error) else {
         return;
     };

@@ -1,7 +1,7 @@
 //! The driver: runs any [`Operator`] as a kube-runtime controller.
 //!
 //! This is the only layer that talks to the API server. [`run`] watches the custom
-//! resource (with predicates: status-only churn triggers nothing) and every owned kind
+//! resource (its own status writes trigger nothing; anyone else's do) and every owned kind
 //! (label-selected into the shared [`Cache`], mapped back to the owner by labels), and
 //! each reconcile:
 //! 1. adds the finalizer first if it is missing (fenced JSON patch) and stops there;
@@ -36,6 +36,8 @@
 //! - The finalizer is added before anything is created, never once the object is being
 //!   deleted, and removed only after the status of a finalized state is persisted.
 //! - Events are recorded only after the status write they describe succeeded.
+//! - No mutating request starts unless [`Authority::check`] allows it: under leader
+//!   election, only while the lease is certainly valid for another margin.
 //!
 //! # Assumptions
 //! - Owned objects carry the labels of [`labels`] so the cache can watch them with one
@@ -66,6 +68,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::engine::{EngineStatus, Machine};
 
+pub mod authority;
 pub mod config;
 pub mod controller;
 pub mod crd;
@@ -74,10 +77,12 @@ pub mod hooks;
 pub mod status;
 pub mod watch;
 
+pub use authority::Authority;
 pub use config::{Backoff, Config, FIELD_MANAGER};
 pub use controller::run;
 pub use crd::crd_yaml;
 pub use hooks::{DriverHooks, Finished, NoHooks, Target};
+pub use watch::WatchBackoff;
 
 /// Labels every object Lockstep creates carries.
 pub mod labels {
@@ -117,6 +122,10 @@ pub enum Error {
     /// failing: missing RBAC, an API the server does not serve).
     #[error("the {0} cache has not completed its first list")]
     CacheNotReady(&'static str),
+    /// This process may no longer act ([`Authority::check`]): its lease is lost or about
+    /// to lapse. Nothing more is sent; the election loop stops the controllers.
+    #[error("not acting: {0}")]
+    NoAuthority(String),
 }
 
 impl Error {

@@ -2,9 +2,14 @@
 //! reflected into the shared [`Cache`] and mapped back to their owners.
 //!
 //! # Guarantees
-//! - The custom resource triggers a reconcile only when its generation, labels,
-//!   annotations, finalizers or deletion timestamp change (or when it is first seen):
-//!   status-only writes, including the driver's own, trigger nothing.
+//! - The custom resource triggers a reconcile when it is first seen, when its
+//!   generation, labels, annotations, finalizers or deletion timestamp change, and when
+//!   it changes in a write this process did not make (a status restore, a
+//!   `kubectl edit`, a wiped record): the driver's own writes trigger nothing
+//!   (`ResourceTrigger`).
+//! - A failing watch (an API server restarting, `410 Expired`) is retried within
+//!   [`WatchBackoff`]'s cap of two seconds, so progress resumes promptly once the
+//!   server is back.
 //! - An owned object triggers a reconcile of its owner when it appears, disappears
 //!   (including objects that vanished while a watch was down and are missing from the
 //!   relist), or changes in anything but `metadata.resourceVersion` and
@@ -61,6 +66,119 @@ pub(crate) fn owner_of<K: Resource>(object: &K, kind_label: &str) -> Option<Key>
     }
     let instance = l.get(labels::INSTANCE)?;
     Some((object.namespace(), instance.clone()))
+}
+
+/// The retry delays of a failing watch: 250 ms doubling to at most 2 s, each ±25 %
+/// jitter, reset by the first event after a success.
+///
+/// kube's default grows to 30 s, so watches that failed through an API-server restart
+/// stayed down for tens of seconds after it was back; a watch costs one request per
+/// retry, so a short cap is cheap.
+#[derive(Debug, Clone, Default)]
+pub struct WatchBackoff {
+    attempt: u32,
+}
+
+impl WatchBackoff {
+    /// The first delay.
+    pub const BASE: Duration = Duration::from_millis(250);
+    /// The largest delay.
+    pub const CAP: Duration = Duration::from_secs(2);
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = Self::BASE
+            .saturating_mul(2u32.saturating_pow(self.attempt.min(16)))
+            .min(Self::CAP);
+        self.attempt = self.attempt.saturating_add(1);
+        Some(delay.mul_f64(1.0 + rand::random_range(-0.25..=0.25)))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// Decides which events of the custom resource trigger a reconcile.
+///
+/// Pure bookkeeping, unit-tested without a cluster. An event triggers when the object
+/// is first seen, when what the machine reads of its metadata changed (generation,
+/// labels, annotations, finalizers, deletion timestamp), or when it is a write this
+/// process did not make: `ours` holds the resourceVersions this process got back from
+/// its own writes. Re-deliveries of a version already seen (a relist) trigger nothing.
+#[derive(Debug, Default)]
+pub(crate) struct ResourceTrigger {
+    seen: HashMap<Key, (u64, Option<String>)>,
+}
+
+impl ResourceTrigger {
+    /// Whether `object` (as a watch delivered it) should be reconciled.
+    pub(crate) fn admit<K: Resource>(&mut self, object: &K, ours: &OwnWrites) -> bool {
+        let key = (object.namespace(), object.name_any());
+        let meta = object.meta();
+        let mut hasher = DefaultHasher::new();
+        (
+            meta.generation,
+            &meta.labels,
+            &meta.annotations,
+            &meta.finalizers,
+            meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+        )
+            .hash(&mut hasher);
+        let read = hasher.finish();
+        let version = object.resource_version();
+        let own_write = version.as_deref().is_some_and(|rv| ours.take(rv));
+        match self.seen.insert(key, (read, version.clone())) {
+            None => true,
+            Some((read_before, _)) if read_before != read => true,
+            Some((_, version_before)) => version_before != version && !own_write,
+        }
+    }
+
+    /// Forget `object` (it was deleted).
+    pub(crate) fn forget<K: Resource>(&mut self, object: &K) {
+        self.seen.remove(&(object.namespace(), object.name_any()));
+    }
+}
+
+/// The resourceVersions of the writes this process made to its custom resources,
+/// shared between the driver (which adds) and the [`ResourceTrigger`] (which takes).
+///
+/// A write whose event arrives before the driver has added its version is taken for
+/// someone else's: that costs one idle reconcile (no request), never a missed one.
+#[derive(Debug, Default)]
+pub(crate) struct OwnWrites(std::sync::Mutex<HashSet<String>>);
+
+impl OwnWrites {
+    /// The most versions remembered; past this the oldest are not told apart (a write
+    /// whose event never came, for an object deleted meanwhile, must not leak).
+    const LIMIT: usize = 4096;
+
+    /// Remember that this process wrote version `rv`.
+    pub(crate) fn add(&self, rv: Option<String>) {
+        let Some(rv) = rv else { return };
+        let mut set = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if set.len() >= Self::LIMIT {
+            set.clear();
+        }
+        set.insert(rv);
+    }
+
+    /// Whether this process wrote version `rv` (forgetting it).
+    pub(crate) fn take(&self, rv: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(rv)
+    }
 }
 
 /// A hash of what matters about an object: everything but `metadata.resourceVersion`
@@ -182,7 +300,7 @@ where
     let mut trigger = OwnerTrigger::new(kind_label);
     let kind = K::kind(&());
     watcher(api, config)
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(|o| o.managed_fields_mut().clear())
         .reflect(writer)
         .flat_map(move |event| {
@@ -363,5 +481,61 @@ mod tests {
         assert!(again.is_empty());
         let done = t.owners::<ConfigMap>(&watcher::Event::InitDone);
         assert_eq!(done, [key("b")]);
+    }
+
+    fn with_status(rv: &str, generation: i64) -> ConfigMap {
+        let mut o = cm("db", "db", "beacon", rv, "x");
+        o.metadata.generation = Some(generation);
+        o
+    }
+
+    #[test]
+    fn a_custom_resource_first_seen_is_reconciled() {
+        let mut t = ResourceTrigger::default();
+        assert!(t.admit(&with_status("1", 1), &OwnWrites::default()));
+    }
+
+    #[test]
+    fn our_own_status_write_triggers_nothing() {
+        let (mut t, ours) = (ResourceTrigger::default(), OwnWrites::default());
+        t.admit(&with_status("1", 1), &ours);
+        ours.add(Some("2".into()));
+        assert!(!t.admit(&with_status("2", 1), &ours));
+    }
+
+    #[test]
+    fn a_status_write_by_someone_else_is_reconciled() {
+        let (mut t, ours) = (ResourceTrigger::default(), OwnWrites::default());
+        t.admit(&with_status("1", 1), &ours);
+        assert!(t.admit(&with_status("2", 1), &ours));
+    }
+
+    #[test]
+    fn a_spec_change_is_reconciled_even_in_our_own_write() {
+        let (mut t, ours) = (ResourceTrigger::default(), OwnWrites::default());
+        t.admit(&with_status("1", 1), &ours);
+        ours.add(Some("2".into()));
+        assert!(t.admit(&with_status("2", 2), &ours));
+    }
+
+    #[test]
+    fn a_relisted_unchanged_version_triggers_nothing() {
+        let (mut t, ours) = (ResourceTrigger::default(), OwnWrites::default());
+        t.admit(&with_status("1", 1), &ours);
+        assert!(!t.admit(&with_status("1", 1), &ours));
+    }
+
+    #[test]
+    fn watch_retries_stay_within_two_seconds() {
+        let delays: Vec<Duration> = WatchBackoff::default().take(20).collect();
+        assert!(delays[0] <= Duration::from_millis(313), "{delays:?}");
+        assert!(
+            delays.iter().all(|d| *d <= Duration::from_millis(2500)),
+            "{delays:?}"
+        );
+        let mut b = WatchBackoff::default();
+        b.nth(10);
+        kube::runtime::utils::Backoff::reset(&mut b);
+        assert!(b.next().is_some_and(|d| d <= Duration::from_millis(313)));
     }
 }

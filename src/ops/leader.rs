@@ -18,6 +18,10 @@
 //!   of the grace period). Aborting mid-reconcile is safe because every action is
 //!   idempotent and the status write is fenced on the
 //!   resourceVersion read, so a deposed leader cannot persist a step twice.
+//! - Between those checks, the driver starts no mutating request unless the lease is
+//!   certainly valid for another quarter grace period ([`Authority`]): the watchdog's
+//!   deadline is handed to every reconcile, so a leader whose renewals stopped landing
+//!   sends nothing even before its controllers are aborted.
 //! - On shutdown the controllers finish their in-flight reconciles while the lease keeps
 //!   being renewed, and only then is the lease released. Standbys re-read the Lease every
 //!   grace period, so a released lease is taken over within one grace period instead of
@@ -41,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use super::Error;
 use super::health::Status;
 use super::metrics::Metrics;
+use crate::driver::Authority;
 
 /// Where and how the lease is held.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +65,19 @@ impl LeaseConfig {
     /// duration, at least a second and less than the duration).
     pub fn grace_secs(&self) -> u64 {
         (self.duration_secs / 3).clamp(1, self.duration_secs.saturating_sub(1).max(1))
+    }
+
+    /// The margin for clock skew and for a request to land: a quarter of the grace
+    /// period. The watchdog gives up this long before the lease could expire, and the
+    /// driver starts no request that close to the watchdog's deadline.
+    pub fn margin(&self) -> Duration {
+        Duration::from_secs(self.grace_secs()) / 4
+    }
+
+    /// The [`Authority`] the controllers of this election act under: it allows a
+    /// request only while the lease is certainly valid for another [`Self::margin`].
+    pub fn authority(&self) -> Authority {
+        Authority::leased(self.margin())
     }
 }
 
@@ -87,6 +105,7 @@ enum Term {
 pub async fn lead(
     client: Client,
     config: LeaseConfig,
+    authority: Authority,
     status: Status,
     metrics: Metrics,
     shutdown: CancellationToken,
@@ -135,7 +154,9 @@ pub async fn lead(
         tracing::info!(%lease, identity = %config.identity, "acquired the lease: leading");
         status.set_leader(true);
         metrics.set_leader(true);
-        let term = lead_one_term(&client, &config, &manager, &shutdown, &mut work).await;
+        let term =
+            lead_one_term(&client, &config, &authority, &manager, &shutdown, &mut work).await;
+        authority.set_valid_until(None);
         status.set_leader(false);
         status.set_synced(false);
         metrics.set_leader(false);
@@ -156,6 +177,7 @@ pub async fn lead(
 async fn lead_one_term(
     client: &Client,
     config: &LeaseConfig,
+    authority: &Authority,
     manager: &LeaseManager,
     shutdown: &CancellationToken,
     work: &mut Work,
@@ -165,7 +187,7 @@ async fn lead_one_term(
     // One renewal future at a time, kept across loop turns (it sleeps until the next
     // renewal and must not be restarted needlessly).
     let mut renew = Box::pin(manager.changed());
-    let mut watchdog = Box::pin(watchdog(client.clone(), config.clone()));
+    let mut watchdog = Box::pin(watchdog(client.clone(), config.clone(), authority.clone()));
     let lost = loop {
         tokio::select! {
             renewed = &mut renew => match renewed {
@@ -191,6 +213,7 @@ async fn lead_one_term(
         }
     };
     // Stop at once: another process may lead already.
+    authority.set_valid_until(None);
     task.abort();
     let _ = (&mut task).await;
     Term::Lost(lost)
@@ -203,17 +226,18 @@ async fn lead_one_term(
 /// kube-lease-manager reports a lost lease only at its next renewal attempt, and a
 /// renewal request that hangs reports nothing; this check bounds how long a deposed or
 /// cut-off leader keeps reconciling to the lease's own validity.
-async fn watchdog(client: Client, config: LeaseConfig) -> String {
+async fn watchdog(client: Client, config: LeaseConfig, authority: Authority) -> String {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let duration = Duration::from_secs(config.duration_secs);
     let grace = Duration::from_secs(config.grace_secs());
     // The holder renews `grace` before expiry; the renewal then has three quarters of
     // the grace period to land and be seen before this gives up on it.
-    let margin = grace / 4;
+    let margin = config.margin();
     let period = (grace / 4).clamp(Duration::from_millis(200), Duration::from_secs(2));
     // Just acquired: the lease was renewed a moment ago.
     let mut valid_until = Instant::now() + duration.saturating_sub(margin);
     loop {
+        authority.set_valid_until(Some(valid_until));
         let now = Instant::now();
         if now >= valid_until {
             return "the lease was not seen renewed before it could expire".to_owned();

@@ -29,6 +29,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
 use super::Error;
+use crate::driver::WatchBackoff;
 
 /// What [`narrate`] watches and when it stops.
 #[derive(Debug, Clone)]
@@ -98,7 +99,7 @@ pub async fn narrate(client: Client, target: &Target, out: &mut impl Write) -> R
     let resource = resolve(&client, &target.kind).await?;
     let api: Api<DynamicObject> = Api::namespaced_with(client, &target.namespace, &resource);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", target.name));
-    let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut stream = std::pin::pin!(watcher(api, config).backoff(WatchBackoff::default()));
     let mut story = Story::new(&target.name);
     let mut present = false;
     let mut seen_once = false;

@@ -28,6 +28,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::metrics::{Metrics, ObjectKey};
+use crate::driver::WatchBackoff;
 use crate::engine::conditions::{self, reason, status};
 
 /// The reason that marks a stuck object on its `Degraded` condition.
@@ -49,8 +50,9 @@ pub async fn observe(
         None => Api::all_with(client, &resource),
     };
     let mut tracker = Tracker::new(machine, metrics);
-    let mut events =
-        std::pin::pin!(watcher(api, watcher::Config::default().any_semantic()).default_backoff());
+    let mut events = std::pin::pin!(
+        watcher(api, watcher::Config::default().any_semantic()).backoff(WatchBackoff::default())
+    );
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {

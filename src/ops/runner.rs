@@ -32,7 +32,7 @@ use super::hooks::MetricsHooks;
 use super::leader::{self, LeaseConfig};
 use super::metrics::Metrics;
 use super::observe;
-use crate::driver::{self, Operator};
+use crate::driver::{self, Authority, Operator};
 use crate::machines::distributeddb::DistributedDb;
 use crate::machines::postgres::Postgres;
 
@@ -50,6 +50,9 @@ pub struct RunOptions {
     pub metrics_addr: SocketAddr,
     /// Leader election, or `None` to run the controllers unconditionally.
     pub election: Option<LeaseConfig>,
+    /// Reconcile every object this often even without a change (`None`: never). An
+    /// idle reconcile makes no request, so this costs CPU only.
+    pub resync: Option<std::time::Duration>,
 }
 
 /// Everything a machine's controller is given.
@@ -63,6 +66,10 @@ pub struct MachineContext {
     pub metrics: Metrics,
     /// Called once by each machine when its custom resources have been listed.
     pub synced: Arc<dyn Fn() + Send + Sync>,
+    /// Whether this process may act (the lease's validity under leader election).
+    pub authority: Authority,
+    /// The periodic resync ([`RunOptions::resync`]).
+    pub resync: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for MachineContext {
@@ -131,8 +138,13 @@ pub fn drive<O: Operator>(context: &MachineContext, drain: CancellationToken) ->
     let config = match &context.namespace {
         Some(ns) => driver::config::Config::namespaced(ns),
         None => driver::config::Config::cluster_wide(),
+    };
+    let config = match context.resync {
+        Some(period) => config.resync_every(period),
+        None => config,
     }
     .hooks(MetricsHooks::new(context.metrics.clone()))
+    .authority(context.authority.clone())
     .shutdown_on(drain.cancelled_owned());
     let client = context.client.clone();
     let synced = context.synced.clone();
@@ -173,6 +185,11 @@ pub async fn run(
         namespace: options.namespace.clone(),
         metrics: metrics.clone(),
         synced: Arc::new(|| {}),
+        authority: options
+            .election
+            .as_ref()
+            .map_or_else(Authority::unconditional, LeaseConfig::authority),
+        resync: options.resync,
     };
     // Fail before anything else when a selected machine cannot run.
     for name in &options.machines {
@@ -192,6 +209,7 @@ pub async fn run(
         server_stop.clone(),
     ));
 
+    let authority = context.authority.clone();
     let machines = options.machines.clone();
     let work_status = status.clone();
     let work: leader::Work = Box::new(move |drain: CancellationToken| {
@@ -228,7 +246,7 @@ pub async fn run(
                 duration_secs = config.duration_secs,
                 "leader election on"
             );
-            leader::lead(client, config, status, metrics, shutdown, work).await
+            leader::lead(client, config, authority, status, metrics, shutdown, work).await
         }
         None => {
             tracing::info!("leader election off: running the controllers");
