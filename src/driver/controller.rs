@@ -48,7 +48,7 @@ use super::hooks::{DriverHooks, Finished, Target};
 use super::status::{fenced_status_patch, merge_diff};
 use super::watch::{self, OwnWrites, ResourceTrigger, WatchBackoff};
 use super::{Cache, Error, Op, Operator};
-use crate::engine::step::{decode, describe, with_error};
+use crate::engine::step::{decode, describe, with_error, with_refusal};
 use crate::engine::{Input, Note, NoteKind, Taken, step};
 
 /// Run `O` until shutdown: watch its custom resources (in `config`'s namespace or
@@ -501,8 +501,10 @@ fn truncate(text: &str, max: usize) -> String {
     text[..end].to_owned()
 }
 
-/// Record `error` as `status.machine.lastError` (redacted), if that changes anything.
-/// Best effort: a failure here is logged; the reconcile is retried anyway.
+/// Record `error` as `status.machine.lastError` (redacted), if that changes anything;
+/// a refusal ([`Error::is_refusal`]) is also reported as `Degraded`, with a Warning
+/// Event once the write is in. Best effort: a failure here is logged; the reconcile is
+/// retried anyway.
 async fn record_error<O: Operator>(
     ctx: &Context<O>,
     key: &ObjectRef<O::Resource>,
@@ -512,7 +514,7 @@ async fn record_error<O: Operator>(
     if matches!(error, Error::NoAuthority(_)) || ctx.may_act().is_err() {
         return;
     }
-    let Some((read, patch)) = last_error_patch::<O>(object, error) else {
+    let Some((read, patch, note)) = error_patch::<O>(object, error) else {
         return;
     };
     let namespace = object.namespace().unwrap_or_default();
@@ -524,25 +526,41 @@ async fn record_error<O: Operator>(
     )
     .await
     {
-        Ok(written) => ctx.remember(key, read, written),
+        Ok(written) => {
+            if let Some(note) = &note {
+                publish(ctx, &written, note, false).await;
+            }
+            ctx.remember(key, read, written);
+        }
         Err(e) => tracing::debug!(error = %e.redacted(), "could not record lastError"),
     }
 }
 
-/// The fenced status patch that records `error` as `lastError`, if it changes anything.
-fn last_error_patch<O: Operator>(
+/// The fenced status patch that records `error` (and, for a refusal, Degraded and the
+/// Warning to publish), if it changes anything.
+fn error_patch<O: Operator>(
     object: &O::Resource,
     error: &Error,
-) -> Option<(Option<String>, Value)> {
+) -> Option<(Option<String>, Value, Option<Note>)> {
     let engine = O::engine_status(object);
+    let read = object.resource_version();
+    let fence = |diff| fenced_status_patch(read.as_deref().unwrap_or_default(), diff);
+    if error.is_refusal() {
+        let generation = object.meta().generation.unwrap_or_default();
+        let now = Utc::now().trunc_subsecs(0);
+        let (next, note) = with_refusal::<O>(&engine, &error.redacted(), generation, now)?;
+        let before = serde_json::to_value(&engine).ok()?;
+        let after = serde_json::to_value(&next).ok()?;
+        let diff = merge_diff(&before, &after)?;
+        return Some((read.clone(), fence(diff), Some(note)));
+    }
     let next = with_error::<O>(&engine, &error.redacted())?;
     let diff = merge_diff(engine.machine.as_ref()?, next.machine.as_ref()?)?;
-    let read = object.resource_version();
-    let patch = fenced_status_patch(
-        read.as_deref().unwrap_or_default(),
-        serde_json::json!({ "machine": diff }),
-    );
-    Some((read, patch))
+    Some((
+        read.clone(),
+        fence(serde_json::json!({ "machine": diff })),
+        None,
+    ))
 }
 
 fn error_policy<O: Operator>(

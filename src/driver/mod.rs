@@ -129,6 +129,21 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether retrying cannot help until a person acts: the API server found an
+    /// object invalid (400, 422) or the verb forbidden (403), or the action could not
+    /// be rendered at all. Such errors are reported as `Degraded` with a Warning Event,
+    /// not only as `lastError`.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Error::Api {
+                source: kube::Error::Api(status),
+                ..
+            } => matches!(status.code, 400 | 403 | 422),
+            Error::Render(_) => true,
+            _ => false,
+        }
+    }
+
     /// The error as it may be persisted in `status.machine.lastError` and shown to
     /// anyone who can read the object: what failed and the server's verdict, without
     /// anything that could carry secret material (no server messages about Secrets,
@@ -371,4 +386,32 @@ pub trait Operator: Machine + Sized {
         state: Option<&Self::State>,
         observed: &Self::Observed,
     ) -> serde_json::Value;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    fn api(code: u16) -> Error {
+        Error::Api {
+            what: "apply CronJob/a-backup".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure("refused", "Invalid")
+                    .with_code(code)
+                    .boxed(),
+            ),
+        }
+    }
+
+    #[test]
+    fn invalid_or_forbidden_requests_are_refusals_and_transient_failures_are_not() {
+        for code in [400, 403, 422] {
+            assert!(api(code).is_refusal(), "{code}");
+        }
+        for code in [404, 409, 429, 500, 503] {
+            assert!(!api(code).is_refusal(), "{code}");
+        }
+        assert!(Error::Render("no name".into()).is_refusal());
+        assert!(!Error::Conflict.is_refusal());
+    }
 }

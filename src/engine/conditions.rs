@@ -32,4 +32,8 @@ pub mod reason {
     pub const INITIALIZED: &str = "Initialized";
     /// Acting on a decision failed; the reconcile is retried with backoff.
     pub const RECONCILE_ERROR: &str = "ReconcileError";
+    /// The API server refused a request in a way retrying cannot fix (an object it
+    /// finds invalid, a forbidden verb): Degraded, with the server's message naming the
+    /// object and the field.
+    pub const REQUEST_REFUSED: &str = "RequestRefused";
 }

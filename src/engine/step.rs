@@ -314,6 +314,44 @@ pub fn with_error<M: Machine>(
     Some(next)
 }
 
+/// Record `error` as `lastError` and report it as `Degraded` (reason
+/// [`reason::REQUEST_REFUSED`]): the API server refused a request in a way that retrying
+/// cannot fix (an object it finds invalid, a forbidden verb), so a person must act.
+/// Phase and state are kept; the next successful reconcile projects Degraded afresh.
+///
+/// Returns the status to persist and the Warning to record, or `None` when the record
+/// is unreadable or already says exactly this.
+pub fn with_refusal<M: Machine>(
+    status: &EngineStatus<M::State>,
+    error: &str,
+    generation: i64,
+    now: DateTime<Utc>,
+) -> Option<(EngineStatus<M::State>, Note)> {
+    let record = decode::<M>(status).ok().flatten()?;
+    let record = MachineRecord {
+        last_error: Some(error.to_owned()),
+        ..record
+    };
+    let message = format!("the API server refused a request: {error}");
+    let next = project::<M>(
+        status,
+        &record,
+        generation,
+        now,
+        Some((reason::REQUEST_REFUSED, &message)),
+        false,
+    );
+    if &next == status {
+        return None;
+    }
+    let note = degraded_note(status, &next).unwrap_or(Note {
+        kind: NoteKind::Warning,
+        reason: reason::REQUEST_REFUSED.to_owned(),
+        message,
+    });
+    Some((next, note))
+}
+
 fn initialize<M: Machine>(
     old: &EngineStatus<M::State>,
     generation: i64,

@@ -10,7 +10,7 @@ use super::toy::{
 };
 use crate::engine::conditions::{self, reason, status};
 use crate::engine::record::HISTORY_LIMIT;
-use crate::engine::step::{decode, with_error};
+use crate::engine::step::{decode, with_error, with_refusal};
 use crate::engine::{EngineStatus, MachineRecord, NoteKind, Outcome, Taken};
 
 fn spec(replicas: u32) -> ToySpec {
@@ -114,6 +114,39 @@ fn a_successful_stay_clears_the_last_error_once_and_then_writes_nothing() {
     assert_eq!(record(&api).last_error, None);
     let idle = api.reconcile(&spec, 2);
     assert!(!idle.changed, "and then it is quiet");
+}
+
+#[test]
+fn a_refused_request_is_degraded_with_one_warning_until_a_reconcile_succeeds() {
+    let spec = spec(2);
+    let mut api = Api::new();
+    api.reconcile(&spec, 0); // Pending -> Scaling
+    let refusal = "apply CronJob/a-backup: 422 Invalid: spec.schedule: Invalid value";
+    let now = chrono::Utc::now();
+    let (refused, note) =
+        with_refusal::<Toy>(&api.read(), refusal, 1, now).expect("the refusal is recorded");
+    assert_eq!(note.kind, NoteKind::Warning);
+    assert_eq!(note.reason, reason::REQUEST_REFUSED);
+    assert!(note.message.contains("spec.schedule"), "{}", note.message);
+    assert_eq!(
+        condition(&refused, conditions::DEGRADED),
+        (status::TRUE, reason::REQUEST_REFUSED)
+    );
+    assert_eq!(refused.phase, api.read().phase, "the phase is kept");
+    assert_eq!(
+        with_refusal::<Toy>(&refused, refusal, 1, now),
+        None,
+        "a repeated refusal writes nothing and warns once"
+    );
+
+    api.status = serde_json::to_string(&refused).expect("serializes");
+    api.reconcile(&spec, 0);
+    assert_eq!(
+        condition(&api.read(), conditions::DEGRADED),
+        (status::FALSE, reason::AS_EXPECTED),
+        "the next successful reconcile clears it"
+    );
+    assert_eq!(record(&api).last_error, None);
 }
 
 #[test]
