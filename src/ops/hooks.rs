@@ -4,15 +4,16 @@
 //! | hook | metrics |
 //! | --- | --- |
 //! | `reconcile_finished` | `lockstep_reconciles_total`, `lockstep_reconcile_errors_total` (on `Failed`), `lockstep_reconcile_duration_seconds` |
-//! | `transitioned` | `lockstep_transitions_total` |
 //!
-//! The per-object series (state, time in state, stuck) come from the objects' persisted
-//! status instead ([`super::observe`]): the status carries `enteredAt`, the history's
-//! times and the deadline verdict, which the hooks do not, and it shows deletions.
+//! Transitions and the per-object series (state, time in state, stuck) come from the
+//! objects' persisted status instead ([`super::observe`]): the status carries the
+//! history's times and the deadline verdict, which the hooks do not, it shows
+//! deletions, and counting a transition in the same event that moves the state series
+//! means a scrape never shows a state before the transition into it.
 //!
 //! # Assumptions
-//! - The driver calls `reconcile_finished` once per reconcile and `transitioned` once per
-//!   persisted transition (its documented guarantees).
+//! - The driver calls `reconcile_finished` once per reconcile (its documented
+//!   guarantee).
 
 use std::time::Duration;
 
@@ -45,10 +46,6 @@ impl DriverHooks for MetricsHooks {
         };
         self.metrics.on_reconcile(target.machine, elapsed, result);
     }
-
-    fn transitioned(&self, target: &Target<'_>, from: &str, to: &str, _reason: &str) {
-        self.metrics.on_transition(target.machine, from, to);
-    }
 }
 
 #[cfg(test)]
@@ -64,7 +61,6 @@ mod tests {
             namespace: "ns",
             name: "db",
         };
-        hooks.transitioned(&target, "Ready", "Upgrading", "ImageChanged");
         hooks.reconcile_finished(&target, Duration::from_millis(2), Finished::StatusWritten);
         hooks.reconcile_finished(&target, Duration::from_millis(2), Finished::Failed);
         let text = metrics.encode();
@@ -74,12 +70,6 @@ mod tests {
         );
         assert!(
             text.contains("lockstep_reconcile_errors_total{machine=\"distributeddb\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "lockstep_transitions_total{machine=\"distributeddb\",from=\"Ready\",to=\"Upgrading\"} 1"
-            ),
             "{text}"
         );
     }

@@ -5,7 +5,7 @@
 //! | `lockstep_reconciles_total` | counter | `machine` | reconciles run |
 //! | `lockstep_reconcile_errors_total` | counter | `machine` | reconciles that returned an error |
 //! | `lockstep_reconcile_duration_seconds` | histogram | `machine` | wall time of one reconcile |
-//! | `lockstep_transitions_total` | counter | `machine`, `from`, `to` | declared transitions persisted |
+//! | `lockstep_transitions_total` | counter | `machine`, `from`, `to` | persisted transitions, counted from `status.machine.history` as the state series moves |
 //! | `lockstep_state_duration_seconds` | histogram | `machine`, `state` | time spent in a state, observed when it is left |
 //! | `lockstep_object_state` | gauge | `machine`, `namespace`, `name`, `state` | 1 for each object's current state; removed when the object is gone |
 //! | `lockstep_stuck_objects` | gauge | `machine` | objects held in a state past its deadline |

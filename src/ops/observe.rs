@@ -6,11 +6,16 @@
 //!   removed when the object is deleted;
 //! - `lockstep_stuck_objects{machine}`: objects whose `Degraded` condition says
 //!   `ProgressDeadlineExceeded`;
+//! - `lockstep_transitions_total{machine,from,to}`: one per new entry of
+//!   `status.machine.history` (not the first record's `Initialized`);
 //! - `lockstep_state_duration_seconds{machine,state}`: for each new entry of
 //!   `status.machine.history`, the time since the entry before it (that is, since the
 //!   state it leaves was entered, its `enteredAt`).
 //!
 //! # Guarantees
+//! - For each object, the transition counter and the time-in-state histogram are
+//!   updated before the state series, under one event: whoever reads
+//!   `lockstep_object_state` at a state also reads the transition into it.
 //! - History entries present when an object is first seen (at start or after a
 //!   takeover) are not observed again: each transition is timed at most once per process.
 //! - An object that disappears, including while the watch was down (missing from the
@@ -146,7 +151,14 @@ impl Tracker {
         let entries: Vec<Entry> = history.iter().map(|e| entry(e)).collect();
         if let Some(seen) = self.objects.get(&key) {
             for (i, now) in entries.iter().enumerate() {
-                if seen.contains(now) || i == 0 || now.1.is_empty() {
+                if seen.contains(now) || now.1.is_empty() {
+                    continue;
+                }
+                // Counted here, before the state below is set: a scrape that shows the
+                // new state also shows the transition into it.
+                self.metrics
+                    .on_transition(self.machine, kind_of(&now.1), kind_of(&now.2));
+                if i == 0 {
                     continue;
                 }
                 let (Some(left), Some(entered)) = (time(&now.0), time(&entries[i - 1].0)) else {
@@ -268,6 +280,41 @@ mod tests {
         assert!(
             text.contains("lockstep_stuck_objects{machine=\"distributeddb\"} 0"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_transition_is_counted_in_the_same_event_that_shows_its_state_and_only_once() {
+        let metrics = Metrics::new();
+        let mut t = Tracker::new("distributeddb", metrics.clone());
+        let created = json!([e("", "Creating", "2026-01-01T10:00:00Z")]);
+        t.event(&watcher::Event::Apply(object(
+            "db", "Creating", created, false,
+        )));
+        let ready = json!([
+            e("", "Creating", "2026-01-01T10:00:00Z"),
+            e("Creating", "Ready", "2026-01-01T10:00:30Z")
+        ]);
+        for _ in 0..2 {
+            t.event(&watcher::Event::Apply(object(
+                "db",
+                "Ready",
+                ready.clone(),
+                false,
+            )));
+        }
+        let text = metrics.encode();
+        assert!(
+            text.contains("lockstep_object_state{machine=\"distributeddb\",namespace=\"ns\",name=\"db\",state=\"Ready\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lockstep_transitions_total{machine=\"distributeddb\",from=\"Creating\",to=\"Ready\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("to=\"Creating\""),
+            "Initialized is no transition: {text}"
         );
     }
 

@@ -6,6 +6,8 @@
 //! - [`distributeddb`]: the DistributedDB lifecycle: create, hooked upgrade, crash and
 //!   restart, drift, scaling, backups, final backup, validation.
 //! - [`engine_requests`]: the driver's request budget, counted.
+//! - [`hardening`]: regressions from fault testing (refused requests, wiped status,
+//!   authority to act).
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
 //!   the deploy manifests' RBAC.
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
@@ -13,6 +15,7 @@
 
 mod distributeddb;
 mod engine_requests;
+mod hardening;
 mod operability;
 mod postgres;
 mod smoke;

@@ -1,0 +1,332 @@
+//! Regressions found by fault testing, on the real control plane: a request the API
+//! server refuses downstream, a status wiped by someone else, and a process that may no
+//! longer act.
+
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use lockstep::driver::{self, Authority, DriverHooks, Finished, Target};
+use lockstep::engine::conditions::{self, reason};
+use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
+
+use crate::support::{
+    DEADLINE, Env, InProcessOperator, RequestLog, counted_client, events_about, install_crd_of,
+    wait_for, wait_for_all,
+};
+
+/// A namespace with the DistributedDB CRD and the S3 credentials Secret.
+async fn env(prefix: &str) -> Env {
+    let mut env = Env::new(prefix).await;
+    install_crd_of::<DistributedDB>(&env.client).await;
+    env.ns.track::<DistributedDB>();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "s3"},
+        "stringData": {"accessKey": "e2e-access", "secretKey": "e2e-secret"}
+    }))
+    .expect("a Secret");
+    env.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create the credentials Secret");
+    env
+}
+
+fn db(name: &str, backups: bool) -> DistributedDB {
+    let mut spec = json!({
+        "replicas": 2,
+        "image": "registry.example/db:1",
+        "storage": {"size": "1Gi"},
+    });
+    if backups {
+        spec["backupPolicy"] = json!({
+            "schedule": "0 3 * * *",
+            "s3Endpoint": "https://s3.example",
+            "s3CredentialsSecret": "s3",
+            "bucket": "backups",
+            "image": "registry.example/db-backup:1",
+        });
+    }
+    DistributedDB::new(
+        name,
+        serde_json::from_value(spec).expect("a valid DistributedDB spec"),
+    )
+}
+
+fn condition<'a>(db: &'a DistributedDB, type_: &str) -> Option<&'a lockstep::engine::Condition> {
+    db.status
+        .as_ref()
+        .and_then(|s| s.engine.conditions.iter().find(|c| c.type_ == type_))
+}
+
+fn is_ready(db: Option<&DistributedDB>) -> bool {
+    db.and_then(|db| condition(db, conditions::READY))
+        .is_some_and(|c| c.status == conditions::status::TRUE)
+}
+
+/// A ValidatingAdmissionPolicy (and its binding) that refuses, in one namespace only,
+/// every CronJob: the API server refusing a derived object, whatever the CRD accepted.
+struct RefuseCronJobs {
+    policies: Api<ValidatingAdmissionPolicy>,
+    bindings: Api<ValidatingAdmissionPolicyBinding>,
+    name: String,
+}
+
+impl RefuseCronJobs {
+    async fn install(env: &Env) -> Self {
+        let name = format!("refuse-cronjobs-{}", env.namespace());
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["batch"], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs"]
+                }]},
+                "validations": [{
+                    "expression": "false",
+                    "message": "spec.schedule: refused by the cluster's policy",
+                    "reason": "Invalid"
+                }]
+            }
+        }))
+        .expect("a policy");
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": env.namespace()
+                }}}
+            }
+        }))
+        .expect("a binding");
+        let policies: Api<ValidatingAdmissionPolicy> = Api::all(env.client.clone());
+        let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(env.client.clone());
+        policies
+            .create(&PostParams::default(), &policy)
+            .await
+            .expect("create the policy");
+        bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("create the binding");
+        let this = Self {
+            policies,
+            bindings,
+            name,
+        };
+        this.wait_until_enforced(env).await;
+        this
+    }
+
+    /// Policies are loaded asynchronously: probe with a server-side dry run until one
+    /// is refused, within a deadline.
+    async fn wait_until_enforced(&self, env: &Env) {
+        let cronjobs: Api<k8s_openapi::api::batch::v1::CronJob> = env.api();
+        let probe: k8s_openapi::api::batch::v1::CronJob = serde_json::from_value(json!({
+            "metadata": {"name": "probe"},
+            "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "registry.example/x:1"}]
+            }}}}}
+        }))
+        .expect("a CronJob");
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while cronjobs.create(&dry, &probe).await.is_ok() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the admission policy {} was not enforced within 60 s",
+                self.name
+            );
+            // Nothing to watch: the policy is compiled in the API server's memory.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    async fn remove(self) {
+        let _ = self
+            .bindings
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        let _ = self
+            .policies
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_derived_object_the_api_server_refuses_makes_the_object_degraded_with_a_warning_naming_the_field()
+ {
+    let env = env("refused").await;
+    let policy = RefuseCronJobs::install(&env).await;
+    let api: Api<DistributedDB> = env.api();
+    let operator = InProcessOperator::start::<DistributedDb>(
+        env.client.clone(),
+        driver::Config::namespaced(env.namespace()),
+    );
+    api.create(&PostParams::default(), &db("typo", true))
+        .await
+        .expect("create");
+
+    let degraded = wait_for(
+        &api,
+        "typo",
+        "Degraded RequestRefused",
+        |db: Option<&DistributedDB>| {
+            db.and_then(|db| condition(db, conditions::DEGRADED))
+                .is_some_and(|c| {
+                    c.status == conditions::status::TRUE && c.reason == reason::REQUEST_REFUSED
+                })
+        },
+    )
+    .await
+    .expect("the object exists");
+    let message = &condition(&degraded, conditions::DEGRADED)
+        .expect("Degraded")
+        .message;
+    assert!(
+        message.contains("CronJob/typo-backup"),
+        "names the object: {message}"
+    );
+    assert!(
+        message.contains("spec.schedule"),
+        "names the field: {message}"
+    );
+
+    let events = events_about(&env.client, env.namespace(), "typo").await;
+    let warnings: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason::REQUEST_REFUSED))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one Warning Event: {events:#?}");
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+
+    // Once the cluster accepts the object again, the object heals by itself.
+    policy.remove().await;
+    wait_for(&api, "typo", "Ready once the CronJob is accepted", is_ready).await;
+    operator.stop().await;
+    env.finish().await;
+}
+
+#[tokio::test]
+async fn a_status_wiped_by_someone_else_is_rebuilt_at_once_without_touching_a_pod() {
+    let env = env("wiped").await;
+    let api: Api<DistributedDB> = env.api();
+    let operator = InProcessOperator::start::<DistributedDb>(
+        env.client.clone(),
+        driver::Config::namespaced(env.namespace()),
+    );
+    api.create(&PostParams::default(), &db("wiped", false))
+        .await
+        .expect("create");
+    wait_for(&api, "wiped", "Ready", is_ready).await;
+    let pods: Api<Pod> = env.api();
+    let before: Vec<String> =
+        wait_for_all(&pods, "app.kubernetes.io/instance=wiped", "2 pods", |p| {
+            p.len() == 2
+        })
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+
+    // Someone else (a restore, a `kubectl edit`) wipes the record; no other event follows.
+    api.patch_status(
+        "wiped",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"machine": null, "phase": null, "conditions": null}})),
+    )
+    .await
+    .expect("wipe the status");
+
+    let rebuilt = wait_for(
+        &api,
+        "wiped",
+        "Ready again with a rebuilt record",
+        |db: Option<&DistributedDB>| {
+            is_ready(db)
+                && db
+                    .and_then(|db| db.status.as_ref())
+                    .is_some_and(|s| s.engine.machine.is_some())
+        },
+    )
+    .await
+    .expect("the object exists");
+    assert!(rebuilt.status.is_some());
+    let after: Vec<String> = pods
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    assert_eq!(before.len(), 2);
+    for uid in &before {
+        assert!(after.contains(uid), "pod {uid} was replaced: {after:?}");
+    }
+    operator.stop().await;
+    env.finish().await;
+}
+
+/// Counts the reconciles that failed.
+struct CountFailures(tokio::sync::watch::Sender<u32>);
+
+impl DriverHooks for CountFailures {
+    fn reconcile_finished(&self, _: &Target<'_>, _: Duration, finished: Finished) {
+        if finished == Finished::Failed {
+            self.0.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_process_without_authority_sends_nothing_until_it_is_granted() {
+    let env = env("authority").await;
+    let api: Api<DistributedDB> = env.api();
+    let log = RequestLog::default();
+    let authority = Authority::leased(Duration::from_millis(500));
+    let failures = tokio::sync::watch::Sender::new(0_u32);
+    let operator = InProcessOperator::start::<DistributedDb>(
+        counted_client(&log).await,
+        driver::Config::namespaced(env.namespace())
+            .authority(authority.clone())
+            .hooks(CountFailures(failures.clone())),
+    );
+    api.create(&PostParams::default(), &db("gated", false))
+        .await
+        .expect("create");
+    // Wait until a reconcile of it ran and was refused for want of authority.
+    let mut refused = failures.subscribe();
+    tokio::time::timeout(DEADLINE, refused.wait_for(|n| *n >= 2))
+        .await
+        .expect("the operator tried within the deadline")
+        .expect("the hooks live as long as the operator");
+    let mutating: Vec<String> = log
+        .since(0)
+        .iter()
+        .filter(|r| r.is_mutating())
+        .map(ToString::to_string)
+        .collect();
+    assert!(mutating.is_empty(), "sent without authority: {mutating:?}");
+
+    authority.set_valid_until(Some(
+        tokio::time::Instant::now() + Duration::from_secs(3600),
+    ));
+    // Authority granted: the next retry (backoff from 1 s) proceeds to Ready.
+    wait_for(&api, "gated", "Ready once granted", is_ready).await;
+    operator.stop().await;
+    env.finish().await;
+}
