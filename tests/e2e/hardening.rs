@@ -8,6 +8,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -128,8 +129,12 @@ impl RefuseCronJobs {
     }
 
     /// Policies are loaded asynchronously: probe with a server-side dry run until one
-    /// is refused, within a deadline.
+    /// is refused (or, once removed, accepted), within a deadline.
     async fn wait_until_enforced(&self, env: &Env) {
+        self.probe(env, true).await;
+    }
+
+    async fn probe(&self, env: &Env, refused: bool) {
         let cronjobs: Api<k8s_openapi::api::batch::v1::CronJob> = env.api();
         let probe: k8s_openapi::api::batch::v1::CronJob = serde_json::from_value(json!({
             "metadata": {"name": "probe"},
@@ -144,18 +149,19 @@ impl RefuseCronJobs {
             ..PostParams::default()
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while cronjobs.create(&dry, &probe).await.is_ok() {
+        while cronjobs.create(&dry, &probe).await.is_ok() == refused {
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the admission policy {} was not enforced within 60 s",
-                self.name
+                "the admission policy {} was not {} within 60 s",
+                self.name,
+                if refused { "enforced" } else { "lifted" }
             );
             // Nothing to watch: the policy is compiled in the API server's memory.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 
-    async fn remove(self) {
+    async fn remove(self, env: &Env) {
         let _ = self
             .bindings
             .delete(&self.name, &DeleteParams::default())
@@ -164,6 +170,7 @@ impl RefuseCronJobs {
             .policies
             .delete(&self.name, &DeleteParams::default())
             .await;
+        self.probe(env, false).await;
     }
 }
 
@@ -206,16 +213,43 @@ async fn a_derived_object_the_api_server_refuses_makes_the_object_degraded_with_
         "names the field: {message}"
     );
 
-    let events = events_about(&env.client, env.namespace(), "typo").await;
-    let warnings: Vec<_> = events
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some(reason::REQUEST_REFUSED))
-        .collect();
-    assert_eq!(warnings.len(), 1, "one Warning Event: {events:#?}");
+    // The Event follows the status write: wait for it.
+    let refused = |e: &Event| {
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("typo")
+            && e.reason.as_deref() == Some(reason::REQUEST_REFUSED)
+    };
+    let events: Api<Event> = env.api();
+    wait_for_all(&events, "", "the RequestRefused Warning", |all| {
+        all.iter().any(refused)
+    })
+    .await;
+    let all = events_about(&env.client, env.namespace(), "typo").await;
+    let warnings: Vec<&Event> = all.iter().filter(|e| refused(e)).collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one Warning Event, however often retried: {all:#?}"
+    );
     assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+    assert!(
+        warnings[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("spec.schedule")),
+        "{:?}",
+        warnings[0].note
+    );
 
-    // Once the cluster accepts the object again, the object heals by itself.
-    policy.remove().await;
+    // Once the cluster accepts the object again, the next attempt heals it. A person
+    // who fixed the cause touches the object rather than wait out the backoff.
+    policy.remove(&env).await;
+    api.patch(
+        "typo",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"example.com/fixed": "policy"}}})),
+    )
+    .await
+    .expect("annotate");
     wait_for(&api, "typo", "Ready once the CronJob is accepted", is_ready).await;
     operator.stop().await;
     env.finish().await;
