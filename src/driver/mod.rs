@@ -54,10 +54,9 @@
 
 use std::fmt::Debug;
 
+use kube::Resource;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
-use kube::runtime::reflector::Store;
-use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -69,6 +68,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use crate::engine::{EngineStatus, Machine};
 
 pub mod authority;
+pub mod cache;
 pub mod config;
 pub mod controller;
 pub mod crd;
@@ -78,6 +78,7 @@ pub mod status;
 pub mod watch;
 
 pub use authority::Authority;
+pub use cache::{Owned, Project};
 pub use config::{Backoff, Config, FIELD_MANAGER};
 pub use controller::run;
 pub use crd::crd_yaml;
@@ -287,50 +288,60 @@ where
     Ok((resource, object))
 }
 
-/// Reflector stores of every kind Lockstep owns, filled by label-selected watches.
+/// The stores of every kind Lockstep owns, filled by label-selected watches and indexed
+/// by owner ([`cache`]).
 ///
 /// Reads are from memory; the driver keeps them current.
 #[derive(Clone)]
 pub struct Cache {
     /// StatefulSets.
-    pub statefulsets: Store<StatefulSet>,
-    /// Pods (selected by the StatefulSet's labels, which carry [`labels`]).
-    pub pods: Store<Pod>,
+    pub statefulsets: Owned<StatefulSet>,
+    /// Pods (selected by the StatefulSet's labels, which carry [`labels`]), projected.
+    pub pods: Owned<Pod>,
     /// Services.
-    pub services: Store<Service>,
-    /// Jobs (hooks, backups, promotions).
-    pub jobs: Store<Job>,
+    pub services: Owned<Service>,
+    /// Jobs (hooks, backups, promotions), projected.
+    pub jobs: Owned<Job>,
     /// CronJobs (scheduled backups).
-    pub cronjobs: Store<CronJob>,
+    pub cronjobs: Owned<CronJob>,
     /// ConfigMaps (pod scripts).
-    pub configmaps: Store<ConfigMap>,
+    pub configmaps: Owned<ConfigMap>,
     /// PodDisruptionBudgets.
-    pub pdbs: Store<PodDisruptionBudget>,
-    /// PersistentVolumeClaims made from volumeClaimTemplates.
-    pub pvcs: Store<PersistentVolumeClaim>,
+    pub pdbs: Owned<PodDisruptionBudget>,
+    /// PersistentVolumeClaims made from volumeClaimTemplates, projected.
+    pub pvcs: Owned<PersistentVolumeClaim>,
 }
 
 impl Cache {
-    /// The objects of one store that belong to `owner` (by the instance and name labels).
-    pub fn owned_by<K, O>(store: &Store<K>, owner: &O, kind_label: &str) -> Vec<std::sync::Arc<K>>
+    /// Empty, unlisted stores for the objects of owners of `kind_label`.
+    pub fn new(kind_label: &'static str) -> Self {
+        Self {
+            statefulsets: Owned::new(kind_label),
+            pods: Owned::new(kind_label),
+            services: Owned::new(kind_label),
+            jobs: Owned::new(kind_label),
+            cronjobs: Owned::new(kind_label),
+            configmaps: Owned::new(kind_label),
+            pdbs: Owned::new(kind_label),
+            pvcs: Owned::new(kind_label),
+        }
+    }
+
+    /// The objects of one store that belong to `owner` (by the instance and name
+    /// labels), found through the store's owner index: the cost does not grow with the
+    /// number of other owners.
+    pub fn owned_by<K, O>(store: &Owned<K>, owner: &O, kind_label: &str) -> Vec<std::sync::Arc<K>>
     where
-        K: Resource<DynamicType = ()> + Clone + 'static,
+        K: Project,
         O: Resource,
     {
-        let (ns, name) = (
-            owner.meta().namespace.clone(),
-            owner.meta().name.clone().unwrap_or_default(),
-        );
-        store
-            .state()
-            .into_iter()
-            .filter(|o| o.meta().namespace == ns)
-            .filter(|o| {
-                let l = o.labels();
-                l.get(labels::INSTANCE) == Some(&name)
-                    && l.get(labels::NAME).map(String::as_str) == Some(kind_label)
-            })
-            .collect()
+        if store.kind_label() != kind_label {
+            return Vec::new();
+        }
+        store.of(
+            owner.meta().namespace.as_deref(),
+            owner.meta().name.as_deref().unwrap_or_default(),
+        )
     }
 }
 

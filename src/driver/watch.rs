@@ -1,4 +1,4 @@
-//! The watches: the custom resource's, filtered by predicates, and the owned kinds',
+//! The watches: the custom resource's, filtered by [`ResourceTrigger`], and the owned kinds',
 //! reflected into the shared [`Cache`] and mapped back to their owners.
 //!
 //! # Guarantees
@@ -12,13 +12,16 @@
 //!   server is back.
 //! - An owned object triggers a reconcile of its owner when it appears, disappears
 //!   (including objects that vanished while a watch was down and are missing from the
-//!   relist), or changes in anything but `metadata.resourceVersion` and
-//!   `metadata.managedFields`. Status changes do trigger: a pod's readiness, a Job's
-//!   completion and a claim's binding are what machines wait for.
+//!   relist), or changes in anything its projection keeps but
+//!   `metadata.resourceVersion` (see [`super::cache`]). Status changes do trigger: a
+//!   pod's readiness, a Job's completion and a claim's binding are what machines wait
+//!   for.
+//! - Each owned-object watch selects, on the server, the objects of this machine's kind
+//!   only.
 //!
 //! # Assumptions
-//! - Owned objects carry [`labels::MANAGED_BY`] = [`labels::MANAGED_BY_VALUE`] (the watch
-//!   selector), [`labels::NAME`] = the owner's [`Operator::KIND_LABEL`] and
+//! - Owned objects carry [`labels::MANAGED_BY`] = [`labels::MANAGED_BY_VALUE`] and
+//!   [`labels::NAME`] = the owner's [`Operator::KIND_LABEL`] (the watch selector), and
 //!   [`labels::INSTANCE`] = the owner's name, and live in the owner's namespace. Pods are
 //!   owned by their StatefulSet, not by the custom resource, so the mapping is by labels,
 //!   never by owner references.
@@ -31,20 +34,26 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, stream};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::cache::{Owned, Project};
 use super::{Cache, Error, Operator, labels};
 
 /// Where an object lives: namespace and name.
 pub(crate) type Key = (Option<String>, String);
 
-/// The label selector of every owned-object watch.
-pub fn owned_selector() -> String {
-    format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE)
+/// The label selector of the owned-object watches of owners of `kind_label`: only
+/// this machine's objects are sent, never another machine's.
+pub fn owned_selector(kind_label: &str) -> String {
+    format!(
+        "{}={},{}={kind_label}",
+        labels::MANAGED_BY,
+        labels::MANAGED_BY_VALUE,
+        labels::NAME
+    )
 }
 
 /// An `Api` in `namespace`, or across all namespaces.
@@ -56,16 +65,6 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     }
-}
-
-/// The owner an owned object names through its labels, if it names one of `kind_label`.
-pub(crate) fn owner_of<K: Resource>(object: &K, kind_label: &str) -> Option<Key> {
-    let l = object.labels();
-    if l.get(labels::NAME).map(String::as_str) != Some(kind_label) {
-        return None;
-    }
-    let instance = l.get(labels::INSTANCE)?;
-    Some((object.namespace(), instance.clone()))
 }
 
 /// The retry delays of a failing watch: 250 ms doubling to at most 2 s, each ±25 %
@@ -181,131 +180,26 @@ impl OwnWrites {
     }
 }
 
-/// A hash of what matters about an object: everything but `metadata.resourceVersion`
-/// and `metadata.managedFields`.
-pub(crate) fn content_hash<K: Serialize>(object: &K) -> u64 {
-    let mut value = serde_json::to_value(object).unwrap_or(serde_json::Value::Null);
-    if let Some(meta) = value
-        .get_mut("metadata")
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        meta.remove("resourceVersion");
-        meta.remove("managedFields");
-    }
-    let mut hasher = DefaultHasher::new();
-    value.to_string().hash(&mut hasher);
-    hasher.finish()
-}
-
-#[derive(Debug, Clone)]
-struct Seen {
-    hash: u64,
-    owner: Option<Key>,
-}
-
-/// Turns the events of one owned kind into the owners to reconcile.
-///
-/// Pure bookkeeping over watch events, so it is unit-tested without a cluster.
-#[derive(Debug)]
-pub(crate) struct OwnerTrigger {
-    kind_label: &'static str,
-    seen: HashMap<Key, Seen>,
-    relisted: Option<HashSet<Key>>,
-}
-
-impl OwnerTrigger {
-    pub(crate) fn new(kind_label: &'static str) -> Self {
-        Self {
-            kind_label,
-            seen: HashMap::new(),
-            relisted: None,
-        }
-    }
-
-    /// The owners that `event` concerns (deduplicated, in no particular order).
-    pub(crate) fn owners<K>(&mut self, event: &watcher::Event<K>) -> Vec<Key>
-    where
-        K: Resource + Serialize,
-    {
-        let mut out = Vec::new();
-        match event {
-            watcher::Event::Init => self.relisted = Some(HashSet::new()),
-            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
-                let key = (o.namespace(), o.name_any());
-                if let (watcher::Event::InitApply(_), Some(listed)) = (event, &mut self.relisted) {
-                    listed.insert(key.clone());
-                }
-                let now = Seen {
-                    hash: content_hash(o),
-                    owner: owner_of(o, self.kind_label),
-                };
-                let before = self.seen.insert(key, now.clone());
-                match before {
-                    Some(b) if b.hash == now.hash => {}
-                    Some(b) => {
-                        // Relabelled away from an owner: that owner must look too.
-                        out.extend(b.owner.filter(|o| Some(o) != now.owner.as_ref()));
-                        out.extend(now.owner);
-                    }
-                    None => out.extend(now.owner),
-                }
-            }
-            watcher::Event::Delete(o) => {
-                let key = (o.namespace(), o.name_any());
-                let before = self.seen.remove(&key).and_then(|s| s.owner);
-                out.extend(before.or_else(|| owner_of(o, self.kind_label)));
-            }
-            watcher::Event::InitDone => {
-                if let Some(listed) = self.relisted.take() {
-                    let gone: Vec<Key> = self
-                        .seen
-                        .keys()
-                        .filter(|k| !listed.contains(*k))
-                        .cloned()
-                        .collect();
-                    for key in gone {
-                        out.extend(self.seen.remove(&key).and_then(|s| s.owner));
-                    }
-                }
-            }
-        }
-        out.sort();
-        out.dedup();
-        out
-    }
-}
-
-/// Watch one owned kind into `writer`'s store; yield the owners to reconcile.
+/// Watch one owned kind into `store`; yield the owners to reconcile.
 fn owned_watch<K, R>(
     client: &Client,
     namespace: Option<&str>,
-    writer: reflector::store::Writer<K>,
-    kind_label: &'static str,
+    store: Owned<K>,
 ) -> BoxStream<'static, ObjectRef<R>>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Project + Resource<Scope = k8s_openapi::NamespaceResourceScope> + Debug + DeserializeOwned,
     R: Resource<DynamicType = ()> + 'static,
 {
     let api = api::<K>(client, namespace);
     let config = watcher::Config::default()
-        .labels(&owned_selector())
+        .labels(&owned_selector(store.kind_label()))
         .any_semantic();
-    let mut trigger = OwnerTrigger::new(kind_label);
     let kind = K::kind(&());
     watcher(api, config)
         .backoff(WatchBackoff::default())
-        .modify(|o| o.managed_fields_mut().clear())
-        .reflect(writer)
         .flat_map(move |event| {
             let owners = match event {
-                Ok(event) => trigger.owners(&event),
+                Ok(event) => store.apply(event),
                 Err(error) => {
                     tracing::warn!(%kind, %error, "owned-object watch failed; retrying with backoff");
                     Vec::new()
@@ -334,35 +228,18 @@ impl Cache {
         Self,
         impl Stream<Item = ObjectRef<O::Resource>> + Send + 'static,
     ) {
-        let (statefulsets, w1) = reflector::store();
-        let (pods, w2) = reflector::store();
-        let (services, w3) = reflector::store();
-        let (jobs, w4) = reflector::store();
-        let (cronjobs, w5) = reflector::store();
-        let (configmaps, w6) = reflector::store();
-        let (pdbs, w7) = reflector::store();
-        let (pvcs, w8) = reflector::store();
-        let k = O::KIND_LABEL;
+        let cache = Cache::new(O::KIND_LABEL);
+        let c = cache.clone();
         let streams = vec![
-            owned_watch::<_, O::Resource>(client, namespace, w1, k),
-            owned_watch::<_, O::Resource>(client, namespace, w2, k),
-            owned_watch::<_, O::Resource>(client, namespace, w3, k),
-            owned_watch::<_, O::Resource>(client, namespace, w4, k),
-            owned_watch::<_, O::Resource>(client, namespace, w5, k),
-            owned_watch::<_, O::Resource>(client, namespace, w6, k),
-            owned_watch::<_, O::Resource>(client, namespace, w7, k),
-            owned_watch::<_, O::Resource>(client, namespace, w8, k),
+            owned_watch::<_, O::Resource>(client, namespace, c.statefulsets),
+            owned_watch::<_, O::Resource>(client, namespace, c.pods),
+            owned_watch::<_, O::Resource>(client, namespace, c.services),
+            owned_watch::<_, O::Resource>(client, namespace, c.jobs),
+            owned_watch::<_, O::Resource>(client, namespace, c.cronjobs),
+            owned_watch::<_, O::Resource>(client, namespace, c.configmaps),
+            owned_watch::<_, O::Resource>(client, namespace, c.pdbs),
+            owned_watch::<_, O::Resource>(client, namespace, c.pvcs),
         ];
-        let cache = Cache {
-            statefulsets,
-            pods,
-            services,
-            jobs,
-            cronjobs,
-            configmaps,
-            pdbs,
-            pvcs,
-        };
         (cache, stream::select_all(streams))
     }
 
@@ -372,14 +249,14 @@ impl Cache {
     /// [`Error::CacheNotReady`] naming the first store that did not list in time (its
     /// watch is failing: missing RBAC, an unserved API).
     pub async fn ready(&self, timeout: Duration) -> Result<(), Error> {
-        async fn one<K>(store: &Store<K>, what: &'static str, t: Duration) -> Result<(), Error>
-        where
-            K: Resource<DynamicType = ()> + Clone + 'static,
-        {
-            match tokio::time::timeout(t, store.wait_until_ready()).await {
-                Ok(Ok(())) => Ok(()),
-                _ => Err(Error::CacheNotReady(what)),
-            }
+        async fn one<K: Project>(
+            store: &Owned<K>,
+            what: &'static str,
+            t: Duration,
+        ) -> Result<(), Error> {
+            tokio::time::timeout(t, store.wait_until_listed())
+                .await
+                .map_err(|_| Error::CacheNotReady(what))
         }
         one(&self.statefulsets, "statefulsets", timeout).await?;
         one(&self.pods, "pods", timeout).await?;
@@ -417,70 +294,6 @@ mod tests {
             data: Some([("k".to_owned(), data.to_owned())].into()),
             ..Default::default()
         }
-    }
-
-    fn key(name: &str) -> Key {
-        (Some("ns".into()), name.into())
-    }
-
-    #[test]
-    fn a_new_owned_object_triggers_its_owner() {
-        let mut t = OwnerTrigger::new("beacon");
-        let owners = t.owners(&watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")));
-        assert_eq!(owners, [key("a")]);
-    }
-
-    #[test]
-    fn an_object_of_another_kind_triggers_nothing() {
-        let mut t = OwnerTrigger::new("beacon");
-        let owners = t.owners(&watcher::Event::Apply(cm("a-cm", "a", "other", "1", "x")));
-        assert!(owners.is_empty());
-    }
-
-    #[test]
-    fn a_resource_version_only_change_triggers_nothing() {
-        let mut t = OwnerTrigger::new("beacon");
-        t.owners(&watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")));
-        let owners = t.owners(&watcher::Event::Apply(cm("a-cm", "a", "beacon", "2", "x")));
-        assert!(owners.is_empty());
-    }
-
-    #[test]
-    fn a_content_change_triggers_the_owner() {
-        let mut t = OwnerTrigger::new("beacon");
-        t.owners(&watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")));
-        let owners = t.owners(&watcher::Event::Apply(cm("a-cm", "a", "beacon", "2", "y")));
-        assert_eq!(owners, [key("a")]);
-    }
-
-    #[test]
-    fn a_relabelled_object_triggers_both_owners() {
-        let mut t = OwnerTrigger::new("beacon");
-        t.owners(&watcher::Event::Apply(cm("cm", "a", "beacon", "1", "x")));
-        let owners = t.owners(&watcher::Event::Apply(cm("cm", "b", "beacon", "2", "x")));
-        assert_eq!(owners, [key("a"), key("b")]);
-    }
-
-    #[test]
-    fn a_deletion_triggers_the_owner() {
-        let mut t = OwnerTrigger::new("beacon");
-        t.owners(&watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")));
-        let owners = t.owners(&watcher::Event::Delete(cm("a-cm", "a", "beacon", "2", "x")));
-        assert_eq!(owners, [key("a")]);
-    }
-
-    #[test]
-    fn an_unchanged_relist_triggers_nothing_but_a_vanished_object_triggers_its_owner() {
-        let mut t = OwnerTrigger::new("beacon");
-        t.owners(&watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")));
-        t.owners(&watcher::Event::Apply(cm("b-cm", "b", "beacon", "1", "x")));
-        assert!(t.owners::<ConfigMap>(&watcher::Event::Init).is_empty());
-        let again = t.owners(&watcher::Event::InitApply(cm(
-            "a-cm", "a", "beacon", "5", "x",
-        )));
-        assert!(again.is_empty());
-        let done = t.owners::<ConfigMap>(&watcher::Event::InitDone);
-        assert_eq!(done, [key("b")]);
     }
 
     fn with_status(rv: &str, generation: i64) -> ConfigMap {

@@ -1092,8 +1092,6 @@ mod objects {
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::Pod;
     use kube::ResourceExt;
-    use kube::runtime::reflector::{self, Store};
-    use kube::runtime::watcher;
     use serde_json::json;
 
     use super::super::machine::{DdbState, HookPhase, Shape};
@@ -1101,18 +1099,11 @@ mod objects {
     use super::super::render;
     use super::super::{DistributedDB, DistributedDb};
     use super::{spec, with_backups, with_hooks};
-    use crate::driver::{Cache, Operator};
+    use crate::driver::{Cache, Operator, Owned, Project};
     use crate::machines::common::backup::BackupKind;
 
-    fn store<K>(objects: Vec<K>) -> Store<K>
-    where
-        K: kube::Resource<DynamicType = ()> + Clone + 'static,
-    {
-        let (reader, mut writer) = reflector::store::<K>();
-        for o in objects {
-            writer.apply_watcher_event(&watcher::Event::Apply(o));
-        }
-        reader
+    fn store<K: Project>(objects: Vec<K>) -> Owned<K> {
+        Owned::from_objects(DistributedDb::KIND_LABEL, objects)
     }
 
     fn cache(statefulsets: Vec<StatefulSet>, pods: Vec<Pod>) -> Cache {

@@ -1,0 +1,507 @@
+//! The owned-object cache: every owned object, projected to what machines read, indexed
+//! by its owner.
+//!
+//! One [`Owned`] store per kind is filled by that kind's watch. Each event is applied
+//! by [`Index::apply`], which also says which owners must be reconciled, so the
+//! bookkeeping that decides triggers and the store that machines read are one
+//! structure, with no second copy of any object.
+//!
+//! # Guarantees
+//! - [`Cache::owned_by`] costs time in the number of objects of that owner, not in the
+//!   number of objects cached: a reconcile does the same work with 1 cluster or 1,000.
+//! - Objects are stored as [`Project`]ed: without `managedFields`, and for pods, Jobs
+//!   and claims without the parts of the spec no machine reads. A change confined to
+//!   what the projection drops triggers nothing.
+//! - An owned object triggers a reconcile of its owner when it appears, disappears
+//!   (including objects that vanished while the watch was down and are missing from
+//!   the relist), is relabelled to or from it, or changes in anything but
+//!   `metadata.resourceVersion` (compared as typed values, never serialized).
+//!
+//! # Assumptions
+//! - Owned objects carry [`labels::NAME`] = the owner's kind label and
+//!   [`labels::INSTANCE`] = the owner's name, and live in the owner's namespace.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodSpec,
+    PodStatus, Service,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use super::labels;
+
+/// Where an object lives: namespace and name.
+pub(crate) type Key = (Option<String>, String);
+
+/// Reduce an object to what machines read, before it is stored.
+pub trait Project: Resource<DynamicType = ()> + Clone + PartialEq + Send + Sync + 'static {
+    /// Drop what no machine reads. The default drops `managedFields`.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+    }
+}
+
+impl Project for StatefulSet {}
+impl Project for Service {}
+impl Project for CronJob {}
+impl Project for ConfigMap {}
+impl Project for PodDisruptionBudget {}
+
+impl Project for Pod {
+    /// Keeps metadata, each container's name and image, and the status's phase,
+    /// conditions and pod IP: what readiness, images, ordinals and roles are read from.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+        self.spec = self.spec.take().map(|spec| PodSpec {
+            containers: spec
+                .containers
+                .into_iter()
+                .map(|c| Container {
+                    name: c.name,
+                    image: c.image,
+                    ..Container::default()
+                })
+                .collect(),
+            node_name: spec.node_name,
+            ..PodSpec::default()
+        });
+        self.status = self.status.take().map(|status| PodStatus {
+            phase: status.phase,
+            conditions: status.conditions,
+            pod_ip: status.pod_ip,
+            ..PodStatus::default()
+        });
+    }
+}
+
+impl Project for Job {
+    /// Keeps metadata and status: a Job is judged by its labels and its outcome; its
+    /// pod template is never read back.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+        self.spec = None;
+    }
+}
+
+impl Project for PersistentVolumeClaim {
+    /// Keeps metadata, the requested resources and the status.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+        self.spec = self.spec.take().map(|spec| PersistentVolumeClaimSpec {
+            resources: spec.resources,
+            ..PersistentVolumeClaimSpec::default()
+        });
+    }
+}
+
+/// The objects of one kind, indexed by owner. Cheap to clone (shared).
+pub struct Owned<K> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K> Clone for Owned<K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+struct Shared<K> {
+    index: RwLock<Index<K>>,
+    listed: tokio::sync::watch::Sender<bool>,
+}
+
+impl<K: Project> Owned<K> {
+    /// An empty store for objects of owners of `kind_label`, not yet listed.
+    pub fn new(kind_label: &'static str) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                index: RwLock::new(Index::new(kind_label)),
+                listed: tokio::sync::watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// A listed store holding `objects` (projected), for tests of observation code.
+    pub fn from_objects(kind_label: &'static str, objects: Vec<K>) -> Self {
+        let store = Self::new(kind_label);
+        store.apply(watcher::Event::Init);
+        for object in objects {
+            store.apply(watcher::Event::InitApply(object));
+        }
+        store.apply(watcher::Event::InitDone);
+        store
+    }
+
+    /// The kind label of the owners whose objects this store holds.
+    pub fn kind_label(&self) -> &'static str {
+        self.shared
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .kind_label
+    }
+
+    /// The objects of `owner` (namespace and name).
+    pub fn of(&self, namespace: Option<&str>, owner: &str) -> Vec<Arc<K>> {
+        let index = self
+            .shared
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        index
+            .by_owner
+            .get(&(namespace.map(str::to_owned), owner.to_owned()))
+            .map(|objects| objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// How many objects are stored.
+    pub fn len(&self) -> usize {
+        self.shared
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .owner_of
+            .len()
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Apply one watch event; returns the owners it concerns.
+    pub(crate) fn apply(&self, event: watcher::Event<K>) -> Vec<Key> {
+        let owners = self
+            .shared
+            .index
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .apply(event);
+        owners.listed.then(|| self.shared.listed.send_replace(true));
+        owners.keys
+    }
+
+    /// Resolves once the first list is complete.
+    pub async fn wait_until_listed(&self) {
+        let mut listed = self.shared.listed.subscribe();
+        // The sender lives as long as `self`, so this cannot fail while awaited.
+        let _ = listed.wait_for(|l| *l).await;
+    }
+}
+
+/// What one event did: the owners to reconcile, and whether a list completed.
+pub(crate) struct Applied {
+    pub(crate) keys: Vec<Key>,
+    pub(crate) listed: bool,
+}
+
+/// The index behind [`Owned`], without locking or I/O (unit-tested as is).
+pub(crate) struct Index<K> {
+    kind_label: &'static str,
+    /// Owner → object name → object.
+    by_owner: HashMap<Key, BTreeMap<String, Arc<K>>>,
+    /// Object → its owner (`None`: not one of ours; kept so deletes are cheap).
+    owner_of: HashMap<Key, Option<Key>>,
+    /// The objects seen in the relist under way.
+    relisted: Option<std::collections::HashSet<Key>>,
+}
+
+impl<K: Project> Index<K> {
+    pub(crate) fn new(kind_label: &'static str) -> Self {
+        Self {
+            kind_label,
+            by_owner: HashMap::new(),
+            owner_of: HashMap::new(),
+            relisted: None,
+        }
+    }
+
+    fn owner(&self, object: &K) -> Option<Key> {
+        let l = object.labels();
+        if l.get(labels::NAME).map(String::as_str) != Some(self.kind_label) {
+            return None;
+        }
+        Some((object.namespace(), l.get(labels::INSTANCE)?.clone()))
+    }
+
+    fn get(&self, key: &Key) -> Option<&Arc<K>> {
+        let owner = self.owner_of.get(key)?.as_ref()?;
+        self.by_owner.get(owner)?.get(&key.1)
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<Key> {
+        let owner = self.owner_of.remove(key)??;
+        if let Some(objects) = self.by_owner.get_mut(&owner) {
+            objects.remove(&key.1);
+            if objects.is_empty() {
+                self.by_owner.remove(&owner);
+            }
+        }
+        Some(owner)
+    }
+
+    /// Store `object`; the owners to reconcile.
+    fn upsert(&mut self, mut object: K) -> Vec<Key> {
+        object.project();
+        let key = (object.namespace(), object.name_any());
+        let owner = self.owner(&object);
+        let unchanged = self
+            .get(&key)
+            .is_some_and(|before| same_content(before.as_ref(), &object));
+        let before = self.owner_of.get(&key).cloned().flatten();
+        if unchanged && before == owner {
+            // Keep the stored version current for the stale-read fence of callers.
+            if let Some(o) = &owner
+                && let Some(objects) = self.by_owner.get_mut(o)
+            {
+                objects.insert(key.1.clone(), Arc::new(object));
+            }
+            return Vec::new();
+        }
+        self.remove(&key);
+        if let Some(o) = &owner {
+            self.by_owner
+                .entry(o.clone())
+                .or_default()
+                .insert(key.1.clone(), Arc::new(object));
+        }
+        self.owner_of.insert(key, owner.clone());
+        // Relabelled away from an owner: that owner must look too.
+        before.into_iter().chain(owner).collect()
+    }
+
+    pub(crate) fn apply(&mut self, event: watcher::Event<K>) -> Applied {
+        let mut keys = Vec::new();
+        let mut listed = false;
+        match event {
+            watcher::Event::Init => self.relisted = Some(Default::default()),
+            watcher::Event::InitApply(object) => {
+                if let Some(relisted) = &mut self.relisted {
+                    relisted.insert((object.namespace(), object.name_any()));
+                }
+                keys = self.upsert(object);
+            }
+            watcher::Event::Apply(object) => keys = self.upsert(object),
+            watcher::Event::Delete(object) => {
+                let key = (object.namespace(), object.name_any());
+                keys.extend(self.remove(&key).or_else(|| self.owner(&object)));
+            }
+            watcher::Event::InitDone => {
+                listed = true;
+                if let Some(relisted) = self.relisted.take() {
+                    let gone: Vec<Key> = self
+                        .owner_of
+                        .keys()
+                        .filter(|k| !relisted.contains(*k))
+                        .cloned()
+                        .collect();
+                    for key in gone {
+                        keys.extend(self.remove(&key));
+                    }
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        Applied { keys, listed }
+    }
+}
+
+/// Whether two versions of an object differ only in `metadata.resourceVersion`.
+fn same_content<K: Project>(before: &K, after: &K) -> bool {
+    if before.meta().resource_version == after.meta().resource_version {
+        return true;
+    }
+    let mut after = after.clone();
+    after
+        .meta_mut()
+        .resource_version
+        .clone_from(&before.meta().resource_version);
+    *before == after
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn cm(name: &str, owner: &str, kind: &str, rv: &str, data: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                labels: Some(
+                    [
+                        (labels::MANAGED_BY.to_owned(), "lockstep".to_owned()),
+                        (labels::NAME.to_owned(), kind.to_owned()),
+                        (labels::INSTANCE.to_owned(), owner.to_owned()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            data: Some([("k".to_owned(), data.to_owned())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn key(name: &str) -> Key {
+        (Some("ns".into()), name.into())
+    }
+
+    fn owners(store: &Owned<ConfigMap>, event: watcher::Event<ConfigMap>) -> Vec<Key> {
+        store.apply(event)
+    }
+
+    #[test]
+    fn a_new_owned_object_triggers_its_owner_and_is_found_under_it() {
+        let s = Owned::new("beacon");
+        let o = owners(
+            &s,
+            watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")),
+        );
+        assert_eq!(o, [key("a")]);
+        assert_eq!(s.of(Some("ns"), "a").len(), 1);
+        assert!(s.of(Some("ns"), "b").is_empty());
+        assert!(s.of(Some("other"), "a").is_empty());
+    }
+
+    #[test]
+    fn an_object_of_another_kind_triggers_nothing_and_is_not_listed() {
+        let s = Owned::new("beacon");
+        let o = owners(
+            &s,
+            watcher::Event::Apply(cm("a-cm", "a", "other", "1", "x")),
+        );
+        assert!(o.is_empty());
+        assert!(s.of(Some("ns"), "a").is_empty());
+    }
+
+    #[test]
+    fn a_resource_version_only_change_triggers_nothing() {
+        let s = Owned::new("beacon");
+        owners(
+            &s,
+            watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")),
+        );
+        let o = owners(
+            &s,
+            watcher::Event::Apply(cm("a-cm", "a", "beacon", "2", "x")),
+        );
+        assert!(o.is_empty());
+        let stored = s.of(Some("ns"), "a");
+        assert_eq!(stored[0].resource_version().as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn a_content_change_triggers_the_owner() {
+        let s = Owned::new("beacon");
+        owners(
+            &s,
+            watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")),
+        );
+        let o = owners(
+            &s,
+            watcher::Event::Apply(cm("a-cm", "a", "beacon", "2", "y")),
+        );
+        assert_eq!(o, [key("a")]);
+    }
+
+    #[test]
+    fn a_relabelled_object_triggers_both_owners_and_moves() {
+        let s = Owned::new("beacon");
+        owners(&s, watcher::Event::Apply(cm("cm", "a", "beacon", "1", "x")));
+        let o = owners(&s, watcher::Event::Apply(cm("cm", "b", "beacon", "2", "x")));
+        assert_eq!(o, [key("a"), key("b")]);
+        assert!(s.of(Some("ns"), "a").is_empty());
+        assert_eq!(s.of(Some("ns"), "b").len(), 1);
+    }
+
+    #[test]
+    fn a_deletion_triggers_the_owner_and_removes_the_object() {
+        let s = Owned::new("beacon");
+        owners(
+            &s,
+            watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")),
+        );
+        let o = owners(
+            &s,
+            watcher::Event::Delete(cm("a-cm", "a", "beacon", "2", "x")),
+        );
+        assert_eq!(o, [key("a")]);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn an_unchanged_relist_triggers_nothing_but_a_vanished_object_triggers_its_owner() {
+        let s = Owned::new("beacon");
+        owners(
+            &s,
+            watcher::Event::Apply(cm("a-cm", "a", "beacon", "1", "x")),
+        );
+        owners(
+            &s,
+            watcher::Event::Apply(cm("b-cm", "b", "beacon", "1", "x")),
+        );
+        assert!(owners(&s, watcher::Event::Init).is_empty());
+        let again = owners(
+            &s,
+            watcher::Event::InitApply(cm("a-cm", "a", "beacon", "5", "x")),
+        );
+        assert!(again.is_empty());
+        let done = owners(&s, watcher::Event::InitDone);
+        assert_eq!(done, [key("b")]);
+        assert_eq!(s.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_store_is_listed_after_the_first_init_done() {
+        let s = Owned::<ConfigMap>::new("beacon");
+        let waiting = s.clone();
+        let listed = tokio::spawn(async move { waiting.wait_until_listed().await });
+        s.apply(watcher::Event::Init);
+        s.apply(watcher::Event::InitDone);
+        tokio::time::timeout(std::time::Duration::from_secs(5), listed)
+            .await
+            .expect("listed in time")
+            .expect("the task ran");
+    }
+
+    #[test]
+    fn a_pod_is_stored_with_only_what_machines_read() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "ns", "labels": {
+                "app.kubernetes.io/name": "beacon", "app.kubernetes.io/instance": "db"},
+                "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"containers": [{"name": "db", "image": "db:1",
+                "env": [{"name": "A", "value": "b"}], "command": ["run"]}],
+                "volumes": [{"name": "data", "emptyDir": {}}], "nodeName": "n1"},
+            "status": {"phase": "Running", "podIP": "10.0.0.9",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "db", "image": "db:1", "imageID": "x",
+                    "ready": true, "restartCount": 0}]}
+        }))
+        .expect("a pod");
+        let s = Owned::<Pod>::from_objects("beacon", vec![pod]);
+        let stored = s.of(Some("ns"), "db");
+        let stored = &stored[0];
+        assert!(stored.metadata.managed_fields.is_none());
+        let spec = stored.spec.as_ref().expect("spec");
+        assert_eq!(spec.containers[0].image.as_deref(), Some("db:1"));
+        assert!(spec.containers[0].env.is_none() && spec.containers[0].command.is_none());
+        assert!(spec.volumes.is_none());
+        let status = stored.status.as_ref().expect("status");
+        assert!(status.container_statuses.is_none());
+        assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
+    }
+}
