@@ -16,6 +16,7 @@ use serde_json::json;
 use lockstep::driver::{self, Authority, DriverHooks, Finished, Target};
 use lockstep::engine::conditions::{self, reason};
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
+use lockstep::machines::postgres::PostgresCluster;
 
 use crate::support::{
     DEADLINE, Env, InProcessOperator, RequestLog, counted_client, events_about, install_crd_of,
@@ -362,5 +363,77 @@ async fn a_process_without_authority_sends_nothing_until_it_is_granted() {
     // Authority granted: the next retry (backoff from 1 s) proceeds to Ready.
     wait_for(&api, "gated", "Ready once granted", is_ready).await;
     operator.stop().await;
+    env.finish().await;
+}
+
+/// Create `object` (as JSON) in a server-side dry run; the API server's refusal.
+async fn refusal<K>(api: &Api<K>, object: serde_json::Value) -> String
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let object: K = serde_json::from_value(object).expect("an object");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    match api.create(&dry, &object).await {
+        Ok(_) => panic!("the API server accepted it"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn input_that_kubernetes_would_refuse_downstream_is_rejected_at_admission_naming_the_field() {
+    let mut env = env("downstream").await;
+    install_crd_of::<PostgresCluster>(&env.client).await;
+    env.ns.track::<PostgresCluster>();
+    let ddbs: Api<DistributedDB> = env.api();
+    let pgcs: Api<PostgresCluster> = env.api();
+    let ddb = |name: &str, extra: serde_json::Value| {
+        let mut spec = json!({"image": "registry.example/db:1", "storage": {"size": "1Gi"}});
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            spec[k] = v;
+        }
+        json!({"apiVersion": "lockstep.dev/v1alpha1", "kind": "DistributedDB",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    let schedule = |s: &str| {
+        json!({"backupPolicy": {"schedule": s, "s3Endpoint": "https://s3.example",
+            "s3CredentialsSecret": "s3", "bucket": "b", "image": "registry.example/b:1"}})
+    };
+    for bad in ["*/0 * * * *", "5-3 * * * *", "0 0 * FOO *"] {
+        let e = refusal(&ddbs, ddb("sched", schedule(bad))).await;
+        assert!(e.contains("backupPolicy.schedule"), "{bad}: {e}");
+
+        let pg = json!({"apiVersion": "lockstep.dev/v1alpha1", "kind": "PostgresCluster",
+            "metadata": {"name": "sched"},
+            "spec": {"version": "16.3", "replicas": 3, "storageSize": "1Gi",
+                "backupSchedule": bad,
+                "backup": {"s3Endpoint": "https://s3.example", "bucket": "b",
+                    "credentialsSecret": "s3", "image": "registry.example/b:1"}}});
+        let e = refusal(&pgcs, pg).await;
+        assert!(e.contains("spec.backupSchedule"), "{bad}: {e}");
+    }
+    let e = refusal(
+        &ddbs,
+        ddb(
+            "ports",
+            json!({"ports": [{"name": "Not_A_Port_Name", "port": 2379}]}),
+        ),
+    )
+    .await;
+    assert!(e.contains("ports[].name"), "{e}");
+    let e = refusal(&ddbs, ddb("dotted.db", json!({}))).await;
+    assert!(e.contains("metadata.name"), "{e}");
+    // And what Kubernetes accepts still passes.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let ok: DistributedDB =
+        serde_json::from_value(ddb("fine", schedule("0 0 1-5/2 JAN,jul MON-FRI"))).expect("ok");
+    ddbs.create(&dry, &ok)
+        .await
+        .expect("a valid schedule passes");
     env.finish().await;
 }

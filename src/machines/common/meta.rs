@@ -9,6 +9,18 @@ use kube::Resource;
 use super::Error;
 use crate::driver::labels;
 
+/// The CEL rule on the root of a Lockstep resource: its name must also be a valid
+/// Service name (DNS-1035: a lower-case letter first, then letters, digits and hyphens,
+/// not ending in a hyphen), since Services, pods and Jobs are named after it.
+pub const NAME_RULE: &str = "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
+/// The message of [`NAME_RULE`].
+pub const NAME_MESSAGE: &str = "metadata.name must start with a lower-case letter and hold only lower-case letters, digits and '-' (no '.'): the Services named after it must be valid DNS labels";
+/// The CEL rule on a port name: an IANA service name (lower-case letters, digits and
+/// single hyphens, at least one letter, no hyphen at either end), as Services require.
+pub const PORT_NAME_RULE: &str = "self.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--')";
+/// The message of [`PORT_NAME_RULE`].
+pub const PORT_NAME_MESSAGE: &str = "ports[].name must be an IANA service name: lower-case letters, digits and single hyphens, at least one letter, no hyphen at either end (such as \"client\")";
+
 /// Label naming the part of a workload an object is (`database`, `hook`, `backup`).
 pub const COMPONENT: &str = "lockstep.dev/component";
 /// Label carrying a run-once Job's key (its deterministic identity within the owner).

@@ -20,14 +20,17 @@
 //! ```
 //!
 //! # Validation (by the API server, with the field named in every message)
-//! - `metadata.name` at most 40 characters (names of owned Jobs derive from it);
+//! - `metadata.name` at most 40 characters (names of owned Jobs derive from it) and a
+//!   DNS label (Services are named after it);
 //! - `spec.replicas` ≥ 1; `spec.image` non-empty;
 //! - `spec.storage.size` a positive quantity that never shrinks; growing it expands
 //!   every volume claim, which needs a StorageClass with `allowVolumeExpansion`
 //!   (otherwise the API server refuses the resize and the error is reported in
 //!   `status.machine.lastError`); `spec.storage.storageClassName` immutable;
 //! - `spec.backupPolicy.schedule` a five-field cron expression or a macro such as
-//!   `@daily`;
+//!   `@daily`, as Kubernetes' cron parser reads it (positive steps, upward ranges,
+//!   month and weekday names);
+//! - `spec.ports[].name` an IANA service name; at most 16 ports;
 //! - hook `timeoutSeconds` ≥ 1 and `retryLimit` in 0..=10.
 //!
 //! # Annotations
@@ -44,7 +47,8 @@ use serde::{Deserialize, Serialize};
 
 use super::machine::DdbState;
 use crate::engine::EngineStatus;
-use crate::machines::common::cron::CRON_RULE;
+use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
+use crate::machines::common::meta::{NAME_MESSAGE, NAME_RULE, PORT_NAME_MESSAGE, PORT_NAME_RULE};
 
 /// The longest name a `DistributedDB` may have.
 pub const MAX_NAME: usize = 40;
@@ -95,6 +99,7 @@ fn default_backup_timeout() -> i64 {
     validation = Rule::new("size(self.metadata.name) <= 40")
         .message("metadata.name must be at most 40 characters: the names of the StatefulSet's pods and of the hook and backup Jobs derive from it")
         ,
+    validation = Rule::new(NAME_RULE).message(NAME_MESSAGE),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DistributedDBSpec {
@@ -116,8 +121,10 @@ pub struct DistributedDBSpec {
     /// Resources of the database container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
-    /// The ports the database listens on; the headless Service exposes the same.
+    /// The ports the database listens on; the headless Service exposes the same (at
+    /// most 16).
     #[serde(default = "default_ports")]
+    #[schemars(length(max = 16))]
     pub ports: Vec<DbPort>,
     /// Extra environment of the database container.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -156,11 +163,13 @@ pub struct Storage {
 }
 
 /// A port of the database container.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DbPort {
-    /// The port's name (an IANA service name: at most 15 lower-case characters).
+    /// The port's name (an IANA service name: at most 15 lower-case letters, digits and
+    /// single hyphens, with at least one letter).
     #[schemars(length(min = 1, max = 15))]
+    #[x_kube(validation = Rule::new(PORT_NAME_RULE).message(PORT_NAME_MESSAGE))]
     pub name: String,
     /// The port number, on the container and on the Service.
     #[schemars(range(min = 1, max = 65535))]
@@ -222,9 +231,13 @@ pub struct Hook {
 pub struct BackupPolicy {
     /// When scheduled backups run: five cron fields (`0 3 * * *`) or a macro (`@daily`).
     #[schemars(length(max = 128))]
-    #[x_kube(validation = Rule::new(CRON_RULE).message(
-        "backupPolicy.schedule must be a cron expression: five fields (minute hour day-of-month month day-of-week, such as \"0 3 * * *\") or @yearly, @monthly, @weekly, @daily or @hourly"
-    ))]
+    #[x_kube(
+        validation = Rule::new(CRON_RULE).message(
+            "backupPolicy.schedule must be a cron expression: five fields (minute hour day-of-month month day-of-week, such as \"0 3 * * *\"; steps are positive, names are JAN-DEC and SUN-SAT) or @yearly, @monthly, @weekly, @daily or @hourly"
+        ),
+        validation = Rule::new(CRON_RANGE_RULE)
+            .message("backupPolicy.schedule: every range must run upwards (1-5, not 5-1)")
+    )]
     pub schedule: String,
     /// Pause scheduled backups (on-demand and final backups still run).
     #[serde(default)]

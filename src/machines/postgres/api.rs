@@ -51,7 +51,8 @@ use serde::{Deserialize, Serialize};
 
 use super::machine::PgState;
 use crate::engine::EngineStatus;
-use crate::machines::common::cron::CRON_RULE;
+use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
+use crate::machines::common::meta::{NAME_MESSAGE, NAME_RULE};
 
 /// The longest name a `PostgresCluster` may have.
 pub const MAX_NAME: usize = 40;
@@ -107,6 +108,7 @@ fn version_rule() -> String {
         // No fieldPath: the root schema does not declare `metadata`, so the API server
         // refuses a path into it; the message names the field instead.
         .message("metadata.name must be at most 40 characters: the names of the pods, Services and Jobs derive from it"),
+    validation = Rule::new(NAME_RULE).message(NAME_MESSAGE),
 )]
 #[x_kube(
     validation = Rule::new("!has(self.backupSchedule) || has(self.backup)")
@@ -187,9 +189,13 @@ pub struct PostgresClusterSpec {
     /// Needs `backup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
-    #[x_kube(validation = Rule::new(CRON_RULE).message(
-        "spec.backupSchedule must be a cron expression: five fields (minute hour day-of-month month day-of-week, such as \"0 3 * * *\") or @yearly, @monthly, @weekly, @daily or @hourly"
-    ))]
+    #[x_kube(
+        validation = Rule::new(CRON_RULE).message(
+            "spec.backupSchedule must be a cron expression: five fields (minute hour day-of-month month day-of-week, such as \"0 3 * * *\"; steps are positive, names are JAN-DEC and SUN-SAT) or @yearly, @monthly, @weekly, @daily or @hourly"
+        ),
+        validation = Rule::new(CRON_RANGE_RULE)
+            .message("spec.backupSchedule: every range must run upwards (1-5, not 5-1)")
+    )]
     pub backup_schedule: Option<String>,
     /// Where backups go and how they run. Without it there are no backups, and deletion
     /// takes no final backup.
