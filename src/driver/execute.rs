@@ -8,7 +8,10 @@
 //! - [`Op::Delete`] carries a UID precondition; `NotFound` and a failed precondition
 //!   (409) both mean the object it named is gone, which is success.
 //! - [`Op::Label`] is a JSON merge patch of `metadata.labels`; NotFound counts as success
-//!   (machines relabel whatever replaces the object from their persisted state).
+//!   (machines relabel whatever replaces the object from their persisted state). With a
+//!   precondition the patch also carries the UID and resourceVersion read, so the server
+//!   refuses it (409 for a newer version, 422 naming `metadata.uid` for a replaced
+//!   object; both [`Error::Conflict`]) if the object changed since it was read.
 //! - Finalizer patches are JSON patches whose first operation tests the
 //!   `resourceVersion` that was read: a concurrent change makes the server reject them
 //!   (reported as [`Error::Conflict`]).
@@ -23,7 +26,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{Error, Op};
+use super::{Error, Op, Precondition};
 
 /// The HTTP status code of an API error, if the server answered with one.
 pub(crate) fn status_code(error: &kube::Error) -> Option<u16> {
@@ -125,8 +128,9 @@ pub async fn execute(
             resource,
             name,
             labels,
+            precondition,
         } => {
-            let patch = label_patch(labels);
+            let patch = label_patch(labels, precondition.as_ref());
             let params = PatchParams {
                 field_manager: Some(field_manager.to_owned()),
                 ..PatchParams::default()
@@ -141,6 +145,12 @@ pub async fn execute(
                 Err(e) if status_code(&e) == Some(404) => {
                     tracing::debug!("{what}: gone; its replacement is labelled when observed");
                 }
+                // A newer version is a 409; another object of the same name (a UID that
+                // differs, which the server reports as an immutable field) is a 422.
+                Err(e) if precondition.is_some() && precondition_failed(&e) => {
+                    tracing::debug!("{what}: replaced or changed since it was read; re-deciding");
+                    return Err(Error::Conflict);
+                }
                 Err(e) => return Err(api_error(what)(e)),
             }
         }
@@ -148,9 +158,31 @@ pub async fn execute(
     Ok(())
 }
 
-/// The merge patch that sets (`Some`) or removes (`None`) labels.
-pub(crate) fn label_patch(labels: &BTreeMap<String, Option<String>>) -> Value {
-    json!({ "metadata": { "labels": labels } })
+/// Whether a patch carrying a UID and resourceVersion was refused for them.
+fn precondition_failed(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => {
+            status.code == 409 || (status.code == 422 && status.message.contains("metadata.uid"))
+        }
+        _ => false,
+    }
+}
+
+/// The merge patch that sets (`Some`) or removes (`None`) labels, carrying the object's
+/// UID and resourceVersion as read when there is a precondition (the API server checks
+/// both: a different resourceVersion or UID is a 409).
+pub(crate) fn label_patch(
+    labels: &BTreeMap<String, Option<String>>,
+    precondition: Option<&Precondition>,
+) -> Value {
+    match precondition {
+        Some(p) => json!({ "metadata": {
+            "labels": labels,
+            "uid": p.uid,
+            "resourceVersion": p.resource_version,
+        } }),
+        None => json!({ "metadata": { "labels": labels } }),
+    }
 }
 
 /// The object's name, and the object with its namespace set to the owner's.
@@ -338,8 +370,22 @@ mod tests {
             ("old".to_owned(), None),
         ]);
         assert_eq!(
-            label_patch(&labels),
+            label_patch(&labels, None),
             json!({"metadata": {"labels": {"role": "primary", "old": null}}})
+        );
+    }
+
+    #[test]
+    fn a_fenced_label_patch_names_the_uid_and_version_read() {
+        let labels = BTreeMap::from([("role".to_owned(), Some("replica".to_owned()))]);
+        let read = Precondition {
+            uid: "u-1".to_owned(),
+            resource_version: "42".to_owned(),
+        };
+        assert_eq!(
+            label_patch(&labels, Some(&read)),
+            json!({"metadata": {"labels": {"role": "replica"},
+                "uid": "u-1", "resourceVersion": "42"}})
         );
     }
 }

@@ -79,6 +79,7 @@ pub mod watch;
 
 pub use authority::Authority;
 pub use cache::{Owned, Project};
+
 pub use config::{Backoff, Config, FIELD_MANAGER};
 pub use controller::run;
 pub use crd::crd_yaml;
@@ -218,7 +219,31 @@ pub enum Op {
         name: String,
         /// Labels to set (`Some`) or remove (`None`).
         labels: std::collections::BTreeMap<String, Option<String>>,
+        /// Patch only the object as it was read: this UID at this resourceVersion
+        /// (a mismatch is [`Error::Conflict`]: re-read and re-decide).
+        precondition: Option<Precondition>,
     },
+}
+
+/// The identity and version of an object as it was observed, which a request must
+/// still find.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Precondition {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.resourceVersion`.
+    pub resource_version: String,
+}
+
+impl Precondition {
+    /// The precondition of `object` as read (`None` if it has no UID or version, as no
+    /// object read from the API server lacks).
+    pub fn of<K: Resource>(object: &K) -> Option<Self> {
+        Some(Self {
+            uid: object.meta().uid.clone()?,
+            resource_version: object.meta().resource_version.clone()?,
+        })
+    }
 }
 
 impl Op {
@@ -258,6 +283,25 @@ impl Op {
             resource: ApiResource::erase::<K>(&()),
             name: name.into(),
             labels,
+            precondition: None,
+        }
+    }
+
+    /// Set (`Some`) or remove (`None`) labels on a typed object, only if it is still the
+    /// object `precondition` names at the version read.
+    pub fn label_if<K>(
+        name: impl Into<String>,
+        precondition: Precondition,
+        labels: std::collections::BTreeMap<String, Option<String>>,
+    ) -> Self
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        Op::Label {
+            resource: ApiResource::erase::<K>(&()),
+            name: name.into(),
+            labels,
+            precondition: Some(precondition),
         }
     }
 
@@ -330,18 +374,35 @@ impl Cache {
     /// The objects of one store that belong to `owner` (by the instance and name
     /// labels), found through the store's owner index: the cost does not grow with the
     /// number of other owners.
+    ///
+    /// An object whose controller is an object of the owner's kind with another UID is
+    /// left out: it belongs to an earlier object of the same name (deleted and created
+    /// again) and is on its way to garbage collection, so it is never taken for this
+    /// owner's (a previous incarnation's `final-backup-1` Job, say). Objects controlled
+    /// by something else (pods by their StatefulSet) or by nothing (retained claims) are
+    /// matched by labels alone.
     pub fn owned_by<K, O>(store: &Owned<K>, owner: &O, kind_label: &str) -> Vec<std::sync::Arc<K>>
     where
         K: Project,
-        O: Resource,
+        O: Resource<DynamicType = ()>,
     {
         if store.kind_label() != kind_label {
             return Vec::new();
         }
-        store.of(
+        let mut objects = store.of(
             owner.meta().namespace.as_deref(),
             owner.meta().name.as_deref().unwrap_or_default(),
-        )
+        );
+        let (kind, uid) = (O::kind(&()), owner.meta().uid.as_deref());
+        objects.retain(|o| {
+            o.meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .filter(|r| r.controller == Some(true) && r.kind == kind)
+                .all(|r| uid.is_none_or(|uid| r.uid == uid))
+        });
+        objects
     }
 }
 
@@ -401,7 +462,36 @@ pub trait Operator: Machine + Sized {
 
 #[cfg(test)]
 mod tests {
-    use super::Error;
+    use super::{Cache, Error, Owned};
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn job(name: &str, controller_uid: &str) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": {
+                "app.kubernetes.io/name": "configmap", "app.kubernetes.io/instance": "db"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "db",
+                    "uid": controller_uid, "controller": true}]}
+        }))
+        .expect("a Job")
+    }
+
+    #[test]
+    fn an_object_of_an_earlier_owner_with_the_same_name_is_not_taken_as_its_own() {
+        let jobs = Owned::from_objects(
+            "configmap",
+            vec![job("db-final-backup-1", "old"), job("db-hook", "new")],
+        );
+        let mut owner = ConfigMap::default();
+        owner.metadata.name = Some("db".into());
+        owner.metadata.namespace = Some("ns".into());
+        owner.metadata.uid = Some("new".into());
+        let mine: Vec<String> = Cache::owned_by(&jobs, &owner, "configmap")
+            .iter()
+            .filter_map(|j| j.metadata.name.clone())
+            .collect();
+        assert_eq!(mine, ["db-hook"]);
+    }
 
     fn api(code: u16) -> Error {
         Error::Api {
