@@ -44,7 +44,7 @@ use tracing::Instrument;
 use super::authority::Authority;
 use super::config::{Backoff, Config, FIELD_MANAGER};
 use super::execute::{self, describe_op};
-use super::hooks::{DriverHooks, Finished, Target};
+use super::hooks::{DriverHooks, Finished, ResourceEvent, Target};
 use super::status::{fenced_status_patch, merge_diff};
 use super::watch::{self, OwnWrites, ResourceTrigger, WatchBackoff};
 use super::{Cache, Error, Op, Operator};
@@ -79,6 +79,7 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
     let written = Arc::new(OwnWrites::default());
     let mut trigger = ResourceTrigger::default();
     let ours = written.clone();
+    let observer = hooks.clone();
     let objects = watcher(
         watch::api::<O::Resource>(&client, ns),
         watcher::Config::default().any_semantic(),
@@ -87,6 +88,11 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
     .modify(|o| o.managed_fields_mut().clear())
     .reflect(writer)
     .filter_map(move |event| {
+        if let Ok(event) = &event
+            && observer.wants_resource_events()
+        {
+            tell::<O>(&*observer, event);
+        }
         let admitted = match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                 trigger.admit(&o, &ours).then_some(Ok(o))
@@ -155,6 +161,40 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         })
         .await;
     tracing::info!(machine = O::NAME, "driver stopped");
+}
+
+/// Hand one event of the custom resources' watch to the hooks.
+fn tell<O: Operator>(hooks: &dyn DriverHooks, event: &watcher::Event<O::Resource>) {
+    let seen = |o: &O::Resource| {
+        let status = serde_json::to_value(o)
+            .ok()
+            .and_then(|mut v| v.get_mut("status").map(Value::take))
+            .unwrap_or(Value::Null);
+        let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
+        hooks.resource_event(
+            O::NAME,
+            ResourceEvent::Seen {
+                namespace: &namespace,
+                name: &name,
+                status: &status,
+            },
+        );
+    };
+    match event {
+        watcher::Event::Init => hooks.resource_event(O::NAME, ResourceEvent::Relisting),
+        watcher::Event::InitApply(o) | watcher::Event::Apply(o) => seen(o),
+        watcher::Event::Delete(o) => {
+            let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
+            hooks.resource_event(
+                O::NAME,
+                ResourceEvent::Deleted {
+                    namespace: &namespace,
+                    name: &name,
+                },
+            );
+        }
+        watcher::Event::InitDone => hooks.resource_event(O::NAME, ResourceEvent::Listed),
+    }
 }
 
 /// What the reconciles of one operator share.

@@ -35,9 +35,38 @@ pub enum Finished {
     Failed,
 }
 
+/// One event of the custom resources' watch, as [`DriverHooks::resource_event`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum ResourceEvent<'a> {
+    /// A (re)list begins: every object still there is seen again before
+    /// [`ResourceEvent::Listed`].
+    Relisting,
+    /// An object was seen (created, changed, or listed).
+    Seen {
+        /// Its namespace.
+        namespace: &'a str,
+        /// Its name.
+        name: &'a str,
+        /// Its `.status` as JSON (`null` when it has none).
+        status: &'a serde_json::Value,
+    },
+    /// An object was deleted.
+    Deleted {
+        /// Its namespace.
+        namespace: &'a str,
+        /// Its name.
+        name: &'a str,
+    },
+    /// A (re)list is complete: objects not seen since [`ResourceEvent::Relisting`] are
+    /// gone.
+    Listed,
+}
+
 /// Callbacks at fixed points of the reconcile loop.
 ///
 /// # Guarantees
+/// - `resource_event` sees every event of the custom resources' watch, in order, before
+///   the reconcile it may trigger.
 /// - `reconcile_started` and `reconcile_finished` are called in pairs, once per reconcile,
 ///   including reconciles that fail.
 /// - `transitioned` is called once per persisted transition, after its status write
@@ -56,6 +85,17 @@ pub trait DriverHooks: Send + Sync + 'static {
 
     /// `target` is in `state` after this reconcile.
     fn state(&self, _target: &Target<'_>, _state: &str) {}
+
+    /// Whether [`DriverHooks::resource_event`] is wanted (each event then costs one
+    /// serialization of the object's status). Default: no.
+    fn wants_resource_events(&self) -> bool {
+        false
+    }
+
+    /// An event of the driver's own watch of `machine`'s custom resources, so
+    /// observers (metrics) need no second watch of them. Called on the watch's task,
+    /// in the watch's order.
+    fn resource_event(&self, _machine: &'static str, _event: ResourceEvent<'_>) {}
 }
 
 /// Hooks that do nothing (the default).

@@ -5,8 +5,10 @@
 //! | --- | --- |
 //! | `reconcile_finished` | `lockstep_reconciles_total`, `lockstep_reconcile_errors_total` (on `Failed`), `lockstep_reconcile_duration_seconds` |
 //!
+//! | `resource_event` (with [`MetricsHooks::with_objects`]) | the per-object series and `lockstep_transitions_total` ([`super::observe`]) |
+//!
 //! Transitions and the per-object series (state, time in state, stuck) come from the
-//! objects' persisted status instead ([`super::observe`]): the status carries the
+//! objects' persisted status, as the driver's own watch of them delivers it: the status carries the
 //! history's times and the deadline verdict, which the hooks do not, it shows
 //! deletions, and counting a transition in the same event that moves the state series
 //! means a scrape never shows a state before the transition into it.
@@ -15,22 +17,63 @@
 //! - The driver calls `reconcile_finished` once per reconcile (its documented
 //!   guarantee).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::driver::hooks::{DriverHooks, Finished, Target};
+use crate::driver::hooks::{DriverHooks, Finished, ResourceEvent, Target};
 
 use super::metrics::{Metrics, ReconcileResult};
+use super::observe::Tracker;
 
 /// The driver hooks that feed [`Metrics`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MetricsHooks {
     metrics: Metrics,
+    objects: Option<Objects>,
+}
+
+/// The per-object series of one machine, fed by the driver's watch of its resources.
+#[derive(Clone)]
+struct Objects {
+    tracker: Arc<Mutex<Tracker>>,
+    /// Called once, when the first list of the resources is complete.
+    synced: Arc<dyn Fn() + Send + Sync>,
+    /// Whether `synced` was called.
+    announced: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for MetricsHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsHooks")
+            .field("per_object_series", &self.objects.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl MetricsHooks {
-    /// Hooks recording into `metrics`.
+    /// Hooks recording the reconcile series into `metrics`.
     pub fn new(metrics: Metrics) -> Self {
-        Self { metrics }
+        Self {
+            metrics,
+            objects: None,
+        }
+    }
+
+    /// Also keep the per-object series of `machine`'s resources ([`Tracker`]) from the
+    /// driver's watch, calling `synced` once when they have first been listed.
+    #[must_use]
+    pub fn with_objects(
+        mut self,
+        machine: &'static str,
+        synced: Arc<dyn Fn() + Send + Sync>,
+    ) -> Self {
+        self.objects = Some(Objects {
+            tracker: Arc::new(Mutex::new(Tracker::new(machine, self.metrics.clone()))),
+            synced,
+            announced: Arc::default(),
+        });
+        self
     }
 }
 
@@ -45,6 +88,25 @@ impl DriverHooks for MetricsHooks {
             | Finished::Conflict => ReconcileResult::Ok,
         };
         self.metrics.on_reconcile(target.machine, elapsed, result);
+    }
+
+    fn wants_resource_events(&self) -> bool {
+        self.objects.is_some()
+    }
+
+    fn resource_event(&self, _machine: &'static str, event: ResourceEvent<'_>) {
+        let Some(objects) = &self.objects else {
+            return;
+        };
+        objects
+            .tracker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .event(&event);
+        if matches!(event, ResourceEvent::Listed) && !objects.announced.swap(true, Ordering::SeqCst)
+        {
+            (objects.synced)();
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The per-object series, read from the objects' persisted status.
 //!
-//! While this process leads, one extra watch per machine follows its custom resources
-//! and keeps, for each object:
+//! While this process leads, the driver's own watch of each machine's custom resources
+//! hands every event to a [`Tracker`] (through [`super::hooks::MetricsHooks`]; there is
+//! no second watch), which keeps, for each object:
 //! - `lockstep_object_state{machine,namespace,name,state}` = 1 for `status.phase`,
 //!   removed when the object is deleted;
 //! - `lockstep_stuck_objects{machine}`: objects whose `Degraded` condition says
@@ -25,56 +26,16 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
-use kube::core::ApiResource;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::metrics::{Metrics, ObjectKey};
-use crate::driver::WatchBackoff;
+use crate::driver::hooks::ResourceEvent;
 use crate::engine::conditions::{self, reason, status};
 
 /// The reason that marks a stuck object on its `Degraded` condition.
 const STUCK: &str = reason::PROGRESS_DEADLINE_EXCEEDED;
 
-/// Follow every object of `resource` (in `namespace`, or cluster-wide) into `metrics`
-/// until the future is dropped. `synced` is called once, when the first list is in.
-pub async fn observe(
-    client: Client,
-    namespace: Option<String>,
-    resource: ApiResource,
-    machine: &'static str,
-    metrics: Metrics,
-    synced: impl FnOnce() + Send,
-) {
-    let mut synced = Some(synced);
-    let api: Api<DynamicObject> = match &namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &resource),
-        None => Api::all_with(client, &resource),
-    };
-    let mut tracker = Tracker::new(machine, metrics);
-    let mut events = std::pin::pin!(
-        watcher(api, watcher::Config::default().any_semantic()).backoff(WatchBackoff::default())
-    );
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => {
-                let done = matches!(event, watcher::Event::InitDone);
-                tracker.event(&event);
-                if done && let Some(synced) = synced.take() {
-                    synced();
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, machine, "status watch for metrics failed; retrying");
-            }
-        }
-    }
-}
-
-/// The bookkeeping of [`observe`], without I/O.
+/// The bookkeeping of the per-object series, without I/O.
 #[derive(Debug)]
 pub struct Tracker {
     machine: &'static str,
@@ -97,24 +58,27 @@ impl Tracker {
         }
     }
 
-    /// Take one watch event into account.
-    pub fn event(&mut self, event: &watcher::Event<DynamicObject>) {
-        match event {
-            watcher::Event::Init => self.relisted = Some(HashSet::new()),
-            watcher::Event::InitApply(object) => {
-                let key = self.key(object);
+    /// Take one event of the custom resources' watch into account.
+    pub fn event(&mut self, event: &ResourceEvent<'_>) {
+        match *event {
+            ResourceEvent::Relisting => self.relisted = Some(HashSet::new()),
+            ResourceEvent::Seen {
+                namespace,
+                name,
+                status,
+            } => {
+                let key = ObjectKey::new(self.machine, namespace.to_owned(), name.to_owned());
                 if let Some(listed) = &mut self.relisted {
-                    listed.insert(key);
+                    listed.insert(key.clone());
                 }
-                self.apply(object);
+                self.apply(key, status);
             }
-            watcher::Event::Apply(object) => self.apply(object),
-            watcher::Event::Delete(object) => {
-                let key = self.key(object);
+            ResourceEvent::Deleted { namespace, name } => {
+                let key = ObjectKey::new(self.machine, namespace.to_owned(), name.to_owned());
                 self.objects.remove(&key);
                 self.metrics.forget(&key);
             }
-            watcher::Event::InitDone => {
+            ResourceEvent::Listed => {
                 if let Some(listed) = self.relisted.take() {
                     let gone: Vec<ObjectKey> = self
                         .objects
@@ -131,17 +95,7 @@ impl Tracker {
         }
     }
 
-    fn key(&self, object: &DynamicObject) -> ObjectKey {
-        ObjectKey::new(
-            self.machine,
-            object.namespace().unwrap_or_default(),
-            object.name_any(),
-        )
-    }
-
-    fn apply(&mut self, object: &DynamicObject) {
-        let key = self.key(object);
-        let status = object.data.get("status").unwrap_or(&Value::Null);
+    fn apply(&mut self, key: ObjectKey, status: &Value) {
         let history: Vec<&Value> = status
             .get("machine")
             .and_then(|m| m.get("history"))
@@ -217,16 +171,29 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn object(name: &str, phase: &str, history: Value, stuck: bool) -> DynamicObject {
-        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let mut o = DynamicObject::new(name, &resource).within("ns");
+    struct Object {
+        name: String,
+        status: Value,
+    }
+
+    fn apply(t: &mut Tracker, o: Object) {
+        t.event(&ResourceEvent::Seen {
+            namespace: "ns",
+            name: &o.name,
+            status: &o.status,
+        });
+    }
+
+    fn object(name: &str, phase: &str, history: Value, stuck: bool) -> Object {
         let degraded = if stuck {
             json!({"type": "Degraded", "status": "True", "reason": STUCK})
         } else {
             json!({"type": "Degraded", "status": "False", "reason": "AsExpected"})
         };
-        o.data = json!({"status": {"phase": phase, "conditions": [degraded], "machine": {"history": history}}});
-        o
+        Object {
+            name: name.to_owned(),
+            status: json!({"phase": phase, "conditions": [degraded], "machine": {"history": history}}),
+        }
     }
 
     fn e(from: &str, to: &str, at: &str) -> Value {
@@ -241,7 +208,7 @@ mod tests {
             e("", "Creating", "2026-01-01T10:00:00Z"),
             e("Creating", "Ready", "2026-01-01T10:00:30Z")
         ]);
-        t.event(&watcher::Event::Apply(object("db", "Ready", h1, false)));
+        apply(&mut t, object("db", "Ready", h1, false));
         let text = metrics.encode();
         assert!(!text.contains("state_duration_seconds_count"), "{text}");
         assert!(
@@ -254,7 +221,7 @@ mod tests {
             e("Creating", "Ready", "2026-01-01T10:00:30Z"),
             e("Ready", "Upgrading 1/PreHook", "2026-01-01T10:10:30Z")
         ]);
-        t.event(&watcher::Event::Apply(object("db", "Upgrading", h2, true)));
+        apply(&mut t, object("db", "Upgrading", h2, true));
         let text = metrics.encode();
         assert!(
             text.contains("lockstep_state_duration_seconds_sum{machine=\"distributeddb\",state=\"Ready\"} 600.0"),
@@ -269,12 +236,10 @@ mod tests {
             "{text}"
         );
 
-        t.event(&watcher::Event::Delete(object(
-            "db",
-            "Upgrading",
-            json!([]),
-            true,
-        )));
+        t.event(&ResourceEvent::Deleted {
+            namespace: "ns",
+            name: &object("db", "Upgrading", json!([]), true).name,
+        });
         let text = metrics.encode();
         assert!(!text.contains("name=\"db\""), "{text}");
         assert!(
@@ -288,20 +253,13 @@ mod tests {
         let metrics = Metrics::new();
         let mut t = Tracker::new("distributeddb", metrics.clone());
         let created = json!([e("", "Creating", "2026-01-01T10:00:00Z")]);
-        t.event(&watcher::Event::Apply(object(
-            "db", "Creating", created, false,
-        )));
+        apply(&mut t, object("db", "Creating", created, false));
         let ready = json!([
             e("", "Creating", "2026-01-01T10:00:00Z"),
             e("Creating", "Ready", "2026-01-01T10:00:30Z")
         ]);
         for _ in 0..2 {
-            t.event(&watcher::Event::Apply(object(
-                "db",
-                "Ready",
-                ready.clone(),
-                false,
-            )));
+            apply(&mut t, object("db", "Ready", ready.clone(), false));
         }
         let text = metrics.encode();
         assert!(
@@ -322,26 +280,11 @@ mod tests {
     fn a_relist_forgets_objects_gone_meanwhile() {
         let metrics = Metrics::new();
         let mut t = Tracker::new("distributeddb", metrics.clone());
-        t.event(&watcher::Event::Apply(object(
-            "a",
-            "Ready",
-            json!([]),
-            false,
-        )));
-        t.event(&watcher::Event::Apply(object(
-            "b",
-            "Ready",
-            json!([]),
-            false,
-        )));
-        t.event(&watcher::Event::Init);
-        t.event(&watcher::Event::InitApply(object(
-            "a",
-            "Ready",
-            json!([]),
-            false,
-        )));
-        t.event(&watcher::Event::InitDone);
+        apply(&mut t, object("a", "Ready", json!([]), false));
+        apply(&mut t, object("b", "Ready", json!([]), false));
+        t.event(&ResourceEvent::Relisting);
+        apply(&mut t, object("a", "Ready", json!([]), false));
+        t.event(&ResourceEvent::Listed);
         let text = metrics.encode();
         assert!(text.contains("name=\"a\""), "{text}");
         assert!(!text.contains("name=\"b\""), "{text}");

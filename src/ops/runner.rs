@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kube::Client;
-use kube::core::ApiResource;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
@@ -31,7 +30,6 @@ use super::health::{self, Status};
 use super::hooks::MetricsHooks;
 use super::leader::{self, LeaseConfig};
 use super::metrics::Metrics;
-use super::observe;
 use crate::driver::{self, Authority, Operator};
 use crate::machines::distributeddb::DistributedDb;
 use crate::machines::postgres::Postgres;
@@ -132,38 +130,25 @@ pub fn run_machine(
 }
 
 /// The controller of operator `O`: the driver, fed into the metrics by
-/// [`MetricsHooks`], plus the status watch of [`observe`]. It drains when `drain` is
-/// cancelled.
+/// [`MetricsHooks`] (reconciles, and the per-object series from the driver's own watch
+/// of the resources). It drains when `drain` is cancelled.
 pub fn drive<O: Operator>(context: &MachineContext, drain: CancellationToken) -> Controller {
     let config = match &context.namespace {
         Some(ns) => driver::config::Config::namespaced(ns),
         None => driver::config::Config::cluster_wide(),
     };
+    let hooks =
+        MetricsHooks::new(context.metrics.clone()).with_objects(O::NAME, context.synced.clone());
     let config = match context.resync {
         Some(period) => config.resync_every(period),
         None => config,
     }
-    .hooks(MetricsHooks::new(context.metrics.clone()))
+    .hooks(hooks)
     .authority(context.authority.clone())
     .shutdown_on(drain.cancelled_owned());
     let client = context.client.clone();
-    let synced = context.synced.clone();
-    let observer = observe::observe(
-        client.clone(),
-        context.namespace.clone(),
-        ApiResource::erase::<O::Resource>(&()),
-        O::NAME,
-        context.metrics.clone(),
-        move || synced(),
-    );
     Box::pin(async move {
-        let driver = driver::controller::run::<O>(client, config);
-        tokio::pin!(driver, observer);
-        // The observer runs until the driver has drained.
-        tokio::select! {
-            () = &mut driver => {}
-            () = &mut observer => driver.await,
-        }
+        driver::controller::run::<O>(client, config).await;
         Ok(())
     })
 }
