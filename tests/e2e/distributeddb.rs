@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 
 use lockstep::driver::{self, DriverHooks, Finished, Target};
 use lockstep::engine::conditions;
-use lockstep::machines::distributeddb::machine::backup_key;
+use lockstep::machines::distributeddb::actions::backup_key;
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDBSpec, DistributedDb};
 
 use crate::support::{

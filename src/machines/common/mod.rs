@@ -43,6 +43,8 @@ pub mod on_demand;
 pub mod quantity;
 pub mod retry;
 pub mod subset;
+#[cfg(test)]
+pub(crate) mod table_sources;
 
 /// The errors of the shared parts.
 #[derive(Debug, thiserror::Error)]

@@ -42,7 +42,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::machine::DdbState;
+use super::state::DdbState;
 use crate::engine::EngineStatus;
 use crate::machines::common::cron::CRON_RULE;
 

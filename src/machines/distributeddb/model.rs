@@ -31,11 +31,11 @@ use std::fmt;
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
+use super::actions::{DdbAction, HookPhase, backup_key, hook_key};
 use super::api::{BackupPolicy, DbPort, DistributedDBSpec, Hook, Storage, UpgradePolicy};
-use super::machine::{
-    CronJobView, DdbAction, DdbState, DistributedDb, HookPhase, Observed, PodView, Requests,
-    StatefulSetView, backup_key, hook_key,
-};
+use super::machine::DistributedDb;
+use super::observe::{CronJobView, Observed, PodView, Requests, StatefulSetView};
+use super::state::DdbState;
 use crate::engine::check::{CheckConfig, WorldModel, check_machine};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
@@ -892,7 +892,7 @@ fn the_model_catches_a_delete_of_an_upgraded_pod() {
     // The invariants are only as good as their teeth: deleting the replacement of a
     // pod that was just upgraded is reported.
     let mut world = Cluster::new(1, None, false);
-    world.apply(&DdbAction::EnsureStatefulSet(super::machine::Shape {
+    world.apply(&DdbAction::EnsureStatefulSet(super::actions::Shape {
         image: "db:1".to_owned(),
         replicas: 1,
         claim_size: "1Gi".to_owned(),
@@ -910,14 +910,14 @@ fn the_model_catches_a_delete_of_an_upgraded_pod() {
 #[test]
 fn the_model_catches_a_delete_before_the_pre_hook() {
     let mut world = Cluster::new(2, Some(0), false);
-    world.apply(&DdbAction::EnsureStatefulSet(super::machine::Shape {
+    world.apply(&DdbAction::EnsureStatefulSet(super::actions::Shape {
         image: "db:1".to_owned(),
         replicas: 2,
         claim_size: "1Gi".to_owned(),
     }));
     world.settle();
     world.edit_spec(&Edit::Image(1));
-    world.apply(&DdbAction::EnsureStatefulSet(super::machine::Shape {
+    world.apply(&DdbAction::EnsureStatefulSet(super::actions::Shape {
         image: "db:2".to_owned(),
         replicas: 2,
         claim_size: "1Gi".to_owned(),

@@ -4,18 +4,142 @@
 //! Drift is judged here, against the objects [`super::render`] produces for the
 //! persisted state, so that `decide` only sees `in_sync` flags.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use super::actions::Shape;
 use super::api::DistributedDB;
-use super::machine::{Observed, PodView, Requests, Shape, StatefulSetView, VolumeView};
 use super::render::{self, CONTAINER, KIND_LABEL, VOLUME};
 use crate::driver::Cache;
+use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
+use crate::machines::common::jobs::JobView;
 pub use crate::machines::common::observe::ordinal_of;
 use crate::machines::common::observe::{
     cronjob_view, in_sync, job_views, named, pod_image, pod_ready, pods_by_ordinal, template_image,
 };
+
+/// The StatefulSet as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatefulSetView {
+    /// The live object contains what Lockstep renders for the live object's own image,
+    /// replicas and claim size: nothing else drifted. (Whether image and replicas are
+    /// what the state wants is [`StatefulSetView::holds`].)
+    pub conforms: bool,
+    /// The template's database image.
+    pub image: Option<String>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `status.observedGeneration` has reached `metadata.generation`: the StatefulSet
+    /// controller acts on the current template.
+    pub caught_up: bool,
+    /// The volume claim template's requested size.
+    pub claim_size: Option<String>,
+}
+
+impl StatefulSetView {
+    /// Whether the live StatefulSet is exactly what Lockstep renders for `shape`.
+    pub fn holds(&self, shape: &Shape) -> bool {
+        self.conforms
+            && self.image.as_deref() == Some(shape.image.as_str())
+            && self.replicas == shape.replicas
+    }
+
+    /// Whether the controller already acts on a template holding `image`.
+    pub fn serves(&self, image: &str) -> bool {
+        self.conforms && self.caught_up && self.image.as_deref() == Some(image)
+    }
+}
+
+/// A database pod as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    /// Its UID.
+    pub uid: String,
+    /// The database container's image.
+    pub image: Option<String>,
+    /// The Ready condition holds.
+    pub ready: bool,
+    /// It has a deletion timestamp.
+    pub terminating: bool,
+}
+
+pub use crate::machines::common::observe::CronJobView;
+
+/// A pod's volume claim as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeView {
+    /// `spec.resources.requests.storage`.
+    pub requested: Option<String>,
+}
+
+/// What the user asked for through annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// [`annotations::BACKUP_NOW`].
+    pub backup_now: Option<String>,
+    /// [`annotations::SKIP_FINAL_BACKUP`].
+    pub skip_final_backup: bool,
+    /// [`annotations::RETRY_HOOK`].
+    pub retry_hook: Option<String>,
+    /// [`annotations::SKIP_HOOK`].
+    pub skip_hook: Option<String>,
+}
+
+impl Requests {
+    /// Read the requests from an object's annotations.
+    pub fn from_annotations(a: &BTreeMap<String, String>) -> Self {
+        Requests {
+            backup_now: annotations::token(a, annotations::BACKUP_NOW),
+            skip_final_backup: annotations::flag(a, annotations::SKIP_FINAL_BACKUP),
+            retry_hook: annotations::token(a, RETRY_HOOK),
+            skip_hook: annotations::token(a, SKIP_HOOK),
+        }
+    }
+}
+
+/// Everything the machine sees of the world.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The custom resource's name (pods are `<name>-<ordinal>`).
+    pub name: String,
+    /// The headless Service rendered for the spec is contained in the live one.
+    pub service_in_sync: bool,
+    /// The StatefulSet, if it exists.
+    pub statefulset: Option<StatefulSetView>,
+    /// Database pods by ordinal.
+    pub pods: BTreeMap<i32, PodView>,
+    /// Owned Jobs (hooks, backups).
+    pub jobs: Vec<JobView>,
+    /// The scheduled-backup CronJob, if it exists.
+    pub cronjob: Option<CronJobView>,
+    /// Volume claims by ordinal.
+    pub volumes: BTreeMap<i32, VolumeView>,
+    /// Annotation requests.
+    pub requests: Requests,
+}
+
+impl Observed {
+    /// The run-once Job with `key`.
+    pub fn job(&self, key: &str) -> Option<&JobView> {
+        self.jobs.iter().find(|j| j.key.as_deref() == Some(key))
+    }
+
+    /// `<name>-<ordinal>`.
+    pub fn pod_name(&self, ordinal: i32) -> String {
+        format!("{}-{ordinal}", self.name)
+    }
+
+    pub(super) fn pod_names(&self, ordinals: &[i32]) -> String {
+        ordinals
+            .iter()
+            .map(|k| self.pod_name(*k))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
 
 /// The requested size of a StatefulSet's data claim template.
 pub fn claim_size(sts: &StatefulSet) -> Option<String> {

@@ -5,14 +5,15 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use kube::CustomResourceExt;
 
+use super::actions::{DdbAction, HookPhase, Shape, backup_key, hook_key};
 use super::api::{
     BackupPolicy, DbPort, DistributedDB, DistributedDBSpec, Hook, Storage, UpgradePolicy,
 };
-use super::machine::reason::*;
-use super::machine::{
-    CronJobView, DdbAction, DdbState, DistributedDb, HookPhase, Observed, PodView, Requests, Shape,
-    StatefulSetView, TABLE, Upgrade, UpgradeStep, backup_key, hook_key,
-};
+use super::machine::DistributedDb;
+use super::observe::{CronJobView, Observed, PodView, Requests, StatefulSetView};
+use super::state::{DdbState, Upgrade, UpgradeStep};
+use super::table::TABLE;
+use super::table::reason::*;
 use crate::engine::machine::is_declared;
 use crate::engine::{Decision, Health, Machine, World};
 use crate::machines::common::backup::BackupKind;
@@ -358,13 +359,13 @@ fn volumes_grow_when_the_storage_size_grows() {
     let mut o = at_rest("db:1");
     o.volumes.insert(
         0,
-        super::machine::VolumeView {
+        super::observe::VolumeView {
             requested: Some("1Gi".to_owned()),
         },
     );
     o.volumes.insert(
         1,
-        super::machine::VolumeView {
+        super::observe::VolumeView {
             requested: Some("2048Mi".to_owned()),
         },
     );
@@ -1096,9 +1097,10 @@ mod objects {
     use kube::runtime::watcher;
     use serde_json::json;
 
-    use super::super::machine::{DdbState, HookPhase, Shape};
+    use super::super::actions::{HookPhase, Shape};
     use super::super::observe::observe;
     use super::super::render;
+    use super::super::state::DdbState;
     use super::super::{DistributedDB, DistributedDb};
     use super::{spec, with_backups, with_hooks};
     use crate::driver::{Cache, Operator};
@@ -1354,4 +1356,12 @@ mod objects {
         let status = DistributedDb::status(&d, Default::default(), Some(&ready), &o);
         assert_eq!(status["version"], json!("db:2"));
     }
+}
+
+#[test]
+fn every_edge_is_taken_in_the_file_the_table_names() {
+    let checked = crate::machines::common::table_sources::where_taken::<DistributedDb>(
+        "src/machines/distributeddb/decide",
+    );
+    assert_eq!(checked, Ok(()));
 }

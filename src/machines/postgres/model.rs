@@ -42,11 +42,11 @@ use std::fmt;
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
+use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresClusterSpec};
-use super::machine::{
-    CronJobView, DeleteCause, InSync, Observed, PgAction, PgState, PodView, Postgres, Requests,
-    Role, ServiceKind, StatefulSetView, backup_key,
-};
+use super::machine::Postgres;
+use super::observe::{CronJobView, InSync, Observed, PodView, Requests, StatefulSetView};
+use super::state::PgState;
 use crate::engine::check::{CheckConfig, WorldModel, check_machine};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};

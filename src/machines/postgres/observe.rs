@@ -4,17 +4,162 @@
 //! Drift is judged here, against the objects [`super::render`] produces, so that `decide`
 //! only sees `in_sync` flags.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use super::actions::{Role, ServiceKind};
 use super::api::PostgresCluster;
-use super::machine::{InSync, Observed, PodView, Requests, Role, ServiceKind, StatefulSetView};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use crate::driver::Cache;
+use crate::machines::common::annotations;
+use crate::machines::common::jobs::JobView;
 pub use crate::machines::common::observe::ordinal_of;
 use crate::machines::common::observe::{
     cronjob_view, in_sync, job_views, named, pod_image, pod_ready, pods_by_ordinal, template_image,
 };
+
+/// The StatefulSet as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatefulSetView {
+    /// The live object contains what Lockstep renders for its own image and replicas.
+    pub conforms: bool,
+    /// The template's PostgreSQL image.
+    pub image: Option<String>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// The StatefulSet controller has seen the current template.
+    pub caught_up: bool,
+}
+
+impl StatefulSetView {
+    /// Whether the live StatefulSet is what Lockstep renders for `image` and `replicas`.
+    pub fn holds(&self, image: &str, replicas: i32) -> bool {
+        self.conforms && self.image.as_deref() == Some(image) && self.replicas == replicas
+    }
+
+    /// Whether the controller already recreates pods from a template holding `image`.
+    pub fn serves(&self, image: &str) -> bool {
+        self.conforms && self.caught_up && self.image.as_deref() == Some(image)
+    }
+}
+
+/// A PostgreSQL pod as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    /// Its UID.
+    pub uid: String,
+    /// The PostgreSQL container's image.
+    pub image: Option<String>,
+    /// The Ready condition holds.
+    pub ready: bool,
+    /// It has a deletion timestamp.
+    pub terminating: bool,
+    /// Its `lockstep.dev/role` label, if it is a known role.
+    pub role: Option<Role>,
+}
+
+impl PodView {
+    pub(super) fn serving(&self) -> bool {
+        self.ready && !self.terminating
+    }
+}
+
+pub use crate::machines::common::observe::CronJobView;
+
+/// Which of the simple owned objects match their rendering.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InSync {
+    /// The scripts ConfigMap.
+    pub scripts: bool,
+    /// The headless Service.
+    pub headless: bool,
+    /// `<name>-rw`.
+    pub read_write: bool,
+    /// `<name>-ro`.
+    pub read_only: bool,
+    /// The PodDisruptionBudget.
+    pub pdb: bool,
+}
+
+impl InSync {
+    /// Everything matches.
+    pub const ALL: InSync = InSync {
+        scripts: true,
+        headless: true,
+        read_write: true,
+        read_only: true,
+        pdb: true,
+    };
+}
+
+/// What the user asked for through annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// [`annotations::BACKUP_NOW`].
+    pub backup_now: Option<String>,
+    /// [`annotations::SKIP_FINAL_BACKUP`].
+    pub skip_final_backup: bool,
+}
+
+impl Requests {
+    /// Read the requests from an object's annotations.
+    pub fn from_annotations(a: &BTreeMap<String, String>) -> Self {
+        Requests {
+            backup_now: annotations::token(a, annotations::BACKUP_NOW),
+            skip_final_backup: annotations::flag(a, annotations::SKIP_FINAL_BACKUP),
+        }
+    }
+}
+
+/// Everything the machine sees of the world.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The custom resource's name (pods are `<name>-<ordinal>`).
+    pub name: String,
+    /// The simple owned objects.
+    pub in_sync: InSync,
+    /// The StatefulSet, if it exists.
+    pub statefulset: Option<StatefulSetView>,
+    /// PostgreSQL pods by ordinal.
+    pub pods: BTreeMap<i32, PodView>,
+    /// Owned Jobs (promotions, backups).
+    pub jobs: Vec<JobView>,
+    /// The scheduled-backup CronJob, if it exists.
+    pub cronjob: Option<CronJobView>,
+    /// Annotation requests.
+    pub requests: Requests,
+}
+
+impl Observed {
+    /// The run-once Job with `key`.
+    pub fn job(&self, key: &str) -> Option<&JobView> {
+        self.jobs.iter().find(|j| j.key.as_deref() == Some(key))
+    }
+
+    /// `<name>-<ordinal>`.
+    pub fn pod_name(&self, ordinal: i32) -> String {
+        format!("{}-{ordinal}", self.name)
+    }
+
+    pub(super) fn pod_names(&self, ordinals: &[i32]) -> String {
+        ordinals
+            .iter()
+            .map(|k| self.pod_name(*k))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The pod at `ordinal` if it exists and is not terminating.
+    pub(super) fn live(&self, ordinal: i32) -> Option<&PodView> {
+        self.pods.get(&ordinal).filter(|p| !p.terminating)
+    }
+
+    pub(super) fn serving(&self, ordinal: i32) -> bool {
+        self.pods.get(&ordinal).is_some_and(PodView::serving)
+    }
+}
 
 /// What the machine needs to know of a PostgreSQL pod.
 pub fn pod_view(pod: &Pod) -> PodView {

@@ -41,11 +41,11 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use rand::Rng;
 
+use super::actions::{Role, ServiceKind};
 use super::api::{
     BackupSpec, PostgresCluster, REPLICATION_PASSWORD_KEY, REPLICATION_USER, SUPERUSER,
     SUPERUSER_PASSWORD_KEY,
 };
-use super::machine::{Role, ServiceKind};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};

@@ -6,14 +6,13 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use kube::ResourceExt;
 
+use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key, promote_key};
 use super::api::{BackupSpec, PostgresCluster, PostgresClusterSpec};
-use super::machine::reason::*;
-use super::machine::{
-    CronJobView, DeleteCause, InSync, Observed, PgAction, PgState, PodRef, PodView, Postgres,
-    Requests, Role, ServiceKind, StatefulSetView, SwitchCause, SwitchStep, Switchover, Topology,
-    backup_key, promote_key,
-};
+use super::machine::Postgres;
+use super::observe::{CronJobView, InSync, Observed, PodView, Requests, StatefulSetView};
 use super::render;
+use super::state::{PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology};
+use super::table::reason::*;
 use crate::engine::machine::is_declared;
 use crate::engine::{Decision, Health, Machine, Wait, World};
 use crate::machines::common::backup::BackupKind;
@@ -1190,4 +1189,12 @@ fn a_job_made_by_the_cronjob_counts_as_the_last_backup() {
     }];
     assert_eq!(super::last_backup_time(&o, Some(t(10))), Some(t(50)));
     assert_eq!(super::last_backup_time(&o, Some(t(90))), Some(t(90)));
+}
+
+#[test]
+fn every_edge_is_taken_in_the_file_the_table_names() {
+    let checked = crate::machines::common::table_sources::where_taken::<Postgres>(
+        "src/machines/postgres/decide",
+    );
+    assert_eq!(checked, Ok(()));
 }
