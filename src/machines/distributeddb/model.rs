@@ -36,7 +36,9 @@ use super::api::{BackupPolicy, DbPort, DistributedDBSpec, Hook, Storage, Upgrade
 use super::machine::DistributedDb;
 use super::observe::{CronJobView, Observed, PodView, Requests, StatefulSetView};
 use super::state::DdbState;
-use crate::engine::check::{CheckConfig, WorldModel, check_machine};
+use crate::engine::check::{
+    CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
+};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::meta::short_hash;
@@ -217,6 +219,9 @@ pub(super) enum Move {
     StsDrifts,
     /// Someone puts another image into the StatefulSet template.
     StsImageTampered,
+    /// Someone puts an image a spec may ask for into the StatefulSet template (scenarios
+    /// only: generated runs tamper with [`ROGUE`]).
+    StsImageSet(u8),
     /// Someone deletes the Service.
     ServiceDeleted,
     /// Someone deletes the CronJob.
@@ -491,6 +496,33 @@ impl Cluster {
         self.jobs.get_mut(pick)
     }
 
+    /// Someone else writes `image` into the StatefulSet template.
+    fn tamper(&mut self, image: &str) {
+        if let Some(s) = &mut self.sts {
+            s.image = image.to_owned();
+            s.generation += 1;
+        }
+    }
+
+    /// A cluster whose objects already exist and run (as after the operator was
+    /// reinstalled): the machine adopts them.
+    fn existing(replicas: i32, hooks: Option<i32>, backups: bool) -> Self {
+        let mut world = Cluster::new(replicas, hooks, backups);
+        world.service = Some(true);
+        world.sts = Some(Sts {
+            image: IMAGES[0].to_owned(),
+            replicas,
+            generation: 1,
+            observed: 1,
+            drifted: false,
+            synced_image: IMAGES[0].to_owned(),
+            synced_replicas: replicas,
+        });
+        world.settle();
+        world.requests.retry_hook = None;
+        world
+    }
+
     fn pod_at(&mut self, n: u8) -> Option<&mut Pod> {
         self.pods.get_mut(&i32::from(n % 4))
     }
@@ -508,25 +540,13 @@ impl WorldModel<DistributedDb> for Cluster {
             any::<bool>(),
         )
             .prop_map(|(replicas, hooks, backups, existing)| {
-                let mut world = Cluster::new(replicas, hooks, backups);
+                // Existing objects: more of each run is spent upgrading, scaling and
+                // deleting.
                 if existing {
-                    // The objects already exist and run (as after the operator was
-                    // reinstalled): the machine adopts them, so more of each run is spent
-                    // upgrading, scaling and deleting.
-                    world.service = Some(true);
-                    world.sts = Some(Sts {
-                        image: IMAGES[0].to_owned(),
-                        replicas,
-                        generation: 1,
-                        observed: 1,
-                        drifted: false,
-                        synced_image: IMAGES[0].to_owned(),
-                        synced_replicas: replicas,
-                    });
-                    world.settle();
-                    world.requests.retry_hook = None;
+                    Cluster::existing(replicas, hooks, backups)
+                } else {
+                    Cluster::new(replicas, hooks, backups)
                 }
-                world
             })
             .boxed()
     }
@@ -770,12 +790,8 @@ impl WorldModel<DistributedDb> for Cluster {
                     s.generation += 1;
                 }
             }
-            Move::StsImageTampered => {
-                if let Some(s) = &mut self.sts {
-                    s.image = ROGUE.to_owned();
-                    s.generation += 1;
-                }
-            }
+            Move::StsImageTampered => self.tamper(ROGUE),
+            Move::StsImageSet(i) => self.tamper(IMAGES[usize::from(i) % IMAGES.len()]),
             Move::ServiceDeleted => self.service = None,
             Move::CronJobDeleted => self.cron = None,
             Move::CronFires => {
@@ -881,10 +897,198 @@ fn config() -> CheckConfig {
     }
 }
 
+/// Scenarios for the edges generated sequences seldom reach: the edge (`From -> To
+/// (Reason)`), the world and a short story that takes it (the liveness phase then
+/// settles the world as for any run).
+fn scenarios() -> Vec<Scenario<Cluster, Move, Edit>> {
+    use Move::*;
+    let r = || Event::Reconcile(Reconcile::FRESH);
+    let env = Event::Env;
+    // From adoption to Ready (the extra reconciles are quiet).
+    let adopt = || vec![r(), r(), r(), r()];
+    // Ready at db:1 to Upgrading at the restart of pod 0, with hooks configured: the
+    // pre-hook runs and succeeds.
+    let to_restart = |mut events: Vec<Event<Move, Edit>>| {
+        events.extend([
+            Event::Edit(Edit::Image(1)),
+            r(),
+            r(),
+            env(StsObserves),
+            r(),
+            env(JobFinishes(0, true)),
+            r(),
+        ]);
+        events
+    };
+    // ... then pod 0 is replaced and Ready at db:2: on to its post-hook, which starts.
+    let to_post_hook = |mut events: Vec<Event<Move, Edit>>| {
+        events.extend([
+            r(),
+            env(PodGone(0)),
+            env(StsCreatesPods),
+            env(PodReady(0)),
+            r(),
+            r(),
+        ]);
+        events
+    };
+    vec![
+        (
+            // A pod recreated from a template someone edited is replaced.
+            "Ready -> Upgrading (StrayImage)",
+            Cluster::existing(2, None, false),
+            [
+                adopt(),
+                vec![
+                    env(StsImageTampered),
+                    env(StsObserves),
+                    env(PodEvicted(1)),
+                    env(PodGone(1)),
+                    env(StsCreatesPods),
+                    env(PodReady(1)),
+                    r(),
+                    env(StsObserves),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // spec.image is set to what every pod already runs.
+            "Ready -> Ready (VersionAdopted)",
+            Cluster::existing(1, None, false),
+            [
+                adopt(),
+                vec![
+                    env(StsImageSet(1)),
+                    env(StsObserves),
+                    env(PodEvicted(0)),
+                    env(PodGone(0)),
+                    env(StsCreatesPods),
+                    env(PodReady(0)),
+                    Event::Edit(Edit::Image(1)),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // A pre-hook out of retries runs again once retry-hook is set (the liveness
+            // phase sets it).
+            "Upgrading -> Upgrading (HookRetryRequested)",
+            Cluster::existing(1, Some(0), false),
+            [
+                adopt(),
+                vec![
+                    Event::Edit(Edit::Image(1)),
+                    r(),
+                    r(),
+                    env(StsObserves),
+                    r(),
+                    env(JobFinishes(0, false)),
+                    r(),
+                    Event::Tick(600),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // The last pod's post-hook is out of retries and skip-hook is set.
+            "Upgrading -> Ready (HookSkipped)",
+            Cluster::existing(1, Some(0), false),
+            [
+                to_post_hook(to_restart(adopt())),
+                vec![
+                    env(JobFinishes(0, false)),
+                    r(),
+                    Event::Tick(600),
+                    r(),
+                    env(SkipHook(1)),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // The upgraded pod restarts before its post-hook finished.
+            "Upgrading -> Upgrading (PodRestarted)",
+            Cluster::existing(1, Some(1), false),
+            [
+                to_post_hook(to_restart(adopt())),
+                vec![
+                    env(PodEvicted(0)),
+                    env(PodGone(0)),
+                    env(StsCreatesPods),
+                    env(PodReady(0)),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // The replacement comes back from a template someone edited.
+            "Upgrading -> Upgrading (RecreatedAtStaleImage)",
+            Cluster::existing(1, None, false),
+            [
+                adopt(),
+                vec![
+                    Event::Edit(Edit::Image(1)),
+                    r(),
+                    r(),
+                    env(StsObserves),
+                    r(),
+                    r(),
+                    env(StsImageTampered),
+                    env(StsObserves),
+                    env(PodGone(0)),
+                    env(StsCreatesPods),
+                    r(),
+                    env(StsObserves),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // backupPolicy is removed before the backup Job exists.
+            "BackingUp -> Ready (BackupCancelled)",
+            Cluster::existing(1, None, true),
+            [
+                adopt(),
+                vec![
+                    env(BackupNow(0)),
+                    r(),
+                    Event::Edit(Edit::ToggleBackups),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted while backing up, the backupPolicy gone.
+            "BackingUp -> Finalized (NoBackupPolicy)",
+            Cluster::existing(1, None, true),
+            [
+                adopt(),
+                vec![
+                    env(BackupNow(0)),
+                    r(),
+                    Event::Edit(Edit::ToggleBackups),
+                    Event::Delete,
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+    ]
+}
+
 #[test]
-fn distributeddb_is_safe_and_live_under_faults() {
+fn distributeddb_is_safe_and_live_under_faults_and_takes_every_edge() {
     let report = check_machine::<DistributedDb, Cluster>(config());
     assert!(report.writes > 0);
+    assert_every_edge_taken::<DistributedDb, Cluster>(&config(), &report, scenarios());
 }
 
 #[test]

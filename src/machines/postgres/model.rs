@@ -47,7 +47,9 @@ use super::api::{BackupSpec, PostgresClusterSpec};
 use super::machine::Postgres;
 use super::observe::{CronJobView, InSync, Observed, PodView, Requests, StatefulSetView};
 use super::state::PgState;
-use crate::engine::check::{CheckConfig, WorldModel, check_machine};
+use crate::engine::check::{
+    CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
+};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 
@@ -113,6 +115,9 @@ pub(super) struct World {
     round_primary: Option<i32>,
     upgrade_deletes: BTreeMap<(u32, i32), u32>,
     final_backup_succeeded: bool,
+    /// `spec.backup` was unset at some point (releasing the finalizer without a final
+    /// backup is then allowed).
+    ever_without_backup: bool,
     violations: Vec<String>,
     /// Settles in a row that found nothing to do, with nothing else changing the world in
     /// between. Two mean that a reconcile ran (fresh, the harness only runs fresh ones
@@ -165,6 +170,11 @@ pub(super) enum Edit {
     Version(usize),
     Replicas(i32),
     Schedule(usize),
+    /// Add or remove `spec.backup` (scenarios only). Removing it removes the `backup-now`
+    /// annotation too: a request without a destination is a Degraded hold until the
+    /// annotation goes (unit-tested), which the liveness phase would read as a quiet
+    /// rest it is not.
+    ToggleBackup,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -330,6 +340,7 @@ impl World {
             round_primary: None,
             upgrade_deletes: BTreeMap::new(),
             final_backup_succeeded: false,
+            ever_without_backup: !backup,
             violations: Vec::new(),
             quiet_settles: 0,
         }
@@ -423,6 +434,13 @@ impl WorldModel<Postgres> for World {
             Edit::Replicas(n) => self.replicas = n,
             Edit::Schedule(s) if self.backup => self.schedule = s,
             Edit::Schedule(_) => {}
+            Edit::ToggleBackup => {
+                self.backup = !self.backup;
+                if !self.backup {
+                    self.ever_without_backup = true;
+                    self.backup_token = 0;
+                }
+            }
         }
     }
 
@@ -648,7 +666,7 @@ impl WorldModel<Postgres> for World {
             ));
         }
         if matches!(state, PgState::Finalized)
-            && self.backup
+            && !self.ever_without_backup
             && !self.skip_final
             && !self.final_backup_succeeded
         {
@@ -728,13 +746,177 @@ impl World {
     }
 }
 
-#[test]
-fn the_postgres_machine_keeps_one_primary_and_converges_under_faults() {
-    let report = check_machine::<Postgres, World>(CheckConfig {
+fn config() -> CheckConfig {
+    CheckConfig {
         cases: 512,
         max_events: 80,
         liveness_reconciles: 96,
         ..CheckConfig::default()
-    });
+    }
+}
+
+/// A running cluster of `replicas` at version 0 (`backup`: with a destination).
+fn running(replicas: i32, backup: bool) -> World {
+    let mut world = World::fresh(replicas, backup, 0);
+    world.running();
+    world
+}
+
+/// Scenarios for the edges generated sequences seldom reach: the edge (`From -> To
+/// (Reason)`), the world and a short story that takes it (the liveness phase then
+/// settles the world as for any run).
+fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
+    use Move::*;
+    let r = || Event::Reconcile(Reconcile::FRESH);
+    let env = Event::Env;
+    // From adoption to Ready (the extra reconciles are quiet).
+    let adopt = || vec![r(), r(), r(), r()];
+    // Pod 0, the primary, stops being Ready; after failoverDelaySeconds a failover to
+    // pod 1 begins.
+    let fail_over = || vec![env(BecomesUnready(0)), r(), Event::Tick(60), r()];
+    vec![
+        (
+            // The chosen pod comes back at another image: a reconcile on a cache from
+            // before the upgrade (it read Ready at the old version) put the old image back
+            // into the template before its status write was refused; the pod is then
+            // evicted and recreated from that template.
+            "Upgrading -> Upgrading (Replanned)",
+            running(2, false),
+            [
+                adopt(),
+                vec![
+                    Event::Edit(Edit::Version(1)),
+                    r(),
+                    r(),
+                    r(),
+                    Event::Restart,
+                    Event::Reconcile(Reconcile {
+                        object_lag: 5,
+                        ..Reconcile::FRESH
+                    }),
+                    env(Evicted(1)),
+                    env(Recreate(1)),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // After a failover pod 1 is primary; a scale to 2 begins, then spec.replicas
+            // drops to 1, which would remove it.
+            "Scaling -> SwitchingOver (PrimaryOutsideScale)",
+            running(3, false),
+            [
+                adopt(),
+                fail_over(),
+                vec![
+                    r(),
+                    r(),
+                    env(JobFinishes { nth: 0, ok: true }),
+                    r(),
+                    env(Recreate(0)),
+                    r(),
+                    env(BecomesReady(0)),
+                    r(),
+                    Event::Edit(Edit::Replicas(2)),
+                    r(),
+                    Event::Edit(Edit::Replicas(1)),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // The failover's target stops being Ready before its promote Job exists.
+            "SwitchingOver -> SwitchingOver (TargetChanged)",
+            running(3, false),
+            [adopt(), fail_over(), vec![r(), env(BecomesUnready(1)), r()]].concat(),
+        ),
+        (
+            // spec.backup is removed before the backup Job exists.
+            "BackingUp -> Ready (BackupCancelled)",
+            running(1, true),
+            [
+                adopt(),
+                vec![
+                    env(RequestBackup),
+                    r(),
+                    Event::Edit(Edit::ToggleBackup),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted while backing up, spec.backup gone.
+            "BackingUp -> Finalized (NoBackupPolicy)",
+            running(1, true),
+            [
+                adopt(),
+                vec![
+                    env(RequestBackup),
+                    r(),
+                    Event::Edit(Edit::ToggleBackup),
+                    Event::Delete,
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // spec.backup is removed while the final backup runs.
+            "Finalizing -> Finalized (NoBackupPolicy)",
+            running(1, true),
+            [
+                adopt(),
+                vec![
+                    Event::Delete,
+                    r(),
+                    r(),
+                    Event::Edit(Edit::ToggleBackup),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted while scaling.
+            "Scaling -> Finalizing (DeletionRequested)",
+            running(3, true),
+            [
+                adopt(),
+                vec![Event::Edit(Edit::Replicas(2)), r(), Event::Delete, r()],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted during a failover.
+            "SwitchingOver -> Finalizing (DeletionRequested)",
+            running(3, true),
+            [adopt(), fail_over(), vec![Event::Delete, r()]].concat(),
+        ),
+        (
+            // Deleted during a failover, with skip-final-backup.
+            "SwitchingOver -> Finalized (FinalBackupSkipped)",
+            running(3, true),
+            [
+                adopt(),
+                fail_over(),
+                vec![env(SkipFinalBackup), Event::Delete, r()],
+            ]
+            .concat(),
+        ),
+    ]
+}
+
+#[test]
+fn the_postgres_machine_keeps_one_primary_converges_under_faults_and_takes_every_edge() {
+    let report = check_machine::<Postgres, World>(config());
     assert!(report.writes > 0);
+    // The Replanned scenario reads a cache five events old.
+    let scenario = CheckConfig {
+        max_staleness: 6,
+        ..config()
+    };
+    assert_every_edge_taken::<Postgres, World>(&scenario, &report, scenarios());
 }
