@@ -41,6 +41,7 @@ pub mod meta;
 pub mod observe;
 pub mod on_demand;
 pub mod quantity;
+pub mod replace;
 pub mod retry;
 pub mod subset;
 #[cfg(test)]

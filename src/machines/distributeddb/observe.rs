@@ -18,8 +18,10 @@ use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
 use crate::machines::common::jobs::JobView;
 pub use crate::machines::common::observe::ordinal_of;
 use crate::machines::common::observe::{
-    cronjob_view, in_sync, job_views, named, pod_image, pod_ready, pods_by_ordinal, template_image,
+    self as common, cronjob_view, in_sync, job_views, named, pod_image, pod_ready, pods_by_ordinal,
+    template_image,
 };
+use crate::machines::common::replace::Seen;
 
 /// The StatefulSet as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +66,18 @@ pub struct PodView {
     pub ready: bool,
     /// It has a deletion timestamp.
     pub terminating: bool,
+}
+
+impl PodView {
+    /// As a replacement sees it.
+    pub fn seen(&self) -> Seen<'_> {
+        Seen {
+            uid: &self.uid,
+            image: self.image.as_deref(),
+            ready: self.ready,
+            terminating: self.terminating,
+        }
+    }
 }
 
 pub use crate::machines::common::observe::CronJobView;
@@ -124,20 +138,17 @@ pub struct Observed {
 impl Observed {
     /// The run-once Job with `key`.
     pub fn job(&self, key: &str) -> Option<&JobView> {
-        self.jobs.iter().find(|j| j.key.as_deref() == Some(key))
+        common::job_by_key(&self.jobs, key)
     }
 
     /// `<name>-<ordinal>`.
     pub fn pod_name(&self, ordinal: i32) -> String {
-        format!("{}-{ordinal}", self.name)
+        common::pod_name(&self.name, ordinal)
     }
 
+    /// The pods at `ordinals`, comma-separated, for messages.
     pub(super) fn pod_names(&self, ordinals: &[i32]) -> String {
-        ordinals
-            .iter()
-            .map(|k| self.pod_name(*k))
-            .collect::<Vec<_>>()
-            .join(", ")
+        common::pod_names(&self.name, ordinals)
     }
 }
 

@@ -3,10 +3,11 @@
 use super::hooks::hook_step;
 use super::{D, Next, claim, hold_before_delete, next_pod, stay, upkeep};
 use crate::engine::{Decision, World};
+use crate::machines::common::replace::{self, Replacement};
 use crate::machines::distributeddb::actions::{DdbAction, Shape};
 use crate::machines::distributeddb::actions::{HookPhase, hook_key};
 use crate::machines::distributeddb::api::DistributedDBSpec;
-use crate::machines::distributeddb::observe::Observed;
+use crate::machines::distributeddb::observe::{Observed, PodView};
 use crate::machines::distributeddb::state::{DdbState, Upgrade, UpgradeStep};
 use crate::machines::distributeddb::table::reason::*;
 
@@ -199,31 +200,23 @@ pub(crate) fn overtaken(u: &Upgrade, o: &Observed) -> Option<D> {
     }
 }
 
+/// Replace the step's pod: delete it (UID-preconditioned) once no other is down, then
+/// wait for its replacement at the target.
 pub(crate) fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
     let k = u.ordinal;
     let name = o.pod_name(k);
-    match o.pods.get(&k) {
-        Some(p) if p.uid == u.pod_uid => {
-            if p.terminating {
-                return stay(
-                    REPLACING_POD,
-                    format!("waiting for {name} to terminate"),
-                    actions,
-                );
-            }
-            if p.ready
-                && let Some(replan) = overtaken(u, o)
-            {
+    let seen = o.pods.get(&k).map(PodView::seen);
+    match replace::replacement(seen, &u.pod_uid, &u.to) {
+        Replacement::Terminating => stay(REPLACING_POD, replace::terminating(&name), actions),
+        Replacement::Present { ready, .. } => {
+            if ready && let Some(replan) = overtaken(u, o) {
                 return replan;
             }
             match hold_before_delete(o, k, u.replicas, &u.to) {
                 Some(why) => stay(WAITING_FOR_PODS, why, actions),
                 None => stay(
                     REPLACING_POD,
-                    format!(
-                        "deleting {name} (uid {}) to recreate it at {}",
-                        u.pod_uid, u.to
-                    ),
+                    replace::deleting(&name, &u.pod_uid, &u.to),
                     actions,
                 )
                 .with_actions([DdbAction::DeletePod {
@@ -232,50 +225,33 @@ pub(crate) fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
                 }]),
             }
         }
-        Some(p) if !p.terminating => {
-            if p.image.as_deref() != Some(&u.to) {
-                let template_current = o.statefulset.as_ref().is_some_and(|s| s.serves(&u.to));
-                if !template_current {
-                    return stay(
-                        REPLACING_POD,
-                        format!(
-                            "{name} came back at a stale image; waiting for the StatefulSet template to hold {}",
-                            u.to
-                        ),
-                        actions,
-                    );
-                }
-                return Decision::go(
-                    to_step(u, UpgradeStep::PreHook, &p.uid),
-                    RECREATED_AT_STALE_IMAGE,
-                    format!(
-                        "{name} came back at {} instead of {}; replacing it again, from its pre-hook",
-                        p.image.as_deref().unwrap_or("no image"),
-                        u.to
-                    ),
-                );
-            }
-            if !p.ready {
+        Replacement::Stale { uid, image } => {
+            if !o.statefulset.as_ref().is_some_and(|s| s.serves(&u.to)) {
                 return stay(
                     REPLACING_POD,
                     format!(
-                        "{name} recreated at {}; waiting for it to become Ready",
+                        "{name} came back at a stale image; waiting for the StatefulSet template to hold {}",
                         u.to
                     ),
                     actions,
                 );
             }
             Decision::go(
-                to_step(u, UpgradeStep::PostHook, &p.uid),
-                POD_REPLACED,
-                format!("{name} is Ready at {}", u.to),
+                to_step(u, UpgradeStep::PreHook, uid),
+                RECREATED_AT_STALE_IMAGE,
+                format!(
+                    "{name} came back at {image} instead of {}; replacing it again, from its pre-hook",
+                    u.to
+                ),
             )
         }
-        _ => stay(
-            REPLACING_POD,
-            format!("waiting for {name} to be recreated"),
-            actions,
+        Replacement::Starting => stay(REPLACING_POD, replace::starting(&name, &u.to), actions),
+        Replacement::Replaced { uid } => Decision::go(
+            to_step(u, UpgradeStep::PostHook, uid),
+            POD_REPLACED,
+            format!("{name} is Ready at {}", u.to),
         ),
+        Replacement::Missing => stay(REPLACING_POD, replace::missing(&name), actions),
     }
 }
 

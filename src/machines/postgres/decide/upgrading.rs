@@ -5,9 +5,10 @@ use super::primary_lost::{lose_primary, primary_down};
 use super::switching_over::begin_switchover;
 use super::{D, choose_target, stay, upkeep_at};
 use crate::engine::Decision;
+use crate::machines::common::replace::{self, Replacement};
 use crate::machines::postgres::actions::{DeleteCause, PgAction, spec_image};
 use crate::machines::postgres::api::PostgresClusterSpec;
-use crate::machines::postgres::observe::Observed;
+use crate::machines::postgres::observe::{Observed, PodView};
 use crate::machines::postgres::state::{PgState, PodRef, SwitchCause, Topology};
 use crate::machines::postgres::table::reason::*;
 
@@ -176,76 +177,40 @@ pub(crate) fn plan_upgrade(cluster: &Topology, o: &Observed, actions: Vec<PgActi
 pub(crate) fn replace(cluster: &Topology, p: &PodRef, o: &Observed, actions: Vec<PgAction>) -> D {
     let k = p.ordinal;
     let name = o.pod_name(k);
+    let target = cluster.image.as_str();
     let next = || PgState::Upgrading {
         cluster: cluster.clone(),
         pod: None,
     };
-    match o.pods.get(&k) {
-        Some(live) if live.uid == p.uid => {
-            if live.terminating {
-                return stay(
-                    REPLACING_POD,
-                    format!("waiting for {name} to terminate"),
-                    actions,
-                );
-            }
-            if live.image.as_deref() == Some(&cluster.image) {
-                // Recreated at the target by someone else before our delete: nothing to do.
-                return Decision::go(
-                    next(),
-                    REPLANNED,
-                    format!("{name} already runs {}", cluster.image),
-                );
-            }
-            match hold_before_delete(o, k, cluster) {
-                Some(why) => stay(WAITING_FOR_PODS, why, actions),
-                None => stay(
-                    REPLACING_POD,
-                    format!(
-                        "deleting {name} (uid {}) to recreate it at {}",
-                        p.uid, cluster.image
-                    ),
-                    actions,
-                )
-                .with_actions([PgAction::DeletePod {
-                    ordinal: k,
-                    uid: p.uid.clone(),
-                    cause: DeleteCause::Upgrade,
-                }]),
-            }
+    let seen = o.pods.get(&k).map(PodView::seen);
+    match replace::replacement(seen, &p.uid, target) {
+        Replacement::Terminating => stay(REPLACING_POD, replace::terminating(&name), actions),
+        // Recreated at the target by someone else before our delete: nothing to do.
+        Replacement::Present { image, .. } if image == Some(target) => {
+            Decision::go(next(), REPLANNED, format!("{name} already runs {target}"))
         }
-        Some(live) if !live.terminating => {
-            if live.image.as_deref() != Some(&cluster.image) {
-                return Decision::go(
-                    next(),
-                    REPLANNED,
-                    format!(
-                        "{name} was recreated at {} instead of {}; choosing again",
-                        live.image.as_deref().unwrap_or("no image"),
-                        cluster.image
-                    ),
-                );
-            }
-            if !live.ready {
-                return stay(
-                    REPLACING_POD,
-                    format!(
-                        "{name} recreated at {}; waiting for it to become Ready",
-                        cluster.image
-                    ),
-                    actions,
-                );
-            }
-            Decision::go(
-                next(),
-                POD_UPGRADED,
-                format!("{name} is Ready at {}", cluster.image),
+        Replacement::Present { .. } => match hold_before_delete(o, k, cluster) {
+            Some(why) => stay(WAITING_FOR_PODS, why, actions),
+            None => stay(
+                REPLACING_POD,
+                replace::deleting(&name, &p.uid, target),
+                actions,
             )
-        }
-        _ => stay(
-            REPLACING_POD,
-            format!("waiting for {name} to be recreated"),
-            actions,
+            .with_actions([PgAction::DeletePod {
+                ordinal: k,
+                uid: p.uid.clone(),
+                cause: DeleteCause::Upgrade,
+            }]),
+        },
+        Replacement::Stale { image, .. } => Decision::go(
+            next(),
+            REPLANNED,
+            format!("{name} was recreated at {image} instead of {target}; choosing again"),
         ),
+        Replacement::Starting => stay(REPLACING_POD, replace::starting(&name, target), actions),
+        Replacement::Replaced { .. } => {
+            Decision::go(next(), POD_UPGRADED, format!("{name} is Ready at {target}"))
+        }
+        Replacement::Missing => stay(REPLACING_POD, replace::missing(&name), actions),
     }
 }
