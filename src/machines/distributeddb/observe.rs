@@ -16,11 +16,8 @@ use super::render::{self, CONTAINER, KIND_LABEL, VOLUME};
 use crate::driver::Cache;
 use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
 use crate::machines::common::jobs::JobView;
+use crate::machines::common::observe as common;
 pub use crate::machines::common::observe::ordinal_of;
-use crate::machines::common::observe::{
-    self as common, cronjob_view, in_sync, job_views, named, pod_image, pod_ready, pods_by_ordinal,
-    template_image,
-};
 use crate::machines::common::replace::Seen;
 
 /// The StatefulSet as observed.
@@ -173,8 +170,8 @@ pub fn claim_size(sts: &StatefulSet) -> Option<String> {
 pub fn pod_view(pod: &Pod) -> PodView {
     PodView {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
-        image: pod_image(pod, CONTAINER),
-        ready: pod_ready(pod),
+        image: common::pod_image(pod, CONTAINER),
+        ready: common::pod_ready(pod),
         terminating: pod.metadata.deletion_timestamp.is_some(),
     }
 }
@@ -184,9 +181,9 @@ pub fn pod_view(pod: &Pod) -> PodView {
 /// image and replicas, and `decide` compares those with what its state wants.
 pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
     let name = db.name_any();
-    let live_sts = named(Cache::owned_by(&cache.statefulsets, db, KIND_LABEL), &name);
+    let live_sts = common::named(Cache::owned_by(&cache.statefulsets, db, KIND_LABEL), &name);
     let statefulset = live_sts.as_deref().map(|sts| {
-        let image = template_image(sts, CONTAINER);
+        let image = common::template_image(sts, CONTAINER);
         let replicas = sts.spec.replicas.unwrap_or(1);
         let claim_size = claim_size(sts);
         // Render for the live object's own image, replicas and claim: whether they are
@@ -199,7 +196,8 @@ pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
                 .unwrap_or_else(|| db.spec.storage.size.clone()),
         };
         StatefulSetView {
-            conforms: image.is_some() && in_sync(Some(sts), render::statefulset(db, &own).ok()),
+            conforms: image.is_some()
+                && common::in_sync(Some(sts), render::statefulset(db, &own).ok()),
             image,
             replicas,
             caught_up: sts.status.as_ref().and_then(|s| s.observed_generation)
@@ -208,16 +206,16 @@ pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
         }
     });
 
-    let service = named(Cache::owned_by(&cache.services, db, KIND_LABEL), &name);
-    let service_in_sync = in_sync(service.as_deref(), render::service(db).ok());
+    let service = common::named(Cache::owned_by(&cache.services, db, KIND_LABEL), &name);
+    let service_in_sync = common::in_sync(service.as_deref(), render::service(db).ok());
 
-    let pods = pods_by_ordinal(
+    let pods = common::pods_by_ordinal(
         &Cache::owned_by(&cache.pods, db, KIND_LABEL),
         &name,
         pod_view,
     );
-    let jobs = job_views(&Cache::owned_by(&cache.jobs, db, KIND_LABEL));
-    let cronjob = cronjob_view(
+    let jobs = common::job_views(&Cache::owned_by(&cache.jobs, db, KIND_LABEL));
+    let cronjob = common::cronjob_view(
         Cache::owned_by(&cache.cronjobs, db, KIND_LABEL),
         &name,
         || {

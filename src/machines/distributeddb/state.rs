@@ -136,12 +136,4 @@ struct StateSchema {
     skip_ack: Option<String>,
 }
 
-impl JsonSchema for DdbState {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "DdbState".into()
-    }
-
-    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        StateSchema::json_schema(generator)
-    }
-}
+crate::machines::common::state_schema!(DdbState, StateSchema);

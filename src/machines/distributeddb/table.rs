@@ -121,7 +121,7 @@ pub static TABLE: &[Edge<DdbKind>] = crate::edges![DdbKind;
         Upgrading: IMAGE_CHANGED, "spec.image changed mid-upgrade while no pod was in flight: retarget", by::UPGRADING;
         Ready: UPGRADE_COMPLETED, "every pod is Ready at the target image", by::UPGRADING;
         Ready: HOOK_SKIPPED, "the last pod's post-hook exhausted its retries and lockstep.dev/skip-hook has a new token", by::HOOKS;
-        Ready: VERSION_ADOPTED, "spec.image changed mid-upgrade to what every pod already runs", by::UPGRADING;
+        Ready: VERSION_ADOPTED, "spec.image changed mid-upgrade to what every pod already runs", by::READY;
     }
     Ready -> BackingUp: BACKUP_REQUESTED, "lockstep.dev/backup-now has a token not yet served", by::READY;
     BackingUp -> {

@@ -15,11 +15,8 @@ use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use crate::driver::Cache;
 use crate::machines::common::annotations;
 use crate::machines::common::jobs::JobView;
+use crate::machines::common::observe as common;
 pub use crate::machines::common::observe::ordinal_of;
-use crate::machines::common::observe::{
-    self as common, cronjob_view, in_sync, job_views, named, pod_image, pod_ready, pods_by_ordinal,
-    template_image,
-};
 use crate::machines::common::replace::Seen;
 
 /// The StatefulSet as observed.
@@ -174,8 +171,8 @@ impl Observed {
 pub fn pod_view(pod: &Pod) -> PodView {
     PodView {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
-        image: pod_image(pod, CONTAINER),
-        ready: pod_ready(pod),
+        image: common::pod_image(pod, CONTAINER),
+        ready: common::pod_ready(pod),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         role: pod
             .labels()
@@ -189,15 +186,15 @@ pub fn pod_view(pod: &Pod) -> PodView {
 /// replicas, and `decide` compares those with what its state wants.
 pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
     let name = pg.name_any();
-    let statefulset =
-        named(Cache::owned_by(&cache.statefulsets, pg, KIND_LABEL), &name).map(|sts| {
-            let image = template_image(&sts, CONTAINER);
+    let statefulset = common::named(Cache::owned_by(&cache.statefulsets, pg, KIND_LABEL), &name)
+        .map(|sts| {
+            let image = common::template_image(&sts, CONTAINER);
             let replicas = sts.spec.replicas.unwrap_or(1);
             let own = image
                 .as_deref()
                 .and_then(|i| render::statefulset(pg, i, replicas).ok());
             StatefulSetView {
-                conforms: in_sync(Some(sts.as_ref()), own),
+                conforms: common::in_sync(Some(sts.as_ref()), own),
                 image,
                 replicas,
                 caught_up: sts.status.as_ref().and_then(|s| s.observed_generation)
@@ -210,28 +207,28 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         let live = services
             .iter()
             .find(|s| s.name_any() == render::service_name(pg, kind));
-        in_sync(live.map(|s| s.as_ref()), render::service(pg, kind).ok())
+        common::in_sync(live.map(|s| s.as_ref()), render::service(pg, kind).ok())
     };
-    let scripts = named(
+    let scripts = common::named(
         Cache::owned_by(&cache.configmaps, pg, KIND_LABEL),
         &render::scripts_name(pg),
     );
-    let pdb = named(Cache::owned_by(&cache.pdbs, pg, KIND_LABEL), &name);
+    let pdb = common::named(Cache::owned_by(&cache.pdbs, pg, KIND_LABEL), &name);
     let in_sync_flags = InSync {
-        scripts: in_sync(scripts.as_deref(), render::scripts(pg).ok()),
+        scripts: common::in_sync(scripts.as_deref(), render::scripts(pg).ok()),
         headless: service_in_sync(ServiceKind::Headless),
         read_write: service_in_sync(ServiceKind::ReadWrite),
         read_only: service_in_sync(ServiceKind::ReadOnly),
-        pdb: in_sync(pdb.as_deref(), render::pdb(pg).ok()),
+        pdb: common::in_sync(pdb.as_deref(), render::pdb(pg).ok()),
     };
 
-    let pods = pods_by_ordinal(
+    let pods = common::pods_by_ordinal(
         &Cache::owned_by(&cache.pods, pg, KIND_LABEL),
         &name,
         pod_view,
     );
-    let jobs = job_views(&Cache::owned_by(&cache.jobs, pg, KIND_LABEL));
-    let cronjob = cronjob_view(
+    let jobs = common::job_views(&Cache::owned_by(&cache.jobs, pg, KIND_LABEL));
+    let cronjob = common::cronjob_view(
         Cache::owned_by(&cache.cronjobs, pg, KIND_LABEL),
         &name,
         || render::cronjob(pg).ok().flatten(),

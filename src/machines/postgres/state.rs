@@ -162,15 +162,7 @@ struct StateSchema {
     request: Option<String>,
 }
 
-impl JsonSchema for PgState {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "PgState".into()
-    }
-
-    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        StateSchema::json_schema(generator)
-    }
-}
+crate::machines::common::state_schema!(PgState, StateSchema);
 
 impl PgState {
     /// The cluster the state holds, if it holds one.

@@ -86,20 +86,25 @@ fn upgrade(
                 o.pod_name(ordinal)
             ),
         ),
-        Next::Done => Decision::go(
-            DdbState::Ready {
-                version: spec.image.clone(),
-                replicas,
-            },
-            VERSION_ADOPTED,
-            format!("every pod already runs {}", spec.image),
-        ),
+        Next::Done => adopt(spec, replicas),
         Next::Wait(why) => stay(
             UPGRADE_PENDING,
             format!("upgrade to {} pending: {why}", spec.image),
             actions,
         ),
     }
+}
+
+/// Every pod already runs `spec.image` (in Ready, or mid-upgrade): it is the version.
+pub(crate) fn adopt(spec: &DistributedDBSpec, replicas: i32) -> D {
+    Decision::go(
+        DdbState::Ready {
+            version: spec.image.clone(),
+            replicas,
+        },
+        VERSION_ADOPTED,
+        format!("every pod already runs {}", spec.image),
+    )
 }
 
 /// A pod at an image other than the version (made from a template someone edited, say)

@@ -1,6 +1,7 @@
 //! Upgrading: one pod at a time, highest ordinal first, `PreHook → Restart → PostHook`.
 
 use super::hooks::hook_step;
+use super::ready::adopt;
 use super::{D, Next, claim, hold_before_delete, next_pod, stay, upkeep};
 use crate::engine::{Decision, World};
 use crate::machines::common::replace::{self, Replacement};
@@ -59,14 +60,7 @@ pub(crate) fn retarget(
                 o.pod_name(ordinal)
             ),
         ),
-        Next::Done => Decision::go(
-            DdbState::Ready {
-                version: spec.image.clone(),
-                replicas: u.replicas,
-            },
-            VERSION_ADOPTED,
-            format!("every pod already runs {}", spec.image),
-        ),
+        Next::Done => adopt(spec, u.replicas),
         Next::Wait(why) => stay(
             WAITING_FOR_PODS,
             format!("retarget to {} pending: {why}", spec.image),
@@ -111,6 +105,7 @@ pub(crate) fn to_step(u: &Upgrade, step: UpgradeStep, pod_uid: &str) -> DdbState
     })
 }
 
+/// The pre-hook step: run the pod's pre-hook Job (or skip it) before the pod goes down.
 pub(crate) fn pre_hook(
     spec: &DistributedDBSpec,
     u: &Upgrade,
@@ -255,14 +250,14 @@ pub(crate) fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
     }
 }
 
+/// The post-hook step: run the replaced pod's post-hook Job, then take the next pod.
 pub(crate) fn post_hook(
     spec: &DistributedDBSpec,
     u: &Upgrade,
     world: &World<Observed>,
     actions: Vec<DdbAction>,
 ) -> D {
-    let o = &world.observed;
-    let k = u.ordinal;
+    let (o, k) = (&world.observed, u.ordinal);
     let name = o.pod_name(k);
     let pod = match o.pods.get(&k) {
         Some(p) if p.uid == u.pod_uid && !p.terminating => p,
