@@ -2,23 +2,10 @@
 //! time around hooks, backed up on a schedule and on demand, and backed up once more
 //! before it goes away.
 //!
-//! ```text
-//! stateDiagram-v2   (mermaid; the full edge list is machines/distributeddb.md)
-//!     [*] --> Creating
-//!     Creating --> Ready: AllReplicasReady
-//!     Creating --> Upgrading: MixedImages
-//!     Ready --> Scaling: ReplicasChanged
-//!     Scaling --> Ready: ScalingComplete
-//!     Ready --> Upgrading: ImageChanged
-//!     Upgrading --> Upgrading: PreHookSucceeded, PodReplaced, PodUpgraded, HookRetried, ImageChanged, ...
-//!     Upgrading --> Ready: UpgradeCompleted
-//!     Ready --> BackingUp: BackupRequested
-//!     BackingUp --> Ready: BackupSucceeded, BackupFailed, BackupCancelled
-//!     Creating, Ready, Scaling, Upgrading, BackingUp --> Finalizing: DeletionRequested
-//!     Creating, Ready, Scaling, Upgrading, BackingUp --> Finalized: NoBackupPolicy, FinalBackupSkipped
-//!     Finalizing --> Finalizing: FinalBackupRetried
-//!     Finalizing --> Finalized: FinalBackupSucceeded, FinalBackupSkipped
-//! ```
+//! The statechart is generated from the declared table ([`super::table`]):
+//! `machines/distributeddb.md` draws every edge and links it to the file that takes it.
+//! In short: `Creating` → `Ready`; from `Ready` to `Scaling`, `Upgrading` or `BackingUp`
+//! and back; any state → `Finalizing` (a final backup) → `Finalized`.
 //!
 //! Within `Upgrading { ordinal, step }`, each pod goes through
 //! `PreHook → Restart → PostHook`, highest ordinal first:
@@ -34,8 +21,6 @@
 //!     │ PodUpgraded
 //!  PreHook(j, …)    the next ordinal j < k   …   UpgradeCompleted → Ready(version = target)
 //! ```
-//!
-//! The generated statechart (`machines/distributeddb.md`) lists every declared edge.
 //!
 //! # Guarantees
 //! - **One pod down at a time, deliberately.** A pod is deleted only when every other

@@ -1,8 +1,14 @@
 //! DistributedDB: the seed operator for a replicated database, as a Lockstep machine.
 //!
 //! - [`api`]: the custom resource, its validation and status.
-//! - [`machine`]: the state machine (statechart, guarantees and assumptions there).
-//! - [`observe`] and [`render`]: the bridge to Kubernetes objects, both pure.
+//! - [`machine`]: the state machine: guarantees and assumptions, and `impl Machine`,
+//!   which dispatches to one `decide/<state>.rs` per state (private; the shared
+//!   sub-decisions live in `decide/mod.rs`).
+//! - [`state`]: the persisted state; [`table`]: the declared edges and their reasons,
+//!   each edge naming the file that takes it (the generated statechart is
+//!   `machines/distributeddb.md`); [`actions`]: the side effects, as data.
+//! - [`observe`] and [`render`]: the bridge to Kubernetes objects, both pure;
+//!   [`status`]: the kind's own status fields.
 //!
 //! This module binds them into an [`Operator`] the driver runs.
 //!

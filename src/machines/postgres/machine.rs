@@ -83,7 +83,7 @@
 //!   finalizer is held until a final backup Job succeeded or the user skipped it.
 //! - **Quiet at rest.** Owned objects are re-applied only when the rendered object is not
 //!   contained in the live one, labels only when they differ. At rest the machine looks
-//!   again every [`RESYNC`] without any event (reading caches only), so a missed watch
+//!   again every `RESYNC` (five minutes) without any event (reading caches only), so a missed watch
 //!   event cannot postpone noticing a failed primary for longer.
 //!
 //! # Assumptions

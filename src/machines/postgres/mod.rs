@@ -3,8 +3,14 @@
 //! down, scheduled, on-demand and final backups to S3.
 //!
 //! - [`api`]: the custom resource, its validation and status.
-//! - [`machine`]: the state machine (statechart, guarantees and assumptions there).
-//! - [`observe`] and [`render`]: the bridge to Kubernetes objects.
+//! - [`machine`]: the state machine: guarantees and assumptions, and `impl Machine`,
+//!   which dispatches to one `decide/<state>.rs` per state (private; the shared
+//!   sub-decisions live in `decide/mod.rs`).
+//! - [`state`]: the persisted state; [`table`]: the declared edges and their reasons,
+//!   each edge naming the file that takes it (the generated statechart is
+//!   `machines/postgrescluster.md`); [`actions`]: the side effects, as data.
+//! - [`observe`] and [`render`]: the bridge to Kubernetes objects;
+//!   [`status`]: the kind's own status fields.
 //! - `scripts/`: what runs in the pods and Jobs (`entrypoint.sh`, `promote.sh`,
 //!   `backup.sh`, `restore.sh`), shipped in a ConfigMap; their environment contract is in
 //!   `scripts/README.md`.
