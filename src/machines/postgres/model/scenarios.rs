@@ -30,6 +30,8 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     // Pod 0, the primary, stops being Ready; after failoverDelaySeconds a failover to
     // pod 1 begins.
     let fail_over = || vec![env(BecomesUnready(0)), r(), Event::Tick(60), r()];
+    // Ready, then an on-demand backup begins.
+    let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
     vec![
         (
             // The chosen pod comes back at another image: a reconcile on a cache from
@@ -92,30 +94,15 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             // spec.backup is removed before the backup Job exists.
             "BackingUp -> Ready (BackupCancelled)",
             running(1, true),
-            [
-                adopt(),
-                vec![
-                    env(RequestBackup),
-                    r(),
-                    Event::Edit(Edit::ToggleBackup),
-                    r(),
-                ],
-            ]
-            .concat(),
+            [backing_up(), vec![Event::Edit(Edit::ToggleBackup), r()]].concat(),
         ),
         (
             // Deleted while backing up, spec.backup gone.
             "BackingUp -> Finalized (NoBackupPolicy)",
             running(1, true),
             [
-                adopt(),
-                vec![
-                    env(RequestBackup),
-                    r(),
-                    Event::Edit(Edit::ToggleBackup),
-                    Event::Delete,
-                    r(),
-                ],
+                backing_up(),
+                vec![Event::Edit(Edit::ToggleBackup), Event::Delete, r()],
             ]
             .concat(),
         ),
