@@ -36,6 +36,12 @@
 //! by its requeue, and an idle reconcile with no requeue, or one asking to requeue at
 //! once, is a failure (the machine would wait forever, or spin).
 //!
+//! Every declared edge must be taken: the report lists the edges no generated case took
+//! ([`CheckReport::unexercised`]); [`check_scenario`] runs a fixed sequence under the same
+//! properties for an edge that generated sequences seldom reach, and
+//! [`assert_every_edge_taken`] asserts that generated cases and scenarios together take
+//! the whole table.
+//!
 //! # Fault model
 //! Every reconcile starts from the persisted status as JSON (`EngineStatus` deserialized
 //! from a string), never from a value kept in memory, so a crash loses nothing the
@@ -347,6 +353,8 @@ pub(crate) struct CheckReport {
     pub transitions: BTreeMap<String, usize>,
     /// Declared edges never taken in any case.
     pub unexercised: Vec<String>,
+    /// What happened, line by line (scenarios only: [`check_scenario`]).
+    pub trace: Vec<String>,
 }
 
 impl CheckReport {
@@ -513,6 +521,93 @@ where
             }))
         }
     }
+}
+
+/// Run one fixed sequence of `events` from `world` under every property a generated run
+/// checks (the liveness phase included): a targeted scenario for an edge that generated
+/// sequences seldom reach. The report counts the transitions taken and holds the trace.
+///
+/// # Errors
+/// The failure, with the trace of the run (the sequence is not shrunk).
+pub(crate) fn check_scenario<M, W>(
+    config: &CheckConfig,
+    world: W,
+    events: &[Event<W::Move, W::Edit>],
+) -> Result<CheckReport, Box<Counterexample>>
+where
+    M: Machine,
+    W: WorldModel<M>,
+{
+    let shown = format!("{world:?}");
+    let mut sim = Sim::<M, W>::new(config, world, true);
+    let run = catch_unwind(AssertUnwindSafe(|| sim.run(events)));
+    let trace = sim.trace.take().unwrap_or_default();
+    let failure = match run {
+        Ok(Ok(())) => None,
+        Ok(Err(reason)) => Some(reason),
+        Err(_) => Some("the scenario panicked".to_owned()),
+    };
+    if let Some(reason) = failure {
+        return Err(Box::new(Counterexample {
+            machine: M::NAME,
+            reason,
+            world: shown,
+            events: events.iter().map(|e| format!("{e:?}")).collect(),
+            trace,
+        }));
+    }
+    let mut report = sim.report;
+    report.machine = M::NAME;
+    report.cases = 1;
+    report.trace = trace;
+    Ok(report)
+}
+
+/// The declared edges of `M` (as `From -> To (Reason)`) that none of `reports` took:
+/// empty when the checks together exercise the whole table.
+pub(crate) fn never_taken<M: Machine>(reports: &[&CheckReport]) -> Vec<String> {
+    M::table()
+        .iter()
+        .map(|e| edge_name(e.from.into(), e.to.into(), e.reason))
+        .filter(|name| !reports.iter().any(|r| r.transitions.contains_key(name)))
+        .collect()
+}
+
+/// A targeted scenario: the edge it is for (`From -> To (Reason)`), the world it starts
+/// from and the events that take the edge.
+pub(crate) type Scenario<W, Mv, Ed> = (&'static str, W, Vec<Event<Mv, Ed>>);
+
+/// Run every scenario ([`check_scenario`]) and assert that each takes the edge it names
+/// and that, with the `generated` report, every declared edge of `M` is taken. Panics
+/// with the failing scenario's trace otherwise.
+pub(crate) fn assert_every_edge_taken<M, W>(
+    config: &CheckConfig,
+    generated: &CheckReport,
+    scenarios: Vec<Scenario<W, W::Move, W::Edit>>,
+) where
+    M: Machine,
+    W: WorldModel<M>,
+{
+    let mut reports = vec![generated.clone()];
+    for (edge, world, events) in scenarios {
+        match check_scenario::<M, W>(config, world, &events) {
+            Ok(report) => {
+                assert!(
+                    report.transitions.contains_key(edge),
+                    "the scenario for {edge} does not take it:\n{}",
+                    report.trace.join("\n")
+                );
+                reports.push(report);
+            }
+            Err(failure) => panic!("the scenario for {edge} failed:\n{failure}"),
+        }
+    }
+    let missing = never_taken::<M>(&reports.iter().collect::<Vec<_>>());
+    assert!(
+        missing.is_empty(),
+        "declared edges of `{}` that no check takes: {missing:#?}",
+        M::NAME
+    );
 }
 
 /// Whether `events` fail from `world` (a panic counts as a failure).

@@ -34,6 +34,10 @@ pub struct EdgeDoc {
     pub reason: &'static str,
     /// When it is taken.
     pub when: &'static str,
+    /// The source file that takes it (relative to the crate root); not part of the
+    /// YAML, which describes behaviour only.
+    #[serde(skip)]
+    pub by: &'static str,
 }
 
 /// The table of `M` as data.
@@ -50,6 +54,7 @@ pub fn table<M: Machine>() -> TableDoc {
                 to: e.to.into(),
                 reason: e.reason,
                 when: e.when,
+                by: e.by,
             })
             .collect(),
     }
@@ -93,12 +98,26 @@ pub fn mermaid<M: Machine>() -> String {
             reasons.join(", ")
         ));
     }
-    out.push_str("```\n\n| from | to | reason | when |\n|---|---|---|---|\n");
+    out.push_str("```\n\n| from | to | reason | when | taken in |\n|---|---|---|---|---|\n");
     for e in &doc.edges {
         out.push_str(&format!(
-            "| {} | {} | `{}` | {} |\n",
-            e.from, e.to, e.reason, e.when
+            "| {} | {} | `{}` | {} | {} |\n",
+            e.from,
+            e.to,
+            e.reason,
+            e.when,
+            source_link(e.by)
         ));
     }
     out
+}
+
+/// A Markdown link from `machines/<name>.md` to the source file `by` (relative to the
+/// crate root), or nothing when it is not recorded.
+fn source_link(by: &str) -> String {
+    match by.strip_prefix("src/") {
+        Some(short) => format!("[{short}](../{by})"),
+        None if by.is_empty() => String::new(),
+        None => format!("[{by}](../{by})"),
+    }
 }

@@ -26,6 +26,9 @@ pub struct Edge<K: 'static> {
     pub reason: &'static str,
     /// One line for humans: when the edge is taken.
     pub when: &'static str,
+    /// The source file (relative to the crate root, as `file!()` gives it) whose code
+    /// takes the edge; empty when not recorded.
+    pub by: &'static str,
 }
 
 impl<K> Edge<K> {
@@ -36,7 +39,15 @@ impl<K> Edge<K> {
             to,
             reason,
             when,
+            by: "",
         }
+    }
+
+    /// Record the source file whose code takes this edge.
+    #[must_use]
+    pub const fn taken_in(mut self, by: &'static str) -> Self {
+        self.by = by;
+        self
     }
 }
 

@@ -52,6 +52,7 @@ pub mod export;
 pub mod machine;
 pub mod record;
 pub mod step;
+pub mod table;
 #[cfg(test)]
 mod tests;
 

@@ -13,21 +13,21 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-use lockstep::driver::{self, DriverHooks, Finished, Target};
+use lockstep::driver;
 use lockstep::engine::conditions;
-use lockstep::machines::distributeddb::machine::backup_key;
+use lockstep::machines::distributeddb::actions::backup_key;
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDBSpec, DistributedDb};
 
 use crate::support::{
-    DEADLINE, Env, InProcessOperator, OperatorProcess, RequestLog, counted_client, install_crd_of,
-    wait_for, wait_for_all, wait_gone,
+    Env, Fixture, InProcessOperator, OperatorProcess, ReconcileCounts, ReconcileProbe, RequestLog,
+    counted_client, counts_until, merge_json, wait_for, wait_for_all, wait_gone,
 };
 
 // ------------------------------------------------------------------ helpers
@@ -47,19 +47,8 @@ fn hooked(extra: serde_json::Value) -> DistributedDBSpec {
             "postHook": {"command": ["verify"], "retryLimit": 0}
         }
     });
-    merge(&mut base, extra);
+    merge_json(&mut base, extra);
     spec(base)
-}
-
-fn merge(base: &mut serde_json::Value, extra: serde_json::Value) {
-    match (base, extra) {
-        (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {
-            for (k, v) in e {
-                merge(b.entry(k).or_insert(serde_json::Value::Null), v);
-            }
-        }
-        (b, e) => *b = e,
-    }
 }
 
 fn policy(schedule: &str) -> serde_json::Value {
@@ -72,50 +61,12 @@ fn policy(schedule: &str) -> serde_json::Value {
     })
 }
 
-struct Db {
-    env: Env,
-    api: Api<DistributedDB>,
-}
+/// A namespace with the DistributedDB CRD and the S3 credentials Secret.
+type Db = Fixture<DistributedDb>;
 
-impl Db {
-    /// A namespace with the CRD installed and the S3 credentials Secret.
-    async fn new(prefix: &str) -> Self {
-        let mut env = Env::new(prefix).await;
-        install_crd_of::<DistributedDB>(&env.client).await;
-        env.ns.track::<DistributedDB>();
-        let secrets: Api<Secret> = env.api();
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "s3"},
-            "stringData": {"accessKey": "e2e-access", "secretKey": "e2e-secret"}
-        }))
-        .expect("a Secret");
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create the credentials Secret");
-        let api = env.api();
-        Self { env, api }
-    }
-
-    fn operator(&self) -> InProcessOperator {
-        InProcessOperator::start::<DistributedDb>(
-            self.env.client.clone(),
-            driver::Config::namespaced(self.env.namespace()),
-        )
-    }
-
+impl Fixture<DistributedDb> {
     async fn create(&self, name: &str, spec: DistributedDBSpec) -> DistributedDB {
-        self.api
-            .create(&PostParams::default(), &DistributedDB::new(name, spec))
-            .await
-            .unwrap_or_else(|e| panic!("create {name}: {e}"))
-    }
-
-    async fn merge_patch(&self, name: &str, patch: serde_json::Value) {
-        self.api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap_or_else(|e| panic!("patch {name} with {patch}: {e}"));
+        self.create_object(&DistributedDB::new(name, spec)).await
     }
 
     async fn json_patch(&self, name: &str, ops: serde_json::Value) {
@@ -128,29 +79,19 @@ impl Db {
 
     async fn ready_at(&self, name: &str, image: &str) -> DistributedDB {
         let image = image.to_owned();
-        wait_for(
-            &self.api,
-            name,
-            &format!("Ready at {image}"),
-            move |db: Option<&DistributedDB>| db.is_some_and(|db| is_ready_at(db, &image)),
-        )
+        self.until(name, &format!("Ready at {image}"), move |db| {
+            is_ready_at(db, &image)
+        })
         .await
-        .expect("the object exists")
     }
 
     async fn degraded(&self, name: &str, reason: &str) -> DistributedDB {
         let reason = reason.to_owned();
-        wait_for(
-            &self.api,
-            name,
-            &format!("Degraded with reason {reason}"),
-            move |db: Option<&DistributedDB>| {
-                condition(db, conditions::DEGRADED)
-                    .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == reason)
-            },
-        )
+        self.until(name, &format!("Degraded with reason {reason}"), move |db| {
+            condition(Some(db), conditions::DEGRADED)
+                .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == reason)
+        })
         .await
-        .expect("the object exists")
     }
 }
 
@@ -590,7 +531,7 @@ async fn scheduled_and_on_demand_backups_update_last_backup() {
         "image": "registry.example/db:1",
         "storage": {"size": "1Gi"},
     });
-    merge(&mut s, json!({"backupPolicy": policy("* * * * *")}));
+    merge_json(&mut s, json!({"backupPolicy": policy("* * * * *")}));
     db.create("audit", spec(s)).await;
     db.ready_at("audit", "registry.example/db:1").await;
     let cronjobs: Api<CronJob> = db.env.api();
@@ -643,7 +584,7 @@ async fn a_delete_with_a_failing_final_backup_stays_terminating_until_the_failur
     let db = Db::new("ddb-final").await;
     let operator = db.operator();
     let mut backup = policy("0 3 * * *");
-    merge(
+    merge_json(
         &mut backup,
         json!({"podLabels": {"lockstep.dev/kwok-fail": "true"}}),
     );
@@ -744,7 +685,7 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
     let base = json!({"image": "registry.example/db:1", "storage": {"size": "1Gi"}});
     let with = |extra: serde_json::Value| {
         let mut s = base.clone();
-        merge(&mut s, extra);
+        merge_json(&mut s, extra);
         s
     };
 
@@ -802,60 +743,17 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
     db.env.finish().await;
 }
 
-/// Reconciles, as the driver's hooks report them.
-#[derive(Debug, Clone, Default)]
-struct Counts {
-    started: usize,
-    finished: usize,
-    idle: usize,
-}
-
-struct Probe(tokio::sync::watch::Sender<Counts>);
-
-impl DriverHooks for Probe {
-    fn reconcile_started(&self, _: &Target<'_>) {
-        self.0.send_modify(|c| c.started += 1);
-    }
-
-    fn reconcile_finished(&self, _: &Target<'_>, _: std::time::Duration, finished: Finished) {
-        self.0.send_modify(|c| {
-            c.finished += 1;
-            if finished == Finished::Idle {
-                c.idle += 1;
-            }
-        });
-    }
-}
-
-async fn until(
-    counts: &mut tokio::sync::watch::Receiver<Counts>,
-    what: &str,
-    condition: impl FnMut(&Counts) -> bool,
-) -> Counts {
-    let waited = match tokio::time::timeout(DEADLINE, counts.wait_for(condition)).await {
-        Ok(Ok(c)) => Some(c.clone()),
-        Ok(Err(_)) => panic!("the operator stopped while waiting for {what}"),
-        Err(_) => None,
-    };
-    waited.unwrap_or_else(|| {
-        panic!(
-            "timed out after {DEADLINE:?} waiting for {what}: {:?}",
-            *counts.borrow()
-        )
-    })
-}
-
 #[tokio::test]
 async fn an_idle_distributeddb_with_hooks_and_backups_makes_no_mutating_request() {
     let db = Db::new("ddb-idle").await;
     let requests = RequestLog::default();
     let counted = counted_client(&requests).await;
-    let (probe, mut counts) = tokio::sync::watch::channel(Counts::default());
+    let (probe, mut counts) = tokio::sync::watch::channel(ReconcileCounts::default());
     let (force, forced) = futures::channel::mpsc::unbounded();
     let operator = InProcessOperator::start::<DistributedDb>(
         counted,
         driver::Config::namespaced(db.env.namespace())
-            .hooks(Probe(probe))
+            .hooks(ReconcileProbe(probe))
             .reconcile_all_on(forced),
     );
     let mut s = json!({
@@ -866,10 +764,10 @@ async fn an_idle_distributeddb_with_hooks_and_backups_makes_no_mutating_request(
         "env": [{"name": "EMPTY", "value": ""}],
         "upgrade": {"preHook": {"command": ["drain"]}, "postHook": {"command": ["verify"]}},
     });
-    merge(&mut s, json!({"backupPolicy": policy("0 3 * * *")}));
+    merge_json(&mut s, json!({"backupPolicy": policy("0 3 * * *")}));
     db.create("quiet", spec(s)).await;
     db.ready_at("quiet", "registry.example/db:1").await;
-    let settled = until(&mut counts, "reconciles to finish", |c| {
+    let settled = counts_until(&mut counts, "reconciles to finish", |c| {
         c.started == c.finished
     })
     .await;
@@ -877,12 +775,12 @@ async fn an_idle_distributeddb_with_hooks_and_backups_makes_no_mutating_request(
     let mark = requests.mark();
     for forced in 1..=5 {
         force.unbounded_send(()).expect("the operator listens");
-        until(&mut counts, "a forced reconcile", |c| {
+        counts_until(&mut counts, "a forced reconcile", |c| {
             c.finished >= settled.finished + forced && c.started == c.finished
         })
         .await;
     }
-    let after = until(&mut counts, "reconciles to finish", |c| {
+    let after = counts_until(&mut counts, "reconciles to finish", |c| {
         c.started == c.finished
     })
     .await;

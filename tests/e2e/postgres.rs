@@ -27,36 +27,25 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use lockstep::driver::{self, DriverHooks, Finished, Target};
+use lockstep::driver;
 use lockstep::engine::conditions;
 use lockstep::machines::postgres::{
     PRIMARY_AVAILABLE, Postgres, PostgresCluster, PostgresClusterSpec,
 };
 
 use crate::support::{
-    DEADLINE, Env, InProcessOperator, RequestLog, counted_client, install_crd_of, wait_for,
-    wait_for_all, wait_gone,
+    Env, Fixture, InProcessOperator, ReconcileCounts, ReconcileProbe, RequestLog, counted_client,
+    counts_until, merge_json, wait_for, wait_for_all, wait_gone,
 };
 
 // ------------------------------------------------------------------ helpers
 
 const ROLE: &str = "lockstep.dev/role";
 
-fn merge(base: &mut serde_json::Value, extra: serde_json::Value) {
-    match (base, extra) {
-        (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {
-            for (k, v) in e {
-                merge(b.entry(k).or_insert(serde_json::Value::Null), v);
-            }
-        }
-        (b, e) => *b = e,
-    }
-}
-
 /// Three instances of PostgreSQL 16.3, plus `extra`.
 fn spec(extra: serde_json::Value) -> PostgresClusterSpec {
     let mut base = json!({"version": "16.3", "replicas": 3, "storageSize": "1Gi"});
-    merge(&mut base, extra);
+    merge_json(&mut base, extra);
     serde_json::from_value(base).expect("a valid PostgresCluster spec")
 }
 
@@ -70,65 +59,12 @@ fn backup() -> serde_json::Value {
     })
 }
 
-struct Pg {
-    env: Env,
-    api: Api<PostgresCluster>,
-}
+/// A namespace with the PostgresCluster CRD and the S3 credentials Secret.
+type Pg = Fixture<Postgres>;
 
-impl Pg {
-    /// A namespace with the CRD installed and an S3 credentials Secret.
-    async fn new(prefix: &str) -> Self {
-        let mut env = Env::new(prefix).await;
-        install_crd_of::<PostgresCluster>(&env.client).await;
-        env.ns.track::<PostgresCluster>();
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "s3"},
-            "stringData": {"accessKey": "e2e-access", "secretKey": "e2e-secret"}
-        }))
-        .expect("a Secret");
-        env.api::<Secret>()
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create the S3 credentials Secret");
-        let api = env.api();
-        Self { env, api }
-    }
-
-    fn operator(&self) -> InProcessOperator {
-        InProcessOperator::start::<Postgres>(
-            self.env.client.clone(),
-            driver::Config::namespaced(self.env.namespace()),
-        )
-    }
-
+impl Fixture<Postgres> {
     async fn create(&self, name: &str, spec: PostgresClusterSpec) -> PostgresCluster {
-        self.api
-            .create(&PostParams::default(), &PostgresCluster::new(name, spec))
-            .await
-            .unwrap_or_else(|e| panic!("create {name}: {e}"))
-    }
-
-    async fn merge_patch(&self, name: &str, patch: serde_json::Value) {
-        self.api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap_or_else(|e| panic!("patch {name} with {patch}: {e}"));
-    }
-
-    async fn until(
-        &self,
-        name: &str,
-        what: &str,
-        condition: impl Fn(&PostgresCluster) -> bool + Send + 'static,
-    ) -> PostgresCluster {
-        wait_for(
-            &self.api,
-            name,
-            what,
-            move |pg: Option<&PostgresCluster>| pg.is_some_and(&condition),
-        )
-        .await
-        .expect("the object exists")
+        self.create_object(&PostgresCluster::new(name, spec)).await
     }
 
     /// Ready for its current generation, every instance at `image`.
@@ -887,7 +823,7 @@ async fn a_failing_final_backup_keeps_the_finalizer_until_the_skip_annotation() 
     let pg = Pg::new("pg-final-fails").await;
     let operator = pg.operator();
     let mut failing = backup();
-    merge(
+    merge_json(
         &mut failing,
         json!({"podLabels": {"lockstep.dev/kwok-fail": "true"}}),
     );
@@ -945,7 +881,7 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
     let base = json!({"version": "16.3", "replicas": 3, "storageSize": "1Gi"});
     let with = |extra: serde_json::Value| {
         let mut s = base.clone();
-        merge(&mut s, extra);
+        merge_json(&mut s, extra);
         s
     };
     for (name, spec, says) in [
@@ -1010,55 +946,17 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
     pg.env.finish().await;
 }
 
-/// Reconciles started, finished, and finished idle (nothing written, nothing done).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Counts {
-    started: u64,
-    finished: u64,
-    idle: u64,
-}
-
-struct Probe(watch::Sender<Counts>);
-
-impl DriverHooks for Probe {
-    fn reconcile_started(&self, _: &Target<'_>) {
-        self.0.send_modify(|c| c.started += 1);
-    }
-
-    fn reconcile_finished(&self, _: &Target<'_>, _: std::time::Duration, finished: Finished) {
-        self.0.send_modify(|c| {
-            c.finished += 1;
-            if finished == Finished::Idle {
-                c.idle += 1;
-            }
-        });
-    }
-}
-
-async fn counts_until(
-    counts: &mut watch::Receiver<Counts>,
-    what: &str,
-    condition: impl FnMut(&Counts) -> bool,
-) -> Counts {
-    let waited = match tokio::time::timeout(DEADLINE, counts.wait_for(condition)).await {
-        Ok(Ok(c)) => Some(*c),
-        Ok(Err(_)) => panic!("the operator stopped while waiting for {what}"),
-        Err(_) => None,
-    };
-    waited.unwrap_or_else(|| panic!("timed out waiting for {what}: {:?}", *counts.borrow()))
-}
-
 #[tokio::test]
 async fn a_cluster_at_rest_makes_no_request_when_reconciled_again() {
     let pg = Pg::new("pg-quiet").await;
     let requests = RequestLog::default();
     let counted = counted_client(&requests).await;
-    let (probe, mut counts) = watch::channel(Counts::default());
+    let (probe, mut counts) = watch::channel(ReconcileCounts::default());
     let (force, forced) = futures::channel::mpsc::unbounded();
     let operator = InProcessOperator::start::<Postgres>(
         counted,
         driver::Config::namespaced(pg.env.namespace())
-            .hooks(Probe(probe))
+            .hooks(ReconcileProbe(probe))
             .reconcile_all_on(forced),
     );
     pg.create(

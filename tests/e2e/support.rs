@@ -646,3 +646,149 @@ pub async fn events_about(
     events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
     events
 }
+
+/// Merge the JSON object `extra` into `base`, key by key (a JSON merge patch without
+/// deletions): how tests vary a base spec.
+pub fn merge_json(base: &mut serde_json::Value, extra: serde_json::Value) {
+    match (base, extra) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {
+            for (k, v) in e {
+                merge_json(b.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (b, e) => *b = e,
+    }
+}
+
+/// What every machine's tests start from: a namespace with the machine's CRD installed
+/// and an S3 credentials Secret `s3`, its custom resources' API, and the operator `O` to
+/// run in-process against the namespace. Each machine's tests add their own waits in an
+/// `impl Fixture<TheirMachine>`.
+pub struct Fixture<O: Operator> {
+    /// The test's world.
+    pub env: Env,
+    /// The custom resource in the test namespace.
+    pub api: Api<O::Resource>,
+    operator: std::marker::PhantomData<O>,
+}
+
+impl<O> Fixture<O>
+where
+    O: Operator,
+    O::Resource: CustomResourceExt,
+{
+    /// A namespace `<prefix>-<random>` with the CRD installed and the S3 credentials
+    /// Secret.
+    pub async fn new(prefix: &str) -> Self {
+        let mut env = Env::new(prefix).await;
+        install_crd_of::<O::Resource>(&env.client).await;
+        env.ns.track::<O::Resource>();
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "s3"},
+                "stringData": {"accessKey": "e2e-access", "secretKey": "e2e-secret"}
+            }))
+            .expect("a Secret");
+        env.api::<k8s_openapi::api::core::v1::Secret>()
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create the S3 credentials Secret");
+        let api = env.api();
+        Self {
+            env,
+            api,
+            operator: std::marker::PhantomData,
+        }
+    }
+
+    /// Start the operator in this process, watching the test namespace.
+    pub fn operator(&self) -> InProcessOperator {
+        InProcessOperator::start::<O>(
+            self.env.client.clone(),
+            driver::Config::namespaced(self.env.namespace()),
+        )
+    }
+
+    /// Create `object`.
+    pub async fn create_object(&self, object: &O::Resource) -> O::Resource {
+        self.api
+            .create(&PostParams::default(), object)
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", object.name_any()))
+    }
+
+    /// Merge-patch the object `name`.
+    pub async fn merge_patch(&self, name: &str, patch: serde_json::Value) {
+        self.api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("patch {name} with {patch}: {e}"));
+    }
+
+    /// Wait (on a watch, with the deadline) until the object `name` exists and
+    /// `condition` holds; `what` says what for, in the failure.
+    pub async fn until(
+        &self,
+        name: &str,
+        what: &str,
+        condition: impl Fn(&O::Resource) -> bool + Send + 'static,
+    ) -> O::Resource {
+        wait_for(
+            &self.api,
+            name,
+            what,
+            move |object: Option<&O::Resource>| object.is_some_and(&condition),
+        )
+        .await
+        .expect("the object exists")
+    }
+}
+
+/// Reconciles started, finished, and finished idle (nothing written, nothing done), as
+/// the driver's hooks report them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReconcileCounts {
+    /// Reconciles started.
+    pub started: u64,
+    /// Reconciles finished.
+    pub finished: u64,
+    /// Reconciles finished idle.
+    pub idle: u64,
+}
+
+/// Driver hooks that count reconciles into a watch channel.
+pub struct ReconcileProbe(pub tokio::sync::watch::Sender<ReconcileCounts>);
+
+impl driver::DriverHooks for ReconcileProbe {
+    fn reconcile_started(&self, _: &driver::Target<'_>) {
+        self.0.send_modify(|c| c.started += 1);
+    }
+
+    fn reconcile_finished(&self, _: &driver::Target<'_>, _: Duration, finished: driver::Finished) {
+        self.0.send_modify(|c| {
+            c.finished += 1;
+            if finished == driver::Finished::Idle {
+                c.idle += 1;
+            }
+        });
+    }
+}
+
+/// Wait (with the deadline) until the reconcile counts satisfy `condition`.
+pub async fn counts_until(
+    counts: &mut tokio::sync::watch::Receiver<ReconcileCounts>,
+    what: &str,
+    condition: impl FnMut(&ReconcileCounts) -> bool,
+) -> ReconcileCounts {
+    let waited = match tokio::time::timeout(DEADLINE, counts.wait_for(condition)).await {
+        Ok(Ok(c)) => Some(*c),
+        Ok(Err(_)) => panic!("the operator stopped while waiting for {what}"),
+        Err(_) => None,
+    };
+    waited.unwrap_or_else(|| {
+        panic!(
+            "timed out after {DEADLINE:?} waiting for {what}: {:?}",
+            *counts.borrow()
+        )
+    })
+}

@@ -49,7 +49,10 @@ fn the_mermaid_export_draws_every_declared_edge_once_and_lists_it() {
         let (from, to): (&str, &str) = (e.from.into(), e.to.into());
         let arrow = format!("    {from} --> {to}: {}\n", e.reason);
         assert_eq!(page.matches(&arrow).count(), 1, "one arrow {from} -> {to}");
-        let row = format!("| {from} | {to} | `{}` | {} |\n", e.reason, e.when);
+        let row = format!(
+            "| {from} | {to} | `{}` | {} | [engine/tests/toy.rs](../src/engine/tests/toy.rs) |\n",
+            e.reason, e.when
+        );
         assert!(page.contains(&row), "a table row for {from} -> {to}");
     }
     assert_eq!(page.matches(" --> ").count(), Toy::table().len() + 1);

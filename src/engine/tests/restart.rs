@@ -77,43 +77,14 @@ const POD_REPLACED: &str = "PodReplaced";
 const RESTART_COMPLETE: &str = "RestartComplete";
 const DELETE_REQUESTED: &str = "DeleteRequested";
 
-static TABLE: &[Edge<RestartKind>] = &[
-    Edge::new(
-        RestartKind::Idle,
-        RestartKind::Restarting,
-        RESTART_REQUESTED,
-        "spec.epoch is ahead of the last round",
-    ),
-    Edge::new(
-        RestartKind::Restarting,
-        RestartKind::Restarting,
-        VICTIM_CHOSEN,
-        "the pod at the ordinal is ready; its UID is recorded",
-    ),
-    Edge::new(
-        RestartKind::Restarting,
-        RestartKind::Restarting,
-        POD_REPLACED,
-        "a ready pod with a new UID replaced the victim",
-    ),
-    Edge::new(
-        RestartKind::Restarting,
-        RestartKind::Idle,
-        RESTART_COMPLETE,
-        "the last ordinal was replaced",
-    ),
-    Edge::new(
-        RestartKind::Idle,
-        RestartKind::Released,
-        DELETE_REQUESTED,
-        "deleted",
-    ),
-    Edge::new(
-        RestartKind::Restarting,
-        RestartKind::Released,
-        DELETE_REQUESTED,
-        "deleted",
-    ),
+static TABLE: &[Edge<RestartKind>] = crate::edges![RestartKind;
+    Idle -> Restarting: RESTART_REQUESTED, "spec.epoch is ahead of the last round", file!();
+    Restarting -> {
+        Restarting: VICTIM_CHOSEN, "the pod at the ordinal is ready; its UID is recorded", file!();
+        Restarting: POD_REPLACED, "a ready pod with a new UID replaced the victim", file!();
+        Idle: RESTART_COMPLETE, "the last ordinal was replaced", file!();
+    }
+    [Idle, Restarting] -> Released: DELETE_REQUESTED, "deleted", file!();
 ];
 
 impl<const UID_PRECONDITION: bool> Machine for RollingRestart<UID_PRECONDITION> {

@@ -63,39 +63,12 @@ pub(super) const SCALING_DEADLINE: Duration = Duration::from_secs(600);
 /// How often Scaling looks again on its own.
 pub(super) const SCALING_POLL: Duration = Duration::from_secs(30);
 
-static TABLE: &[Edge<ToyKind>] = &[
-    Edge::new(
-        ToyKind::Pending,
-        ToyKind::Scaling,
-        CREATED,
-        "first decision",
-    ),
-    Edge::new(ToyKind::Scaling, ToyKind::Running, SCALED, "all pods ready"),
-    Edge::new(
-        ToyKind::Running,
-        ToyKind::Scaling,
-        SCALE_REQUESTED,
-        "spec.replicas changed",
-    ),
-    Edge::new(
-        ToyKind::Pending,
-        ToyKind::Draining,
-        DELETE_REQUESTED,
-        "deleted",
-    ),
-    Edge::new(
-        ToyKind::Scaling,
-        ToyKind::Draining,
-        DELETE_REQUESTED,
-        "deleted",
-    ),
-    Edge::new(
-        ToyKind::Running,
-        ToyKind::Draining,
-        DELETE_REQUESTED,
-        "deleted",
-    ),
-    Edge::new(ToyKind::Draining, ToyKind::Gone, CLEANED_UP, "no pod left"),
+static TABLE: &[Edge<ToyKind>] = crate::edges![ToyKind;
+    Pending -> Scaling: CREATED, "first decision", file!();
+    Scaling -> Running: SCALED, "all pods ready", file!();
+    Running -> Scaling: SCALE_REQUESTED, "spec.replicas changed", file!();
+    [Pending, Scaling, Running] -> Draining: DELETE_REQUESTED, "deleted", file!();
+    Draining -> Gone: CLEANED_UP, "no pod left", file!();
 ];
 
 impl Machine for Toy {

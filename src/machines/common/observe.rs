@@ -118,3 +118,22 @@ pub fn cronjob_view(
         in_sync: in_sync(Some(live.as_ref()), desired()),
     })
 }
+
+/// The run-once Job with `key` among `jobs`.
+pub fn job_by_key<'a>(jobs: &'a [JobView], key: &str) -> Option<&'a JobView> {
+    jobs.iter().find(|j| j.key.as_deref() == Some(key))
+}
+
+/// The pod at `ordinal` of the StatefulSet `name`: `<name>-<ordinal>`.
+pub fn pod_name(name: &str, ordinal: i32) -> String {
+    format!("{name}-{ordinal}")
+}
+
+/// The pods at `ordinals`, comma-separated, for messages.
+pub fn pod_names(name: &str, ordinals: &[i32]) -> String {
+    ordinals
+        .iter()
+        .map(|k| pod_name(name, *k))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

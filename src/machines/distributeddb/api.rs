@@ -45,7 +45,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::machine::DdbState;
+use super::state::DdbState;
 use crate::engine::EngineStatus;
 use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
 use crate::machines::common::meta::{NAME_MESSAGE, NAME_RULE, PORT_NAME_MESSAGE, PORT_NAME_RULE};

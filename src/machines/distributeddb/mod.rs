@@ -1,8 +1,14 @@
 //! DistributedDB: the seed operator for a replicated database, as a Lockstep machine.
 //!
 //! - [`api`]: the custom resource, its validation and status.
-//! - [`machine`]: the state machine (statechart, guarantees and assumptions there).
-//! - [`observe`] and [`render`]: the bridge to Kubernetes objects, both pure.
+//! - [`machine`]: the state machine: guarantees and assumptions, and `impl Machine`,
+//!   which dispatches to one `decide/<state>.rs` per state (private; the shared
+//!   sub-decisions live in `decide/mod.rs`).
+//! - [`state`]: the persisted state; [`table`]: the declared edges and their reasons,
+//!   each edge naming the file that takes it (the generated statechart is
+//!   `machines/distributeddb.md`); [`actions`]: the side effects, as data.
+//! - [`observe`] and [`render`]: the bridge to Kubernetes objects, both pure;
+//!   [`status`]: the kind's own status fields.
 //!
 //! This module binds them into an [`Operator`] the driver runs.
 //!
@@ -56,12 +62,17 @@
 //! Rendering fails only for an owner without a UID (never for an object read from the
 //! API server) or an object that does not serialize: [`crate::driver::Error`].
 
+pub mod actions;
 pub mod api;
+mod decide;
 pub mod machine;
 #[cfg(test)]
 mod model;
 pub mod observe;
 pub mod render;
+pub mod state;
+pub mod status;
+pub mod table;
 #[cfg(test)]
 mod tests;
 
@@ -69,13 +80,16 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+pub use actions::DdbAction;
 pub use api::{DistributedDB, DistributedDBSpec, DistributedDBStatus, LastBackup};
-pub use machine::{DdbAction, DdbKind, DdbState, DistributedDb, Observed};
+pub use machine::DistributedDb;
+pub use observe::Observed;
+pub use state::{DdbKind, DdbState};
+pub use status::{last_backup, version};
 
 use crate::driver::{Cache, Error, Op, Operator};
 use crate::engine::EngineStatus;
 use crate::machines::common::backup::cronjob_name;
-use crate::machines::common::jobs::JobOutcome;
 
 impl Operator for DistributedDb {
     type Resource = DistributedDB;
@@ -150,57 +164,10 @@ impl Operator for DistributedDb {
         let status = DistributedDBStatus {
             engine,
             version: version(state).or_else(|| old.and_then(|s| s.version.clone())),
-            replicas: Some(count(observed, |_| true)),
-            ready_replicas: Some(count(observed, |p| p.ready)),
+            replicas: Some(status::count(observed, |_| true)),
+            ready_replicas: Some(status::count(observed, |p| p.ready)),
             last_backup: last_backup(observed, old.and_then(|s| s.last_backup.as_ref())),
         };
         serde_json::to_value(status).unwrap_or(serde_json::Value::Null)
-    }
-}
-
-/// The version a state vouches for: the image every pod ran when it last came to rest.
-pub fn version(state: Option<&DdbState>) -> Option<String> {
-    match state? {
-        DdbState::Ready { version, .. }
-        | DdbState::Scaling { version, .. }
-        | DdbState::BackingUp { version, .. } => Some(version.clone()),
-        DdbState::Upgrading(u) => Some(u.from.clone()),
-        DdbState::Creating | DdbState::Finalizing { .. } | DdbState::Finalized => None,
-    }
-}
-
-fn count(observed: &Observed, pick: impl Fn(&machine::PodView) -> bool) -> i32 {
-    let n = observed
-        .pods
-        .values()
-        .filter(|p| !p.terminating && pick(p))
-        .count();
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
-
-/// The most recent finished backup among the observed Jobs, or `before` if that is more
-/// recent (Jobs are pruned; the status remembers).
-pub fn last_backup(observed: &Observed, before: Option<&LastBackup>) -> Option<LastBackup> {
-    let seen = observed
-        .jobs
-        .iter()
-        .filter(|j| j.purpose.is_some_and(|p| p.is_backup()))
-        .filter_map(|j| {
-            let time = j.outcome.finished_at()?;
-            let outcome = match &j.outcome {
-                JobOutcome::Succeeded { .. } => "Succeeded".to_owned(),
-                other => other.describe(),
-            };
-            Some(LastBackup {
-                time,
-                job: j.name.clone(),
-                outcome,
-            })
-        })
-        .max_by(|a, b| (a.time, &a.job).cmp(&(b.time, &b.job)));
-    match (seen, before) {
-        (Some(seen), Some(before)) if before.time > seen.time => Some(before.clone()),
-        (None, before) => before.cloned(),
-        (seen, _) => seen,
     }
 }

@@ -4,18 +4,150 @@
 //! Drift is judged here, against the objects [`super::render`] produces for the
 //! persisted state, so that `decide` only sees `in_sync` flags.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use super::actions::Shape;
 use super::api::DistributedDB;
-use super::machine::{Observed, PodView, Requests, Shape, StatefulSetView, VolumeView};
 use super::render::{self, CONTAINER, KIND_LABEL, VOLUME};
 use crate::driver::Cache;
+use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
+use crate::machines::common::jobs::JobView;
+use crate::machines::common::observe as common;
 pub use crate::machines::common::observe::ordinal_of;
-use crate::machines::common::observe::{
-    cronjob_view, in_sync, job_views, named, pod_image, pod_ready, pods_by_ordinal, template_image,
-};
+use crate::machines::common::replace::Seen;
+
+/// The StatefulSet as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatefulSetView {
+    /// The live object contains what Lockstep renders for the live object's own image,
+    /// replicas and claim size: nothing else drifted. (Whether image and replicas are
+    /// what the state wants is [`StatefulSetView::holds`].)
+    pub conforms: bool,
+    /// The template's database image.
+    pub image: Option<String>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `status.observedGeneration` has reached `metadata.generation`: the StatefulSet
+    /// controller acts on the current template.
+    pub caught_up: bool,
+    /// The volume claim template's requested size.
+    pub claim_size: Option<String>,
+}
+
+impl StatefulSetView {
+    /// Whether the live StatefulSet is exactly what Lockstep renders for `shape`.
+    pub fn holds(&self, shape: &Shape) -> bool {
+        self.conforms
+            && self.image.as_deref() == Some(shape.image.as_str())
+            && self.replicas == shape.replicas
+    }
+
+    /// Whether the controller already acts on a template holding `image`.
+    pub fn serves(&self, image: &str) -> bool {
+        self.conforms && self.caught_up && self.image.as_deref() == Some(image)
+    }
+}
+
+/// A database pod as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    /// Its UID.
+    pub uid: String,
+    /// The database container's image.
+    pub image: Option<String>,
+    /// The Ready condition holds.
+    pub ready: bool,
+    /// It has a deletion timestamp.
+    pub terminating: bool,
+}
+
+impl PodView {
+    /// As a replacement sees it.
+    pub fn seen(&self) -> Seen<'_> {
+        Seen {
+            uid: &self.uid,
+            image: self.image.as_deref(),
+            ready: self.ready,
+            terminating: self.terminating,
+        }
+    }
+}
+
+pub use crate::machines::common::observe::CronJobView;
+
+/// A pod's volume claim as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeView {
+    /// `spec.resources.requests.storage`.
+    pub requested: Option<String>,
+}
+
+/// What the user asked for through annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// [`annotations::BACKUP_NOW`].
+    pub backup_now: Option<String>,
+    /// [`annotations::SKIP_FINAL_BACKUP`].
+    pub skip_final_backup: bool,
+    /// [`annotations::RETRY_HOOK`].
+    pub retry_hook: Option<String>,
+    /// [`annotations::SKIP_HOOK`].
+    pub skip_hook: Option<String>,
+}
+
+impl Requests {
+    /// Read the requests from an object's annotations.
+    pub fn from_annotations(a: &BTreeMap<String, String>) -> Self {
+        Requests {
+            backup_now: annotations::token(a, annotations::BACKUP_NOW),
+            skip_final_backup: annotations::flag(a, annotations::SKIP_FINAL_BACKUP),
+            retry_hook: annotations::token(a, RETRY_HOOK),
+            skip_hook: annotations::token(a, SKIP_HOOK),
+        }
+    }
+}
+
+/// Everything the machine sees of the world.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The custom resource's name (pods are `<name>-<ordinal>`).
+    pub name: String,
+    /// The headless Service rendered for the spec is contained in the live one.
+    pub service_in_sync: bool,
+    /// The StatefulSet, if it exists.
+    pub statefulset: Option<StatefulSetView>,
+    /// Database pods by ordinal.
+    pub pods: BTreeMap<i32, PodView>,
+    /// Owned Jobs (hooks, backups).
+    pub jobs: Vec<JobView>,
+    /// The scheduled-backup CronJob, if it exists.
+    pub cronjob: Option<CronJobView>,
+    /// Volume claims by ordinal.
+    pub volumes: BTreeMap<i32, VolumeView>,
+    /// Annotation requests.
+    pub requests: Requests,
+}
+
+impl Observed {
+    /// The run-once Job with `key`.
+    pub fn job(&self, key: &str) -> Option<&JobView> {
+        common::job_by_key(&self.jobs, key)
+    }
+
+    /// `<name>-<ordinal>`.
+    pub fn pod_name(&self, ordinal: i32) -> String {
+        common::pod_name(&self.name, ordinal)
+    }
+
+    /// The pods at `ordinals`, comma-separated, for messages.
+    pub(super) fn pod_names(&self, ordinals: &[i32]) -> String {
+        common::pod_names(&self.name, ordinals)
+    }
+}
 
 /// The requested size of a StatefulSet's data claim template.
 pub fn claim_size(sts: &StatefulSet) -> Option<String> {
@@ -38,8 +170,8 @@ pub fn claim_size(sts: &StatefulSet) -> Option<String> {
 pub fn pod_view(pod: &Pod) -> PodView {
     PodView {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
-        image: pod_image(pod, CONTAINER),
-        ready: pod_ready(pod),
+        image: common::pod_image(pod, CONTAINER),
+        ready: common::pod_ready(pod),
         terminating: pod.metadata.deletion_timestamp.is_some(),
     }
 }
@@ -49,9 +181,9 @@ pub fn pod_view(pod: &Pod) -> PodView {
 /// image and replicas, and `decide` compares those with what its state wants.
 pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
     let name = db.name_any();
-    let live_sts = named(Cache::owned_by(&cache.statefulsets, db, KIND_LABEL), &name);
+    let live_sts = common::named(Cache::owned_by(&cache.statefulsets, db, KIND_LABEL), &name);
     let statefulset = live_sts.as_deref().map(|sts| {
-        let image = template_image(sts, CONTAINER);
+        let image = common::template_image(sts, CONTAINER);
         let replicas = sts.spec.replicas.unwrap_or(1);
         let claim_size = claim_size(sts);
         // Render for the live object's own image, replicas and claim: whether they are
@@ -64,7 +196,8 @@ pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
                 .unwrap_or_else(|| db.spec.storage.size.clone()),
         };
         StatefulSetView {
-            conforms: image.is_some() && in_sync(Some(sts), render::statefulset(db, &own).ok()),
+            conforms: image.is_some()
+                && common::in_sync(Some(sts), render::statefulset(db, &own).ok()),
             image,
             replicas,
             caught_up: sts.status.as_ref().and_then(|s| s.observed_generation)
@@ -73,16 +206,16 @@ pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
         }
     });
 
-    let service = named(Cache::owned_by(&cache.services, db, KIND_LABEL), &name);
-    let service_in_sync = in_sync(service.as_deref(), render::service(db).ok());
+    let service = common::named(Cache::owned_by(&cache.services, db, KIND_LABEL), &name);
+    let service_in_sync = common::in_sync(service.as_deref(), render::service(db).ok());
 
-    let pods = pods_by_ordinal(
+    let pods = common::pods_by_ordinal(
         &Cache::owned_by(&cache.pods, db, KIND_LABEL),
         &name,
         pod_view,
     );
-    let jobs = job_views(&Cache::owned_by(&cache.jobs, db, KIND_LABEL));
-    let cronjob = cronjob_view(
+    let jobs = common::job_views(&Cache::owned_by(&cache.jobs, db, KIND_LABEL));
+    let cronjob = common::cronjob_view(
         Cache::owned_by(&cache.cronjobs, db, KIND_LABEL),
         &name,
         || {

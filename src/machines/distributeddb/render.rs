@@ -26,8 +26,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 
+use super::actions::{HookPhase, Shape};
 use super::api::{BackupPolicy, DistributedDB};
-use super::machine::{HookPhase, Shape};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};

@@ -3,8 +3,14 @@
 //! down, scheduled, on-demand and final backups to S3.
 //!
 //! - [`api`]: the custom resource, its validation and status.
-//! - [`machine`]: the state machine (statechart, guarantees and assumptions there).
-//! - [`observe`] and [`render`]: the bridge to Kubernetes objects.
+//! - [`machine`]: the state machine: guarantees and assumptions, and `impl Machine`,
+//!   which dispatches to one `decide/<state>.rs` per state (private; the shared
+//!   sub-decisions live in `decide/mod.rs`).
+//! - [`state`]: the persisted state; [`table`]: the declared edges and their reasons,
+//!   each edge naming the file that takes it (the generated statechart is
+//!   `machines/postgrescluster.md`); [`actions`]: the side effects, as data.
+//! - [`observe`] and [`render`]: the bridge to Kubernetes objects;
+//!   [`status`]: the kind's own status fields.
 //! - `scripts/`: what runs in the pods and Jobs (`entrypoint.sh`, `promote.sh`,
 //!   `backup.sh`, `restore.sh`), shipped in a ConfigMap; their environment contract is in
 //!   `scripts/README.md`.
@@ -28,12 +34,17 @@
 //! Rendering fails only for an owner without a UID (never for an object read from the
 //! API server) or an object that does not serialize: [`crate::driver::Error`].
 
+pub mod actions;
 pub mod api;
+mod decide;
 pub mod machine;
 #[cfg(test)]
 mod model;
 pub mod observe;
 pub mod render;
+pub mod state;
+pub mod status;
+pub mod table;
 #[cfg(test)]
 mod tests;
 
@@ -41,16 +52,19 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+pub use actions::PgAction;
 pub use api::{PostgresCluster, PostgresClusterSpec, PostgresClusterStatus};
-pub use machine::{Observed, PgAction, PgKind, PgState, Postgres};
+pub use machine::Postgres;
+pub use observe::Observed;
+pub use state::{PgKind, PgState};
+pub use status::last_backup_time;
 
 use crate::driver::{Cache, Error, Op, Operator};
-use crate::engine::{Condition, EngineStatus, HistoryEntry, conditions};
+use crate::engine::EngineStatus;
 use crate::machines::common::backup::cronjob_name;
-use crate::machines::common::jobs::JobOutcome;
-use api::FailoverRecord;
-use machine::{Role, SwitchCause, reason};
+use actions::Role;
 use render::ROLE_LABEL;
+use status::{last_failover, primary_available, rest_image};
 
 /// The condition type saying whether a primary serves writes (through `<name>-rw`), and
 /// why not or since when.
@@ -182,120 +196,4 @@ impl Operator for Postgres {
         };
         serde_json::to_value(status).unwrap_or(serde_json::Value::Null)
     }
-}
-
-/// The image a state vouches every instance runs.
-fn rest_image(state: Option<&PgState>) -> Option<String> {
-    match state? {
-        PgState::Ready { cluster }
-        | PgState::Scaling { cluster, .. }
-        | PgState::BackingUp { cluster, .. } => Some(cluster.image.clone()),
-        _ => None,
-    }
-}
-
-/// When the most recent successful backup finished: from the Jobs still there, or what
-/// the status already says if that is more recent (Jobs are pruned).
-pub fn last_backup_time(
-    observed: &Observed,
-    before: Option<chrono::DateTime<chrono::Utc>>,
-) -> Option<chrono::DateTime<chrono::Utc>> {
-    let seen = observed
-        .jobs
-        .iter()
-        .filter(|j| j.purpose.is_some_and(|p| p.is_backup()))
-        .filter_map(|j| match j.outcome {
-            JobOutcome::Succeeded { at } => Some(at),
-            _ => None,
-        })
-        .max();
-    seen.max(before)
-}
-
-fn last_failover(history: &[HistoryEntry]) -> Option<FailoverRecord> {
-    history
-        .iter()
-        .rev()
-        .find(|h| h.reason == reason::FAILOVER_COMPLETED)
-        .map(|h| FailoverRecord {
-            time: h.at,
-            message: h.message.clone(),
-        })
-}
-
-/// `PrimaryAvailable`: False while the primary is lost or the role moves, True otherwise
-/// (saying how the current primary got its role, when the history still tells). It flips
-/// only on transitions, so its time is the current state's `enteredAt`.
-fn primary_available(
-    object: &PostgresCluster,
-    state: &PgState,
-    history: &[HistoryEntry],
-    entered_at: chrono::DateTime<chrono::Utc>,
-    generation: Option<i64>,
-) -> Option<Condition> {
-    let name = object.name_any();
-    let pod = |k: i32| format!("{name}-{k}");
-    let (holds, why, message) = match state {
-        PgState::Creating { .. } | PgState::Finalizing { .. } | PgState::Finalized => return None,
-        PgState::PrimaryLost { cluster } => (
-            false,
-            "PrimaryNotReady",
-            format!(
-                "primary {} is not Ready; a Ready replica is promoted if it stays so for failoverDelaySeconds={}",
-                pod(cluster.primary),
-                object.spec.failover_delay_seconds
-            ),
-        ),
-        PgState::SwitchingOver(s) => match s.cause {
-            SwitchCause::Failover => (
-                false,
-                "FailingOver",
-                format!(
-                    "promoting {} in place of {}, which was not Ready for longer than failoverDelaySeconds",
-                    pod(s.target.ordinal),
-                    pod(s.cluster.primary)
-                ),
-            ),
-            SwitchCause::Upgrade | SwitchCause::Scale => (
-                false,
-                "SwitchingOver",
-                format!(
-                    "moving the primary role from {} to {}",
-                    pod(s.cluster.primary),
-                    pod(s.target.ordinal)
-                ),
-            ),
-        },
-        other => {
-            let primary = other.cluster().map_or(0, |c| c.primary);
-            let how = history.iter().rev().find_map(|h| match h.reason.as_str() {
-                reason::FAILOVER_COMPLETED => Some(("FailedOver", h.message.clone())),
-                reason::SWITCHOVER_COMPLETED => Some(("SwitchedOver", h.message.clone())),
-                _ => None,
-            });
-            match how {
-                Some((why, message)) => (true, why, message),
-                None => (true, "Primary", format!("{} is primary", pod(primary))),
-            }
-        }
-    };
-    let status = if holds {
-        conditions::status::TRUE
-    } else {
-        conditions::status::FALSE
-    };
-    let since = object
-        .status
-        .as_ref()
-        .and_then(|s| s.engine.condition(PRIMARY_AVAILABLE))
-        .filter(|c| c.status == status)
-        .map_or(entered_at, |c| c.last_transition_time);
-    Some(Condition {
-        type_: PRIMARY_AVAILABLE.to_owned(),
-        status: status.to_owned(),
-        reason: why.to_owned(),
-        message,
-        last_transition_time: since,
-        observed_generation: generation,
-    })
 }

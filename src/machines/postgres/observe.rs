@@ -4,24 +4,175 @@
 //! Drift is judged here, against the objects [`super::render`] produces, so that `decide`
 //! only sees `in_sync` flags.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use super::actions::{Role, ServiceKind};
 use super::api::PostgresCluster;
-use super::machine::{InSync, Observed, PodView, Requests, Role, ServiceKind, StatefulSetView};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use crate::driver::Cache;
+use crate::machines::common::annotations;
+use crate::machines::common::jobs::JobView;
+use crate::machines::common::observe as common;
 pub use crate::machines::common::observe::ordinal_of;
-use crate::machines::common::observe::{
-    cronjob_view, in_sync, job_views, named, pod_image, pod_ready, pods_by_ordinal, template_image,
-};
+use crate::machines::common::replace::Seen;
+
+/// The StatefulSet as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatefulSetView {
+    /// The live object contains what Lockstep renders for its own image and replicas.
+    pub conforms: bool,
+    /// The template's PostgreSQL image.
+    pub image: Option<String>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// The StatefulSet controller has seen the current template.
+    pub caught_up: bool,
+}
+
+impl StatefulSetView {
+    /// Whether the live StatefulSet is what Lockstep renders for `image` and `replicas`.
+    pub fn holds(&self, image: &str, replicas: i32) -> bool {
+        self.conforms && self.image.as_deref() == Some(image) && self.replicas == replicas
+    }
+
+    /// Whether the controller already recreates pods from a template holding `image`.
+    pub fn serves(&self, image: &str) -> bool {
+        self.conforms && self.caught_up && self.image.as_deref() == Some(image)
+    }
+}
+
+/// A PostgreSQL pod as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    /// Its UID.
+    pub uid: String,
+    /// The PostgreSQL container's image.
+    pub image: Option<String>,
+    /// The Ready condition holds.
+    pub ready: bool,
+    /// It has a deletion timestamp.
+    pub terminating: bool,
+    /// Its `lockstep.dev/role` label, if it is a known role.
+    pub role: Option<Role>,
+}
+
+impl PodView {
+    /// As a replacement sees it.
+    pub fn seen(&self) -> Seen<'_> {
+        Seen {
+            uid: &self.uid,
+            image: self.image.as_deref(),
+            ready: self.ready,
+            terminating: self.terminating,
+        }
+    }
+
+    pub(super) fn serving(&self) -> bool {
+        self.ready && !self.terminating
+    }
+}
+
+pub use crate::machines::common::observe::CronJobView;
+
+/// Which of the simple owned objects match their rendering.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InSync {
+    /// The scripts ConfigMap.
+    pub scripts: bool,
+    /// The headless Service.
+    pub headless: bool,
+    /// `<name>-rw`.
+    pub read_write: bool,
+    /// `<name>-ro`.
+    pub read_only: bool,
+    /// The PodDisruptionBudget.
+    pub pdb: bool,
+}
+
+impl InSync {
+    /// Everything matches.
+    pub const ALL: InSync = InSync {
+        scripts: true,
+        headless: true,
+        read_write: true,
+        read_only: true,
+        pdb: true,
+    };
+}
+
+/// What the user asked for through annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// [`annotations::BACKUP_NOW`].
+    pub backup_now: Option<String>,
+    /// [`annotations::SKIP_FINAL_BACKUP`].
+    pub skip_final_backup: bool,
+}
+
+impl Requests {
+    /// Read the requests from an object's annotations.
+    pub fn from_annotations(a: &BTreeMap<String, String>) -> Self {
+        Requests {
+            backup_now: annotations::token(a, annotations::BACKUP_NOW),
+            skip_final_backup: annotations::flag(a, annotations::SKIP_FINAL_BACKUP),
+        }
+    }
+}
+
+/// Everything the machine sees of the world.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The custom resource's name (pods are `<name>-<ordinal>`).
+    pub name: String,
+    /// The simple owned objects.
+    pub in_sync: InSync,
+    /// The StatefulSet, if it exists.
+    pub statefulset: Option<StatefulSetView>,
+    /// PostgreSQL pods by ordinal.
+    pub pods: BTreeMap<i32, PodView>,
+    /// Owned Jobs (promotions, backups).
+    pub jobs: Vec<JobView>,
+    /// The scheduled-backup CronJob, if it exists.
+    pub cronjob: Option<CronJobView>,
+    /// Annotation requests.
+    pub requests: Requests,
+}
+
+impl Observed {
+    /// The run-once Job with `key`.
+    pub fn job(&self, key: &str) -> Option<&JobView> {
+        common::job_by_key(&self.jobs, key)
+    }
+
+    /// `<name>-<ordinal>`.
+    pub fn pod_name(&self, ordinal: i32) -> String {
+        common::pod_name(&self.name, ordinal)
+    }
+
+    /// The pods at `ordinals`, comma-separated, for messages.
+    pub(super) fn pod_names(&self, ordinals: &[i32]) -> String {
+        common::pod_names(&self.name, ordinals)
+    }
+
+    /// The pod at `ordinal` if it exists and is not terminating.
+    pub(super) fn live(&self, ordinal: i32) -> Option<&PodView> {
+        self.pods.get(&ordinal).filter(|p| !p.terminating)
+    }
+
+    pub(super) fn serving(&self, ordinal: i32) -> bool {
+        self.pods.get(&ordinal).is_some_and(PodView::serving)
+    }
+}
 
 /// What the machine needs to know of a PostgreSQL pod.
 pub fn pod_view(pod: &Pod) -> PodView {
     PodView {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
-        image: pod_image(pod, CONTAINER),
-        ready: pod_ready(pod),
+        image: common::pod_image(pod, CONTAINER),
+        ready: common::pod_ready(pod),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         role: pod
             .labels()
@@ -35,15 +186,15 @@ pub fn pod_view(pod: &Pod) -> PodView {
 /// replicas, and `decide` compares those with what its state wants.
 pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
     let name = pg.name_any();
-    let statefulset =
-        named(Cache::owned_by(&cache.statefulsets, pg, KIND_LABEL), &name).map(|sts| {
-            let image = template_image(&sts, CONTAINER);
+    let statefulset = common::named(Cache::owned_by(&cache.statefulsets, pg, KIND_LABEL), &name)
+        .map(|sts| {
+            let image = common::template_image(&sts, CONTAINER);
             let replicas = sts.spec.replicas.unwrap_or(1);
             let own = image
                 .as_deref()
                 .and_then(|i| render::statefulset(pg, i, replicas).ok());
             StatefulSetView {
-                conforms: in_sync(Some(sts.as_ref()), own),
+                conforms: common::in_sync(Some(sts.as_ref()), own),
                 image,
                 replicas,
                 caught_up: sts.status.as_ref().and_then(|s| s.observed_generation)
@@ -56,28 +207,28 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         let live = services
             .iter()
             .find(|s| s.name_any() == render::service_name(pg, kind));
-        in_sync(live.map(|s| s.as_ref()), render::service(pg, kind).ok())
+        common::in_sync(live.map(|s| s.as_ref()), render::service(pg, kind).ok())
     };
-    let scripts = named(
+    let scripts = common::named(
         Cache::owned_by(&cache.configmaps, pg, KIND_LABEL),
         &render::scripts_name(pg),
     );
-    let pdb = named(Cache::owned_by(&cache.pdbs, pg, KIND_LABEL), &name);
+    let pdb = common::named(Cache::owned_by(&cache.pdbs, pg, KIND_LABEL), &name);
     let in_sync_flags = InSync {
-        scripts: in_sync(scripts.as_deref(), render::scripts(pg).ok()),
+        scripts: common::in_sync(scripts.as_deref(), render::scripts(pg).ok()),
         headless: service_in_sync(ServiceKind::Headless),
         read_write: service_in_sync(ServiceKind::ReadWrite),
         read_only: service_in_sync(ServiceKind::ReadOnly),
-        pdb: in_sync(pdb.as_deref(), render::pdb(pg).ok()),
+        pdb: common::in_sync(pdb.as_deref(), render::pdb(pg).ok()),
     };
 
-    let pods = pods_by_ordinal(
+    let pods = common::pods_by_ordinal(
         &Cache::owned_by(&cache.pods, pg, KIND_LABEL),
         &name,
         pod_view,
     );
-    let jobs = job_views(&Cache::owned_by(&cache.jobs, pg, KIND_LABEL));
-    let cronjob = cronjob_view(
+    let jobs = common::job_views(&Cache::owned_by(&cache.jobs, pg, KIND_LABEL));
+    let cronjob = common::cronjob_view(
         Cache::owned_by(&cache.cronjobs, pg, KIND_LABEL),
         &name,
         || render::cronjob(pg).ok().flatten(),

@@ -26,13 +26,12 @@ use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
     StatefulSetUpdateStrategy,
 };
-use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
-    DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, ExecAction, Lifecycle, LifecycleHandler,
-    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext,
-    PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    DownwardAPIVolumeSource, EnvVar, ExecAction, Lifecycle, LifecycleHandler, ObjectFieldSelector,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -41,17 +40,18 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use rand::Rng;
 
+use super::actions::{Role, ServiceKind};
 use super::api::{
-    BackupSpec, PostgresCluster, REPLICATION_PASSWORD_KEY, REPLICATION_USER, SUPERUSER,
-    SUPERUSER_PASSWORD_KEY,
+    PostgresCluster, REPLICATION_PASSWORD_KEY, REPLICATION_USER, SUPERUSER, SUPERUSER_PASSWORD_KEY,
 };
-use super::machine::{Role, ServiceKind};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
-use crate::machines::common::backup::{self, BackupKind, Destination};
 use crate::machines::common::env::{from_field, from_secret, plain};
-use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
 use crate::machines::common::meta::{self, owner_reference};
+
+mod jobs;
+
+pub use jobs::{backup_env, backup_job, cronjob, promote_job};
 
 /// `app.kubernetes.io/name` of everything a PostgresCluster owns.
 pub const KIND_LABEL: &str = "postgrescluster";
@@ -80,10 +80,10 @@ pub const CATCHUP_SECONDS: i64 = 60;
 
 /// The pod scripts, shipped verbatim in the scripts ConfigMap.
 pub const SCRIPTS: [(&str, &str); 4] = [
-    ("entrypoint.sh", include_str!("scripts/entrypoint.sh")),
-    ("promote.sh", include_str!("scripts/promote.sh")),
-    ("backup.sh", include_str!("scripts/backup.sh")),
-    ("restore.sh", include_str!("scripts/restore.sh")),
+    ("entrypoint.sh", include_str!("../scripts/entrypoint.sh")),
+    ("promote.sh", include_str!("../scripts/promote.sh")),
+    ("backup.sh", include_str!("../scripts/backup.sh")),
+    ("restore.sh", include_str!("../scripts/restore.sh")),
 ];
 
 const SCRIPTS_VOLUME: &str = "scripts";
@@ -439,179 +439,4 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
         status: None,
     };
     with_applied_hash(sts, |s| &mut s.metadata)
-}
-
-/// Give a Job's pod the scripts, a scratch directory and the `postgres` user.
-fn job_pod_extras(pg: &PostgresCluster, spec: &mut JobSpec) {
-    if let Some(pod) = spec.template.spec.as_mut() {
-        pod.security_context = Some(security_context());
-        pod.volumes = Some(vec![
-            scripts_volume(pg),
-            Volume {
-                name: TMP_VOLUME.to_owned(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Volume::default()
-            },
-        ]);
-    }
-}
-
-fn job_container(name: &str, image: String, script: &str, env: Vec<EnvVar>) -> Container {
-    Container {
-        name: name.to_owned(),
-        image: Some(image),
-        command: Some(vec!["bash".to_owned(), format!("{SCRIPTS_PATH}/{script}")]),
-        env: Some(env),
-        volume_mounts: Some(vec![
-            mount(SCRIPTS_VOLUME, SCRIPTS_PATH, true),
-            mount(TMP_VOLUME, TMP_PATH, false),
-        ]),
-        ..Container::default()
-    }
-}
-
-/// The promote Job `key`: `promote.sh` against pod `target`, with the server's image.
-/// With `old_primary` (a planned switchover) the script first ends that pod's client
-/// sessions and waits for the target to replay everything it wrote.
-///
-/// # Errors
-/// [`Error`] if the owner has no UID.
-pub fn promote_job(
-    pg: &PostgresCluster,
-    key: &str,
-    target: i32,
-    image: &str,
-    old_primary: Option<i32>,
-) -> Result<Job, Error> {
-    let name = pg.name_any();
-    let mut env = vec![
-        plain("TARGET_HOST", pod_host(pg, target)),
-        plain("TARGET_PORT", PORT.to_string()),
-        plain("POSTGRES_USER", SUPERUSER),
-        from_secret(
-            "POSTGRES_PASSWORD",
-            &credentials_name(pg),
-            SUPERUSER_PASSWORD_KEY,
-        ),
-        plain(
-            "PROMOTE_DEADLINE_SECONDS",
-            PROMOTE_DEADLINE_SECONDS.to_string(),
-        ),
-    ];
-    if let Some(old) = old_primary {
-        env.extend([
-            plain("OLD_PRIMARY_HOST", pod_host(pg, old)),
-            plain("OLD_PRIMARY_PORT", PORT.to_string()),
-            plain("CATCHUP_SECONDS", CATCHUP_SECONDS.to_string()),
-        ]);
-    }
-    let mut job = RunOnce {
-        owner_name: &name,
-        namespace: &namespace(pg),
-        owner: owner_reference(pg)?,
-        labels: meta::component_labels(KIND_LABEL, &name, "promote"),
-        key,
-        purpose: Purpose::Promote,
-        pod: PodRecipe {
-            container: job_container("promote", image.to_owned(), "promote.sh", env),
-            ..PodRecipe::default()
-        },
-        deadline: Some(PROMOTE_DEADLINE_SECONDS + CATCHUP_SECONDS + 60),
-    }
-    .build();
-    if let Some(spec) = job.spec.as_mut() {
-        job_pod_extras(pg, spec);
-    }
-    Ok(job)
-}
-
-fn destination(backup: &BackupSpec) -> Destination {
-    Destination {
-        s3_endpoint: backup.s3_endpoint.clone(),
-        bucket: backup.bucket.clone(),
-        prefix: backup.prefix.clone(),
-        credentials_secret: backup.credentials_secret.clone(),
-        retention: None,
-    }
-}
-
-/// The backup container's environment: the shared S3 part plus `backup.sh`'s own.
-pub fn backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> Vec<EnvVar> {
-    let mut env = backup::backup_env(&destination(backup), kind, &primary_host(pg));
-    env.extend([
-        plain("CLUSTER_NAME", pg.name_any()),
-        plain("PRIMARY_HOST", primary_host(pg)),
-        plain("PRIMARY_PORT", PORT.to_string()),
-        plain("POSTGRES_USER", SUPERUSER),
-        from_secret(
-            "POSTGRES_PASSWORD",
-            &credentials_name(pg),
-            SUPERUSER_PASSWORD_KEY,
-        ),
-        plain(
-            "BACKUP_DATABASE",
-            pg.spec.database.as_deref().unwrap_or("postgres"),
-        ),
-        plain("S3_REGION", backup.region.as_deref().unwrap_or("us-east-1")),
-        plain(
-            "S3_FORCE_PATH_STYLE",
-            if backup.virtual_hosted_style {
-                "false"
-            } else {
-                "true"
-            },
-        ),
-        plain("BACKUP_TMPDIR", TMP_PATH),
-    ]);
-    env
-}
-
-fn backup_pod(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> PodRecipe {
-    PodRecipe {
-        labels: backup.pod_labels.clone(),
-        annotations: backup.pod_annotations.clone(),
-        container: job_container(
-            "backup",
-            backup.image.clone(),
-            "backup.sh",
-            backup_env(pg, backup, kind),
-        ),
-        ..PodRecipe::default()
-    }
-}
-
-/// The backup Job `key` (on demand or final). `None` without `spec.backup`.
-///
-/// # Errors
-/// [`Error`] if the owner has no UID.
-pub fn backup_job(pg: &PostgresCluster, key: &str, kind: BackupKind) -> Result<Option<Job>, Error> {
-    let Some(backup) = &pg.spec.backup else {
-        return Ok(None);
-    };
-    let backups = backup::Backups::of(pg, KIND_LABEL, backup.timeout_seconds)?;
-    Ok(Some(backups.job(
-        key,
-        kind,
-        backup_pod(pg, backup, kind),
-        |spec| {
-            job_pod_extras(pg, spec);
-        },
-    )))
-}
-
-/// The scheduled-backup CronJob. `None` without both `spec.backup` and
-/// `spec.backupSchedule`.
-///
-/// # Errors
-/// [`Error`] if the owner has no UID or the object does not serialize.
-pub fn cronjob(pg: &PostgresCluster) -> Result<Option<CronJob>, Error> {
-    let (Some(backup), Some(schedule)) = (&pg.spec.backup, &pg.spec.backup_schedule) else {
-        return Ok(None);
-    };
-    let pod = backup_pod(pg, backup, BackupKind::Scheduled);
-    backup::Backups::of(pg, KIND_LABEL, backup.timeout_seconds)?
-        .cronjob(schedule, backup.suspend, &pod, |spec| {
-            job_pod_extras(pg, spec)
-        })
-        .map(Some)
 }

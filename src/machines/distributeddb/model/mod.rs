@@ -25,18 +25,23 @@
 //! Bounded liveness is the harness's: once faults stop and the world settles, the
 //! machine reaches Ready at the spec's image and replicas and then stays quiet.
 
+mod scenarios;
+mod world;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
+use super::actions::{DdbAction, HookPhase, backup_key, hook_key};
 use super::api::{BackupPolicy, DbPort, DistributedDBSpec, Hook, Storage, UpgradePolicy};
-use super::machine::{
-    CronJobView, DdbAction, DdbState, DistributedDb, HookPhase, Observed, PodView, Requests,
-    StatefulSetView, backup_key, hook_key,
+use super::machine::DistributedDb;
+use super::observe::{CronJobView, Observed, PodView, Requests, StatefulSetView};
+use super::state::DdbState;
+use crate::engine::check::{
+    CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
 };
-use crate::engine::check::{CheckConfig, WorldModel, check_machine};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::meta::short_hash;
@@ -217,6 +222,9 @@ pub(super) enum Move {
     StsDrifts,
     /// Someone puts another image into the StatefulSet template.
     StsImageTampered,
+    /// Someone puts an image a spec may ask for into the StatefulSet template (scenarios
+    /// only: generated runs tamper with [`ROGUE`]).
+    StsImageSet(u8),
     /// Someone deletes the Service.
     ServiceDeleted,
     /// Someone deletes the CronJob.
@@ -491,400 +499,36 @@ impl Cluster {
         self.jobs.get_mut(pick)
     }
 
+    /// Someone else writes `image` into the StatefulSet template.
+    fn tamper(&mut self, image: &str) {
+        if let Some(s) = &mut self.sts {
+            s.image = image.to_owned();
+            s.generation += 1;
+        }
+    }
+
+    /// A cluster whose objects already exist and run (as after the operator was
+    /// reinstalled): the machine adopts them.
+    fn existing(replicas: i32, hooks: Option<i32>, backups: bool) -> Self {
+        let mut world = Cluster::new(replicas, hooks, backups);
+        world.service = Some(true);
+        world.sts = Some(Sts {
+            image: IMAGES[0].to_owned(),
+            replicas,
+            generation: 1,
+            observed: 1,
+            drifted: false,
+            synced_image: IMAGES[0].to_owned(),
+            synced_replicas: replicas,
+        });
+        world.settle();
+        world.requests.retry_hook = None;
+        world
+    }
+
     fn pod_at(&mut self, n: u8) -> Option<&mut Pod> {
         self.pods.get_mut(&i32::from(n % 4))
     }
-}
-
-impl WorldModel<DistributedDb> for Cluster {
-    type Move = Move;
-    type Edit = Edit;
-
-    fn initial() -> BoxedStrategy<Self> {
-        (
-            1..=3i32,
-            prop::option::of(0..=1i32),
-            any::<bool>(),
-            any::<bool>(),
-        )
-            .prop_map(|(replicas, hooks, backups, existing)| {
-                let mut world = Cluster::new(replicas, hooks, backups);
-                if existing {
-                    // The objects already exist and run (as after the operator was
-                    // reinstalled): the machine adopts them, so more of each run is spent
-                    // upgrading, scaling and deleting.
-                    world.service = Some(true);
-                    world.sts = Some(Sts {
-                        image: IMAGES[0].to_owned(),
-                        replicas,
-                        generation: 1,
-                        observed: 1,
-                        drifted: false,
-                        synced_image: IMAGES[0].to_owned(),
-                        synced_replicas: replicas,
-                    });
-                    world.settle();
-                    world.requests.retry_hook = None;
-                }
-                world
-            })
-            .boxed()
-    }
-
-    fn spec(&self) -> DistributedDBSpec {
-        self.spec.clone()
-    }
-
-    fn spec_edits() -> BoxedStrategy<Edit> {
-        prop_oneof![
-            4 => (0..3u8).prop_map(Edit::Image),
-            2 => (1..=3i32).prop_map(Edit::Replicas),
-            1 => Just(Edit::ToggleBackups),
-        ]
-        .boxed()
-    }
-
-    fn edit_spec(&mut self, edit: &Edit) {
-        self.tick += 1;
-        match edit {
-            Edit::Image(i) => {
-                let image = IMAGES[usize::from(*i) % IMAGES.len()].to_owned();
-                self.asked.insert(image.clone());
-                self.spec.image = image;
-            }
-            Edit::Replicas(n) => self.spec.replicas = *n,
-            Edit::ToggleBackups => {
-                self.spec.backup_policy = match self.spec.backup_policy {
-                    Some(_) => None,
-                    None => Some(policy()),
-                };
-                self.ever_without_policy |= self.spec.backup_policy.is_none();
-                if let Some((_, in_sync)) = &mut self.cron {
-                    *in_sync = false;
-                }
-            }
-        }
-    }
-
-    fn observe(&self) -> Observed {
-        Observed {
-            name: "db".to_owned(),
-            service_in_sync: self.service == Some(true),
-            statefulset: self.sts.as_ref().map(|s| StatefulSetView {
-                conforms: !s.drifted,
-                image: Some(s.image.clone()),
-                replicas: s.replicas,
-                caught_up: s.observed == s.generation,
-                claim_size: Some("1Gi".to_owned()),
-            }),
-            pods: self
-                .pods
-                .iter()
-                .map(|(k, p)| {
-                    (
-                        *k,
-                        PodView {
-                            uid: p.uid.clone(),
-                            image: Some(p.image.clone()),
-                            ready: p.ready,
-                            terminating: p.terminating,
-                        },
-                    )
-                })
-                .collect(),
-            jobs: self
-                .jobs
-                .iter()
-                .map(|j| JobView {
-                    name: j.name.clone(),
-                    uid: j.uid.clone(),
-                    key: j.key.clone(),
-                    purpose: Some(j.purpose),
-                    created: Some(epoch()),
-                    outcome: match j.outcome {
-                        Outcome::Running => JobOutcome::Running,
-                        Outcome::Succeeded => JobOutcome::Succeeded { at: epoch() },
-                        Outcome::Failed => JobOutcome::Failed {
-                            at: epoch(),
-                            reason: "BackoffLimitExceeded".to_owned(),
-                            message: String::new(),
-                        },
-                    },
-                })
-                .collect(),
-            cronjob: self.cron.as_ref().map(|(uid, in_sync)| CronJobView {
-                uid: uid.clone(),
-                in_sync: *in_sync,
-            }),
-            volumes: BTreeMap::new(),
-            requests: self.requests.clone(),
-        }
-    }
-
-    fn apply(&mut self, action: &DdbAction) {
-        match action {
-            DdbAction::EnsureService => self.service = Some(true),
-            DdbAction::EnsureStatefulSet(shape) => {
-                if !self.asked.contains(&shape.image) {
-                    self.violations.push(format!(
-                        "wrote {} into the StatefulSet template, an image no spec asked for",
-                        shape.image
-                    ));
-                }
-                match &mut self.sts {
-                    None => {
-                        self.sts = Some(Sts {
-                            image: shape.image.clone(),
-                            replicas: shape.replicas,
-                            generation: 1,
-                            observed: 0,
-                            drifted: false,
-                            synced_image: shape.image.clone(),
-                            synced_replicas: shape.replicas,
-                        });
-                    }
-                    Some(s) => {
-                        if s.image != shape.image || s.replicas != shape.replicas || s.drifted {
-                            s.image = shape.image.clone();
-                            s.replicas = shape.replicas;
-                            s.drifted = false;
-                            s.generation += 1;
-                        }
-                    }
-                }
-            }
-            DdbAction::DeletePod { ordinal, uid } => {
-                if let Some(pod) = self.pods.get(ordinal).cloned()
-                    && pod.uid == *uid
-                    && !pod.terminating
-                {
-                    self.check_delete(*ordinal, &pod);
-                    if let Some(p) = self.pods.get_mut(ordinal) {
-                        p.terminating = true;
-                    }
-                }
-            }
-            DdbAction::RunHook { phase, key, .. } => {
-                if phase.of(&self.spec).is_some() {
-                    self.add_job(Some(key.clone()), Purpose::Hook);
-                }
-            }
-            DdbAction::RunBackup { key, kind } => {
-                if self.spec.backup_policy.is_some() {
-                    let purpose = match kind {
-                        BackupKind::Final => Purpose::FinalBackup,
-                        BackupKind::OnDemand | BackupKind::Scheduled => Purpose::Backup,
-                    };
-                    self.add_job(Some(key.clone()), purpose);
-                }
-            }
-            DdbAction::EnsureCronJob => {
-                if self.spec.backup_policy.is_some() {
-                    let uid = match &self.cron {
-                        Some((uid, _)) => uid.clone(),
-                        None => self.uid("c"),
-                    };
-                    self.cron = Some((uid, true));
-                }
-            }
-            DdbAction::DeleteCronJob { uid } => {
-                if self.cron.as_ref().is_some_and(|(u, _)| u == uid) {
-                    self.cron = None;
-                }
-            }
-            DdbAction::ExpandVolume { .. } => {}
-            DdbAction::DeleteJob { uid, .. } => self.jobs.retain(|j| j.uid != *uid),
-        }
-        self.refresh();
-    }
-
-    fn environment_moves() -> BoxedStrategy<Move> {
-        prop_oneof![
-            6 => Just(Move::StsObserves),
-            6 => Just(Move::StsCreatesPods),
-            6 => any::<u8>().prop_map(Move::PodGone),
-            10 => any::<u8>().prop_map(Move::PodReady),
-            1 => any::<u8>().prop_map(Move::PodStuck),
-            1 => any::<u8>().prop_map(Move::PodEvicted),
-            1 => (0..3u8).prop_map(Move::SkipHook),
-            8 => (any::<u8>(), prop::bool::weighted(0.7)).prop_map(|(n, ok)| Move::JobFinishes(n, ok)),
-            1 => Just(Move::StsDrifts),
-            1 => Just(Move::StsImageTampered),
-            1 => Just(Move::ServiceDeleted),
-            1 => Just(Move::CronJobDeleted),
-            1 => Just(Move::CronFires),
-            1 => (0..3u8).prop_map(Move::BackupNow),
-            1 => Just(Move::SkipFinalBackup),
-        ]
-        .boxed()
-    }
-
-    fn step_environment(&mut self, mv: &Move) {
-        self.tick += 1;
-        match *mv {
-            Move::StsObserves => self.sts_observes(),
-            Move::StsCreatesPods => self.sts_creates_pods(),
-            Move::PodGone(n) => {
-                let k = i32::from(n % 4);
-                if self.pods.get(&k).is_some_and(|p| p.terminating) {
-                    self.pods.remove(&k);
-                }
-            }
-            Move::PodReady(n) => {
-                if let Some(p) = self.pod_at(n)
-                    && !p.terminating
-                    && !p.stuck
-                {
-                    p.ready = true;
-                }
-            }
-            Move::PodStuck(n) => {
-                if let Some(p) = self.pod_at(n)
-                    && !p.ready
-                {
-                    p.stuck = true;
-                }
-            }
-            Move::PodEvicted(n) => {
-                let k = i32::from(n % 4);
-                if let Some(p) = self.pods.get_mut(&k)
-                    && !p.terminating
-                {
-                    p.terminating = true;
-                    self.evicted.insert(k);
-                }
-            }
-            Move::SkipHook(n) => self.requests.skip_hook = Some(format!("s{n}")),
-            Move::JobFinishes(n, ok) => {
-                if let Some(j) = self.running_job(n) {
-                    j.outcome = if ok {
-                        Outcome::Succeeded
-                    } else {
-                        Outcome::Failed
-                    };
-                }
-            }
-            Move::StsDrifts => {
-                if let Some(s) = &mut self.sts {
-                    s.drifted = true;
-                    s.generation += 1;
-                }
-            }
-            Move::StsImageTampered => {
-                if let Some(s) = &mut self.sts {
-                    s.image = ROGUE.to_owned();
-                    s.generation += 1;
-                }
-            }
-            Move::ServiceDeleted => self.service = None,
-            Move::CronJobDeleted => self.cron = None,
-            Move::CronFires => {
-                if self.cron.is_some() {
-                    self.add_job(None, Purpose::Backup);
-                }
-            }
-            Move::BackupNow(n) => self.requests.backup_now = Some(format!("t{n}")),
-            Move::SkipFinalBackup => self.requests.skip_final_backup = true,
-        }
-        self.refresh();
-    }
-
-    fn invariants(&self, state: &DdbState) -> Result<(), String> {
-        if let Some(first) = self.violations.first() {
-            return Err(first.clone());
-        }
-        if self.down.len() > 1 {
-            return Err(format!("pods {:?} were all taken down at once", self.down));
-        }
-        if *state == DdbState::Finalized
-            && !(self.ever_without_policy
-                || self.requests.skip_final_backup
-                || self
-                    .jobs
-                    .iter()
-                    .any(|j| j.purpose == Purpose::FinalBackup && j.outcome == Outcome::Succeeded))
-        {
-            return Err("finalized without a successful or skipped final backup".to_owned());
-        }
-        Ok(())
-    }
-
-    fn converged(&self, state: &DdbState) -> bool {
-        let spec = &self.spec;
-        let DdbState::Ready { version, replicas } = state else {
-            return false;
-        };
-        let sts_ok = self.sts.as_ref().is_some_and(|s| {
-            s.image == spec.image
-                && s.replicas == spec.replicas
-                && !s.drifted
-                && s.observed == s.generation
-        });
-        let pods_ok = self.pods.len() == usize::try_from(spec.replicas).unwrap_or(0)
-            && (0..spec.replicas).all(|k| {
-                self.pods
-                    .get(&k)
-                    .is_some_and(|p| p.ready && !p.terminating && p.image == spec.image)
-            });
-        let cron_ok = match (&spec.backup_policy, &self.cron) {
-            (Some(_), Some((_, in_sync))) => *in_sync,
-            (None, None) => true,
-            _ => false,
-        };
-        let pruned = !self
-            .jobs
-            .iter()
-            .any(|j| j.purpose == Purpose::Hook && j.outcome != Outcome::Running);
-        let backup_served = match (&self.requests.backup_now, &spec.backup_policy) {
-            (Some(token), Some(_)) => self
-                .jobs
-                .iter()
-                .any(|j| j.key.as_deref() == Some(backup_key(token).as_str())),
-            _ => true,
-        };
-        *version == spec.image
-            && *replicas == spec.replicas
-            && self.service == Some(true)
-            && sts_ok
-            && pods_ok
-            && cron_ok
-            && pruned
-            && backup_served
-    }
-
-    fn settle(&mut self) {
-        self.sts_observes();
-        self.pods.retain(|_, p| !p.terminating);
-        self.sts_creates_pods();
-        self.pods.retain(|_, p| !p.terminating);
-        for p in self.pods.values_mut() {
-            p.stuck = false;
-            p.ready = true;
-        }
-        for j in &mut self.jobs {
-            if j.outcome == Outcome::Running {
-                j.outcome = Outcome::Succeeded;
-            }
-        }
-        // A user who finds a hook out of retries asks for it to run again.
-        self.requests.retry_hook = Some("settled".to_owned());
-        self.refresh();
-    }
-}
-
-fn config() -> CheckConfig {
-    CheckConfig {
-        cases: 384,
-        max_events: 120,
-        liveness_reconciles: 128,
-        ..CheckConfig::default()
-    }
-}
-
-#[test]
-fn distributeddb_is_safe_and_live_under_faults() {
-    let report = check_machine::<DistributedDb, Cluster>(config());
-    assert!(report.writes > 0);
 }
 
 #[test]
@@ -892,7 +536,7 @@ fn the_model_catches_a_delete_of_an_upgraded_pod() {
     // The invariants are only as good as their teeth: deleting the replacement of a
     // pod that was just upgraded is reported.
     let mut world = Cluster::new(1, None, false);
-    world.apply(&DdbAction::EnsureStatefulSet(super::machine::Shape {
+    world.apply(&DdbAction::EnsureStatefulSet(super::actions::Shape {
         image: "db:1".to_owned(),
         replicas: 1,
         claim_size: "1Gi".to_owned(),
@@ -910,14 +554,14 @@ fn the_model_catches_a_delete_of_an_upgraded_pod() {
 #[test]
 fn the_model_catches_a_delete_before_the_pre_hook() {
     let mut world = Cluster::new(2, Some(0), false);
-    world.apply(&DdbAction::EnsureStatefulSet(super::machine::Shape {
+    world.apply(&DdbAction::EnsureStatefulSet(super::actions::Shape {
         image: "db:1".to_owned(),
         replicas: 2,
         claim_size: "1Gi".to_owned(),
     }));
     world.settle();
     world.edit_spec(&Edit::Image(1));
-    world.apply(&DdbAction::EnsureStatefulSet(super::machine::Shape {
+    world.apply(&DdbAction::EnsureStatefulSet(super::actions::Shape {
         image: "db:2".to_owned(),
         replicas: 2,
         claim_size: "1Gi".to_owned(),

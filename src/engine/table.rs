@@ -1,0 +1,67 @@
+//! The declarative form of a transition table: [`edges!`](crate::edges).
+//!
+//! Every machine (the shipped ones and the engine's examples) declares its table with
+//! this one macro, one row per edge or per group of edges, each naming the source file
+//! that takes it:
+//!
+//! ```ignore
+//! pub static TABLE: &[Edge<Kind>] = lockstep::edges![Kind;
+//!     // One edge.
+//!     Creating -> Ready: ALL_READY, "every pod is Ready", creating::SOURCE;
+//!     // The same edge from several states.
+//!     [Creating, Ready] -> Finalizing: DELETION_REQUESTED, "deleted", finalize::SOURCE;
+//!     // Several edges from each of several states, in that order.
+//!     [Creating, Ready] -> {
+//!         Finalizing: DELETION_REQUESTED, "deleted; a final backup is taken", finalize::SOURCE;
+//!         Finalized: NO_BACKUP_POLICY, "deleted without a backup", finalize::SOURCE;
+//!     }
+//! ];
+//! ```
+//!
+//! The rows expand, in order, to [`Edge`](super::Edge)s: the table a reader sees is the
+//! table the engine enforces and `lockstep machines` exports, with no hand-counted sizes.
+//! The last item of a row is the file whose code takes the edge (a `SOURCE: &str =
+//! file!()` constant of that module, or `file!()` itself); the exported statechart links
+//! each edge to it.
+
+/// Declare a transition table: `edges![Kind; rows...]` is a `&'static [Edge<Kind>]`
+/// usable in a `static`. See [the module](crate::engine::table) for the row forms.
+#[macro_export]
+macro_rules! edges {
+    ($kind:ident; $($rows:tt)*) => {
+        $crate::edges!(@rows $kind [] $($rows)*)
+    };
+    (@rows $kind:ident [$($acc:tt)*]) => {
+        &[$($acc)*]
+    };
+    (@rows $kind:ident [$($acc:tt)*]
+        [$($from:ident),+ $(,)?] -> $to:ident : $reason:path, $when:literal, $by:expr;
+        $($rest:tt)*
+    ) => {
+        $crate::edges!(@rows $kind [$($acc)*]
+            $($from -> $to : $reason, $when, $by;)+
+            $($rest)*)
+    };
+    (@rows $kind:ident [$($acc:tt)*]
+        [$($from:ident),+ $(,)?] -> $body:tt
+        $($rest:tt)*
+    ) => {
+        $crate::edges!(@rows $kind [$($acc)*] $($from -> $body)+ $($rest)*)
+    };
+    (@rows $kind:ident [$($acc:tt)*]
+        $from:ident -> $to:ident : $reason:path, $when:literal, $by:expr;
+        $($rest:tt)*
+    ) => {
+        $crate::edges!(@rows $kind [$($acc)*
+            $crate::engine::Edge::new($kind::$from, $kind::$to, $reason, $when).taken_in($by),
+        ] $($rest)*)
+    };
+    (@rows $kind:ident [$($acc:tt)*]
+        $from:ident -> { $($to:ident : $reason:path, $when:literal, $by:expr;)+ }
+        $($rest:tt)*
+    ) => {
+        $crate::edges!(@rows $kind [$($acc)*
+            $($crate::engine::Edge::new($kind::$from, $kind::$to, $reason, $when).taken_in($by),)+
+        ] $($rest)*)
+    };
+}

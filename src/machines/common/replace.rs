@@ -1,0 +1,143 @@
+//! Replacing one pod: it is deleted with its recorded UID as a precondition, and the
+//! StatefulSet controller recreates it from the template at the target image. Both
+//! machines walk the same steps; [`replacement`] says which one the observation shows,
+//! and the machine decides what each means for it.
+
+/// A pod as the replacement sees it (either machine's view of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen<'a> {
+    /// Its UID.
+    pub uid: &'a str,
+    /// Its main container's image.
+    pub image: Option<&'a str>,
+    /// The Ready condition holds.
+    pub ready: bool,
+    /// It has a deletion timestamp.
+    pub terminating: bool,
+}
+
+/// Where the replacement of the pod recorded with a UID stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replacement<'a> {
+    /// The recorded pod still runs: it is to be deleted (when that is allowed).
+    Present {
+        /// Whether it is Ready.
+        ready: bool,
+        /// Its image.
+        image: Option<&'a str>,
+    },
+    /// The recorded pod is terminating.
+    Terminating,
+    /// No pod runs at the ordinal: the controller has yet to recreate it.
+    Missing,
+    /// A new pod runs an image other than the target.
+    Stale {
+        /// Its UID.
+        uid: &'a str,
+        /// Its image, as messages print it.
+        image: &'a str,
+    },
+    /// A new pod runs the target and is not Ready yet.
+    Starting,
+    /// A new pod runs the target and is Ready.
+    Replaced {
+        /// Its UID.
+        uid: &'a str,
+    },
+}
+
+/// Classify what is observed at the ordinal of the pod recorded with `uid`, replaced to
+/// run `target`.
+pub fn replacement<'a>(pod: Option<Seen<'a>>, uid: &str, target: &str) -> Replacement<'a> {
+    match pod {
+        Some(p) if p.uid == uid && p.terminating => Replacement::Terminating,
+        Some(p) if p.uid == uid => Replacement::Present {
+            ready: p.ready,
+            image: p.image,
+        },
+        Some(p) if p.terminating => Replacement::Missing,
+        Some(p) if p.image != Some(target) => Replacement::Stale {
+            uid: p.uid,
+            image: p.image.unwrap_or("no image"),
+        },
+        Some(p) if !p.ready => Replacement::Starting,
+        Some(p) => Replacement::Replaced { uid: p.uid },
+        None => Replacement::Missing,
+    }
+}
+
+/// The message of a stay while the recorded pod `name` terminates.
+pub fn terminating(name: &str) -> String {
+    format!("waiting for {name} to terminate")
+}
+
+/// The message of the stay that deletes pod `name` (with `uid`) to recreate it at
+/// `target`.
+pub fn deleting(name: &str, uid: &str, target: &str) -> String {
+    format!("deleting {name} (uid {uid}) to recreate it at {target}")
+}
+
+/// The message of a stay while the recreated pod `name` starts at `target`.
+pub fn starting(name: &str, target: &str) -> String {
+    format!("{name} recreated at {target}; waiting for it to become Ready")
+}
+
+/// The message of a stay while pod `name` is not recreated yet.
+pub fn missing(name: &str) -> String {
+    format!("waiting for {name} to be recreated")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(
+        uid: &'static str,
+        image: &'static str,
+        ready: bool,
+        terminating: bool,
+    ) -> Seen<'static> {
+        Seen {
+            uid,
+            image: Some(image),
+            ready,
+            terminating,
+        }
+    }
+
+    #[test]
+    fn each_step_of_a_replacement_is_told_apart() {
+        let at = |pod| replacement(pod, "u1", "v2");
+        assert_eq!(
+            at(Some(seen("u1", "v1", true, false))),
+            Replacement::Present {
+                ready: true,
+                image: Some("v1")
+            }
+        );
+        assert_eq!(
+            at(Some(seen("u1", "v1", true, true))),
+            Replacement::Terminating
+        );
+        assert_eq!(at(None), Replacement::Missing);
+        assert_eq!(
+            at(Some(seen("u2", "v2", false, true))),
+            Replacement::Missing
+        );
+        assert_eq!(
+            at(Some(seen("u2", "v0", true, false))),
+            Replacement::Stale {
+                uid: "u2",
+                image: "v0"
+            }
+        );
+        assert_eq!(
+            at(Some(seen("u2", "v2", false, false))),
+            Replacement::Starting
+        );
+        assert_eq!(
+            at(Some(seen("u2", "v2", true, false))),
+            Replacement::Replaced { uid: "u2" }
+        );
+    }
+}

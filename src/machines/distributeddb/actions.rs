@@ -1,0 +1,139 @@
+//! The side effects the DistributedDB machine asks for, as data, and the names they
+//! carry (hook and backup Job keys, the StatefulSet's shape).
+
+use super::api::{DistributedDBSpec, Hook};
+use super::state::DdbState;
+use crate::machines::common::backup::BackupKind;
+use crate::machines::common::meta::short_hash;
+
+/// Both hooks, for messages and Job keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
+pub enum HookPhase {
+    /// Before the pod is deleted.
+    Pre,
+    /// After its replacement is Ready.
+    Post,
+}
+
+impl HookPhase {
+    /// `pre-upgrade hook` / `post-upgrade hook`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            HookPhase::Pre => "pre-upgrade hook",
+            HookPhase::Post => "post-upgrade hook",
+        }
+    }
+
+    /// The hook's spec, if configured.
+    pub fn of(self, spec: &DistributedDBSpec) -> Option<&Hook> {
+        let upgrade = spec.upgrade.as_ref()?;
+        match self {
+            HookPhase::Pre => upgrade.pre_hook.as_ref(),
+            HookPhase::Post => upgrade.post_hook.as_ref(),
+        }
+    }
+}
+
+/// What the StatefulSet should hold in a state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    /// The pod template's image.
+    pub image: String,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// The volume claim template's size. Claim templates are immutable, so this is the
+    /// live StatefulSet's when there is one; growth is applied to the claims directly.
+    pub claim_size: String,
+}
+
+/// A side effect of the DistributedDB machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DdbAction {
+    /// Apply the headless Service.
+    EnsureService,
+    /// Apply the StatefulSet in this shape.
+    EnsureStatefulSet(Shape),
+    /// Delete pod `ordinal` if it still has `uid`.
+    DeletePod {
+        /// The ordinal.
+        ordinal: i32,
+        /// The UID precondition.
+        uid: String,
+    },
+    /// Create a hook Job (if absent).
+    RunHook {
+        /// Pre or post.
+        phase: HookPhase,
+        /// The pod it is about.
+        ordinal: i32,
+        /// The Job's key.
+        key: String,
+        /// The image the cluster is upgraded from.
+        from: String,
+        /// The image it is upgraded to (the hook's default image).
+        to: String,
+    },
+    /// Create a backup Job (if absent).
+    RunBackup {
+        /// The Job's key.
+        key: String,
+        /// On demand or final.
+        kind: BackupKind,
+    },
+    /// Apply the scheduled-backup CronJob.
+    EnsureCronJob,
+    /// Delete the scheduled-backup CronJob.
+    DeleteCronJob {
+        /// Its UID.
+        uid: String,
+    },
+    /// Grow pod `ordinal`'s volume claim to `size`.
+    ExpandVolume {
+        /// The ordinal.
+        ordinal: i32,
+        /// The new size.
+        size: String,
+    },
+    /// Delete a finished Job (hook Jobs are pruned once the cluster is at rest).
+    DeleteJob {
+        /// Its name.
+        name: String,
+        /// Its UID.
+        uid: String,
+    },
+}
+
+/// The key of the hook Job for `phase` of pod `ordinal` (with `pod_uid`) moving to `to`.
+pub fn hook_key(phase: HookPhase, ordinal: i32, to: &str, pod_uid: &str, attempt: u32) -> String {
+    let phase: &str = phase.into();
+    format!("{phase}-{ordinal}-{}-{attempt}", short_hash(&[to, pod_uid]))
+}
+
+pub use crate::machines::common::on_demand::key as backup_key;
+
+/// What the StatefulSet should hold in `state` (`None` while deleting: nothing is
+/// created or restored then). `live_claim` is the live claim template's size.
+pub fn shape(
+    spec: &DistributedDBSpec,
+    state: &DdbState,
+    live_claim: Option<&str>,
+) -> Option<Shape> {
+    let (image, replicas) = match state {
+        DdbState::Creating => (spec.image.clone(), spec.replicas),
+        DdbState::Ready { version, replicas }
+        | DdbState::Scaling {
+            version, replicas, ..
+        }
+        | DdbState::BackingUp {
+            version, replicas, ..
+        } => (version.clone(), *replicas),
+        DdbState::Upgrading(u) => (u.to.clone(), u.replicas),
+        DdbState::Finalizing { .. } | DdbState::Finalized => return None,
+    };
+    Some(Shape {
+        image,
+        replicas,
+        claim_size: live_claim.unwrap_or(&spec.storage.size).to_owned(),
+    })
+}

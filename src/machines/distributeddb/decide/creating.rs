@@ -1,0 +1,86 @@
+//! Creating: the StatefulSet and Service follow `spec.image` until every replica is Ready.
+
+use super::{D, Next, claim, next_pod, stay, upkeep};
+use crate::engine::Decision;
+use crate::machines::distributeddb::actions::{DdbAction, Shape};
+use crate::machines::distributeddb::api::DistributedDBSpec;
+use crate::machines::distributeddb::observe::Observed;
+use crate::machines::distributeddb::state::{DdbState, Upgrade};
+use crate::machines::distributeddb::table::reason::*;
+
+pub(crate) fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
+    let replicas = spec.replicas;
+    let shape = Shape {
+        image: spec.image.clone(),
+        replicas,
+        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
+    };
+    let mut actions = upkeep(spec, &shape, o);
+    let template_current = o
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| s.serves(&spec.image));
+    // Pods at an earlier spec.image that never became Ready have never served: replace
+    // them now rather than upgrade them later.
+    if template_current {
+        actions.extend(
+            o.pods
+                .iter()
+                .filter(|(k, p)| {
+                    **k < replicas
+                        && !p.terminating
+                        && !p.ready
+                        && p.image.as_deref() != Some(&spec.image)
+                })
+                .map(|(k, p)| DdbAction::DeletePod {
+                    ordinal: *k,
+                    uid: p.uid.clone(),
+                }),
+        );
+    }
+    let ready = (0..replicas)
+        .filter(|k| o.pods.get(k).is_some_and(|p| p.ready && !p.terminating))
+        .count();
+    let extra = o.pods.keys().any(|k| *k >= replicas);
+    if ready == usize::try_from(replicas).unwrap_or(0) && !extra && actions.is_empty() {
+        return match next_pod(o, replicas, &spec.image) {
+            Next::Done => Decision::go(
+                DdbState::Ready {
+                    version: spec.image.clone(),
+                    replicas,
+                },
+                ALL_REPLICAS_READY,
+                format!("all {replicas} pods Ready at {}", spec.image),
+            ),
+            Next::Pod { ordinal, uid } => {
+                let from = o
+                    .pods
+                    .get(&ordinal)
+                    .and_then(|p| p.image.clone())
+                    .unwrap_or_default();
+                Decision::go(
+                    DdbState::Upgrading(Upgrade::begin(
+                        from,
+                        spec.image.clone(),
+                        replicas,
+                        ordinal,
+                        uid,
+                        &o.requests,
+                    )),
+                    MIXED_IMAGES,
+                    format!(
+                        "all {replicas} pods Ready, but {} runs an earlier image; upgrading it to {}",
+                        o.pod_name(ordinal),
+                        spec.image
+                    ),
+                )
+            }
+            Next::Wait(why) => stay(WAITING_FOR_PODS, why, actions),
+        };
+    }
+    stay(
+        WAITING_FOR_PODS,
+        format!("{ready}/{replicas} pods Ready at {}", spec.image),
+        actions,
+    )
+}

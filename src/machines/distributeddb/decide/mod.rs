@@ -1,0 +1,165 @@
+//! What the DistributedDB machine decides, one file per state, and the sub-decisions
+//! they share: which pod an upgrade replaces next, when a pod may be taken down, and
+//! which owned objects to restore.
+//!
+//! - [`creating`], [`ready`], [`scaling`], [`upgrading`] (with [`hooks`]),
+//!   [`backing_up`], [`finalizing`]: one per state.
+//! - [`ready`] is split into its sub-decisions: scaling, upgrades, stray images, backups,
+//!   volume growth, Job pruning and reporting.
+
+pub(super) mod backing_up;
+pub(super) mod creating;
+pub(super) mod finalizing;
+pub(super) mod hooks;
+pub(super) mod ready;
+pub(super) mod scaling;
+pub(super) mod upgrading;
+
+use super::actions::{DdbAction, Shape};
+use super::api::DistributedDBSpec;
+use super::observe::{Observed, Requests};
+use super::state::{DdbState, Upgrade, UpgradeStep};
+use crate::engine::Decision;
+
+pub(crate) type D = Decision<DdbState, DdbAction>;
+
+impl Upgrade {
+    /// A new upgrade from `from` to `to`, starting at pod `ordinal`'s pre-hook. The
+    /// escape-hatch tokens already set are acknowledged, so only new ones act.
+    pub(super) fn begin(
+        from: String,
+        to: String,
+        replicas: i32,
+        ordinal: i32,
+        pod_uid: String,
+        requests: &Requests,
+    ) -> Self {
+        Upgrade {
+            from,
+            to,
+            replicas,
+            ordinal,
+            step: UpgradeStep::PreHook,
+            pod_uid,
+            attempt: 1,
+            round_start: 1,
+            retry_ack: requests.retry_hook.clone(),
+            skip_ack: requests.skip_hook.clone(),
+        }
+    }
+
+    /// This upgrade moved on to pod `ordinal`: its pre-hook, with a fresh hook budget.
+    pub(super) fn at(&self, ordinal: i32, pod_uid: String) -> Self {
+        Upgrade {
+            ordinal,
+            step: UpgradeStep::PreHook,
+            pod_uid,
+            attempt: 1,
+            round_start: 1,
+            ..self.clone()
+        }
+    }
+}
+
+/// The next pod an upgrade to `to` replaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// This pod.
+    Pod { ordinal: i32, uid: String },
+    /// Every pod is Ready at `to`.
+    Done,
+    /// Not now: why.
+    Wait(String),
+}
+
+pub(crate) fn next_pod(o: &Observed, replicas: i32, to: &str) -> Next {
+    let (mut missing, mut down, mut needing) = (Vec::new(), Vec::new(), Vec::new());
+    for k in 0..replicas {
+        match o.pods.get(&k) {
+            Some(p) if !p.terminating => {
+                if !p.ready {
+                    down.push(k);
+                }
+                if p.image.as_deref() != Some(to) {
+                    needing.push(k);
+                }
+            }
+            _ => missing.push(k),
+        }
+    }
+    if !missing.is_empty() {
+        return Next::Wait(format!(
+            "waiting for pod {} to be (re)created",
+            o.pod_names(&missing)
+        ));
+    }
+    let pick = match (down.as_slice(), needing.iter().max()) {
+        (_, None) if down.is_empty() => return Next::Done,
+        ([], Some(highest)) => *highest,
+        // A pod that is already down and needs replacing goes first: replacing it takes
+        // nothing else down.
+        ([k], _) if needing.contains(k) => *k,
+        _ => {
+            return Next::Wait(format!(
+                "waiting for pod {} to become Ready",
+                o.pod_names(&down)
+            ));
+        }
+    };
+    match o.pods.get(&pick) {
+        Some(p) => Next::Pod {
+            ordinal: pick,
+            uid: p.uid.clone(),
+        },
+        None => Next::Wait(format!("waiting for pod {}", o.pod_name(pick))),
+    }
+}
+
+/// Why pod `k` may not be taken down now, if it may not.
+pub(crate) fn hold_before_delete(o: &Observed, k: i32, replicas: i32, to: &str) -> Option<String> {
+    let others_down: Vec<i32> = (0..replicas)
+        .filter(|j| *j != k)
+        .filter(|j| !o.pods.get(j).is_some_and(|p| p.ready && !p.terminating))
+        .collect();
+    if !others_down.is_empty() {
+        return Some(format!(
+            "waiting for pod {} to be Ready before taking {} down",
+            o.pod_names(&others_down),
+            o.pod_name(k)
+        ));
+    }
+    match &o.statefulset {
+        Some(s) if s.serves(to) => None,
+        _ => Some(format!(
+            "waiting for the StatefulSet template to hold {to} before taking {} down",
+            o.pod_name(k)
+        )),
+    }
+}
+
+/// Owned objects to restore in a state whose StatefulSet has `shape`.
+pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> Vec<DdbAction> {
+    let mut actions = Vec::new();
+    if !o.service_in_sync {
+        actions.push(DdbAction::EnsureService);
+    }
+    if !o.statefulset.as_ref().is_some_and(|s| s.holds(shape)) {
+        actions.push(DdbAction::EnsureStatefulSet(shape.clone()));
+    }
+    match (&spec.backup_policy, &o.cronjob) {
+        (Some(_), Some(c)) if c.in_sync => {}
+        (Some(_), _) => actions.push(DdbAction::EnsureCronJob),
+        (None, Some(c)) => actions.push(DdbAction::DeleteCronJob { uid: c.uid.clone() }),
+        (None, None) => {}
+    }
+    actions
+}
+
+/// A stay that restores owned objects, named `reason` unless it only restores.
+pub(crate) fn stay(reason: &'static str, message: impl Into<String>, upkeep: Vec<DdbAction>) -> D {
+    Decision::stay(reason, message).with_actions(upkeep)
+}
+
+pub(crate) fn claim(o: &Observed) -> Option<&str> {
+    o.statefulset.as_ref().and_then(|s| s.claim_size.as_deref())
+}

@@ -1,0 +1,238 @@
+//! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
+//! [`rescale`], [`upgrade`], [`stray_image`], [`backup`]; then, staying, it grows
+//! volumes ([`grow_volumes`]), prunes hook Jobs ([`prune_hook_jobs`]) and reports
+//! ([`report`]).
+
+use std::ops::ControlFlow;
+
+use super::{D, Next, claim, next_pod, stay, upkeep};
+use crate::engine::Decision;
+use crate::machines::common::annotations;
+use crate::machines::common::jobs::{JobOutcome, Purpose};
+use crate::machines::common::on_demand;
+use crate::machines::common::quantity;
+use crate::machines::distributeddb::actions::{DdbAction, Shape};
+use crate::machines::distributeddb::api::DistributedDBSpec;
+use crate::machines::distributeddb::observe::Observed;
+use crate::machines::distributeddb::state::{DdbState, Upgrade};
+use crate::machines::distributeddb::table::reason::*;
+
+/// Decide in Ready: every pod at `version`, `replicas` of them.
+pub(crate) fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -> D {
+    let shape = Shape {
+        image: version.to_owned(),
+        replicas,
+        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
+    };
+    let mut actions = upkeep(spec, &shape, o);
+    if let Some(go) = rescale(spec, version, replicas) {
+        return go;
+    }
+    if spec.image != version {
+        return upgrade(spec, version, replicas, o, actions);
+    }
+    if actions.is_empty()
+        && let Some(go) = stray_image(version, replicas, o)
+    {
+        return go;
+    }
+    let ignored = match backup(spec, version, replicas, o) {
+        ControlFlow::Break(go) => return go,
+        ControlFlow::Continue(ignored) => ignored,
+    };
+    actions.extend(grow_volumes(spec, replicas, o));
+    actions.extend(prune_hook_jobs(o));
+    report(version, replicas, o, ignored, actions)
+}
+
+/// `spec.replicas` changed: scale.
+fn rescale(spec: &DistributedDBSpec, version: &str, replicas: i32) -> Option<D> {
+    (spec.replicas != replicas).then(|| {
+        Decision::go(
+            DdbState::Scaling {
+                version: version.to_owned(),
+                from_replicas: replicas,
+                replicas: spec.replicas,
+            },
+            REPLICAS_CHANGED,
+            format!("scaling from {replicas} to {} replicas", spec.replicas),
+        )
+    })
+}
+
+/// `spec.image` is not the version: upgrade, starting with the next pod; adopt it if every
+/// pod already runs it; or wait until a pod can be taken down.
+fn upgrade(
+    spec: &DistributedDBSpec,
+    version: &str,
+    replicas: i32,
+    o: &Observed,
+    actions: Vec<DdbAction>,
+) -> D {
+    match next_pod(o, replicas, &spec.image) {
+        Next::Pod { ordinal, uid } => Decision::go(
+            DdbState::Upgrading(Upgrade::begin(
+                version.to_owned(),
+                spec.image.clone(),
+                replicas,
+                ordinal,
+                uid,
+                &o.requests,
+            )),
+            IMAGE_CHANGED,
+            format!(
+                "upgrading from {version} to {}, starting with {}",
+                spec.image,
+                o.pod_name(ordinal)
+            ),
+        ),
+        Next::Done => adopt(spec, replicas),
+        Next::Wait(why) => stay(
+            UPGRADE_PENDING,
+            format!("upgrade to {} pending: {why}", spec.image),
+            actions,
+        ),
+    }
+}
+
+/// Every pod already runs `spec.image` (in Ready, or mid-upgrade): it is the version.
+pub(crate) fn adopt(spec: &DistributedDBSpec, replicas: i32) -> D {
+    Decision::go(
+        DdbState::Ready {
+            version: spec.image.clone(),
+            replicas,
+        },
+        VERSION_ADOPTED,
+        format!("every pod already runs {}", spec.image),
+    )
+}
+
+/// A pod at an image other than the version (made from a template someone edited, say)
+/// is replaced the way an upgrade replaces pods: one at a time, with its hooks, once the
+/// template holds the version again (the caller checks that nothing is to restore).
+fn stray_image(version: &str, replicas: i32, o: &Observed) -> Option<D> {
+    let stray = (0..replicas).find(|k| {
+        o.pods
+            .get(k)
+            .is_some_and(|p| !p.terminating && p.image.as_deref() != Some(version))
+    })?;
+    let Next::Pod { ordinal, uid } = next_pod(o, replicas, version) else {
+        return None;
+    };
+    let image = o
+        .pods
+        .get(&stray)
+        .and_then(|p| p.image.clone())
+        .unwrap_or_default();
+    Some(Decision::go(
+        DdbState::Upgrading(Upgrade::begin(
+            version.to_owned(),
+            version.to_owned(),
+            replicas,
+            ordinal,
+            uid,
+            &o.requests,
+        )),
+        STRAY_IMAGE,
+        format!(
+            "{} runs {image}, not {version}; replacing it",
+            o.pod_name(stray)
+        ),
+    ))
+}
+
+/// A `backup-now` token not yet served starts a backup (`Break`); one that cannot be
+/// served is reported (`Continue` with the message), once every pod is Ready.
+fn backup(
+    spec: &DistributedDBSpec,
+    version: &str,
+    replicas: i32,
+    o: &Observed,
+) -> ControlFlow<D, Option<String>> {
+    match on_demand::request(
+        o.requests.backup_now.as_deref(),
+        |key| o.job(key).is_some(),
+        spec.backup_policy.is_some(),
+    ) {
+        on_demand::Request::Idle => ControlFlow::Continue(None),
+        on_demand::Request::Start { token, message } => ControlFlow::Break(Decision::go(
+            DdbState::BackingUp {
+                version: version.to_owned(),
+                replicas,
+                request: token,
+            },
+            BACKUP_REQUESTED,
+            message,
+        )),
+        // Reported Degraded (once every pod is Ready), until the annotation goes.
+        on_demand::Request::NotConfigured { token } => ControlFlow::Continue(Some(format!(
+            "{}={token} is ignored: spec.backupPolicy is not set",
+            annotations::BACKUP_NOW
+        ))),
+    }
+}
+
+/// At rest, volume claims smaller than `spec.storage.size` grow.
+fn grow_volumes(
+    spec: &DistributedDBSpec,
+    replicas: i32,
+    o: &Observed,
+) -> impl Iterator<Item = DdbAction> {
+    o.volumes.iter().filter_map(move |(k, v)| {
+        let smaller = v.requested.as_deref().is_some_and(|r| {
+            quantity::compare(r, &spec.storage.size) == Some(std::cmp::Ordering::Less)
+        });
+        (*k < replicas && smaller).then(|| DdbAction::ExpandVolume {
+            ordinal: *k,
+            size: spec.storage.size.clone(),
+        })
+    })
+}
+
+/// At rest, the finished hook Jobs of past upgrades go.
+fn prune_hook_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
+    o.jobs
+        .iter()
+        .filter(|j| j.purpose == Some(Purpose::Hook) && j.outcome != JobOutcome::Running)
+        .map(|j| DdbAction::DeleteJob {
+            name: j.name.clone(),
+            uid: j.uid.clone(),
+        })
+}
+
+/// The stay at rest: Degraded while a replica is down (Ready turns False and Degraded
+/// names the pods, one status write each way) or a request is ignored; otherwise serving
+/// (or restoring what drifted).
+fn report(
+    version: &str,
+    replicas: i32,
+    o: &Observed,
+    ignored: Option<String>,
+    actions: Vec<DdbAction>,
+) -> D {
+    let not_ready: Vec<i32> = (0..replicas)
+        .filter(|k| !o.pods.get(k).is_some_and(|p| p.ready && !p.terminating))
+        .collect();
+    if !not_ready.is_empty() {
+        return stay(
+            PODS_NOT_READY,
+            format!("pod {} not Ready", o.pod_names(&not_ready)),
+            actions,
+        )
+        .degraded();
+    }
+    if let Some(message) = ignored {
+        // The user asked for something that cannot happen: say so where they look.
+        return stay(BACKUP_NOT_CONFIGURED, message, actions).degraded();
+    }
+    let reason = if actions.is_empty() {
+        SERVING
+    } else {
+        RESTORING
+    };
+    stay(
+        reason,
+        format!("all {replicas} pods Ready at {version}"),
+        actions,
+    )
+}

@@ -1,0 +1,313 @@
+//! Upgrading: one pod at a time, highest ordinal first, `PreHook → Restart → PostHook`.
+
+use super::hooks::hook_step;
+use super::ready::adopt;
+use super::{D, Next, claim, hold_before_delete, next_pod, stay, upkeep};
+use crate::engine::{Decision, World};
+use crate::machines::common::replace::{self, Replacement};
+use crate::machines::distributeddb::actions::{DdbAction, Shape};
+use crate::machines::distributeddb::actions::{HookPhase, hook_key};
+use crate::machines::distributeddb::api::DistributedDBSpec;
+use crate::machines::distributeddb::observe::{Observed, PodView};
+use crate::machines::distributeddb::state::{DdbState, Upgrade, UpgradeStep};
+use crate::machines::distributeddb::table::reason::*;
+
+pub(crate) fn upgrading(spec: &DistributedDBSpec, u: &Upgrade, world: &World<Observed>) -> D {
+    let o = &world.observed;
+    let shape = Shape {
+        image: u.to.clone(),
+        replicas: u.replicas,
+        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
+    };
+    let actions = upkeep(spec, &shape, o);
+    if spec.image != u.to && !in_flight(u, o) {
+        return retarget(spec, u, o, actions);
+    }
+    match u.step {
+        UpgradeStep::PreHook => pre_hook(spec, u, world, actions),
+        UpgradeStep::Restart => restart(u, o, actions),
+        UpgradeStep::PostHook => post_hook(spec, u, world, actions),
+    }
+}
+
+/// Whether the step's pod was deleted and has no replacement yet: the only moment a
+/// retarget must wait (the StatefulSet would recreate it from a template in flux).
+pub(crate) fn in_flight(u: &Upgrade, o: &Observed) -> bool {
+    u.step == UpgradeStep::Restart
+        && match o.pods.get(&u.ordinal) {
+            None => true,
+            Some(p) => p.uid == u.pod_uid && p.terminating,
+        }
+}
+
+pub(crate) fn retarget(
+    spec: &DistributedDBSpec,
+    u: &Upgrade,
+    o: &Observed,
+    actions: Vec<DdbAction>,
+) -> D {
+    match next_pod(o, u.replicas, &spec.image) {
+        Next::Pod { ordinal, uid } => Decision::go(
+            DdbState::Upgrading(Upgrade {
+                to: spec.image.clone(),
+                ..u.at(ordinal, uid)
+            }),
+            IMAGE_CHANGED,
+            format!(
+                "spec.image changed from {} to {} mid-upgrade; continuing with {}",
+                u.to,
+                spec.image,
+                o.pod_name(ordinal)
+            ),
+        ),
+        Next::Done => adopt(spec, u.replicas),
+        Next::Wait(why) => stay(
+            WAITING_FOR_PODS,
+            format!("retarget to {} pending: {why}", spec.image),
+            actions,
+        ),
+    }
+}
+
+/// Choose the next pod after `u`'s (or finish).
+pub(crate) fn advance(
+    u: &Upgrade,
+    o: &Observed,
+    reason: &'static str,
+    done: String,
+    actions: Vec<DdbAction>,
+) -> D {
+    match next_pod(o, u.replicas, &u.to) {
+        Next::Pod { ordinal, uid } => Decision::go(
+            DdbState::Upgrading(u.at(ordinal, uid)),
+            reason,
+            format!("{done}; next: {}", o.pod_name(ordinal)),
+        ),
+        Next::Done => Decision::go(
+            DdbState::Ready {
+                version: u.to.clone(),
+                replicas: u.replicas,
+            },
+            UPGRADE_COMPLETED,
+            format!("{done}; all {} pods Ready at {}", u.replicas, u.to),
+        ),
+        Next::Wait(why) => stay(WAITING_FOR_PODS, format!("{done}; {why}"), actions),
+    }
+}
+
+pub(crate) fn to_step(u: &Upgrade, step: UpgradeStep, pod_uid: &str) -> DdbState {
+    DdbState::Upgrading(Upgrade {
+        step,
+        pod_uid: pod_uid.to_owned(),
+        attempt: 1,
+        round_start: 1,
+        ..u.clone()
+    })
+}
+
+/// The pre-hook step: run the pod's pre-hook Job (or skip it) before the pod goes down.
+pub(crate) fn pre_hook(
+    spec: &DistributedDBSpec,
+    u: &Upgrade,
+    world: &World<Observed>,
+    actions: Vec<DdbAction>,
+) -> D {
+    let o = &world.observed;
+    let k = u.ordinal;
+    let pod = match o.pods.get(&k) {
+        Some(p) if p.uid == u.pod_uid && !p.terminating => p,
+        _ => {
+            return advance(
+                u,
+                o,
+                REPLANNED,
+                format!("{} was replaced by someone else", o.pod_name(k)),
+                actions,
+            );
+        }
+    };
+    let hook = HookPhase::Pre.of(spec);
+    let key = hook_key(HookPhase::Pre, k, &u.to, &u.pod_uid, u.attempt);
+    let job = o.job(&key);
+    if job.is_none() {
+        if let Some(replan) = overtaken(u, o) {
+            return replan;
+        }
+        if let Some(why) = hold_before_delete(o, k, u.replicas, &u.to) {
+            return stay(WAITING_FOR_PODS, why, actions);
+        }
+        let skip = match hook {
+            None => Some("no preHook is configured"),
+            Some(_) if !pod.ready => Some("the pod is not Ready, so there is nothing to prepare"),
+            Some(_) => None,
+        };
+        if let Some(why) = skip {
+            return Decision::go(
+                to_step(u, UpgradeStep::Restart, &u.pod_uid),
+                PRE_HOOK_SKIPPED,
+                format!("{}: {why}; replacing it", o.pod_name(k)),
+            );
+        }
+    }
+    let Some(hook) = hook else {
+        return Decision::go(
+            to_step(u, UpgradeStep::Restart, &u.pod_uid),
+            PRE_HOOK_SKIPPED,
+            format!(
+                "{}: preHook was removed from the spec; replacing it",
+                o.pod_name(k)
+            ),
+        );
+    };
+    hook_step(
+        u,
+        world,
+        HookPhase::Pre,
+        hook,
+        key,
+        job,
+        actions,
+        |u, message, _| {
+            Decision::go(
+                to_step(u, UpgradeStep::Restart, &u.pod_uid),
+                PRE_HOOK_SUCCEEDED,
+                message,
+            )
+        },
+    )
+}
+
+/// The pod chosen for this step was chosen because it was down; if it is Ready again and
+/// another pod now comes first (the highest one needing replacement), re-plan, so that a
+/// Ready pod is never taken down out of order.
+pub(crate) fn overtaken(u: &Upgrade, o: &Observed) -> Option<D> {
+    match next_pod(o, u.replicas, &u.to) {
+        Next::Pod { ordinal, uid } if ordinal != u.ordinal => Some(Decision::go(
+            DdbState::Upgrading(u.at(ordinal, uid)),
+            REPLANNED,
+            format!(
+                "{} is Ready again, so {} goes first",
+                o.pod_name(u.ordinal),
+                o.pod_name(ordinal)
+            ),
+        )),
+        _ => None,
+    }
+}
+
+/// Replace the step's pod: delete it (UID-preconditioned) once no other is down, then
+/// wait for its replacement at the target.
+pub(crate) fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
+    let k = u.ordinal;
+    let name = o.pod_name(k);
+    let seen = o.pods.get(&k).map(PodView::seen);
+    match replace::replacement(seen, &u.pod_uid, &u.to) {
+        Replacement::Terminating => stay(REPLACING_POD, replace::terminating(&name), actions),
+        Replacement::Present { ready, .. } => {
+            if ready && let Some(replan) = overtaken(u, o) {
+                return replan;
+            }
+            match hold_before_delete(o, k, u.replicas, &u.to) {
+                Some(why) => stay(WAITING_FOR_PODS, why, actions),
+                None => stay(
+                    REPLACING_POD,
+                    replace::deleting(&name, &u.pod_uid, &u.to),
+                    actions,
+                )
+                .with_actions([DdbAction::DeletePod {
+                    ordinal: k,
+                    uid: u.pod_uid.clone(),
+                }]),
+            }
+        }
+        Replacement::Stale { uid, image } => {
+            if !o.statefulset.as_ref().is_some_and(|s| s.serves(&u.to)) {
+                return stay(
+                    REPLACING_POD,
+                    format!(
+                        "{name} came back at a stale image; waiting for the StatefulSet template to hold {}",
+                        u.to
+                    ),
+                    actions,
+                );
+            }
+            Decision::go(
+                to_step(u, UpgradeStep::PreHook, uid),
+                RECREATED_AT_STALE_IMAGE,
+                format!(
+                    "{name} came back at {image} instead of {}; replacing it again, from its pre-hook",
+                    u.to
+                ),
+            )
+        }
+        Replacement::Starting => stay(REPLACING_POD, replace::starting(&name, &u.to), actions),
+        Replacement::Replaced { uid } => Decision::go(
+            to_step(u, UpgradeStep::PostHook, uid),
+            POD_REPLACED,
+            format!("{name} is Ready at {}", u.to),
+        ),
+        Replacement::Missing => stay(REPLACING_POD, replace::missing(&name), actions),
+    }
+}
+
+/// The post-hook step: run the replaced pod's post-hook Job, then take the next pod.
+pub(crate) fn post_hook(
+    spec: &DistributedDBSpec,
+    u: &Upgrade,
+    world: &World<Observed>,
+    actions: Vec<DdbAction>,
+) -> D {
+    let (o, k) = (&world.observed, u.ordinal);
+    let name = o.pod_name(k);
+    let pod = match o.pods.get(&k) {
+        Some(p) if p.uid == u.pod_uid && !p.terminating => p,
+        Some(p) if !p.terminating && p.image.as_deref() == Some(&u.to) && p.ready => {
+            return Decision::go(
+                to_step(u, UpgradeStep::PostHook, &p.uid),
+                POD_RESTARTED,
+                format!(
+                    "{name} was recreated before its post-hook finished; running it for the new pod"
+                ),
+            );
+        }
+        Some(p) if !p.terminating && p.image.as_deref() != Some(&u.to) => {
+            return advance(
+                u,
+                o,
+                REPLANNED,
+                format!("{name} was replaced by someone else"),
+                actions,
+            );
+        }
+        _ => {
+            return stay(
+                WAITING_FOR_PODS,
+                format!("waiting for {name} to come back"),
+                actions,
+            );
+        }
+    };
+    let done = format!("{name} upgraded to {}", u.to);
+    let Some(hook) = HookPhase::Post.of(spec) else {
+        return advance(u, o, POD_UPGRADED, done, actions);
+    };
+    let key = hook_key(HookPhase::Post, k, &u.to, &u.pod_uid, u.attempt);
+    let job = o.job(&key);
+    if job.is_none() && !pod.ready {
+        return stay(
+            WAITING_FOR_PODS,
+            format!("waiting for {name} to be Ready before its post-upgrade hook"),
+            actions,
+        );
+    }
+    hook_step(
+        u,
+        world,
+        HookPhase::Post,
+        hook,
+        key,
+        job,
+        actions,
+        |u, message, actions| advance(u, o, POD_UPGRADED, format!("{message}; {done}"), actions),
+    )
+}

@@ -1,0 +1,181 @@
+//! The model check itself: generated runs, and scenarios for the edges they seldom reach.
+
+use super::*;
+
+fn config() -> CheckConfig {
+    CheckConfig {
+        cases: 384,
+        max_events: 120,
+        liveness_reconciles: 128,
+        ..CheckConfig::default()
+    }
+}
+
+type Events = Vec<Event<Move, Edit>>;
+
+fn r() -> Event<Move, Edit> {
+    Event::Reconcile(Reconcile::FRESH)
+}
+
+fn env(mv: Move) -> Event<Move, Edit> {
+    Event::Env(mv)
+}
+
+/// The story so far, then `more`.
+fn then(mut story: Events, more: impl IntoIterator<Item = Event<Move, Edit>>) -> Events {
+    story.extend(more);
+    story
+}
+
+/// From adoption to Ready at db:1 (the extra reconciles are quiet).
+fn adopted() -> Events {
+    vec![r(), r(), r(), r()]
+}
+
+/// Ready, then an on-demand backup begins.
+fn backing_up() -> Events {
+    then(adopted(), [env(Move::BackupNow(0)), r()])
+}
+
+/// Someone evicts pod `k`; the StatefulSet controller recreates it from the template it
+/// last observed, and it becomes Ready.
+fn recreated(k: u8) -> [Event<Move, Edit>; 4] {
+    [
+        env(Move::PodEvicted(k)),
+        env(Move::PodGone(k)),
+        env(Move::StsCreatesPods),
+        env(Move::PodReady(k)),
+    ]
+}
+
+/// Ready at db:1, spec.image becomes db:2: the upgrade begins and, once the template
+/// holds db:2, pod 0's pre-hook starts (or, without hooks, it goes to Restart).
+fn upgrade_begun() -> Events {
+    then(
+        adopted(),
+        [
+            Event::Edit(Edit::Image(1)),
+            r(),
+            r(),
+            env(Move::StsObserves),
+            r(),
+        ],
+    )
+}
+
+/// ... the pre-hook succeeds, pod 0 is replaced and Ready at db:2, and its post-hook
+/// starts.
+fn post_hook_started() -> Events {
+    use Move::*;
+    then(
+        upgrade_begun(),
+        [
+            env(JobFinishes(0, true)),
+            r(),
+            r(),
+            env(PodGone(0)),
+            env(StsCreatesPods),
+            env(PodReady(0)),
+            r(),
+            r(),
+        ],
+    )
+}
+
+/// Scenarios for the edges generated sequences seldom reach: the edge (`From -> To
+/// (Reason)`), the world and a short story that takes it (the liveness phase then
+/// settles the world as for any run).
+fn scenarios() -> Vec<Scenario<Cluster, Move, Edit>> {
+    use Move::*;
+    let failed_hook_out_of_retries = [env(JobFinishes(0, false)), r(), Event::Tick(600), r()];
+    vec![
+        (
+            // A pod recreated from a template someone edited is replaced.
+            "Ready -> Upgrading (StrayImage)",
+            Cluster::existing(2, None, false),
+            then(
+                then(adopted(), [env(StsImageTampered), env(StsObserves)]),
+                then(recreated(1).to_vec(), [r(), env(StsObserves), r()]),
+            ),
+        ),
+        (
+            // spec.image is set to what every pod already runs.
+            "Ready -> Ready (VersionAdopted)",
+            Cluster::existing(1, None, false),
+            then(
+                then(adopted(), [env(StsImageSet(1)), env(StsObserves)]),
+                then(recreated(0).to_vec(), [Event::Edit(Edit::Image(1)), r()]),
+            ),
+        ),
+        (
+            // A pre-hook out of retries runs again once retry-hook is set (the liveness
+            // phase sets it).
+            "Upgrading -> Upgrading (HookRetryRequested)",
+            Cluster::existing(1, Some(0), false),
+            then(upgrade_begun(), failed_hook_out_of_retries.clone()),
+        ),
+        (
+            // The last pod's post-hook is out of retries and skip-hook is set.
+            "Upgrading -> Ready (HookSkipped)",
+            Cluster::existing(1, Some(0), false),
+            then(
+                then(post_hook_started(), failed_hook_out_of_retries),
+                [env(SkipHook(1)), r()],
+            ),
+        ),
+        (
+            // The upgraded pod restarts before its post-hook finished.
+            "Upgrading -> Upgrading (PodRestarted)",
+            Cluster::existing(1, Some(1), false),
+            then(then(post_hook_started(), recreated(0)), [r()]),
+        ),
+        (
+            // The replacement comes back from a template someone edited.
+            "Upgrading -> Upgrading (RecreatedAtStaleImage)",
+            Cluster::existing(1, None, false),
+            then(
+                upgrade_begun(),
+                [
+                    r(),
+                    env(StsImageTampered),
+                    env(StsObserves),
+                    env(PodGone(0)),
+                    env(StsCreatesPods),
+                    r(),
+                    env(StsObserves),
+                    r(),
+                ],
+            ),
+        ),
+        (
+            // backupPolicy is removed before the backup Job exists.
+            "BackingUp -> Ready (BackupCancelled)",
+            Cluster::existing(1, None, true),
+            then(
+                adopted(),
+                [
+                    env(BackupNow(0)),
+                    r(),
+                    Event::Edit(Edit::ToggleBackups),
+                    r(),
+                ],
+            ),
+        ),
+        (
+            // Deleted while backing up, the backupPolicy gone.
+            "BackingUp -> Finalized (NoBackupPolicy)",
+            Cluster::existing(1, None, true),
+            then(
+                backing_up(),
+                [Event::Edit(Edit::ToggleBackups), Event::Delete, r()],
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn distributeddb_is_safe_and_live_under_faults_and_takes_every_edge() {
+    let report = check_machine::<DistributedDb, Cluster>(config());
+    assert!(report.writes > 0);
+    assert_every_edge_taken::<DistributedDb, Cluster>(&config(), &report, scenarios());
+}

@@ -1,0 +1,95 @@
+//! Ready: drift, scaling, volumes.
+
+use super::*;
+
+#[test]
+fn an_idle_ready_cluster_does_nothing() {
+    let d = decide(&spec("db:1"), &ready("db:1"), at_rest("db:1"));
+    assert!(d.actions().is_empty());
+    assert!(target(&d).is_none());
+    assert_eq!(d.reason(), SERVING);
+}
+
+#[test]
+fn a_drifted_or_deleted_statefulset_is_restored_at_the_version() {
+    let mut o = at_rest("db:1");
+    if let Some(s) = &mut o.statefulset {
+        s.conforms = false;
+    }
+    let d = decide(&spec("db:1"), &ready("db:1"), o);
+    assert!(matches!(d.actions(), [DdbAction::EnsureStatefulSet(s)] if s.image == "db:1"));
+    let mut o = at_rest("db:1");
+    o.statefulset = None;
+    o.service_in_sync = false;
+    let d = decide(&spec("db:1"), &ready("db:1"), o);
+    assert_eq!(d.actions().len(), 2);
+}
+
+#[test]
+fn the_cronjob_follows_the_backup_policy() {
+    let d = decide(&with_backups(spec("db:1")), &ready("db:1"), at_rest("db:1"));
+    assert_eq!(d.actions(), &[DdbAction::EnsureCronJob]);
+    let mut o = at_rest("db:1");
+    o.cronjob = Some(CronJobView {
+        uid: "cj".to_owned(),
+        in_sync: true,
+    });
+    let d = decide(&spec("db:1"), &ready("db:1"), o);
+    assert_eq!(
+        d.actions(),
+        &[DdbAction::DeleteCronJob {
+            uid: "cj".to_owned()
+        }]
+    );
+}
+
+#[test]
+fn a_replicas_change_is_tracked_in_scaling_until_every_new_pod_is_ready() {
+    let mut s = spec("db:1");
+    s.replicas = 5;
+    let d = decide(&s, &ready("db:1"), at_rest("db:1"));
+    let scaling = DdbState::Scaling {
+        version: "db:1".to_owned(),
+        from_replicas: 3,
+        replicas: 5,
+    };
+    assert_eq!(target(&d), Some(&scaling));
+    let d = decide(&s, &scaling, at_rest("db:1"));
+    assert!(matches!(d.actions(), [DdbAction::EnsureStatefulSet(sh)] if sh.replicas == 5));
+    let mut o = at_rest("db:1");
+    for k in 3..5 {
+        o.pods.insert(k, pod(k, "db:1", true));
+    }
+    if let Some(sts) = &mut o.statefulset {
+        sts.replicas = 5;
+    }
+    let d = decide(&s, &scaling, o);
+    assert_eq!(d.reason(), SCALING_COMPLETE);
+}
+
+#[test]
+fn volumes_grow_when_the_storage_size_grows() {
+    let mut s = spec("db:1");
+    s.storage.size = "2Gi".to_owned();
+    let mut o = at_rest("db:1");
+    o.volumes.insert(
+        0,
+        crate::machines::distributeddb::observe::VolumeView {
+            requested: Some("1Gi".to_owned()),
+        },
+    );
+    o.volumes.insert(
+        1,
+        crate::machines::distributeddb::observe::VolumeView {
+            requested: Some("2048Mi".to_owned()),
+        },
+    );
+    let d = decide(&s, &ready("db:1"), o);
+    assert_eq!(
+        d.actions(),
+        &[DdbAction::ExpandVolume {
+            ordinal: 0,
+            size: "2Gi".to_owned()
+        }]
+    );
+}

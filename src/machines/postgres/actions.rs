@@ -1,0 +1,125 @@
+//! The side effects the PostgresCluster machine asks for, as data, the roles pods are
+//! labelled with, and the names actions carry.
+
+use super::api::PostgresClusterSpec;
+use crate::machines::common::backup::BackupKind;
+use crate::machines::common::meta::short_hash;
+
+/// A role a pod is labelled with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "lowercase")]
+pub enum Role {
+    /// Selected by `<name>-rw`; starts as (or becomes) the primary.
+    Primary,
+    /// Selected by `<name>-ro`; clones or follows the primary.
+    Replica,
+    /// Selected by neither Service: a pod that is (or may still be) a writable primary
+    /// but must not serve, e.g. the old primary of a switchover until it restarts. Only a
+    /// recreated pod (a new UID, so no label) is labelled `replica` in its place; if it
+    /// restarts in place, its entrypoint treats `demoted` like `replica` (rewinds).
+    Demoted,
+}
+
+/// Why a pod is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteCause {
+    /// It is recreated at the target image.
+    Upgrade,
+    /// It is a failed primary: it must come back as a standby.
+    Fence,
+}
+
+/// The Services the cluster has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, strum::EnumIter)]
+pub enum ServiceKind {
+    /// `<name>`: headless, every instance's stable DNS name.
+    Headless,
+    /// `<name>-rw`: the primary.
+    ReadWrite,
+    /// `<name>-ro`: the replicas.
+    ReadOnly,
+}
+
+/// A side effect of the PostgresCluster machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PgAction {
+    /// Create the generated credentials Secret (random passwords) if absent.
+    CreateCredentials,
+    /// Apply the ConfigMap holding the pod scripts.
+    EnsureScripts,
+    /// Apply a Service.
+    EnsureService(ServiceKind),
+    /// Apply the PodDisruptionBudget.
+    EnsurePdb,
+    /// Apply the StatefulSet with this image and replica count.
+    EnsureStatefulSet {
+        /// The template's image.
+        image: String,
+        /// `spec.replicas`.
+        replicas: i32,
+    },
+    /// Set pod `ordinal`'s role label.
+    Label {
+        /// The ordinal.
+        ordinal: i32,
+        /// The role.
+        role: Role,
+    },
+    /// Delete pod `ordinal` if it still has `uid`.
+    DeletePod {
+        /// The ordinal.
+        ordinal: i32,
+        /// The UID precondition.
+        uid: String,
+        /// Why.
+        cause: DeleteCause,
+    },
+    /// Create the promote Job (if absent) against pod `target`.
+    RunPromote {
+        /// The Job's key.
+        key: String,
+        /// The ordinal being promoted.
+        target: i32,
+        /// The image the Job runs (the cluster's: it has `psql`).
+        image: String,
+        /// In a planned switchover, the old primary: its client sessions are ended and
+        /// the target must replay all it wrote before it is promoted. `None` in a
+        /// failover.
+        old_primary: Option<i32>,
+    },
+    /// Create a backup Job (if absent).
+    RunBackup {
+        /// The Job's key.
+        key: String,
+        /// On demand or final.
+        kind: BackupKind,
+    },
+    /// Apply the scheduled-backup CronJob.
+    EnsureCronJob,
+    /// Delete the scheduled-backup CronJob.
+    DeleteCronJob {
+        /// Its UID.
+        uid: String,
+    },
+    /// Delete a finished Job (promote Jobs are pruned at rest).
+    DeleteJob {
+        /// Its name.
+        name: String,
+        /// Its UID.
+        uid: String,
+    },
+}
+
+/// The key of the promote Job of `attempt` against the pod `target` with `uid`.
+pub fn promote_key(target: i32, uid: &str, attempt: u32) -> String {
+    format!("promote-{target}-{}-{attempt}", short_hash(&[uid]))
+}
+
+pub use crate::machines::common::on_demand::key as backup_key;
+
+/// The image a spec asks for: `spec.image`, else `postgres:<version>`.
+pub fn spec_image(spec: &PostgresClusterSpec) -> String {
+    spec.image
+        .clone()
+        .unwrap_or_else(|| format!("postgres:{}", spec.version))
+}

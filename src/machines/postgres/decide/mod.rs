@@ -1,0 +1,186 @@
+//! What the PostgresCluster machine decides, one file per state, and the sub-decisions
+//! they share: which pods carry which role label, which owned objects to restore, and
+//! which replica may be promoted.
+//!
+//! - [`creating`], [`ready`], [`scaling`], [`upgrading`], [`switching_over`],
+//!   [`primary_lost`], [`backing_up`], [`finalizing`]: one per state.
+//! - [`ready`] is split into its sub-decisions: a lost primary, scaling, upgrades and
+//!   stray images, backups, Job pruning and reporting.
+
+pub(super) mod backing_up;
+pub(super) mod creating;
+pub(super) mod finalizing;
+pub(super) mod primary_lost;
+pub(super) mod ready;
+pub(super) mod scaling;
+pub(super) mod switching_over;
+pub(super) mod upgrading;
+
+use std::time::Duration;
+
+use super::actions::{DeleteCause, PgAction, Role, ServiceKind};
+use super::api::PostgresClusterSpec;
+use super::observe::{Observed, PodView};
+use super::state::{PgState, PodRef, Switchover, Topology};
+use super::table::reason::RESTORING;
+use crate::engine::Decision;
+
+pub(crate) type D = Decision<PgState, PgAction>;
+
+/// How often a cluster at rest is looked at again without any event: a missed watch
+/// event cannot postpone noticing a primary that stopped being Ready by more than this.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// Whether a pod that must not be primary is to be labelled `demoted` rather than
+/// `replica`: it is labelled `primary` or `demoted` now, so it may still be a writable
+/// primary (a role change takes effect only when the pod restarts, and a restarted pod
+/// is a new pod without the label).
+fn may_be_writable(pod: &PodView) -> bool {
+    matches!(pod.role, Some(Role::Primary | Role::Demoted))
+}
+
+/// The role the old primary of switchover `s` is labelled with once it must not serve:
+/// `demoted` while it is the pod the switchover began with or may be writable for
+/// another reason; a recreated pod (a standby) is a `replica`.
+pub(crate) fn old_primary_role(s: &Switchover, pod: &PodView) -> Role {
+    if s.old_uid.as_deref() == Some(pod.uid.as_str()) || may_be_writable(pod) {
+        Role::Demoted
+    } else {
+        Role::Replica
+    }
+}
+
+/// The label moves that make the pods' roles what `primary` says: demotions first, then
+/// the promotion, so that no two pods are ever labelled primary. A pod that may still be
+/// a writable primary is labelled `demoted` (served by neither Service), never
+/// `replica`; when `primary` is known (not mid-switchover) such a pod is deleted, so
+/// that it comes back as a new pod, a standby, and is labelled `replica`.
+fn label_moves(o: &Observed, primary: Option<i32>) -> Vec<PgAction> {
+    let mut demotions = Vec::new();
+    let mut promotion = Vec::new();
+    let mut restarts = Vec::new();
+    for (k, pod) in o.pods.iter().filter(|(_, p)| !p.terminating) {
+        let want = if Some(*k) == primary {
+            Role::Primary
+        } else if may_be_writable(pod) {
+            Role::Demoted
+        } else {
+            Role::Replica
+        };
+        if want == Role::Demoted && primary.is_some() {
+            restarts.push(PgAction::DeletePod {
+                ordinal: *k,
+                uid: pod.uid.clone(),
+                cause: DeleteCause::Fence,
+            });
+        }
+        if pod.role == Some(want) {
+            continue;
+        }
+        let action = PgAction::Label {
+            ordinal: *k,
+            role: want,
+        };
+        match want {
+            Role::Primary => promotion.push(action),
+            Role::Replica | Role::Demoted => demotions.push(action),
+        }
+    }
+    demotions.extend(promotion);
+    demotions.extend(restarts);
+    demotions
+}
+
+/// Owned objects and labels to restore for a StatefulSet of `image` × `replicas` whose
+/// primary is `primary` (none mid-switchover).
+pub(crate) fn upkeep(
+    spec: &PostgresClusterSpec,
+    image: &str,
+    replicas: i32,
+    primary: Option<i32>,
+    o: &Observed,
+) -> Vec<PgAction> {
+    let mut actions = Vec::new();
+    let s = o.in_sync;
+    if !s.scripts {
+        actions.push(PgAction::EnsureScripts);
+    }
+    for (ok, kind) in [
+        (s.headless, ServiceKind::Headless),
+        (s.read_write, ServiceKind::ReadWrite),
+        (s.read_only, ServiceKind::ReadOnly),
+    ] {
+        if !ok {
+            actions.push(PgAction::EnsureService(kind));
+        }
+    }
+    if !s.pdb {
+        actions.push(PgAction::EnsurePdb);
+    }
+    if !o
+        .statefulset
+        .as_ref()
+        .is_some_and(|sts| sts.holds(image, replicas))
+    {
+        actions.push(PgAction::EnsureStatefulSet {
+            image: image.to_owned(),
+            replicas,
+        });
+    }
+    let scheduled = spec.backup.is_some() && spec.backup_schedule.is_some();
+    match (scheduled, &o.cronjob) {
+        (true, Some(c)) if c.in_sync => {}
+        (true, _) => actions.push(PgAction::EnsureCronJob),
+        (false, Some(c)) => actions.push(PgAction::DeleteCronJob { uid: c.uid.clone() }),
+        (false, None) => {}
+    }
+    actions.extend(label_moves(o, primary));
+    actions
+}
+
+/// [`upkeep`] for a cluster that is not mid-switchover: its primary keeps the label.
+pub(crate) fn upkeep_at(
+    spec: &PostgresClusterSpec,
+    cluster: &Topology,
+    o: &Observed,
+) -> Vec<PgAction> {
+    upkeep(
+        spec,
+        &cluster.image,
+        cluster.replicas,
+        Some(cluster.primary),
+        o,
+    )
+}
+
+pub(crate) fn stay(reason: &'static str, message: impl Into<String>, upkeep: Vec<PgAction>) -> D {
+    Decision::stay(reason, message).with_actions(upkeep)
+}
+
+/// A stay that restores objects (`Restoring`) or rests (`reason`).
+pub(crate) fn rest(reason: &'static str, message: impl Into<String>, upkeep: Vec<PgAction>) -> D {
+    let reason = if upkeep.is_empty() { reason } else { RESTORING };
+    stay(reason, message, upkeep)
+}
+
+/// The replica to promote: Ready, not the primary, below `below`, at `image` when given;
+/// the lowest ordinal.
+pub(crate) fn choose_target(
+    o: &Observed,
+    cluster: &Topology,
+    below: i32,
+    image: Option<&str>,
+) -> Option<PodRef> {
+    (0..below.min(cluster.replicas))
+        .filter(|k| *k != cluster.primary)
+        .filter_map(|k| o.pods.get(&k).map(|p| (k, p)))
+        .find(|(_, p)| {
+            p.serving()
+                && p.role != Some(Role::Demoted)
+                && image.is_none_or(|i| p.image.as_deref() == Some(i))
+        })
+        .map(|(k, p)| PodRef {
+            ordinal: k,
+            uid: p.uid.clone(),
+        })
+}

@@ -1,0 +1,149 @@
+//! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
+//! a lost primary ([`lose_primary`]), scaling ([`rescale`]), [`upgrade`] (a new image or
+//! a stray one), [`backup`]; then, staying, it prunes promote Jobs
+//! ([`prune_promote_jobs`]) and reports ([`report`]).
+
+use std::ops::ControlFlow;
+
+use super::RESYNC;
+use super::primary_lost::{lose_primary, primary_down};
+use super::scaling::rescale;
+use super::{D, rest, stay, upkeep_at};
+use crate::engine::Decision;
+use crate::machines::common::annotations;
+use crate::machines::common::jobs::{JobOutcome, Purpose};
+use crate::machines::common::on_demand;
+use crate::machines::postgres::actions::{PgAction, spec_image};
+use crate::machines::postgres::api::PostgresClusterSpec;
+use crate::machines::postgres::observe::Observed;
+use crate::machines::postgres::state::{PgState, Topology};
+use crate::machines::postgres::table::reason::*;
+
+/// Decide in Ready: every instance Ready at `cluster.image`, roles as it says.
+pub(crate) fn ready(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> D {
+    let mut actions = upkeep_at(spec, cluster, o);
+    if primary_down(cluster, o) {
+        return lose_primary(cluster, o);
+    }
+    if spec.replicas != cluster.replicas {
+        return rescale(spec, cluster, None, o, actions);
+    }
+    if let Some(go) = upgrade(spec, cluster, o) {
+        return go;
+    }
+    if let ControlFlow::Break(decision) = backup(spec, cluster, o, &actions) {
+        return decision;
+    }
+    actions.extend(prune_promote_jobs(o));
+    report(cluster, o, actions)
+}
+
+/// The spec's image changed, or an instance runs another image: upgrade.
+fn upgrade(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> Option<D> {
+    let image = spec_image(spec);
+    let elsewhere: Vec<i32> = (0..cluster.replicas)
+        .filter(|k| {
+            o.live(*k)
+                .is_some_and(|p| p.image.as_deref() != Some(&cluster.image))
+        })
+        .collect();
+    if image == cluster.image && elsewhere.is_empty() {
+        return None;
+    }
+    let message = if image == cluster.image {
+        format!(
+            "{} run an image other than {image}; replacing them",
+            o.pod_names(&elsewhere)
+        )
+    } else {
+        format!("upgrading from {} to {image}", cluster.image)
+    };
+    Some(Decision::go(
+        PgState::Upgrading {
+            cluster: Topology {
+                image,
+                ..cluster.clone()
+            },
+            pod: None,
+        },
+        IMAGE_CHANGED,
+        message,
+    ))
+}
+
+/// A `backup-now` token not yet served starts a backup; one that cannot be served is a
+/// Degraded stay until the annotation goes.
+fn backup(
+    spec: &PostgresClusterSpec,
+    cluster: &Topology,
+    o: &Observed,
+    actions: &[PgAction],
+) -> ControlFlow<D> {
+    match on_demand::request(
+        o.requests.backup_now.as_deref(),
+        |key| o.job(key).is_some(),
+        spec.backup.is_some(),
+    ) {
+        on_demand::Request::Idle => ControlFlow::Continue(()),
+        on_demand::Request::Start { token, message } => ControlFlow::Break(Decision::go(
+            PgState::BackingUp {
+                cluster: cluster.clone(),
+                request: token,
+            },
+            BACKUP_REQUESTED,
+            message,
+        )),
+        on_demand::Request::NotConfigured { .. } => ControlFlow::Break(
+            stay(
+                BACKUP_NOT_CONFIGURED,
+                format!(
+                    "{} is set but spec.backup is not: configure a backup destination or remove the annotation",
+                    annotations::BACKUP_NOW
+                ),
+                actions.to_vec(),
+            )
+            .degraded(),
+        ),
+    }
+}
+
+/// At rest, the finished promote Jobs of past switchovers go.
+fn prune_promote_jobs(o: &Observed) -> impl Iterator<Item = PgAction> {
+    o.jobs
+        .iter()
+        .filter(|j| j.purpose == Some(Purpose::Promote) && j.outcome != JobOutcome::Running)
+        .map(|j| PgAction::DeleteJob {
+            name: j.name.clone(),
+            uid: j.uid.clone(),
+        })
+}
+
+/// The stay at rest: Degraded while a replica is down, otherwise serving (or restoring
+/// what drifted); either way looked at again every [`RESYNC`].
+fn report(cluster: &Topology, o: &Observed, actions: Vec<PgAction>) -> D {
+    let down: Vec<i32> = (0..cluster.replicas).filter(|k| !o.serving(*k)).collect();
+    if !down.is_empty() {
+        return stay(
+            REPLICAS_NOT_READY,
+            format!(
+                "primary {} serves; replica {} not Ready",
+                o.pod_name(cluster.primary),
+                o.pod_names(&down)
+            ),
+            actions,
+        )
+        .degraded()
+        .requeue(RESYNC);
+    }
+    rest(
+        SERVING,
+        format!(
+            "{} instances Ready at {}; {} is primary",
+            cluster.replicas,
+            cluster.image,
+            o.pod_name(cluster.primary)
+        ),
+        actions,
+    )
+    .requeue(RESYNC)
+}

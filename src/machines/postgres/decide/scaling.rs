@@ -1,0 +1,117 @@
+//! Scaling: instances are being added or removed; a scale that would remove the primary
+//! hands its role to a lower ordinal first.
+
+use super::primary_lost::{lose_primary, primary_down};
+use super::switching_over::begin_switchover;
+use super::{D, choose_target, stay, upkeep_at};
+use crate::engine::Decision;
+use crate::machines::postgres::actions::PgAction;
+use crate::machines::postgres::api::PostgresClusterSpec;
+use crate::machines::postgres::observe::Observed;
+use crate::machines::postgres::state::{PgState, SwitchCause, Topology};
+use crate::machines::postgres::table::reason::*;
+
+/// A scale to `replicas` that would remove the primary: hand the role to a lower
+/// ordinal first, or say why that cannot happen yet.
+fn scale_below_primary(
+    cluster: &Topology,
+    replicas: i32,
+    o: &Observed,
+    actions: Vec<PgAction>,
+) -> D {
+    match choose_target(o, cluster, replicas, None) {
+        Some(target) => {
+            let message = format!(
+                "spec.replicas={replicas} would remove the primary {}: switching over to {} first",
+                o.pod_name(cluster.primary),
+                o.pod_name(target.ordinal)
+            );
+            begin_switchover(
+                cluster,
+                target,
+                SwitchCause::Scale,
+                o,
+                PRIMARY_OUTSIDE_SCALE,
+                message,
+            )
+        }
+        None => stay(
+            NO_PROMOTION_TARGET,
+            format!(
+                "spec.replicas={replicas} would remove the primary {}, and no Ready replica below ordinal {replicas} can take over",
+                o.pod_name(cluster.primary)
+            ),
+            actions,
+        )
+        .degraded(),
+    }
+}
+
+/// `spec.replicas` is not `cluster.replicas`: scale (in Ready, `from_replicas` is
+/// `None`; in Scaling, the count the scaling began at), after handing the primary role to
+/// a lower ordinal if the scale would remove it.
+pub(crate) fn rescale(
+    spec: &PostgresClusterSpec,
+    cluster: &Topology,
+    from_replicas: Option<i32>,
+    o: &Observed,
+    actions: Vec<PgAction>,
+) -> D {
+    if spec.replicas <= cluster.primary {
+        return scale_below_primary(cluster, spec.replicas, o, actions);
+    }
+    let message = match from_replicas {
+        None => format!(
+            "scaling from {} to {} instances",
+            cluster.replicas, spec.replicas
+        ),
+        Some(_) => format!(
+            "scaling to {} instances instead of {}",
+            spec.replicas, cluster.replicas
+        ),
+    };
+    Decision::go(
+        PgState::Scaling {
+            cluster: Topology {
+                replicas: spec.replicas,
+                ..cluster.clone()
+            },
+            from_replicas: from_replicas.unwrap_or(cluster.replicas),
+        },
+        REPLICAS_CHANGED,
+        message,
+    )
+}
+
+/// Decide in Scaling: wait until exactly `cluster.replicas` instances exist, all Ready.
+pub(crate) fn scaling(
+    spec: &PostgresClusterSpec,
+    cluster: &Topology,
+    from_replicas: i32,
+    o: &Observed,
+) -> D {
+    let actions = upkeep_at(spec, cluster, o);
+    if primary_down(cluster, o) {
+        return lose_primary(cluster, o);
+    }
+    if spec.replicas != cluster.replicas {
+        return rescale(spec, cluster, Some(from_replicas), o, actions);
+    }
+    let n = cluster.replicas;
+    let ready = (0..n).filter(|k| o.serving(*k)).count();
+    let extra: Vec<i32> = o.pods.keys().copied().filter(|k| *k >= n).collect();
+    if actions.is_empty() && extra.is_empty() && ready == usize::try_from(n).unwrap_or(0) {
+        return Decision::go(
+            PgState::Ready {
+                cluster: cluster.clone(),
+            },
+            SCALING_COMPLETE,
+            format!("{n} instances Ready at {}", cluster.image),
+        );
+    }
+    let mut message = format!("{ready}/{n} instances Ready");
+    if !extra.is_empty() {
+        message.push_str(&format!("; waiting for {} to go", o.pod_names(&extra)));
+    }
+    stay(WAITING_FOR_PODS, message, actions)
+}

@@ -1,0 +1,297 @@
+//! SwitchingOver: the primary role moves (for an upgrade, a scale-down or a failover):
+//! intent, demote, promote, elect.
+
+use super::old_primary_role;
+use super::{D, choose_target, stay, upkeep};
+use crate::engine::{Decision, World};
+use crate::machines::common::retry::{Attempts, JobStep, retry_time, run_once_step};
+use crate::machines::postgres::actions::promote_key;
+use crate::machines::postgres::actions::{DeleteCause, PgAction, Role};
+use crate::machines::postgres::api::PostgresClusterSpec;
+use crate::machines::postgres::observe::Observed;
+use crate::machines::postgres::state::{
+    PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology,
+};
+use crate::machines::postgres::table::reason::*;
+
+pub(crate) fn begin_switchover(
+    cluster: &Topology,
+    target: PodRef,
+    cause: SwitchCause,
+    o: &Observed,
+    reason: &'static str,
+    message: String,
+) -> D {
+    Decision::go(
+        PgState::SwitchingOver(Switchover {
+            cluster: cluster.clone(),
+            old_uid: o.pods.get(&cluster.primary).map(|p| p.uid.clone()),
+            target,
+            step: SwitchStep::Demote,
+            attempt: 1,
+            cause,
+        }),
+        reason,
+        message,
+    )
+}
+
+pub(crate) fn switching_over(
+    spec: &PostgresClusterSpec,
+    s: &Switchover,
+    world: &World<Observed>,
+) -> D {
+    let o = &world.observed;
+    let cluster = &s.cluster;
+    let old = cluster.primary;
+    let t = s.target.ordinal;
+    let what = match s.cause {
+        SwitchCause::Failover => "failover",
+        SwitchCause::Upgrade | SwitchCause::Scale => "switchover",
+    };
+    // Mid-switchover nobody is labelled primary.
+    let actions = upkeep(spec, &cluster.image, cluster.replicas, None, o);
+    match s.step {
+        SwitchStep::Demote => {
+            let mut demote = vec![];
+            if let Some(pod) = o.pods.get(&old) {
+                // Still running as a writable primary until it restarts: served by
+                // neither Service (`replica` would put it behind `-ro`).
+                demote.push(PgAction::Label {
+                    ordinal: old,
+                    role: old_primary_role(s, pod),
+                });
+                if s.cause == SwitchCause::Failover
+                    && !pod.terminating
+                    && s.old_uid.as_deref() == Some(pod.uid.as_str())
+                {
+                    demote.push(PgAction::DeletePod {
+                        ordinal: old,
+                        uid: pod.uid.clone(),
+                        cause: DeleteCause::Fence,
+                    });
+                }
+            }
+            let demoted_as: &str = match demote.first() {
+                Some(PgAction::Label { role, .. }) => (*role).into(),
+                _ => "demoted",
+            };
+            let fenced = if demote.len() > 1 {
+                " and deleted, so that it restarts as a standby"
+            } else {
+                ""
+            };
+            Decision::go(
+                PgState::SwitchingOver(Switchover {
+                    step: SwitchStep::Promote,
+                    ..s.clone()
+                }),
+                OLD_PRIMARY_DEMOTED,
+                format!(
+                    "{what}: {} labelled {}{fenced}; promoting {}",
+                    o.pod_name(old),
+                    demoted_as,
+                    o.pod_name(t)
+                ),
+            )
+            .with_actions(demote)
+        }
+        SwitchStep::Promote => promote(s, world, target_bound(spec, s), what, actions),
+    }
+}
+
+/// The ordinals a switchover may promote: below `spec.replicas` when it makes room for a
+/// scale-down, any otherwise.
+pub(crate) fn target_bound(spec: &PostgresClusterSpec, s: &Switchover) -> i32 {
+    match s.cause {
+        SwitchCause::Scale => spec.replicas.min(s.cluster.replicas),
+        SwitchCause::Upgrade | SwitchCause::Failover => s.cluster.replicas,
+    }
+}
+
+pub(crate) fn retarget(
+    s: &Switchover,
+    o: &Observed,
+    below: i32,
+    what: &str,
+    why: String,
+    actions: Vec<PgAction>,
+) -> D {
+    let cluster = &s.cluster;
+    let image = (s.cause == SwitchCause::Upgrade).then_some(cluster.image.as_str());
+    let candidate = choose_target(o, cluster, below, image)
+        .filter(|c| c.ordinal != s.target.ordinal || c.uid != s.target.uid);
+    match candidate {
+        Some(next) => {
+            let message = format!("{why}; promoting {} instead", o.pod_name(next.ordinal));
+            Decision::go(
+                PgState::SwitchingOver(Switchover {
+                    target: next,
+                    attempt: 1,
+                    ..s.clone()
+                }),
+                TARGET_CHANGED,
+                message,
+            )
+        }
+        None => stay(
+            NO_PROMOTION_TARGET,
+            format!("{what}: {why}, and no other Ready replica can be promoted"),
+            actions,
+        )
+        .degraded(),
+    }
+}
+
+pub(crate) fn promote(
+    s: &Switchover,
+    world: &World<Observed>,
+    below: i32,
+    what: &str,
+    actions: Vec<PgAction>,
+) -> D {
+    let o = &world.observed;
+    let t = s.target.ordinal;
+    let name = o.pod_name(t);
+    let key = promote_key(t, &s.target.uid, s.attempt);
+    let job = o.job(&key);
+    let attempts = Attempts {
+        attempt: s.attempt,
+        round_start: 1,
+        retry_limit: None,
+    };
+    let (step, job_name) = run_once_step(job, &key, attempts, world.now);
+    match step {
+        JobStep::Start => match o.pods.get(&t) {
+            Some(p) if p.uid == s.target.uid && p.serving() => stay(
+                PROMOTING,
+                format!("{what}: promoting {name} ({})", attempts.describe()),
+                actions,
+            )
+            // Out of `-ro` before it can become writable: a promote Job that failed may
+            // still have promoted it, and another target may be chosen after it.
+            .with_actions((p.role != Some(Role::Demoted)).then_some(PgAction::Label {
+                ordinal: t,
+                role: Role::Demoted,
+            }))
+            .with_actions([PgAction::RunPromote {
+                key,
+                target: t,
+                image: s.cluster.image.clone(),
+                old_primary: (s.cause != SwitchCause::Failover).then_some(s.cluster.primary),
+            }]),
+            Some(p) if p.uid == s.target.uid => {
+                retarget(s, o, below, what, format!("{name} is not Ready"), actions)
+            }
+            _ => retarget(s, o, below, what, format!("{name} was replaced"), actions),
+        },
+        JobStep::Running => stay(
+            PROMOTING,
+            format!(
+                "{what}: promote Job {job_name} runs against {name} ({})",
+                attempts.describe()
+            ),
+            actions,
+        ),
+        JobStep::Succeeded => elect(s, o, what, actions),
+        JobStep::Backoff { failure, at, wait } => stay(
+            PROMOTION_FAILED,
+            format!(
+                "{what}: promote Job {job_name} {failure} ({}); retrying at {}",
+                attempts.describe(),
+                retry_time(at)
+            ),
+            actions,
+        )
+        .degraded()
+        .requeue(wait),
+        JobStep::Retry { failure } | JobStep::Exhausted { failure } => Decision::go(
+            PgState::SwitchingOver(Switchover {
+                attempt: s.attempt.saturating_add(1),
+                ..s.clone()
+            }),
+            PROMOTION_RETRIED,
+            format!("{what}: promote Job {job_name} {failure}; trying again"),
+        ),
+    }
+}
+
+/// The target is promoted: move the primary label in one transition, every other pod
+/// that may be a writable primary to `demoted` first (the old primary unconditionally
+/// while it is the pod the switchover began with: a cache may not have seen its label
+/// yet; a recreated one to `replica`), then the target to `primary`.
+pub(crate) fn elect(s: &Switchover, o: &Observed, what: &str, actions: Vec<PgAction>) -> D {
+    let cluster = &s.cluster;
+    let old = cluster.primary;
+    let t = s.target.ordinal;
+    if !o.pods.contains_key(&old) {
+        return stay(
+            WAITING_FOR_OLD_PRIMARY,
+            format!(
+                "{what}: {} is promoted; waiting to see {} again before labelling it demoted and {} primary",
+                o.pod_name(t),
+                o.pod_name(old),
+                o.pod_name(t)
+            ),
+            actions,
+        );
+    }
+    let old_role = o
+        .pods
+        .get(&old)
+        .map_or(Role::Replica, |p| old_primary_role(s, p));
+    let mut moves = vec![PgAction::Label {
+        ordinal: old,
+        role: old_role,
+    }];
+    moves.extend(
+        o.pods
+            .iter()
+            .filter(|(k, p)| **k != old && **k != t && p.role == Some(Role::Primary))
+            .map(|(k, _)| PgAction::Label {
+                ordinal: *k,
+                role: Role::Demoted,
+            }),
+    );
+    moves.push(PgAction::Label {
+        ordinal: t,
+        role: Role::Primary,
+    });
+    let elected = Topology {
+        primary: t,
+        ..cluster.clone()
+    };
+    let (to, reason, message) = match s.cause {
+        SwitchCause::Upgrade => (
+            PgState::Upgrading {
+                cluster: elected,
+                pod: None,
+            },
+            SWITCHOVER_COMPLETED,
+            format!(
+                "switchover: {} is primary; {} follows it and is upgraded next",
+                o.pod_name(t),
+                o.pod_name(old)
+            ),
+        ),
+        SwitchCause::Scale => (
+            PgState::Ready { cluster: elected },
+            SWITCHOVER_COMPLETED,
+            format!(
+                "switchover: {} is primary; {} follows it",
+                o.pod_name(t),
+                o.pod_name(old)
+            ),
+        ),
+        SwitchCause::Failover => (
+            PgState::Ready { cluster: elected },
+            FAILOVER_COMPLETED,
+            format!(
+                "failover: {} is primary in place of {}, which was not Ready for longer than failoverDelaySeconds; it rejoins as a standby",
+                o.pod_name(t),
+                o.pod_name(old)
+            ),
+        ),
+    };
+    Decision::go(to, reason, message).with_actions(moves)
+}

@@ -1,0 +1,400 @@
+//! The PostgresCluster world model for the engine's model-checking harness
+//! ([`crate::engine::check`]).
+//!
+//! The world is the StatefulSet and its pods (with their role labels), the PostgreSQL
+//! timeline (which ordinal's data is the writable primary), the Jobs (promotions and
+//! backups run when the environment says so), the CronJob and the simple owned objects.
+//! The environment recreates, readies, unreadies and evicts pods, finishes Jobs (a
+//! promote Job promotes its target only if the target is Ready then, as `promote.sh` can
+//! only promote a server that accepts connections), drifts objects, and the user edits
+//! the version, the replica count and the schedule, requests backups and sets the
+//! skip-final-backup annotation.
+//!
+//! # Invariants checked after every event
+//! 1. At most one pod is labelled `primary`.
+//! 2. A pod labelled `primary` holds the writable timeline (`-rw` never routes to a
+//!    standby), except while the object is being deleted.
+//! 3. No pod labelled `replica` is writable (`-ro` never routes to a primary): a pod
+//!    that started labelled `primary` or was promoted runs as a primary until it is
+//!    deleted, and meanwhile is labelled `primary` or `demoted`, except while the object
+//!    is being deleted.
+//! 4. A promotion only ever promotes a Ready replica. In this world, as with
+//!    `promote.sh`, a promote Job can only promote a server that accepts connections
+//!    (what the readiness probe measures), and the machine creates one only for a target
+//!    it *observes* Ready (unit-tested). Checking the target's readiness when the Job is
+//!    created instead fails here, through a cache one event stale: the observe/act race
+//!    is inherent, and the Job is the real guard.
+//! 5. The serving primary is never deleted for an upgrade while it has replicas.
+//! 6. Replicas are upgraded before the primary: within one upgrade round (one template
+//!    image), the pod that was primary when the round began is deleted for the upgrade
+//!    only once every other pod runs the round's image (unless a failover took its role
+//!    away in between).
+//! 7. No pod is deleted twice for one upgrade round.
+//! 8. The finalizer is released (state `Finalized`) only after a final backup Job
+//!    succeeded, or with the skip annotation, or without a backup destination.
+//!
+//! Bounded liveness (convergence to `Ready` at the spec with every pod Ready and labelled,
+//! then a quiet reconcile) is checked by the harness itself.
+
+mod scenarios;
+mod world;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, TimeZone, Utc};
+use proptest::prelude::*;
+
+use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key};
+use super::api::{BackupSpec, PostgresClusterSpec};
+use super::machine::Postgres;
+use super::observe::{CronJobView, InSync, Observed, PodView, Requests, StatefulSetView};
+use super::state::PgState;
+use crate::engine::check::{
+    CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
+};
+use crate::machines::common::backup::BackupKind;
+use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
+
+const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
+const MAX_PODS: i32 = 3;
+const SCHEDULES: [Option<&str>; 3] = [None, Some("0 3 * * *"), Some("30 4 * * *")];
+
+fn epoch() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or_default()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Pod {
+    uid: u64,
+    image: String,
+    ready: bool,
+    role: Option<Role>,
+    /// It runs as a writable primary: it started labelled `primary` (the entrypoint reads
+    /// the label once, at start) or was promoted. It stays one until the pod is deleted
+    /// (a new pod is unlabelled until the operator labels it).
+    writable: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum JobKind {
+    Promote { target: i32 },
+    Backup,
+    Final,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Job {
+    key: String,
+    uid: u64,
+    kind: JobKind,
+    /// `None` while running; `Some(succeeded)` once finished.
+    done: Option<bool>,
+}
+
+/// The simulated cluster.
+#[derive(Clone)]
+pub(super) struct World {
+    // The spec and annotations.
+    version: usize,
+    replicas: i32,
+    backup: bool,
+    schedule: usize,
+    backup_token: u32,
+    skip_final: bool,
+    // Owned objects.
+    in_sync: InSync,
+    sts: Option<(String, i32)>,
+    pods: BTreeMap<i32, Pod>,
+    jobs: Vec<Job>,
+    cronjob: Option<(u64, Option<&'static str>)>,
+    next_uid: u64,
+    // PostgreSQL.
+    db_primary: i32,
+    // Audit.
+    round: u32,
+    round_primary: Option<i32>,
+    upgrade_deletes: BTreeMap<(u32, i32), u32>,
+    final_backup_succeeded: bool,
+    /// `spec.backup` was unset at some point (releasing the finalizer without a final
+    /// backup is then allowed).
+    ever_without_backup: bool,
+    violations: Vec<String>,
+    /// Settles in a row that found nothing to do, with nothing else changing the world in
+    /// between. Two mean that a reconcile ran (fresh, the harness only runs fresh ones
+    /// once faults stop) against the settled world, so the status it wrote is the one a
+    /// settled world deserves: a `Degraded` written from a stale view has been cleared.
+    quiet_settles: u8,
+}
+
+impl fmt::Debug for World {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "spec v{} x{}{}{}; sts {:?}; db primary {}; pods [",
+            VERSIONS[self.version],
+            self.replicas,
+            if self.backup { " +backup" } else { "" },
+            SCHEDULES[self.schedule].map_or(String::new(), |s| format!(" @'{s}'")),
+            self.sts,
+            self.db_primary
+        )?;
+        for (k, p) in &self.pods {
+            write!(
+                f,
+                " {k}:uid{} {}{}{}",
+                p.uid,
+                p.image.trim_start_matches("postgres:"),
+                if p.ready { " ready" } else { "" },
+                match p.role {
+                    Some(Role::Primary) => " P",
+                    Some(Role::Replica) => " R",
+                    Some(Role::Demoted) => " D",
+                    None => "",
+                }
+            )?;
+        }
+        write!(f, " ]; jobs {:?}", self.jobs)?;
+        if !self.violations.is_empty() {
+            write!(f, "; violations {:?}", self.violations)?;
+        }
+        Ok(())
+    }
+}
+
+fn image(version: usize) -> String {
+    format!("postgres:{}", VERSIONS[version])
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Edit {
+    Version(usize),
+    Replicas(i32),
+    Schedule(usize),
+    /// Add or remove `spec.backup` (scenarios only). Removing it removes the `backup-now`
+    /// annotation too: a request without a destination is a Degraded hold until the
+    /// annotation goes (unit-tested), which the liveness phase would read as a quiet
+    /// rest it is not.
+    ToggleBackup,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Move {
+    /// The StatefulSet controller creates the missing pod at this ordinal.
+    Recreate(i32),
+    /// The pod passes its readiness probe.
+    BecomesReady(i32),
+    /// The pod fails its readiness probe.
+    BecomesUnready(i32),
+    /// The pod is deleted by someone else (a drain, a node loss).
+    Evicted(i32),
+    /// The StatefulSet controller removes pods above its replica count.
+    ScaledDown,
+    /// The `nth` running Job finishes.
+    JobFinishes { nth: u8, ok: bool },
+    /// Someone edits the owned objects.
+    Drift,
+    /// The user sets a new `backup-now` token.
+    RequestBackup,
+    /// The user sets `skip-final-backup=true`.
+    SkipFinalBackup,
+}
+
+impl World {
+    fn new_uid(&mut self) -> u64 {
+        self.next_uid += 1;
+        self.next_uid
+    }
+
+    fn recreate(&mut self, k: i32) {
+        let Some((image, replicas)) = self.sts.clone() else {
+            return;
+        };
+        if k < replicas && !self.pods.contains_key(&k) {
+            let uid = self.new_uid();
+            self.pods.insert(
+                k,
+                Pod {
+                    uid,
+                    image,
+                    ready: false,
+                    role: None,
+                    writable: false,
+                },
+            );
+        }
+    }
+
+    fn finish(&mut self, index: usize, ok: bool) {
+        let Some(job) = self.jobs.get(index).cloned() else {
+            return;
+        };
+        let succeeded = match job.kind {
+            JobKind::Promote { target } => {
+                let ready = self.pods.get(&target).is_some_and(|p| p.ready);
+                if ok && ready {
+                    self.promote(target);
+                }
+                ok && ready
+            }
+            JobKind::Backup => ok,
+            JobKind::Final => {
+                self.final_backup_succeeded |= ok;
+                ok
+            }
+        };
+        if let Some(j) = self.jobs.get_mut(index) {
+            j.done = Some(succeeded);
+        }
+    }
+
+    /// `pg_promote()` on `target`: its data becomes the writable timeline.
+    fn promote(&mut self, target: i32) {
+        if !self.pods.get(&target).is_some_and(|p| p.ready) {
+            self.violations
+                .push(format!("promoted pod {target}, which is not Ready"));
+        }
+        let old = self.db_primary;
+        let old_serving = self.pods.get(&old).is_some_and(|p| p.ready);
+        if !old_serving {
+            // A failover: the round's primary lost its role by failing, not by handing it
+            // over, so the order no longer binds it.
+            self.round_primary = None;
+        }
+        // The old primary's server keeps running as a primary until its pod restarts.
+        if let Some(p) = self.pods.get_mut(&target) {
+            p.writable = true;
+        }
+        self.db_primary = target;
+    }
+
+    fn delete_pod(&mut self, k: i32, uid: u64, cause: DeleteCause) {
+        if self.pods.get(&k).map(|p| p.uid) != Some(uid) {
+            return; // NotFound or a failed UID precondition: a no-op.
+        }
+        if cause == DeleteCause::Upgrade {
+            let round_image = self.sts.as_ref().map(|(i, _)| i.clone());
+            let replicas = self.sts.as_ref().map_or(0, |(_, r)| *r);
+            if k == self.db_primary && replicas > 1 {
+                self.violations.push(format!(
+                    "deleted the serving primary {k} for an upgrade while it has replicas"
+                ));
+            }
+            if self.round_primary == Some(k) {
+                let behind: Vec<i32> = (0..replicas)
+                    .filter(|j| *j != k)
+                    .filter(|j| {
+                        self.pods.get(j).map(|p| Some(&p.image)) != Some(round_image.as_ref())
+                    })
+                    .collect();
+                if !behind.is_empty() {
+                    self.violations.push(format!(
+                        "deleted pod {k}, the round's primary, while {behind:?} still ran an older image"
+                    ));
+                }
+            }
+            let count = self.upgrade_deletes.entry((self.round, k)).or_default();
+            *count += 1;
+            if *count > 1 {
+                self.violations.push(format!(
+                    "deleted pod {k} {count} times for upgrade round {}",
+                    self.round
+                ));
+            }
+        }
+        self.pods.remove(&k);
+    }
+
+    fn spec_backup() -> BackupSpec {
+        BackupSpec {
+            s3_endpoint: "http://s3.local".to_owned(),
+            bucket: "b".to_owned(),
+            prefix: None,
+            region: None,
+            virtual_hosted_style: false,
+            credentials_secret: "s3".to_owned(),
+            image: "pg-backup".to_owned(),
+            timeout_seconds: 600,
+            suspend: false,
+            pod_labels: BTreeMap::new(),
+            pod_annotations: BTreeMap::new(),
+        }
+    }
+
+    /// A cluster just created: nothing exists yet.
+    fn fresh(replicas: i32, backup: bool, schedule: usize) -> Self {
+        World {
+            version: 0,
+            replicas,
+            backup,
+            schedule: if backup { schedule } else { 0 },
+            backup_token: 0,
+            skip_final: false,
+            in_sync: InSync::default(),
+            sts: None,
+            pods: BTreeMap::new(),
+            jobs: Vec::new(),
+            cronjob: None,
+            next_uid: 0,
+            db_primary: 0,
+            round: 0,
+            round_primary: None,
+            upgrade_deletes: BTreeMap::new(),
+            final_backup_succeeded: false,
+            ever_without_backup: !backup,
+            violations: Vec::new(),
+            quiet_settles: 0,
+        }
+    }
+
+    /// A cluster whose objects already run (an operator that lost its status, or one
+    /// adopting a cluster): pods Ready at version 0, pod 0 primary.
+    fn running(&mut self) {
+        self.in_sync = InSync::ALL;
+        self.sts = Some((image(0), self.replicas));
+        for k in 0..self.replicas {
+            let uid = self.new_uid();
+            let role = if k == 0 { Role::Primary } else { Role::Replica };
+            self.pods.insert(
+                k,
+                Pod {
+                    uid,
+                    image: image(0),
+                    ready: true,
+                    role: Some(role),
+                    writable: k == 0,
+                },
+            );
+        }
+        self.round = 1;
+        self.round_primary = Some(0);
+    }
+
+    fn primary_labels(&self) -> Vec<i32> {
+        self.pods
+            .iter()
+            .filter(|(_, p)| p.role == Some(Role::Primary))
+            .map(|(k, _)| *k)
+            .collect()
+    }
+}
+
+impl World {
+    fn settle_once(&mut self) {
+        let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
+        self.pods.retain(|k, _| *k < n);
+        for k in 0..n {
+            self.recreate(k);
+        }
+        for p in self.pods.values_mut() {
+            p.ready = true;
+        }
+        for i in 0..self.jobs.len() {
+            if self.jobs[i].done.is_none() {
+                self.finish(i, true);
+            }
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! How the simulated cluster answers the harness: spec edits, actions, environment moves, invariants.
+
+use super::*;
+
+impl WorldModel<Postgres> for World {
+    type Move = Move;
+    type Edit = Edit;
+
+    fn initial() -> BoxedStrategy<Self> {
+        (
+            prop_oneof![1 => Just(1), 1 => Just(2), 4 => Just(3)],
+            any::<bool>(),
+            0..SCHEDULES.len(),
+            prop_oneof![1 => Just(false), 3 => Just(true)],
+        )
+            .prop_map(|(replicas, backup, schedule, running)| {
+                let mut world = World::fresh(replicas, backup, schedule);
+                if running {
+                    world.running();
+                }
+                world
+            })
+            .boxed()
+    }
+    fn spec(&self) -> PostgresClusterSpec {
+        PostgresClusterSpec {
+            version: VERSIONS[self.version].to_owned(),
+            image: None,
+            replicas: self.replicas,
+            storage_size: "1Gi".to_owned(),
+            storage_class_name: None,
+            resources: None,
+            failover_delay_seconds: 30,
+            credentials_secret: None,
+            database: None,
+            backup_schedule: if self.backup {
+                SCHEDULES[self.schedule].map(str::to_owned)
+            } else {
+                None
+            },
+            backup: self.backup.then(World::spec_backup),
+        }
+    }
+
+    fn spec_edits() -> BoxedStrategy<Edit> {
+        prop_oneof![
+            3 => (0..VERSIONS.len()).prop_map(Edit::Version),
+            2 => (1..=MAX_PODS).prop_map(Edit::Replicas),
+            1 => (0..SCHEDULES.len()).prop_map(Edit::Schedule),
+        ]
+        .boxed()
+    }
+
+    fn edit_spec(&mut self, edit: &Edit) {
+        self.quiet_settles = 0;
+        match *edit {
+            Edit::Version(v) => self.version = v,
+            Edit::Replicas(n) => self.replicas = n,
+            Edit::Schedule(s) if self.backup => self.schedule = s,
+            Edit::Schedule(_) => {}
+            Edit::ToggleBackup => {
+                self.backup = !self.backup;
+                if !self.backup {
+                    self.ever_without_backup = true;
+                    self.backup_token = 0;
+                }
+            }
+        }
+    }
+
+    fn observe(&self) -> Observed {
+        let at = epoch();
+        Observed {
+            name: "pg".to_owned(),
+            in_sync: self.in_sync,
+            statefulset: self.sts.as_ref().map(|(image, replicas)| StatefulSetView {
+                conforms: true,
+                image: Some(image.clone()),
+                replicas: *replicas,
+                caught_up: true,
+            }),
+            pods: self
+                .pods
+                .iter()
+                .map(|(k, p)| {
+                    (
+                        *k,
+                        PodView {
+                            uid: p.uid.to_string(),
+                            image: Some(p.image.clone()),
+                            ready: p.ready,
+                            terminating: false,
+                            role: p.role,
+                        },
+                    )
+                })
+                .collect(),
+            jobs: self
+                .jobs
+                .iter()
+                .map(|j| JobView {
+                    name: format!("pg-{}", j.key),
+                    uid: j.uid.to_string(),
+                    key: Some(j.key.clone()),
+                    purpose: Some(match j.kind {
+                        JobKind::Promote { .. } => Purpose::Promote,
+                        JobKind::Backup => Purpose::Backup,
+                        JobKind::Final => Purpose::FinalBackup,
+                    }),
+                    created: Some(at),
+                    outcome: match j.done {
+                        None => JobOutcome::Running,
+                        Some(true) => JobOutcome::Succeeded { at },
+                        Some(false) => JobOutcome::Failed {
+                            at,
+                            reason: "BackoffLimitExceeded".to_owned(),
+                            message: String::new(),
+                        },
+                    },
+                })
+                .collect(),
+            cronjob: self.cronjob.map(|(uid, schedule)| CronJobView {
+                uid: uid.to_string(),
+                in_sync: schedule == SCHEDULES[self.schedule],
+            }),
+            requests: Requests {
+                backup_now: (self.backup_token > 0).then(|| format!("t{}", self.backup_token)),
+                skip_final_backup: self.skip_final,
+            },
+        }
+    }
+
+    fn apply(&mut self, action: &PgAction) {
+        self.quiet_settles = 0;
+        match action {
+            PgAction::CreateCredentials => {}
+            PgAction::EnsureScripts => self.in_sync.scripts = true,
+            PgAction::EnsureService(kind) => match kind {
+                ServiceKind::Headless => self.in_sync.headless = true,
+                ServiceKind::ReadWrite => self.in_sync.read_write = true,
+                ServiceKind::ReadOnly => self.in_sync.read_only = true,
+            },
+            PgAction::EnsurePdb => self.in_sync.pdb = true,
+            PgAction::EnsureStatefulSet { image, replicas } => {
+                if self.sts.as_ref().map(|(i, _)| i) != Some(image) {
+                    self.round += 1;
+                    self.round_primary = Some(self.db_primary);
+                }
+                self.sts = Some((image.clone(), *replicas));
+            }
+            PgAction::Label { ordinal, role } => {
+                if let Some(p) = self.pods.get_mut(ordinal) {
+                    // A pod waiting for its first label starts as what it is labelled.
+                    if p.role.is_none() && *role == Role::Primary {
+                        p.writable = true;
+                    }
+                    p.role = Some(*role);
+                }
+            }
+            PgAction::DeletePod {
+                ordinal,
+                uid,
+                cause,
+            } => {
+                if let Ok(uid) = uid.parse() {
+                    self.delete_pod(*ordinal, uid, *cause);
+                }
+            }
+            PgAction::RunPromote { key, target, .. } => {
+                if !self.jobs.iter().any(|j| &j.key == key) {
+                    let uid = self.new_uid();
+                    self.jobs.push(Job {
+                        key: key.clone(),
+                        uid,
+                        kind: JobKind::Promote { target: *target },
+                        done: None,
+                    });
+                }
+            }
+            PgAction::RunBackup { key, kind } => {
+                if self.backup && !self.jobs.iter().any(|j| &j.key == key) {
+                    let uid = self.new_uid();
+                    self.jobs.push(Job {
+                        key: key.clone(),
+                        uid,
+                        kind: match kind {
+                            BackupKind::Final => JobKind::Final,
+                            BackupKind::OnDemand | BackupKind::Scheduled => JobKind::Backup,
+                        },
+                        done: None,
+                    });
+                }
+            }
+            PgAction::EnsureCronJob => {
+                if self.backup && SCHEDULES[self.schedule].is_some() {
+                    let uid = match self.cronjob {
+                        Some((uid, _)) => uid,
+                        None => self.new_uid(),
+                    };
+                    self.cronjob = Some((uid, SCHEDULES[self.schedule]));
+                }
+            }
+            PgAction::DeleteCronJob { uid } => {
+                if self.cronjob.map(|(u, _)| u.to_string()).as_ref() == Some(uid) {
+                    self.cronjob = None;
+                }
+            }
+            PgAction::DeleteJob { uid, .. } => self.jobs.retain(|j| &j.uid.to_string() != uid),
+        }
+    }
+
+    fn environment_moves() -> BoxedStrategy<Move> {
+        prop_oneof![
+            4 => (0..MAX_PODS).prop_map(Move::Recreate),
+            4 => (0..MAX_PODS).prop_map(Move::BecomesReady),
+            2 => (0..MAX_PODS).prop_map(Move::BecomesUnready),
+            1 => (0..MAX_PODS).prop_map(Move::Evicted),
+            1 => Just(Move::ScaledDown),
+            4 => (0u8..3, prop_oneof![3 => Just(true), 1 => Just(false)])
+                .prop_map(|(nth, ok)| Move::JobFinishes { nth, ok }),
+            1 => Just(Move::Drift),
+            1 => Just(Move::RequestBackup),
+            1 => Just(Move::SkipFinalBackup),
+        ]
+        .boxed()
+    }
+
+    fn step_environment(&mut self, mv: &Move) {
+        self.quiet_settles = 0;
+        match *mv {
+            Move::Recreate(k) => self.recreate(k),
+            Move::BecomesReady(k) => {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.ready = true;
+                }
+            }
+            Move::BecomesUnready(k) => {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.ready = false;
+                }
+            }
+            Move::Evicted(k) => {
+                self.pods.remove(&k);
+            }
+            Move::ScaledDown => {
+                let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
+                self.pods.retain(|k, _| *k < n);
+            }
+            Move::JobFinishes { nth, ok } => {
+                let running: Vec<usize> = (0..self.jobs.len())
+                    .filter(|i| self.jobs[*i].done.is_none())
+                    .collect();
+                if let Some(i) = running.get(usize::from(nth)) {
+                    self.finish(*i, ok);
+                }
+            }
+            Move::Drift => self.in_sync = InSync::default(),
+            // Without a destination the request is a Degraded hold (unit-tested), which
+            // the liveness phase would read as a quiet rest it is not.
+            Move::RequestBackup if self.backup => self.backup_token += 1,
+            Move::RequestBackup => {}
+            Move::SkipFinalBackup => self.skip_final = true,
+        }
+    }
+
+    fn invariants(&self, state: &PgState) -> Result<(), String> {
+        if let Some(v) = self.violations.first() {
+            return Err(v.clone());
+        }
+        let primaries = self.primary_labels();
+        if primaries.len() > 1 {
+            return Err(format!("pods {primaries:?} are all labelled primary"));
+        }
+        let deleting = matches!(state, PgState::Finalizing { .. } | PgState::Finalized);
+        if !deleting && let Some(k) = primaries.first().filter(|k| **k != self.db_primary) {
+            return Err(format!(
+                "pod {k} is labelled primary but pod {} holds the writable timeline",
+                self.db_primary
+            ));
+        }
+        if !deleting
+            && let Some(k) = self
+                .pods
+                .iter()
+                .find(|(_, p)| p.role == Some(Role::Replica) && p.writable)
+                .map(|(k, _)| *k)
+        {
+            return Err(format!(
+                "pod {k} is labelled replica (`-ro` routes to it) but may still be a writable primary"
+            ));
+        }
+        if matches!(state, PgState::Finalized)
+            && !self.ever_without_backup
+            && !self.skip_final
+            && !self.final_backup_succeeded
+        {
+            return Err(
+                "finalized without a successful final backup or the skip annotation".into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn converged(&self, state: &PgState) -> bool {
+        let PgState::Ready { cluster } = state else {
+            return false;
+        };
+        if self.quiet_settles < 2 {
+            return false;
+        }
+        let want = image(self.version);
+        let scheduled = self.backup && SCHEDULES[self.schedule].is_some();
+        let token = format!("t{}", self.backup_token);
+        let token_served =
+            self.backup_token == 0 || self.jobs.iter().any(|j| j.key == backup_key(&token));
+        cluster.image == want
+            && cluster.replicas == self.replicas
+            && self.db_primary == cluster.primary
+            && self.in_sync == InSync::ALL
+            && self.sts == Some((want.clone(), self.replicas))
+            && self.pods.len() == usize::try_from(self.replicas).unwrap_or(0)
+            && self.pods.iter().all(|(k, p)| {
+                *k < self.replicas
+                    && p.ready
+                    && p.image == want
+                    && p.role
+                        == Some(if *k == cluster.primary {
+                            Role::Primary
+                        } else {
+                            Role::Replica
+                        })
+            })
+            && self.cronjob.is_some() == scheduled
+            && self
+                .cronjob
+                .is_none_or(|(_, s)| s == SCHEDULES[self.schedule])
+            && !self
+                .jobs
+                .iter()
+                .any(|j| matches!(j.kind, JobKind::Promote { .. }))
+            && token_served
+    }
+
+    fn settle(&mut self) {
+        let before = format!("{self:?}");
+        self.settle_once();
+        self.quiet_settles = if format!("{self:?}") == before {
+            self.quiet_settles.saturating_add(1)
+        } else {
+            0
+        };
+    }
+}

@@ -1,0 +1,189 @@
+//! The persisted state of a PostgresCluster: what `status.machine.state` holds.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use strum::EnumDiscriminants;
+
+/// What a settled cluster is: the image its instances run, how many there are, and which
+/// ordinal is the primary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Topology {
+    /// The image the StatefulSet's template holds (in Upgrading: the target).
+    pub image: String,
+    /// The replicas the StatefulSet holds.
+    pub replicas: i32,
+    /// The ordinal of the pod labelled primary.
+    pub primary: i32,
+}
+
+/// A pod, by ordinal and the UID it had when it was chosen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRef {
+    /// The ordinal.
+    pub ordinal: i32,
+    /// The UID.
+    pub uid: String,
+}
+
+/// Where a switchover stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
+pub enum SwitchStep {
+    /// The target is chosen; the old primary is about to lose its label.
+    Demote,
+    /// The old primary is labelled demoted; the promote Job runs against the target.
+    Promote,
+}
+
+/// Why a switchover runs (and where it goes once done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
+pub enum SwitchCause {
+    /// Every replica is upgraded; the old primary is upgraded after it. Back to Upgrading.
+    Upgrade,
+    /// `spec.replicas` would remove the primary's ordinal. Back to Ready, then Scaling.
+    Scale,
+    /// The primary was not Ready for longer than `failoverDelaySeconds`. Back to Ready.
+    Failover,
+}
+
+/// A switchover in progress: the intent, persisted before anything moves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Switchover {
+    /// The cluster; `cluster.primary` is the old primary until the switchover completes.
+    pub cluster: Topology,
+    /// The old primary's pod UID when the switchover began (the fence delete of a
+    /// failover names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_uid: Option<String>,
+    /// The replica being promoted.
+    pub target: PodRef,
+    /// The step.
+    pub step: SwitchStep,
+    /// The promote attempt, from 1.
+    pub attempt: u32,
+    /// Why.
+    pub cause: SwitchCause,
+}
+
+/// The persisted state of a PostgresCluster (`status.machine.state`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, EnumDiscriminants)]
+#[strum_discriminants(
+    name(PgKind),
+    vis(pub),
+    derive(
+        strum::IntoStaticStr,
+        strum::EnumIter,
+        strum::Display,
+        Hash,
+        JsonSchema
+    ),
+    doc = "The kind of a [`PgState`]: its variant without data."
+)]
+#[serde(tag = "name", rename_all_fields = "camelCase")]
+pub enum PgState {
+    /// Objects are being created; pod 0 is the primary.
+    Creating {
+        /// The generated credentials Secret has been created (or none is needed).
+        credentials_created: bool,
+    },
+    /// At rest: every instance Ready at `cluster.image`, roles as the state says.
+    Ready {
+        /// The cluster.
+        cluster: Topology,
+    },
+    /// Instances are being added or removed.
+    Scaling {
+        /// The cluster; `replicas` is the new count.
+        cluster: Topology,
+        /// The count before.
+        from_replicas: i32,
+    },
+    /// Instances are being replaced, one at a time, to run `cluster.image`.
+    Upgrading {
+        /// The cluster; `image` is the target.
+        cluster: Topology,
+        /// The pod being replaced, if one is chosen.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pod: Option<PodRef>,
+    },
+    /// The primary role moves to another instance.
+    SwitchingOver(Switchover),
+    /// The primary is not Ready; a failover follows if it stays so.
+    PrimaryLost {
+        /// The cluster; `primary` is the lost one.
+        cluster: Topology,
+    },
+    /// An on-demand backup runs.
+    BackingUp {
+        /// The cluster.
+        cluster: Topology,
+        /// The `backup-now` token being served.
+        request: String,
+    },
+    /// Being deleted: a final backup runs before the finalizer is released.
+    Finalizing {
+        /// The final backup attempt, from 1.
+        attempt: u32,
+    },
+    /// Cleanup is complete; the finalizer is released.
+    Finalized,
+}
+
+/// The schema of a persisted [`PgState`]: one object with the `name` discriminator and
+/// every variant's fields (Kubernetes needs structural schemas, so the variants' fields
+/// are hoisted into one object rather than a `oneOf`).
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // only its derived schema is used
+struct StateSchema {
+    /// The state's kind.
+    name: PgKind,
+    /// Creating: the generated credentials Secret has been created.
+    credentials_created: Option<bool>,
+    /// Every state but Creating, Finalizing and Finalized: image, replicas, primary.
+    cluster: Option<Topology>,
+    /// Scaling: the replica count before.
+    from_replicas: Option<i32>,
+    /// Upgrading: the pod being replaced.
+    pod: Option<PodRef>,
+    /// SwitchingOver: the old primary's UID.
+    old_uid: Option<String>,
+    /// SwitchingOver: the replica being promoted.
+    target: Option<PodRef>,
+    /// SwitchingOver: the step.
+    step: Option<SwitchStep>,
+    /// SwitchingOver: the promote attempt. Finalizing: the final backup attempt.
+    attempt: Option<u32>,
+    /// SwitchingOver: why.
+    cause: Option<SwitchCause>,
+    /// BackingUp: the `backup-now` token being served.
+    request: Option<String>,
+}
+
+crate::machines::common::state_schema!(PgState, StateSchema);
+
+impl PgState {
+    /// The cluster the state holds, if it holds one.
+    pub fn cluster(&self) -> Option<&Topology> {
+        match self {
+            PgState::Ready { cluster }
+            | PgState::Scaling { cluster, .. }
+            | PgState::Upgrading { cluster, .. }
+            | PgState::PrimaryLost { cluster }
+            | PgState::BackingUp { cluster, .. } => Some(cluster),
+            PgState::SwitchingOver(s) => Some(&s.cluster),
+            PgState::Creating { .. } | PgState::Finalizing { .. } | PgState::Finalized => None,
+        }
+    }
+
+    /// The ordinal the state labels `primary`, if any (none mid-switchover).
+    pub fn designated_primary(&self) -> Option<i32> {
+        match self {
+            PgState::Creating { .. } => Some(0),
+            PgState::SwitchingOver(_) | PgState::Finalizing { .. } | PgState::Finalized => None,
+            other => other.cluster().map(|c| c.primary),
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The PostgresCluster's own status fields and its `PrimaryAvailable` condition,
+//! projected from the persisted state, its history and the observation.
+
+use kube::ResourceExt;
+
+use super::PRIMARY_AVAILABLE;
+use super::api::{FailoverRecord, PostgresCluster};
+use super::observe::Observed;
+use super::state::{PgState, SwitchCause};
+use super::table::reason;
+use crate::engine::{Condition, HistoryEntry, conditions};
+use crate::machines::common::jobs::JobOutcome;
+
+/// The image a state vouches every instance runs.
+pub(super) fn rest_image(state: Option<&PgState>) -> Option<String> {
+    match state? {
+        PgState::Ready { cluster }
+        | PgState::Scaling { cluster, .. }
+        | PgState::BackingUp { cluster, .. } => Some(cluster.image.clone()),
+        _ => None,
+    }
+}
+
+/// When the most recent successful backup finished: from the Jobs still there, or what
+/// the status already says if that is more recent (Jobs are pruned).
+pub fn last_backup_time(
+    observed: &Observed,
+    before: Option<chrono::DateTime<chrono::Utc>>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let seen = observed
+        .jobs
+        .iter()
+        .filter(|j| j.purpose.is_some_and(|p| p.is_backup()))
+        .filter_map(|j| match j.outcome {
+            JobOutcome::Succeeded { at } => Some(at),
+            _ => None,
+        })
+        .max();
+    seen.max(before)
+}
+
+pub(super) fn last_failover(history: &[HistoryEntry]) -> Option<FailoverRecord> {
+    history
+        .iter()
+        .rev()
+        .find(|h| h.reason == reason::FAILOVER_COMPLETED)
+        .map(|h| FailoverRecord {
+            time: h.at,
+            message: h.message.clone(),
+        })
+}
+
+/// `PrimaryAvailable`: False while the primary is lost or the role moves, True otherwise
+/// (saying how the current primary got its role, when the history still tells). It flips
+/// only on transitions, so its time is the current state's `enteredAt`.
+pub(super) fn primary_available(
+    object: &PostgresCluster,
+    state: &PgState,
+    history: &[HistoryEntry],
+    entered_at: chrono::DateTime<chrono::Utc>,
+    generation: Option<i64>,
+) -> Option<Condition> {
+    let name = object.name_any();
+    let pod = |k: i32| format!("{name}-{k}");
+    let (holds, why, message) = match state {
+        PgState::Creating { .. } | PgState::Finalizing { .. } | PgState::Finalized => return None,
+        PgState::PrimaryLost { cluster } => (
+            false,
+            "PrimaryNotReady",
+            format!(
+                "primary {} is not Ready; a Ready replica is promoted if it stays so for failoverDelaySeconds={}",
+                pod(cluster.primary),
+                object.spec.failover_delay_seconds
+            ),
+        ),
+        PgState::SwitchingOver(s) => match s.cause {
+            SwitchCause::Failover => (
+                false,
+                "FailingOver",
+                format!(
+                    "promoting {} in place of {}, which was not Ready for longer than failoverDelaySeconds",
+                    pod(s.target.ordinal),
+                    pod(s.cluster.primary)
+                ),
+            ),
+            SwitchCause::Upgrade | SwitchCause::Scale => (
+                false,
+                "SwitchingOver",
+                format!(
+                    "moving the primary role from {} to {}",
+                    pod(s.cluster.primary),
+                    pod(s.target.ordinal)
+                ),
+            ),
+        },
+        other => {
+            let primary = other.cluster().map_or(0, |c| c.primary);
+            let how = history.iter().rev().find_map(|h| match h.reason.as_str() {
+                reason::FAILOVER_COMPLETED => Some(("FailedOver", h.message.clone())),
+                reason::SWITCHOVER_COMPLETED => Some(("SwitchedOver", h.message.clone())),
+                _ => None,
+            });
+            match how {
+                Some((why, message)) => (true, why, message),
+                None => (true, "Primary", format!("{} is primary", pod(primary))),
+            }
+        }
+    };
+    let status = if holds {
+        conditions::status::TRUE
+    } else {
+        conditions::status::FALSE
+    };
+    let since = object
+        .status
+        .as_ref()
+        .and_then(|s| s.engine.condition(PRIMARY_AVAILABLE))
+        .filter(|c| c.status == status)
+        .map_or(entered_at, |c| c.last_transition_time);
+    Some(Condition {
+        type_: PRIMARY_AVAILABLE.to_owned(),
+        status: status.to_owned(),
+        reason: why.to_owned(),
+        message,
+        last_transition_time: since,
+        observed_generation: generation,
+    })
+}

@@ -1,0 +1,158 @@
+//! The PostgresCluster machine's declared transition table and its reasons.
+//!
+//! Each row names the file whose code takes the edge; `machines/postgrescluster.md` links
+//! to it, and a test keeps the two in step (the file names the reason; no other decide
+//! file does).
+
+use super::state::PgKind;
+use crate::engine::Edge;
+
+/// Reasons: every edge's, and the stays' (stay reasons show in Degraded conditions and
+/// logs).
+pub mod reason {
+    pub use crate::machines::common::finalize::{
+        DELETION_REQUESTED, FINAL_BACKUP_FAILED, FINAL_BACKUP_RETRIED, FINAL_BACKUP_RUNNING,
+        FINAL_BACKUP_SKIPPED, FINAL_BACKUP_SUCCEEDED, FINALIZED, NO_BACKUP_POLICY,
+    };
+    pub use crate::machines::common::on_demand::{
+        BACKUP_CANCELLED, BACKUP_FAILED, BACKUP_NOT_CONFIGURED, BACKUP_REQUESTED, BACKUP_RUNNING,
+        BACKUP_SUCCEEDED,
+    };
+
+    /// Edge: the generated credentials Secret was created.
+    pub const CREDENTIALS_GENERATED: &str = "CredentialsGenerated";
+    /// Edge: every instance is Ready with its role, at the spec's image.
+    pub const CLUSTER_CREATED: &str = "ClusterCreated";
+    /// Edge: creation finished with instances at more than one image; they are upgraded.
+    pub const MIXED_IMAGES: &str = "MixedImages";
+    /// Edge: the spec's image (version or image) changed.
+    pub const IMAGE_CHANGED: &str = "ImageChanged";
+    /// Edge: the pod to replace next is chosen; its UID is recorded before the delete.
+    pub const POD_CHOSEN: &str = "PodChosen";
+    /// Edge: the replaced pod is Ready at the target image.
+    pub const POD_UPGRADED: &str = "PodUpgraded";
+    /// Edge: the chosen pod was replaced by someone else; the next one is chosen again.
+    pub const REPLANNED: &str = "Replanned";
+    /// Edge: every replica runs the target; the primary role moves to one of them.
+    pub const SWITCHOVER_STARTED: &str = "SwitchoverStarted";
+    /// Edge: every instance is Ready at the target image.
+    pub const UPGRADE_COMPLETED: &str = "UpgradeCompleted";
+    /// Edge: `spec.replicas` changed.
+    pub const REPLICAS_CHANGED: &str = "ReplicasChanged";
+    /// Edge: `spec.replicas` would remove the primary's ordinal; the role moves first.
+    pub const PRIMARY_OUTSIDE_SCALE: &str = "PrimaryOutsideScale";
+    /// Edge: exactly `spec.replicas` instances exist and all are Ready.
+    pub const SCALING_COMPLETE: &str = "ScalingComplete";
+    /// Edge: the old primary is labelled demoted (and, in a failover, fenced).
+    pub const OLD_PRIMARY_DEMOTED: &str = "OldPrimaryDemoted";
+    /// Edge: a failed promote Job is tried again after its backoff.
+    pub const PROMOTION_RETRIED: &str = "PromotionRetried";
+    /// Edge: the target is no longer a Ready replica; another one is promoted instead.
+    pub const TARGET_CHANGED: &str = "TargetChanged";
+    /// Edge: the target is promoted and labelled primary (switchover for an upgrade or a
+    /// scale-down).
+    pub const SWITCHOVER_COMPLETED: &str = "SwitchoverCompleted";
+    /// Edge: the target is promoted and labelled primary after a failover.
+    pub const FAILOVER_COMPLETED: &str = "FailoverCompleted";
+    /// Edge: the primary is not Ready.
+    pub const PRIMARY_NOT_READY: &str = "PrimaryNotReady";
+    /// Edge: the lost primary is Ready again before the failover began.
+    pub const PRIMARY_RECOVERED: &str = "PrimaryRecovered";
+    /// Edge: the primary stayed not Ready longer than `failoverDelaySeconds`.
+    pub const FAILOVER_STARTED: &str = "FailoverStarted";
+
+    /// Stay: at rest.
+    pub const SERVING: &str = "Serving";
+    /// Stay: restoring owned objects or labels to what the state wants.
+    pub const RESTORING: &str = "Restoring";
+    /// Stay (Degraded): at rest, but some replicas are not Ready.
+    pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
+    /// Stay: waiting for pods (to exist, to be Ready, to be labelled).
+    pub const WAITING_FOR_PODS: &str = "WaitingForPods";
+    /// Stay: the chosen pod is being deleted and recreated.
+    pub const REPLACING_POD: &str = "ReplacingPod";
+    /// Stay: the promote Job runs.
+    pub const PROMOTING: &str = "Promoting";
+    /// Stay (Degraded): the promote Job failed; waiting to retry.
+    pub const PROMOTION_FAILED: &str = "PromotionFailed";
+    /// Stay (Degraded): no Ready replica to promote.
+    pub const NO_PROMOTION_TARGET: &str = "NoPromotionTarget";
+    /// Stay (Degraded): the primary is not Ready; waiting `failoverDelaySeconds`.
+    pub const AWAITING_FAILOVER: &str = "AwaitingFailover";
+    /// Stay: the old primary's pod must be seen before the primary label moves.
+    pub const WAITING_FOR_OLD_PRIMARY: &str = "WaitingForOldPrimary";
+}
+
+use reason::*;
+
+/// The files whose code takes the edges.
+mod by {
+    pub const CREATING: &str = "src/machines/postgres/decide/creating.rs";
+    pub const READY: &str = "src/machines/postgres/decide/ready.rs";
+    pub const SCALING: &str = "src/machines/postgres/decide/scaling.rs";
+    pub const UPGRADING: &str = "src/machines/postgres/decide/upgrading.rs";
+    pub const SWITCHING_OVER: &str = "src/machines/postgres/decide/switching_over.rs";
+    pub const PRIMARY_LOST: &str = "src/machines/postgres/decide/primary_lost.rs";
+    pub const ON_DEMAND: &str = "src/machines/common/on_demand.rs";
+    pub const FINALIZE: &str = "src/machines/common/finalize.rs";
+}
+
+/// The declared transition table.
+pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
+    Creating -> {
+        Creating: CREDENTIALS_GENERATED, "no spec.credentialsSecret: <name>-credentials was created with random passwords", by::CREATING;
+        Ready: CLUSTER_CREATED, "every instance is Ready with its role at the spec's image", by::CREATING;
+        Upgrading: MIXED_IMAGES, "every instance is Ready but some run an earlier image of the spec", by::CREATING;
+    }
+    Ready -> Upgrading: IMAGE_CHANGED, "spec.version or spec.image changed (or an instance runs another image)", by::READY;
+    Upgrading -> {
+        Upgrading: IMAGE_CHANGED, "the spec's image changed mid-upgrade while no pod was in flight: retarget", by::UPGRADING;
+        Upgrading: POD_CHOSEN, "the next pod to replace is chosen (replicas first, highest ordinal first); its UID is recorded", by::UPGRADING;
+        Upgrading: POD_UPGRADED, "the replaced pod is Ready at the target image", by::UPGRADING;
+        Upgrading: REPLANNED, "the chosen pod was replaced by someone else", by::UPGRADING;
+        SwitchingOver: SWITCHOVER_STARTED, "every replica is Ready at the target; the primary role moves to one of them", by::UPGRADING;
+        Ready: UPGRADE_COMPLETED, "every instance is Ready at the target image", by::UPGRADING;
+    }
+    Ready -> Scaling: REPLICAS_CHANGED, "spec.replicas differs from the instances at rest", by::SCALING;
+    Scaling -> {
+        Scaling: REPLICAS_CHANGED, "spec.replicas changed again while scaling", by::SCALING;
+        Ready: SCALING_COMPLETE, "exactly spec.replicas instances exist and all are Ready", by::SCALING;
+    }
+    [Ready, Scaling] -> SwitchingOver: PRIMARY_OUTSIDE_SCALE,
+        "spec.replicas would remove the primary's ordinal: the role moves to a lower one first", by::SCALING;
+    SwitchingOver -> {
+        SwitchingOver: OLD_PRIMARY_DEMOTED, "the old primary is labelled demoted (a failed one is also deleted): neither -rw nor -ro selects it", by::SWITCHING_OVER;
+        SwitchingOver: PROMOTION_RETRIED, "the promote Job failed and its backoff is over", by::SWITCHING_OVER;
+        SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SWITCHING_OVER;
+        Upgrading: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; the old primary is upgraded next", by::SWITCHING_OVER;
+        Ready: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; scaling follows", by::SWITCHING_OVER;
+        Ready: FAILOVER_COMPLETED, "a Ready replica is promoted and labelled primary in place of the failed one", by::SWITCHING_OVER;
+    }
+    [Ready, Scaling] -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready", by::PRIMARY_LOST;
+    Upgrading -> PrimaryLost: PRIMARY_NOT_READY,
+        "the primary is not Ready (and it is not the pod being replaced)", by::PRIMARY_LOST;
+    BackingUp -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready", by::PRIMARY_LOST;
+    PrimaryLost -> {
+        Ready: PRIMARY_RECOVERED, "the primary is Ready again before the failover delay passed", by::PRIMARY_LOST;
+        SwitchingOver: FAILOVER_STARTED, "the primary stayed not Ready for longer than spec.failoverDelaySeconds", by::PRIMARY_LOST;
+    }
+    Ready -> BackingUp: BACKUP_REQUESTED, "lockstep.dev/backup-now has a token not yet served", by::READY;
+    BackingUp -> {
+        Ready: BACKUP_SUCCEEDED, "the on-demand backup Job succeeded", by::ON_DEMAND;
+        Ready: BACKUP_FAILED, "the on-demand backup Job failed", by::ON_DEMAND;
+        Ready: BACKUP_CANCELLED, "spec.backup was removed before the backup Job was created", by::ON_DEMAND;
+    }
+    Finalizing -> {
+        Finalizing: FINAL_BACKUP_RETRIED, "the final backup failed and its backoff is over", by::FINALIZE;
+        Finalized: FINAL_BACKUP_SUCCEEDED, "the final backup Job succeeded", by::FINALIZE;
+    }
+    [Creating, Ready, Scaling, Upgrading, SwitchingOver, PrimaryLost, BackingUp] -> {
+        Finalizing: DELETION_REQUESTED, "deleted; a final backup is taken", by::FINALIZE;
+        Finalized: NO_BACKUP_POLICY, "deleted without spec.backup", by::FINALIZE;
+        Finalized: FINAL_BACKUP_SKIPPED, "deleted with lockstep.dev/skip-final-backup=true", by::FINALIZE;
+    }
+    Finalizing -> {
+        Finalized: FINAL_BACKUP_SKIPPED, "lockstep.dev/skip-final-backup=true was set", by::FINALIZE;
+        Finalized: NO_BACKUP_POLICY, "spec.backup was removed while finalizing", by::FINALIZE;
+    }
+];

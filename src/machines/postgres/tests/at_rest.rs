@@ -1,0 +1,185 @@
+//! Creation, rest, scaling and backups.
+
+use super::*;
+
+#[test]
+fn a_cluster_without_a_credentials_secret_generates_one_before_anything_else() {
+    let mut s = spec("16.3");
+    s.credentials_secret = None;
+    let d = decide(&s, &Postgres::initial(), Observed::default());
+    assert_eq!(d.reason(), CREDENTIALS_GENERATED);
+    assert_eq!(d.actions(), &[PgAction::CreateCredentials]);
+    // Once recorded, it is never created again.
+    let next = PgState::Creating {
+        credentials_created: true,
+    };
+    let d = decide(&s, &next, Observed::default());
+    assert!(!d.actions().contains(&PgAction::CreateCredentials));
+}
+
+#[test]
+fn a_given_credentials_secret_is_used_as_it_is() {
+    let d = decide(&spec("16.3"), &Postgres::initial(), Observed::default());
+    assert!(!d.actions().contains(&PgAction::CreateCredentials));
+    assert!(d.actions().contains(&PgAction::EnsureStatefulSet {
+        image: V1.to_owned(),
+        replicas: 3
+    }));
+    assert!(d.actions().contains(&PgAction::EnsureScripts));
+    for kind in [
+        ServiceKind::Headless,
+        ServiceKind::ReadWrite,
+        ServiceKind::ReadOnly,
+    ] {
+        assert!(d.actions().contains(&PgAction::EnsureService(kind)));
+    }
+}
+
+#[test]
+fn creation_labels_pod_0_primary_and_every_other_pod_replica() {
+    let mut o = at_rest(V1, 0);
+    for p in o.pods.values_mut() {
+        p.role = None;
+        p.ready = false;
+    }
+    let d = decide(&spec("16.3"), &Postgres::initial(), o);
+    assert_eq!(
+        labels_in(&d),
+        vec![(1, Role::Replica), (2, Role::Replica), (0, Role::Primary)]
+    );
+    assert!(target(&d).is_none());
+}
+
+#[test]
+fn creation_completes_once_every_instance_is_ready_with_its_role() {
+    let d = decide(&spec("16.3"), &Postgres::initial(), at_rest(V1, 0));
+    assert_eq!(d.reason(), CLUSTER_CREATED);
+    assert_eq!(target(&d), Some(&ready(V1, 0)));
+}
+
+#[test]
+fn an_explicit_image_overrides_the_version() {
+    let mut s = spec("16");
+    s.image = Some("registry.example/postgres:16-custom".to_owned());
+    let d = decide(&s, &Postgres::initial(), Observed::default());
+    assert!(d.actions().contains(&PgAction::EnsureStatefulSet {
+        image: "registry.example/postgres:16-custom".to_owned(),
+        replicas: 3
+    }));
+}
+
+// --- at rest -----------------------------------------------------------------------
+
+#[test]
+fn a_cluster_at_rest_makes_no_request() {
+    let d = decide(&spec("16.3"), &ready(V1, 0), at_rest(V1, 0));
+    assert_eq!(d.reason(), SERVING);
+    assert!(d.actions().is_empty());
+}
+
+#[test]
+fn a_recreated_pod_gets_its_role_back_from_the_state() {
+    let mut o = at_rest(V1, 1);
+    edit(&mut o, 1, |p| p.role = None);
+    edit(&mut o, 0, |p| p.role = None);
+    let d = decide(&spec("16.3"), &ready(V1, 1), o);
+    assert_eq!(labels_in(&d), vec![(0, Role::Replica), (1, Role::Primary)]);
+}
+
+#[test]
+fn a_stray_primary_label_is_removed_before_the_primary_is_labelled() {
+    let mut o = at_rest(V1, 0);
+    edit(&mut o, 2, |p| p.role = Some(Role::Primary));
+    edit(&mut o, 0, |p| p.role = None);
+    let d = decide(&spec("16.3"), &ready(V1, 0), o);
+    // It may be a writable primary: out of both Services, and restarted as a standby.
+    assert_eq!(labels_in(&d), vec![(2, Role::Demoted), (0, Role::Primary)]);
+    assert_eq!(deletes_in(&d), vec![(2, uid(2, V1), DeleteCause::Fence)]);
+}
+
+#[test]
+fn scaling_below_the_primary_hands_the_role_to_a_lower_ordinal_first() {
+    let mut s = spec("16.3");
+    s.replicas = 2;
+    let d = decide(&s, &ready(V1, 2), at_rest(V1, 2));
+    assert_eq!(d.reason(), PRIMARY_OUTSIDE_SCALE);
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(sw)) if sw.target.ordinal == 0 && sw.cause == SwitchCause::Scale
+    ));
+    s.replicas = 3;
+    let d = decide(&s, &ready(V1, 0), at_rest(V1, 0));
+    assert_eq!(d.reason(), SERVING);
+}
+
+#[test]
+fn scaling_above_the_primary_goes_straight_to_scaling() {
+    let mut s = spec("16.3");
+    s.replicas = 5;
+    let d = decide(&s, &ready(V1, 0), at_rest(V1, 0));
+    assert_eq!(d.reason(), REPLICAS_CHANGED);
+}
+
+// --- backups -----------------------------------------------------------------------
+
+#[test]
+fn the_cronjob_is_created_updated_and_deleted_as_the_schedule_changes() {
+    let scheduled = with_backups(spec("16.3"), Some("0 3 * * *"));
+    let d = decide(&scheduled, &ready(V1, 0), at_rest(V1, 0));
+    assert_eq!(d.actions(), &[PgAction::EnsureCronJob]);
+    let mut o = at_rest(V1, 0);
+    o.cronjob = Some(CronJobView {
+        uid: "cj".to_owned(),
+        in_sync: false,
+    });
+    let d = decide(&scheduled, &ready(V1, 0), o.clone());
+    assert_eq!(d.actions(), &[PgAction::EnsureCronJob]);
+    let unscheduled = with_backups(spec("16.3"), None);
+    let d = decide(&unscheduled, &ready(V1, 0), o);
+    assert_eq!(
+        d.actions(),
+        &[PgAction::DeleteCronJob {
+            uid: "cj".to_owned()
+        }]
+    );
+}
+
+#[test]
+fn an_on_demand_backup_runs_once_per_token() {
+    let s = with_backups(spec("16.3"), None);
+    let mut o = at_rest(V1, 0);
+    o.requests.backup_now = Some("t1".to_owned());
+    let d = decide(&s, &ready(V1, 0), o.clone());
+    assert_eq!(d.reason(), BACKUP_REQUESTED);
+    let backing_up = PgState::BackingUp {
+        cluster: cluster(V1, 0),
+        request: "t1".to_owned(),
+    };
+    let d = decide(&s, &backing_up, o.clone());
+    assert_eq!(
+        d.actions(),
+        &[PgAction::RunBackup {
+            key: backup_key("t1"),
+            kind: BackupKind::OnDemand
+        }]
+    );
+    o.jobs = vec![job(
+        &backup_key("t1"),
+        Purpose::Backup,
+        JobOutcome::Succeeded { at: t(5) },
+    )];
+    let d = decide(&s, &backing_up, o.clone());
+    assert_eq!(d.reason(), BACKUP_SUCCEEDED);
+    // The token's Job exists: leaving the annotation in place asks for nothing more.
+    let d = decide(&s, &ready(V1, 0), o);
+    assert_eq!(d.reason(), SERVING);
+}
+
+#[test]
+fn a_backup_without_a_destination_is_reported_not_attempted() {
+    let mut o = at_rest(V1, 0);
+    o.requests.backup_now = Some("t1".to_owned());
+    let d = decide(&spec("16.3"), &ready(V1, 0), o);
+    assert_eq!(d.reason(), BACKUP_NOT_CONFIGURED);
+    assert!(is_degraded(&d));
+}

@@ -1,0 +1,168 @@
+//! Failover: a lost primary, the delay, the promotion.
+
+use super::upgrades::upgrade_observed;
+use super::*;
+
+fn primary_down(primary: i32) -> Observed {
+    let mut o = at_rest(V1, primary);
+    edit(&mut o, primary, |p| p.ready = false);
+    o
+}
+
+fn lost(primary: i32) -> PgState {
+    PgState::PrimaryLost {
+        cluster: cluster(V1, primary),
+    }
+}
+
+#[test]
+fn a_primary_that_is_not_ready_is_noticed_at_once() {
+    let d = decide(&spec("16.3"), &ready(V1, 0), primary_down(0));
+    assert_eq!(d.reason(), PRIMARY_NOT_READY);
+    assert_eq!(target(&d), Some(&lost(0)));
+}
+
+#[test]
+fn failover_waits_for_the_delay_and_says_why() {
+    let d = decide_at(&spec("16.3"), &lost(0), primary_down(0), 10, 0);
+    assert_eq!(d.reason(), AWAITING_FAILOVER);
+    assert!(is_degraded(&d));
+    assert!(matches!(
+        d,
+        Decision::Stay { wait: Wait::Requeue(w), .. } if w.as_secs() == 20
+    ));
+    assert!(promotes_in(&d).is_empty());
+}
+
+#[test]
+fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
+    let d = decide_at(&spec("16.3"), &lost(0), at_rest(V1, 0), 10, 0);
+    assert_eq!(d.reason(), PRIMARY_RECOVERED);
+    assert_eq!(target(&d), Some(&ready(V1, 0)));
+}
+
+#[test]
+fn after_the_delay_a_ready_replica_is_chosen_and_the_intent_recorded() {
+    let d = decide_at(&spec("16.3"), &lost(0), primary_down(0), 31, 0);
+    assert_eq!(d.reason(), FAILOVER_STARTED);
+    assert!(d.actions().is_empty());
+    let Some(PgState::SwitchingOver(s)) = target(&d) else {
+        panic!("{d:?}")
+    };
+    assert_eq!(s.cause, SwitchCause::Failover);
+    assert_eq!(s.target.ordinal, 1);
+    assert_eq!(s.old_uid.as_deref(), Some(uid(0, V1).as_str()));
+    if let Decision::Go { message, .. } = &d {
+        assert!(message.contains("failoverDelaySeconds=30"), "{message}");
+    }
+}
+
+#[test]
+fn a_not_ready_replica_is_never_chosen_for_failover() {
+    let mut o = primary_down(0);
+    edit(&mut o, 1, |p| p.ready = false);
+    let d = decide_at(&spec("16.3"), &lost(0), o.clone(), 31, 0);
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(s)) if s.target.ordinal == 2
+    ));
+    edit(&mut o, 2, |p| p.ready = false);
+    let d = decide_at(&spec("16.3"), &lost(0), o, 31, 0);
+    assert_eq!(d.reason(), NO_PROMOTION_TARGET);
+    assert!(is_degraded(&d));
+    assert!(target(&d).is_none());
+}
+
+#[test]
+fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
+    let state = PgState::SwitchingOver(Switchover {
+        cluster: cluster(V1, 0),
+        old_uid: Some(uid(0, V1)),
+        target: PodRef {
+            ordinal: 1,
+            uid: uid(1, V1),
+        },
+        step: SwitchStep::Demote,
+        attempt: 1,
+        cause: SwitchCause::Failover,
+    });
+    let d = decide(&spec("16.3"), &state, primary_down(0));
+    assert_eq!(d.reason(), OLD_PRIMARY_DEMOTED);
+    assert_eq!(labels_in(&d), vec![(0, Role::Demoted)]);
+    assert_eq!(deletes_in(&d), vec![(0, uid(0, V1), DeleteCause::Fence)]);
+    // A recreated old primary (another UID, no label yet) is not deleted again, and as a
+    // new pod it starts as a standby: `replica`.
+    let mut o = primary_down(0);
+    edit(&mut o, 0, |p| p.uid = "recreated".to_owned());
+    edit(&mut o, 0, |p| p.role = None);
+    let d = decide(&spec("16.3"), &state, o);
+    assert!(deletes_in(&d).is_empty());
+    assert_eq!(labels_in(&d), vec![(0, Role::Replica)]);
+}
+
+#[test]
+fn a_failover_promotes_without_waiting_for_the_failed_primary() {
+    let state = PgState::SwitchingOver(Switchover {
+        cluster: cluster(V1, 0),
+        old_uid: Some(uid(0, V1)),
+        target: PodRef {
+            ordinal: 1,
+            uid: uid(1, V1),
+        },
+        step: SwitchStep::Promote,
+        attempt: 1,
+        cause: SwitchCause::Failover,
+    });
+    let mut o = primary_down(0);
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    let d = decide(&spec("16.3"), &state, o);
+    assert!(d.actions().iter().any(|a| matches!(
+        a,
+        PgAction::RunPromote {
+            target: 1,
+            old_primary: None,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_completed_failover_records_why_in_its_message() {
+    let state = PgState::SwitchingOver(Switchover {
+        cluster: cluster(V1, 0),
+        old_uid: Some(uid(0, V1)),
+        target: PodRef {
+            ordinal: 1,
+            uid: uid(1, V1),
+        },
+        step: SwitchStep::Promote,
+        attempt: 1,
+        cause: SwitchCause::Failover,
+    });
+    let mut o = primary_down(0);
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    o.jobs = vec![job(
+        &promote_key(1, &uid(1, V1), 1),
+        Purpose::Promote,
+        JobOutcome::Succeeded { at: t(10) },
+    )];
+    let d = decide(&spec("16.3"), &state, o);
+    assert_eq!(d.reason(), FAILOVER_COMPLETED);
+    assert_eq!(target(&d), Some(&ready(V1, 1)));
+    assert_eq!(labels_in(&d), vec![(0, Role::Demoted), (1, Role::Primary)]);
+    if let Decision::Go { message, .. } = &d {
+        assert!(message.contains("failoverDelaySeconds"), "{message}");
+    }
+}
+
+#[test]
+fn an_upgrade_whose_primary_goes_down_fails_over_like_a_cluster_at_rest() {
+    let state = PgState::Upgrading {
+        cluster: cluster(V2, 0),
+        pod: None,
+    };
+    let mut o = upgrade_observed(&[2], 0);
+    edit(&mut o, 0, |p| p.ready = false);
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), PRIMARY_NOT_READY);
+}

@@ -1,0 +1,248 @@
+//! Unit tests of `decide`, of rendering and of the status projection, read as sentences:
+//! one file per concern, sharing the fixtures here.
+
+mod at_rest;
+mod deletion;
+mod failover;
+mod rendering;
+mod upgrades;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Container, EnvVar};
+use kube::ResourceExt;
+
+use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key, promote_key};
+use super::api::{BackupSpec, PostgresCluster, PostgresClusterSpec};
+use super::machine::Postgres;
+use super::observe::{CronJobView, InSync, Observed, PodView, Requests, StatefulSetView};
+use super::render;
+use super::state::{PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology};
+use super::table::reason::*;
+use crate::engine::machine::is_declared;
+use crate::engine::{Decision, Health, Machine, Wait, World};
+use crate::machines::common::backup::BackupKind;
+use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
+
+const V1: &str = "postgres:16.3";
+const V2: &str = "postgres:16.4";
+
+fn t(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
+}
+
+fn spec(version: &str) -> PostgresClusterSpec {
+    PostgresClusterSpec {
+        version: version.to_owned(),
+        image: None,
+        replicas: 3,
+        storage_size: "1Gi".to_owned(),
+        storage_class_name: None,
+        resources: None,
+        failover_delay_seconds: 30,
+        credentials_secret: Some("pg-creds".to_owned()),
+        database: Some("app".to_owned()),
+        backup_schedule: None,
+        backup: None,
+    }
+}
+
+fn backup() -> BackupSpec {
+    BackupSpec {
+        s3_endpoint: "https://s3.example".to_owned(),
+        bucket: "backups".to_owned(),
+        prefix: Some("prod".to_owned()),
+        region: None,
+        virtual_hosted_style: false,
+        credentials_secret: "s3".to_owned(),
+        image: "pg-backup:16".to_owned(),
+        timeout_seconds: 600,
+        suspend: false,
+        pod_labels: BTreeMap::new(),
+        pod_annotations: BTreeMap::new(),
+    }
+}
+
+fn with_backups(mut s: PostgresClusterSpec, schedule: Option<&str>) -> PostgresClusterSpec {
+    s.backup = Some(backup());
+    s.backup_schedule = schedule.map(str::to_owned);
+    s
+}
+
+fn uid(k: i32, image: &str) -> String {
+    format!("uid-{k}-{image}")
+}
+
+fn pod(k: i32, image: &str, ready: bool, role: Option<Role>) -> PodView {
+    PodView {
+        uid: uid(k, image),
+        image: Some(image.to_owned()),
+        ready,
+        terminating: false,
+        role,
+    }
+}
+
+/// Change the observed pod `k`, if there is one.
+fn edit(o: &mut Observed, k: i32, change: impl FnOnce(&mut PodView)) {
+    if let Some(p) = o.pods.get_mut(&k) {
+        change(p);
+    }
+}
+
+fn role_of(k: i32, primary: i32) -> Role {
+    if k == primary {
+        Role::Primary
+    } else {
+        Role::Replica
+    }
+}
+
+/// Three instances Ready at `image`, `primary` labelled primary, every object in place.
+fn at_rest(image: &str, primary: i32) -> Observed {
+    Observed {
+        name: "pg".to_owned(),
+        in_sync: InSync::ALL,
+        statefulset: Some(StatefulSetView {
+            conforms: true,
+            image: Some(image.to_owned()),
+            replicas: 3,
+            caught_up: true,
+        }),
+        pods: (0..3)
+            .map(|k| (k, pod(k, image, true, Some(role_of(k, primary)))))
+            .collect(),
+        jobs: Vec::new(),
+        cronjob: None,
+        requests: Requests::default(),
+    }
+}
+
+fn world_at(observed: Observed, now: i64, entered: i64) -> World<Observed> {
+    World {
+        observed,
+        deleting: false,
+        now: t(now),
+        entered_at: t(entered),
+    }
+}
+
+fn decide_at(
+    spec: &PostgresClusterSpec,
+    state: &PgState,
+    o: Observed,
+    now: i64,
+    entered: i64,
+) -> Decision<PgState, PgAction> {
+    let d = Postgres::decide(spec, state, &world_at(o, now, entered));
+    if let Decision::Go { to, reason, .. } = &d {
+        assert!(
+            is_declared::<Postgres>(state, to, reason),
+            "undeclared: {state:?} -> {to:?} ({reason})"
+        );
+    }
+    d
+}
+
+fn decide(spec: &PostgresClusterSpec, state: &PgState, o: Observed) -> Decision<PgState, PgAction> {
+    decide_at(spec, state, o, 1000, 0)
+}
+
+fn cluster(image: &str, primary: i32) -> Topology {
+    Topology {
+        image: image.to_owned(),
+        replicas: 3,
+        primary,
+    }
+}
+
+fn ready(image: &str, primary: i32) -> PgState {
+    PgState::Ready {
+        cluster: cluster(image, primary),
+    }
+}
+
+fn switching(step: SwitchStep, attempt: u32, cause: SwitchCause) -> PgState {
+    PgState::SwitchingOver(Switchover {
+        cluster: cluster(V2, 0),
+        old_uid: Some(uid(0, V1)),
+        target: PodRef {
+            ordinal: 1,
+            uid: uid(1, V2),
+        },
+        step,
+        attempt,
+        cause,
+    })
+}
+
+fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
+    JobView {
+        name: format!("pg-{key}"),
+        uid: format!("job-{key}"),
+        key: Some(key.to_owned()),
+        purpose: Some(purpose),
+        created: Some(t(0)),
+        outcome,
+    }
+}
+
+fn failed(at: i64) -> JobOutcome {
+    JobOutcome::Failed {
+        at: t(at),
+        reason: "BackoffLimitExceeded".to_owned(),
+        message: String::new(),
+    }
+}
+
+fn target(d: &Decision<PgState, PgAction>) -> Option<&PgState> {
+    match d {
+        Decision::Go { to, .. } => Some(to),
+        Decision::Stay { .. } => None,
+    }
+}
+
+fn labels_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, Role)> {
+    d.actions()
+        .iter()
+        .filter_map(|a| match a {
+            PgAction::Label { ordinal, role } => Some((*ordinal, *role)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn deletes_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, String, DeleteCause)> {
+    d.actions()
+        .iter()
+        .filter_map(|a| match a {
+            PgAction::DeletePod {
+                ordinal,
+                uid,
+                cause,
+            } => Some((*ordinal, uid.clone(), *cause)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn promotes_in(d: &Decision<PgState, PgAction>) -> Vec<i32> {
+    d.actions()
+        .iter()
+        .filter_map(|a| match a {
+            PgAction::RunPromote { target, .. } => Some(*target),
+            _ => None,
+        })
+        .collect()
+}
+
+fn is_degraded(d: &Decision<PgState, PgAction>) -> bool {
+    matches!(
+        d,
+        Decision::Stay {
+            health: Health::Degraded,
+            ..
+        }
+    )
+}

@@ -1,0 +1,187 @@
+//! Rendering.
+
+use super::*;
+
+pub(super) fn object(spec: PostgresClusterSpec) -> PostgresCluster {
+    let mut pg = PostgresCluster::new("pg", spec);
+    pg.metadata.namespace = Some("db".to_owned());
+    pg.metadata.uid = Some("owner-uid".to_owned());
+    pg
+}
+
+fn env_of(c: &Container) -> BTreeMap<String, EnvVar> {
+    c.env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name.clone(), e))
+        .collect()
+}
+
+fn secret_key(e: Option<&EnvVar>) -> Option<(String, String)> {
+    let r = e?.value_from.as_ref()?.secret_key_ref.as_ref()?;
+    Some((r.name.clone(), r.key.clone()))
+}
+
+#[test]
+fn the_statefulset_wires_the_entrypoint_per_the_scripts_contract() {
+    let pg = object(spec("16.3"));
+    let sts = render::statefulset(&pg, V1, 3).expect("renders");
+    assert_eq!(
+        sts.spec.update_strategy.and_then(|u| u.type_).as_deref(),
+        Some("OnDelete")
+    );
+    let template = sts.spec.template;
+    let labels = template.metadata.and_then(|m| m.labels).unwrap_or_default();
+    assert!(
+        !labels.contains_key(render::ROLE_LABEL),
+        "roles come from the operator, never from the template"
+    );
+    let pod = template.spec.unwrap_or_default();
+    assert_eq!(
+        pod.security_context.and_then(|s| s.run_as_user),
+        Some(render::POSTGRES_UID)
+    );
+    let c = &pod.containers[0];
+    assert_eq!(
+        c.command.clone().unwrap_or_default(),
+        vec!["bash", "/lockstep/scripts/entrypoint.sh"]
+    );
+    let env = env_of(c);
+    let plain = |k: &str| env.get(k).and_then(|e| e.value.clone());
+    assert_eq!(plain("PGDATA").as_deref(), Some(render::PGDATA));
+    assert_eq!(plain("PRIMARY_HOST").as_deref(), Some("pg-rw.db.svc"));
+    assert_eq!(plain("POSTGRES_DB").as_deref(), Some("app"));
+    assert_eq!(
+        plain("LOCKSTEP_ROLE_FILE").as_deref(),
+        Some("/etc/lockstep/podinfo/labels")
+    );
+    assert_eq!(
+        secret_key(env.get("POSTGRES_PASSWORD")),
+        Some(("pg-creds".to_owned(), "superuserPassword".to_owned()))
+    );
+    assert_eq!(
+        secret_key(env.get("REPLICATION_PASSWORD")),
+        Some(("pg-creds".to_owned(), "replicationPassword".to_owned()))
+    );
+    assert!(
+        c.lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .is_some()
+    );
+    let volumes = pod.volumes.unwrap_or_default();
+    assert!(volumes.iter().any(|v| v.downward_api.is_some()));
+    assert!(volumes.iter().any(|v| {
+        v.config_map
+            .as_ref()
+            .is_some_and(|c| c.name == "pg-scripts" && c.default_mode == Some(0o555))
+    }));
+}
+
+#[test]
+fn the_rw_and_ro_services_select_by_role() {
+    let pg = object(spec("16.3"));
+    let selector = |kind| {
+        render::service(&pg, kind)
+            .ok()
+            .and_then(|s| s.spec)
+            .and_then(|s| s.selector)
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        selector(ServiceKind::ReadWrite)
+            .get(render::ROLE_LABEL)
+            .map(String::as_str),
+        Some("primary")
+    );
+    assert_eq!(
+        selector(ServiceKind::ReadOnly)
+            .get(render::ROLE_LABEL)
+            .map(String::as_str),
+        Some("replica")
+    );
+    assert!(!selector(ServiceKind::Headless).contains_key(render::ROLE_LABEL));
+    assert_eq!(render::service_name(&pg, ServiceKind::ReadWrite), "pg-rw");
+}
+
+#[test]
+fn the_scripts_configmap_ships_every_script_verbatim() {
+    let cm = render::scripts(&object(spec("16.3"))).expect("renders");
+    let data = cm.data.unwrap_or_default();
+    for (file, text) in render::SCRIPTS {
+        assert_eq!(data.get(file).map(String::as_str), Some(text));
+    }
+}
+
+#[test]
+fn generated_passwords_are_random_and_only_in_the_secret() {
+    let mut s = spec("16.3");
+    s.credentials_secret = None;
+    let pg = object(s);
+    let a = render::credentials_secret(&pg)
+        .string_data
+        .unwrap_or_default();
+    let b = render::credentials_secret(&pg)
+        .string_data
+        .unwrap_or_default();
+    assert_eq!(a.len(), 2);
+    assert!(a.values().all(|p| p.len() == 32));
+    assert_ne!(a, b);
+    let sts = render::statefulset(&pg, V1, 3).expect("renders");
+    let text = serde_json::to_string(&sts).unwrap_or_default();
+    assert!(a.values().all(|p| !text.contains(p.as_str())));
+    assert!(text.contains("pg-credentials"));
+}
+
+#[test]
+fn backup_jobs_run_backup_sh_against_the_primary_with_secrets_by_reference() {
+    let pg = object(with_backups(spec("16.3"), Some("0 3 * * *")));
+    let job = render::backup_job(&pg, "final-backup-1", BackupKind::Final)
+        .ok()
+        .flatten()
+        .expect("renders");
+    assert_eq!(job.name_any(), "pg-final-backup-1");
+    let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
+    let c = &pod.containers[0];
+    assert_eq!(
+        c.command.clone().unwrap_or_default(),
+        vec!["bash", "/lockstep/scripts/backup.sh"]
+    );
+    let env = env_of(c);
+    let plain = |k: &str| env.get(k).and_then(|e| e.value.clone());
+    assert_eq!(plain("CLUSTER_NAME").as_deref(), Some("pg"));
+    assert_eq!(plain("PRIMARY_HOST").as_deref(), Some("pg-rw.db.svc"));
+    assert_eq!(plain("S3_BUCKET").as_deref(), Some("backups"));
+    assert_eq!(plain("S3_PREFIX").as_deref(), Some("prod"));
+    assert_eq!(plain("BACKUP_DATABASE").as_deref(), Some("app"));
+    assert_eq!(
+        secret_key(env.get("AWS_SECRET_ACCESS_KEY")),
+        Some(("s3".to_owned(), "secretKey".to_owned()))
+    );
+    assert_eq!(
+        secret_key(env.get("POSTGRES_PASSWORD")),
+        Some(("pg-creds".to_owned(), "superuserPassword".to_owned()))
+    );
+    assert!(pod.volumes.unwrap_or_default().len() == 2);
+    let cj = render::cronjob(&pg).ok().flatten().expect("renders");
+    assert_eq!(cj.spec.schedule, "0 3 * * *");
+    let unscheduled = object(with_backups(spec("16.3"), None));
+    assert!(render::cronjob(&unscheduled).ok().flatten().is_none());
+}
+
+#[test]
+fn the_promote_job_targets_the_pod_by_its_stable_name() {
+    let pg = object(spec("16.3"));
+    let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1, Some(0)).expect("renders");
+    let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
+    let env = env_of(&pod.containers[0]);
+    let plain = |k: &str| env.get(k).and_then(|e| e.value.clone());
+    assert_eq!(plain("TARGET_HOST").as_deref(), Some("pg-1.pg.db.svc"));
+    assert_eq!(plain("OLD_PRIMARY_HOST").as_deref(), Some("pg-0.pg.db.svc"));
+    assert_eq!(pod.containers[0].image.as_deref(), Some(V1));
+    // A failover does not wait for the old primary.
+    let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1, None).expect("renders");
+    let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
+    assert!(!env_of(&pod.containers[0]).contains_key("OLD_PRIMARY_HOST"));
+}

@@ -1,0 +1,331 @@
+//! Upgrades: replicas first, then a switchover, then the old primary.
+
+use super::*;
+
+#[test]
+fn a_version_change_starts_an_upgrade_to_the_new_image() {
+    let d = decide(&spec("16.4"), &ready(V1, 0), at_rest(V1, 0));
+    assert_eq!(d.reason(), IMAGE_CHANGED);
+    assert_eq!(
+        target(&d),
+        Some(&PgState::Upgrading {
+            cluster: cluster(V2, 0),
+            pod: None
+        })
+    );
+}
+
+#[test]
+fn the_highest_replica_is_chosen_first_and_its_uid_recorded_before_any_delete() {
+    let state = PgState::Upgrading {
+        cluster: cluster(V2, 0),
+        pod: None,
+    };
+    let mut o = at_rest(V1, 0);
+    o.statefulset = Some(StatefulSetView {
+        image: Some(V2.to_owned()),
+        ..o.statefulset.clone().unwrap_or(StatefulSetView {
+            conforms: true,
+            image: None,
+            replicas: 3,
+            caught_up: true,
+        })
+    });
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), POD_CHOSEN);
+    assert!(deletes_in(&d).is_empty());
+    assert_eq!(
+        target(&d),
+        Some(&PgState::Upgrading {
+            cluster: cluster(V2, 0),
+            pod: Some(PodRef {
+                ordinal: 2,
+                uid: uid(2, V1)
+            })
+        })
+    );
+}
+
+pub(super) fn upgrade_observed(at_target: &[i32], primary: i32) -> Observed {
+    let mut o = at_rest(V1, primary);
+    for k in at_target {
+        o.pods
+            .insert(*k, pod(*k, V2, true, Some(role_of(*k, primary))));
+    }
+    if let Some(sts) = o.statefulset.as_mut() {
+        sts.image = Some(V2.to_owned());
+    }
+    o
+}
+
+#[test]
+fn the_chosen_replica_is_deleted_with_its_uid_as_precondition() {
+    let state = PgState::Upgrading {
+        cluster: cluster(V2, 0),
+        pod: Some(PodRef {
+            ordinal: 2,
+            uid: uid(2, V1),
+        }),
+    };
+    let d = decide(&spec("16.4"), &state, upgrade_observed(&[], 0));
+    assert_eq!(deletes_in(&d), vec![(2, uid(2, V1), DeleteCause::Upgrade)]);
+}
+
+#[test]
+fn no_replica_is_deleted_while_another_instance_is_not_ready() {
+    let state = PgState::Upgrading {
+        cluster: cluster(V2, 0),
+        pod: Some(PodRef {
+            ordinal: 2,
+            uid: uid(2, V1),
+        }),
+    };
+    let mut o = upgrade_observed(&[], 0);
+    edit(&mut o, 1, |p| p.ready = false);
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), WAITING_FOR_PODS);
+    assert!(deletes_in(&d).is_empty());
+}
+
+#[test]
+fn no_pod_is_deleted_until_the_statefulset_template_holds_the_target() {
+    let state = PgState::Upgrading {
+        cluster: cluster(V2, 0),
+        pod: Some(PodRef {
+            ordinal: 2,
+            uid: uid(2, V1),
+        }),
+    };
+    let d = decide(&spec("16.4"), &state, at_rest(V1, 0));
+    assert!(deletes_in(&d).is_empty());
+    assert!(d.actions().contains(&PgAction::EnsureStatefulSet {
+        image: V2.to_owned(),
+        replicas: 3
+    }));
+}
+
+#[test]
+fn a_recreated_replica_ready_at_the_target_is_upgraded() {
+    let state = PgState::Upgrading {
+        cluster: cluster(V2, 0),
+        pod: Some(PodRef {
+            ordinal: 2,
+            uid: uid(2, V1),
+        }),
+    };
+    let d = decide(&spec("16.4"), &state, upgrade_observed(&[2], 0));
+    assert_eq!(d.reason(), POD_UPGRADED);
+}
+
+#[test]
+fn the_primary_is_left_alone_until_every_replica_runs_the_target() {
+    let state = PgState::Upgrading {
+        cluster: cluster(V2, 0),
+        pod: None,
+    };
+    let d = decide(&spec("16.4"), &state, upgrade_observed(&[2], 0));
+    assert_eq!(d.reason(), POD_CHOSEN);
+    assert!(matches!(
+        target(&d),
+        Some(PgState::Upgrading { pod: Some(p), .. }) if p.ordinal == 1
+    ));
+}
+
+#[test]
+fn with_every_replica_upgraded_the_switchover_intent_is_recorded_before_any_label_moves() {
+    let state = PgState::Upgrading {
+        cluster: cluster(V2, 0),
+        pod: None,
+    };
+    let d = decide(&spec("16.4"), &state, upgrade_observed(&[1, 2], 0));
+    assert_eq!(d.reason(), SWITCHOVER_STARTED);
+    assert!(d.actions().is_empty(), "{:?}", d.actions());
+    assert_eq!(
+        target(&d),
+        Some(&switching(SwitchStep::Demote, 1, SwitchCause::Upgrade))
+    );
+}
+
+#[test]
+fn the_switchover_demotes_the_old_primary_before_promoting_anyone() {
+    let d = decide(
+        &spec("16.4"),
+        &switching(SwitchStep::Demote, 1, SwitchCause::Upgrade),
+        upgrade_observed(&[1, 2], 0),
+    );
+    assert_eq!(d.reason(), OLD_PRIMARY_DEMOTED);
+    // Still a writable primary until it restarts: served by neither Service.
+    assert_eq!(labels_in(&d), vec![(0, Role::Demoted)]);
+    assert!(deletes_in(&d).is_empty(), "a switchover does not fence");
+    assert!(promotes_in(&d).is_empty());
+}
+
+#[test]
+fn mid_switchover_nobody_is_labelled_primary() {
+    let mut o = upgrade_observed(&[1, 2], 0);
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    let d = decide(
+        &spec("16.4"),
+        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
+        o,
+    );
+    assert_eq!(d.reason(), PROMOTING);
+    // The target leaves `-ro` before it can become writable; nobody is labelled primary.
+    assert_eq!(labels_in(&d), vec![(1, Role::Demoted)]);
+    assert_eq!(promotes_in(&d), vec![1]);
+    assert!(d.actions().iter().any(|a| matches!(
+        a,
+        PgAction::RunPromote {
+            old_primary: Some(0),
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instead() {
+    let mut o = upgrade_observed(&[1, 2], 0);
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    edit(&mut o, 1, |p| p.ready = false);
+    let d = decide(
+        &spec("16.4"),
+        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
+        o.clone(),
+    );
+    assert!(promotes_in(&d).is_empty());
+    assert_eq!(d.reason(), TARGET_CHANGED);
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(s)) if s.target.ordinal == 2 && s.attempt == 1
+    ));
+    // With no other Ready replica at the target image, it waits, Degraded.
+    edit(&mut o, 2, |p| p.ready = false);
+    let d = decide(
+        &spec("16.4"),
+        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
+        o,
+    );
+    assert!(promotes_in(&d).is_empty());
+    assert_eq!(d.reason(), NO_PROMOTION_TARGET);
+    assert!(is_degraded(&d));
+}
+
+#[test]
+fn once_promoted_the_old_primary_loses_its_label_before_the_target_gets_it() {
+    let mut o = upgrade_observed(&[1, 2], 0);
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    o.jobs = vec![job(
+        &promote_key(1, &uid(1, V2), 1),
+        Purpose::Promote,
+        JobOutcome::Succeeded { at: t(10) },
+    )];
+    let d = decide(
+        &spec("16.4"),
+        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
+        o,
+    );
+    assert_eq!(d.reason(), SWITCHOVER_COMPLETED);
+    // Unconditionally: a cache may still show the old primary as a replica. It is still
+    // the pod the switchover began with, so possibly writable: `demoted`, not `replica`.
+    assert_eq!(labels_in(&d), vec![(0, Role::Demoted), (1, Role::Primary)]);
+    assert_eq!(
+        target(&d),
+        Some(&PgState::Upgrading {
+            cluster: cluster(V2, 1),
+            pod: None
+        })
+    );
+}
+
+#[test]
+fn the_primary_label_does_not_move_while_the_old_primary_pod_is_unseen() {
+    let mut o = upgrade_observed(&[1, 2], 0);
+    o.pods.remove(&0);
+    o.jobs = vec![job(
+        &promote_key(1, &uid(1, V2), 1),
+        Purpose::Promote,
+        JobOutcome::Succeeded { at: t(10) },
+    )];
+    let d = decide(
+        &spec("16.4"),
+        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
+        o,
+    );
+    assert_eq!(d.reason(), WAITING_FOR_OLD_PRIMARY);
+    assert!(!labels_in(&d).contains(&(1, Role::Primary)));
+}
+
+#[test]
+fn after_the_switchover_the_old_primary_is_upgraded_last() {
+    let state = PgState::Upgrading {
+        cluster: cluster(V2, 1),
+        pod: None,
+    };
+    let d = decide(&spec("16.4"), &state, upgrade_observed(&[1, 2], 1));
+    assert_eq!(d.reason(), POD_CHOSEN);
+    assert!(matches!(
+        target(&d),
+        Some(PgState::Upgrading { pod: Some(p), .. }) if p.ordinal == 0
+    ));
+    let d = decide(&spec("16.4"), &state, upgrade_observed(&[0, 1, 2], 1));
+    assert_eq!(d.reason(), UPGRADE_COMPLETED);
+    assert_eq!(target(&d), Some(&ready(V2, 1)));
+}
+
+#[test]
+fn a_failed_promote_job_is_retried_after_its_backoff_as_a_new_job() {
+    let mut o = upgrade_observed(&[1, 2], 0);
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    o.jobs = vec![job(
+        &promote_key(1, &uid(1, V2), 1),
+        Purpose::Promote,
+        failed(1000),
+    )];
+    let state = switching(SwitchStep::Promote, 1, SwitchCause::Upgrade);
+    let d = decide_at(&spec("16.4"), &state, o.clone(), 1005, 0);
+    assert_eq!(d.reason(), PROMOTION_FAILED);
+    assert!(is_degraded(&d));
+    assert!(matches!(
+        d,
+        Decision::Stay {
+            wait: Wait::Requeue(_),
+            ..
+        }
+    ));
+    let d = decide_at(&spec("16.4"), &state, o, 1011, 0);
+    assert_eq!(d.reason(), PROMOTION_RETRIED);
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(s)) if s.attempt == 2
+    ));
+}
+
+#[test]
+fn a_single_instance_is_replaced_in_place() {
+    let mut s = spec("16.4");
+    s.replicas = 1;
+    let one = Topology {
+        image: V2.to_owned(),
+        replicas: 1,
+        primary: 0,
+    };
+    let mut o = at_rest(V1, 0);
+    o.pods.retain(|k, _| *k == 0);
+    if let Some(sts) = o.statefulset.as_mut() {
+        sts.image = Some(V2.to_owned());
+        sts.replicas = 1;
+    }
+    let d = decide(
+        &s,
+        &PgState::Upgrading {
+            cluster: one.clone(),
+            pod: None,
+        },
+        o,
+    );
+    assert_eq!(d.reason(), POD_CHOSEN);
+    assert!(matches!(
+        target(&d),
+        Some(PgState::Upgrading { pod: Some(p), .. }) if p.ordinal == 0
+    ));
+}
