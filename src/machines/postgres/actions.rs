@@ -58,12 +58,17 @@ pub enum PgAction {
         /// `spec.replicas`.
         replicas: i32,
     },
-    /// Set pod `ordinal`'s role label.
+    /// Set pod `ordinal`'s role label, only on the pod as observed (`uid` at `version`):
+    /// a stale decision cannot move a role label on a pod that changed since.
     Label {
         /// The ordinal.
         ordinal: i32,
         /// The role.
         role: Role,
+        /// The UID of the pod as observed.
+        uid: String,
+        /// Its resourceVersion as observed.
+        version: String,
     },
     /// Delete pod `ordinal` if it still has `uid`.
     DeletePod {

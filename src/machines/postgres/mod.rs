@@ -59,7 +59,7 @@ pub use observe::Observed;
 pub use state::{PgKind, PgState};
 pub use status::last_backup_time;
 
-use crate::driver::{Cache, Error, Op, Operator};
+use crate::driver::{Cache, Error, Op, Operator, Precondition};
 use crate::engine::EngineStatus;
 use crate::machines::common::backup::cronjob_name;
 use actions::Role;
@@ -105,10 +105,20 @@ impl Operator for Postgres {
             PgAction::EnsureStatefulSet { image, replicas } => {
                 vec![Op::apply(&render::statefulset(object, image, *replicas)?)?]
             }
-            PgAction::Label { ordinal, role } => {
+            PgAction::Label {
+                ordinal,
+                role,
+                uid,
+                version,
+            } => {
                 let role: &str = (*role).into();
-                vec![Op::label::<Pod>(
+                let read = Precondition {
+                    uid: uid.clone(),
+                    resource_version: version.clone(),
+                };
+                vec![Op::label_if::<Pod>(
                     pod(*ordinal),
+                    read,
                     [(ROLE_LABEL.to_owned(), Some(role.to_owned()))].into(),
                 )]
             }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::actions::{Role, ServiceKind};
+use super::actions::{PgAction, Role, ServiceKind};
 use super::api::PostgresCluster;
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use crate::driver::Cache;
@@ -57,9 +57,22 @@ pub struct PodView {
     pub terminating: bool,
     /// Its `lockstep.dev/role` label, if it is a known role.
     pub role: Option<Role>,
+    /// Its `metadata.resourceVersion` as read: role labels are patched only on the pod
+    /// as it was observed (UID and version), never on a newer or replaced one.
+    pub version: String,
 }
 
 impl PodView {
+    /// The action that labels this pod (`ordinal`) `role`, fenced on the pod as read.
+    pub fn label(&self, ordinal: i32, role: Role) -> PgAction {
+        PgAction::Label {
+            ordinal,
+            role,
+            uid: self.uid.clone(),
+            version: self.version.clone(),
+        }
+    }
+
     /// As a replacement sees it.
     pub fn seen(&self) -> Seen<'_> {
         Seen {
@@ -178,6 +191,7 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .labels()
             .get(ROLE_LABEL)
             .and_then(|r| r.parse::<Role>().ok()),
+        version: pod.metadata.resource_version.clone().unwrap_or_default(),
     }
 }
 

@@ -77,10 +77,7 @@ fn label_moves(o: &Observed, primary: Option<i32>) -> Vec<PgAction> {
         if pod.role == Some(want) {
             continue;
         }
-        let action = PgAction::Label {
-            ordinal: *k,
-            role: want,
-        };
+        let action = pod.label(*k, want);
         match want {
             Role::Primary => promotion.push(action),
             Role::Replica | Role::Demoted => demotions.push(action),

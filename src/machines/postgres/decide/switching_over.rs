@@ -57,10 +57,7 @@ pub(crate) fn switching_over(
             if let Some(pod) = o.pods.get(&old) {
                 // Still running as a writable primary until it restarts: served by
                 // neither Service (`replica` would put it behind `-ro`).
-                demote.push(PgAction::Label {
-                    ordinal: old,
-                    role: old_primary_role(s, pod),
-                });
+                demote.push(pod.label(old, old_primary_role(s, pod)));
                 if s.cause == SwitchCause::Failover
                     && !pod.terminating
                     && s.old_uid.as_deref() == Some(pod.uid.as_str())
@@ -170,10 +167,7 @@ pub(crate) fn promote(
             )
             // Out of `-ro` before it can become writable: a promote Job that failed may
             // still have promoted it, and another target may be chosen after it.
-            .with_actions((p.role != Some(Role::Demoted)).then_some(PgAction::Label {
-                ordinal: t,
-                role: Role::Demoted,
-            }))
+            .with_actions((p.role != Some(Role::Demoted)).then(|| p.label(t, Role::Demoted)))
             .with_actions([PgAction::RunPromote {
                 key,
                 target: t,
@@ -236,27 +230,21 @@ pub(crate) fn elect(s: &Switchover, o: &Observed, what: &str, actions: Vec<PgAct
             actions,
         );
     }
-    let old_role = o
+    // Each move is fenced on the pod as observed; a pod not observed has no label to
+    // move (whatever replaces it is labelled when it is seen).
+    let mut moves: Vec<PgAction> = o
         .pods
         .get(&old)
-        .map_or(Role::Replica, |p| old_primary_role(s, p));
-    let mut moves = vec![PgAction::Label {
-        ordinal: old,
-        role: old_role,
-    }];
+        .map(|p| p.label(old, old_primary_role(s, p)))
+        .into_iter()
+        .collect();
     moves.extend(
         o.pods
             .iter()
             .filter(|(k, p)| **k != old && **k != t && p.role == Some(Role::Primary))
-            .map(|(k, _)| PgAction::Label {
-                ordinal: *k,
-                role: Role::Demoted,
-            }),
+            .map(|(k, p)| p.label(*k, Role::Demoted)),
     );
-    moves.push(PgAction::Label {
-        ordinal: t,
-        role: Role::Primary,
-    });
+    moves.extend(o.pods.get(&t).map(|p| p.label(t, Role::Primary)));
     let elected = Topology {
         primary: t,
         ..cluster.clone()

@@ -91,6 +91,7 @@ impl WorldModel<Postgres> for World {
                             ready: p.ready,
                             terminating: false,
                             role: p.role,
+                            version: String::new(),
                         },
                     )
                 })
@@ -148,8 +149,15 @@ impl WorldModel<Postgres> for World {
                 }
                 self.sts = Some((image.clone(), *replicas));
             }
-            PgAction::Label { ordinal, role } => {
-                if let Some(p) = self.pods.get_mut(ordinal) {
+            PgAction::Label {
+                ordinal, role, uid, ..
+            } => {
+                // Fenced on the pod as read: a replaced pod keeps its own label.
+                if let Some(p) = self
+                    .pods
+                    .get_mut(ordinal)
+                    .filter(|p| p.uid.to_string() == *uid)
+                {
                     // A pod waiting for its first label starts as what it is labelled.
                     if p.role.is_none() && *role == Role::Primary {
                         p.writable = true;

@@ -81,6 +81,7 @@ fn pod(k: i32, image: &str, ready: bool, role: Option<Role>) -> PodView {
         ready,
         terminating: false,
         role,
+        version: String::new(),
     }
 }
 
@@ -207,7 +208,7 @@ fn labels_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, Role)> {
     d.actions()
         .iter()
         .filter_map(|a| match a {
-            PgAction::Label { ordinal, role } => Some((*ordinal, *role)),
+            PgAction::Label { ordinal, role, .. } => Some((*ordinal, *role)),
             _ => None,
         })
         .collect()

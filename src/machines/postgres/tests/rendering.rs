@@ -185,3 +185,28 @@ fn the_promote_job_targets_the_pod_by_its_stable_name() {
     let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
     assert!(!env_of(&pod.containers[0]).contains_key("OLD_PRIMARY_HOST"));
 }
+
+#[test]
+fn a_role_label_is_patched_only_on_the_pod_as_it_was_read() {
+    let pg = object(spec("16.3"));
+    let mut seen = pod(1, V1, true, Some(Role::Replica));
+    seen.version = "42".to_owned();
+    let ops = <Postgres as crate::driver::Operator>::render(&pg, &seen.label(1, Role::Primary))
+        .expect("renders");
+    match ops.as_slice() {
+        [
+            crate::driver::Op::Label {
+                name, precondition, ..
+            },
+        ] => {
+            assert_eq!(name, "pg-1");
+            assert_eq!(
+                precondition
+                    .as_ref()
+                    .map(|p| (p.uid.as_str(), p.resource_version.as_str())),
+                Some((seen.uid.as_str(), "42"))
+            );
+        }
+        other => panic!("one fenced label patch, got {other:?}"),
+    }
+}
