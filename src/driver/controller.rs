@@ -334,20 +334,27 @@ fn plan<O: Operator>(object: &O::Resource, cache: &Cache) -> Result<Plan, Error>
     let persisted = decode::<O>(&engine).ok().flatten().map(|r| r.state);
     let observed = O::observe(object, persisted.as_ref(), cache);
     let spec = O::spec(object);
+    let now = Utc::now().trunc_subsecs(0);
     let outcome = step::<O>(Input {
         spec: &spec,
         status: &engine,
         observed: observed.clone(),
         generation: object.meta().generation.unwrap_or_default(),
         deleting: object.meta().deletion_timestamp.is_some(),
-        now: Utc::now().trunc_subsecs(0),
+        now,
     });
     let mut ops = Vec::new();
     for action in &outcome.actions {
         ops.extend(O::render(object, action)?);
     }
     let state = outcome.state.as_ref().map(describe::<O>);
-    let desired_status = O::status(object, outcome.status, outcome.state.as_ref(), &observed);
+    let desired_status = O::status(
+        object,
+        outcome.status,
+        outcome.state.as_ref(),
+        &observed,
+        now,
+    );
     let status_diff = merge_diff(&current_status(object)?, &desired_status);
     Ok(Plan {
         ops,

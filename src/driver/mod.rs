@@ -448,6 +448,8 @@ pub trait Operator: Machine + Sized {
 
     /// The complete `.status` to persist: `engine` plus the kind's own projected fields
     /// (ready replicas, version, last backup), all deterministic functions of the inputs.
+    /// `now` is the reconcile's clock (the one [`crate::engine::step()`] saw), for the
+    /// transition times of conditions the kind projects itself.
     ///
     /// The driver compares it with the object's typed status re-serialized, so it must
     /// round-trip through the resource's status type (serialize that type; do not add
@@ -457,6 +459,7 @@ pub trait Operator: Machine + Sized {
         engine: EngineStatus<Self::State>,
         state: Option<&Self::State>,
         observed: &Self::Observed,
+        now: chrono::DateTime<chrono::Utc>,
     ) -> serde_json::Value;
 }
 

@@ -282,6 +282,7 @@ impl Operator for BeaconMachine {
         engine: EngineStatus<BeaconState>,
         _state: Option<&BeaconState>,
         observed: &Option<Shining>,
+        _now: chrono::DateTime<chrono::Utc>,
     ) -> serde_json::Value {
         let status = BeaconStatus {
             engine,

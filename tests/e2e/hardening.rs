@@ -437,3 +437,65 @@ async fn input_that_kubernetes_would_refuse_downstream_is_rejected_at_admission_
         .expect("a valid schedule passes");
     env.finish().await;
 }
+
+#[tokio::test]
+async fn the_seed_articles_object_is_accepted_and_reports_available_with_quorum() {
+    let env = env("seed").await;
+    let api: Api<DistributedDB> = env.api();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/distributeddb-seed.yaml"),
+    )
+    .expect("the example");
+    let object: DistributedDB = serde_yaml::from_str(&text).expect("the example parses");
+    let operator = InProcessOperator::start::<DistributedDb>(
+        env.client.clone(),
+        driver::Config::namespaced(env.namespace()),
+    );
+    api.create(&PostParams::default(), &object)
+        .await
+        .expect("the seed's object is accepted as it is");
+
+    let available = |db: Option<&DistributedDB>| {
+        is_ready(db)
+            && db
+                .and_then(|db| condition(db, "Available"))
+                .is_some_and(|c| c.status == "True" && c.reason == "QuorumReached")
+    };
+    wait_for(
+        &api,
+        "analytics",
+        "Ready and Available (QuorumReached)",
+        available,
+    )
+    .await;
+
+    let cronjobs: Api<k8s_openapi::api::batch::v1::CronJob> = env.api();
+    let cronjob = cronjobs.get("analytics-backup").await.expect("the CronJob");
+    let container = cronjob
+        .spec
+        .job_template
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers.into_iter().next())
+        .expect("a backup container");
+    assert_eq!(
+        container.image.as_deref(),
+        Some("registry.example/distributeddb:1.4"),
+        "the database image is the default backup image"
+    );
+    let env_of = |name: &str| {
+        container
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(env_of("S3_BUCKET").as_deref(), Some("db-backups"));
+    assert_eq!(
+        env_of("S3_ENDPOINT").as_deref(),
+        Some("https://s3.example.com")
+    );
+    operator.stop().await;
+    env.finish().await;
+}

@@ -227,6 +227,12 @@ pub struct Hook {
 
 /// Where and when backups are taken.
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[x_kube(
+    validation = Rule::new(
+        "(has(self.bucket) && size(self.bucket) > 0) || self.s3Endpoint.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://[^/]+/[^/?#]+')"
+    )
+    .message("backupPolicy needs a bucket: set backupPolicy.bucket, or name it in backupPolicy.s3Endpoint's path (https://s3.example.com/my-bucket)")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupPolicy {
     /// When scheduled backups run: five cron fields (`0 3 * * *`) or a macro (`@daily`).
@@ -242,15 +248,18 @@ pub struct BackupPolicy {
     /// Pause scheduled backups (on-demand and final backups still run).
     #[serde(default)]
     pub suspend: bool,
-    /// The S3-compatible endpoint URL.
+    /// The S3-compatible endpoint URL. It may name the bucket as the first segment of its
+    /// path (`https://s3.example.com/backups`), as the seed's objects do; further
+    /// segments are the key prefix.
     #[schemars(length(min = 1))]
     pub s3_endpoint: String,
     /// The Secret holding the S3 credentials under the keys `accessKey` and `secretKey`.
     /// They reach the backup container only as secret references.
     #[schemars(length(min = 1))]
     pub s3_credentials_secret: String,
-    /// The bucket.
-    #[schemars(length(min = 1))]
+    /// The bucket (default: the first segment of `s3Endpoint`'s path; one of the two
+    /// must name it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub bucket: String,
     /// The key prefix within the bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,8 +269,9 @@ pub struct BackupPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub retention: Option<i32>,
-    /// The backup container's image.
-    #[schemars(length(min = 1))]
+    /// The backup container's image (default: `spec.image`, the database's own image,
+    /// which then carries the backup tool).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub image: String,
     /// Its entrypoint (default: the image's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -279,6 +289,40 @@ pub struct BackupPolicy {
     /// Extra annotations of backup pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_annotations: BTreeMap<String, String>,
+}
+
+impl BackupPolicy {
+    /// Where backups go: the bucket and prefix as given, or as named by the endpoint's
+    /// path (the endpoint itself then without that path).
+    pub fn destination(&self) -> (String, String, Option<String>) {
+        let (origin, path) = split_url(&self.s3_endpoint);
+        let mut segments = path.split('/').filter(|s| !s.is_empty());
+        if !self.bucket.is_empty() {
+            return (
+                self.s3_endpoint.clone(),
+                self.bucket.clone(),
+                self.prefix.clone(),
+            );
+        }
+        let bucket = segments.next().unwrap_or_default().to_owned();
+        let rest: Vec<&str> = segments.collect();
+        let prefix = self
+            .prefix
+            .clone()
+            .or_else(|| (!rest.is_empty()).then(|| rest.join("/")));
+        (origin.to_owned(), bucket, prefix)
+    }
+}
+
+/// `scheme://authority` and the path of a URL (without query or fragment).
+fn split_url(url: &str) -> (&str, &str) {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let path_start = url[after_scheme..]
+        .find('/')
+        .map_or(url.len(), |i| after_scheme + i);
+    let path = &url[path_start..];
+    let path_end = path.find(['?', '#']).unwrap_or(path.len());
+    (&url[..path_start], &path[..path_end])
 }
 
 /// The observed state of a DistributedDB.
@@ -313,4 +357,42 @@ pub struct LastBackup {
     pub job: String,
     /// `Succeeded`, or `Failed (reason: message)`.
     pub outcome: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BackupPolicy;
+
+    fn seed_policy(endpoint: &str, bucket: &str) -> BackupPolicy {
+        serde_json::from_value(serde_json::json!({
+            "schedule": "0 0 * * *",
+            "s3Endpoint": endpoint,
+            "s3CredentialsSecret": "s3",
+            "bucket": bucket,
+        }))
+        .expect("the seed's three fields are a whole policy")
+    }
+
+    #[test]
+    fn the_bucket_may_come_from_the_endpoint_path_as_in_the_seed() {
+        let policy = seed_policy("https://s3.example.com/backups/prod/db?x=1", "");
+        assert_eq!(
+            policy.destination(),
+            (
+                "https://s3.example.com".to_owned(),
+                "backups".to_owned(),
+                Some("prod/db".to_owned())
+            )
+        );
+        assert!(policy.image.is_empty(), "the database image is the default");
+    }
+
+    #[test]
+    fn an_explicit_bucket_keeps_the_endpoint_as_given() {
+        let policy = seed_policy("http://minio:9000", "b");
+        assert_eq!(
+            policy.destination(),
+            ("http://minio:9000".to_owned(), "b".to_owned(), None)
+        );
+    }
 }

@@ -159,13 +159,21 @@ impl Operator for DistributedDb {
         engine: EngineStatus<DdbState>,
         state: Option<&DdbState>,
         observed: &Observed,
+        now: chrono::DateTime<chrono::Utc>,
     ) -> serde_json::Value {
         let old = object.status.as_ref();
+        let fresh = (
+            status::count(observed, |_| true),
+            status::count(observed, |p| p.ready),
+        );
+        let transitional = state.is_some_and(|s| !<Self as crate::engine::Machine>::is_ready(s));
+        let (engine, replicas, ready) =
+            status::project(engine, old, fresh, object.spec.replicas, transitional, now);
         let status = DistributedDBStatus {
             engine,
             version: version(state).or_else(|| old.and_then(|s| s.version.clone())),
-            replicas: Some(status::count(observed, |_| true)),
-            ready_replicas: Some(status::count(observed, |p| p.ready)),
+            replicas: Some(replicas),
+            ready_replicas: Some(ready),
             last_backup: last_backup(observed, old.and_then(|s| s.last_backup.as_ref())),
         };
         serde_json::to_value(status).unwrap_or(serde_json::Value::Null)

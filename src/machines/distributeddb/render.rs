@@ -278,10 +278,11 @@ pub fn hook_job(
 }
 
 fn destination(policy: &BackupPolicy) -> Destination {
+    let (s3_endpoint, bucket, prefix) = policy.destination();
     Destination {
-        s3_endpoint: policy.s3_endpoint.clone(),
-        bucket: policy.bucket.clone(),
-        prefix: policy.prefix.clone(),
+        s3_endpoint,
+        bucket,
+        prefix,
         credentials_secret: policy.s3_credentials_secret.clone(),
         retention: policy.retention,
     }
@@ -294,7 +295,11 @@ fn backup_pod(db: &DistributedDB, policy: &BackupPolicy, kind: BackupKind) -> Po
         annotations: policy.pod_annotations.clone(),
         container: Container {
             name: "backup".to_owned(),
-            image: Some(policy.image.clone()),
+            image: Some(if policy.image.is_empty() {
+                db.spec.image.clone()
+            } else {
+                policy.image.clone()
+            }),
             command: (!policy.command.is_empty()).then(|| policy.command.clone()),
             args: (!policy.args.is_empty()).then(|| policy.args.clone()),
             env: Some(backup::backup_env(&destination(policy), kind, &source)),

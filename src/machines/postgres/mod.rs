@@ -159,6 +159,7 @@ impl Operator for Postgres {
         engine: EngineStatus<PgState>,
         state: Option<&PgState>,
         observed: &Observed,
+        _now: chrono::DateTime<chrono::Utc>,
     ) -> serde_json::Value {
         let old = object.status.as_ref();
         let name = object.name_any();

@@ -241,7 +241,8 @@ fn the_status_reports_the_version_the_pods_and_the_last_backup() {
         super::succeeded(),
     ));
     let state = super::upgrading("db:2", 2, super::UpgradeStep::Restart, "u");
-    let status = DistributedDb::status(&d, Default::default(), Some(&state), &o);
+    let status =
+        DistributedDb::status(&d, Default::default(), Some(&state), &o, chrono::Utc::now());
     assert_eq!(
         status["version"],
         json!("db:1"),
@@ -253,6 +254,7 @@ fn the_status_reports_the_version_the_pods_and_the_last_backup() {
         version: "db:2".to_owned(),
         replicas: 3,
     };
-    let status = DistributedDb::status(&d, Default::default(), Some(&ready), &o);
+    let status =
+        DistributedDb::status(&d, Default::default(), Some(&ready), &o, chrono::Utc::now());
     assert_eq!(status["version"], json!("db:2"));
 }

@@ -61,6 +61,7 @@ fn the_status_names_the_pods_the_services_select() {
         crate::engine::EngineStatus::default(),
         Some(&ready(V1, 1)),
         &o,
+        chrono::Utc::now(),
     );
     assert_eq!(status["primaryPod"], "pg-1");
     assert_eq!(status["replicaPods"], serde_json::json!(["pg-0", "pg-2"]));
