@@ -5,6 +5,7 @@
 //! - [`smoke`]: the control plane does what the operators rely on.
 //! - [`distributeddb`]: the DistributedDB lifecycle: create, hooked upgrade, crash and
 //!   restart, drift, scaling, backups, final backup, validation.
+//! - [`budget`]: one DistributedDB lifecycle's requests, counted by verb and resource.
 //! - [`engine_requests`]: the driver's request budget, counted.
 //! - [`hardening`]: regressions from fault testing (refused requests, wiped status,
 //!   authority to act).
@@ -13,6 +14,7 @@
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
 //!   child process, request counting.
 
+mod budget;
 mod distributeddb;
 mod engine_requests;
 mod hardening;

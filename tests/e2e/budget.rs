@@ -1,0 +1,158 @@
+//! The request budget of one DistributedDB lifecycle, counted (not timed) on the real
+//! control plane: nothing per idle or forced reconcile, one status write per transition
+//! during a hooked upgrade of three pods, three pod deletes, no GET on the hot path.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+
+use lockstep::driver::{self, DriverHooks, Finished, Target};
+use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
+
+use crate::support::{
+    Fixture, InProcessOperator, ReconcileCounts, Request, RequestLog, counted_client, counts_until,
+};
+
+/// Counts reconciles (into a watch channel) and persisted transitions.
+struct Probe {
+    counts: tokio::sync::watch::Sender<ReconcileCounts>,
+    transitions: Arc<AtomicU64>,
+}
+
+impl DriverHooks for Probe {
+    fn reconcile_started(&self, _: &Target<'_>) {
+        self.counts.send_modify(|c| c.started += 1);
+    }
+
+    fn reconcile_finished(&self, _: &Target<'_>, _: Duration, finished: Finished) {
+        self.counts.send_modify(|c| {
+            c.finished += 1;
+            if finished == Finished::Idle {
+                c.idle += 1;
+            }
+        });
+    }
+
+    fn transitioned(&self, _: &Target<'_>, _: &str, _: &str, _: &str) {
+        self.transitions.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `VERB resource[/subresource]` of a request, for tallies.
+fn what(r: &Request) -> String {
+    let parts: Vec<&str> = r.path.split('/').filter(|p| !p.is_empty()).collect();
+    let at = parts
+        .iter()
+        .position(|p| *p == "namespaces")
+        .map_or(parts.len().saturating_sub(1), |i| i + 2);
+    let resource = parts.get(at).copied().unwrap_or("?");
+    let sub = if r.path.ends_with("/status") {
+        "/status"
+    } else {
+        ""
+    };
+    format!("{} {resource}{sub}", r.method)
+}
+
+fn tally(requests: &[Request]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for r in requests.iter().filter(|r| !r.is_watch()) {
+        *out.entry(what(r)).or_default() += 1;
+    }
+    out
+}
+
+fn is_ready_at(db: &DistributedDB, image: &str) -> bool {
+    db.status.as_ref().is_some_and(|s| {
+        s.engine.phase.as_deref() == Some("Ready") && s.version.as_deref() == Some(image)
+    })
+}
+
+#[tokio::test]
+async fn one_lifecycle_costs_nothing_idle_and_one_status_write_per_upgrade_transition() {
+    let fx = Fixture::<DistributedDb>::new("budget").await;
+    let log = RequestLog::default();
+    let (counts, mut seen) = tokio::sync::watch::channel(ReconcileCounts::default());
+    let transitions = Arc::new(AtomicU64::new(0));
+    let (force, forced) = futures::channel::mpsc::unbounded();
+    let operator = InProcessOperator::start::<DistributedDb>(
+        counted_client(&log).await,
+        driver::Config::namespaced(fx.env.namespace())
+            .hooks(Probe {
+                counts,
+                transitions: transitions.clone(),
+            })
+            .reconcile_all_on(forced),
+    );
+    let spec = serde_json::from_value(json!({
+        "replicas": 3,
+        "image": "registry.example/db:1",
+        "storage": {"size": "1Gi"},
+        "upgrade": {"preHook": {"command": ["drain"]}, "postHook": {"command": ["verify"]}},
+    }))
+    .expect("a spec");
+    fx.create_object(&DistributedDB::new("budget", spec)).await;
+    fx.until("budget", "Ready at db:1", |db| {
+        is_ready_at(db, "registry.example/db:1")
+    })
+    .await;
+    let settled = counts_until(&mut seen, "reconciles to settle", |c| {
+        c.started == c.finished
+    })
+    .await;
+
+    // Idle and forced reconciles: no request at all (watches aside).
+    let mark = log.mark();
+    for n in 1..=3 {
+        force.unbounded_send(()).expect("the operator listens");
+        counts_until(&mut seen, "a forced reconcile", |c| {
+            c.finished >= settled.finished + n && c.started == c.finished
+        })
+        .await;
+    }
+    let idle = tally(&log.since(mark));
+    assert!(
+        idle.is_empty(),
+        "forced reconciles made requests: {idle:#?}"
+    );
+
+    // A hooked upgrade of three pods: 1 + 3 × 3 transitions, each one status write.
+    let mark = log.mark();
+    let before = transitions.load(Ordering::SeqCst);
+    fx.merge_patch(
+        "budget",
+        json!({"spec": {"image": "registry.example/db:2"}}),
+    )
+    .await;
+    fx.until("budget", "Ready at db:2", |db| {
+        is_ready_at(db, "registry.example/db:2")
+    })
+    .await;
+    counts_until(&mut seen, "reconciles to settle", |c| {
+        c.started == c.finished
+    })
+    .await;
+    let upgrade = log.since(mark);
+    let taken = transitions.load(Ordering::SeqCst) - before;
+    let counted = tally(&upgrade);
+    let status_writes = upgrade.iter().filter(|r| r.is_status_write()).count();
+    eprintln!("a hooked 3-pod upgrade, by verb and resource: {counted:?}");
+    assert_eq!(taken, 10, "a hooked 3-pod upgrade: {counted:#?}");
+    assert_eq!(
+        u64::try_from(status_writes).unwrap_or(u64::MAX),
+        taken,
+        "status writes follow transitions: {counted:#?}"
+    );
+    assert_eq!(
+        counted.get("DELETE pods").copied(),
+        Some(3),
+        "each pod replaced once: {counted:#?}"
+    );
+    let gets: Vec<&String> = counted.keys().filter(|k| k.starts_with("GET ")).collect();
+    assert!(gets.is_empty(), "no GET on the hot path: {counted:#?}");
+    operator.stop().await;
+    fx.env.finish().await;
+}
