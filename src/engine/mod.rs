@@ -51,6 +51,7 @@ pub mod conditions;
 pub mod export;
 pub mod machine;
 pub mod record;
+pub mod schema;
 pub mod step;
 pub mod table;
 #[cfg(test)]

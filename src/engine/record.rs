@@ -30,8 +30,10 @@ pub const HISTORY_LIMIT: usize = 10;
 /// lifecycle stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(bound = "S: JsonSchema")]
 pub struct MachineRecord<S> {
     /// The current state.
+    #[schemars(schema_with = "super::schema::hoisted::<S>")]
     pub state: S,
     /// When the current state was entered.
     pub entered_at: DateTime<Utc>,

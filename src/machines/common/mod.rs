@@ -47,24 +47,6 @@ pub mod subset;
 #[cfg(test)]
 pub(crate) mod table_sources;
 
-/// Implement `JsonSchema` for the persisted state enum `$state` as the schema of
-/// `$hoisted`: one object with the `name` discriminator and every variant's fields
-/// (Kubernetes needs structural schemas, so the variants are not a `oneOf`).
-macro_rules! state_schema {
-    ($state:ident, $hoisted:ident) => {
-        impl schemars::JsonSchema for $state {
-            fn schema_name() -> std::borrow::Cow<'static, str> {
-                stringify!($state).into()
-            }
-
-            fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                $hoisted::json_schema(generator)
-            }
-        }
-    };
-}
-pub(crate) use state_schema;
-
 /// The errors of the shared parts.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

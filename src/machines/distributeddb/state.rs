@@ -4,8 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strum::EnumDiscriminants;
 
-/// The persisted state of a DistributedDB (`status.machine.state`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, EnumDiscriminants)]
+/// The persisted state of a DistributedDB (`status.machine.state`). Its CRD schema is
+/// derived from this enum ([`crate::engine::schema`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, EnumDiscriminants)]
 #[strum_discriminants(
     name(DdbKind),
     vis(pub),
@@ -59,7 +60,7 @@ pub enum DdbState {
 }
 
 /// Progress of an upgrade.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Upgrade {
     /// The image the cluster ran when the upgrade began.
@@ -98,42 +99,3 @@ pub enum UpgradeStep {
     /// Running the post-hook.
     PostHook,
 }
-
-/// The schema of a persisted [`DdbState`]: one object with the `name` discriminator and
-/// every variant's fields (Kubernetes needs structural schemas, so the variants' fields
-/// are hoisted into one object rather than a `oneOf`).
-#[derive(JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)] // only its derived schema is used
-struct StateSchema {
-    /// The state's kind.
-    name: DdbKind,
-    /// Ready, Scaling, BackingUp: the image every pod runs.
-    version: Option<String>,
-    /// Ready, Scaling, BackingUp, Upgrading: the replicas the StatefulSet holds.
-    replicas: Option<i32>,
-    /// Scaling: the replicas before.
-    from_replicas: Option<i32>,
-    /// BackingUp: the `backup-now` token being served.
-    request: Option<String>,
-    /// Upgrading: the hook attempt. Finalizing: the final backup attempt.
-    attempt: Option<u32>,
-    /// Upgrading: the image the cluster ran when the upgrade began.
-    from: Option<String>,
-    /// Upgrading: the image pods are being moved to.
-    to: Option<String>,
-    /// Upgrading: the pod being replaced.
-    ordinal: Option<i32>,
-    /// Upgrading: where that pod is in its replacement.
-    step: Option<UpgradeStep>,
-    /// Upgrading: the UID of the pod the step is about.
-    pod_uid: Option<String>,
-    /// Upgrading: the attempt the current retry budget began with.
-    round_start: Option<u32>,
-    /// Upgrading: the last `retry-hook` token acted on.
-    retry_ack: Option<String>,
-    /// Upgrading: the last `skip-hook` token acted on.
-    skip_ack: Option<String>,
-}
-
-crate::machines::common::state_schema!(DdbState, StateSchema);

@@ -48,7 +48,7 @@ pub enum SwitchCause {
 }
 
 /// A switchover in progress: the intent, persisted before anything moves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Switchover {
     /// The cluster; `cluster.primary` is the old primary until the switchover completes.
@@ -67,8 +67,9 @@ pub struct Switchover {
     pub cause: SwitchCause,
 }
 
-/// The persisted state of a PostgresCluster (`status.machine.state`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, EnumDiscriminants)]
+/// The persisted state of a PostgresCluster (`status.machine.state`). Its CRD schema is
+/// derived from this enum ([`crate::engine::schema`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, EnumDiscriminants)]
 #[strum_discriminants(
     name(PgKind),
     vis(pub),
@@ -130,39 +131,6 @@ pub enum PgState {
     /// Cleanup is complete; the finalizer is released.
     Finalized,
 }
-
-/// The schema of a persisted [`PgState`]: one object with the `name` discriminator and
-/// every variant's fields (Kubernetes needs structural schemas, so the variants' fields
-/// are hoisted into one object rather than a `oneOf`).
-#[derive(JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)] // only its derived schema is used
-struct StateSchema {
-    /// The state's kind.
-    name: PgKind,
-    /// Creating: the generated credentials Secret has been created.
-    credentials_created: Option<bool>,
-    /// Every state but Creating, Finalizing and Finalized: image, replicas, primary.
-    cluster: Option<Topology>,
-    /// Scaling: the replica count before.
-    from_replicas: Option<i32>,
-    /// Upgrading: the pod being replaced.
-    pod: Option<PodRef>,
-    /// SwitchingOver: the old primary's UID.
-    old_uid: Option<String>,
-    /// SwitchingOver: the replica being promoted.
-    target: Option<PodRef>,
-    /// SwitchingOver: the step.
-    step: Option<SwitchStep>,
-    /// SwitchingOver: the promote attempt. Finalizing: the final backup attempt.
-    attempt: Option<u32>,
-    /// SwitchingOver: why.
-    cause: Option<SwitchCause>,
-    /// BackingUp: the `backup-now` token being served.
-    request: Option<String>,
-}
-
-crate::machines::common::state_schema!(PgState, StateSchema);
 
 impl PgState {
     /// The cluster the state holds, if it holds one.
