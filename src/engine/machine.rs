@@ -207,6 +207,11 @@ impl<S, A> Decision<S, A> {
 /// - A [`Decision::Go`] is persisted only if its edge is declared in [`Machine::table`];
 ///   otherwise nothing is executed and the object reports `Degraded`.
 /// - Actions of one decision are executed in order, before the status write.
+/// - The request tokens a state takes on ([`Machine::acks`]) are persisted with that
+///   state and stay visible ([`World::acked`]) through every later state.
+/// - A missing record never releases the finalizer while [`Machine::holds_data`] is
+///   true: the machine starts again from [`Machine::initial`] and takes its deletion
+///   path.
 ///
 /// # Assumptions the engine makes of an implementation
 /// - `decide` is pure and deterministic: no clock reads (use [`World::now`]), no I/O,
