@@ -4,6 +4,7 @@
 //! [`Decision`]. It performs no I/O. Side effects are returned as data (`Action`s) and
 //! carried out by the driver; the new state is persisted by the engine.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -87,9 +88,17 @@ pub struct World<O> {
     pub now: DateTime<Utc>,
     /// When the persisted state was entered.
     pub entered_at: DateTime<Utc>,
+    /// The request tokens the persisted record has taken on, by kind
+    /// ([`Machine::acks`]).
+    pub acks: BTreeMap<String, String>,
 }
 
 impl<O> World<O> {
+    /// The last token of request kind `kind` the record has taken on.
+    pub fn acked(&self, kind: &str) -> Option<&str> {
+        self.acks.get(kind).map(String::as_str)
+    }
+
     /// How long the machine has been in its current state.
     pub fn in_state_for(&self) -> Duration {
         (self.now - self.entered_at).to_std().unwrap_or_default()
@@ -198,6 +207,11 @@ impl<S, A> Decision<S, A> {
 /// - A [`Decision::Go`] is persisted only if its edge is declared in [`Machine::table`];
 ///   otherwise nothing is executed and the object reports `Degraded`.
 /// - Actions of one decision are executed in order, before the status write.
+/// - The request tokens a state takes on ([`Machine::acks`]) are persisted with that
+///   state and stay visible ([`World::acked`]) through every later state.
+/// - A missing record never releases the finalizer while [`Machine::holds_data`] is
+///   true: the machine starts again from [`Machine::initial`] and takes its deletion
+///   path.
 ///
 /// # Assumptions the engine makes of an implementation
 /// - `decide` is pure and deterministic: no clock reads (use [`World::now`]), no I/O,
@@ -254,6 +268,26 @@ pub trait Machine: 'static {
 
     /// Whether cleanup is complete and the finalizer may be removed.
     fn finalized(state: &Self::State) -> bool;
+
+    /// The request tokens `state` takes on, as `(kind, token)` (for example
+    /// `("lockstep.dev/backup-now", "t1")` for a state serving that backup request). The
+    /// engine records them in the persisted record's `acks` in the same write that
+    /// persists the state, and keeps them through later states ([`World::acked`]), so a
+    /// machine can tell a served request from a new one after the objects that served
+    /// it were pruned.
+    fn acks(_state: &Self::State) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// Whether the world may hold data worth a final backup. Asked only when the
+    /// object is being deleted and its persisted record is missing (a status wiped by a
+    /// restore or an edit): when true, the engine records the initial state again and
+    /// the machine's deletion path runs (taking its final backup); when false (nothing
+    /// was ever created), the finalizer is released at once. Defaults to true: a lost
+    /// record never skips a final backup unless the machine knows there is no data.
+    fn holds_data(_observed: &Self::Observed) -> bool {
+        true
+    }
 
     /// A short label for the state's progress within its kind (for example the upgrade
     /// step), shown next to the phase. `None` when the kind says it all.

@@ -14,9 +14,11 @@
 //!     enteredAt: "2026-11-29T18:00:00Z"
 //!     stateVersion: 1
 //!     history: [{from, to, reason, message, at}, ...]   # last HISTORY_LIMIT
+//!     acks: {lockstep.dev/backup-now: "t1"}   # the last request token taken on, per kind
 //!     lastError: null
 //! ```
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use chrono::{DateTime, Utc};
@@ -42,6 +44,12 @@ pub struct MachineRecord<S> {
     /// The most recent transitions, oldest first.
     #[serde(default)]
     pub history: Vec<HistoryEntry>,
+    /// The last token of each kind of request (an annotation such as
+    /// `lockstep.dev/backup-now`) that a state took on ([`crate::engine::Machine::acks`]).
+    /// Persisted with the state that takes it on and kept through every later state, so
+    /// a request is acted on once even after the objects that served it are gone.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub acks: BTreeMap<String, String>,
     /// The error of the last reconcile that failed, if the reconciles since have not
     /// succeeded: the next successful reconcile's write clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,6 +6,7 @@
 //! driver and the model-checking harness both call it, so what proptest checks is the
 //! code that runs in the cluster.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -129,6 +130,12 @@ pub fn describe<M: Machine>(state: &M::State) -> String {
 ///   persisted record as it was, and reports `Degraded`.
 /// - `changed` is false when the decision and the persisted status agree, so an idle
 ///   reconcile writes nothing.
+/// - A missing record never releases the finalizer while [`Machine::holds_data`] says
+///   the world may hold data: the record is started again from [`Machine::initial`] and
+///   the machine's deletion path (its final backup) runs. Only an object that never
+///   created anything is released without a record.
+/// - The request tokens a state takes on ([`Machine::acks`]) are persisted in the same
+///   write as that state and kept through every later one.
 pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
     let Input {
         spec,
@@ -141,8 +148,9 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
 
     let record = match decode::<M>(old) {
         Ok(Some(record)) => record,
-        Ok(None) if deleting => {
-            // Never initialized: nothing was created, so nothing needs cleaning up.
+        Ok(None) if deleting && !M::holds_data(&observed) => {
+            // No record, and the machine sees nothing that may hold data (it never
+            // created anything): nothing needs a final backup or cleaning up.
             return Outcome {
                 actions: Vec::new(),
                 status: old.clone(),
@@ -154,6 +162,9 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
                 release_finalizer: true,
             };
         }
+        // No record (never initialized, or lost: a status wiped by a restore or an
+        // edit): start again from the initial state. While deleting, the next reconcile
+        // takes the machine's deletion path from there, final backup included.
         Ok(None) => return initialize::<M>(old, generation, now),
         Err(why) => {
             let status =
@@ -167,6 +178,7 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
         deleting,
         now,
         entered_at: record.entered_at,
+        acks: record.acks.clone(),
     };
     let decision = M::decide(spec, &record.state, &world);
 
@@ -209,6 +221,7 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
             // succeed, so it clears the error a failed reconcile recorded.
             let record = MachineRecord {
                 last_error: None,
+                acks: acked::<M>(record.acks.clone(), &record.state),
                 ..record
             };
             let status = project::<M>(
@@ -271,6 +284,7 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
             let excess = history.len().saturating_sub(HISTORY_LIMIT);
             history.drain(..excess);
             let next = MachineRecord {
+                acks: acked::<M>(record.acks, &to),
                 state: to,
                 entered_at: now,
                 state_version: M::STATE_VERSION,
@@ -366,6 +380,7 @@ fn initialize<M: Machine>(
             message: "first reconcile".to_owned(),
             at: now,
         }],
+        acks: acked::<M>(BTreeMap::new(), &state),
         state,
         entered_at: now,
         state_version: M::STATE_VERSION,
@@ -386,6 +401,17 @@ fn initialize<M: Machine>(
         release_finalizer: false,
         status,
     }
+}
+
+/// `acks` with the tokens `state` takes on recorded.
+fn acked<M: Machine>(
+    mut acks: BTreeMap<String, String>,
+    state: &M::State,
+) -> BTreeMap<String, String> {
+    for (kind, token) in M::acks(state) {
+        acks.insert(kind.to_owned(), token);
+    }
+    acks
 }
 
 fn held<M: Machine>(

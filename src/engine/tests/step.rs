@@ -521,6 +521,21 @@ fn deleting_an_object_that_was_never_initialized_releases_the_finalizer_without_
     assert_eq!(api.writes, 0);
 }
 
+/// Bug 7 of issue 11: a record lost while deleting (a wiped status) must not skip the
+/// machine's deletion path while something may hold data.
+#[test]
+fn deleting_with_a_lost_record_runs_the_deletion_path_while_something_may_hold_data() {
+    let mut api = Api::new();
+    api.deleting = true;
+    let first = api.reconcile(&spec(2), 2);
+    assert!(!first.release_finalizer, "pods exist: never released blind");
+    assert_eq!(first.state, Some(ToyState::Pending));
+    let second = api.reconcile(&spec(2), 2);
+    assert_eq!(second.state, Some(ToyState::Draining));
+    assert_eq!(second.actions, vec![ToyAction::Cleanup]);
+    assert!(!second.release_finalizer);
+}
+
 #[test]
 fn a_scale_while_running_takes_the_scale_requested_edge() {
     let (mut api, _) = Api::running(2);

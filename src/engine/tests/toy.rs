@@ -161,6 +161,10 @@ impl Machine for Toy {
         matches!(state, ToyState::Gone)
     }
 
+    fn holds_data(observed: &ToyObserved) -> bool {
+        observed.ready > 0
+    }
+
     fn step_label(state: &ToyState) -> Option<String> {
         match state {
             ToyState::Scaling { to } => Some(format!("to {to}")),

@@ -1,7 +1,7 @@
 //! The escape hatches: annotations a user sets on a custom resource to un-stick a wait
 //! that only a human can resolve.
 //!
-//! Token annotations (`backup-now`, `retry-hook`, `skip-hook`) act once per distinct
+//! Token annotations (`backup-now`, `retry-hook`, `skip-hook`, `retry-promote`) act once per distinct
 //! value: the machine records the token it has acted on, so leaving the annotation in
 //! place does nothing more, and setting a new value (a timestamp, a counter, anything)
 //! asks again.
@@ -12,6 +12,7 @@
 //! | [`SKIP_FINAL_BACKUP`] | `"true"` | on delete, release the finalizer without a final backup (or stop retrying a failing one) |
 //! | [`RETRY_HOOK`] | any token | a hook that failed more often than its `retryLimit` runs again, with a fresh retry budget |
 //! | [`SKIP_HOOK`] | any token | a hook that failed more often than its `retryLimit` is treated as done, and the upgrade goes on |
+//! | [`RETRY_PROMOTE`] | any token | (PostgresCluster) a promotion whose Job failed more often than its retry limit is tried again, with a fresh budget |
 
 use std::collections::BTreeMap;
 
@@ -23,6 +24,8 @@ pub const SKIP_FINAL_BACKUP: &str = "lockstep.dev/skip-final-backup";
 pub const RETRY_HOOK: &str = "lockstep.dev/retry-hook";
 /// Treat a hook that exhausted its retries as done; the value is a token.
 pub const SKIP_HOOK: &str = "lockstep.dev/skip-hook";
+/// Try a promotion that exhausted its retries again; the value is a token.
+pub const RETRY_PROMOTE: &str = "lockstep.dev/retry-promote";
 
 /// The non-empty, trimmed value of a token annotation.
 pub fn token(annotations: &BTreeMap<String, String>, key: &str) -> Option<String> {

@@ -15,7 +15,10 @@
 //! - The finalizer is released only after a final backup Job *succeeded*, or when the
 //!   user said so (the [`SKIP_FINAL_BACKUP`] annotation, or no `backupPolicy`).
 //! - A failure keeps the finalizer, reports Degraded with the Job's reason and retries
-//!   with exponential backoff, forever (each attempt is a new Job; none is rerun).
+//!   with exponential backoff (capped at 5 minutes), for as long as it takes: each
+//!   attempt is a new Job and none is rerun. The attempt counter keeps counting, but
+//!   only the Jobs of the latest [`ATTEMPT_HISTORY`] attempts are kept ([`stale`]): the
+//!   older ones failed, their outcome is history, and their keys are never used again.
 //! - The only object created while deleting is the attempt's final-backup Job.
 //!
 //! # Assumptions
@@ -29,7 +32,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::annotations::SKIP_FINAL_BACKUP;
-use super::jobs::JobOutcome;
+use super::jobs::{JobOutcome, JobView, Purpose};
 use super::retry::{Attempts, Backoff, JobStep, job_step, retry_time};
 use crate::engine::Decision;
 
@@ -49,6 +52,27 @@ pub const FINAL_BACKUP_RUNNING: &str = "FinalBackupRunning";
 pub const FINAL_BACKUP_FAILED: &str = "FinalBackupFailed";
 /// Stay reason: finalized; the finalizer is released.
 pub const FINALIZED: &str = "Finalized";
+
+/// How many attempts' final-backup Jobs are kept (the current one included).
+pub const ATTEMPT_HISTORY: u32 = 3;
+
+/// The final-backup Jobs of attempts older than the latest [`ATTEMPT_HISTORY`] while at
+/// `attempt`: what the Finalizing state deletes. Every one of them failed (a success
+/// would have released the finalizer), and attempts only count up, so none is needed
+/// again.
+pub fn stale(attempt: u32, jobs: &[JobView]) -> Vec<&JobView> {
+    jobs.iter()
+        .filter(|j| j.purpose == Some(Purpose::FinalBackup))
+        .filter(|j| j.outcome != JobOutcome::Running)
+        .filter(|j| {
+            j.key
+                .as_deref()
+                .and_then(|k| k.strip_prefix("final-backup-"))
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n.saturating_add(ATTEMPT_HISTORY) <= attempt)
+        })
+        .collect()
+}
 
 /// The key of the final backup Job of `attempt`.
 pub fn key(attempt: u32) -> String {

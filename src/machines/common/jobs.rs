@@ -7,6 +7,18 @@
 //! and after a restart the machine finds the same Job and reads its outcome instead of
 //! running the step again. Retries are new attempts with new keys, never a rerun of a
 //! finished Job, so every Job's outcome is final and readable.
+//!
+//! # Bounded, without a TTL
+//! No Job sets `ttlSecondsAfterFinished`: a machine reads a Job's outcome to decide (a
+//! hook, a promotion, a final backup), and a TTL could delete the Job before that read,
+//! which for a hook or a promotion would run the step again. Instead each machine prunes
+//! its own Jobs once their outcome is recorded, as a CronJob's history limits do: hook
+//! and promote Jobs at rest, on-demand backup Jobs beyond the newest few of each outcome
+//! (their tokens are recorded as served, [`super::on_demand`]), final-backup Jobs of all
+//! but the latest few attempts ([`super::finalize`]). A TTL someone else sets is safe for
+//! on-demand backups (a served token never runs again, and a Job gone before its outcome
+//! was read is reported, not rerun) and for final backups (a missing attempt's Job is
+//! created again: one more backup, never a release without one).
 
 use std::collections::BTreeMap;
 

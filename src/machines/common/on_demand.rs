@@ -2,27 +2,40 @@
 //! [`BACKUP_NOW`].
 //!
 //! ```text
-//!   Ready ── new token, backups configured ──► BackingUp(token) ── Job succeeded ──► Ready
-//!     │                                          │  Job failed ─────────────────────► Ready
-//!     │                                          │  no Job yet, backups unconfigured ► Ready
+//!   Ready ── new token, backups configured: create its Job ──► BackingUp(token)
+//!     │                    BackingUp ── Job succeeded ──────────────────────► Ready
+//!     │                              ── Job failed ─────────────────────────► Ready
+//!     │                              ── Job gone before its outcome was read ► Ready
 //!     └── new token, backups not configured: stays (the machine says why)
 //! ```
 //!
 //! # Guarantees
-//! - A token is served by at most one Job: the Job's key is a hash of the token
-//!   ([`key`]), and a token whose Job exists is never acted on again. A failed backup is
-//!   not retried; a new token asks for a new one.
+//! - A token is served by at most one Job. The Job is created by the transition that
+//!   persists `BackingUp(token)`, and that same write records the token in the record's
+//!   `acks` ([`crate::engine::Machine::acks`], under [`BACKUP_NOW`]). From then on the
+//!   token is *served*: a served token is never acted on again, whether its Job still
+//!   exists or was pruned (by [`prune`], a TTL controller or a person). A Job that
+//!   disappears before its outcome was read is reported ([`BACKUP_LOST`]) and not run
+//!   again. A failed backup is not retried; a new token asks for a new one.
+//! - If the write after creating the Job is lost, the next reconcile finds the Job of a
+//!   token not yet served and follows it ([`Request::Start`] without creating).
 //! - The Job is created only while backups are configured; a Job that exists is followed
 //!   to its end even if the configuration is removed meanwhile.
+//! - Finished on-demand Jobs are bounded like a CronJob's history: at rest, beyond the
+//!   newest [`HISTORY_LIMIT`] of each outcome, the oldest are deleted ([`prune`]).
+//!   Their tokens are served already, and the status keeps the last backup's outcome.
 //!
 //! # Assumptions
-//! - The machine persists the token in its backing-up state and goes back to its ready
+//! - The machine persists the token in its backing-up state, declares it in
+//!   [`crate::engine::Machine::acks`] under [`BACKUP_NOW`], and goes back to its ready
 //!   state on every [`Verdict::Back`].
+//! - A Job is not deleted between its creation and the status write that follows it
+//!   (that window is one request long unless the operator crashes in it).
 //!
 //! [`BACKUP_NOW`]: super::annotations::BACKUP_NOW
 
 use super::annotations::BACKUP_NOW;
-use super::jobs::JobOutcome;
+use super::jobs::{JobOutcome, JobView, Purpose};
 use super::meta::short_hash;
 use crate::engine::Decision;
 
@@ -32,27 +45,44 @@ pub const BACKUP_REQUESTED: &str = "BackupRequested";
 pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
 /// Edge reason: the on-demand backup failed.
 pub const BACKUP_FAILED: &str = "BackupFailed";
-/// Edge reason: backups were unconfigured before the backup Job was created.
-pub const BACKUP_CANCELLED: &str = "BackupCancelled";
+/// Edge reason: the backup Job was deleted before its outcome was read; it is not run
+/// again for the same token.
+pub const BACKUP_LOST: &str = "BackupLost";
 /// Stay reason: the on-demand backup Job is being created or runs.
 pub const BACKUP_RUNNING: &str = "BackupRunning";
 /// Stay reason: a backup was requested while backups are not configured.
 pub const BACKUP_NOT_CONFIGURED: &str = "BackupNotConfigured";
+
+/// How many finished on-demand backup Jobs of each outcome (succeeded, failed) are kept,
+/// as a CronJob's `successfulJobsHistoryLimit` and `failedJobsHistoryLimit` do.
+pub const HISTORY_LIMIT: usize = 3;
 
 /// The key of the on-demand backup Job for a `backup-now` token.
 pub fn key(token: &str) -> String {
     format!("backup-{}", short_hash(&[token]))
 }
 
+/// The `(kind, token)` a backing-up state serving `token` declares in
+/// [`crate::engine::Machine::acks`].
+pub fn ack(token: &str) -> (&'static str, String) {
+    (BACKUP_NOW, token.to_owned())
+}
+
 /// What the ready state does with the [`BACKUP_NOW`] annotation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// No token, or its Job exists already: nothing to do.
+    /// No token, or it was served already: nothing to do.
     Idle,
-    /// Go to the backing-up state for `token` ([`BACKUP_REQUESTED`]).
+    /// Go to the backing-up state for `token` ([`BACKUP_REQUESTED`]), creating its Job
+    /// (`create`) in the same transition.
     Start {
         /// The token to persist.
         token: String,
+        /// The key of the token's Job.
+        key: String,
+        /// Whether to create the Job (false: it exists already, from a transition whose
+        /// write was lost).
+        create: bool,
         /// Why.
         message: String,
     },
@@ -64,22 +94,28 @@ pub enum Request {
     },
 }
 
-/// What to do with the annotation's `token`, given whether the Job of a key exists and
-/// whether backups are `configured`.
+/// What to do with the annotation's `token`, given the token last served (`served`, from
+/// [`crate::engine::World::acked`] of [`BACKUP_NOW`]), whether the Job of a key exists
+/// and whether backups are `configured`.
 pub fn request(
     token: Option<&str>,
+    served: Option<&str>,
     job_exists: impl FnOnce(&str) -> bool,
     configured: bool,
 ) -> Request {
     let Some(token) = token else {
         return Request::Idle;
     };
-    if job_exists(&key(token)) {
+    if served == Some(token) {
         return Request::Idle;
     }
-    if configured {
+    let key = key(token);
+    let exists = job_exists(&key);
+    if configured || exists {
         Request::Start {
             token: token.to_owned(),
+            key,
+            create: !exists,
             message: format!("on-demand backup requested ({BACKUP_NOW}={token})"),
         }
     } else {
@@ -89,11 +125,61 @@ pub fn request(
     }
 }
 
+/// Turn a [`Request::Start`] into the ready state's transition to `backing_up`, creating
+/// the Job with `run` unless it exists.
+pub fn start<S, A>(
+    backing_up: S,
+    key: String,
+    create: bool,
+    message: String,
+    run: impl FnOnce(String) -> A,
+) -> Decision<S, A> {
+    let go = Decision::go(backing_up, BACKUP_REQUESTED, message);
+    if create {
+        go.with_actions([run(key)])
+    } else {
+        go
+    }
+}
+
+/// The finished on-demand backup Jobs beyond the newest [`HISTORY_LIMIT`] of each
+/// outcome, oldest first: what the ready state deletes. Only Jobs of served tokens are
+/// ever finished at rest, so pruning them never makes a token run again.
+pub fn prune(jobs: &[JobView]) -> Vec<&JobView> {
+    let mut pruned = Vec::new();
+    for succeeded in [true, false] {
+        let mut finished: Vec<&JobView> = jobs
+            .iter()
+            .filter(|j| j.purpose == Some(Purpose::Backup))
+            .filter(|j| j.key.as_deref().is_some_and(|k| k.starts_with("backup-")))
+            .filter(|j| match j.outcome {
+                JobOutcome::Running => false,
+                JobOutcome::Succeeded { .. } => succeeded,
+                JobOutcome::Failed { .. } => !succeeded,
+            })
+            .collect();
+        // Newest first: by creation, then by the time it finished, then by name.
+        finished.sort_by(|a, b| {
+            (b.created, b.outcome.finished_at(), &b.name).cmp(&(
+                a.created,
+                a.outcome.finished_at(),
+                &a.name,
+            ))
+        });
+        pruned.extend(finished.into_iter().skip(HISTORY_LIMIT));
+    }
+    pruned.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+    pruned
+}
+
 /// What the backing-up state sees.
 #[derive(Debug, Clone, Copy)]
 pub struct Facts<'a> {
     /// The token being served.
     pub token: &'a str,
+    /// Whether the record says the token's Job was created (the token is acked): a
+    /// record persisted before acks existed may be in the backing-up state without it.
+    pub created: bool,
     /// Whether backups are still configured.
     pub configured: bool,
     /// The spec field that configures backups, for messages (`backupPolicy`).
@@ -107,7 +193,7 @@ pub struct Facts<'a> {
 pub enum Verdict {
     /// Go back to the ready state.
     Back {
-        /// [`BACKUP_SUCCEEDED`], [`BACKUP_FAILED`] or [`BACKUP_CANCELLED`].
+        /// [`BACKUP_SUCCEEDED`], [`BACKUP_FAILED`] or [`BACKUP_LOST`].
         reason: &'static str,
         /// Why.
         message: String,
@@ -129,12 +215,25 @@ pub enum Verdict {
 /// Decide the backing-up state.
 pub fn step(facts: Facts<'_>) -> Verdict {
     let Some((outcome, name)) = facts.job else {
-        if !facts.configured {
+        if !facts.created && !facts.configured {
             return Verdict::Back {
-                reason: BACKUP_CANCELLED,
-                message: format!("{} was removed; no backup taken", facts.field),
+                reason: BACKUP_LOST,
+                message: format!(
+                    "{} was removed before the backup Job was created; no backup taken",
+                    facts.field
+                ),
             };
         }
+        if facts.created {
+            return Verdict::Back {
+                reason: BACKUP_LOST,
+                message: format!(
+                    "the on-demand backup Job for {BACKUP_NOW}={} is gone before its outcome was read; it is not run again (set a new {BACKUP_NOW} token to take another backup)",
+                    facts.token
+                ),
+            };
+        }
+        // A record from before acks existed: its Job may not have been created yet.
         return Verdict::Start {
             key: key(facts.token),
             message: format!("starting on-demand backup for {BACKUP_NOW}={}", facts.token),
@@ -184,6 +283,7 @@ mod tests {
     fn facts<'a>(job: Option<(&'a JobOutcome, &'a str)>) -> Facts<'a> {
         Facts {
             token: "t1",
+            created: true,
             configured: true,
             field: "spec.backup",
             job,
@@ -192,29 +292,59 @@ mod tests {
 
     #[test]
     fn a_new_token_starts_a_backup_once() {
-        assert_eq!(request(None, |_| false, true), Request::Idle);
+        assert_eq!(request(None, None, |_| false, true), Request::Idle);
         assert!(matches!(
-            request(Some("t1"), |_| false, true),
-            Request::Start { token, .. } if token == "t1"
+            request(Some("t1"), None, |_| false, true),
+            Request::Start { token, create: true, .. } if token == "t1"
         ));
-        assert_eq!(request(Some("t1"), |k| k == key("t1"), true), Request::Idle);
+        // Served: whether or not its Job is still there.
+        assert_eq!(
+            request(Some("t1"), Some("t1"), |_| false, true),
+            Request::Idle
+        );
+        assert_eq!(
+            request(Some("t1"), Some("t1"), |k| k == key("t1"), true),
+            Request::Idle
+        );
+        // The Job exists but the write that served it was lost: follow it, do not create.
         assert!(matches!(
-            request(Some("t1"), |_| false, false),
+            request(Some("t1"), None, |k| k == key("t1"), false),
+            Request::Start { create: false, .. }
+        ));
+        assert!(matches!(
+            request(Some("t2"), Some("t1"), |_| false, true),
+            Request::Start { create: true, .. }
+        ));
+        assert!(matches!(
+            request(Some("t1"), None, |_| false, false),
             Request::NotConfigured { .. }
         ));
     }
 
     #[test]
     fn the_job_is_created_only_while_configured_and_followed_to_its_end() {
-        assert!(matches!(step(facts(None)), Verdict::Start { key: k, .. } if k == key("t1")));
+        // A record from before acks: the Job may not exist yet.
+        let old = Facts {
+            created: false,
+            ..facts(None)
+        };
+        assert!(matches!(step(old), Verdict::Start { key: k, .. } if k == key("t1")));
         let unconfigured = Facts {
             configured: false,
-            ..facts(None)
+            ..old
         };
         assert!(matches!(
             step(unconfigured),
             Verdict::Back {
-                reason: BACKUP_CANCELLED,
+                reason: BACKUP_LOST,
+                ..
+            }
+        ));
+        // The Job was created and is gone before its outcome was read: not run again.
+        assert!(matches!(
+            step(facts(None)),
+            Verdict::Back {
+                reason: BACKUP_LOST,
                 ..
             }
         ));
@@ -233,6 +363,44 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    fn finished(key: &str, created: i64, ok: bool) -> JobView {
+        let at = DateTime::from_timestamp(created + 5, 0).unwrap_or_default();
+        JobView {
+            name: format!("db-{key}"),
+            uid: key.to_owned(),
+            key: Some(key.to_owned()),
+            purpose: Some(Purpose::Backup),
+            created: DateTime::from_timestamp(created, 0),
+            outcome: if ok {
+                JobOutcome::Succeeded { at }
+            } else {
+                JobOutcome::Failed {
+                    at,
+                    reason: "BackoffLimitExceeded".to_owned(),
+                    message: String::new(),
+                }
+            },
+        }
+    }
+
+    #[test]
+    fn finished_jobs_beyond_the_history_limit_of_each_outcome_are_pruned_oldest_first() {
+        let mut jobs: Vec<JobView> = (0..5)
+            .map(|i| finished(&format!("backup-s{i}"), i, true))
+            .collect();
+        jobs.extend((0..4).map(|i| finished(&format!("backup-f{i}"), 10 + i, false)));
+        jobs.push(JobView {
+            outcome: JobOutcome::Running,
+            ..finished("backup-r", 0, true)
+        });
+        jobs.push(JobView {
+            purpose: Some(Purpose::FinalBackup),
+            ..finished("final-backup-1", 0, true)
+        });
+        let pruned: Vec<&str> = prune(&jobs).iter().map(|j| j.uid.as_str()).collect();
+        assert_eq!(pruned, ["backup-s0", "backup-s1", "backup-f0"]);
     }
 
     #[test]

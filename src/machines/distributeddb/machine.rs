@@ -75,6 +75,8 @@ use super::observe::Observed;
 use super::state::{DdbKind, DdbState, UpgradeStep};
 use super::table::{TABLE, reason::FINALIZED};
 use crate::engine::{Decision, Edge, Machine, World};
+use crate::machines::common::annotations::BACKUP_NOW;
+use crate::machines::common::on_demand;
 
 /// The DistributedDB machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +110,9 @@ impl Machine for DistributedDb {
         let o = &world.observed;
         match state {
             DdbState::Creating => creating(spec, o),
-            DdbState::Ready { version, replicas } => ready(spec, version, *replicas, o),
+            DdbState::Ready { version, replicas } => {
+                ready(spec, version, *replicas, world.acked(BACKUP_NOW), o)
+            }
             DdbState::Scaling {
                 version,
                 from_replicas,
@@ -119,7 +123,14 @@ impl Machine for DistributedDb {
                 version,
                 replicas,
                 request,
-            } => backing_up(spec, version, *replicas, request, o),
+            } => backing_up(
+                spec,
+                version,
+                *replicas,
+                request,
+                world.acked(BACKUP_NOW),
+                o,
+            ),
             DdbState::Finalizing { .. } | DdbState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
             }
@@ -147,6 +158,18 @@ impl Machine for DistributedDb {
 
     fn finalized(state: &DdbState) -> bool {
         matches!(state, DdbState::Finalized)
+    }
+
+    fn acks(state: &DdbState) -> Vec<(&'static str, String)> {
+        match state {
+            DdbState::BackingUp { request, .. } => vec![on_demand::ack(request)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Data may exist once a StatefulSet, a pod or a volume claim does.
+    fn holds_data(o: &Observed) -> bool {
+        o.statefulset.is_some() || !o.pods.is_empty() || !o.volumes.is_empty()
     }
 
     fn step_label(state: &DdbState) -> Option<String> {

@@ -15,7 +15,7 @@ pub mod reason {
         FINAL_BACKUP_SKIPPED, FINAL_BACKUP_SUCCEEDED, FINALIZED, NO_BACKUP_POLICY,
     };
     pub use crate::machines::common::on_demand::{
-        BACKUP_CANCELLED, BACKUP_FAILED, BACKUP_NOT_CONFIGURED, BACKUP_REQUESTED, BACKUP_RUNNING,
+        BACKUP_FAILED, BACKUP_LOST, BACKUP_NOT_CONFIGURED, BACKUP_REQUESTED, BACKUP_RUNNING,
         BACKUP_SUCCEEDED,
     };
 
@@ -123,11 +123,11 @@ pub static TABLE: &[Edge<DdbKind>] = crate::edges![DdbKind;
         Ready: HOOK_SKIPPED, "the last pod's post-hook exhausted its retries and lockstep.dev/skip-hook has a new token", by::HOOKS;
         Ready: VERSION_ADOPTED, "spec.image changed mid-upgrade to what every pod already runs", by::READY;
     }
-    Ready -> BackingUp: BACKUP_REQUESTED, "lockstep.dev/backup-now has a token not yet served", by::READY;
+    Ready -> BackingUp: BACKUP_REQUESTED, "lockstep.dev/backup-now has a token not yet served (its Job is created with the transition)", by::ON_DEMAND;
     BackingUp -> {
         Ready: BACKUP_SUCCEEDED, "the on-demand backup Job succeeded", by::ON_DEMAND;
         Ready: BACKUP_FAILED, "the on-demand backup Job failed", by::ON_DEMAND;
-        Ready: BACKUP_CANCELLED, "backupPolicy was removed before the backup Job was created", by::ON_DEMAND;
+        Ready: BACKUP_LOST, "the backup Job is gone before its outcome was read (or backupPolicy was removed before a pre-acks record created it); the token is not served again", by::ON_DEMAND;
     }
     [Creating, Ready, Scaling, Upgrading, BackingUp] -> Finalizing: DELETION_REQUESTED,
         "deleted; a final backup is taken", by::FINALIZE;

@@ -117,6 +117,8 @@ use super::observe::Observed;
 use super::state::{PgKind, PgState};
 use super::table::{TABLE, reason::FINALIZED};
 use crate::engine::{Decision, Edge, Machine, World};
+use crate::machines::common::annotations::BACKUP_NOW;
+use crate::machines::common::on_demand;
 
 /// The PostgresCluster machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +156,7 @@ impl Machine for Postgres {
             PgState::Creating {
                 credentials_created,
             } => creating(spec, *credentials_created, o),
-            PgState::Ready { cluster } => ready(spec, cluster, o),
+            PgState::Ready { cluster } => ready(spec, cluster, world.acked(BACKUP_NOW), o),
             PgState::Scaling {
                 cluster,
                 from_replicas,
@@ -162,7 +164,9 @@ impl Machine for Postgres {
             PgState::Upgrading { cluster, pod } => upgrading(spec, cluster, pod.as_ref(), o),
             PgState::SwitchingOver(s) => switching_over(spec, s, world),
             PgState::PrimaryLost { cluster } => primary_lost(spec, cluster, world),
-            PgState::BackingUp { cluster, request } => backing_up(spec, cluster, request, o),
+            PgState::BackingUp { cluster, request } => {
+                backing_up(spec, cluster, request, world.acked(BACKUP_NOW), o)
+            }
             PgState::Finalizing { .. } | PgState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
             }
@@ -189,6 +193,18 @@ impl Machine for Postgres {
 
     fn finalized(state: &PgState) -> bool {
         matches!(state, PgState::Finalized)
+    }
+
+    fn acks(state: &PgState) -> Vec<(&'static str, String)> {
+        match state {
+            PgState::BackingUp { request, .. } => vec![on_demand::ack(request)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Data may exist once a StatefulSet or a pod does.
+    fn holds_data(o: &Observed) -> bool {
+        o.statefulset.is_some() || !o.pods.is_empty()
     }
 
     fn step_label(state: &PgState) -> Option<String> {

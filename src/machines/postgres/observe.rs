@@ -123,6 +123,8 @@ pub struct Requests {
     pub backup_now: Option<String>,
     /// [`annotations::SKIP_FINAL_BACKUP`].
     pub skip_final_backup: bool,
+    /// [`annotations::RETRY_PROMOTE`].
+    pub retry_promote: Option<String>,
 }
 
 impl Requests {
@@ -131,6 +133,7 @@ impl Requests {
         Requests {
             backup_now: annotations::token(a, annotations::BACKUP_NOW),
             skip_final_backup: annotations::flag(a, annotations::SKIP_FINAL_BACKUP),
+            retry_promote: annotations::token(a, annotations::RETRY_PROMOTE),
         }
     }
 }

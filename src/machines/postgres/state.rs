@@ -65,6 +65,17 @@ pub struct Switchover {
     pub attempt: u32,
     /// Why.
     pub cause: SwitchCause,
+    /// The attempt the current retry budget began with (a `retry-promote` token starts
+    /// a new one).
+    #[serde(default = "first_attempt")]
+    pub round_start: u32,
+    /// The last `retry-promote` token acted on (or present when the switchover began).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_ack: Option<String>,
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 /// The persisted state of a PostgresCluster (`status.machine.state`). Its CRD schema is

@@ -15,7 +15,7 @@ pub mod reason {
         FINAL_BACKUP_SKIPPED, FINAL_BACKUP_SUCCEEDED, FINALIZED, NO_BACKUP_POLICY,
     };
     pub use crate::machines::common::on_demand::{
-        BACKUP_CANCELLED, BACKUP_FAILED, BACKUP_NOT_CONFIGURED, BACKUP_REQUESTED, BACKUP_RUNNING,
+        BACKUP_FAILED, BACKUP_LOST, BACKUP_NOT_CONFIGURED, BACKUP_REQUESTED, BACKUP_RUNNING,
         BACKUP_SUCCEEDED,
     };
 
@@ -75,6 +75,9 @@ pub mod reason {
     pub const PROMOTING: &str = "Promoting";
     /// Stay (Degraded): the promote Job failed; waiting to retry.
     pub const PROMOTION_FAILED: &str = "PromotionFailed";
+    /// Stay reason (Degraded): the promote Job failed more often than its retry limit;
+    /// a new `lockstep.dev/retry-promote` token tries again.
+    pub const PROMOTION_EXHAUSTED: &str = "PromotionExhausted";
     /// Stay (Degraded): no Ready replica to promote.
     pub const NO_PROMOTION_TARGET: &str = "NoPromotionTarget";
     /// Stay (Degraded): the primary is not Ready; waiting `failoverDelaySeconds`.
@@ -122,7 +125,7 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         "spec.replicas would remove the primary's ordinal: the role moves to a lower one first", by::SCALING;
     SwitchingOver -> {
         SwitchingOver: OLD_PRIMARY_DEMOTED, "the old primary is labelled demoted (a failed one is also deleted): neither -rw nor -ro selects it", by::SWITCHING_OVER;
-        SwitchingOver: PROMOTION_RETRIED, "the promote Job failed and its backoff is over", by::SWITCHING_OVER;
+        SwitchingOver: PROMOTION_RETRIED, "the promote Job failed and its backoff is over (within its retry limit, or lockstep.dev/retry-promote has a new token)", by::SWITCHING_OVER;
         SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SWITCHING_OVER;
         Upgrading: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; the old primary is upgraded next", by::SWITCHING_OVER;
         Ready: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; scaling follows", by::SWITCHING_OVER;
@@ -136,11 +139,11 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         Ready: PRIMARY_RECOVERED, "the primary is Ready again before the failover delay passed", by::PRIMARY_LOST;
         SwitchingOver: FAILOVER_STARTED, "the primary stayed not Ready for longer than spec.failoverDelaySeconds", by::PRIMARY_LOST;
     }
-    Ready -> BackingUp: BACKUP_REQUESTED, "lockstep.dev/backup-now has a token not yet served", by::READY;
+    Ready -> BackingUp: BACKUP_REQUESTED, "lockstep.dev/backup-now has a token not yet served (its Job is created with the transition)", by::ON_DEMAND;
     BackingUp -> {
         Ready: BACKUP_SUCCEEDED, "the on-demand backup Job succeeded", by::ON_DEMAND;
         Ready: BACKUP_FAILED, "the on-demand backup Job failed", by::ON_DEMAND;
-        Ready: BACKUP_CANCELLED, "spec.backup was removed before the backup Job was created", by::ON_DEMAND;
+        Ready: BACKUP_LOST, "the backup Job is gone before its outcome was read (or spec.backup was removed before a pre-acks record created it); the token is not served again", by::ON_DEMAND;
     }
     Finalizing -> {
         Finalizing: FINAL_BACKUP_RETRIED, "the final backup failed and its backoff is over", by::FINALIZE;

@@ -15,6 +15,7 @@ pub(crate) fn backing_up(
     version: &str,
     replicas: i32,
     request: &str,
+    served: Option<&str>,
     o: &Observed,
 ) -> D {
     let back = DdbState::Ready {
@@ -30,6 +31,7 @@ pub(crate) fn backing_up(
     let key = backup_key(request);
     let verdict = on_demand::step(on_demand::Facts {
         token: request,
+        created: served == Some(request),
         configured: spec.backup_policy.is_some(),
         field: "backupPolicy",
         job: o.job(&key).map(|j| (&j.outcome, j.name.as_str())),

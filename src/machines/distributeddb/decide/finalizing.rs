@@ -41,4 +41,10 @@ pub(crate) fn finalizing(spec: &DistributedDBSpec, attempt: u32, world: &World<O
             kind: BackupKind::Final,
         },
     )
+    .with_actions(finalize::stale(attempt, &o.jobs).into_iter().map(|j| {
+        DdbAction::DeleteJob {
+            name: j.name.clone(),
+            uid: j.uid.clone(),
+        }
+    }))
 }

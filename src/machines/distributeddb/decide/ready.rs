@@ -1,6 +1,7 @@
 //! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
 //! [`rescale`], [`upgrade`], [`stray_image`], [`backup`]; then, staying, it grows
-//! volumes ([`grow_volumes`]), prunes hook Jobs ([`prune_hook_jobs`]) and reports
+//! volumes ([`grow_volumes`]), prunes hook Jobs ([`prune_hook_jobs`]) and on-demand
+//! backup Jobs beyond their history limit ([`prune_backup_jobs`]) and reports
 //! ([`report`]).
 
 use std::ops::ControlFlow;
@@ -8,6 +9,7 @@ use std::ops::ControlFlow;
 use super::{D, Next, claim, next_pod, stay, upkeep};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
+use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::common::quantity;
@@ -18,7 +20,14 @@ use crate::machines::distributeddb::state::{DdbState, Upgrade};
 use crate::machines::distributeddb::table::reason::*;
 
 /// Decide in Ready: every pod at `version`, `replicas` of them.
-pub(crate) fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &Observed) -> D {
+/// `served` is the `backup-now` token last served (the record's ack).
+pub(crate) fn ready(
+    spec: &DistributedDBSpec,
+    version: &str,
+    replicas: i32,
+    served: Option<&str>,
+    o: &Observed,
+) -> D {
     let shape = Shape {
         image: version.to_owned(),
         replicas,
@@ -36,12 +45,13 @@ pub(crate) fn ready(spec: &DistributedDBSpec, version: &str, replicas: i32, o: &
     {
         return go;
     }
-    let ignored = match backup(spec, version, replicas, o) {
+    let ignored = match backup(spec, version, replicas, served, o) {
         ControlFlow::Break(go) => return go,
         ControlFlow::Continue(ignored) => ignored,
     };
     actions.extend(grow_volumes(spec, replicas, o));
     actions.extend(prune_hook_jobs(o));
+    actions.extend(prune_backup_jobs(o));
     report(version, replicas, o, ignored, actions)
 }
 
@@ -147,22 +157,34 @@ fn backup(
     spec: &DistributedDBSpec,
     version: &str,
     replicas: i32,
+    served: Option<&str>,
     o: &Observed,
 ) -> ControlFlow<D, Option<String>> {
     match on_demand::request(
         o.requests.backup_now.as_deref(),
+        served,
         |key| o.job(key).is_some(),
         spec.backup_policy.is_some(),
     ) {
         on_demand::Request::Idle => ControlFlow::Continue(None),
-        on_demand::Request::Start { token, message } => ControlFlow::Break(Decision::go(
+        on_demand::Request::Start {
+            token,
+            key,
+            create,
+            message,
+        } => ControlFlow::Break(on_demand::start(
             DdbState::BackingUp {
                 version: version.to_owned(),
                 replicas,
                 request: token,
             },
-            BACKUP_REQUESTED,
+            key,
+            create,
             message,
+            |key| DdbAction::RunBackup {
+                key,
+                kind: BackupKind::OnDemand,
+            },
         )),
         // Reported Degraded (once every pod is Ready), until the annotation goes.
         on_demand::Request::NotConfigured { token } => ControlFlow::Continue(Some(format!(
@@ -194,6 +216,17 @@ fn prune_hook_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
     o.jobs
         .iter()
         .filter(|j| j.purpose == Some(Purpose::Hook) && j.outcome != JobOutcome::Running)
+        .map(|j| DdbAction::DeleteJob {
+            name: j.name.clone(),
+            uid: j.uid.clone(),
+        })
+}
+
+/// At rest, finished on-demand backup Jobs beyond the history limit go (their tokens are
+/// served: the record's ack remembers).
+fn prune_backup_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
+    on_demand::prune(&o.jobs)
+        .into_iter()
         .map(|j| DdbAction::DeleteJob {
             name: j.name.clone(),
             uid: j.uid.clone(),

@@ -20,7 +20,10 @@
 //!   after the previous one's post-hook Job succeeded (when hooks are configured);
 //! - the StatefulSet template only ever holds an image some spec asked for;
 //! - the Finalized state (which releases the finalizer) is reached only after a final
-//!   backup Job succeeded, or the user skipped it or had no backup policy.
+//!   backup Job succeeded, or the user skipped it or had no backup policy;
+//! - no on-demand backup Job key is ever created twice: one `backup-now` token runs at
+//!   most one backup, even when finished backup Jobs are deleted by someone else (a TTL
+//!   controller, a cleanup) before or after the operator read their outcome.
 //!
 //! Bounded liveness is the harness's: once faults stop and the world settles, the
 //! machine reaches Ready at the spec's image and replicas and then stays quiet.
@@ -118,6 +121,10 @@ pub(super) struct Cluster {
     /// `(uid, in sync)` when the CronJob exists.
     cron: Option<(String, bool)>,
     next_uid: u64,
+    /// A final backup Job succeeded (its Job may have been deleted since).
+    final_backup_done: bool,
+    /// Every on-demand backup Job key ever created.
+    backup_keys: BTreeSet<String>,
     /// Every image a spec asked for.
     asked: BTreeSet<String>,
     /// The spec had no backup policy at some point.
@@ -218,6 +225,8 @@ pub(super) enum Move {
     SkipHook(u8),
     /// The n-th running Job finishes.
     JobFinishes(u8, bool),
+    /// Someone (a TTL controller, a cleanup) deletes the n-th finished backup Job.
+    BackupJobDeleted(u8),
     /// Someone edits the StatefulSet.
     StsDrifts,
     /// Someone puts another image into the StatefulSet template.
@@ -310,6 +319,8 @@ impl Cluster {
             jobs: Vec::new(),
             cron: None,
             next_uid: 0,
+            backup_keys: BTreeSet::new(),
+            final_backup_done: false,
             asked: BTreeSet::from([IMAGES[0].to_owned()]),
             ever_without_policy: !backups,
             down: BTreeSet::new(),
@@ -330,6 +341,14 @@ impl Cluster {
     fn add_job(&mut self, key: Option<String>, purpose: Purpose) {
         if key.is_some() && self.jobs.iter().any(|j| j.key == key) {
             return; // AlreadyExists
+        }
+        if purpose == Purpose::Backup
+            && let Some(k) = &key
+            && !self.backup_keys.insert(k.clone())
+        {
+            self.violations.push(format!(
+                "on-demand backup Job {k} created a second time: a token ran two backups"
+            ));
         }
         let uid = self.uid("j");
         let name = match &key {

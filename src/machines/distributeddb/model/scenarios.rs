@@ -148,18 +148,42 @@ fn scenarios() -> Vec<Scenario<Cluster, Move, Edit>> {
             ),
         ),
         (
-            // backupPolicy is removed before the backup Job exists.
-            "BackingUp -> Ready (BackupCancelled)",
+            // The backup Job finishes and is deleted (a TTL controller, a cleanup) before
+            // the operator read its outcome: reported, and not run again.
+            "BackingUp -> Ready (BackupLost)",
             Cluster::existing(1, None, true),
             then(
                 adopted(),
                 [
                     env(BackupNow(0)),
                     r(),
-                    Event::Edit(Edit::ToggleBackups),
+                    env(JobFinishes(0, true)),
+                    env(BackupJobDeleted(0)),
+                    r(),
                     r(),
                 ],
             ),
+        ),
+        (
+            // Deleted while backing up, skip-final-backup set.
+            "BackingUp -> Finalized (FinalBackupSkipped)",
+            Cluster::existing(1, None, true),
+            then(backing_up(), [env(SkipFinalBackup), Event::Delete, r()]),
+        ),
+        (
+            // A pre-hook out of retries is skipped: on to the pod's restart.
+            "Upgrading -> Upgrading (HookSkipped)",
+            Cluster::existing(1, Some(0), false),
+            then(
+                upgrade_begun(),
+                [env(JobFinishes(0, false)), r(), env(SkipHook(1)), r()],
+            ),
+        ),
+        (
+            // Someone else replaces the pod whose pre-hook runs.
+            "Upgrading -> Upgrading (Replanned)",
+            Cluster::existing(2, Some(1), false),
+            then(then(upgrade_begun(), recreated(1)), [r(), r()]),
         ),
         (
             // Deleted while backing up, the backupPolicy gone.

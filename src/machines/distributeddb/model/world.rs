@@ -208,6 +208,7 @@ impl WorldModel<DistributedDb> for Cluster {
             1 => Just(Move::CronJobDeleted),
             1 => Just(Move::CronFires),
             1 => (0..3u8).prop_map(Move::BackupNow),
+            1 => any::<u8>().prop_map(Move::BackupJobDeleted),
             1 => Just(Move::SkipFinalBackup),
         ]
         .boxed()
@@ -256,6 +257,21 @@ impl WorldModel<DistributedDb> for Cluster {
                     } else {
                         Outcome::Failed
                     };
+                    let final_done = ok && j.purpose == Purpose::FinalBackup;
+                    self.final_backup_done |= final_done;
+                }
+            }
+            Move::BackupJobDeleted(n) => {
+                let finished: Vec<String> = self
+                    .jobs
+                    .iter()
+                    .filter(|j| j.outcome != Outcome::Running)
+                    .filter(|j| matches!(j.purpose, Purpose::Backup | Purpose::FinalBackup))
+                    .map(|j| j.uid.clone())
+                    .collect();
+                if !finished.is_empty() {
+                    let uid = finished[usize::from(n) % finished.len()].clone();
+                    self.jobs.retain(|j| j.uid != uid);
                 }
             }
             Move::StsDrifts => {
@@ -289,10 +305,7 @@ impl WorldModel<DistributedDb> for Cluster {
         if *state == DdbState::Finalized
             && !(self.ever_without_policy
                 || self.requests.skip_final_backup
-                || self
-                    .jobs
-                    .iter()
-                    .any(|j| j.purpose == Purpose::FinalBackup && j.outcome == Outcome::Succeeded))
+                || self.final_backup_done)
         {
             return Err("finalized without a successful or skipped final backup".to_owned());
         }
@@ -326,12 +339,18 @@ impl WorldModel<DistributedDb> for Cluster {
             .iter()
             .any(|j| j.purpose == Purpose::Hook && j.outcome != Outcome::Running);
         let backup_served = match (&self.requests.backup_now, &spec.backup_policy) {
-            (Some(token), Some(_)) => self
-                .jobs
-                .iter()
-                .any(|j| j.key.as_deref() == Some(backup_key(token).as_str())),
+            // Served: its Job was created (it may have been deleted since).
+            (Some(token), Some(_)) => self.backup_keys.contains(&backup_key(token)),
             _ => true,
         };
+        // At rest, finished on-demand Jobs are within their history limit.
+        let bounded = [Outcome::Succeeded, Outcome::Failed].iter().all(|o| {
+            self.jobs
+                .iter()
+                .filter(|j| j.purpose == Purpose::Backup && j.key.is_some() && j.outcome == *o)
+                .count()
+                <= crate::machines::common::on_demand::HISTORY_LIMIT
+        });
         *version == spec.image
             && *replicas == spec.replicas
             && self.service == Some(true)
@@ -339,6 +358,7 @@ impl WorldModel<DistributedDb> for Cluster {
             && pods_ok
             && cron_ok
             && pruned
+            && bounded
             && backup_served
     }
 
@@ -354,6 +374,7 @@ impl WorldModel<DistributedDb> for Cluster {
         for j in &mut self.jobs {
             if j.outcome == Outcome::Running {
                 j.outcome = Outcome::Succeeded;
+                self.final_backup_done |= j.purpose == Purpose::FinalBackup;
             }
         }
         // A user who finds a hook out of retries asks for it to run again.

@@ -14,7 +14,7 @@ fn backup_now_runs_one_backup_per_token() {
     let d = decide(&s, &ready("db:1"), o.clone());
     assert_eq!(d.reason(), BACKUP_REQUESTED);
     let backing_up = target(&d).cloned().unwrap_or(DdbState::Creating);
-    let d = decide(&s, &backing_up, o.clone());
+    // The Job is created by the transition that persists BackingUp (and acks the token).
     let key = backup_key("t1");
     assert_eq!(
         d.actions(),
@@ -23,11 +23,22 @@ fn backup_now_runs_one_backup_per_token() {
             kind: BackupKind::OnDemand
         }]
     );
+    let served = |o: Observed| World {
+        acks: [(
+            crate::machines::common::annotations::BACKUP_NOW.to_owned(),
+            "t1".to_owned(),
+        )]
+        .into(),
+        ..world(o)
+    };
     o.jobs.push(job(&key, Purpose::Backup, succeeded()));
-    let d = decide(&s, &backing_up, o.clone());
+    let d = DistributedDb::decide(&s, &backing_up, &served(o.clone()));
     assert_eq!(d.reason(), BACKUP_SUCCEEDED);
-    // Back at rest, the served token asks for nothing more.
-    let d = decide(&s, &ready("db:1"), o);
+    // Back at rest, the served token asks for nothing more, Job or no Job.
+    let d = DistributedDb::decide(&s, &ready("db:1"), &served(o.clone()));
+    assert_eq!(d.reason(), SERVING);
+    o.jobs.clear();
+    let d = DistributedDb::decide(&s, &ready("db:1"), &served(o));
     assert_eq!(d.reason(), SERVING);
 }
 

@@ -5,6 +5,7 @@ mod at_rest;
 mod backups;
 mod creating;
 mod objects;
+mod records;
 mod table;
 mod upgrading;
 
@@ -135,6 +136,7 @@ fn world(observed: Observed) -> World<Observed> {
         deleting: false,
         now: t(1000),
         entered_at: t(0),
+        acks: BTreeMap::new(),
     }
 }
 

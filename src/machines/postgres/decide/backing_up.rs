@@ -15,6 +15,7 @@ pub(crate) fn backing_up(
     spec: &PostgresClusterSpec,
     cluster: &Topology,
     request: &str,
+    served: Option<&str>,
     o: &Observed,
 ) -> D {
     let back = PgState::Ready {
@@ -27,6 +28,7 @@ pub(crate) fn backing_up(
     let key = backup_key(request);
     let verdict = on_demand::step(on_demand::Facts {
         token: request,
+        created: served == Some(request),
         configured: spec.backup.is_some(),
         field: "spec.backup",
         job: o.job(&key).map(|j| (&j.outcome, j.name.as_str())),

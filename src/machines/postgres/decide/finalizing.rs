@@ -38,4 +38,12 @@ pub(crate) fn finalizing(spec: &PostgresClusterSpec, attempt: u32, world: &World
             kind: BackupKind::Final,
         },
     )
+    .with_actions(
+        finalize::stale(attempt, &o.jobs)
+            .into_iter()
+            .map(|j| PgAction::DeleteJob {
+                name: j.name.clone(),
+                uid: j.uid.clone(),
+            }),
+    )
 }

@@ -27,6 +27,12 @@ use crate::engine::Decision;
 
 pub(crate) type D = Decision<PgState, PgAction>;
 
+/// How many times a failed promote Job is retried (with backoff) before the switchover
+/// holds Degraded ([`crate::machines::postgres::table::reason::PROMOTION_EXHAUSTED`])
+/// until `lockstep.dev/retry-promote` has a new token: each attempt is a new Job, so
+/// retrying forever would grow them without bound.
+pub(crate) const PROMOTE_RETRY_LIMIT: u32 = 5;
+
 /// How often a cluster at rest is looked at again without any event: a missed watch
 /// event cannot postpone noticing a primary that stopped being Ready by more than this.
 pub const RESYNC: Duration = Duration::from_secs(300);

@@ -1,7 +1,8 @@
 //! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
 //! a lost primary ([`lose_primary`]), scaling ([`rescale`]), [`upgrade`] (a new image or
 //! a stray one), [`backup`]; then, staying, it prunes promote Jobs
-//! ([`prune_promote_jobs`]) and reports ([`report`]).
+//! ([`prune_promote_jobs`]) and on-demand backup Jobs beyond their history limit
+//! ([`on_demand::prune`]) and reports ([`report`]).
 
 use std::ops::ControlFlow;
 
@@ -11,6 +12,7 @@ use super::scaling::rescale;
 use super::{D, rest, stay, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
+use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::postgres::actions::{PgAction, spec_image};
@@ -20,7 +22,13 @@ use crate::machines::postgres::state::{PgState, Topology};
 use crate::machines::postgres::table::reason::*;
 
 /// Decide in Ready: every instance Ready at `cluster.image`, roles as it says.
-pub(crate) fn ready(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> D {
+/// `served` is the `backup-now` token last served (the record's ack).
+pub(crate) fn ready(
+    spec: &PostgresClusterSpec,
+    cluster: &Topology,
+    served: Option<&str>,
+    o: &Observed,
+) -> D {
     let mut actions = upkeep_at(spec, cluster, o);
     if primary_down(cluster, o) {
         return lose_primary(cluster, o);
@@ -31,10 +39,18 @@ pub(crate) fn ready(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed
     if let Some(go) = upgrade(spec, cluster, o) {
         return go;
     }
-    if let ControlFlow::Break(decision) = backup(spec, cluster, o, &actions) {
+    if let ControlFlow::Break(decision) = backup(spec, cluster, served, o, &actions) {
         return decision;
     }
     actions.extend(prune_promote_jobs(o));
+    actions.extend(
+        on_demand::prune(&o.jobs)
+            .into_iter()
+            .map(|j| PgAction::DeleteJob {
+                name: j.name.clone(),
+                uid: j.uid.clone(),
+            }),
+    );
     report(cluster, o, actions)
 }
 
@@ -76,22 +92,34 @@ fn upgrade(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> Opti
 fn backup(
     spec: &PostgresClusterSpec,
     cluster: &Topology,
+    served: Option<&str>,
     o: &Observed,
     actions: &[PgAction],
 ) -> ControlFlow<D> {
     match on_demand::request(
         o.requests.backup_now.as_deref(),
+        served,
         |key| o.job(key).is_some(),
         spec.backup.is_some(),
     ) {
         on_demand::Request::Idle => ControlFlow::Continue(()),
-        on_demand::Request::Start { token, message } => ControlFlow::Break(Decision::go(
+        on_demand::Request::Start {
+            token,
+            key,
+            create,
+            message,
+        } => ControlFlow::Break(on_demand::start(
             PgState::BackingUp {
                 cluster: cluster.clone(),
                 request: token,
             },
-            BACKUP_REQUESTED,
+            key,
+            create,
             message,
+            |key| PgAction::RunBackup {
+                key,
+                kind: BackupKind::OnDemand,
+            },
         )),
         on_demand::Request::NotConfigured { .. } => ControlFlow::Break(
             stay(

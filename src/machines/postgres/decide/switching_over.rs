@@ -1,9 +1,11 @@
 //! SwitchingOver: the primary role moves (for an upgrade, a scale-down or a failover):
 //! intent, demote, promote, elect.
 
+use super::PROMOTE_RETRY_LIMIT;
 use super::old_primary_role;
 use super::{D, choose_target, stay, upkeep};
 use crate::engine::{Decision, World};
+use crate::machines::common::annotations::RETRY_PROMOTE;
 use crate::machines::common::retry::{Attempts, JobStep, retry_time, run_once_step};
 use crate::machines::postgres::actions::promote_key;
 use crate::machines::postgres::actions::{DeleteCause, PgAction, Role};
@@ -30,6 +32,8 @@ pub(crate) fn begin_switchover(
             step: SwitchStep::Demote,
             attempt: 1,
             cause,
+            round_start: 1,
+            retry_ack: o.requests.retry_promote.clone(),
         }),
         reason,
         message,
@@ -125,6 +129,7 @@ pub(crate) fn retarget(
                 PgState::SwitchingOver(Switchover {
                     target: next,
                     attempt: 1,
+                    round_start: 1,
                     ..s.clone()
                 }),
                 TARGET_CHANGED,
@@ -154,8 +159,8 @@ pub(crate) fn promote(
     let job = o.job(&key);
     let attempts = Attempts {
         attempt: s.attempt,
-        round_start: 1,
-        retry_limit: None,
+        round_start: s.round_start,
+        retry_limit: Some(PROMOTE_RETRY_LIMIT),
     };
     let (step, job_name) = run_once_step(job, &key, attempts, world.now);
     match step {
@@ -199,7 +204,7 @@ pub(crate) fn promote(
         )
         .degraded()
         .requeue(wait),
-        JobStep::Retry { failure } | JobStep::Exhausted { failure } => Decision::go(
+        JobStep::Retry { failure } => Decision::go(
             PgState::SwitchingOver(Switchover {
                 attempt: s.attempt.saturating_add(1),
                 ..s.clone()
@@ -207,6 +212,32 @@ pub(crate) fn promote(
             PROMOTION_RETRIED,
             format!("{what}: promote Job {job_name} {failure}; trying again"),
         ),
+        JobStep::Exhausted { failure } => match &o.requests.retry_promote {
+            Some(token) if s.retry_ack.as_ref() != Some(token) => {
+                let next = s.attempt.saturating_add(1);
+                Decision::go(
+                    PgState::SwitchingOver(Switchover {
+                        attempt: next,
+                        round_start: next,
+                        retry_ack: Some(token.clone()),
+                        ..s.clone()
+                    }),
+                    PROMOTION_RETRIED,
+                    format!(
+                        "{what}: promote Job {job_name} {failure}; trying again ({RETRY_PROMOTE}={token})"
+                    ),
+                )
+            }
+            _ => stay(
+                PROMOTION_EXHAUSTED,
+                format!(
+                    "{what}: promote Job {job_name} {failure} ({}); set {RETRY_PROMOTE}=<new token> to try again",
+                    attempts.describe()
+                ),
+                actions,
+            )
+            .degraded(),
+        },
     }
 }
 

@@ -32,6 +32,9 @@
 //! 7. No pod is deleted twice for one upgrade round.
 //! 8. The finalizer is released (state `Finalized`) only after a final backup Job
 //!    succeeded, or with the skip annotation, or without a backup destination.
+//! 9. No on-demand backup Job key is created twice: one `backup-now` token runs at most
+//!    one backup, even when finished backup Jobs are deleted by someone else (a TTL
+//!    controller, a cleanup) before or after the operator read their outcome.
 //!
 //! Bounded liveness (convergence to `Ready` at the spec with every pod Ready and labelled,
 //! then a quiet reconcile) is checked by the harness itself.
@@ -39,7 +42,7 @@
 mod scenarios;
 mod world;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -104,6 +107,8 @@ pub(super) struct World {
     schedule: usize,
     backup_token: u32,
     skip_final: bool,
+    /// `lockstep.dev/retry-promote` is set (to one token: the settled world's).
+    retry_promote: bool,
     // Owned objects.
     in_sync: InSync,
     sts: Option<(String, i32)>,
@@ -118,6 +123,8 @@ pub(super) struct World {
     round_primary: Option<i32>,
     upgrade_deletes: BTreeMap<(u32, i32), u32>,
     final_backup_succeeded: bool,
+    /// Every on-demand backup Job key ever created.
+    backup_keys: BTreeSet<String>,
     /// `spec.backup` was unset at some point (releasing the finalizer without a final
     /// backup is then allowed).
     ever_without_backup: bool,
@@ -200,6 +207,8 @@ pub(super) enum Move {
     RequestBackup,
     /// The user sets `skip-final-backup=true`.
     SkipFinalBackup,
+    /// Someone (a TTL controller, a cleanup) deletes the `nth` finished backup Job.
+    BackupJobDeleted(u8),
 }
 
 impl World {
@@ -332,6 +341,7 @@ impl World {
             schedule: if backup { schedule } else { 0 },
             backup_token: 0,
             skip_final: false,
+            retry_promote: false,
             in_sync: InSync::default(),
             sts: None,
             pods: BTreeMap::new(),
@@ -343,6 +353,7 @@ impl World {
             round_primary: None,
             upgrade_deletes: BTreeMap::new(),
             final_backup_succeeded: false,
+            backup_keys: BTreeSet::new(),
             ever_without_backup: !backup,
             violations: Vec::new(),
             quiet_settles: 0,
@@ -383,6 +394,8 @@ impl World {
 
 impl World {
     fn settle_once(&mut self) {
+        // A user who finds a promotion out of retries asks for it to be tried again.
+        self.retry_promote = true;
         let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
         self.pods.retain(|k, _| *k < n);
         for k in 0..n {

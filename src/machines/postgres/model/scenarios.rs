@@ -91,10 +91,78 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [adopt(), fail_over(), vec![r(), env(BecomesUnready(1)), r()]].concat(),
         ),
         (
-            // spec.backup is removed before the backup Job exists.
-            "BackingUp -> Ready (BackupCancelled)",
+            // The backup Job finishes and is deleted (a TTL controller, a cleanup) before
+            // the operator read its outcome: reported, and not run again.
+            "BackingUp -> Ready (BackupLost)",
             running(1, true),
-            [backing_up(), vec![Event::Edit(Edit::ToggleBackup), r()]].concat(),
+            [
+                backing_up(),
+                vec![
+                    env(JobFinishes { nth: 0, ok: true }),
+                    env(BackupJobDeleted(0)),
+                    r(),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // The on-demand backup fails.
+            "BackingUp -> Ready (BackupFailed)",
+            running(1, true),
+            [
+                backing_up(),
+                vec![env(JobFinishes { nth: 0, ok: false }), r()],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted while backing up.
+            "BackingUp -> Finalizing (DeletionRequested)",
+            running(1, true),
+            [backing_up(), vec![Event::Delete, r()]].concat(),
+        ),
+        (
+            // Deleted while scaling, without a backup destination.
+            "Scaling -> Finalized (NoBackupPolicy)",
+            running(1, false),
+            [
+                adopt(),
+                vec![Event::Edit(Edit::Replicas(2)), r(), Event::Delete, r()],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted while scaling, skip-final-backup set.
+            "Scaling -> Finalized (FinalBackupSkipped)",
+            running(1, true),
+            [
+                adopt(),
+                vec![
+                    env(SkipFinalBackup),
+                    Event::Edit(Edit::Replicas(2)),
+                    r(),
+                    Event::Delete,
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted while upgrading, skip-final-backup set.
+            "Upgrading -> Finalized (FinalBackupSkipped)",
+            running(1, true),
+            [
+                adopt(),
+                vec![
+                    env(SkipFinalBackup),
+                    Event::Edit(Edit::Version(1)),
+                    r(),
+                    Event::Delete,
+                    r(),
+                ],
+            ]
+            .concat(),
         ),
         (
             // Deleted while backing up, spec.backup gone.

@@ -127,6 +127,7 @@ impl WorldModel<Postgres> for World {
             requests: Requests {
                 backup_now: (self.backup_token > 0).then(|| format!("t{}", self.backup_token)),
                 skip_final_backup: self.skip_final,
+                retry_promote: self.retry_promote.then(|| "settled".to_owned()),
             },
         }
     }
@@ -187,6 +188,11 @@ impl WorldModel<Postgres> for World {
             }
             PgAction::RunBackup { key, kind } => {
                 if self.backup && !self.jobs.iter().any(|j| &j.key == key) {
+                    if *kind == BackupKind::OnDemand && !self.backup_keys.insert(key.clone()) {
+                        self.violations.push(format!(
+                            "on-demand backup Job {key} created a second time: a token ran two backups"
+                        ));
+                    }
                     let uid = self.new_uid();
                     self.jobs.push(Job {
                         key: key.clone(),
@@ -229,6 +235,7 @@ impl WorldModel<Postgres> for World {
             1 => Just(Move::Drift),
             1 => Just(Move::RequestBackup),
             1 => Just(Move::SkipFinalBackup),
+            1 => any::<u8>().prop_map(Move::BackupJobDeleted),
         ]
         .boxed()
     }
@@ -268,6 +275,19 @@ impl WorldModel<Postgres> for World {
             Move::RequestBackup if self.backup => self.backup_token += 1,
             Move::RequestBackup => {}
             Move::SkipFinalBackup => self.skip_final = true,
+            Move::BackupJobDeleted(nth) => {
+                let finished: Vec<u64> = self
+                    .jobs
+                    .iter()
+                    .filter(|j| j.done.is_some())
+                    .filter(|j| matches!(j.kind, JobKind::Backup | JobKind::Final))
+                    .map(|j| j.uid)
+                    .collect();
+                if !finished.is_empty() {
+                    let uid = finished[usize::from(nth) % finished.len()];
+                    self.jobs.retain(|j| j.uid != uid);
+                }
+            }
         }
     }
 
@@ -319,9 +339,18 @@ impl WorldModel<Postgres> for World {
         let want = image(self.version);
         let scheduled = self.backup && SCHEDULES[self.schedule].is_some();
         let token = format!("t{}", self.backup_token);
-        let token_served =
-            self.backup_token == 0 || self.jobs.iter().any(|j| j.key == backup_key(&token));
-        cluster.image == want
+        // Served: its Job was created (it may have been deleted since).
+        let token_served = self.backup_token == 0 || self.backup_keys.contains(&backup_key(&token));
+        // At rest, finished on-demand Jobs are within their history limit.
+        let bounded = [true, false].iter().all(|ok| {
+            self.jobs
+                .iter()
+                .filter(|j| j.kind == JobKind::Backup && j.done == Some(*ok))
+                .count()
+                <= crate::machines::common::on_demand::HISTORY_LIMIT
+        });
+        bounded
+            && cluster.image == want
             && cluster.replicas == self.replicas
             && self.db_primary == cluster.primary
             && self.in_sync == InSync::ALL

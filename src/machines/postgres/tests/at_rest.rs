@@ -151,11 +151,7 @@ fn an_on_demand_backup_runs_once_per_token() {
     o.requests.backup_now = Some("t1".to_owned());
     let d = decide(&s, &ready(V1, 0), o.clone());
     assert_eq!(d.reason(), BACKUP_REQUESTED);
-    let backing_up = PgState::BackingUp {
-        cluster: cluster(V1, 0),
-        request: "t1".to_owned(),
-    };
-    let d = decide(&s, &backing_up, o.clone());
+    // The Job is created by the transition that persists BackingUp (and acks the token).
     assert_eq!(
         d.actions(),
         &[PgAction::RunBackup {
@@ -163,15 +159,31 @@ fn an_on_demand_backup_runs_once_per_token() {
             kind: BackupKind::OnDemand
         }]
     );
+    let backing_up = PgState::BackingUp {
+        cluster: cluster(V1, 0),
+        request: "t1".to_owned(),
+    };
+    let served = |o: Observed| World {
+        acks: [(
+            crate::machines::common::annotations::BACKUP_NOW.to_owned(),
+            "t1".to_owned(),
+        )]
+        .into(),
+        ..world_at(o, 1000, 0)
+    };
     o.jobs = vec![job(
         &backup_key("t1"),
         Purpose::Backup,
         JobOutcome::Succeeded { at: t(5) },
     )];
-    let d = decide(&s, &backing_up, o.clone());
+    let d = Postgres::decide(&s, &backing_up, &served(o.clone()));
     assert_eq!(d.reason(), BACKUP_SUCCEEDED);
-    // The token's Job exists: leaving the annotation in place asks for nothing more.
-    let d = decide(&s, &ready(V1, 0), o);
+    // The token is served: leaving the annotation in place asks for nothing more, whether
+    // its Job is still there or was pruned.
+    let d = Postgres::decide(&s, &ready(V1, 0), &served(o.clone()));
+    assert_eq!(d.reason(), SERVING);
+    o.jobs.clear();
+    let d = Postgres::decide(&s, &ready(V1, 0), &served(o));
     assert_eq!(d.reason(), SERVING);
 }
 

@@ -85,6 +85,8 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
         step: SwitchStep::Demote,
         attempt: 1,
         cause: SwitchCause::Failover,
+        round_start: 1,
+        retry_ack: None,
     });
     let d = decide(&spec("16.3"), &state, primary_down(0));
     assert_eq!(d.reason(), OLD_PRIMARY_DEMOTED);
@@ -112,6 +114,8 @@ fn a_failover_promotes_without_waiting_for_the_failed_primary() {
         step: SwitchStep::Promote,
         attempt: 1,
         cause: SwitchCause::Failover,
+        round_start: 1,
+        retry_ack: None,
     });
     let mut o = primary_down(0);
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
@@ -138,6 +142,8 @@ fn a_completed_failover_records_why_in_its_message() {
         step: SwitchStep::Promote,
         attempt: 1,
         cause: SwitchCause::Failover,
+        round_start: 1,
+        retry_ack: None,
     });
     let mut o = primary_down(0);
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
@@ -165,4 +171,79 @@ fn an_upgrade_whose_primary_goes_down_fails_over_like_a_cluster_at_rest() {
     edit(&mut o, 0, |p| p.ready = false);
     let d = decide(&spec("16.4"), &state, o);
     assert_eq!(d.reason(), PRIMARY_NOT_READY);
+}
+
+/// Bug 8 of issue 11: promote retries are bounded. Past the limit the switchover holds
+/// Degraded (no new Job per attempt, forever) until `lockstep.dev/retry-promote` has a
+/// new token, which starts a fresh budget.
+#[test]
+fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
+    let state = |attempt: u32| {
+        PgState::SwitchingOver(Switchover {
+            attempt,
+            ..match failing_promote(1) {
+                PgState::SwitchingOver(s) => s,
+                _ => unreachable!("a switchover"),
+            }
+        })
+    };
+    let o = |attempt: u32| {
+        let mut o = primary_down(0);
+        edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+        o.jobs = vec![job(
+            &promote_key(1, &uid(1, V1), attempt),
+            Purpose::Promote,
+            failed(0),
+        )];
+        o
+    };
+    // Early attempts are retried once their backoff is over.
+    let d = decide_at(&spec("16.3"), &state(1), o(1), 10_000, 0);
+    assert_eq!(d.reason(), PROMOTION_RETRIED);
+    // The last attempt of the budget failed: hold, Degraded, saying how to go on.
+    let last = 1 + crate::machines::postgres::decide::PROMOTE_RETRY_LIMIT;
+    let d = decide_at(&spec("16.3"), &state(last), o(last), 10_000, 0);
+    assert!(target(&d).is_none(), "{d:?}");
+    assert!(is_degraded(&d));
+    assert!(
+        d.actions()
+            .iter()
+            .all(|a| !matches!(a, PgAction::RunPromote { .. }))
+    );
+    let why = match &d {
+        Decision::Stay { message, .. } => message.clone(),
+        Decision::Go { .. } => String::new(),
+    };
+    assert!(why.contains("lockstep.dev/retry-promote"), "{why}");
+    // A new retry-promote token: the next attempt, with a fresh budget.
+    let mut asked = o(last);
+    asked.requests.retry_promote = Some("r1".to_owned());
+    let d = decide_at(&spec("16.3"), &state(last), asked.clone(), 10_000, 0);
+    assert_eq!(d.reason(), PROMOTION_RETRIED);
+    let Some(PgState::SwitchingOver(next)) = target(&d) else {
+        panic!("not retried: {d:?}");
+    };
+    assert_eq!(next.attempt, last + 1);
+    // The same token again, once that round is spent too: held.
+    let spent = PgState::SwitchingOver(Switchover {
+        attempt: last * 2,
+        ..next.clone()
+    });
+    let mut asked = o(last * 2);
+    asked.requests.retry_promote = Some("r1".to_owned());
+    let d = decide_at(&spec("16.3"), &spent, asked, 10_000, 0);
+    assert!(target(&d).is_none() && is_degraded(&d), "{d:?}");
+}
+
+fn failing_promote(attempt: u32) -> PgState {
+    serde_json::from_value(serde_json::json!({
+        "name": "SwitchingOver",
+        "cluster": {"image": V1, "replicas": 3, "primary": 0},
+        "oldUid": uid(0, V1),
+        "target": {"ordinal": 1, "uid": uid(1, V1)},
+        "step": "Promote",
+        "attempt": attempt,
+        "cause": "Failover",
+    }))
+    .unwrap_or(PgState::Finalized)
 }

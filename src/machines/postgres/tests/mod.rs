@@ -4,6 +4,7 @@
 mod at_rest;
 mod deletion;
 mod failover;
+mod records;
 mod rendering;
 mod upgrades;
 
@@ -126,6 +127,7 @@ fn world_at(observed: Observed, now: i64, entered: i64) -> World<Observed> {
         deleting: false,
         now: t(now),
         entered_at: t(entered),
+        acks: std::collections::BTreeMap::new(),
     }
 }
 
@@ -175,6 +177,8 @@ fn switching(step: SwitchStep, attempt: u32, cause: SwitchCause) -> PgState {
         step,
         attempt,
         cause,
+        round_start: 1,
+        retry_ack: None,
     })
 }
 
