@@ -82,6 +82,7 @@ impl WorldModel<DistributedDb> for Cluster {
                             image: Some(p.image.clone()),
                             ready: p.ready,
                             terminating: p.terminating,
+                            created: None,
                         },
                     )
                 })
@@ -158,7 +159,17 @@ impl WorldModel<DistributedDb> for Cluster {
                     }
                 }
             }
-            DdbAction::RunHook { phase, key, .. } => {
+            DdbAction::RunHook {
+                phase,
+                key,
+                ordinal,
+                ..
+            } => {
+                if *phase == HookPhase::Pre
+                    && !self.jobs.iter().any(|j| j.key.as_ref() == Some(key))
+                {
+                    self.check_drained(*ordinal, "started the pre-hook of");
+                }
                 if phase.of(&self.spec).is_some() {
                     self.add_job(Some(key.clone()), Purpose::Hook);
                 }
@@ -250,12 +261,24 @@ impl WorldModel<DistributedDb> for Cluster {
             }
             Move::SkipHook(n) => self.requests.skip_hook = Some(format!("s{n}")),
             Move::JobFinishes(n, ok) => {
+                let mut succeeded = None;
                 if let Some(j) = self.running_job(n) {
                     j.outcome = if ok {
                         Outcome::Succeeded
                     } else {
                         Outcome::Failed
                     };
+                    succeeded = j.key.clone().filter(|_| ok);
+                }
+                if let Some(key) = succeeded {
+                    self.hook_succeeded(&key);
+                }
+            }
+            Move::PodFails(n) => {
+                if let Some(p) = self.pod_at(n)
+                    && !p.terminating
+                {
+                    p.ready = false;
                 }
             }
             Move::StsDrifts => {
@@ -351,10 +374,15 @@ impl WorldModel<DistributedDb> for Cluster {
             p.stuck = false;
             p.ready = true;
         }
+        let mut succeeded = Vec::new();
         for j in &mut self.jobs {
             if j.outcome == Outcome::Running {
                 j.outcome = Outcome::Succeeded;
+                succeeded.extend(j.key.clone());
             }
+        }
+        for key in succeeded {
+            self.hook_succeeded(&key);
         }
         // A user who finds a hook out of retries asks for it to run again.
         self.requests.retry_hook = Some("settled".to_owned());
