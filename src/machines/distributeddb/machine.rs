@@ -26,7 +26,12 @@
 //! - **One pod down at a time, deliberately.** A pod is deleted only when every other
 //!   pod is Ready, the StatefulSet holds the target image and its controller has seen
 //!   it. A pod that is already down and needs replacing is replaced first; otherwise
-//!   ordinals go strictly descending. (Before the cluster first served, Creating replaces
+//!   ordinals go strictly descending. A pod whose pre-hook ran is out of service
+//!   (drained, `Upgrade::drained`): it is replaced next, and nothing else is taken down,
+//!   drained or re-planned while it waits (if another pod goes down meanwhile, the
+//!   drained pod waits for it to be Ready again). Scaling adds or removes one replica at
+//!   a time, each once every pod is Ready and the previous one is gone (a replica that is
+//!   not Ready may be removed at once: it serves nothing). (Before the cluster first served, Creating replaces
 //!   pods at a superseded `spec.image` that it sees not Ready; through a stale cache
 //!   such a pod may have just become Ready. Nothing has served yet, so this is allowed.)
 //! - **Pods stay at the version.** At rest, a pod running another image (made from a
@@ -41,7 +46,11 @@
 //!   same Job instead of starting another.
 //! - **No image nobody asked for.** The StatefulSet's template follows the state's
 //!   target, which changes only by a persisted `ImageChanged` edge taken when no pod is
-//!   in flight; a pod recreated from a stale template is replaced again.
+//!   in flight: none is drained by its pre-hook and waiting to be deleted, deleted and not
+//!   yet recreated, or recreated at the previous target and still starting within the
+//!   readiness window ([`super::decide::READINESS_WINDOW`], 5 minutes; a replacement
+//!   that is not Ready by then counts as failed to start, so that a rollback can replace
+//!   it). A pod recreated from a stale template is replaced again.
 //! - **Quiet at rest.** Owned objects are re-applied only when the rendered object is not
 //!   contained in the live one ([`crate::machines::common::subset`]), so an idle
 //!   reconcile makes no request.
@@ -60,7 +69,10 @@
 //! # Errors
 //! `decide` has no error path. A failing hook or backup is a Degraded stay naming the pod,
 //! the hook and the Job's reason; a wait that only a human can end says which annotation
-//! ends it ([`crate::machines::common::annotations`]). States have deadlines
+//! ends it ([`crate::machines::common::annotations`]). A `Restart` step that waits
+//! longer than the readiness window (a replacement that does not become Ready, a pod that
+//! is not recreated, another pod that is not Ready) is a Degraded stay naming the pod and
+//! what it waits for; the upgrade keeps waiting. States have deadlines
 //! ([`Machine::deadline`]) after which a silent stall is reported.
 
 use std::time::Duration;

@@ -51,7 +51,12 @@ pub(crate) fn waited(u: &Upgrade, world: &World<Observed>) -> Duration {
 
 /// A wait of the `Restart` step is reported `Degraded` once it outlasts the
 /// [`READINESS_WINDOW`] (the pause itself goes on), and looks again when the window ends.
+/// The stay that deletes the pod acts rather than waits: it is left alone.
 fn within_window(d: D, waited: Duration) -> D {
+    let deletes = d
+        .actions()
+        .iter()
+        .any(|a| matches!(a, DdbAction::DeletePod { .. }));
     match d {
         Decision::Stay {
             reason,
@@ -59,7 +64,7 @@ fn within_window(d: D, waited: Duration) -> D {
             actions,
             wait,
             health: Health::Healthy,
-        } => {
+        } if !deletes => {
             let window = READINESS_WINDOW.as_secs();
             if waited > READINESS_WINDOW {
                 Decision::Stay {
