@@ -59,7 +59,12 @@ pub(crate) fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
         .filter(|k| o.pods.get(k).is_some_and(|p| p.ready && !p.terminating))
         .count();
     let extra = o.pods.keys().any(|k| *k >= replicas);
-    if ready == usize::try_from(replicas).unwrap_or(0) && !extra && actions.is_empty() {
+    // The StatefulSet holds spec.replicas (not only the paced step towards it).
+    let scaled = o
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| s.replicas == replicas);
+    if ready == usize::try_from(replicas).unwrap_or(0) && !extra && scaled && actions.is_empty() {
         return match next_pod(o, replicas, &spec.image) {
             Next::Done => Decision::go(
                 DdbState::Ready {

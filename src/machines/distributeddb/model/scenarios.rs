@@ -232,3 +232,19 @@ fn a_scale_down_removes_one_member_at_a_time() {
     );
     holds(Cluster::existing(3, None, false), &story);
 }
+
+#[test]
+fn creation_does_not_end_while_an_adopted_statefulset_is_scaled_down() {
+    // Found by the model check: Creating paced a StatefulSet holding more replicas than
+    // spec.replicas, and ended (MixedImages) before it got there; the upgrade then
+    // deleted a pod while the scale-down removed another.
+    let story = vec![
+        Event::Edit(Edit::Replicas(2)),
+        Event::Edit(Edit::Image(1)),
+        r(),
+        r(),
+        Event::Edit(Edit::Replicas(1)),
+        r(),
+    ];
+    holds(Cluster::existing(1, None, false), &story);
+}
