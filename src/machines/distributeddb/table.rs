@@ -122,7 +122,7 @@ pub static TABLE: &[Edge<DdbKind>] = crate::edges![DdbKind;
         Upgrading: RECREATED_AT_STALE_IMAGE, "the replacement came up at an image other than the target", by::UPGRADING;
         Upgrading: POD_RESTARTED, "the upgraded pod was recreated before its post-hook finished", by::UPGRADING;
         Upgrading: POD_UPGRADED, "the pod's post-hook succeeded; the next pod is taken", by::UPGRADING;
-        Upgrading: REPLANNED, "the pod the step was about was replaced by someone else", by::UPGRADING;
+        Upgrading: REPLANNED, "the pod the step was about was replaced by someone else; another pod comes first; or a pod chosen while down is Ready again (its pre-hook runs first)", by::UPGRADING;
         Upgrading: IMAGE_CHANGED, "spec.image changed mid-upgrade while no pod was in flight (drained by its pre-hook, deleted, or starting within the readiness window): retarget", by::UPGRADING;
         Ready: UPGRADE_COMPLETED, "every pod is Ready at the target image", by::UPGRADING;
         Ready: HOOK_SKIPPED, "the last pod's post-hook exhausted its retries and lockstep.dev/skip-hook has a new token", by::HOOKS;

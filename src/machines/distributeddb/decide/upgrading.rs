@@ -8,6 +8,7 @@ use super::{
     D, Next, READINESS_WINDOW, claim, elapsed, hold_before_delete, next_pod, stay, upkeep,
 };
 use crate::engine::{Decision, Health, Wait, World};
+use crate::machines::common::jobs::JobOutcome;
 use crate::machines::common::replace::{self, Replacement};
 use crate::machines::distributeddb::actions::{DdbAction, Shape};
 use crate::machines::distributeddb::actions::{HookPhase, hook_key};
@@ -29,7 +30,10 @@ pub(crate) fn upgrading(spec: &DistributedDBSpec, u: &Upgrade, world: &World<Obs
     }
     match u.step {
         UpgradeStep::PreHook => pre_hook(spec, u, world, actions),
-        UpgradeStep::Restart => within_window(restart(u, o, actions), waited(u, world)),
+        UpgradeStep::Restart => within_window(
+            restart(u, o, HookPhase::Pre.of(spec).is_some(), actions),
+            waited(u, world),
+        ),
         UpgradeStep::PostHook => post_hook(spec, u, world, actions),
     }
 }
@@ -96,7 +100,8 @@ fn within_window(d: D, waited: Duration) -> D {
     }
 }
 
-/// Whether the step's pod is in flight: drained by its pre-hook, deleted and not yet
+/// Whether the step's pod is in flight: its pre-hook Job runs or succeeded, drained by
+/// its pre-hook, deleted and not yet
 /// recreated, or recreated at the target and still starting within the
 /// [`READINESS_WINDOW`]. A retarget waits for it (another pod would be drained while
 /// this one waits, the StatefulSet would recreate it from a template in flux, or a
@@ -104,6 +109,15 @@ fn within_window(d: D, waited: Duration) -> D {
 /// become Ready within the window counts as failed to start: a retarget (a rollback)
 /// may replace it.
 pub(crate) fn in_flight(u: &Upgrade, world: &World<Observed>) -> bool {
+    if u.step == UpgradeStep::PreHook {
+        // The pre-hook runs (or succeeded and the step is about to move on): the pod is
+        // being drained. A failed one drained nothing the user did not see reported.
+        let key = hook_key(HookPhase::Pre, u.ordinal, &u.to, &u.pod_uid, u.attempt);
+        return world
+            .observed
+            .job(&key)
+            .is_some_and(|j| !matches!(j.outcome, JobOutcome::Failed { .. }));
+    }
     if u.step != UpgradeStep::Restart {
         return false;
     }
@@ -306,7 +320,7 @@ pub(crate) fn overtaken(u: &Upgrade, o: &Observed) -> Option<D> {
 
 /// Replace the step's pod: delete it (UID-preconditioned) once no other is down, then
 /// wait for its replacement at the target.
-pub(crate) fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
+pub(crate) fn restart(u: &Upgrade, o: &Observed, pre_hook: bool, actions: Vec<DdbAction>) -> D {
     let k = u.ordinal;
     let name = o.pod_name(k);
     let seen = o.pods.get(&k).map(PodView::seen);
@@ -315,6 +329,15 @@ pub(crate) fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
         Replacement::Present { ready, .. } => {
             if ready && let Some(replan) = overtaken(u, o) {
                 return replan;
+            }
+            if ready && pre_hook && !u.drained {
+                // Chosen while down (so its pre-hook was skipped), it is Ready again: it
+                // serves, so its pre-hook runs before it goes down.
+                return Decision::go(
+                    to_step(u, UpgradeStep::PreHook, &u.pod_uid),
+                    REPLANNED,
+                    format!("{name} is Ready again; its pre-hook runs before it goes down"),
+                );
             }
             match hold_before_delete(o, k, u.replicas, &u.to) {
                 Some(why) => stay(WAITING_FOR_PODS, why, actions),

@@ -435,3 +435,29 @@ fn a_new_image_waits_while_the_pod_is_drained() {
     assert!(target(&d).is_none(), "{d:?}");
     assert_eq!(deletes(&d), vec![(1, uid(1, "db:1"))]);
 }
+
+#[test]
+fn a_pod_chosen_while_down_that_is_ready_again_gets_its_pre_hook_first() {
+    // Found by a deeper model-check run: its pre-hook was skipped because it was down;
+    // Ready again in Restart, it was deleted without one.
+    let s = with_hooks(spec("db:2"), 1);
+    let state = upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:1"));
+    let d = decide(&s, &state, template_at(at_rest("db:1"), "db:2"));
+    assert!(deletes(&d).is_empty(), "{d:?}");
+    assert_eq!(d.reason(), REPLANNED);
+    assert_eq!(
+        target(&d),
+        Some(&upgrading("db:2", 2, UpgradeStep::PreHook, &uid(2, "db:1")))
+    );
+}
+
+#[test]
+fn a_new_image_waits_while_the_pre_hook_runs() {
+    let s = with_hooks(spec("db:3"), 1);
+    let mut o = template_at(at_rest("db:1"), "db:2");
+    let key = hook_key(HookPhase::Pre, 2, "db:2", &uid(2, "db:1"), 1);
+    o.jobs.push(job(&key, Purpose::Hook, JobOutcome::Running));
+    let state = upgrading("db:2", 2, UpgradeStep::PreHook, &uid(2, "db:1"));
+    let d = decide(&s, &state, o);
+    assert!(target(&d).is_none(), "{d:?}");
+}
