@@ -29,7 +29,8 @@
 //!   ordinals go strictly descending. A pod whose pre-hook ran is out of service
 //!   (drained, `Upgrade::drained`): it is replaced next, and nothing else is taken down,
 //!   drained or re-planned while it waits (if another pod goes down meanwhile, the
-//!   drained pod waits for it to be Ready again). Scaling adds or removes one replica at
+//!   drained pod waits for it to be Ready again). A pod chosen while down skips its
+//!   pre-hook; if it is Ready again before it is deleted, its pre-hook runs first. Scaling adds or removes one replica at
 //!   a time, each once every pod is Ready and the previous one is gone (a replica that is
 //!   not Ready may be removed at once: it serves nothing). (Before the cluster first served, Creating replaces
 //!   pods at a superseded `spec.image` that it sees not Ready; through a stale cache
@@ -46,8 +47,9 @@
 //!   same Job instead of starting another.
 //! - **No image nobody asked for.** The StatefulSet's template follows the state's
 //!   target, which changes only by a persisted `ImageChanged` edge taken when no pod is
-//!   in flight: none is drained by its pre-hook and waiting to be deleted, deleted and not
-//!   yet recreated, or recreated at the previous target and still starting within the
+//!   in flight: none has its pre-hook Job running or done and waits to be deleted,
+//!   none is deleted and not yet recreated, or recreated at the previous target and
+//!   still starting within the
 //!   readiness window ([`super::decide::READINESS_WINDOW`], 5 minutes; a replacement
 //!   that is not Ready by then counts as failed to start, so that a rollback can replace
 //!   it). A pod recreated from a stale template is replaced again.
