@@ -26,15 +26,17 @@
 //! - **One pod down at a time, deliberately.** A pod is deleted only when every other
 //!   pod is Ready, the StatefulSet holds the target image and its controller has seen
 //!   it. A pod that is already down and needs replacing is replaced first; otherwise
-//!   ordinals go strictly descending. A pod whose pre-hook ran is out of service
-//!   (drained, `Upgrade::drained`): it is replaced next, and nothing else is taken down,
-//!   drained or re-planned while it waits (if another pod goes down meanwhile, the
-//!   drained pod waits for it to be Ready again). A pod chosen while down skips its
-//!   pre-hook; if it is Ready again before it is deleted, its pre-hook runs first. Scaling adds or removes one replica at
-//!   a time, each once every pod is Ready and the previous one is gone (a replica that is
-//!   not Ready may be removed at once: it serves nothing). (Before the cluster first served, Creating replaces
+//!   ordinals go strictly descending. (Before the cluster first served, Creating replaces
 //!   pods at a superseded `spec.image` that it sees not Ready; through a stale cache
 //!   such a pod may have just become Ready. Nothing has served yet, so this is allowed.)
+//! - **At most one member deliberately out of service.** A pod whose pre-hook ran is
+//!   drained (`Upgrade::drained`): it is replaced next, and nothing else is taken down,
+//!   drained or re-planned while it waits (if another pod goes down meanwhile, the
+//!   drained pod waits for it to be Ready again). A pod chosen while down skips its
+//!   pre-hook; if it is Ready again before it is deleted, its pre-hook runs first.
+//!   Scaling adds or removes one replica at a time, each once every pod is Ready and the
+//!   previous one is gone (a replica that is not Ready may be removed at once: it serves
+//!   nothing).
 //! - **Pods stay at the version.** At rest, a pod running another image (made from a
 //!   template someone edited) is replaced through the same hooked protocol.
 //! - **No pod is deleted twice.** The pod's UID is persisted in the state before it is
