@@ -115,6 +115,16 @@ fn scenarios() -> Vec<Scenario<Cluster, Move, Edit>> {
             then(upgrade_begun(), failed_hook_out_of_retries.clone()),
         ),
         (
+            // A pre-hook out of retries, and skip-hook is set: on to the restart (retargets
+            // now wait for a pre-hook, so generated runs reach this less often).
+            "Upgrading -> Upgrading (HookSkipped)",
+            Cluster::existing(1, Some(0), false),
+            then(
+                then(upgrade_begun(), failed_hook_out_of_retries.clone()),
+                [env(SkipHook(1)), r()],
+            ),
+        ),
+        (
             // The last pod's post-hook is out of retries and skip-hook is set.
             "Upgrading -> Ready (HookSkipped)",
             Cluster::existing(1, Some(0), false),
