@@ -29,6 +29,14 @@
 //!   ordinals go strictly descending. (Before the cluster first served, Creating replaces
 //!   pods at a superseded `spec.image` that it sees not Ready; through a stale cache
 //!   such a pod may have just become Ready. Nothing has served yet, so this is allowed.)
+//! - **At most one member deliberately out of service.** A pod whose pre-hook ran is
+//!   drained (`Upgrade::drained`): it is replaced next, and nothing else is taken down,
+//!   drained or re-planned while it waits (if another pod goes down meanwhile, the
+//!   drained pod waits for it to be Ready again). A pod chosen while down skips its
+//!   pre-hook; if it is Ready again before it is deleted, its pre-hook runs first.
+//!   Scaling adds or removes one replica at a time, each once every pod is Ready and the
+//!   previous one is gone (a replica that is not Ready may be removed at once: it serves
+//!   nothing).
 //! - **Pods stay at the version.** At rest, a pod running another image (made from a
 //!   template someone edited) is replaced through the same hooked protocol.
 //! - **No pod is deleted twice.** The pod's UID is persisted in the state before it is
@@ -41,7 +49,12 @@
 //!   same Job instead of starting another.
 //! - **No image nobody asked for.** The StatefulSet's template follows the state's
 //!   target, which changes only by a persisted `ImageChanged` edge taken when no pod is
-//!   in flight; a pod recreated from a stale template is replaced again.
+//!   in flight: none has its pre-hook Job running or done and waits to be deleted,
+//!   none is deleted and not yet recreated, or recreated at the previous target and
+//!   still starting within the
+//!   readiness window ([`super::decide::READINESS_WINDOW`], 5 minutes; a replacement
+//!   that is not Ready by then counts as failed to start, so that a rollback can replace
+//!   it). A pod recreated from a stale template is replaced again.
 //! - **Quiet at rest.** Owned objects are re-applied only when the rendered object is not
 //!   contained in the live one ([`crate::machines::common::subset`]), so an idle
 //!   reconcile makes no request.
@@ -60,7 +73,10 @@
 //! # Errors
 //! `decide` has no error path. A failing hook or backup is a Degraded stay naming the pod,
 //! the hook and the Job's reason; a wait that only a human can end says which annotation
-//! ends it ([`crate::machines::common::annotations`]). States have deadlines
+//! ends it ([`crate::machines::common::annotations`]). A `Restart` step that waits
+//! longer than the readiness window (a replacement that does not become Ready, a pod that
+//! is not recreated, another pod that is not Ready) is a Degraded stay naming the pod and
+//! what it waits for; the upgrade keeps waiting. States have deadlines
 //! ([`Machine::deadline`]) after which a silent stall is reported.
 
 use std::time::Duration;

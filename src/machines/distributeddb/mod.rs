@@ -25,6 +25,8 @@
 //! $ kubectl describe ddb inventory    # history: ImageChanged, PreHookSucceeded, PodReplaced,
 //!                                     # PodUpgraded, ..., UpgradeCompleted; one Event each
 //!
+//! # A replacement that is not Ready within the readiness window (5 minutes) keeps the
+//! # upgrade waiting and makes it Degraded=True, naming the pod and what it waits for.
 //! # A hook that keeps failing stops the upgrade: Degraded=True, reason HookFailed,
 //! # "the pre-upgrade hook of inventory-2 Failed (BackoffLimitExceeded: ...)".
 //! # Fix the hook (or the cluster), then:
@@ -44,7 +46,10 @@
 //!
 //! Growing `spec.storage.size` expands every volume claim (the StorageClass must allow
 //! expansion); shrinking it or changing the class is refused by the API server. A change
-//! of `spec.replicas` goes through Scaling (claims of removed replicas are retained).
+//! of `spec.replicas` goes through Scaling, one replica at a time: the StatefulSet's
+//! `spec.replicas` is stepped by one once every pod is Ready and no removed pod is left
+//! (its `podManagementPolicy: Parallel` is immutable on a live StatefulSet, so the
+//! machine keeps the pace; claims of removed replicas are retained).
 //! On-demand backup Jobs are kept (their names are the record of which tokens were
 //! served); the CronJob keeps its last three Jobs of each outcome; hook Jobs are deleted
 //! once the cluster is back at rest.

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -15,7 +17,7 @@ use super::api::DistributedDB;
 use super::render::{self, CONTAINER, KIND_LABEL, VOLUME};
 use crate::driver::Cache;
 use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
-use crate::machines::common::jobs::JobView;
+use crate::machines::common::jobs::{self, JobView};
 use crate::machines::common::observe as common;
 pub use crate::machines::common::observe::ordinal_of;
 use crate::machines::common::replace::Seen;
@@ -63,6 +65,8 @@ pub struct PodView {
     pub ready: bool,
     /// It has a deletion timestamp.
     pub terminating: bool,
+    /// Its creation timestamp: how long a replacement has been starting.
+    pub created: Option<DateTime<Utc>>,
 }
 
 impl PodView {
@@ -173,6 +177,7 @@ pub fn pod_view(pod: &Pod) -> PodView {
         image: common::pod_image(pod, CONTAINER),
         ready: common::pod_ready(pod),
         terminating: pod.metadata.deletion_timestamp.is_some(),
+        created: pod.metadata.creation_timestamp.as_ref().map(jobs::time),
     }
 }
 

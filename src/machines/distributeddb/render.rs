@@ -8,7 +8,7 @@
 //! | object | name | notes |
 //! |---|---|---|
 //! | headless Service | `<name>` | `clusterIP: None`, publishes not-ready addresses |
-//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data` |
+//! | StatefulSet | `<name>` | `OnDelete`, `Parallel` (pods start together at creation; Scaling steps `replicas` by one), claim template `data` |
 //! | pods (by the StatefulSet) | `<name>-<ordinal>` | container `db`, volume at `/var/lib/data` |
 //! | hook Jobs | `<name>-{pre,post}-<ordinal>-<hash>-<attempt>` | run once |
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | run once |

@@ -30,13 +30,14 @@ pub enum DdbState {
         /// The replicas the StatefulSet holds.
         replicas: i32,
     },
-    /// Replicas are being added or removed.
+    /// Replicas are being added or removed, one at a time, towards `spec.replicas`.
     Scaling {
         /// The image every pod runs.
         version: String,
         /// The replicas before.
         from_replicas: i32,
-        /// The replicas the StatefulSet now holds.
+        /// The replicas the StatefulSet now holds: one step away from the replicas
+        /// before it (the next step is taken once every pod is Ready at this one).
         replicas: i32,
     },
     /// Pods are being replaced one ordinal at a time.
@@ -87,6 +88,12 @@ pub struct Upgrade {
     /// The last `skip-hook` token acted on (or present when the upgrade began).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_ack: Option<String>,
+    /// Restart: the pod's pre-hook ran (it succeeded, or the user skipped it after it
+    /// failed), so the pod is out of service though it may still be Ready. A drained pod
+    /// is replaced next, whatever else goes down meanwhile: no other pod is taken down
+    /// while it waits. (Absent in records written before it existed: not drained.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drained: bool,
 }
 
 /// The steps of one pod's replacement.

@@ -29,8 +29,12 @@ pub mod reason {
     pub const VERSION_ADOPTED: &str = "VersionAdopted";
     /// Edge: at rest, a pod runs an image other than the version; it is replaced.
     pub const STRAY_IMAGE: &str = "StrayImage";
-    /// Edge: `spec.replicas` changed.
+    /// Edge: `spec.replicas` changed: scaling begins with its first replica (or, while
+    /// scaling, a replica that is not Ready is removed without waiting for the others).
     pub const REPLICAS_CHANGED: &str = "ReplicasChanged";
+    /// Edge: the StatefulSet holds the step's replicas, every pod is Ready and none beyond:
+    /// one replica more or fewer, towards `spec.replicas`.
+    pub const NEXT_REPLICA: &str = "NextReplica";
     /// Edge: every wanted replica exists and is Ready, and no other does.
     pub const SCALING_COMPLETE: &str = "ScalingComplete";
     /// Edge: the pre-hook Job succeeded.
@@ -97,9 +101,10 @@ pub static TABLE: &[Edge<DdbKind>] = crate::edges![DdbKind;
         Ready: ALL_REPLICAS_READY, "every replica is Ready at spec.image", by::CREATING;
         Upgrading: MIXED_IMAGES, "every replica is Ready but some run an earlier spec.image", by::CREATING;
     }
-    Ready -> Scaling: REPLICAS_CHANGED, "spec.replicas differs from the replicas at rest", by::READY;
+    Ready -> Scaling: REPLICAS_CHANGED, "spec.replicas differs from the replicas at rest and every pod is Ready (or the replica removed is not): the first replica is added or removed", by::READY;
     Scaling -> {
-        Scaling: REPLICAS_CHANGED, "spec.replicas changed again while scaling", by::SCALING;
+        Scaling: NEXT_REPLICA, "the StatefulSet holds the step's replicas, all Ready, none beyond: one replica more or fewer towards spec.replicas", by::SCALING;
+        Scaling: REPLICAS_CHANGED, "spec.replicas is below the step's replicas and the replica to remove is not Ready: it is removed without waiting", by::SCALING;
         Ready: SCALING_COMPLETE, "exactly spec.replicas pods exist and all are Ready", by::SCALING;
     }
     Ready -> {
@@ -117,8 +122,8 @@ pub static TABLE: &[Edge<DdbKind>] = crate::edges![DdbKind;
         Upgrading: RECREATED_AT_STALE_IMAGE, "the replacement came up at an image other than the target", by::UPGRADING;
         Upgrading: POD_RESTARTED, "the upgraded pod was recreated before its post-hook finished", by::UPGRADING;
         Upgrading: POD_UPGRADED, "the pod's post-hook succeeded; the next pod is taken", by::UPGRADING;
-        Upgrading: REPLANNED, "the pod the step was about was replaced by someone else", by::UPGRADING;
-        Upgrading: IMAGE_CHANGED, "spec.image changed mid-upgrade while no pod was in flight: retarget", by::UPGRADING;
+        Upgrading: REPLANNED, "the pod the step was about was replaced by someone else; another pod comes first; or a pod chosen while down is Ready again (its pre-hook runs first)", by::UPGRADING;
+        Upgrading: IMAGE_CHANGED, "spec.image changed mid-upgrade while no pod was in flight (drained by its pre-hook, deleted, or starting within the readiness window): retarget", by::UPGRADING;
         Ready: UPGRADE_COMPLETED, "every pod is Ready at the target image", by::UPGRADING;
         Ready: HOOK_SKIPPED, "the last pod's post-hook exhausted its retries and lockstep.dev/skip-hook has a new token", by::HOOKS;
         Ready: VERSION_ADOPTED, "spec.image changed mid-upgrade to what every pod already runs", by::READY;

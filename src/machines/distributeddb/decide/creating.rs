@@ -8,11 +8,28 @@ use crate::machines::distributeddb::observe::Observed;
 use crate::machines::distributeddb::state::{DdbState, Upgrade};
 use crate::machines::distributeddb::table::reason::*;
 
+/// The replicas for the StatefulSet: `spec.replicas`, except that an existing one that
+/// holds more (adopted after the status was lost, say) is scaled down one replica at a
+/// time, like Scaling does: one fewer once its controller has seen it, every pod below
+/// its replicas is Ready and none beyond is left.
+fn step_down(replicas: i32, o: &Observed) -> i32 {
+    match &o.statefulset {
+        Some(s) if s.replicas > replicas => {
+            let settled = s.caught_up
+                && !o.pods.keys().any(|k| *k >= s.replicas)
+                && (0..s.replicas)
+                    .all(|k| o.pods.get(&k).is_some_and(|p| p.ready && !p.terminating));
+            if settled { s.replicas - 1 } else { s.replicas }
+        }
+        _ => replicas,
+    }
+}
+
 pub(crate) fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
     let replicas = spec.replicas;
     let shape = Shape {
         image: spec.image.clone(),
-        replicas,
+        replicas: step_down(replicas, o),
         claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
     };
     let mut actions = upkeep(spec, &shape, o);
@@ -42,7 +59,12 @@ pub(crate) fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
         .filter(|k| o.pods.get(k).is_some_and(|p| p.ready && !p.terminating))
         .count();
     let extra = o.pods.keys().any(|k| *k >= replicas);
-    if ready == usize::try_from(replicas).unwrap_or(0) && !extra && actions.is_empty() {
+    // The StatefulSet holds spec.replicas (not only the paced step towards it).
+    let scaled = o
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| s.replicas == replicas);
+    if ready == usize::try_from(replicas).unwrap_or(0) && !extra && scaled && actions.is_empty() {
         return match next_pod(o, replicas, &spec.image) {
             Next::Done => Decision::go(
                 DdbState::Ready {

@@ -15,6 +15,10 @@ pub(super) mod ready;
 pub(super) mod scaling;
 pub(super) mod upgrading;
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
 use super::actions::{DdbAction, Shape};
 use super::api::DistributedDBSpec;
 use super::observe::{Observed, Requests};
@@ -22,6 +26,19 @@ use super::state::{DdbState, Upgrade, UpgradeStep};
 use crate::engine::Decision;
 
 pub(crate) type D = Decision<DdbState, DdbAction>;
+
+/// The readiness window: how long a pod being replaced may take to come back Ready
+/// before the upgrade reports it `Degraded` (naming the pod and what it waits for; the
+/// upgrade itself keeps waiting), and before a replacement that is still starting at the
+/// previous target counts as failed to start, so that a new `spec.image` (a rollback of
+/// an image that does not start) may replace it. Measured from the replacement's
+/// creation, or, for the other waits of a `Restart` step, from when the step began.
+pub const READINESS_WINDOW: Duration = Duration::from_secs(5 * 60);
+
+/// How long since `since` (zero if it is in the future).
+pub(crate) fn elapsed(now: DateTime<Utc>, since: DateTime<Utc>) -> Duration {
+    (now - since).to_std().unwrap_or_default()
+}
 
 impl Upgrade {
     /// A new upgrade from `from` to `to`, starting at pod `ordinal`'s pre-hook. The
@@ -45,6 +62,7 @@ impl Upgrade {
             round_start: 1,
             retry_ack: requests.retry_hook.clone(),
             skip_ack: requests.skip_hook.clone(),
+            drained: false,
         }
     }
 
@@ -56,6 +74,7 @@ impl Upgrade {
             pod_uid,
             attempt: 1,
             round_start: 1,
+            drained: false,
             ..self.clone()
         }
     }

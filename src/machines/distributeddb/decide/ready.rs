@@ -1,11 +1,12 @@
 //! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
-//! [`rescale`], [`upgrade`], [`stray_image`], [`backup`]; then, staying, it grows
-//! volumes ([`grow_volumes`]), prunes hook Jobs ([`prune_hook_jobs`]) and on-demand
-//! backup Jobs beyond their history limit ([`prune_backup_jobs`]) and reports
-//! ([`report`]).
+//! [`rescale`] (one replica at a time), [`upgrade`], [`stray_image`], [`backup`]; then,
+//! staying, it grows volumes ([`grow_volumes`]), prunes hook Jobs ([`prune_hook_jobs`])
+//! and on-demand backup Jobs beyond their history limit ([`prune_backup_jobs`]) and
+//! reports ([`report`]).
 
 use std::ops::ControlFlow;
 
+use super::scaling::{Step, describe_step, next_step};
 use super::{D, Next, claim, next_pod, stay, upkeep};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
@@ -34,8 +35,8 @@ pub(crate) fn ready(
         claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
     };
     let mut actions = upkeep(spec, &shape, o);
-    if let Some(go) = rescale(spec, version, replicas) {
-        return go;
+    if spec.replicas != replicas {
+        return rescale(spec, version, &shape, o, actions);
     }
     if spec.image != version {
         return upgrade(spec, version, replicas, o, actions);
@@ -55,19 +56,41 @@ pub(crate) fn ready(
     report(version, replicas, o, ignored, actions)
 }
 
-/// `spec.replicas` changed: scale.
-fn rescale(spec: &DistributedDBSpec, version: &str, replicas: i32) -> Option<D> {
-    (spec.replicas != replicas).then(|| {
-        Decision::go(
+/// `spec.replicas` changed: scale, one replica at a time, once a member can be added or
+/// removed ([`next_step`]).
+fn rescale(
+    spec: &DistributedDBSpec,
+    version: &str,
+    shape: &Shape,
+    o: &Observed,
+    actions: Vec<DdbAction>,
+) -> D {
+    let replicas = shape.replicas;
+    match next_step(shape, spec.replicas, o, !actions.is_empty()) {
+        Step::Next { replicas: next, .. } => Decision::go(
             DdbState::Scaling {
                 version: version.to_owned(),
                 from_replicas: replicas,
-                replicas: spec.replicas,
+                replicas: next,
             },
             REPLICAS_CHANGED,
-            format!("scaling from {replicas} to {} replicas", spec.replicas),
-        )
-    })
+            format!(
+                "scaling from {replicas} to {} replicas, one at a time: {}",
+                spec.replicas,
+                describe_step(o, replicas, next, spec.replicas)
+            ),
+        ),
+        Step::Wait(why) => {
+            let pending = stay(
+                WAITING_FOR_PODS,
+                format!("scaling to {} replicas pending: {why}", spec.replicas),
+                actions,
+            );
+            let down =
+                (0..replicas).any(|k| !o.pods.get(&k).is_some_and(|p| p.ready && !p.terminating));
+            if down { pending.degraded() } else { pending }
+        }
+    }
 }
 
 /// `spec.image` is not the version: upgrade, starting with the next pod; adopt it if every

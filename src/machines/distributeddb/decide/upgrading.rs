@@ -2,8 +2,13 @@
 
 use super::hooks::hook_step;
 use super::ready::adopt;
-use super::{D, Next, claim, hold_before_delete, next_pod, stay, upkeep};
-use crate::engine::{Decision, World};
+use std::time::Duration;
+
+use super::{
+    D, Next, READINESS_WINDOW, claim, elapsed, hold_before_delete, next_pod, stay, upkeep,
+};
+use crate::engine::{Decision, Health, Wait, World};
+use crate::machines::common::jobs::JobOutcome;
 use crate::machines::common::replace::{self, Replacement};
 use crate::machines::distributeddb::actions::{DdbAction, Shape};
 use crate::machines::distributeddb::actions::{HookPhase, hook_key};
@@ -20,24 +25,112 @@ pub(crate) fn upgrading(spec: &DistributedDBSpec, u: &Upgrade, world: &World<Obs
         claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
     };
     let actions = upkeep(spec, &shape, o);
-    if spec.image != u.to && !in_flight(u, o) {
+    if spec.image != u.to && !in_flight(u, world) {
         return retarget(spec, u, o, actions);
     }
     match u.step {
         UpgradeStep::PreHook => pre_hook(spec, u, world, actions),
-        UpgradeStep::Restart => restart(u, o, actions),
+        UpgradeStep::Restart => within_window(
+            restart(u, o, HookPhase::Pre.of(spec).is_some(), actions),
+            waited(u, world),
+        ),
         UpgradeStep::PostHook => post_hook(spec, u, world, actions),
     }
 }
 
-/// Whether the step's pod was deleted and has no replacement yet: the only moment a
-/// retarget must wait (the StatefulSet would recreate it from a template in flux).
-pub(crate) fn in_flight(u: &Upgrade, o: &Observed) -> bool {
-    u.step == UpgradeStep::Restart
-        && match o.pods.get(&u.ordinal) {
-            None => true,
-            Some(p) => p.uid == u.pod_uid && p.terminating,
+/// How long the `Restart` step has waited: since the replacement was created while it
+/// starts, since the step began otherwise.
+pub(crate) fn waited(u: &Upgrade, world: &World<Observed>) -> Duration {
+    let starting = world
+        .observed
+        .pods
+        .get(&u.ordinal)
+        .filter(|p| p.uid != u.pod_uid && !p.terminating)
+        .and_then(|p| p.created);
+    match starting {
+        Some(created) => elapsed(world.now, created),
+        None => world.in_state_for(),
+    }
+}
+
+/// A wait of the `Restart` step is reported `Degraded` once it outlasts the
+/// [`READINESS_WINDOW`] (the pause itself goes on), and looks again when the window ends.
+/// The stay that deletes the pod acts rather than waits: it is left alone.
+fn within_window(d: D, waited: Duration) -> D {
+    let deletes = d
+        .actions()
+        .iter()
+        .any(|a| matches!(a, DdbAction::DeletePod { .. }));
+    match d {
+        Decision::Stay {
+            reason,
+            message,
+            actions,
+            wait,
+            health: Health::Healthy,
+        } if !deletes => {
+            let window = READINESS_WINDOW.as_secs();
+            if waited > READINESS_WINDOW {
+                Decision::Stay {
+                    reason,
+                    message: format!(
+                        "{message} (for {}s, longer than the readiness window of {window}s)",
+                        waited.as_secs()
+                    ),
+                    actions,
+                    wait,
+                    health: Health::Degraded,
+                }
+            } else {
+                let left = READINESS_WINDOW - waited + Duration::from_secs(1);
+                let wait = match wait {
+                    Wait::Requeue(after) => Wait::Requeue(after.min(left)),
+                    Wait::Watch => Wait::Requeue(left),
+                };
+                Decision::Stay {
+                    reason,
+                    message,
+                    actions,
+                    wait,
+                    health: Health::Healthy,
+                }
+            }
         }
+        other => other,
+    }
+}
+
+/// Whether the step's pod is in flight: its pre-hook Job runs or succeeded, drained by
+/// its pre-hook, deleted and not yet
+/// recreated, or recreated at the target and still starting within the
+/// [`READINESS_WINDOW`]. A retarget waits for it (another pod would be drained while
+/// this one waits, the StatefulSet would recreate it from a template in flux, or a
+/// starting pod would be deleted without its pre-hook). A replacement that has not
+/// become Ready within the window counts as failed to start: a retarget (a rollback)
+/// may replace it.
+pub(crate) fn in_flight(u: &Upgrade, world: &World<Observed>) -> bool {
+    if u.step == UpgradeStep::PreHook {
+        // The pre-hook runs (or succeeded and the step is about to move on): the pod is
+        // being drained. A failed one drained nothing the user did not see reported.
+        let key = hook_key(HookPhase::Pre, u.ordinal, &u.to, &u.pod_uid, u.attempt);
+        return world
+            .observed
+            .job(&key)
+            .is_some_and(|j| !matches!(j.outcome, JobOutcome::Failed { .. }));
+    }
+    if u.step != UpgradeStep::Restart {
+        return false;
+    }
+    match world.observed.pods.get(&u.ordinal) {
+        None => true,
+        Some(p) if p.terminating => true,
+        Some(p) if p.uid == u.pod_uid => u.drained,
+        Some(p) => {
+            p.image.as_deref() == Some(u.to.as_str())
+                && !p.ready
+                && waited(u, world) <= READINESS_WINDOW
+        }
+    }
 }
 
 pub(crate) fn retarget(
@@ -96,13 +189,19 @@ pub(crate) fn advance(
 }
 
 pub(crate) fn to_step(u: &Upgrade, step: UpgradeStep, pod_uid: &str) -> DdbState {
-    DdbState::Upgrading(Upgrade {
+    DdbState::Upgrading(to_upgrade(u, step, pod_uid))
+}
+
+/// `u` moved on to `step` about `pod_uid`, with a fresh hook budget (not drained).
+fn to_upgrade(u: &Upgrade, step: UpgradeStep, pod_uid: &str) -> Upgrade {
+    Upgrade {
         step,
         pod_uid: pod_uid.to_owned(),
         attempt: 1,
         round_start: 1,
+        drained: false,
         ..u.clone()
-    })
+    }
 }
 
 /// The pre-hook step: run the pod's pre-hook Job (or skip it) before the pod goes down.
@@ -151,7 +250,10 @@ pub(crate) fn pre_hook(
     }
     let Some(hook) = hook else {
         return Decision::go(
-            to_step(u, UpgradeStep::Restart, &u.pod_uid),
+            DdbState::Upgrading(Upgrade {
+                drained: job.is_some(),
+                ..to_upgrade(u, UpgradeStep::Restart, &u.pod_uid)
+            }),
             PRE_HOOK_SKIPPED,
             format!(
                 "{}: preHook was removed from the spec; replacing it",
@@ -168,8 +270,12 @@ pub(crate) fn pre_hook(
         job,
         actions,
         |u, message, _| {
+            // The pre-hook ran (or the user went on without it): the pod is drained.
             Decision::go(
-                to_step(u, UpgradeStep::Restart, &u.pod_uid),
+                DdbState::Upgrading(Upgrade {
+                    drained: true,
+                    ..to_upgrade(u, UpgradeStep::Restart, &u.pod_uid)
+                }),
                 PRE_HOOK_SUCCEEDED,
                 message,
             )
@@ -177,27 +283,44 @@ pub(crate) fn pre_hook(
     )
 }
 
-/// The pod chosen for this step was chosen because it was down; if it is Ready again and
-/// another pod now comes first (the highest one needing replacement), re-plan, so that a
-/// Ready pod is never taken down out of order.
+/// Another pod now comes first: the step's pod was chosen because it was down and is
+/// Ready again (the highest one needing replacement goes first), or another pod that
+/// needs replacing went down (replacing it takes nothing else down). Re-plan, so that a
+/// Ready pod is never taken down out of order. Never for a drained pod: it is out of
+/// service already, so it is replaced before anything else is touched.
 pub(crate) fn overtaken(u: &Upgrade, o: &Observed) -> Option<D> {
+    if u.drained {
+        return None;
+    }
     match next_pod(o, u.replicas, &u.to) {
-        Next::Pod { ordinal, uid } if ordinal != u.ordinal => Some(Decision::go(
-            DdbState::Upgrading(u.at(ordinal, uid)),
-            REPLANNED,
-            format!(
-                "{} is Ready again, so {} goes first",
-                o.pod_name(u.ordinal),
-                o.pod_name(ordinal)
-            ),
-        )),
+        Next::Pod { ordinal, uid } if ordinal != u.ordinal => {
+            let down = o.pods.get(&ordinal).is_some_and(|p| !p.ready);
+            let why = if down {
+                format!(
+                    "{} is not Ready and needs replacing, so it goes before {}",
+                    o.pod_name(ordinal),
+                    o.pod_name(u.ordinal)
+                )
+            } else {
+                format!(
+                    "{} is Ready again, so {} goes first",
+                    o.pod_name(u.ordinal),
+                    o.pod_name(ordinal)
+                )
+            };
+            Some(Decision::go(
+                DdbState::Upgrading(u.at(ordinal, uid)),
+                REPLANNED,
+                why,
+            ))
+        }
         _ => None,
     }
 }
 
 /// Replace the step's pod: delete it (UID-preconditioned) once no other is down, then
 /// wait for its replacement at the target.
-pub(crate) fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
+pub(crate) fn restart(u: &Upgrade, o: &Observed, pre_hook: bool, actions: Vec<DdbAction>) -> D {
     let k = u.ordinal;
     let name = o.pod_name(k);
     let seen = o.pods.get(&k).map(PodView::seen);
@@ -206,6 +329,15 @@ pub(crate) fn restart(u: &Upgrade, o: &Observed, actions: Vec<DdbAction>) -> D {
         Replacement::Present { ready, .. } => {
             if ready && let Some(replan) = overtaken(u, o) {
                 return replan;
+            }
+            if ready && pre_hook && !u.drained {
+                // Chosen while down (so its pre-hook was skipped), it is Ready again: it
+                // serves, so its pre-hook runs before it goes down.
+                return Decision::go(
+                    to_step(u, UpgradeStep::PreHook, &u.pod_uid),
+                    REPLANNED,
+                    format!("{name} is Ready again; its pre-hook runs before it goes down"),
+                );
             }
             match hold_before_delete(o, k, u.replicas, &u.to) {
                 Some(why) => stay(WAITING_FOR_PODS, why, actions),

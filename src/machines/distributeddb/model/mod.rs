@@ -10,8 +10,10 @@
 //! failing actions, spec edits and deletion come from the harness.
 //!
 //! Invariants, checked after every event:
-//! - a pod is taken down (a Ready pod deleted) only while every other pod is Ready and
-//!   no other pod taken down is still down: at most one pod is deliberately down;
+//! - a pod is taken down (a Ready pod deleted, or removed by a scale-down) only while
+//!   every other pod is Ready (for deletes) and no other pod taken down is still down,
+//!   and no pod is deleted, removed or has its pre-hook started while another pod,
+//!   drained by its pre-hook, waits: at most one member is deliberately out of service;
 //! - no pod already running the target image is ever deleted (so no pod is replaced
 //!   twice, and a restarted operator cannot delete the replacement);
 //! - within one pass over a target image, the ordinals taken down never go up; a pod
@@ -131,6 +133,9 @@ pub(super) struct Cluster {
     ever_without_policy: bool,
     /// Ordinals taken down whose replacement is not Ready yet.
     down: BTreeSet<i32>,
+    /// Pods whose pre-hook succeeded (ordinal to UID), until they are deleted: out of
+    /// service although Ready.
+    drained: BTreeMap<i32, String>,
     /// Ordinals whose pod someone else evicted, until a pod there is Ready again.
     evicted: BTreeSet<i32>,
     /// Counts environment moves and spec edits (a reconcile's view lags by at most
@@ -219,6 +224,9 @@ pub(super) enum Move {
     PodReady(u8),
     /// A starting pod will not become Ready until the world settles.
     PodStuck(u8),
+    /// A Ready pod goes NotReady on its own (a crash; scenarios only: a stale view of it
+    /// is indistinguishable from a take-down while it was Ready).
+    PodFails(u8),
     /// Someone else deletes a pod (an eviction, a node drain).
     PodEvicted(u8),
     /// The user asks to go on without a hook that is out of retries.
@@ -325,6 +333,7 @@ impl Cluster {
             ever_without_policy: !backups,
             down: BTreeSet::new(),
             evicted: BTreeSet::new(),
+            drained: BTreeMap::new(),
             served: false,
             tick: 0,
             last_down: BTreeMap::new(),
@@ -388,6 +397,8 @@ impl Cluster {
                 pod.uid
             ));
         }
+        self.check_drained(k, "deleted");
+        self.drained.remove(&k);
         if !pod.ready || !self.served {
             return; // replacing a pod that is down (or never served) takes nothing down
         }
@@ -455,11 +466,55 @@ impl Cluster {
         self.down.insert(k);
     }
 
+    /// At most one member deliberately out of service: nothing is done to pod `k` while
+    /// another pod, drained by its pre-hook, waits to be replaced.
+    fn check_drained(&mut self, k: i32, what: &str) {
+        if let Some(d) = self.drained.keys().find(|d| **d != k) {
+            self.violations.push(format!(
+                "{what} db-{k} while db-{d}, drained by its pre-hook, waits: two members out of service"
+            ));
+        }
+    }
+
+    /// The StatefulSet controller removes pod `k` (beyond its replicas): a take-down if it
+    /// is Ready, so at most one at a time.
+    fn check_removal(&mut self, k: i32) {
+        self.check_drained(k, "removed");
+        let ready = self.pods.get(&k).is_some_and(|p| p.ready && !p.terminating);
+        if !ready || !self.served {
+            return;
+        }
+        if let Some(other) = self.down.iter().find(|d| **d != k) {
+            self.violations.push(format!(
+                "removed db-{k} while db-{other}, also taken down, was not back"
+            ));
+        }
+        self.down.insert(k);
+    }
+
+    /// A hook Job succeeded: a pre-hook drains its pod.
+    fn hook_succeeded(&mut self, key: &str) {
+        let drained = self.pods.iter().find_map(|(k, p)| {
+            self.asked.iter().find_map(|image| {
+                let prefix = format!("pre-{k}-{}-", short_hash(&[image, &p.uid]));
+                key.starts_with(&prefix).then(|| (*k, p.uid.clone()))
+            })
+        });
+        if let Some((k, uid)) = drained {
+            self.drained.insert(k, uid);
+        }
+    }
+
     /// Bookkeeping after any change.
     fn refresh(&mut self) {
         let pods = &self.pods;
         let up = |k: &i32| pods.get(k).is_some_and(|p| p.ready && !p.terminating);
-        self.down.retain(|k| !up(k));
+        let replicas = self.sts.as_ref().map_or(0, |s| s.replicas);
+        // A removed pod (beyond the replicas) is back once it is gone.
+        self.down
+            .retain(|k| !up(k) && (*k < replicas || pods.contains_key(k)));
+        self.drained
+            .retain(|k, uid| pods.get(k).is_some_and(|p| p.uid == *uid && !p.terminating));
         self.evicted.retain(|k| !up(k));
         for p in self.pods.values().filter(|p| !p.ready && !p.terminating) {
             self.last_down.insert(p.uid.clone(), self.tick);
@@ -505,8 +560,17 @@ impl Cluster {
                 );
             }
         }
-        for p in self.pods.range_mut(s.synced_replicas..).map(|(_, p)| p) {
-            p.terminating = true;
+        let removed: Vec<i32> = self
+            .pods
+            .range(s.synced_replicas..)
+            .filter(|(_, p)| !p.terminating)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in removed {
+            self.check_removal(k);
+            if let Some(p) = self.pods.get_mut(&k) {
+                p.terminating = true;
+            }
         }
     }
 
@@ -602,4 +666,53 @@ fn the_model_catches_a_delete_before_the_pre_hook() {
 fn hook_keys_in_the_model_match_the_machine() {
     let key = hook_key(HookPhase::Pre, 2, "db:2", "p7", 1);
     assert!(key.starts_with(&format!("pre-2-{}-", short_hash(&["db:2", "p7"]))));
+}
+
+#[test]
+fn the_model_catches_two_members_removed_at_once() {
+    let mut world = Cluster::existing(3, None, false);
+    world.apply(&DdbAction::EnsureStatefulSet(super::actions::Shape {
+        image: "db:1".to_owned(),
+        replicas: 1,
+        claim_size: "1Gi".to_owned(),
+    }));
+    world.sts_observes();
+    world.sts_creates_pods();
+    let why = world
+        .invariants(&DdbState::Creating)
+        .err()
+        .unwrap_or_default();
+    assert!(why.contains("also taken down"), "{why}");
+}
+
+#[test]
+fn the_model_catches_a_delete_while_another_pod_is_drained() {
+    let mut world = Cluster::existing(3, Some(0), false);
+    world.edit_spec(&Edit::Image(1));
+    world.apply(&DdbAction::EnsureStatefulSet(super::actions::Shape {
+        image: "db:2".to_owned(),
+        replicas: 3,
+        claim_size: "1Gi".to_owned(),
+    }));
+    let uid = |w: &Cluster, k| w.pods.get(&k).map(|p| p.uid.clone()).unwrap_or_default();
+    let key = hook_key(HookPhase::Pre, 2, "db:2", &uid(&world, 2), 1);
+    world.apply(&DdbAction::RunHook {
+        phase: HookPhase::Pre,
+        ordinal: 2,
+        key,
+        from: "db:1".to_owned(),
+        to: "db:2".to_owned(),
+    });
+    world.step_environment(&Move::JobFinishes(0, true));
+    world.step_environment(&Move::PodFails(0));
+    let pod0 = uid(&world, 0);
+    world.apply(&DdbAction::DeletePod {
+        ordinal: 0,
+        uid: pod0,
+    });
+    let why = world
+        .invariants(&DdbState::Creating)
+        .err()
+        .unwrap_or_default();
+    assert!(why.contains("drained by its pre-hook"), "{why}");
 }

@@ -82,6 +82,7 @@ impl WorldModel<DistributedDb> for Cluster {
                             image: Some(p.image.clone()),
                             ready: p.ready,
                             terminating: p.terminating,
+                            created: None,
                         },
                     )
                 })
@@ -158,7 +159,17 @@ impl WorldModel<DistributedDb> for Cluster {
                     }
                 }
             }
-            DdbAction::RunHook { phase, key, .. } => {
+            DdbAction::RunHook {
+                phase,
+                key,
+                ordinal,
+                ..
+            } => {
+                if *phase == HookPhase::Pre
+                    && !self.jobs.iter().any(|j| j.key.as_ref() == Some(key))
+                {
+                    self.check_drained(*ordinal, "started the pre-hook of");
+                }
                 if phase.of(&self.spec).is_some() {
                     self.add_job(Some(key.clone()), Purpose::Hook);
                 }
@@ -251,14 +262,20 @@ impl WorldModel<DistributedDb> for Cluster {
             }
             Move::SkipHook(n) => self.requests.skip_hook = Some(format!("s{n}")),
             Move::JobFinishes(n, ok) => {
+                let mut succeeded = None;
+                let mut final_done = false;
                 if let Some(j) = self.running_job(n) {
                     j.outcome = if ok {
                         Outcome::Succeeded
                     } else {
                         Outcome::Failed
                     };
-                    let final_done = ok && j.purpose == Purpose::FinalBackup;
-                    self.final_backup_done |= final_done;
+                    final_done = ok && j.purpose == Purpose::FinalBackup;
+                    succeeded = j.key.clone().filter(|_| ok);
+                }
+                self.final_backup_done |= final_done;
+                if let Some(key) = succeeded {
+                    self.hook_succeeded(&key);
                 }
             }
             Move::BackupJobDeleted(n) => {
@@ -272,6 +289,13 @@ impl WorldModel<DistributedDb> for Cluster {
                 if !finished.is_empty() {
                     let uid = finished[usize::from(n) % finished.len()].clone();
                     self.jobs.retain(|j| j.uid != uid);
+                }
+            }
+            Move::PodFails(n) => {
+                if let Some(p) = self.pod_at(n)
+                    && !p.terminating
+                {
+                    p.ready = false;
                 }
             }
             Move::StsDrifts => {
@@ -371,11 +395,16 @@ impl WorldModel<DistributedDb> for Cluster {
             p.stuck = false;
             p.ready = true;
         }
+        let mut succeeded = Vec::new();
         for j in &mut self.jobs {
             if j.outcome == Outcome::Running {
                 j.outcome = Outcome::Succeeded;
                 self.final_backup_done |= j.purpose == Purpose::FinalBackup;
+                succeeded.extend(j.key.clone());
             }
+        }
+        for key in succeeded {
+            self.hook_succeeded(&key);
         }
         // A user who finds a hook out of retries asks for it to run again.
         self.requests.retry_hook = Some("settled".to_owned());

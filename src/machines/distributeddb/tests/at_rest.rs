@@ -44,26 +44,34 @@ fn the_cronjob_follows_the_backup_policy() {
 }
 
 #[test]
-fn a_replicas_change_is_tracked_in_scaling_until_every_new_pod_is_ready() {
+fn a_replicas_change_is_tracked_in_scaling_one_replica_at_a_time() {
     let mut s = spec("db:1");
     s.replicas = 5;
     let d = decide(&s, &ready("db:1"), at_rest("db:1"));
-    let scaling = DdbState::Scaling {
+    let scaling = |replicas| DdbState::Scaling {
         version: "db:1".to_owned(),
         from_replicas: 3,
-        replicas: 5,
+        replicas,
     };
-    assert_eq!(target(&d), Some(&scaling));
-    let d = decide(&s, &scaling, at_rest("db:1"));
-    assert!(matches!(d.actions(), [DdbAction::EnsureStatefulSet(sh)] if sh.replicas == 5));
+    assert_eq!(d.reason(), REPLICAS_CHANGED);
+    assert_eq!(target(&d), Some(&scaling(4)));
+    let d = decide(&s, &scaling(4), at_rest("db:1"));
+    assert!(matches!(d.actions(), [DdbAction::EnsureStatefulSet(sh)] if sh.replicas == 4));
     let mut o = at_rest("db:1");
-    for k in 3..5 {
-        o.pods.insert(k, pod(k, "db:1", true));
+    if let Some(sts) = &mut o.statefulset {
+        sts.replicas = 4;
     }
+    o.pods.insert(3, pod(3, "db:1", false));
+    assert!(target(&decide(&s, &scaling(4), o.clone())).is_none());
+    o.pods.insert(3, pod(3, "db:1", true));
+    let d = decide(&s, &scaling(4), o.clone());
+    assert_eq!(d.reason(), NEXT_REPLICA);
+    assert_eq!(target(&d), Some(&scaling(5)));
+    o.pods.insert(4, pod(4, "db:1", true));
     if let Some(sts) = &mut o.statefulset {
         sts.replicas = 5;
     }
-    let d = decide(&s, &scaling, o);
+    let d = decide(&s, &scaling(5), o);
     assert_eq!(d.reason(), SCALING_COMPLETE);
 }
 

@@ -57,3 +57,27 @@ fn creating_upgrades_ready_pods_left_at_an_earlier_image() {
         matches!(target(&d), Some(DdbState::Upgrading(u)) if u.ordinal == 0 && u.from == "db:1" && u.to == "db:2")
     );
 }
+
+#[test]
+fn an_adopted_statefulset_with_more_replicas_is_scaled_down_one_at_a_time() {
+    // The status was lost (Creating) and spec.replicas is below the live StatefulSet's:
+    // one replica fewer at a time, as in Scaling (the model check found two removed at
+    // once).
+    let mut s = spec("db:1");
+    s.replicas = 1;
+    let d = decide(&s, &DdbState::Creating, at_rest("db:1"));
+    assert!(
+        matches!(d.actions(), [DdbAction::EnsureStatefulSet(sh)] if sh.replicas == 2),
+        "{d:?}"
+    );
+    // Not while a pod is down.
+    let mut o = at_rest("db:1");
+    o.pods.insert(0, pod(0, "db:1", false));
+    let d = decide(&s, &DdbState::Creating, o);
+    assert!(
+        !d.actions()
+            .iter()
+            .any(|a| matches!(a, DdbAction::EnsureStatefulSet(_))),
+        "{d:?}"
+    );
+}

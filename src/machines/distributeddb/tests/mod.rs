@@ -6,6 +6,7 @@ mod backups;
 mod creating;
 mod objects;
 mod records;
+mod scaling;
 mod table;
 mod upgrading;
 
@@ -107,6 +108,7 @@ fn pod(k: i32, image: &str, ready: bool) -> PodView {
         image: Some(image.to_owned()),
         ready,
         terminating: false,
+        created: None,
     }
 }
 
@@ -138,6 +140,22 @@ fn world(observed: Observed) -> World<Observed> {
         entered_at: t(0),
         acks: BTreeMap::new(),
     }
+}
+
+/// Decide with the persisted state entered `secs` seconds ago.
+fn decide_after(
+    spec: &DistributedDBSpec,
+    state: &DdbState,
+    o: Observed,
+    secs: i64,
+) -> Decision<DdbState, DdbAction> {
+    let w = World {
+        entered_at: t(1000 - secs),
+        ..world(o)
+    };
+    let d = DistributedDb::decide(spec, state, &w);
+    assert_declared(state, &d);
+    d
 }
 
 fn decide(
@@ -178,6 +196,7 @@ fn upgrading(to: &str, ordinal: i32, step: UpgradeStep, pod_uid: &str) -> DdbSta
         round_start: 1,
         retry_ack: None,
         skip_ack: None,
+        drained: false,
     })
 }
 

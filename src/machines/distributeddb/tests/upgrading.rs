@@ -46,9 +46,17 @@ fn the_pre_hook_runs_before_the_pod_is_deleted() {
     o.jobs.push(job(&key, Purpose::Hook, succeeded()));
     let d = decide(&s, &state, o);
     assert_eq!(d.reason(), PRE_HOOK_SUCCEEDED);
+    let DdbState::Upgrading(restart) = upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:1"))
+    else {
+        unreachable!("upgrading() makes an Upgrading state")
+    };
+    // The pod is drained now: it is replaced next, whatever else goes down.
     assert_eq!(
         target(&d),
-        Some(&upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:1")))
+        Some(&DdbState::Upgrading(Upgrade {
+            drained: true,
+            ..restart
+        }))
     );
     assert!(
         d.actions().is_empty(),
@@ -287,7 +295,8 @@ fn a_new_image_waits_while_a_pod_is_in_flight() {
             .iter()
             .any(|a| matches!(a, DdbAction::EnsureStatefulSet(s) if s.image == "db:3"))
     );
-    // Once the pod is back (even not Ready at a bad image), the retarget replaces it first.
+    // Once the pod is back and has not become Ready within the readiness window (a bad
+    // image: the retarget is a rollback), the retarget replaces it first.
     o.pods.insert(2, pod(2, "db:2", false));
     let d = decide(&spec("db:3"), &state, o);
     assert!(
@@ -316,4 +325,139 @@ fn a_pod_that_is_down_skips_its_pre_hook() {
     let state = upgrading("db:2", 2, UpgradeStep::PreHook, &uid(2, "db:1"));
     let d = decide(&s, &state, o);
     assert_eq!(d.reason(), PRE_HOOK_SKIPPED);
+}
+
+#[test]
+fn a_replacement_that_does_not_become_ready_is_degraded_after_the_readiness_window() {
+    // Issue 11, bug 3: a pod that never becomes Ready mid-upgrade was reported only as
+    // Progressing until the 15-minute step deadline.
+    let state = upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:1"));
+    let mut o = template_at(at_rest("db:1"), "db:2");
+    o.pods.insert(2, pod(2, "db:2", false));
+    let d = decide_after(&spec("db:2"), &state, o.clone(), 60);
+    assert!(!is_degraded(&d), "{d:?}");
+    assert!(
+        matches!(
+            d,
+            Decision::Stay {
+                wait: crate::engine::Wait::Requeue(_),
+                ..
+            }
+        ),
+        "it looks again when the window ends: {d:?}"
+    );
+    let d = decide_after(&spec("db:2"), &state, o, 1000);
+    assert!(is_degraded(&d), "{d:?}");
+    assert!(target(&d).is_none() && deletes(&d).is_empty());
+    assert!(
+        message(&d).contains("db-2") && message(&d).contains("Ready"),
+        "{}",
+        message(&d)
+    );
+}
+
+#[test]
+fn a_new_image_waits_while_the_replacement_starts_at_the_previous_target() {
+    // Issue 11, bug 4: the retarget was taken as soon as the replacement existed, and the
+    // starting pod was deleted without its pre-hook.
+    let state = upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:1"));
+    let mut o = template_at(at_rest("db:1"), "db:2");
+    o.pods.insert(2, pod(2, "db:2", false));
+    let d = decide_after(&spec("db:3"), &state, o.clone(), 30);
+    assert!(target(&d).is_none(), "{d:?}");
+    assert!(deletes(&d).is_empty());
+    assert!(
+        !d.actions()
+            .iter()
+            .any(|a| matches!(a, DdbAction::EnsureStatefulSet(s) if s.image == "db:3"))
+    );
+    // Once it is Ready, the retarget replaces it from its pre-hook.
+    o.pods.insert(2, pod(2, "db:2", true));
+    let d = decide_after(&spec("db:3"), &state, o, 30);
+    assert_eq!(d.reason(), IMAGE_CHANGED);
+    assert_eq!(
+        target(&d),
+        Some(&upgrading("db:3", 2, UpgradeStep::PreHook, &uid(2, "db:2")))
+    );
+}
+
+#[test]
+fn a_drained_pod_is_not_passed_over_when_another_goes_down() {
+    // Issue 11, bug 5: after pod 2's pre-hook ran, pod 0 went NotReady and was replaced
+    // while pod 2 waited drained: two members out of service.
+    let s = with_hooks(spec("db:2"), 1);
+    let mut o = template_at(at_rest("db:1"), "db:2");
+    let key = hook_key(HookPhase::Pre, 2, "db:2", &uid(2, "db:1"), 1);
+    o.jobs.push(job(&key, Purpose::Hook, succeeded()));
+    let pre = upgrading("db:2", 2, UpgradeStep::PreHook, &uid(2, "db:1"));
+    let d = decide(&s, &pre, o.clone());
+    assert_eq!(d.reason(), PRE_HOOK_SUCCEEDED);
+    let Some(restart) = target(&d).cloned() else {
+        panic!("{d:?}")
+    };
+    o.pods.insert(0, pod(0, "db:1", false));
+    let d = decide(&s, &restart, o);
+    assert!(target(&d).is_none(), "{d:?}");
+    assert!(deletes(&d).is_empty());
+    assert_eq!(d.reason(), WAITING_FOR_PODS);
+    assert!(message(&d).contains("db-0"), "{}", message(&d));
+}
+
+#[test]
+fn a_replan_for_a_pod_that_went_down_names_that_pod() {
+    // Issue 11, bug 5: the history said "db-2 is Ready again" when db-0 had gone down.
+    let state = upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:1"));
+    let mut o = template_at(at_rest("db:1"), "db:2");
+    o.pods.insert(0, pod(0, "db:1", false));
+    let d = decide(&spec("db:2"), &state, o);
+    assert_eq!(d.reason(), REPLANNED);
+    assert!(
+        !message(&d).contains("Ready again") && message(&d).contains("db-0"),
+        "{}",
+        message(&d)
+    );
+}
+
+#[test]
+fn a_new_image_waits_while_the_pod_is_drained() {
+    // A drained pod is in flight: retargeting would drain another pod while it waits.
+    let mut o = template_at(at_rest("db:1"), "db:2");
+    o.pods.insert(2, pod(2, "db:2", true));
+    let DdbState::Upgrading(restart) = upgrading("db:2", 1, UpgradeStep::Restart, &uid(1, "db:1"))
+    else {
+        unreachable!("upgrading() makes an Upgrading state")
+    };
+    let drained = DdbState::Upgrading(Upgrade {
+        drained: true,
+        ..restart
+    });
+    let d = decide_after(&spec("db:3"), &drained, o, 30);
+    assert!(target(&d).is_none(), "{d:?}");
+    assert_eq!(deletes(&d), vec![(1, uid(1, "db:1"))]);
+}
+
+#[test]
+fn a_pod_chosen_while_down_that_is_ready_again_gets_its_pre_hook_first() {
+    // Found by a deeper model-check run: its pre-hook was skipped because it was down;
+    // Ready again in Restart, it was deleted without one.
+    let s = with_hooks(spec("db:2"), 1);
+    let state = upgrading("db:2", 2, UpgradeStep::Restart, &uid(2, "db:1"));
+    let d = decide(&s, &state, template_at(at_rest("db:1"), "db:2"));
+    assert!(deletes(&d).is_empty(), "{d:?}");
+    assert_eq!(d.reason(), REPLANNED);
+    assert_eq!(
+        target(&d),
+        Some(&upgrading("db:2", 2, UpgradeStep::PreHook, &uid(2, "db:1")))
+    );
+}
+
+#[test]
+fn a_new_image_waits_while_the_pre_hook_runs() {
+    let s = with_hooks(spec("db:3"), 1);
+    let mut o = template_at(at_rest("db:1"), "db:2");
+    let key = hook_key(HookPhase::Pre, 2, "db:2", &uid(2, "db:1"), 1);
+    o.jobs.push(job(&key, Purpose::Hook, JobOutcome::Running));
+    let state = upgrading("db:2", 2, UpgradeStep::PreHook, &uid(2, "db:1"));
+    let d = decide(&s, &state, o);
+    assert!(target(&d).is_none(), "{d:?}");
 }

@@ -1,0 +1,104 @@
+//! Scaling: one replica at a time, behind the readiness gate of upgrades.
+
+use super::*;
+
+/// Decide from `state` until Ready, playing the StatefulSet controller (pods added Ready
+/// and removed at once); returns the replicas the StatefulSet was asked for, in order.
+fn scale(spec: &DistributedDBSpec, mut state: DdbState, mut o: Observed) -> Vec<i32> {
+    let mut asked = Vec::new();
+    for _ in 0..20 {
+        let d = decide(spec, &state, o.clone());
+        for a in d.actions() {
+            if let DdbAction::EnsureStatefulSet(shape) = a {
+                asked.push(shape.replicas);
+                if let Some(sts) = &mut o.statefulset {
+                    sts.replicas = shape.replicas;
+                }
+                o.pods.retain(|k, _| *k < shape.replicas);
+                for k in 0..shape.replicas {
+                    o.pods.entry(k).or_insert_with(|| pod(k, "db:1", true));
+                }
+            }
+        }
+        if let Some(to) = target(&d) {
+            state = to.clone();
+        }
+        if matches!(state, DdbState::Ready { replicas, .. } if replicas == spec.replicas) {
+            return asked;
+        }
+    }
+    panic!("no Ready at {} replicas: {state:?}", spec.replicas)
+}
+
+#[test]
+fn scaling_down_removes_one_replica_at_a_time() {
+    // Issue 11, bug 9: 3 -> 1 removed two pods at once (podManagementPolicy Parallel).
+    let mut s = spec("db:1");
+    s.replicas = 1;
+    assert_eq!(scale(&s, ready("db:1"), at_rest("db:1")), vec![2, 1]);
+}
+
+#[test]
+fn scaling_up_adds_one_replica_at_a_time() {
+    let mut s = spec("db:1");
+    s.replicas = 5;
+    assert_eq!(scale(&s, ready("db:1"), at_rest("db:1")), vec![4, 5]);
+}
+
+#[test]
+fn the_next_replica_waits_until_every_pod_is_ready() {
+    let mut s = spec("db:1");
+    s.replicas = 1;
+    // The StatefulSet holds 2 of the way from 3 to 1; pod 0 is not Ready.
+    let state = DdbState::Scaling {
+        version: "db:1".to_owned(),
+        from_replicas: 3,
+        replicas: 2,
+    };
+    let mut o = at_rest("db:1");
+    o.pods.remove(&2);
+    if let Some(sts) = &mut o.statefulset {
+        sts.replicas = 2;
+    }
+    o.pods.insert(0, pod(0, "db:1", false));
+    let d = decide(&s, &state, o.clone());
+    assert!(target(&d).is_none(), "{d:?}");
+    assert!(d.actions().is_empty(), "{d:?}");
+    assert!(message(&d).contains("db-0"), "{}", message(&d));
+    // A pod still going away holds the next step too.
+    o.pods.insert(0, pod(0, "db:1", true));
+    let mut going = pod(2, "db:1", true);
+    going.terminating = true;
+    o.pods.insert(2, going);
+    let d = decide(&s, &state, o.clone());
+    assert!(target(&d).is_none(), "{d:?}");
+    o.pods.remove(&2);
+    let d = decide(&s, &state, o);
+    assert!(
+        matches!(target(&d), Some(DdbState::Scaling { replicas: 1, .. })),
+        "{d:?}"
+    );
+    assert_declared(&state, &d);
+}
+
+#[test]
+fn a_new_replica_that_never_becomes_ready_can_be_scaled_away() {
+    // Scaling 3 -> 4, pod 3 does not start; spec.replicas goes back to 3: the pod that
+    // never served is removed without waiting for it.
+    let s = spec("db:1");
+    let state = DdbState::Scaling {
+        version: "db:1".to_owned(),
+        from_replicas: 3,
+        replicas: 4,
+    };
+    let mut o = at_rest("db:1");
+    if let Some(sts) = &mut o.statefulset {
+        sts.replicas = 4;
+    }
+    o.pods.insert(3, pod(3, "db:1", false));
+    let d = decide(&s, &state, o);
+    assert!(
+        matches!(target(&d), Some(DdbState::Scaling { replicas: 3, .. })),
+        "{d:?}"
+    );
+}
