@@ -5,12 +5,16 @@
 //! - [`smoke`]: the control plane does what the operators rely on.
 //! - [`distributeddb`]: the DistributedDB lifecycle: create, hooked upgrade, crash and
 //!   restart, drift, scaling, backups, final backup, validation.
+//! - [`crash_points`]: fault injection at every write: the DistributedDB lifecycle crashed
+//!   after each of its mutating requests in turn, and with refused writes, stale reads and
+//!   dropped watch events, compared with a fault-free run.
 //! - [`engine_requests`]: the driver's request budget, counted.
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
 //!   the deploy manifests' RBAC.
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
 //!   child process, request counting.
 
+mod crash_points;
 mod distributeddb;
 mod engine_requests;
 mod operability;

@@ -1,0 +1,759 @@
+//! Fault injection at every write (Sieve-style), with [`lockstep::testkit::Faults`].
+//!
+//! One full DistributedDB lifecycle: create → Ready, a hooked upgrade (image change),
+//! an on-demand backup (`lockstep.dev/backup-now`), delete with a final backup. It runs
+//! once without faults, which counts its mutating requests `M`; then once per `k` in
+//! `1..=M` with the operator crashed right after its `k`-th mutating request reached the
+//! server, and a fresh operator (fresh client, fresh caches) started at once to finish
+//! it. Every run is compared with the fault-free one:
+//! - the same transitions, in the same order (as the test's own watch saw them);
+//! - the same objects created (a `201` answer), each exactly once, and the same objects
+//!   deleted, each pod incarnation at most once (a `2xx` answer to a `DELETE`; UIDs from
+//!   the delete's precondition), from both operators' request logs;
+//! - the end state: Ready at the new image with every pod at it, `lastBackup` from the
+//!   on-demand Job, and the object's last version before it vanished records the final
+//!   backup as Succeeded (the finalizer went only after it).
+//!
+//! Three more tests run the same lifecycle with one refused status write, one stale
+//! read, and dropped watch events, and hold it to the same comparison.
+//!
+//! KWOK delays are shortened through pod annotations so that one lifecycle takes
+//! seconds; crash runs go in parallel, each in a namespace of its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use lockstep::driver;
+use lockstep::engine::conditions;
+use lockstep::machines::distributeddb::machine::backup_key;
+use lockstep::machines::distributeddb::{DistributedDB, DistributedDBSpec, DistributedDb};
+use lockstep::testkit::{Faults, Injected, Record, Verb};
+
+use crate::support::{Env, install_crd_of, kube_config, wait_for, wait_gone};
+
+const NAME: &str = "ledger";
+const FROM: &str = "registry.example/db:1";
+const TO: &str = "registry.example/db:2";
+const TOKEN: &str = "first";
+/// Crash runs at once (each is an operator and a namespace; the machine has 2 cores).
+const PARALLEL: usize = 6;
+
+/// KWOK timings for short runs: pods Ready within 0–100 ms, gone 50 ms after a delete,
+/// Job pods complete 100 ms after they run.
+fn quick() -> Value {
+    json!({
+        "lockstep.dev/kwok-ready-delay-ms": "0",
+        "lockstep.dev/kwok-ready-jitter-ms": "100",
+        "lockstep.dev/kwok-delete-delay-ms": "50",
+        "lockstep.dev/kwok-complete-delay-ms": "100",
+    })
+}
+
+fn lifecycle_spec() -> DistributedDBSpec {
+    let hook =
+        |command: &str| json!({"command": [command], "retryLimit": 0, "podAnnotations": quick()});
+    serde_json::from_value(json!({
+        "replicas": 3,
+        "image": FROM,
+        "storage": {"size": "1Gi"},
+        "podAnnotations": quick(),
+        "upgrade": {"preHook": hook("drain"), "postHook": hook("verify")},
+        "backupPolicy": {
+            "schedule": "0 3 * * *",
+            "s3Endpoint": "https://s3.example",
+            "s3CredentialsSecret": "s3",
+            "bucket": "backups",
+            "image": "registry.example/db-backup:1",
+            "podAnnotations": quick(),
+        },
+    }))
+    .expect("a valid DistributedDB spec")
+}
+
+// ------------------------------------------------------------------ the world
+
+/// A namespace with the CRD, the S3 credentials, and a watch on the DistributedDB.
+struct World {
+    env: Env,
+    api: Api<DistributedDB>,
+    config: kube::Config,
+}
+
+impl World {
+    async fn new(prefix: &str) -> Self {
+        let mut env = Env::new(prefix).await;
+        install_crd_of::<DistributedDB>(&env.client).await;
+        env.ns.track::<DistributedDB>();
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "s3"},
+            "stringData": {"accessKey": "e2e-access", "secretKey": "e2e-secret"}
+        }))
+        .expect("a Secret");
+        env.api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create the credentials Secret");
+        let api = env.api();
+        Self {
+            env,
+            api,
+            config: kube_config().await,
+        }
+    }
+
+    fn driver_config(&self) -> driver::Config {
+        driver::Config::namespaced(self.env.namespace())
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The operator under test: started with `faults`' client; when the crash fires it is
+/// aborted at once and a fresh operator (fresh client, recorded by a fresh [`Faults`]
+/// without faults) takes over.
+struct Operators {
+    faulty: Faults,
+    fresh: Arc<Mutex<Option<Faults>>>,
+    crashed_at: Arc<Mutex<Option<Instant>>>,
+    _supervisor: AbortOnDrop,
+}
+
+impl Operators {
+    fn start(world: &World, faults: Faults) -> Self {
+        let fresh: Arc<Mutex<Option<Faults>>> = Arc::default();
+        let crashed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let client = faults
+            .client(world.config.clone())
+            .expect("a faulty client");
+        let first = AbortOnDrop(tokio::spawn(driver::run::<DistributedDb>(
+            client,
+            world.driver_config(),
+        )));
+        let supervisor = {
+            let (faults, fresh, crashed_at) = (faults.clone(), fresh.clone(), crashed_at.clone());
+            let (config, driver_config) = (world.config.clone(), world.driver_config());
+            tokio::spawn(async move {
+                faults.crashed().await;
+                first.0.abort();
+                *crashed_at.lock().expect("the crash time") = Some(Instant::now());
+                // Wait until the aborted operator is really gone.
+                let mut first = first;
+                let _ = (&mut first.0).await;
+                let recorder = Faults::new();
+                let client = recorder.client(config).expect("a fresh client");
+                *fresh.lock().expect("the fresh recorder") = Some(recorder);
+                let _second = AbortOnDrop(tokio::spawn(driver::run::<DistributedDb>(
+                    client,
+                    driver_config,
+                )));
+                std::future::pending::<()>().await;
+            })
+        };
+        Self {
+            faulty: faults,
+            fresh,
+            crashed_at,
+            _supervisor: AbortOnDrop(supervisor),
+        }
+    }
+
+    /// Both operators' requests, in order.
+    fn log(&self) -> Vec<Record> {
+        let mut log = self.faulty.log();
+        if let Some(fresh) = self.fresh.lock().expect("the fresh recorder").as_ref() {
+            log.extend(fresh.log());
+        }
+        log
+    }
+}
+
+// ------------------------------------------------------------------ observing
+
+/// What the test's own watch on the DistributedDB saw.
+#[derive(Default)]
+struct Seen {
+    transitions: Vec<String>,
+    entries: BTreeSet<String>,
+    last: Option<DistributedDB>,
+}
+
+struct Observer {
+    seen: Arc<Mutex<Seen>>,
+    _task: AbortOnDrop,
+}
+
+impl Observer {
+    async fn start(world: &World) -> Self {
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let (listed, ready) = tokio::sync::oneshot::channel();
+        let task = {
+            let seen = seen.clone();
+            let api = world.api.clone();
+            let config = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
+            tokio::spawn(async move {
+                let mut listed = Some(listed);
+                let mut stream = std::pin::pin!(watcher(api, config));
+                while let Some(event) = stream.next().await {
+                    let Ok(event) = event else { continue };
+                    let db = match event {
+                        watcher::Event::InitDone => {
+                            if let Some(tx) = listed.take() {
+                                let _ = tx.send(());
+                            }
+                            continue;
+                        }
+                        watcher::Event::Init => continue,
+                        watcher::Event::Apply(db)
+                        | watcher::Event::InitApply(db)
+                        | watcher::Event::Delete(db) => db,
+                    };
+                    let mut seen = seen.lock().expect("what was seen");
+                    let history = db
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.engine.machine.as_ref())
+                        .and_then(|m| m.get("history"))
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    for entry in history {
+                        let field = |k: &str| {
+                            entry
+                                .get(k)
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_owned()
+                        };
+                        let id = format!(
+                            "{}|{}|{}|{}",
+                            field("from"),
+                            field("to"),
+                            field("reason"),
+                            field("at")
+                        );
+                        if seen.entries.insert(id) {
+                            let t = format!(
+                                "{} → {} ({})",
+                                field("from"),
+                                field("to"),
+                                field("reason")
+                            );
+                            seen.transitions.push(t);
+                        }
+                    }
+                    seen.last = Some(db);
+                }
+            })
+        };
+        let _ = ready.await;
+        Self {
+            seen,
+            _task: AbortOnDrop(task),
+        }
+    }
+}
+
+// ------------------------------------------------------------------ the lifecycle
+
+fn is_ready_at(db: &DistributedDB, image: &str) -> bool {
+    let Some(status) = &db.status else {
+        return false;
+    };
+    status.version.as_deref() == Some(image)
+        && status.engine.phase.as_deref() == Some("Ready")
+        && status.engine.observed_generation == db.metadata.generation
+        && status.ready_replicas == Some(3)
+        && status
+            .engine
+            .condition(conditions::READY)
+            .is_some_and(|c| c.status == conditions::status::TRUE)
+}
+
+async fn ready_at(world: &World, image: &'static str) -> DistributedDB {
+    wait_for(
+        &world.api,
+        NAME,
+        &format!("Ready at {image}"),
+        move |db: Option<&DistributedDB>| db.is_some_and(|db| is_ready_at(db, image)),
+    )
+    .await
+    .expect("the object exists")
+}
+
+/// What one run did, for comparison.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Effects {
+    /// `resource name` (hashes in names replaced by `#`) → how many times created.
+    created: BTreeMap<String, usize>,
+    /// `resource name` → how many incarnations deleted.
+    deleted: BTreeMap<String, usize>,
+    /// `from → to (reason)`, in order.
+    transitions: Vec<String>,
+}
+
+/// Job names carry 8-hex-digit hashes of pod UIDs; they differ between runs.
+fn normalize(name: &str) -> String {
+    name.split('-')
+        .map(|part| {
+            if part.len() == 8 && part.chars().all(|c| c.is_ascii_hexdigit()) {
+                "#"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+fn effects(log: &[Record], transitions: Vec<String>) -> Effects {
+    let mut created = BTreeMap::new();
+    let mut deleted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for record in log.iter().filter(|r| r.took_effect()) {
+        let request = &record.request;
+        if request.resource == "events" || request.subresource.is_some() {
+            continue;
+        }
+        let key = format!(
+            "{} {}",
+            request.resource,
+            normalize(record.object.as_deref().unwrap_or("?"))
+        );
+        if record.server_status() == Some(201) {
+            *created.entry(key.clone()).or_insert(0) += 1;
+        }
+        if request.verb == Verb::Delete {
+            let incarnation = record
+                .uid_precondition
+                .clone()
+                .unwrap_or_else(|| format!("request {}", record.seq));
+            deleted.entry(key).or_default().insert(incarnation);
+        }
+    }
+    Effects {
+        created,
+        deleted: deleted.into_iter().map(|(k, v)| (k, v.len())).collect(),
+        transitions,
+    }
+}
+
+/// What a run must show whatever the faults: each step once, in the protocol's order.
+fn check_protocol(effects: &Effects, last: Option<&DistributedDB>) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for (key, n) in effects.created.iter().chain(&effects.deleted) {
+        if *n != 1 {
+            problems.push(format!("{key}: {n} times"));
+        }
+    }
+    for ordinal in 0..3 {
+        for key in [format!("pods {NAME}-{ordinal}")] {
+            if effects.deleted.get(&key) != Some(&1) {
+                problems.push(format!("{key} not deleted exactly once"));
+            }
+        }
+        for hook in ["pre", "post"] {
+            let key = format!("jobs {NAME}-{hook}-{ordinal}-#-1");
+            if effects.created.get(&key) != Some(&1) {
+                problems.push(format!("{key} not created exactly once"));
+            }
+        }
+    }
+    let on_demand = format!("jobs {NAME}-{}", normalize(&backup_key(TOKEN)));
+    let final_backup = format!("jobs {NAME}-final-backup-1");
+    for key in [on_demand, final_backup] {
+        if effects.created.get(&key) != Some(&1) {
+            problems.push(format!("{key} not created exactly once"));
+        }
+    }
+    let last_backup = last
+        .and_then(|db| db.status.as_ref())
+        .and_then(|s| s.last_backup.as_ref());
+    if !last_backup
+        .is_some_and(|b| b.job == format!("{NAME}-final-backup-1") && b.outcome == "Succeeded")
+    {
+        problems.push(format!(
+            "the last version before the object vanished has lastBackup {last_backup:?}, not the succeeded final backup"
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Drive one lifecycle with `faults` on the operator's client (and a restart if they
+/// crash it). Returns what it did, and the object's last version.
+async fn lifecycle(world: &World, faults: Faults) -> (Effects, Option<DistributedDB>, Operators) {
+    let observer = Observer::start(world).await;
+    let operators = Operators::start(world, faults);
+
+    let created = world
+        .api
+        .create(
+            &PostParams::default(),
+            &DistributedDB::new(NAME, lifecycle_spec()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create {NAME}: {e}"));
+    ready_at(world, FROM).await;
+
+    world
+        .api
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"image": TO}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("upgrade {NAME}: {e}"));
+    ready_at(world, TO).await;
+    let pods: Api<Pod> = world.env.api();
+    for ordinal in 0..3 {
+        let pod = pods
+            .get(&format!("{NAME}-{ordinal}"))
+            .await
+            .unwrap_or_else(|e| panic!("pod {ordinal}: {e}"));
+        let image = pod
+            .spec
+            .and_then(|s| s.containers.first().and_then(|c| c.image.clone()));
+        assert_eq!(
+            image.as_deref(),
+            Some(TO),
+            "{NAME}-{ordinal} runs the new image"
+        );
+    }
+
+    world
+        .api
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"lockstep.dev/backup-now": TOKEN}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("annotate {NAME}: {e}"));
+    let job = format!("{NAME}-{}", backup_key(TOKEN));
+    wait_for(
+        &world.api,
+        NAME,
+        "lastBackup from the on-demand Job, at rest",
+        move |db: Option<&DistributedDB>| {
+            db.is_some_and(|db| {
+                is_ready_at(db, TO)
+                    && db
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.last_backup.as_ref())
+                        .is_some_and(|b| b.job == job && b.outcome == "Succeeded")
+            })
+        },
+    )
+    .await;
+
+    world
+        .api
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete {NAME}: {e}"));
+    wait_gone(
+        &world.api,
+        NAME,
+        &created.uid().unwrap_or_default(),
+        "the DistributedDB to be gone",
+    )
+    .await;
+
+    let (transitions, last) = {
+        let seen = observer.seen.lock().expect("what was seen");
+        (seen.transitions.clone(), seen.last.clone())
+    };
+    (effects(&operators.log(), transitions), last, operators)
+}
+
+/// The fault-free run, made once per test binary and shared by the tests.
+static REFERENCE: tokio::sync::OnceCell<(Effects, Vec<Record>)> =
+    tokio::sync::OnceCell::const_new();
+
+/// The fault-free run's effects and mutating requests.
+async fn reference() -> (Effects, Vec<Record>) {
+    REFERENCE.get_or_init(fault_free).await.clone()
+}
+
+/// The fault-free run: its effects (checked against the protocol) and its mutating
+/// requests.
+async fn fault_free() -> (Effects, Vec<Record>) {
+    let world = World::new("crash-ref").await;
+    let faults = Faults::new();
+    let started = Instant::now();
+    let (effects, last, operators) = lifecycle(&world, faults.clone()).await;
+    drop(operators);
+    eprintln!(
+        "fault-free lifecycle: {:?}, {} requests, {} mutating; transitions: {:#?}",
+        started.elapsed(),
+        faults.log().len(),
+        faults.mutating().len(),
+        effects.transitions
+    );
+    if let Err(problems) = check_protocol(&effects, last.as_ref()) {
+        panic!("the fault-free run broke the protocol: {problems}\n{effects:#?}");
+    }
+    world.env.finish().await;
+    (effects, faults.mutating())
+}
+
+/// Compare a faulty run with the fault-free one.
+fn compare(run: &Effects, reference: &Effects, last: Option<&DistributedDB>) -> Result<(), String> {
+    let mut problems = Vec::new();
+    if let Err(p) = check_protocol(run, last) {
+        problems.push(p);
+    }
+    if run.created != reference.created {
+        problems.push(format!(
+            "created {:?}, fault-free {:?}",
+            run.created, reference.created
+        ));
+    }
+    if run.deleted != reference.deleted {
+        problems.push(format!(
+            "deleted {:?}, fault-free {:?}",
+            run.deleted, reference.deleted
+        ));
+    }
+    if run.transitions != reference.transitions {
+        problems.push(format!(
+            "transitions {:#?}, fault-free {:#?}",
+            run.transitions, reference.transitions
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+// ------------------------------------------------------------------ the tests
+
+/// One crash run's report.
+struct CrashRun {
+    k: usize,
+    request: String,
+    took: Duration,
+    verdict: Result<(), String>,
+}
+
+async fn crash_run(k: usize, reference: Arc<Effects>) -> CrashRun {
+    let world = World::new(&format!("crash-{k}")).await;
+    let faults = Faults::new();
+    faults.crash_after(k);
+    let started = Instant::now();
+    let (effects, last, operators) = lifecycle(&world, faults.clone()).await;
+    let took = started.elapsed();
+    let crashed = faults.injected().into_iter().find_map(|i| match i {
+        Injected::Crash { request, .. } => Some(request),
+        _ => None,
+    });
+    let blocked = operators.crashed_at.lock().expect("crash time").is_some();
+    drop(operators);
+    world.env.finish().await;
+    let verdict = match crashed {
+        Some(_) if blocked => compare(&effects, &reference, last.as_ref()),
+        _ => Err(format!(
+            "the crash after mutating request {k} never fired (the run made {} mutating requests)",
+            faults.mutating().len()
+        )),
+    };
+    CrashRun {
+        k,
+        request: crashed.unwrap_or_default(),
+        took,
+        verdict,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_any_mutating_request_of_the_lifecycle_changes_nothing_but_timing() {
+    let started = Instant::now();
+    let (reference, mutating) = reference().await;
+    let m = mutating.len();
+    assert!(m > 0, "the lifecycle made mutating requests");
+    let reference = Arc::new(reference);
+    let mut runs: Vec<CrashRun> = futures::stream::iter(1..=m)
+        .map(|k| {
+            let reference = reference.clone();
+            async move {
+                match tokio::spawn(crash_run(k, reference)).await {
+                    Ok(run) => run,
+                    Err(e) => {
+                        let why = e
+                            .try_into_panic()
+                            .ok()
+                            .and_then(|p| {
+                                p.downcast_ref::<String>()
+                                    .cloned()
+                                    .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                            })
+                            .unwrap_or_else(|| "cancelled".to_owned());
+                        CrashRun {
+                            k,
+                            request: String::new(),
+                            took: Duration::ZERO,
+                            verdict: Err(format!("panicked: {why}")),
+                        }
+                    }
+                }
+            }
+        })
+        .buffer_unordered(PARALLEL)
+        .collect()
+        .await;
+    runs.sort_by_key(|r| r.k);
+    let mut failed = Vec::new();
+    for run in &runs {
+        let expected = mutating
+            .get(run.k - 1)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        eprintln!(
+            "k={:>3} {:>6.1?} crashed after {} (fault-free #{}: {}) {}",
+            run.k,
+            run.took,
+            run.request,
+            run.k,
+            expected,
+            if run.verdict.is_ok() { "ok" } else { "FAILED" }
+        );
+        if let Err(problems) = &run.verdict {
+            failed.push(format!("k={}: after {}: {problems}", run.k, run.request));
+        }
+    }
+    eprintln!(
+        "{} crash points covered out of {m} mutating requests, in {:?}",
+        runs.iter().filter(|r| r.verdict.is_ok()).count(),
+        started.elapsed()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} crash points failed:\n{}",
+        failed.len(),
+        failed.join("\n\n")
+    );
+}
+
+/// Run the lifecycle with `faults` (no crash) and hold it to the fault-free run.
+async fn faulty_lifecycle(prefix: &str, faults: Faults) -> Vec<Injected> {
+    let (reference, _) = reference().await;
+    let world = World::new(prefix).await;
+    let (effects, last, operators) = lifecycle(&world, faults.clone()).await;
+    drop(operators);
+    world.env.finish().await;
+    let injected = faults.injected();
+    if let Err(problems) = compare(&effects, &reference, last.as_ref()) {
+        panic!("with {injected:#?}:\n{problems}");
+    }
+    injected
+}
+
+/// The reason of the newest history entry a status write carries (the transition it
+/// persists), if it carries the history.
+fn newest_reason(body: &Value) -> Option<&str> {
+    body.pointer("/status/machine/history")?
+        .as_array()?
+        .last()?
+        .get("reason")?
+        .as_str()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_status_write_is_redecided_and_changes_nothing() {
+    let faults = Faults::new();
+    // The write that moves pod 1 from its pre-hook to its restart (500), and the write
+    // that records the on-demand backup's success (409).
+    faults.refuse_once(500, |request, body| {
+        request.is_status_write()
+            && body.is_some_and(|b| {
+                newest_reason(b) == Some("PreHookSucceeded")
+                    && b.pointer("/status/step").and_then(Value::as_str) == Some("1/Restart")
+            })
+    });
+    faults.refuse_once(409, |request, body| {
+        request.is_status_write()
+            && body.is_some_and(|b| newest_reason(b) == Some("BackupSucceeded"))
+    });
+    let injected = faulty_lifecycle("refused", faults).await;
+    let refused = injected
+        .iter()
+        .filter(|i| matches!(i, Injected::Refused { .. }))
+        .count();
+    assert_eq!(refused, 2, "both refusals happened: {injected:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_read_of_the_distributeddb_mid_upgrade_changes_nothing() {
+    let faults = Faults::new();
+    // When pod 1 reaches its post-hook, the operator's cache goes back one version (pod 1
+    // restarting, with the UID of the pod it deleted) for two seconds.
+    faults.stale_read("distributeddbs", 1, Duration::from_secs(2), |_, event| {
+        event.object.pointer("/status/step").and_then(Value::as_str) == Some("1/PostHook")
+    });
+    let injected = faulty_lifecycle("stale", faults).await;
+    assert!(
+        injected.iter().any(|i| matches!(i, Injected::Stale { .. })),
+        "a stale version was served: {injected:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watch_events_of_pods_and_jobs_change_nothing() {
+    let faults = Faults::new();
+    // The operator never sees a pod that is not Ready (only its deletion), nor a Job
+    // that has not finished.
+    faults.drop_watch_events(|request, event| {
+        if event.event_type == "DELETED" {
+            return false;
+        }
+        match request.resource.as_str() {
+            "pods" => !event
+                .object
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                }),
+            "jobs" => !event
+                .object
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True"
+                    })
+                }),
+            _ => false,
+        }
+    });
+    let injected = faulty_lifecycle("dropped", faults).await;
+    let dropped = injected
+        .iter()
+        .filter(|i| matches!(i, Injected::Dropped { .. }))
+        .count();
+    assert!(dropped > 0, "events were dropped: {injected:#?}");
+    eprintln!("dropped {dropped} watch events");
+}
