@@ -178,6 +178,8 @@ pub enum Injected {
         served: String,
         /// The newest resourceVersion seen before.
         current: String,
+        /// The object replayed.
+        object: Value,
     },
     /// The newest version was re-delivered after a stale replay.
     Healed {
@@ -188,6 +190,30 @@ pub enum Injected {
         /// The resourceVersion re-delivered.
         resource_version: String,
     },
+}
+
+impl fmt::Display for Injected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Injected::Crash { after, request } => {
+                write!(f, "crash after mutating request {after}: {request}")
+            }
+            Injected::Refused { request, code } => write!(f, "refused with {code}: {request}"),
+            Injected::Dropped { watch, event } => write!(f, "dropped from {watch}: {event}"),
+            Injected::Stale {
+                watch,
+                name,
+                served,
+                current,
+                ..
+            } => write!(f, "stale read on {watch}: {name}@{served} after @{current}"),
+            Injected::Healed {
+                watch,
+                name,
+                resource_version,
+            } => write!(f, "healed on {watch}: {name}@{resource_version}"),
+        }
+    }
 }
 
 /// When a crash after the `k`-th mutating request fires, and what may leave before.
@@ -461,6 +487,7 @@ impl State {
                 name: name.clone(),
                 served: old.resource_version().unwrap_or_default().to_owned(),
                 current: event.resource_version().unwrap_or_default().to_owned(),
+                object: old.object.clone(),
             });
             out.push(replay.to_line());
             heals.push((rule.hold, key.clone()));
