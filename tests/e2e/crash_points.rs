@@ -201,6 +201,7 @@ struct Observer {
     seen: Arc<Mutex<Seen>>,
     _task: AbortOnDrop,
     _pods: AbortOnDrop,
+    _events: AbortOnDrop,
 }
 
 impl Observer {
@@ -319,11 +320,48 @@ impl Observer {
                 }
             })
         };
+        // Events about the pods and the StatefulSet (who deleted what), for failure
+        // reports.
+        let events = {
+            let seen = seen.clone();
+            let api: Api<k8s_openapi::api::core::v1::Event> = world.env.api();
+            tokio::spawn(async move {
+                let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()));
+                while let Some(event) = stream.next().await {
+                    let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event else {
+                        continue;
+                    };
+                    let about = e.involved_object.name.clone().unwrap_or_default();
+                    if e.involved_object.kind.as_deref() == Some("DistributedDB") {
+                        continue;
+                    }
+                    let from = e
+                        .reporting_component
+                        .clone()
+                        .filter(|c| !c.is_empty())
+                        .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
+                        .unwrap_or_default();
+                    let at = e
+                        .last_timestamp
+                        .as_ref()
+                        .map(|t| t.0.to_string())
+                        .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()))
+                        .unwrap_or_default();
+                    let line = format!(
+                        "event {at} {about} {} {} ({from})",
+                        e.reason.unwrap_or_default(),
+                        e.message.unwrap_or_default()
+                    );
+                    seen.lock().expect("what was seen").pods.push(line);
+                }
+            })
+        };
         let _ = ready.await;
         Self {
             seen,
             _task: AbortOnDrop(task),
             _pods: AbortOnDrop(pods),
+            _events: AbortOnDrop(events),
         }
     }
 }
