@@ -131,14 +131,15 @@ impl Drop for AbortOnDrop {
 struct Operators {
     faulty: Faults,
     fresh: Arc<Mutex<Option<Faults>>>,
-    crashed_at: Arc<Mutex<Option<Instant>>>,
+    /// Becomes true once the crashed operator is gone and the fresh one started.
+    restarted: tokio::sync::watch::Receiver<bool>,
     _supervisor: AbortOnDrop,
 }
 
 impl Operators {
     fn start(world: &World, faults: Faults) -> Self {
         let fresh: Arc<Mutex<Option<Faults>>> = Arc::default();
-        let crashed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let (restart, restarted) = tokio::sync::watch::channel(false);
         let client = faults
             .client(world.config.clone())
             .expect("a faulty client");
@@ -147,12 +148,11 @@ impl Operators {
             world.driver_config(),
         )));
         let supervisor = {
-            let (faults, fresh, crashed_at) = (faults.clone(), fresh.clone(), crashed_at.clone());
+            let (faults, fresh) = (faults.clone(), fresh.clone());
             let (config, driver_config) = (world.config.clone(), world.driver_config());
             tokio::spawn(async move {
                 faults.crashed().await;
                 first.0.abort();
-                *crashed_at.lock().expect("the crash time") = Some(Instant::now());
                 // Wait until the aborted operator is really gone.
                 let mut first = first;
                 let _ = (&mut first.0).await;
@@ -163,15 +163,26 @@ impl Operators {
                     client,
                     driver_config,
                 )));
+                let _ = restart.send(true);
                 std::future::pending::<()>().await;
             })
         };
         Self {
             faulty: faults,
             fresh,
-            crashed_at,
+            restarted,
             _supervisor: AbortOnDrop(supervisor),
         }
+    }
+
+    /// Whether a fresh operator took over, waiting a little for it (a crash after the
+    /// very last request can end the lifecycle before the supervisor ran).
+    async fn restarted(&self) -> bool {
+        let mut restarted = self.restarted.clone();
+        matches!(
+            tokio::time::timeout(Duration::from_secs(10), restarted.wait_for(|r| *r)).await,
+            Ok(Ok(_))
+        )
     }
 
     /// Both operators' requests, in order.
@@ -756,7 +767,7 @@ async fn crash_run(k: usize, reference: Arc<Effects>) -> CrashRun {
         Injected::Crash { request, .. } => Some(request),
         _ => None,
     });
-    let restarted = operators.crashed_at.lock().expect("crash time").is_some();
+    let restarted = fired.is_none() || operators.restarted().await;
     drop(operators);
     world.env.finish().await;
     let disturbed = effects.foreign.clone();
@@ -842,6 +853,7 @@ async fn a_crash_after_any_mutating_request_of_the_lifecycle_changes_nothing_but
         if unfired.is_empty() {
             break;
         }
+        eprintln!("running again (ended before their k, or disturbed): {unfired:?}");
         let again = crash_runs(unfired, reference.clone()).await;
         for run in again {
             let disturbed_before = runs.iter().any(|r| r.k == run.k && !r.disturbed.is_empty());
