@@ -844,7 +844,7 @@ async fn a_crash_after_any_mutating_request_of_the_lifecycle_changes_nothing_but
     // patched into a series, a status write more or less while pods become Ready): a `k`
     // near the end may lie past the end of its run. Try those again, and the runs where
     // someone other than the operators deleted a pod (see `foreign_deletions`).
-    for _ in 0..2 {
+    for _ in 0..4 {
         let unfired: Vec<usize> = runs
             .iter()
             .filter(|r| (r.fired.is_none() || !r.disturbed.is_empty()) && r.verdict.is_ok())
@@ -958,7 +958,7 @@ async fn faulty_lifecycle(
         let (effects, last, operators) = lifecycle(&world, faults.clone()).await;
         drop(operators);
         world.env.finish().await;
-        if effects.foreign.is_empty() || tries == 3 {
+        if effects.foreign.is_empty() || tries == 5 {
             break (faults, effects, last);
         }
         eprintln!(
@@ -968,7 +968,7 @@ async fn faulty_lifecycle(
     };
     assert!(
         effects.foreign.is_empty(),
-        "pods deleted by someone other than the operator in 3 tries: {:?}",
+        "pods deleted by someone other than the operator in 5 tries: {:?}",
         effects.foreign
     );
     let injected = faults.injected();
