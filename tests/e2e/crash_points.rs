@@ -853,7 +853,15 @@ async fn a_crash_after_any_mutating_request_of_the_lifecycle_changes_nothing_but
         if unfired.is_empty() {
             break;
         }
-        eprintln!("running again (ended before their k, or disturbed): {unfired:?}");
+        let (disturbed, ended): (Vec<&CrashRun>, Vec<&CrashRun>) = runs
+            .iter()
+            .filter(|r| unfired.contains(&r.k))
+            .partition(|r| !r.disturbed.is_empty());
+        eprintln!(
+            "running again: ended before their k {:?}; disturbed by a foreign pod deletion {:?}",
+            ended.iter().map(|r| (r.k, r.made)).collect::<Vec<_>>(),
+            disturbed.iter().map(|r| r.k).collect::<Vec<_>>()
+        );
         let again = crash_runs(unfired, reference.clone()).await;
         for run in again {
             let disturbed_before = runs.iter().any(|r| r.k == run.k && !r.disturbed.is_empty());
