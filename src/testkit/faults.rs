@@ -23,6 +23,8 @@
 //!   every new request fails without being sent ([`Outcome::Blocked`]), every open
 //!   response body (watches included) fails at its next read, and responses of requests
 //!   still in flight are swallowed. A mutating request numbered above `k` is never sent.
+//!   [`Faults::crash_after_nth`] names the request by what it does instead (the `n`-th
+//!   mutating request a predicate matches), with the same guarantees.
 //! - A refusal ([`Faults::refuse_once`], [`Faults::refuse_status_write`]) answers one
 //!   matching request with a synthesized `Status` error of the given code without
 //!   forwarding it.
@@ -309,9 +311,16 @@ type ObjectKey = (String, Option<String>, String);
 /// How many versions of each object are kept for stale reads.
 const VERSIONS_KEPT: usize = 16;
 
+/// Crash after the `n`-th mutating request that matches.
+struct CrashOnMatch {
+    left: usize,
+    matches: RequestPredicate,
+}
+
 #[derive(Default)]
 struct State {
     plan: CrashPlan,
+    crash_on: Option<CrashOnMatch>,
     log: Vec<Record>,
     refusals: Vec<Refusal>,
     drops: Vec<DropRule>,
@@ -373,6 +382,17 @@ impl State {
             match self.plan.admit(record.request.is_mutating()) {
                 Admit::Send(mutating) => {
                     record.mutating_seq = mutating;
+                    if let (Some(n), Some(on)) = (mutating, self.crash_on.as_mut())
+                        && (on.matches)(&record.request, body)
+                    {
+                        on.left = on.left.saturating_sub(1);
+                        if on.left == 0 {
+                            // This is the request to crash after: nothing numbered
+                            // above it may leave.
+                            self.plan.after = Some(n);
+                            self.crash_on = None;
+                        }
+                    }
                     Admission::Send {
                         index: seq - 1,
                         mutating,
@@ -570,6 +590,25 @@ impl Faults {
             let sent = state.plan.sent();
             state.plan = CrashPlan::after(k);
             state.plan.sent = sent;
+        }
+    }
+
+    /// Crash right after the `n`-th mutating request (from 1) that `matches` is answered
+    /// by the server: a crash point named by what the request does rather than by its
+    /// position, which shifts when a run makes a request more or less than another.
+    /// Replaces an earlier plan; has no effect once crashed.
+    pub fn crash_after_nth(
+        &self,
+        n: usize,
+        matches: impl FnMut(&RequestInfo, Option<&Value>) -> bool + Send + 'static,
+    ) {
+        let mut state = self.lock();
+        if !state.plan.crashed() {
+            state.plan.after = None;
+            state.crash_on = Some(CrashOnMatch {
+                left: n.max(1),
+                matches: Box::new(matches),
+            });
         }
     }
 
@@ -997,6 +1036,46 @@ mod tests {
         assert_eq!(plan.admit(false), Admit::Block);
         assert_eq!(plan.admit(true), Admit::Block);
         assert_eq!(plan.sent(), 2);
+    }
+
+    #[test]
+    fn a_crash_named_by_what_the_request_does_fires_after_its_nth_occurrence() {
+        let faults = Faults::new();
+        faults.crash_after_nth(2, |request, _| {
+            request.resource == "pods" && request.verb == crate::testkit::Verb::Delete
+        });
+        let mut state = faults.lock();
+        let delete = || request(Method::DELETE, "/api/v1/namespaces/ns/pods/db-2");
+        let status = || request(Method::PATCH, &format!("{DDB}/orders/status"));
+        assert!(matches!(
+            state.admit(delete(), None),
+            Admission::Send {
+                mutating: Some(1),
+                ..
+            }
+        ));
+        assert!(matches!(
+            state.admit(status(), None),
+            Admission::Send {
+                mutating: Some(2),
+                ..
+            }
+        ));
+        assert!(matches!(
+            state.admit(delete(), None),
+            Admission::Send {
+                index: 2,
+                mutating: Some(3)
+            }
+        ));
+        // The crash is due after request 3: nothing mutating leaves any more.
+        assert!(matches!(state.admit(status(), None), Admission::Block));
+        assert_eq!(state.answered(0, Some(1), 200), (true, false));
+        assert_eq!(state.answered(2, Some(3), 200), (false, true));
+        assert!(matches!(
+            state.admit(request(Method::GET, "/api/v1/namespaces/ns/pods"), None),
+            Admission::Block
+        ));
     }
 
     #[test]
