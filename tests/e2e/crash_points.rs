@@ -44,7 +44,7 @@ use tokio::task::JoinHandle;
 
 use lockstep::driver;
 use lockstep::engine::conditions;
-use lockstep::machines::distributeddb::machine::backup_key;
+use lockstep::machines::common::on_demand::key as backup_key;
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDBSpec, DistributedDb};
 use lockstep::testkit::{Faults, Injected, Record, RequestInfo, Verb};
 
