@@ -7,9 +7,11 @@
 //! - `machines`: the DistributedDB and PostgresCluster machines.
 //! - `ops`: running it in production: `lockstep run`, leader election, metrics, health,
 //!   logs, and `lockstep narrate`.
+//! - [`testkit`]: fault injection at every request, for testing machines end to end.
 #![deny(missing_docs)]
 
 pub mod driver;
 pub mod engine;
 pub mod machines;
 pub mod ops;
+pub mod testkit;

@@ -6,6 +6,9 @@
 //! - [`distributeddb`]: the DistributedDB lifecycle: create, hooked upgrade, crash and
 //!   restart, drift, scaling, backups, final backup, validation.
 //! - [`budget`]: one DistributedDB lifecycle's requests, counted by verb and resource.
+//! - [`crash_points`]: fault injection at every write: the DistributedDB lifecycle crashed
+//!   after each of its mutating requests in turn, and with refused writes, stale reads and
+//!   dropped watch events, compared with a fault-free run.
 //! - [`engine_requests`]: the driver's request budget, counted.
 //! - [`hardening`]: regressions from fault testing (refused requests, wiped status,
 //!   authority to act).
@@ -15,6 +18,7 @@
 //!   child process, request counting.
 
 mod budget;
+mod crash_points;
 mod distributeddb;
 mod engine_requests;
 mod hardening;
