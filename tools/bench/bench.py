@@ -483,10 +483,23 @@ class Phases:
             "reconciles": reconciles(m),
         }
 
-    def end(self, name: str, start: dict, complete: bool, detail: str = "", cpu_from_zero: bool = False) -> dict:
+    def end(
+        self,
+        name: str,
+        start: dict,
+        complete: bool,
+        detail: str = "",
+        cpu_from_zero: bool = False,
+        done_at: Optional[float] = None,
+    ) -> dict:
+        """Close a phase that was done at `done_at` (default: now). Before the counters
+        are read the operator is let settle (no request and no reconcile for 1 s, at most
+        15 s), so that the Event and metric of the last transition are counted in the
+        phase that caused them; the settling is not in the phase's time."""
+        seconds = (done_at or time.monotonic()) - start["t"]
+        wait_quiet(self.operator, self.proxy, 0, 15.0, quiet=1.0)
         pid = self.operator.pid
         m = self.operator.metrics()
-        seconds = time.monotonic() - start["t"]
         cpu = cpu_seconds(pid) - (0.0 if cpu_from_zero else start["cpu"])
         rss_end = status_kib(pid, "VmRSS") if pid else None
         peak = max(self.sampler.take_peak(), rss_end or 0)
@@ -523,9 +536,12 @@ class Phases:
         return result
 
 
-def wait_quiet(operator: Operator, proxy: CountingProxy, need: int, timeout: float, quiet: float = 3.0) -> bool:
-    """After a restart: until every object has been reconciled at least once (`need`
-    reconciles) and then neither reconciles nor requests moved for `quiet` seconds."""
+def wait_quiet(
+    operator: Operator, proxy: CountingProxy, need: int, timeout: float, quiet: float = 3.0
+) -> tuple[bool, float]:
+    """Until the operator has run at least `need` reconciles (after a restart: every
+    object once) and then neither reconciles nor requests moved for `quiet` seconds.
+    Returns whether that happened in time, and when they last moved."""
     deadline = time.monotonic() + timeout
     last = None
     since = time.monotonic()
@@ -535,9 +551,9 @@ def wait_quiet(operator: Operator, proxy: CountingProxy, need: int, timeout: flo
         if now != last:
             last, since = now, time.monotonic()
         elif now[0] >= need and time.monotonic() - since >= quiet:
-            return True
-        time.sleep(0.5)
-    return False
+            return True, since
+        time.sleep(0.25)
+    return False, since
 
 
 def scale_run(args, n: int, out_dir: str) -> dict:
@@ -572,8 +588,9 @@ def scale_run(args, n: int, out_dir: str) -> dict:
         start = phases.begin()
         list(pool.map(lambda nm: api.request("POST", DDB_PATH, ddb(nm, IMAGE_FROM)), names))
         ok = ddbs.wait(lambda items: count(items, ready_at(IMAGE_FROM)) >= n, deadline)
+        done_at = time.monotonic()
         ready = count(ddbs.snapshot(), ready_at(IMAGE_FROM))
-        phases.end("create", start, ok, f"{ready}/{n} Ready")
+        phases.end("create", start, ok, f"{ready}/{n} Ready", done_at=done_at)
 
         # ---- idle
         start = phases.begin()
@@ -586,8 +603,11 @@ def scale_run(args, n: int, out_dir: str) -> dict:
         start = phases.begin()
         operator.start()
         sampler.pid = operator.pid
-        ok = wait_quiet(operator, proxy, n, deadline)
-        phases.end("resync (restart)", start, ok, "" if ok else "reconciles did not settle", cpu_from_zero=True)
+        ok, last = wait_quiet(operator, proxy, n, deadline)
+        phases.end(
+            "resync (restart)", start, ok, "" if ok else "reconciles did not settle",
+            cpu_from_zero=True, done_at=last,
+        )
 
         # ---- upgrade
         start = phases.begin()
@@ -601,15 +621,17 @@ def scale_run(args, n: int, out_dir: str) -> dict:
             )
         )
         ok = ddbs.wait(lambda items: count(items, ready_at(IMAGE_TO)) >= n, deadline)
+        done_at = time.monotonic()
         done = count(ddbs.snapshot(), ready_at(IMAGE_TO))
-        phases.end("upgrade", start, ok, f"{done}/{n} upgraded")
+        phases.end("upgrade", start, ok, f"{done}/{n} upgraded", done_at=done_at)
 
         # ---- delete
         start = phases.begin()
         list(pool.map(lambda nm: api.request("DELETE", f"{DDB_PATH}/{nm}", ok=(200, 202, 404)), names))
         ok = ddbs.wait(lambda items: not items, deadline)
+        done_at = time.monotonic()
         left = len(ddbs.snapshot())
-        phases.end("delete", start, ok, f"{left} left")
+        phases.end("delete", start, ok, f"{left} left", done_at=done_at)
         ddbs.stop()
         pool.shutdown()
         return {"n": n, "nodes": nodes, "phases": phases.results}
@@ -706,7 +728,7 @@ def print_report(report: dict) -> None:
             print("  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))), file=out)
         print("  requests (verb resource: count), per phase:", file=out)
         for p in run["phases"]:
-            print(f"    {p['phase']}: {top_requests(p['requests'], 8) or 'none'}", file=out)
+            print(f"    {p['phase']}: {top_requests(p['requests'], 40) or 'none'}", file=out)
             if p["request_errors"]:
                 print(f"      errors: {p['request_errors']}", file=out)
     crit = report.get("micro")
