@@ -477,6 +477,7 @@ class Phases:
             "t": time.monotonic(),
             "cpu": cpu_seconds(self.operator.pid),
             "api_cpu": cpu_seconds(self.cluster.pid("apiserver")),
+            "harness_cpu": cpu_seconds(os.getpid()),
             "requests": self.proxy.snapshot(),
             "errors": self.proxy.error_snapshot(),
             "transitions": transitions(m),
@@ -522,6 +523,8 @@ class Phases:
             "cpu_ms_per_transition": round(1000 * cpu / trans, 2) if trans else None,
             "reconciles": int(recs),
             "apiserver_cpu_s": round(cpu_seconds(self.cluster.pid("apiserver")) - start["api_cpu"], 2),
+            # This script: the counting proxy, the watches, the clients.
+            "harness_cpu_s": round(cpu_seconds(os.getpid()) - start["harness_cpu"], 2),
             "requests": {f"{v} {r}": c for (v, r), c in sorted(reqs.items())},
             "request_errors": {f"{v} {r} {s}": c for (v, r, s), c in sorted(errs.items())},
             "writes": writes,
@@ -714,7 +717,7 @@ def print_report(report: dict) -> None:
         n = run["n"]
         print(f"\nN = {n} DistributedDBs x 3 pods, {run['nodes']} KWOK nodes", file=out)
         head = ("phase", "time s", "ok", "RSS peak", "RSS end", "CPU s", "ms/cluster", "trans", "ms/trans",
-                "writes", "w/cluster", "apisrv CPU s")
+                "writes", "w/cluster", "apisrv CPU s", "harness CPU s")
         rows = [head]
         for p in run["phases"]:
             rows.append((
@@ -722,6 +725,7 @@ def print_report(report: dict) -> None:
                 f"{p['rss_peak_mib']}", f"{p['rss_end_mib']}", f"{p['cpu_s']:.2f}",
                 fmt(p["cpu_ms_per_cluster"]), str(p["transitions"]), fmt(p["cpu_ms_per_transition"]),
                 str(p["writes"]), f"{p['writes_per_cluster']}", f"{p['apiserver_cpu_s']}",
+                f"{p.get('harness_cpu_s', '-')}",
             ))
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         for r in rows:
@@ -738,6 +742,41 @@ def print_report(report: dict) -> None:
             ns = est["median_ns"]
             shown = f"{ns / 1000:.2f} us" if ns >= 1000 else f"{ns:.0f} ns"
             print(f"  {name:<60} {shown:>12}", file=out)
+
+
+def compare(old_path: str, new_path: str) -> None:
+    """Print the key figures of two reports side by side (old → new)."""
+    with open(old_path, encoding="utf-8") as f:
+        old = json.load(f)
+    with open(new_path, encoding="utf-8") as f:
+        new = json.load(f)
+    print(f"old: {old['commit']} {old['date']}   new: {new['commit']} {new['date']}")
+    keys = ("seconds", "rss_end_mib", "cpu_ms_per_cluster", "cpu_ms_per_transition", "writes_per_cluster")
+
+    def cell(a: Any, b: Any) -> str:
+        if a is None or b is None:
+            return f"{fmt(a)} → {fmt(b)}"
+        change = f" ({(b - a) / a * 100:+.0f}%)" if a else ""
+        return f"{a} → {b}{change}"
+
+    if old.get("floor") and new.get("floor"):
+        print(f"floor ratio: {cell(round(old['floor']['ratio'], 3), round(new['floor']['ratio'], 3))}")
+    olds = {r["n"]: r for r in old.get("scale", [])}
+    for run in new.get("scale", []):
+        before = olds.get(run["n"])
+        if before is None:
+            continue
+        print(f"N = {run['n']}")
+        phases = {p["phase"]: p for p in before["phases"]}
+        for p in run["phases"]:
+            b = phases.get(p["phase"])
+            if b is None:
+                continue
+            print(f"  {p['phase']:<20} " + "  ".join(f"{k}: {cell(b.get(k), p.get(k))}" for k in keys))
+    micro_old, micro_new = old.get("micro") or {}, new.get("micro") or {}
+    for name, est in micro_new.items():
+        if name in micro_old:
+            print(f"  {name:<45} median ns: {cell(micro_old[name]['median_ns'], est['median_ns'])}")
 
 
 def git_commit(repo: str) -> str:
@@ -772,7 +811,11 @@ def main() -> int:
     p.add_argument("--micro", action="store_true", help="include target/criterion results in the report")
     p.add_argument("--keep-cluster", action="store_true")
     p.add_argument("--out", default=None, help="the JSON file (default target/bench/<timestamp>.json)")
+    p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two reports and exit")
     args = p.parse_args()
+    if args.compare:
+        compare(*args.compare)
+        return 0
 
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     bench_dir = os.path.join(args.repo, "target", "bench")
