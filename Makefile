@@ -4,6 +4,7 @@
 #                 pod-script tests against real PostgreSQL and S3, e2e on a real
 #                 control plane)
 #   make demo     the DistributedDB lifecycle, narrated, on a local control plane
+#   make bench    benchmarks at scale on a local control plane (not part of `make test`)
 #
 # Run `make help` for the rest.
 
@@ -63,3 +64,7 @@ demo: ## The DistributedDB lifecycle, narrated, on the local control plane (DEMO
 test: lint fresh unit scripts ## Everything CI checks; the control plane is torn down afterwards.
 	@status=0; $(MAKE) --no-print-directory e2e || status=$$?; \
 	  $(MAKE) --no-print-directory cluster-down; exit $$status
+
+.PHONY: bench
+bench: ## Benchmarks: criterion + scale on its own control plane (BENCH_SIZES, BENCH_QUICK=1; tools/bench/README.md).
+	bash tools/bench/run.sh
