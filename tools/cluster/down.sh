@@ -17,9 +17,12 @@ if [ -f "$KUBECONFIG_ADMIN" ] && [ -x "$CLUSTER_DIR/bin/kubectl" ] && pid_alive 
     >>"$CLUSTER_DIR/hostpath-volumes" 2>/dev/null || true
 fi
 
-# The real node first (its kubelet talks to the API server), then the control plane.
+# The real node's processes first (its kubelet talks to the API server), then
+# the control plane, then the node's namespaces and veth (the API server binds
+# the veth address: without it, it cannot shut down cleanly).
 node_stop
 for c in "${COMPONENTS_STOP_ORDER[@]}"; do stop "$c"; done
+node_stop_net
 
 if [ -f "$CLUSTER_DIR/hostpath-volumes" ]; then
   sort -u "$CLUSTER_DIR/hostpath-volumes" | while read -r p; do

@@ -64,6 +64,7 @@ if real_node_enabled; then
   node_install_deps || { log "ERROR: installing ${NODE_DEBIAN_PACKAGES[*]} failed; see $LOGS/node-apt.log"; exit 1; }
   NODE_BIN="$("$REPO_ROOT/tools/node/build.sh")"
   PAUSE_TAR="$("$REPO_ROOT/tools/images/build.sh" pause)"
+  # shellcheck disable=SC2034 # read by node_write_configs (tools/node/node.sh)
   PAUSE_IMAGE="$("$REPO_ROOT/tools/images/build.sh" --name pause)"
   node_net_up || { "$CLUSTER_TOOLS/down.sh"; exit 1; }
   API_IP="$HOST_IP"
@@ -349,6 +350,7 @@ kctl apply -f "$CLUSTER_DIR/bootstrap.yaml" >>"$LOGS/bootstrap.log" 2>&1 || fail
 
 # ---------------------------------------------------------------- real node
 if real_node_enabled; then
+  # shellcheck disable=SC2153 # NODE_IP is set by node_net_up
   log "starting the real node $NODE_NAME: containerd, kubelet, kube-proxy, CoreDNS ($NODE_IP)"
   node_write_configs "$NODE_BIN"
   node_start_containerd || fail "containerd did not start"

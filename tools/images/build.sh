@@ -45,7 +45,7 @@ ref_of() {
 
 # Files (relative to the repo) whose content defines each image.
 inputs_of() {
-  local common="tools/images/build.sh tools/images/oci-image.py"
+  local common="tools/images/oci-image.py"
   case "$1" in
     pause) echo "$common tools/images/go.mod tools/images/cmd/pause/main.go" ;;
     etcd-3.6) echo "$common $(cd "$ROOT" && ls tools/images/etcd/v3.6.16/go.* tools/images/etcd/bin/*)" ;;
@@ -57,10 +57,21 @@ inputs_of() {
   esac
 }
 
+# recipe_text IMAGE: the image's arm of the case in build_one (so that editing
+# one recipe, or this driver, does not invalidate every other image).
+recipe_text() {
+  awk -v n="$1" '
+    /^    [a-z0-9 .|-]+\)$/ { on = 0; split(substr($0, 5, length($0) - 5), a, / \| /); for (i in a) if (a[i] == n) on = 1 }
+    on { print }
+    on && /^      ;;$/ { on = 0 }' "$HERE/build.sh"
+}
+
 hash_of() {
   (
     cd "$ROOT"
-    echo "image=$1 go=$(go env GOVERSION) suite=$DEBIAN_SUITE"
+    echo "image=$1 ref=$(ref_of "$1") go=$(go env GOVERSION) suite=$DEBIAN_SUITE"
+    recipe_text "$1"
+    declare -f debian_rootfs debian_base go_static oci
     for f in $(inputs_of "$1"); do echo "$f $(sha256sum <"$f" | cut -d' ' -f1)"; done
   ) | sha256sum | cut -c1-16
 }
@@ -81,6 +92,7 @@ debian_rootfs() {
   shift
   local inc
   inc="$(IFS=,; echo "$*")"
+  # shellcheck disable=SC2016 # the hooks' "$1" is the rootfs, expanded by mmdebstrap
   mmdebstrap --variant=minbase --include="$inc" \
     --essential-hook='echo "postgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/bash" >>"$1/etc/passwd"; echo "postgres:x:999:" >>"$1/etc/group"; echo "postgres:*:19000:0:99999:7:::" >>"$1/etc/shadow"' \
     --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/locale/*' \
@@ -91,7 +103,7 @@ debian_rootfs() {
 # a tar (shared by the etcd and backup images).
 debian_base() {
   local dir="$1" h tar
-  h="$( (echo "$DEBIAN_SUITE"; sha256sum <"$HERE/build.sh") | sha256sum | cut -c1-16)"
+  h="$( (echo "$DEBIAN_SUITE"; declare -f debian_rootfs) | sha256sum | cut -c1-16)"
   tar="$IMAGES_DIR/rootfs-base-$h.tar"
   if [ ! -f "$tar" ]; then
     local t="$IMAGES_DIR/.rootfs-base.$$"

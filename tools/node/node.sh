@@ -353,13 +353,13 @@ node_start_agents() {
   node_start_proc node-coredns "$bin/coredns" -conf "$etc/Corefile"
 }
 
-# node_stop: stop every node process by pid, the containers by their cgroups,
-# and remove what the node created outside its namespaces (veth, route,
-# cgroups). Safe to call on a half-started node.
+# node_stop: stop every node process by pid (kubelet, kube-proxy, CoreDNS,
+# containerd, the shims) and the containers by their cgroups; node_stop_net
+# then removes the rest. Both are safe to call on a half-started node.
 node_stop() {
-  local h="" cgroot="" net=""
+  local h="" cgroot=""
   [ -f "$PIDS/node-holder.pid" ] && node_pid_alive node-holder && h="$(cat "$PIDS/node-holder.pid")"
-  if node_env; then cgroot="$CGROUP_ROOT" net="$NODE_IFACE"; fi
+  if node_env; then cgroot="$CGROUP_ROOT"; fi
   stop node-coredns
   stop node-kube-proxy
   stop node-kubelet
@@ -375,7 +375,7 @@ node_stop() {
     local pid
     for _ in 1 2 3; do
       while read -r pid; do
-        [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+        if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; fi
       done < <(find /sys/fs/cgroup/*/"${cgroot#/}" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)
       sleep 0.2
     done
@@ -387,9 +387,17 @@ node_stop() {
     mnt="$(readlink "/proc/$h/ns/mnt")"
     for p in /proc/[0-9]*; do
       [ "${p#/proc/}" = "$h" ] && continue
-      [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$mnt" ] && kill -KILL "${p#/proc/}" 2>/dev/null || true
+      if [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$mnt" ]; then kill -KILL "${p#/proc/}" 2>/dev/null || true; fi
     done
   fi
+}
+
+# node_stop_net: after the control plane stopped (the API server binds the
+# veth address until then), end the namespaces and remove the veth pair and
+# the cgroups.
+node_stop_net() {
+  local net="" cgroot=""
+  if node_env; then cgroot="$CGROUP_ROOT" net="$NODE_IFACE"; fi
   stop node-holder
   # The veth pair goes with the netns; delete it in case something pinned it.
   if [ -n "$net" ] && ip link show "$net" >/dev/null 2>&1; then ip link del "$net" 2>/dev/null || true; fi
