@@ -64,7 +64,9 @@ def main():
                 f.write(data)
             return digest, len(data)
 
-        env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] + a.env
+        env = a.env
+        if not any(e.startswith("PATH=") for e in env):
+            env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] + env
         cfg = {"Env": env, "WorkingDir": a.workdir}
         if a.entrypoint is not None:
             cfg["Entrypoint"] = json.loads(a.entrypoint)
