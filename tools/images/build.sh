@@ -84,6 +84,15 @@ go_static() { # MODULE_DIR OUT PKG...: a static, stripped Go build
   (cd "$dir" && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=readonly" go build -trimpath -ldflags "-s -w" -o "$out" "$@")
 }
 
+# need_mmdebstrap: install Debian's mmdebstrap if missing (outside the hashed
+# helpers: how it gets installed does not change an image).
+need_mmdebstrap() {
+  command -v mmdebstrap >/dev/null 2>&1 && return 0
+  log "installing mmdebstrap (Debian package)"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >&2
+}
+
 # debian_rootfs DIR PACKAGES...: Debian minbase plus PACKAGES (apt caches and
 # docs removed). The essential hook gives postgres uid/gid 999 like the
 # official image (harmless where PostgreSQL is not installed).
@@ -135,6 +144,7 @@ build_one() {
   mkdir -p "$rootfs"
   local t0=$SECONDS
   log "building $name ($ref)"
+  case "$name" in etcd-* | postgres-* | backup) need_mmdebstrap ;; esac
   case "$name" in
     pause)
       go_static "$HERE" "$rootfs/pause" ./cmd/pause
