@@ -173,6 +173,45 @@ metadata: {name: lockstep:coredns}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: lockstep:coredns}
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:lockstep-coredns}
+---
+# Namespaces labelled lockstep.dev/real-node=true put every new pod on the
+# real node (nodeSelector + toleration added at admission), so that workloads
+# whose API has no placement fields (DistributedDB today: StatefulSet, hook and
+# backup Jobs) run real containers. A pod that already tolerates the taint is
+# left alone.
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: lockstep-real-node-placement}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [pods]
+  matchConditions:
+  - name: not-yet-placed
+    expression: >-
+      !has(object.spec.tolerations) || !object.spec.tolerations.exists(t, has(t.key) && t.key == 'lockstep.dev/real-node')
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >-
+        (has(object.spec.tolerations) ? [] : [JSONPatch{op: "add", path: "/spec/tolerations", value: []}]) +
+        [JSONPatch{op: "add", path: "/spec/tolerations/-", value: Object.spec.tolerations{key: "lockstep.dev/real-node", operator: "Exists", effect: "NoSchedule"}}] +
+        (has(object.spec.nodeSelector) ? [] : [JSONPatch{op: "add", path: "/spec/nodeSelector", value: {}}]) +
+        [JSONPatch{op: "add", path: "/spec/nodeSelector/" + jsonpatch.escapeKey("lockstep.dev/real-node"), value: "true"}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: lockstep-real-node-placement}
+spec:
+  policyName: lockstep-real-node-placement
+  matchResources:
+    namespaceSelector:
+      matchLabels: {lockstep.dev/real-node: "true"}
 EOF
 }
 

@@ -6,6 +6,8 @@
 #     `kubernetes` Service (kube-proxy + the endpoint reconciler) reaches the
 #     API server;
 #   - kubectl logs and kubectl exec work (apiserver -> kubelet);
+#   - a plain pod in a namespace labelled lockstep.dev/real-node=true is put
+#     on the real node (the MutatingAdmissionPolicy of tools/node/node.sh);
 #   - the S3 server (tools/node/s3.sh) stores an object uploaded from a pod,
 #     and this machine reads the same bytes back.
 # Works in its own namespace and deletes it at the end. Prints "N passed, N failed".
@@ -79,6 +81,19 @@ else
 fi
 fake_node() { [[ "$(k get pod fake -o jsonpath='{.spec.nodeName}')" == kwok-node-* ]] && [ "$(k get pod fake -o jsonpath='{.status.phase}')" = Running ]; }
 if until_ok 30 fake_node; then ok "a pod without the toleration runs on KWOK ($(k get pod fake -o jsonpath='{.spec.nodeName}'))"; else bad "pod fake on a KWOK node"; fi
+
+# A namespace labelled lockstep.dev/real-node=true places plain pods on the real node.
+kctl create namespace "$NS-placed" >/dev/null
+kctl label namespace "$NS-placed" "$NODE_LABEL_KEY=true" >/dev/null
+until_ok 30 kctl -n "$NS-placed" get serviceaccount default
+kctl -n "$NS-placed" run plain --image="$CLIENT_IMAGE" --restart=Never --command -- /bin/true >/dev/null
+placed() { [ "$(kctl -n "$NS-placed" get pod plain -o jsonpath='{.spec.nodeName}/{.status.phase}')" = "$NODE_NAME/Succeeded" ]; }
+if until_ok 60 placed; then
+  ok "a plain pod in a namespace labelled $NODE_LABEL_KEY=true ran on $NODE_NAME (MutatingAdmissionPolicy)"
+else
+  bad "placement by namespace label: $(kctl -n "$NS-placed" get pod plain -o wide --no-headers 2>&1)"
+fi
+kctl delete namespace "$NS-placed" --wait=false >/dev/null 2>&1
 
 logs_ok() { k logs client | grep -q smoke-marker-client; }
 if until_ok 20 logs_ok; then
