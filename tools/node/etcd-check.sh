@@ -27,7 +27,7 @@ node_pid_alive node-kubelet || { echo "no real node (make cluster-up)"; exit 1; 
 
 "$REPO_ROOT/tools/images/load.sh" etcd-3.6 etcd-3.7 backup >/dev/null || { echo "cannot build/import the images"; exit 1; }
 S3ENV="$("$HERE/s3.sh")" || { echo "cannot start the S3 server"; exit 1; }
-eval "$S3ENV"
+set -a; eval "$S3ENV"; set +a
 FROM="$("$REPO_ROOT/tools/images/build.sh" --name etcd-3.6)"
 TO="$("$REPO_ROOT/tools/images/build.sh" --name etcd-3.7)"
 BACKUP="$("$REPO_ROOT/tools/images/build.sh" --name backup)"
@@ -215,16 +215,16 @@ bk="etcd-backup-check-$$"
 if run_pod backup "$BACKUP" etcd-backup "BACKUP_SOURCE=$SVC" "BACKUP_NAME=$bk" BACKUP_KIND=on-demand \
   "S3_ENDPOINT=$S3_ENDPOINT" S3_BUCKET=etcd-backups S3_PREFIX=check/ BACKUP_RETENTION=5 \
   "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID" "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY" >/tmp/"$NS".bk 2>&1; then
-  size="$(curl -sS -o /dev/null -w '%{size_download}' --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-    -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
-    "$S3_HOST_ENDPOINT/etcd-backups/check/$bk.db")"
-  if [ "${size:-0}" -gt 0 ]; then ok "backup: s3://etcd-backups/check/$bk.db ($size bytes, read from this machine)"; else bad "backup object not in S3"; fi
+  # The key is check/<BACKUP_NAME>-<UTC time>.db; list it from this machine.
+  bkey="$(S3_ENDPOINT="$S3_HOST_ENDPOINT" "$REPO_ROOT/tools/images/backup/s3" ls etcd-backups "check/$bk-" | head -1)"
+  size="$(S3_ENDPOINT="$S3_HOST_ENDPOINT" "$REPO_ROOT/tools/images/backup/s3" get "etcd-backups/$bkey" /dev/stdout | wc -c)"
+  if [ -n "$bkey" ] && [ "${size:-0}" -gt 0 ]; then ok "backup: s3://etcd-backups/$bkey ($size bytes, read from this machine)"; else bad "backup object not in S3 ('$bkey')"; fi
 else
   bad "backup pod"; cat /tmp/"$NS".bk
 fi
 rm -f /tmp/"$NS".bk
 last="$(grep '^ack' <<<"$(k logs writer)" | tail -1 | awk '{print $2}')"
-restore="set -e; s3 get etcd-backups/check/$bk.db /tmp/s.db; etcdutl snapshot restore /tmp/s.db --data-dir /tmp/r --name r --initial-cluster r=http://localhost:2380 --initial-advertise-peer-urls http://localhost:2380 >/dev/null; etcd --data-dir /tmp/r --name r --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 >/tmp/etcd.log 2>&1 & for i in \$(seq 1 60); do etcdctl endpoint health >/dev/null 2>&1 && break; sleep 0.5; done; echo restored-keys \$(etcdctl get --prefix key- --keys-only | grep -c .); etcdctl get key-$last --print-value-only"
+restore="set -e; s3 get etcd-backups/${bkey:-none} /tmp/s.db; etcdutl snapshot restore /tmp/s.db --data-dir /tmp/r --name r --initial-cluster r=http://localhost:2380 --initial-advertise-peer-urls http://localhost:2380 >/dev/null; etcd --data-dir /tmp/r --name r --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 >/tmp/etcd.log 2>&1 & for i in \$(seq 1 60); do etcdctl endpoint health >/dev/null 2>&1 && break; sleep 0.5; done; echo restored-keys \$(etcdctl get --prefix key- --keys-only | grep -c .); etcdctl get key-$last --print-value-only"
 if run_pod restore "$TO" "$restore" "S3_ENDPOINT=$S3_ENDPOINT" "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID" "AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY" >/tmp/"$NS".rs 2>&1 &&
   grep -q "v$last" /tmp/"$NS".rs; then
   ok "restore: a fresh etcd from the snapshot holds the keys ($(grep -o 'restored-keys [0-9]*' /tmp/"$NS".rs), key-$last = v$last)"

@@ -35,7 +35,7 @@ node_pid_alive node-kubelet || { echo "no real node (LOCKSTEP_REAL_NODE=0?)"; ex
 t0=$SECONDS
 "$REPO_ROOT/tools/images/load.sh" backup >/dev/null || { echo "cannot build/import the backup image"; exit 1; }
 S3ENV="$("$HERE/s3.sh")" || { echo "cannot start the S3 server"; exit 1; }
-eval "$S3ENV"
+set -a; eval "$S3ENV"; set +a
 echo "# images and S3 ready in $((SECONDS - t0)) s"
 CLIENT_IMAGE="$("$REPO_ROOT/tools/images/build.sh" --name backup)"
 
