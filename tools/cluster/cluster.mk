@@ -13,6 +13,7 @@
 #   cluster-selftest  check StatefulSet/PVC, Job, KWOK hooks, RBAC on a running cluster
 #   node-build      build (or reuse from cache) kubelet, kube-proxy, containerd, CoreDNS
 #   node-smoke      real pod on the real node: DNS, Service, exec, logs, S3
+#   node-etcd-check the etcd images: 3.6->3.7 upgrade under a writer, backup, restore
 #   images          build (or reuse from cache) every local image (tools/images)
 #   images-load     build and import them into the running real node
 #
@@ -34,7 +35,7 @@ CLUSTER_KUBECTL := $(CLUSTER_DIR)/bin/kubectl
 # Evaluated lazily: hashing the inputs costs a few milliseconds, no build.
 CLUSTER_BIN_DIR = $(shell $(CLUSTER_ROOT)/tools/cluster/build.sh --print)
 
-.PHONY: cluster-build cluster-up cluster-down cluster-status cluster-selftest node-build node-smoke images images-load
+.PHONY: cluster-build cluster-up cluster-down cluster-status cluster-selftest node-build node-smoke node-etcd-check images images-load
 
 cluster-build:
 	@$(CLUSTER_ROOT)/tools/cluster/build.sh >/dev/null
@@ -56,6 +57,9 @@ node-build:
 
 node-smoke:
 	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/node/smoke.sh
+
+node-etcd-check:
+	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/node/etcd-check.sh
 
 images:
 	@$(CLUSTER_ROOT)/tools/images/build.sh
