@@ -11,6 +11,14 @@
 #   cluster-down    stop every process of the cluster and remove its state
 #   cluster-status  print whether the cluster is up
 #   cluster-selftest  check StatefulSet/PVC, Job, KWOK hooks, RBAC on a running cluster
+#   node-build      build (or reuse from cache) kubelet, kube-proxy, containerd, CoreDNS
+#   node-smoke      real pod on the real node: DNS, Service, exec, logs, S3
+#   node-etcd-check the etcd images: 3.6->3.7 upgrade under a writer, backup, restore
+#   images          build (or reuse from cache) every local image (tools/images)
+#   images-load     build and import them into the running real node
+#
+# Environment: LOCKSTEP_REAL_NODE=0 starts no real node (KWOK only);
+# LOCKSTEP_CLUSTER_DIR overrides CLUSTER_DIR.
 #
 # Variables (for recipes and tests):
 #   CLUSTER_BIN_DIR     cached binaries: lockstep-cluster, kwok, kubectl
@@ -20,13 +28,14 @@
 
 CLUSTER_MK_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 CLUSTER_ROOT := $(abspath $(CLUSTER_MK_DIR)/../..)
-CLUSTER_DIR ?= $(CLUSTER_ROOT)/target/cluster
+# LOCKSTEP_CLUSTER_DIR from the environment wins over the default (as in lib.sh).
+CLUSTER_DIR ?= $(or $(LOCKSTEP_CLUSTER_DIR),$(CLUSTER_ROOT)/target/cluster)
 CLUSTER_KUBECONFIG := $(CLUSTER_DIR)/kubeconfig
 CLUSTER_KUBECTL := $(CLUSTER_DIR)/bin/kubectl
 # Evaluated lazily: hashing the inputs costs a few milliseconds, no build.
 CLUSTER_BIN_DIR = $(shell $(CLUSTER_ROOT)/tools/cluster/build.sh --print)
 
-.PHONY: cluster-build cluster-up cluster-down cluster-status cluster-selftest
+.PHONY: cluster-build cluster-up cluster-down cluster-status cluster-selftest node-build node-smoke node-etcd-check images images-load
 
 cluster-build:
 	@$(CLUSTER_ROOT)/tools/cluster/build.sh >/dev/null
@@ -42,3 +51,18 @@ cluster-status:
 
 cluster-selftest:
 	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/cluster/selftest.sh
+
+node-build:
+	@$(CLUSTER_ROOT)/tools/node/build.sh >/dev/null
+
+node-smoke:
+	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/node/smoke.sh
+
+node-etcd-check:
+	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/node/etcd-check.sh
+
+images:
+	@$(CLUSTER_ROOT)/tools/images/build.sh
+
+images-load:
+	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/images/load.sh

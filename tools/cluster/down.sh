@@ -17,29 +17,12 @@ if [ -f "$KUBECONFIG_ADMIN" ] && [ -x "$CLUSTER_DIR/bin/kubectl" ] && pid_alive 
     >>"$CLUSTER_DIR/hostpath-volumes" 2>/dev/null || true
 fi
 
-stop() {
-  local name="$1" f="$PIDS/$1.pid" pid
-  [ -f "$f" ] || return 0
-  pid="$(cat "$f")"
-  if pid_alive "$name"; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      pid_alive "$name" || break
-      sleep 0.1
-    done
-    if pid_alive "$name"; then
-      log "$name (pid $pid) ignored SIGTERM; killing"
-      kill -KILL "$pid" 2>/dev/null || true
-      for _ in $(seq 1 50); do
-        [ -d "/proc/$pid" ] || break
-        sleep 0.1
-      done
-    fi
-    log "stopped $name (pid $pid)"
-  fi
-  rm -f "$f"
-}
+# The real node's processes first (its kubelet talks to the API server), then
+# the control plane, then the node's namespaces and veth (the API server binds
+# the veth address: without it, it cannot shut down cleanly).
+node_stop
 for c in "${COMPONENTS_STOP_ORDER[@]}"; do stop "$c"; done
+node_stop_net
 
 if [ -f "$CLUSTER_DIR/hostpath-volumes" ]; then
   sort -u "$CLUSTER_DIR/hostpath-volumes" | while read -r p; do

@@ -18,6 +18,7 @@ log() { echo "[cluster] $*" >&2; }
 
 # pid_alive NAME: the process recorded in pids/NAME.pid is still ours and alive.
 pid_alive() {
+  case "$1" in node-*) node_pid_alive "$1"; return ;; esac
   local f="$PIDS/$1.pid" pid
   [ -f "$f" ] || return 1
   pid="$(cat "$f")"
@@ -29,3 +30,32 @@ pid_alive() {
 kctl() {
   "$CLUSTER_DIR/bin/kubectl" --kubeconfig="$KUBECONFIG_ADMIN" "$@"
 }
+
+# stop NAME: SIGTERM the process in pids/NAME.pid (if still ours), SIGKILL it
+# after 10 s, remove the pid file.
+stop() {
+  local name="$1" f="$PIDS/$1.pid" pid
+  [ -f "$f" ] || return 0
+  pid="$(cat "$f")"
+  if pid_alive "$name"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      pid_alive "$name" || break
+      sleep 0.1
+    done
+    if pid_alive "$name"; then
+      log "$name (pid $pid) ignored SIGTERM; killing"
+      kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do
+        [ -d "/proc/$pid" ] || break
+        sleep 0.1
+      done
+    fi
+    log "stopped $name (pid $pid)"
+  fi
+  rm -f "$f"
+}
+
+# The real node (kubelet + containerd); LOCKSTEP_REAL_NODE=0 leaves it out.
+# shellcheck source=../node/node.sh
+. "$CLUSTER_TOOLS/../node/node.sh"

@@ -17,9 +17,23 @@ for c in apiserver controller-manager scheduler kwok; do
     rc=1
   fi
 done
+if [ -f "$PIDS/node-holder.pid" ]; then
+  node_env || true
+  for c in node-holder node-containerd node-kubelet node-kube-proxy node-coredns; do
+    if pid_alive "$c"; then
+      echo "$c: running (pid $(cat "$PIDS/$c.pid"))"
+    else
+      echo "$c: NOT running"
+      rc=1
+    fi
+  done
+  echo "real node $NODE_NAME: $NODE_IP on ${NODE_IFACE:-?} (host ${HOST_IP:-?}), pods ${POD_CIDR:-?}, taint $NODE_TAINT"
+elif real_node_enabled && [ -d "$CLUSTER_DIR" ]; then
+  echo "real node: not started (LOCKSTEP_REAL_NODE=0 when the cluster came up?)"
+fi
 if [ "$(kctl get --raw /readyz 2>/dev/null)" = ok ]; then
   echo "apiserver /readyz: ok ($(kctl config view -o jsonpath='{.clusters[0].cluster.server}'))"
-  kctl get nodes 2>/dev/null || rc=1
+  kctl get nodes -o wide 2>/dev/null || rc=1
 else
   echo "apiserver /readyz: not ok"
   rc=1

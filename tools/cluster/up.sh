@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Start the local Lockstep test cluster: kube-apiserver (with embedded etcd),
 # kube-controller-manager, kube-scheduler and KWOK with 3 fake nodes, all as
-# local processes on loopback with free ports.
+# local processes with free ports, plus one real node (containerd + kubelet +
+# kube-proxy + CoreDNS in its own namespaces, tools/node/node.sh).
 #
 # Idempotent: returns at once when the cluster is already up and healthy.
-# Returns when /readyz is ok, 3 nodes are Ready and the default
-# ServiceAccount exists. Writes the admin kubeconfig to target/cluster/kubeconfig.
+# Returns when /readyz is ok, the KWOK nodes and the real node are Ready and
+# the default ServiceAccount exists. Writes the admin kubeconfig to
+# target/cluster/kubeconfig. Without the real node everything listens on
+# 127.0.0.1; with it the API server binds the host end of the node's veth pair
+# (10.250.N.1), which the node and its pods can reach.
 #
 # Env:
 #   LOCKSTEP_CLUSTER_DIR      state dir (default: <repo>/target/cluster)
 #   LOCKSTEP_CACHE            build cache root (default: ~/.cache/lockstep)
 #   LOCKSTEP_CLUSTER_TIMEOUT  seconds to wait for readiness (default: 180)
 #   LOCKSTEP_KWOK_NODES       number of fake nodes (default: 3)
+#   LOCKSTEP_REAL_NODE        0: no real node (KWOK only, loopback only; default: 1)
+#   LOCKSTEP_NODE_IMAGES      cached: import every cached image at start (default: pause only)
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -28,8 +34,13 @@ healthy() {
   [ "$(kctl get --raw /readyz 2>/dev/null)" = ok ] || return 1
   local ready
   ready="$(kctl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True || true)"
-  [ "$ready" -ge "$NODES" ]
+  [ "$ready" -ge "$((NODES + EXPECT_REAL))" ] || return 1
+  if real_node_enabled; then
+    for c in "${NODE_COMPONENTS_STOP_ORDER[@]}"; do pid_alive "$c" || return 1; done
+  fi
 }
+EXPECT_REAL=0
+if real_node_enabled; then EXPECT_REAL=1; fi
 
 if healthy; then
   log "already up: KUBECONFIG=$KUBECONFIG_ADMIN"
@@ -49,6 +60,16 @@ ln -sfn "$BIN/lockstep-cluster" "$CLUSTER_DIR/bin/lockstep-cluster"
 ln -sfn "$BIN/lockstep-cluster" "$CLUSTER_DIR/bin/kubectl"
 ln -sfn "$BIN/kwok" "$CLUSTER_DIR/bin/kwok"
 echo "$BIN" >"$CLUSTER_DIR/bin-dir"
+API_IP=127.0.0.1
+if real_node_enabled; then
+  node_install_deps || { log "ERROR: installing ${NODE_DEBIAN_PACKAGES[*]} failed; see $LOGS/node-apt.log"; exit 1; }
+  NODE_BIN="$("$REPO_ROOT/tools/node/build.sh")"
+  PAUSE_TAR="$("$REPO_ROOT/tools/images/build.sh" pause)"
+  # shellcheck disable=SC2034 # read by node_write_configs (tools/node/node.sh)
+  PAUSE_IMAGE="$("$REPO_ROOT/tools/images/build.sh" --name pause)"
+  node_net_up || { "$CLUSTER_TOOLS/down.sh"; exit 1; }
+  API_IP="$HOST_IP"
+fi
 
 fail() {
   log "ERROR: $*"
@@ -92,13 +113,14 @@ KCM_PORT="$(free_port)"
 SCHED_PORT="$(free_port)"
 ETCD_CLIENT_PORT="$(free_port)"
 ETCD_PEER_PORT="$(free_port)"
-SERVER="https://127.0.0.1:$APISERVER_PORT"
+SERVER="https://$API_IP:$APISERVER_PORT"
 cat >"$CLUSTER_DIR/ports.env" <<EOF
 APISERVER_PORT=$APISERVER_PORT
 KCM_PORT=$KCM_PORT
 SCHEDULER_PORT=$SCHED_PORT
 ETCD_CLIENT_PORT=$ETCD_CLIENT_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
+API_IP=$API_IP
 EOF
 
 # ---------------------------------------------------------------- PKI
@@ -122,7 +144,7 @@ log "generating certificates in $PKI"
   }
   client_ext='basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth'
   sign apiserver "/CN=kube-apiserver" \
-    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:$API_IP,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   sign admin "/O=system:masters/CN=lockstep-admin" "$client_ext"
   sign controller-manager "/CN=system:kube-controller-manager" "$client_ext"
   sign scheduler "/CN=system:kube-scheduler" "$client_ext"
@@ -130,11 +152,14 @@ log "generating certificates in $PKI"
   sign kwok "/O=system:masters/CN=kwok" "$client_ext"
   # Front-proxy client for the aggregation layer.
   sign front-proxy-client "/CN=front-proxy-client" "$client_ext"
+  if real_node_enabled; then node_certs; fi
   openssl genrsa -out sa.key 2048 >/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub >/dev/null
   chmod 600 ./*.key
 ) || true
-for f in ca.crt apiserver.crt admin.crt controller-manager.crt scheduler.crt kwok.crt front-proxy-client.crt sa.key sa.pub; do
+certs=(ca.crt apiserver.crt admin.crt controller-manager.crt scheduler.crt kwok.crt front-proxy-client.crt sa.key sa.pub)
+if real_node_enabled; then certs+=(kubelet-client.crt kubelet-serving.crt kube-proxy.crt coredns.crt apiserver-kubelet-client.crt); fi
+for f in "${certs[@]}"; do
   [ -s "$PKI/$f" ] || fail "certificate generation failed (openssl): no $PKI/$f; see $LOGS/pki.log"
 done
 
@@ -194,15 +219,26 @@ wait_for() { # DESCRIPTION CMD...
 STARTED=()
 
 # ---------------------------------------------------------------- apiserver
-# --endpoint-reconciler-type=none: the default lease reconciler refuses a
-# loopback --advertise-address, and no pod needs to reach default/kubernetes.
+# Without the real node: --endpoint-reconciler-type=none (the lease reconciler
+# refuses a loopback advertise address, and no pod needs default/kubernetes).
+# With it: bind and advertise the veth address, so that default/kubernetes
+# has an endpoint the pods reach; reach kubelets by their InternalIP.
+apiserver_node_flags=(--endpoint-reconciler-type=none)
+if real_node_enabled; then
+  apiserver_node_flags=(
+    --endpoint-reconciler-type=lease
+    --kubelet-preferred-address-types=InternalIP
+    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt"
+    --kubelet-client-key="$PKI/apiserver-kubelet-client.key"
+  )
+fi
 log "starting kube-apiserver on $SERVER (embedded etcd on 127.0.0.1:$ETCD_CLIENT_PORT)"
 start apiserver "$BIN/lockstep-cluster" apiserver \
   --embedded-etcd-dir="$CLUSTER_DIR/etcd" \
   --embedded-etcd-client-port="$ETCD_CLIENT_PORT" \
   --embedded-etcd-peer-port="$ETCD_PEER_PORT" \
-  --advertise-address=127.0.0.1 \
-  --bind-address=127.0.0.1 \
+  --advertise-address="$API_IP" \
+  --bind-address="$API_IP" \
   --secure-port="$APISERVER_PORT" \
   --tls-cert-file="$PKI/apiserver.crt" \
   --tls-private-key-file="$PKI/apiserver.key" \
@@ -223,7 +259,7 @@ start apiserver "$BIN/lockstep-cluster" apiserver \
   --enable-priority-and-fairness=true \
   --profiling=false \
   --event-ttl=1h \
-  --endpoint-reconciler-type=none \
+  "${apiserver_node_flags[@]}" \
   --v=1
 STARTED+=(apiserver)
 readyz() { [ "$(KUBECONFIG=/dev/null curl -fsS --max-time 3 --cacert "$PKI/ca.crt" "$SERVER/readyz" 2>/dev/null)" = ok ]; }
@@ -309,19 +345,49 @@ status:
 EOF
   done
   cat "$CLUSTER_TOOLS/storageclasses.yaml"
+  if real_node_enabled; then node_bootstrap_yaml; fi
 } >"$CLUSTER_DIR/bootstrap.yaml"
 kctl apply -f "$CLUSTER_DIR/bootstrap.yaml" >>"$LOGS/bootstrap.log" 2>&1 || fail "applying $CLUSTER_DIR/bootstrap.yaml failed"
 
+# ---------------------------------------------------------------- real node
+if real_node_enabled; then
+  # shellcheck disable=SC2153 # NODE_IP is set by node_net_up
+  log "starting the real node $NODE_NAME: containerd, kubelet, kube-proxy, CoreDNS ($NODE_IP)"
+  node_write_configs "$NODE_BIN"
+  node_start_containerd || fail "containerd did not start"
+  STARTED+=(node-holder node-containerd)
+  node_ctr images import "$PAUSE_TAR" >>"$LOGS/node-images.log" 2>&1 ||
+    fail "importing $PAUSE_TAR into containerd failed (see $LOGS/node-images.log)"
+  # LOCKSTEP_NODE_IMAGES=cached: also every other image already built
+  # (~5 s per 200 MB); otherwise `make images-load` / tools/images/load.sh.
+  if [ "${LOCKSTEP_NODE_IMAGES:-}" = cached ]; then
+    "$REPO_ROOT/tools/images/load.sh" --cached >>"$LOGS/node-images.log" 2>&1 ||
+      fail "importing the cached images failed (see $LOGS/node-images.log)"
+  fi
+  node_start_agents
+  STARTED+=(node-kubelet node-kube-proxy node-coredns)
+fi
+
 nodes_ready() {
   local n
-  n="$(kctl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)"
+  n="$(kctl get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True)"
   [ "$n" -ge "$NODES" ]
 }
-wait_for "$NODES nodes Ready" nodes_ready
+wait_for "$NODES KWOK nodes Ready" nodes_ready
 wait_for "ServiceAccount default/default" kctl get serviceaccount default -n default
 # Untainted means schedulable: the node lifecycle controller removes the
 # not-ready taint shortly after the node turns Ready.
-no_taints() { [ -z "$(kctl get nodes -o jsonpath='{.items[*].spec.taints}')" ]; }
-wait_for "node taints to clear" no_taints
+no_taints() { [ -z "$(kctl get nodes -l type=kwok -o jsonpath='{.items[*].spec.taints}')" ]; }
+wait_for "KWOK node taints to clear" no_taints
+if real_node_enabled; then
+  real_node_ready() {
+    [ "$(kctl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ] || return 1
+    # Only our own taint is left once the lifecycle controller saw it Ready.
+    [ "$(kctl get node "$NODE_NAME" -o jsonpath='{.spec.taints[*].key}')" = lockstep.dev/real-node ]
+  }
+  wait_for "the real node $NODE_NAME Ready" real_node_ready
+  coredns_ready() { in_node curl -fsS --max-time 2 http://127.0.0.1:8181/ready; }
+  wait_for "CoreDNS ready" coredns_ready
+fi
 
 log "cluster up ($SECONDS s): export KUBECONFIG=$KUBECONFIG_ADMIN; kubectl at $CLUSTER_DIR/bin/kubectl"

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# Build the container images the real node runs, without a registry or a
+# container engine: a root filesystem (a static Go binary on an empty base, or
+# Debian `mmdebstrap --variant=minbase`), written as an OCI image archive by
+# oci-image.py, cached by a hash of the recipe's inputs under
+# ${LOCKSTEP_CACHE:-~/.cache/lockstep}/images/<image>-<hash>.tar.
+#
+#   tools/images/build.sh [IMAGE...]   build if needed (default: all); print the archives
+#   tools/images/build.sh --name IMAGE print the image reference (e.g. lockstep.local/pause:3.10)
+#   tools/images/build.sh --path IMAGE print the archive path (no build)
+#   tools/images/build.sh --list       print the image names
+#
+# Images (name: reference):
+#   pause:          lockstep.local/pause:3.10              pod sandbox (static Go, empty base)
+#   etcd-3.6:       lockstep.local/etcd:v3.6.16            etcd, etcdctl, etcdutl + entrypoint/hooks, Debian minbase + curl
+#   etcd-3.7:       lockstep.local/etcd:v3.7.3             the same at 3.7
+#   postgres-15:    docker.io/library/postgres:15          PostgreSQL 15 + curl (postgres uid 999 as in the official image)
+#   backup:         lockstep.local/backup:1                curl (S3 SigV4 uploads), etcdctl, etcdutl, s3 helper
+#   s3:             lockstep.local/s3:v1.8.0               versitygw S3 gateway, POSIX backend (static Go)
+#   lockstep:       docker.io/library/lockstep:0.1.0       the operator (static Rust binary, empty base)
+set -euo pipefail
+
+command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+CACHE_ROOT="${LOCKSTEP_CACHE:-${HOME:-/root}/.cache/lockstep}"
+IMAGES_DIR="$CACHE_ROOT/images"
+ALL=(pause etcd-3.6 etcd-3.7 postgres-15 backup s3 lockstep)
+DEBIAN_SUITE=bookworm
+
+log() { echo "[images] $*" >&2; }
+
+ref_of() {
+  case "$1" in
+    pause) echo lockstep.local/pause:3.10 ;;
+    etcd-3.6) echo lockstep.local/etcd:v3.6.16 ;;
+    etcd-3.7) echo lockstep.local/etcd:v3.7.3 ;;
+    postgres-15) echo docker.io/library/postgres:15 ;;
+    backup) echo lockstep.local/backup:1 ;;
+    s3) echo lockstep.local/s3:v1.8.0 ;;
+    lockstep) echo docker.io/library/lockstep:0.1.0 ;;
+    *) log "unknown image '$1' (known: ${ALL[*]})"; return 1 ;;
+  esac
+}
+
+# Files (relative to the repo) whose content defines each image.
+inputs_of() {
+  local common="tools/images/oci-image.py"
+  case "$1" in
+    pause) echo "$common tools/images/go.mod tools/images/cmd/pause/main.go" ;;
+    etcd-3.6) echo "$common $(cd "$ROOT" && ls tools/images/etcd/v3.6.16/go.* tools/images/etcd/bin/*)" ;;
+    etcd-3.7) echo "$common $(cd "$ROOT" && ls tools/images/etcd/v3.7.3/go.* tools/images/etcd/bin/*)" ;;
+    postgres-15) echo "$common" ;;
+    backup) echo "$common tools/images/etcd/v3.7.3/go.mod tools/images/etcd/v3.7.3/go.sum tools/images/backup/s3 tools/images/etcd/bin/etcd-backup tools/images/etcd/bin/etcd-lib.sh" ;;
+    s3) echo "$common tools/images/s3/go.mod tools/images/s3/go.sum" ;;
+    lockstep) echo "$common Cargo.toml Cargo.lock $(cd "$ROOT" && find src -type f | LC_ALL=C sort)" ;;
+  esac
+}
+
+# recipe_text IMAGE: the image's arm of the case in build_one (so that editing
+# one recipe, or this driver, does not invalidate every other image).
+recipe_text() {
+  awk -v n="$1" '
+    /^    [a-z0-9 .|-]+\)$/ { on = 0; split(substr($0, 5, length($0) - 5), a, / \| /); for (i in a) if (a[i] == n) on = 1 }
+    on { print }
+    on && /^      ;;$/ { on = 0 }' "$HERE/build.sh"
+}
+
+hash_of() {
+  (
+    cd "$ROOT"
+    echo "image=$1 ref=$(ref_of "$1") go=$(go env GOVERSION) suite=$DEBIAN_SUITE"
+    recipe_text "$1"
+    declare -f debian_rootfs debian_base go_static oci
+    for f in $(inputs_of "$1"); do echo "$f $(sha256sum <"$f" | cut -d' ' -f1)"; done
+  ) | sha256sum | cut -c1-16
+}
+
+path_of() { echo "$IMAGES_DIR/$1-$(hash_of "$1").tar"; }
+
+go_static() { # MODULE_DIR OUT PKG...: a static, stripped Go build
+  local dir="$1" out="$2"
+  shift 2
+  (cd "$dir" && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=readonly" go build -trimpath -ldflags "-s -w" -o "$out" "$@")
+}
+
+# need_mmdebstrap: install Debian's mmdebstrap if missing (outside the hashed
+# helpers: how it gets installed does not change an image).
+need_mmdebstrap() {
+  command -v mmdebstrap >/dev/null 2>&1 && return 0
+  log "installing mmdebstrap (Debian package)"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >&2
+}
+
+# debian_rootfs DIR PACKAGES...: Debian minbase plus PACKAGES (apt caches and
+# docs removed). The essential hook gives postgres uid/gid 999 like the
+# official image (harmless where PostgreSQL is not installed).
+debian_rootfs() {
+  local dir="$1"
+  shift
+  local inc
+  inc="$(IFS=,; echo "$*")"
+  # shellcheck disable=SC2016 # the hooks' "$1" is the rootfs, expanded by mmdebstrap
+  mmdebstrap --variant=minbase --include="$inc" \
+    --essential-hook='echo "postgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/bash" >>"$1/etc/passwd"; echo "postgres:x:999:" >>"$1/etc/group"; echo "postgres:*:19000:0:99999:7:::" >>"$1/etc/shadow"' \
+    --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/locale/*' \
+    "$DEBIAN_SUITE" "$dir" >&2
+}
+
+# debian_base DIR: minbase + ca-certificates + curl, built once and cached as
+# a tar (shared by the etcd and backup images).
+debian_base() {
+  local dir="$1" h tar
+  h="$( (echo "$DEBIAN_SUITE"; declare -f debian_rootfs) | sha256sum | cut -c1-16)"
+  tar="$IMAGES_DIR/rootfs-base-$h.tar"
+  if [ ! -f "$tar" ]; then
+    local t="$IMAGES_DIR/.rootfs-base.$$"
+    rm -rf "$t" && mkdir -p "$t"
+    debian_rootfs "$t" ca-certificates curl
+    tar -C "$t" --numeric-owner -cf "$tar.part" . && mv "$tar.part" "$tar"
+    rm -rf "$t"
+    for old in "$IMAGES_DIR"/rootfs-base-*.tar; do [ "$old" = "$tar" ] || rm -f -- "$old"; done
+  fi
+  tar -C "$dir" --numeric-owner -xf "$tar"
+}
+
+oci() { python3 "$HERE/oci-image.py" "$@" >&2; }
+
+build_one() {
+  local name="$1" ref out tmp rootfs
+  ref="$(ref_of "$name")"
+  out="$(path_of "$name")"
+  if [ -f "$out" ]; then
+    touch "$out"
+    echo "$out"
+    return 0
+  fi
+  mkdir -p "$IMAGES_DIR"
+  tmp="$(mktemp -d "$IMAGES_DIR/.build-$name.XXXXXX")"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" RETURN
+  rootfs="$tmp/rootfs"
+  mkdir -p "$rootfs"
+  local t0=$SECONDS
+  log "building $name ($ref)"
+  case "$name" in etcd-* | postgres-* | backup) need_mmdebstrap ;; esac
+  case "$name" in
+    pause)
+      go_static "$HERE" "$rootfs/pause" ./cmd/pause
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --entrypoint '["/pause"]' --user 65535:65535
+      ;;
+    etcd-3.6 | etcd-3.7)
+      local v
+      v="$(basename "$(ls -d "$HERE"/etcd/v"${name#etcd-}".*)")"
+      debian_base "$rootfs"
+      mkdir -p "$rootfs/usr/local/bin" "$rootfs/var/lib/etcd"
+      go_static "$HERE/etcd/$v" "$rootfs/usr/local/bin/" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
+      # go names a .../server/v3 binary "server".
+      mv "$rootfs/usr/local/bin/server" "$rootfs/usr/local/bin/etcd"
+      install -m 0755 "$HERE"/etcd/bin/* "$HERE/backup/s3" "$rootfs/usr/local/bin/"
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --entrypoint '["/usr/local/bin/etcd-entrypoint"]' \
+        --env "LOCKSTEP_ETCD_VERSION=${v#v}" --workdir /var/lib/etcd
+      ;;
+    postgres-15)
+      debian_rootfs "$rootfs" ca-certificates curl postgresql-15 postgresql-client-15
+      mkdir -p "$rootfs/var/run/postgresql" "$rootfs/var/lib/postgresql/data"
+      chown 999:999 "$rootfs/var/run/postgresql" "$rootfs/var/lib/postgresql" "$rootfs/var/lib/postgresql/data"
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["postgres"]' --user 999:999 \
+        --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --env PGDATA=/var/lib/postgresql/data --env PG_MAJOR=15
+      ;;
+    backup)
+      debian_base "$rootfs"
+      mkdir -p "$rootfs/usr/local/bin"
+      go_static "$HERE/etcd/v3.7.3" "$rootfs/usr/local/bin/" go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
+      install -m 0755 "$HERE/backup/s3" "$HERE/etcd/bin/etcd-backup" "$HERE/etcd/bin/etcd-lib.sh" "$rootfs/usr/local/bin/"
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["/bin/sh"]'
+      ;;
+    s3)
+      mkdir -p "$rootfs/data" "$rootfs/tmp"
+      go_static "$HERE/s3" "$rootfs/versitygw" github.com/versity/versitygw/cmd/versitygw
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --entrypoint '["/versitygw"]'
+      ;;
+    lockstep)
+      # A static binary on the installed gnu target (the musl target is not
+      # available here); the Dockerfile does the same.
+      local target="$ROOT/target/image"
+      (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target" \
+        cargo build --locked --release --bin lockstep --target x86_64-unknown-linux-gnu >&2)
+      install -D -m 0755 "$target/x86_64-unknown-linux-gnu/release/lockstep" "$rootfs/lockstep"
+      mkdir -p "$rootfs/etc/ssl/certs" "$rootfs/tmp"
+      cp /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/" 2>/dev/null || true
+      printf 'root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$rootfs/etc/passwd"
+      printf 'root:x:0:\nnonroot:x:65532:\n' >"$rootfs/etc/group"
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --entrypoint '["/lockstep"]' \
+        --cmd '["run","--leader-election"]' --user 65532:65532
+      ;;
+  esac
+  log "built $name in $((SECONDS - t0)) s: $(du -h "$out" | cut -f1) $out"
+  # Older archives of the same image go (only the current recipe is used).
+  local old
+  for old in "$IMAGES_DIR/$name"-*.tar; do
+    [ "$old" = "$out" ] || [ ! -f "$old" ] || rm -f -- "$old"
+  done
+  echo "$out"
+}
+
+case "${1:-}" in
+  --name) ref_of "$2"; exit ;;
+  --path) path_of "$2"; exit ;;
+  --list) printf '%s\n' "${ALL[@]}"; exit ;;
+esac
+
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=("${ALL[@]}")
+for n in "${names[@]}"; do ref_of "$n" >/dev/null; done
+mkdir -p "$IMAGES_DIR"
+for n in "${names[@]}"; do
+  # One build per image at a time (CI and a dev shell may race).
+  exec 8>"$IMAGES_DIR/.lock-$n"
+  flock 8
+  build_one "$n"
+  exec 8>&-
+done
