@@ -2,7 +2,7 @@
 #
 #   make test     everything CI checks (lint, freshness, unit + model checks,
 #                 pod-script tests against real PostgreSQL and S3, e2e on a real
-#                 control plane)
+#                 control plane, real pods and a real etcd on the real node)
 #   make demo     the DistributedDB lifecycle, narrated, on a local control plane
 #   make bench    benchmarks at scale on a local control plane (not part of `make test`)
 #
@@ -63,6 +63,9 @@ demo: ## The DistributedDB lifecycle, narrated, on the local control plane (DEMO
 .PHONY: test
 test: lint fresh unit scripts ## Everything CI checks; the control plane is torn down afterwards.
 	@status=0; $(MAKE) --no-print-directory e2e || status=$$?; \
+	  if [ "$$status" = 0 ] && [ "$${LOCKSTEP_REAL_NODE:-1}" != 0 ]; then \
+	    $(MAKE) --no-print-directory node-smoke node-etcd-check || status=$$?; \
+	  fi; \
 	  $(MAKE) --no-print-directory cluster-down; exit $$status
 
 .PHONY: bench

@@ -154,10 +154,13 @@ fn tag(schema: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A property of some variants only: absent (or null) in the others.
+/// A property of some variants only: absent (or null) in the others, and never
+/// defaulted by the API server (a variant's serde default would otherwise be written
+/// into every other variant, and the status would not round-trip).
 fn nullable(schema: &mut Value) {
     if let Some(map) = schema.as_object_mut() {
         map.insert("nullable".to_owned(), Value::Bool(true));
+        map.remove("default");
     }
 }
 
@@ -219,6 +222,7 @@ mod tests {
     #[allow(dead_code)] // only its schema is read
     struct Moving {
         /// The hook try.
+        #[serde(default = "one")]
         attempt: u32,
         /// The pod being moved.
         pod_uid: String,
@@ -244,6 +248,10 @@ mod tests {
         );
     }
 
+    fn one() -> u32 {
+        1
+    }
+
     #[test]
     fn variants_fold_into_one_object_whose_fields_name_their_variants() {
         let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
@@ -265,6 +273,10 @@ mod tests {
         );
         assert_eq!(p["podUid"]["type"], "string");
         assert_eq!(p["podUid"]["nullable"], true);
+        assert!(
+            p["attempt"].get("default").is_none(),
+            "a variant's default would be written into every state: {value:#}"
+        );
         assert_eq!(value["required"], json!(["name"]));
     }
 }
