@@ -186,7 +186,14 @@ pub struct Facts<'a> {
     pub field: &'a str,
     /// The outcome and name of the token's Job, if it exists.
     pub job: Option<(&'a JobOutcome, &'a str)>,
+    /// How long the backing-up state has lasted: a Job created moments ago may not be
+    /// in the cache yet ([`UNSEEN_GRACE`]).
+    pub in_state: std::time::Duration,
 }
+
+/// How long a Job the record says was created may go unobserved before it counts as
+/// lost: the cache lags its own creation by a watch event, which may also be late.
+pub const UNSEEN_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What the backing-up state does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,6 +216,8 @@ pub enum Verdict {
     Wait {
         /// What is happening.
         message: String,
+        /// Look again this soon even without an event.
+        recheck: Option<std::time::Duration>,
     },
 }
 
@@ -222,6 +231,15 @@ pub fn step(facts: Facts<'_>) -> Verdict {
                     "{} was removed before the backup Job was created; no backup taken",
                     facts.field
                 ),
+            };
+        }
+        if facts.created && facts.in_state < UNSEEN_GRACE {
+            return Verdict::Wait {
+                message: format!(
+                    "the on-demand backup Job for {BACKUP_NOW}={} is not observed yet",
+                    facts.token
+                ),
+                recheck: Some(UNSEEN_GRACE - facts.in_state),
             };
         }
         if facts.created {
@@ -242,6 +260,7 @@ pub fn step(facts: Facts<'_>) -> Verdict {
     match outcome {
         JobOutcome::Running => Verdict::Wait {
             message: format!("on-demand backup Job {name} is running"),
+            recheck: None,
         },
         JobOutcome::Succeeded { .. } => Verdict::Back {
             reason: BACKUP_SUCCEEDED,
@@ -270,7 +289,13 @@ pub fn decision<S, A>(
         Verdict::Start { key, message } => Decision::stay(BACKUP_RUNNING, message)
             .with_actions(upkeep)
             .with_actions([run(key)]),
-        Verdict::Wait { message } => Decision::stay(BACKUP_RUNNING, message).with_actions(upkeep),
+        Verdict::Wait { message, recheck } => {
+            let stay = Decision::stay(BACKUP_RUNNING, message).with_actions(upkeep);
+            match recheck {
+                Some(after) => stay.requeue(after),
+                None => stay,
+            }
+        }
     }
 }
 
@@ -287,7 +312,25 @@ mod tests {
             configured: true,
             field: "spec.backup",
             job,
+            in_state: UNSEEN_GRACE,
         }
+    }
+
+    #[test]
+    fn a_job_created_moments_ago_but_not_yet_in_the_cache_is_waited_for_not_lost() {
+        let mut young = facts(None);
+        young.in_state = std::time::Duration::from_secs(1);
+        assert!(matches!(
+            step(young),
+            Verdict::Wait { recheck: Some(after), .. } if after == UNSEEN_GRACE - std::time::Duration::from_secs(1)
+        ));
+        assert!(matches!(
+            step(facts(None)),
+            Verdict::Back {
+                reason: BACKUP_LOST,
+                ..
+            }
+        ));
     }
 
     #[test]

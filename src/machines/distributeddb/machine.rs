@@ -145,6 +145,7 @@ impl Machine for DistributedDb {
                 *replicas,
                 request,
                 world.acked(BACKUP_NOW),
+                world.in_state_for(),
                 o,
             ),
             DdbState::Finalizing { .. } | DdbState::Finalized => {

@@ -16,6 +16,7 @@ pub(crate) fn backing_up(
     replicas: i32,
     request: &str,
     served: Option<&str>,
+    in_state: std::time::Duration,
     o: &Observed,
 ) -> D {
     let back = DdbState::Ready {
@@ -35,6 +36,7 @@ pub(crate) fn backing_up(
         configured: spec.backup_policy.is_some(),
         field: "backupPolicy",
         job: o.job(&key).map(|j| (&j.outcome, j.name.as_str())),
+        in_state,
     });
     on_demand::decision(
         verdict,

@@ -16,6 +16,7 @@ pub(crate) fn backing_up(
     cluster: &Topology,
     request: &str,
     served: Option<&str>,
+    in_state: std::time::Duration,
     o: &Observed,
 ) -> D {
     let back = PgState::Ready {
@@ -32,6 +33,7 @@ pub(crate) fn backing_up(
         configured: spec.backup.is_some(),
         field: "spec.backup",
         job: o.job(&key).map(|j| (&j.outcome, j.name.as_str())),
+        in_state,
     });
     on_demand::decision(
         verdict,
