@@ -330,11 +330,12 @@ fn same_content<K: Project>(before: &K, after: &K) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use kube::api::ObjectMeta;
 
-    fn cm(name: &str, owner: &str, kind: &str, rv: &str, data: &str) -> ConfigMap {
+    /// A ConfigMap `name` of `owner` (kind label `kind`) at version `rv`.
+    pub(crate) fn cm(name: &str, owner: &str, kind: &str, rv: &str, data: &str) -> ConfigMap {
         ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.into()),

@@ -272,29 +272,8 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::cache::tests::cm;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
-
-    fn cm(name: &str, owner: &str, kind: &str, rv: &str, data: &str) -> ConfigMap {
-        ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                resource_version: Some(rv.into()),
-                labels: Some(
-                    [
-                        (labels::MANAGED_BY.to_owned(), "lockstep".to_owned()),
-                        (labels::NAME.to_owned(), kind.to_owned()),
-                        (labels::INSTANCE.to_owned(), owner.to_owned()),
-                    ]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            data: Some([("k".to_owned(), data.to_owned())].into()),
-            ..Default::default()
-        }
-    }
 
     fn with_status(rv: &str, generation: i64) -> ConfigMap {
         let mut o = cm("db", "db", "beacon", rv, "x");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -19,25 +19,13 @@ use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
 use lockstep::machines::postgres::PostgresCluster;
 
 use crate::support::{
-    DEADLINE, Env, InProcessOperator, RequestLog, counted_client, events_about, install_crd_of,
-    wait_for, wait_for_all,
+    DEADLINE, Env, Fixture, InProcessOperator, RequestLog, counted_client, events_about,
+    install_crd_of, wait_for, wait_for_all,
 };
 
 /// A namespace with the DistributedDB CRD and the S3 credentials Secret.
 async fn env(prefix: &str) -> Env {
-    let mut env = Env::new(prefix).await;
-    install_crd_of::<DistributedDB>(&env.client).await;
-    env.ns.track::<DistributedDB>();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "s3"},
-        "stringData": {"accessKey": "e2e-access", "secretKey": "e2e-secret"}
-    }))
-    .expect("a Secret");
-    env.api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create the credentials Secret");
-    env
+    Fixture::<DistributedDb>::new(prefix).await.env
 }
 
 fn db(name: &str, backups: bool) -> DistributedDB {
