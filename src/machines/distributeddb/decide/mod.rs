@@ -162,8 +162,12 @@ pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> V
     if !o.service_in_sync {
         actions.push(DdbAction::EnsureService);
     }
-    if !o.statefulset.as_ref().is_some_and(|s| s.holds(shape)) {
-        actions.push(DdbAction::EnsureStatefulSet(shape.clone()));
+    let step = Shape {
+        replicas: cut_back_step(shape, o),
+        ..shape.clone()
+    };
+    if !o.statefulset.as_ref().is_some_and(|s| s.holds(&step)) {
+        actions.push(DdbAction::EnsureStatefulSet(step));
     }
     match (&spec.backup_policy, &o.cronjob) {
         (Some(_), Some(c)) if c.in_sync => {}
@@ -172,6 +176,29 @@ pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> V
         (None, None) => {}
     }
     actions
+}
+
+/// The replicas to apply to a StatefulSet that should hold `shape`. One scaled up by hand
+/// (drift) is cut back one replica at a time, like scaling: a pod is removed only once the
+/// previous one is gone, the controller has seen the last step and every remaining pod is
+/// Ready. Cutting several at once (`podManagementPolicy: Parallel`) could take a quorum
+/// away. A StatefulSet scaled down by hand is restored at once: its pods come back on
+/// their own claims.
+pub(crate) fn cut_back_step(shape: &Shape, o: &Observed) -> i32 {
+    let Some(live) = o.statefulset.as_ref() else {
+        return shape.replicas;
+    };
+    if live.replicas <= shape.replicas {
+        return shape.replicas;
+    }
+    let next = live.replicas - 1;
+    let removing = o.pods.keys().any(|k| *k >= live.replicas);
+    let others_down = (0..next).any(|k| !o.pods.get(&k).is_some_and(|p| p.ready && !p.terminating));
+    if !live.caught_up || removing || others_down {
+        live.replicas
+    } else {
+        next
+    }
 }
 
 /// A stay that restores owned objects, named `reason` unless it only restores.

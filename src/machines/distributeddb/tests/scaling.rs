@@ -102,3 +102,69 @@ fn a_new_replica_that_never_becomes_ready_can_be_scaled_away() {
         "{d:?}"
     );
 }
+
+/// The StatefulSet as scaled up by hand to `replicas`, its pods Ready.
+fn scaled_by_hand(replicas: i32) -> Observed {
+    let mut o = at_rest("db:1");
+    if let Some(sts) = &mut o.statefulset {
+        sts.replicas = replicas;
+    }
+    for k in 3..replicas {
+        o.pods.insert(k, pod(k, "db:1", true));
+    }
+    o
+}
+
+fn statefulset_replicas_asked(d: &Decision<DdbState, DdbAction>) -> Vec<i32> {
+    d.actions()
+        .iter()
+        .filter_map(|a| match a {
+            DdbAction::EnsureStatefulSet(shape) => Some(shape.replicas),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_statefulset_scaled_up_by_hand_is_cut_back_one_replica_at_a_time() {
+    // Issue 11: a StatefulSet scaled 3 -> 5 by hand was restored to 3 in one apply,
+    // removing two members at once.
+    let s = spec("db:1");
+    let mut o = scaled_by_hand(5);
+    let mut asked = Vec::new();
+    loop {
+        let d = decide(&s, &ready("db:1"), o.clone());
+        assert_eq!(target(&d), None, "stays Ready while the drift is restored");
+        let [replicas] = statefulset_replicas_asked(&d)[..] else {
+            break;
+        };
+        asked.push(replicas);
+        // The StatefulSet controller removes the pods above `replicas`.
+        if let Some(sts) = &mut o.statefulset {
+            sts.replicas = replicas;
+        }
+        o.pods.retain(|k, _| *k < replicas);
+    }
+    assert_eq!(asked, vec![4, 3]);
+}
+
+#[test]
+fn cutting_back_waits_for_the_removed_pod_to_go_and_the_rest_to_be_ready() {
+    let s = spec("db:1");
+    // 5 -> 4 was applied; pod 4 is still terminating.
+    let mut o = scaled_by_hand(5);
+    if let Some(sts) = &mut o.statefulset {
+        sts.replicas = 4;
+    }
+    let d = decide(&s, &ready("db:1"), o.clone());
+    assert_eq!(statefulset_replicas_asked(&d), Vec::<i32>::new());
+    // Pod 4 is gone but pod 1 is not Ready: still no further cut.
+    o.pods.remove(&4);
+    o.pods.insert(1, pod(1, "db:1", false));
+    let d = decide(&s, &ready("db:1"), o.clone());
+    assert_eq!(statefulset_replicas_asked(&d), Vec::<i32>::new());
+    // Everyone Ready: the next replica goes.
+    o.pods.insert(1, pod(1, "db:1", true));
+    let d = decide(&s, &ready("db:1"), o);
+    assert_eq!(statefulset_replicas_asked(&d), vec![3]);
+}
