@@ -351,3 +351,21 @@ def test_survey_reports_positions_and_omits_the_unreachable(env):
     r = env.run_script("survey.sh", SURVEY_HOSTS=f"pg-0=127.0.0.1:{primary.port}",
                        POSTGRES_PASSWORD=SUPER_PASSWORD, TERMINATION_LOG=str(term))
     assert r.returncode == 1 and list(json.loads(r.stdout.strip())) == ["pg-0"]
+
+
+def test_a_promote_target_labelled_demoted_keeps_running_an_old_primary_stops(env):
+    # Without a Lease, as the operator runs today: the switchover target is labelled
+    # demoted while its promote Job runs; only the old primary stops on `demoted`.
+    old = env.pod("pg-0").start("primary")
+    new = env.pod("pg-1").start("replica", primary=old)
+    set_role(new, "demoted")
+    set_role(old, "demoted")
+    assert old.wait_exit(timeout=60) == 0
+    assert "labelled demoted while writable: stopping cleanly" in old.log_text()
+    assert new.sql("SELECT pg_promote(true, 30)") == "t"
+    time.sleep(3)  # several agent periods (R = 2 s): it must still be running
+    assert new.proc.poll() is None and writable(new), new.log_tail()
+    set_role(new, "primary")
+    wait_until(lambda: "serving as the primary" in new.log_text(), timeout=30, what="the agent to see it")
+    set_role(new, "demoted")  # now it served as the primary: a demotion
+    assert new.wait_exit(timeout=60) == 0

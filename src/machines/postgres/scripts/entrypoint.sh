@@ -22,7 +22,7 @@
 # waiting for the label to change instead could wait forever, as the operator only
 # relabels a recreated pod.
 #
-# Supervision and fencing (issue 12; README.md "Fencing"): with
+# Supervision and fencing (issue 12; README.md "Fencing: the lease agent"): with
 # LOCKSTEP_LEASE_NAME set, only the holder of the coordination Lease
 # <cluster>-primary ("$POD_NAME/$POD_UID") may run a writable server.
 #   - A pod labelled primary starts a writable server only after the Lease names
@@ -36,7 +36,9 @@
 #     neither primary, replica (labels follow the Lease) nor demoted, or when no
 #     renewal has succeeded for LOCKSTEP_FENCE_SECONDS (T) of monotonic time
 #     (/proc/uptime), counted from the start of the last successful request.
-#   - Labelled `demoted` while holding the Lease (a planned switchover): a clean
+#   - Labelled `demoted` after it served as the primary (started as one, or was
+#     labelled primary while writable; a promote target labelled demoted until
+#     the operator labels it primary keeps running): a clean
 #     `pg_ctl stop -m fast` (walsenders send all WAL to connected standbys
 #     before the server exits), then the Lease is released: holderIdentity
 #     cleared and annotation lockstep.dev/released-by = "$POD_NAME/$POD_UID".
@@ -555,6 +557,7 @@ wait_for_lease() {
 PG_PID=
 STOPPING=
 STARTED_AS=
+SERVED_AS_PRIMARY=
 
 # The postmaster's children (backends, walsenders, ...), from /proc.
 pg_children() {
@@ -640,8 +643,16 @@ agent_tick() {
 	[[ -n "$WRITABLE_SINCE_CS" ]] || WRITABLE_SINCE_CS=$(mono_cs)
 	role=$(role_from_file 2>/dev/null || true)
 	[[ -n "${LOCKSTEP_ROLE:-}" ]] && role=$LOCKSTEP_ROLE
+	# `demoted` orders a demotion only of a server that served as the primary (started
+	# as one, or labelled primary while writable): a promote target is labelled
+	# demoted from its promote Job's creation until the operator labels it primary,
+	# and must keep running.
+	if [[ "$role" == primary && -z "$SERVED_AS_PRIMARY" ]]; then
+		SERVED_AS_PRIMARY=1
+		log "labelled primary while writable: serving as the primary"
+	fi
 	if [[ -z "$LEASE_NAME" ]]; then
-		[[ "$role" != demoted ]] || demote "$role"
+		[[ "$role" != demoted || -z "$SERVED_AS_PRIMARY" ]] || demote "$role"
 		return 0
 	fi
 	t0=$(mono_cs)
@@ -651,7 +662,7 @@ agent_tick() {
 		fi
 		case "$role" in
 		primary | replica) ;; # the lease is the authority; labels follow it
-		demoted) demote "$role" ;;
+		demoted) [[ -z "$SERVED_AS_PRIMARY" ]] || demote "$role" ;;
 		*) fence "role label is '$role'" ;;
 		esac
 		if lease_write renew; then
@@ -786,6 +797,7 @@ main() {
 	fi
 	log "starting postgres as $role"
 	STARTED_AS=$role
+	[[ "$role" != primary ]] || SERVED_AS_PRIMARY=1
 	supervise
 }
 
