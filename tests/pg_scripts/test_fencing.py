@@ -369,3 +369,20 @@ def test_a_promote_target_labelled_demoted_keeps_running_an_old_primary_stops(en
     wait_until(lambda: "serving as the primary" in new.log_text(), timeout=30, what="the agent to see it")
     set_role(new, "demoted")  # now it served as the primary: a demotion
     assert new.wait_exit(timeout=60) == 0
+
+
+def test_a_fenced_pod_restarting_as_a_standby_releases_the_lease(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    primary = env.pod("pg-0").start("primary", **lease_env(env, lease, UID0))
+    standby = env.pod("pg-1").start("replica", primary=primary)
+    lease.down = True
+    assert primary.wait_exit(timeout=30) == 5
+    lease.down = False
+    # The operator meanwhile promoted pg-1 (the lease still names pg-0: it never
+    # released it) and labelled pg-0 demoted.
+    assert standby.sql("SELECT pg_promote(true, 30)") == "t"
+    primary.start("demoted", primary=standby, **lease_env(env, lease, UID0))
+    got = lease.get()
+    assert got["metadata"]["annotations"]["lockstep.dev/released-by"] == f"pg-0/{UID0}"
+    assert got["spec"]["holderIdentity"] == ""
+    assert primary.in_recovery() is True

@@ -43,7 +43,8 @@
 #     before the server exits), then the Lease is released: holderIdentity
 #     cleared and annotation lockstep.dev/released-by = "$POD_NAME/$POD_UID".
 #     Exit 0; the container restarts and rejoins as a standby. A server that
-#     stops cleanly on a forwarded signal (pod deletion) releases it too.
+#     stops cleanly on a forwarded signal (pod deletion) releases it too, and so
+#     does a container that starts as a standby while the Lease still names it.
 #   - Without LOCKSTEP_LEASE_NAME (an operator that renders no Lease) there is
 #     no lease check; a writable server labelled `demoted` still stops cleanly.
 #
@@ -782,6 +783,9 @@ main() {
 		write_config primary
 	else
 		require PRIMARY_HOST
+		# No server of this container has run yet: if the Lease still names this pod
+		# (it was fenced, or demoted while not running), say that it is down.
+		release_lease
 		if ! has_data; then
 			clone_from_primary
 		else
