@@ -2,7 +2,8 @@
 #
 #   make test     everything CI checks (lint, freshness, unit + model checks,
 #                 pod-script tests against real PostgreSQL and S3, e2e on a real
-#                 control plane, real pods and a real etcd on the real node)
+#                 control plane, real pods, a real etcd and real PostgreSQL
+#                 clusters on the real node)
 #   make demo     the DistributedDB lifecycle, narrated, on a local control plane
 #   make bench    benchmarks at scale on a local control plane (not part of `make test`)
 #
@@ -54,7 +55,12 @@ scripts: ## Pod scripts against real PostgreSQL servers and a local S3 server.
 
 .PHONY: e2e
 e2e: cluster-up ## End-to-end tests on the local control plane (brings it up).
-	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2 --skip postgres_real::
+
+.PHONY: e2e-postgres-real
+e2e-postgres-real: ## PostgresCluster on real PostgreSQL pods on the real node (cluster-up with the real node first).
+	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) tools/images/load.sh pause postgres-15 postgres-15-next s3
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e postgres_real:: -- --test-threads=2
 
 .PHONY: demo
 demo: ## The DistributedDB lifecycle, narrated, on the local control plane (DEMO_TEARDOWN=1 to tear down after).
@@ -64,7 +70,7 @@ demo: ## The DistributedDB lifecycle, narrated, on the local control plane (DEMO
 test: lint fresh unit scripts ## Everything CI checks; the control plane is torn down afterwards.
 	@status=0; $(MAKE) --no-print-directory e2e || status=$$?; \
 	  if [ "$$status" = 0 ] && [ "$${LOCKSTEP_REAL_NODE:-1}" != 0 ]; then \
-	    $(MAKE) --no-print-directory node-smoke node-etcd-check || status=$$?; \
+	    $(MAKE) --no-print-directory node-smoke node-etcd-check e2e-postgres-real || status=$$?; \
 	  fi; \
 	  $(MAKE) --no-print-directory cluster-down; exit $$status
 

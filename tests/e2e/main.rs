@@ -12,6 +12,7 @@
 //! - [`engine_requests`]: the driver's request budget, counted.
 //! - [`hardening`]: regressions from fault testing (refused requests, wiped status,
 //!   authority to act).
+//! - [`postgres_real`]: PostgresCluster on real PostgreSQL pods on the real node.
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
 //!   the deploy manifests' RBAC.
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
@@ -24,5 +25,6 @@ mod engine_requests;
 mod hardening;
 mod operability;
 mod postgres;
+mod postgres_real;
 mod smoke;
 mod support;

@@ -16,6 +16,7 @@
 
 #![allow(dead_code)] // Each test module uses its own part of the support.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -335,11 +336,24 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Create a namespace named `<prefix>-<random>`, labelled `lockstep.dev/e2e=true`.
     pub async fn create(client: &Client, prefix: &str) -> Self {
+        Self::create_labelled(client, prefix, &[]).await
+    }
+
+    /// [`TestNamespace::create`] with more labels (e.g. `lockstep.dev/real-node=true`,
+    /// which puts its pods on the real node).
+    pub async fn create_labelled(client: &Client, prefix: &str, extra: &[(&str, &str)]) -> Self {
         let api: Api<Namespace> = Api::all(client.clone());
+        let mut labels: BTreeMap<String, String> =
+            [("lockstep.dev/e2e".to_owned(), "true".to_owned())].into();
+        labels.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
         let namespace = Namespace {
             metadata: ObjectMeta {
                 generate_name: Some(format!("{prefix}-")),
-                labels: Some([("lockstep.dev/e2e".to_owned(), "true".to_owned())].into()),
+                labels: Some(labels),
                 ..ObjectMeta::default()
             },
             ..Namespace::default()
@@ -466,9 +480,14 @@ impl Env {
     /// Connect (failing the test if there is no control plane) and create a namespace
     /// `<prefix>-<random>`.
     pub async fn new(prefix: &str) -> Self {
+        Self::labelled(prefix, &[]).await
+    }
+
+    /// [`Env::new`] with more namespace labels.
+    pub async fn labelled(prefix: &str, extra: &[(&str, &str)]) -> Self {
         init_tracing();
         let client = client().await;
-        let ns = TestNamespace::create(&client, prefix).await;
+        let ns = TestNamespace::create_labelled(&client, prefix, extra).await;
         Self { client, ns }
     }
 
@@ -680,7 +699,11 @@ where
     /// A namespace `<prefix>-<random>` with the CRD installed and the S3 credentials
     /// Secret.
     pub async fn new(prefix: &str) -> Self {
-        let mut env = Env::new(prefix).await;
+        Self::in_env(Env::new(prefix).await).await
+    }
+
+    /// [`Fixture::new`] in an [`Env`] made by the caller.
+    pub async fn in_env(mut env: Env) -> Self {
         install_crd_of::<O::Resource>(&env.client).await;
         env.ns.track::<O::Resource>();
         let secret: k8s_openapi::api::core::v1::Secret =

@@ -29,7 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS_SRC = REPO / "src" / "machines" / "postgres" / "scripts"
-SCRIPT_NAMES = ("entrypoint.sh", "promote.sh", "backup.sh", "restore.sh")
+SCRIPT_NAMES = ("entrypoint.sh", "promote.sh", "backup.sh", "restore.sh", "survey.sh")
 
 # Passwords with quotes, backslashes and spaces exercise every quoting path
 # (SQL literals, conninfo, postgresql.conf, curl config).

@@ -15,6 +15,8 @@
 #   etcd-3.6:       lockstep.local/etcd:v3.6.16            etcd, etcdctl, etcdutl + entrypoint/hooks, Debian minbase + curl
 #   etcd-3.7:       lockstep.local/etcd:v3.7.3             the same at 3.7
 #   postgres-15:    docker.io/library/postgres:15          PostgreSQL 15 + curl (postgres uid 999 as in the official image)
+#   postgres-15-next: lockstep.local/postgres:15-next      the same root filesystem under a second tag (and
+#                                                          LOCKSTEP_IMAGE_BUILD=next): the target of upgrade tests
 #   backup:         lockstep.local/backup:1                curl (S3 SigV4 uploads), etcdctl, etcdutl, s3 helper
 #   s3:             lockstep.local/s3:v1.8.0               versitygw S3 gateway, POSIX backend (static Go)
 #   lockstep:       docker.io/library/lockstep:0.1.0       the operator (static Rust binary, empty base)
@@ -25,7 +27,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 CACHE_ROOT="${LOCKSTEP_CACHE:-${HOME:-/root}/.cache/lockstep}"
 IMAGES_DIR="$CACHE_ROOT/images"
-ALL=(pause etcd-3.6 etcd-3.7 postgres-15 backup s3 lockstep)
+ALL=(pause etcd-3.6 etcd-3.7 postgres-15 postgres-15-next backup s3 lockstep)
 DEBIAN_SUITE=bookworm
 
 log() { echo "[images] $*" >&2; }
@@ -36,6 +38,7 @@ ref_of() {
     etcd-3.6) echo lockstep.local/etcd:v3.6.16 ;;
     etcd-3.7) echo lockstep.local/etcd:v3.7.3 ;;
     postgres-15) echo docker.io/library/postgres:15 ;;
+    postgres-15-next) echo lockstep.local/postgres:15-next ;;
     backup) echo lockstep.local/backup:1 ;;
     s3) echo lockstep.local/s3:v1.8.0 ;;
     lockstep) echo docker.io/library/lockstep:0.1.0 ;;
@@ -50,7 +53,7 @@ inputs_of() {
     pause) echo "$common tools/images/go.mod tools/images/cmd/pause/main.go" ;;
     etcd-3.6) echo "$common $(cd "$ROOT" && ls tools/images/etcd/v3.6.16/go.* tools/images/etcd/bin/*)" ;;
     etcd-3.7) echo "$common $(cd "$ROOT" && ls tools/images/etcd/v3.7.3/go.* tools/images/etcd/bin/*)" ;;
-    postgres-15) echo "$common" ;;
+    postgres-15 | postgres-15-next) echo "$common" ;;
     backup) echo "$common tools/images/etcd/v3.7.3/go.mod tools/images/etcd/v3.7.3/go.sum tools/images/backup/s3 tools/images/etcd/bin/etcd-backup tools/images/etcd/bin/etcd-lib.sh" ;;
     s3) echo "$common tools/images/s3/go.mod tools/images/s3/go.sum" ;;
     lockstep) echo "$common Cargo.toml Cargo.lock $(cd "$ROOT" && find src -type f | LC_ALL=C sort)" ;;
@@ -71,6 +74,8 @@ hash_of() {
     cd "$ROOT"
     echo "image=$1 ref=$(ref_of "$1") go=$(go env GOVERSION) suite=$DEBIAN_SUITE"
     recipe_text "$1"
+    # postgres-15-next is postgres-15's root filesystem: its recipe counts too.
+    [ "$1" != postgres-15-next ] || recipe_text postgres-15
     declare -f debian_rootfs debian_base go_static oci
     for f in $(inputs_of "$1"); do echo "$f $(sha256sum <"$f" | cut -d' ' -f1)"; done
   ) | sha256sum | cut -c1-16
@@ -164,11 +169,28 @@ build_one() {
       ;;
     postgres-15)
       debian_rootfs "$rootfs" ca-certificates curl postgresql-15 postgresql-client-15
-      mkdir -p "$rootfs/var/run/postgresql" "$rootfs/var/lib/postgresql/data"
-      chown 999:999 "$rootfs/var/run/postgresql" "$rootfs/var/lib/postgresql" "$rootfs/var/lib/postgresql/data"
+      # /var/run is an absolute symlink to /run: create the socket directory
+      # through /run, or mkdir would follow the link onto the build machine.
+      mkdir -p "$rootfs/run/postgresql" "$rootfs/var/lib/postgresql/data"
+      chown 999:999 "$rootfs/run/postgresql" "$rootfs/var/lib/postgresql" "$rootfs/var/lib/postgresql/data"
+      chmod 2775 "$rootfs/run/postgresql"
       oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["postgres"]' --user 999:999 \
         --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         --env PGDATA=/var/lib/postgresql/data --env PG_MAJOR=15
+      ;;
+    postgres-15-next)
+      # postgres-15's single layer, unpacked and written again under a second
+      # tag with one more variable: a distinct image (config digest) for
+      # upgrade tests without a second 5-minute rootfs build.
+      local base manifest layer
+      base="$(path_of postgres-15)"
+      [ -f "$base" ] || { log "postgres-15 must be built first ($base)"; return 1; }
+      manifest="$(tar -xOf "$base" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["digest"].split(":")[1])')"
+      layer="$(tar -xOf "$base" "blobs/sha256/$manifest" | python3 -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["digest"].split(":")[1])')"
+      tar -xOf "$base" "blobs/sha256/$layer" | tar -C "$rootfs" --numeric-owner -xf -
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["postgres"]' --user 999:999 \
+        --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --env PGDATA=/var/lib/postgresql/data --env PG_MAJOR=15 --env LOCKSTEP_IMAGE_BUILD=next
       ;;
     backup)
       debian_base "$rootfs"
@@ -214,12 +236,21 @@ esac
 
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ALL[@]}")
+# postgres-15-next is made from postgres-15's archive: build that first, quietly
+# (only the requested archives are printed).
+prereq=()
+case " ${names[*]} " in
+  *" postgres-15-next "*) case " ${names[*]} " in *" postgres-15 "*) ;; *) prereq=(postgres-15) ;; esac ;;
+esac
 for n in "${names[@]}"; do ref_of "$n" >/dev/null; done
 mkdir -p "$IMAGES_DIR"
-for n in "${names[@]}"; do
+for n in "${prereq[@]}" "${names[@]}"; do
   # One build per image at a time (CI and a dev shell may race).
   exec 8>"$IMAGES_DIR/.lock-$n"
   flock 8
-  build_one "$n"
+  case " ${prereq[*]} " in
+    *" $n "*) build_one "$n" >/dev/null ;;
+    *) build_one "$n" ;;
+  esac
   exec 8>&-
 done

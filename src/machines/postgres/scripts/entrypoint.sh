@@ -2,7 +2,8 @@
 # lockstep PostgresCluster pod entrypoint (the container's main command).
 #
 # Decides from the pod's role label and the state of $PGDATA what to do, then
-# execs `postgres` in the foreground:
+# runs `postgres` as its child and supervises it (see "Supervision and fencing"
+# below; SIGTERM/SIGINT/SIGQUIT are forwarded, the exit code is postgres's):
 #
 #   role     PGDATA                          action
 #   primary  empty                           initdb + roles + config, start
@@ -20,6 +21,36 @@
 # come back as a standby, so it rejoins like a replica (pg_rewind, or re-clone);
 # waiting for the label to change instead could wait forever, as the operator only
 # relabels a recreated pod.
+#
+# Supervision and fencing (issue 12; README.md "Fencing: the lease agent"): with
+# LOCKSTEP_LEASE_NAME set, only the holder of the coordination Lease
+# <cluster>-primary ("$POD_NAME/$POD_UID") may run a writable server.
+#   - A pod labelled primary starts a writable server only after the Lease names
+#     it and one renewal by this pod succeeded (it rejoins as a standby if the
+#     label turns replica/demoted meanwhile).
+#   - While the server is writable, every LOCKSTEP_RENEW_SECONDS (R) the agent
+#     GETs the Lease and PUTs it back with renewTime = now (resourceVersion
+#     precondition). It FENCES at once - `pg_ctl stop -m immediate`, SIGKILL of
+#     the postmaster and its children if that is not done within 5 s, exit 5 -
+#     when the Lease names another holder or none, when the role label is
+#     neither primary, replica (labels follow the Lease) nor demoted, or when no
+#     renewal has succeeded for LOCKSTEP_FENCE_SECONDS (T) of monotonic time
+#     (/proc/uptime), counted from the start of the last successful request.
+#   - Labelled `demoted` after it served as the primary (started as one, or was
+#     labelled primary while writable; a promote target labelled demoted until
+#     the operator labels it primary keeps running): a clean
+#     `pg_ctl stop -m fast` (walsenders send all WAL to connected standbys
+#     before the server exits), then the Lease is released: holderIdentity
+#     cleared and annotation lockstep.dev/released-by = "$POD_NAME/$POD_UID".
+#     Exit 0; the container restarts and rejoins as a standby. A server that
+#     stops cleanly on a forwarded signal (pod deletion) releases it too, and so
+#     does a container that starts as a standby while the Lease still names it.
+#   - Without LOCKSTEP_LEASE_NAME (an operator that renders no Lease) there is
+#     no lease check; a writable server labelled `demoted` still stops cleanly.
+#
+# `entrypoint.sh --liveness` is the liveness probe command: while the
+# entrypoint prepares (bootstrap, clone, rewind, waiting for the Lease) it
+# succeeds; once postgres answered, it is `pg_isready` on the local socket.
 #
 # Runs as the postgres OS user (uid 999 in the postgres:<major> images), never
 # as root. Needs bash and the PostgreSQL 13+ server binaries (initdb, pg_ctl,
@@ -67,12 +98,23 @@
 #                          exit 4 (false).
 #   START_TIMEOUT_SECONDS  bound for temporary server start/stop (default 120).
 #   PG_BIN                 optional directory prepended to PATH.
+#   LOCKSTEP_LEASE_NAME    the Lease naming the one writable pod; unset: no
+#                          lease checks (fencing off).
+#   POD_NAME, POD_UID, POD_NAMESPACE  required with LOCKSTEP_LEASE_NAME.
+#   LOCKSTEP_LEASE_SECONDS L (default 15); LOCKSTEP_FENCE_SECONDS T (default
+#                          L/2); LOCKSTEP_RENEW_SECONDS R (default 2).
+#   LOCKSTEP_API_URL       the API server (default
+#                          https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT).
+#   LOCKSTEP_TOKEN_FILE, LOCKSTEP_CA_FILE  default: the mounted ServiceAccount's
+#                          token and ca.crt.
 #
-# Exit codes (only reached before exec; afterwards postgres's own):
+# Exit codes (before postgres starts; afterwards postgres's own):
 #   2 configuration error (missing/invalid variable, unknown role, PGDATA
 #     non-empty but not a data directory)
 #   3 the primary did not become reachable+writable within PRIMARY_WAIT_SECONDS
 #   4 bootstrap / clone / rewind / local promotion failed
+#   5 fenced: the server was stopped because this pod may no longer write
+#   0 after a clean stop on demotion (the container restarts as a standby)
 set -Eeuo pipefail
 umask 0077
 
@@ -109,7 +151,13 @@ conf_quote() {
 }
 
 # --- configuration ------------------------------------------------------------
-[[ -n "${PG_BIN:-}" ]] && export PATH="$PG_BIN:$PATH"
+[[ -z "${PG_BIN:-}" ]] || export PATH="$PG_BIN:$PATH"
+PHASE_FILE="${PG_SOCKET_DIR:-/var/run/postgresql}/lockstep-phase.${PGPORT:-5432}"
+if [[ "${1:-}" == --liveness ]]; then
+	# Alive while preparing; once postgres answered, alive iff it answers.
+	[[ "$(cat "$PHASE_FILE" 2>/dev/null)" == running ]] || exit 0
+	exec pg_isready -q -h "${PG_SOCKET_DIR:-/var/run/postgresql}" -p "${PGPORT:-5432}" -t 5
+fi
 [[ "$(id -u)" != 0 ]] || die 2 "must not run as root; run as the postgres user (runAsUser: 999)"
 
 require PGDATA
@@ -132,7 +180,20 @@ LOCKSTEP_ROLE_FILE=${LOCKSTEP_ROLE_FILE:-/etc/lockstep/podinfo/labels}
 LOCKSTEP_ROLE_LABEL=${LOCKSTEP_ROLE_LABEL:-lockstep.dev/role}
 ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-300}
 require POSTGRES_PASSWORD REPLICATION_PASSWORD
-for v in PGPORT PRIMARY_PORT PRIMARY_WAIT_SECONDS RETRY_INTERVAL_SECONDS START_TIMEOUT_SECONDS MAX_WAL_SENDERS ROLE_WAIT_SECONDS; do
+LEASE_NAME=${LOCKSTEP_LEASE_NAME:-}
+LEASE_SECONDS=${LOCKSTEP_LEASE_SECONDS:-15}
+RENEW_SECONDS=${LOCKSTEP_RENEW_SECONDS:-2}
+is_uint "$LEASE_SECONDS" || die 2 "LOCKSTEP_LEASE_SECONDS must be a non-negative integer, got '$LEASE_SECONDS'"
+FENCE_SECONDS=${LOCKSTEP_FENCE_SECONDS:-$((LEASE_SECONDS / 2))}
+if [[ -n "$LEASE_NAME" ]]; then
+	require POD_NAME POD_UID POD_NAMESPACE
+	ME="$POD_NAME/$POD_UID"
+	API_URL=${LOCKSTEP_API_URL:-https://${KUBERNETES_SERVICE_HOST:-kubernetes.default.svc}:${KUBERNETES_SERVICE_PORT:-443}}
+	TOKEN_FILE=${LOCKSTEP_TOKEN_FILE:-/var/run/secrets/kubernetes.io/serviceaccount/token}
+	CA_FILE=${LOCKSTEP_CA_FILE:-/var/run/secrets/kubernetes.io/serviceaccount/ca.crt}
+	LEASE_URL="$API_URL/apis/coordination.k8s.io/v1/namespaces/$POD_NAMESPACE/leases/$LEASE_NAME"
+fi
+for v in PGPORT PRIMARY_PORT PRIMARY_WAIT_SECONDS RETRY_INTERVAL_SECONDS START_TIMEOUT_SECONDS MAX_WAL_SENDERS ROLE_WAIT_SECONDS FENCE_SECONDS RENEW_SECONDS; do
 	is_uint "${!v}" || die 2 "$v must be a non-negative integer, got '${!v}'"
 done
 export PGPORT
@@ -185,9 +246,11 @@ wipe_pgdata() {
 }
 
 prepare_pgdata() {
-	mkdir -p "$PGDATA"
+	mkdir -p "$PGDATA" 2>/dev/null ||
+		die 2 "cannot create $PGDATA: its volume ($(dirname "$PGDATA"), owner uid $(stat -c %u "$(dirname "$PGDATA")" 2>/dev/null || echo '?')) is not writable by uid $(id -u); use fsGroup $(id -g) on a volume type that applies it, or give the volume to uid $(id -u)"
 	chmod 0700 "$PGDATA" || die 2 "cannot chmod 0700 $PGDATA (owned by $(stat -c %u "$PGDATA"), running as $(id -u))"
 	mkdir -p "$PG_SOCKET_DIR" 2>/dev/null || true
+	[[ -w "$PG_SOCKET_DIR" ]] || die 2 "socket directory PG_SOCKET_DIR=$PG_SOCKET_DIR is missing or not writable by uid $(id -u)"
 }
 
 # Managed config: rewritten on every start so env changes take effect.
@@ -402,8 +465,292 @@ rejoin_as_standby() {
 	fi
 }
 
+# --- the Lease (coordination.k8s.io/v1), through the API server -------------------
+
+# Monotonic time in centiseconds (/proc/uptime: CLOCK_BOOTTIME, never set back).
+mono_cs() {
+	local up
+	read -r up _ </proc/uptime
+	up=${up/./}
+	printf '%s' "$((10#$up))"
+}
+
+# curl against the API server with the pod's token; bounded to 1 s per request so
+# that a hanging API server cannot hold the agent past its fence deadline. Prints the
+# body, then a last line with the HTTP status.
+api() {
+	local method=$1 url=$2 body=${3:-}
+	local args=(-sS --max-time "${LEASE_REQUEST_SECONDS:-1}" -X "$method" -w '\n%{http_code}')
+	[[ "$url" != https://* ]] || args+=(--cacert "$CA_FILE")
+	[[ -z "$body" ]] || args+=(-H 'Content-Type: application/json' --data-binary @-)
+	local token=
+	[[ ! -r "$TOKEN_FILE" ]] || token=$(<"$TOKEN_FILE")
+	# The token goes through a header file descriptor, never argv.
+	if [[ -n "$body" ]]; then
+		printf '%s' "$body" | curl "${args[@]}" -H @<(printf 'Authorization: Bearer %s\n' "$token") "$url"
+	else
+		curl "${args[@]}" -H @<(printf 'Authorization: Bearer %s\n' "$token") "$url"
+	fi
+}
+
+# lease_read: GET the Lease into LEASE_JSON and LEASE_HOLDER; status 1 on failure.
+lease_read() {
+	local out code
+	out=$(api GET "$LEASE_URL" 2>/dev/null) || return 1
+	code=${out##*$'\n'}
+	[[ "$code" == 200 ]] || return 1
+	LEASE_JSON=${out%$'\n'*}
+	LEASE_HOLDER=$(printf '%s' "$LEASE_JSON" | perl -MJSON::PP -0777 -ne 'my $l = decode_json($_); print $l->{spec}{holderIdentity} // ""') || return 1
+}
+
+# lease_write MODE: PUT LEASE_JSON back (its resourceVersion is the precondition: a 409
+# fails) with renewTime = now (MODE renew) or without holder and with the
+# released-by annotation (MODE release). Status 0 iff the API server accepted it.
+lease_write() {
+	local mode=$1 now body out
+	now=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)
+	body=$(printf '%s' "$LEASE_JSON" | MODE="$mode" NOW="$now" ME="$ME" perl -MJSON::PP -0777 -ne '
+		my $l = decode_json($_);
+		if ($ENV{MODE} eq "renew") {
+			$l->{spec}{renewTime} = $ENV{NOW};
+		} else {
+			$l->{spec}{holderIdentity} = "";
+			$l->{metadata}{annotations}{"lockstep.dev/released-by"} = $ENV{ME};
+		}
+		print encode_json($l)') || return 1
+	out=$(api PUT "$LEASE_URL" "$body" 2>/dev/null) || return 1
+	[[ "${out##*$'\n'}" == 200 ]]
+}
+
+# wait_for_lease: before a writable start, wait until the Lease names this pod and one
+# renewal succeeded (LAST_RENEW_CS = its start). Status 1 if the role label stopped
+# being primary meanwhile. No Lease configured: status 0 at once.
+LAST_RENEW_CS=
+wait_for_lease() {
+	[[ -n "$LEASE_NAME" ]] || return 0
+	local t0 role logged=
+	while :; do
+		role=$(role_from_file 2>/dev/null || true)
+		[[ -n "${LOCKSTEP_ROLE:-}" || "$role" == primary ]] || return 1
+		t0=$(mono_cs)
+		if lease_read; then
+			if [[ "$LEASE_HOLDER" == "$ME" ]]; then
+				if lease_write renew; then
+					LAST_RENEW_CS=$t0
+					log "lease $LEASE_NAME held and renewed: starting as the primary"
+					return 0
+				fi
+				log "renewing lease $LEASE_NAME failed (conflict or API error); retrying"
+			elif [[ -z "$logged" || "$logged" != "$LEASE_HOLDER" ]]; then
+				log "lease $LEASE_NAME is held by '${LEASE_HOLDER}', not $ME: waiting before starting a writable server"
+				logged=${LEASE_HOLDER:-<none>}
+			fi
+		else
+			[[ -n "$logged" ]] || log "cannot read lease $LEASE_NAME yet; waiting before starting a writable server"
+			logged=${logged:-unreadable}
+		fi
+		sleep "$RENEW_SECONDS"
+	done
+}
+
+# --- supervision ---------------------------------------------------------------------
+
+PG_PID=
+STOPPING=
+STARTED_AS=
+SERVED_AS_PRIMARY=
+
+# The postmaster's children (backends, walsenders, ...), from /proc.
+pg_children() {
+	local stat pid rest
+	for stat in /proc/[0-9]*/stat; do
+		read -r pid rest <"$stat" 2>/dev/null || continue
+		rest=${rest##*) }
+		# shellcheck disable=SC2086 # split the fields: state, ppid, ...
+		set -- $rest
+		[[ "${2:-}" != "$PG_PID" ]] || printf '%s\n' "$pid"
+	done
+}
+
+# fence REASON: stop the server now, whatever it is doing, and exit 5.
+fence() {
+	log "FENCING: $1; stopping postgres immediately"
+	STOPPING=fence
+	local children
+	children=$(pg_children)
+	if ! timeout 5 pg_ctl -D "$PGDATA" -m immediate -w -t 4 stop >&2; then
+		log "immediate stop did not finish: SIGKILL to the postmaster and its children"
+		kill -KILL "$PG_PID" 2>/dev/null || true
+		# shellcheck disable=SC2086 # a list of pids
+		[[ -z "$children" ]] || kill -KILL $children 2>/dev/null || true
+	fi
+	wait "$PG_PID" 2>/dev/null || true
+	printf 'fenced\n' >"$PHASE_FILE" 2>/dev/null || true
+	log "fenced: exiting 5"
+	exit 5
+}
+
+# release_lease: after a clean stop, hand the Lease back if this pod still holds it.
+release_lease() {
+	[[ -n "$LEASE_NAME" ]] || return 0
+	local attempt
+	for attempt in 1 2 3 4 5; do
+		lease_read || { sleep 1; continue; }
+		[[ "$LEASE_HOLDER" == "$ME" ]] || return 0
+		if lease_write release; then
+			log "lease $LEASE_NAME released (lockstep.dev/released-by=$ME)"
+			return 0
+		fi
+		sleep 1
+	done
+	log "WARNING: could not release lease $LEASE_NAME; the operator waits for it to expire"
+}
+
+# demote: a planned demotion. Clean stop (standbys receive all WAL), release, exit 0.
+demote() {
+	log "labelled $1 while writable: stopping cleanly (fast) to hand over"
+	STOPPING=demote
+	if ! pg_ctl -D "$PGDATA" -m fast -w -t "$START_TIMEOUT_SECONDS" stop >&2; then
+		fence "clean stop on demotion failed"
+	fi
+	wait "$PG_PID" 2>/dev/null || true
+	release_lease
+	printf 'demoted\n' >"$PHASE_FILE" 2>/dev/null || true
+	log "stopped after demotion; exiting so the container restarts as a standby"
+	exit 0
+}
+
+# One round of the agent while postgres runs.
+WRITABLE_SINCE_CS=
+agent_tick() {
+	local writable role t0
+	writable=$(psql -X -A -t -q -h "$PG_SOCKET_DIR" -p "$PGPORT" -U "$POSTGRES_USER" -d postgres \
+		-c 'SELECT NOT pg_is_in_recovery()' 2>/dev/null) || writable=unknown
+	if [[ "$writable" == unknown ]]; then
+		# Not answering (starting, busy): a server started as a primary, or seen
+		# writable, is guarded as writable; a standby cannot have become one unseen
+		# (promotion is a request the agent's query would also get through).
+		[[ -n "$WRITABLE_SINCE_CS" || "$STARTED_AS" == primary ]] || return 0
+		writable=t
+	else
+		printf 'running\n' >"$PHASE_FILE" 2>/dev/null || true
+	fi
+	# A standby cannot write: nothing to guard; but check that it follows.
+	if [[ "$writable" == f ]]; then
+		WRITABLE_SINCE_CS=
+		standby_check
+		return 0
+	fi
+	[[ -n "$WRITABLE_SINCE_CS" ]] || WRITABLE_SINCE_CS=$(mono_cs)
+	role=$(role_from_file 2>/dev/null || true)
+	[[ -n "${LOCKSTEP_ROLE:-}" ]] && role=$LOCKSTEP_ROLE
+	# `demoted` orders a demotion only of a server that served as the primary (started
+	# as one, or labelled primary while writable): a promote target is labelled
+	# demoted from its promote Job's creation until the operator labels it primary,
+	# and must keep running.
+	if [[ "$role" == primary && -z "$SERVED_AS_PRIMARY" ]]; then
+		SERVED_AS_PRIMARY=1
+		log "labelled primary while writable: serving as the primary"
+	fi
+	if [[ -z "$LEASE_NAME" ]]; then
+		[[ "$role" != demoted || -z "$SERVED_AS_PRIMARY" ]] || demote "$role"
+		return 0
+	fi
+	t0=$(mono_cs)
+	if lease_read; then
+		if [[ "$LEASE_HOLDER" != "$ME" ]]; then
+			fence "lease $LEASE_NAME is held by '${LEASE_HOLDER}', not $ME"
+		fi
+		case "$role" in
+		primary | replica) ;; # the lease is the authority; labels follow it
+		demoted) [[ -z "$SERVED_AS_PRIMARY" ]] || demote "$role" ;;
+		*) fence "role label is '$role'" ;;
+		esac
+		if lease_write renew; then
+			LAST_RENEW_CS=$t0
+		else
+			log "renewing lease $LEASE_NAME failed (conflict or API error)"
+		fi
+	fi
+	# No renewal for T seconds - counted from the start of the last successful one, or
+	# from when this server was first seen writable if it never renewed (a standby
+	# promoted while running) - fences.
+	local since=${LAST_RENEW_CS:-$WRITABLE_SINCE_CS}
+	if (($(mono_cs) - since > FENCE_SECONDS * 100)); then
+		fence "no lease renewal for more than ${FENCE_SECONDS}s"
+	fi
+}
+
+# A standby that has not streamed for STANDBY_STALL_SECONDS while a writable primary
+# answers at PRIMARY_HOST (typically: it received WAL of the old primary past the
+# point where the new one was promoted, so it cannot follow the new timeline) stops
+# cleanly and exits: the container restarts and the entrypoint rejoins it through
+# pg_rewind ("no rewind required" when it had not diverged).
+NOT_STREAMING_SINCE_CS=
+standby_check() {
+	local streaming
+	streaming=$(psql -X -A -t -q -h "$PG_SOCKET_DIR" -p "$PGPORT" -U "$POSTGRES_USER" -d postgres \
+		-c "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'" 2>/dev/null) || return 0
+	if [[ "$streaming" != 0 ]]; then
+		NOT_STREAMING_SINCE_CS=
+		return 0
+	fi
+	[[ -n "$NOT_STREAMING_SINCE_CS" ]] || NOT_STREAMING_SINCE_CS=$(mono_cs)
+	(($(mono_cs) - NOT_STREAMING_SINCE_CS > ${STANDBY_STALL_SECONDS:-20} * 100)) || return 0
+	wait_for_writable_primary 0 >/dev/null 2>&1 || return 0
+	log "not streaming for ${STANDBY_STALL_SECONDS:-20}s although $PRIMARY_HOST:$PRIMARY_PORT is a writable primary: restarting to rejoin it (pg_rewind)"
+	STOPPING=rejoin
+	pg_ctl -D "$PGDATA" -m fast -w -t "$START_TIMEOUT_SECONDS" stop >&2 || true
+	wait "$PG_PID" 2>/dev/null || true
+	exit 0
+}
+
+on_signal() {
+	local sig=$1
+	log "received SIG$sig: forwarding it to postgres"
+	[[ -n "$STOPPING" ]] || STOPPING=signal
+	[[ -z "$PG_PID" ]] || kill -"$sig" "$PG_PID" 2>/dev/null || true
+}
+
+# Run postgres as a child: forward signals, run the agent every R seconds, exit with
+# postgres's exit code.
+supervise() {
+	trap 'on_signal TERM' TERM
+	trap 'on_signal INT' INT
+	trap 'on_signal QUIT' QUIT
+	postgres -D "$PGDATA" &
+	PG_PID=$!
+	log "postgres running (pid $PG_PID)"
+	local sleeper finished code
+	while :; do
+		if [[ -z "$STOPPING" ]]; then
+			agent_tick
+		fi
+		sleep "$RENEW_SECONDS" &
+		sleeper=$!
+		finished=
+		code=0
+		wait -n -p finished "$PG_PID" "$sleeper" 2>/dev/null || code=$?
+		if [[ "${finished:-}" == "$PG_PID" ]]; then
+			kill "$sleeper" 2>/dev/null || true
+			wait "$sleeper" 2>/dev/null || true
+			log "postgres exited with code $code"
+			if [[ "$code" == 0 && "$STOPPING" == signal ]]; then
+				release_lease
+			fi
+			exit "$code"
+		fi
+		if [[ -z "${finished:-}" ]]; then
+			# Interrupted by a signal: keep waiting for postgres.
+			kill "$sleeper" 2>/dev/null || true
+			wait "$sleeper" 2>/dev/null || true
+		fi
+	done
+}
+
 main() {
 	local role
+	printf 'starting\n' >"$PHASE_FILE" 2>/dev/null || true
 	role=$(read_role)
 	case "$role" in
 	primary | replica) ;;
@@ -420,6 +767,10 @@ main() {
 		wipe_pgdata
 	fi
 
+	if [[ "$role" == primary ]] && ! wait_for_lease; then
+		log "the role label changed while waiting for the lease: starting as a standby"
+		role=replica
+	fi
 	if [[ "$role" == primary ]]; then
 		if ! has_data; then
 			bootstrap_primary
@@ -432,6 +783,9 @@ main() {
 		write_config primary
 	else
 		require PRIMARY_HOST
+		# No server of this container has run yet: if the Lease still names this pod
+		# (it was fenced, or demoted while not running), say that it is down.
+		release_lease
 		if ! has_data; then
 			clone_from_primary
 		else
@@ -440,8 +794,15 @@ main() {
 		write_config replica
 	fi
 
+	if [[ "$role" == primary && -n "$LEASE_NAME" ]]; then
+		# Preparing (initdb, local promotion) may have taken longer than T: renew
+		# once more right before the server accepts connections.
+		wait_for_lease || die 5 "the role label changed before the writable start; restarting to rejoin as a standby"
+	fi
 	log "starting postgres as $role"
-	exec postgres -D "$PGDATA"
+	STARTED_AS=$role
+	[[ "$role" != primary ]] || SERVED_AS_PRIMARY=1
+	supervise
 }
 
 main "$@"

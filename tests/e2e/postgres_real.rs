@@ -1,0 +1,1316 @@
+//! PostgresCluster on real PostgreSQL, on the real node (`lockstep-node-0`, issue 13):
+//! the operator runs in this process, the pods run the locally built `postgres:15`
+//! image (`tools/images`) with the pod scripts, and every check looks inside the
+//! databases. Each scenario has a client pod that writes one row per transaction
+//! through `<cluster>-rw` and logs `ack <id>` only for commits the server acknowledged.
+//!
+//! - [`replication_then_upgrade_switchover`]: 3 instances, streaming replication seen in
+//!   `pg_stat_replication` through the Service; then an image upgrade between two local
+//!   tags (`postgres:15` -> `lockstep.local/postgres:15-next`) with its switchover under
+//!   the writer: 0 acknowledged commits lost, `-rw` selects at most one pod at every
+//!   instant of an EndpointSlice watch.
+//! - [`failover_after_the_primary_dies`]: the primary's postmaster is killed; a replica is
+//!   promoted; the only acknowledged commits the new primary may lack are the old
+//!   primary's last ones that no standby had received (asynchronous replication); the
+//!   old primary rejoins as a standby through `pg_rewind`.
+//! - [`status_wipe_moves_no_role`]: `.status` wiped after a switchover: no role label
+//!   moves, no pod restarts, Ready again (needs the operator side of fencing, issue 12).
+//! - [`backup_to_s3_and_restore`]: an on-demand backup lands in the in-cluster S3
+//!   (`tools/node/s3.sh`) and restores into a new cluster.
+//!
+//! Volumes: the cluster's hostpath provisioner makes root-owned 0750 directories and the
+//! kubelet applies no `fsGroup` to hostPath volumes, so PostgreSQL (uid 999) could not
+//! write them. Each test pre-creates its claims' PersistentVolumes (a no-provisioner
+//! StorageClass, a `claimRef` per claim, directories owned by 999 under the provisioner's
+//! root, so `make cluster-down` removes them).
+//!
+//! `LOCKSTEP_REAL_NODE=0` (a cluster without the real node) skips the tier, as it skips
+//! `make node-smoke`; the Makefile runs it after the KWOK tier.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::chown;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Secret};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+use lockstep::engine::conditions;
+use lockstep::machines::postgres::{Postgres, PostgresCluster};
+
+use crate::support::{Env, Fixture, InProcessOperator, kubeconfig_path};
+
+const ROLE: &str = "lockstep.dev/role";
+/// The first image (`tools/images/build.sh --name postgres-15`).
+const IMAGE: &str = "postgres:15";
+/// The upgrade target (`tools/images/build.sh --name postgres-15-next`).
+const NEXT_IMAGE: &str = "lockstep.local/postgres:15-next";
+/// No provisioner: the tests make the volumes.
+const STORAGE_CLASS: &str = "lockstep-pgreal-static";
+/// Where the hostpath provisioner puts its volumes (`cluster-down` removes them).
+const HOSTPATH_ROOT: &str = "/tmp/hostpath_pv";
+/// Creating, upgrading, failing over real instances on a loaded 2-core machine.
+const SLOW: Duration = Duration::from_secs(300);
+
+/// Whether the cluster has the real node (`LOCKSTEP_REAL_NODE=0` starts none).
+fn real_node() -> bool {
+    if std::env::var("LOCKSTEP_REAL_NODE").is_ok_and(|v| v == "0") {
+        eprintln!("LOCKSTEP_REAL_NODE=0: no real node, the real-PostgreSQL tier does not run");
+        return false;
+    }
+    true
+}
+
+/// `kubectl` of the running cluster (next to its kubeconfig).
+fn kubectl(args: &[&str]) -> (bool, String) {
+    let kubeconfig = kubeconfig_path();
+    let bin = kubeconfig
+        .parent()
+        .map_or_else(|| PathBuf::from("kubectl"), |d| d.join("bin/kubectl"));
+    let out = Command::new(&bin)
+        .env("KUBECONFIG", &kubeconfig)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    (out.status.success(), text)
+}
+
+/// Wait on a watch of `name` until `condition`, for at most `deadline`.
+async fn until<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    deadline: Duration,
+    condition: impl Fn(&K) -> bool + Send + 'static,
+) -> K
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let watched = await_condition(api.clone(), name, move |o: Option<&K>| {
+        o.is_some_and(&condition)
+    });
+    match tokio::time::timeout(deadline, watched).await {
+        Ok(Ok(Some(object))) => object,
+        Ok(Ok(None)) => panic!("{name} is gone while waiting for {what}"),
+        Ok(Err(e)) => panic!("the watch failed while waiting for {what} ({name}): {e}"),
+        Err(_) => panic!("timed out after {deadline:?} waiting for {what} ({name})"),
+    }
+}
+
+fn is_ready_at(pg: &PostgresCluster, image: &str) -> bool {
+    let Some(status) = &pg.status else {
+        return false;
+    };
+    status.image.as_deref() == Some(image)
+        && status.engine.phase.as_deref() == Some("Ready")
+        && status.engine.observed_generation == pg.metadata.generation
+        && status
+            .engine
+            .condition(conditions::READY)
+            .is_some_and(|c| c.status == conditions::status::TRUE)
+}
+
+/// A real-node namespace with the CRD, the operator in this process, and volumes made
+/// for the claims of the clusters it creates.
+struct Real {
+    pg: Fixture<Postgres>,
+    operator: Option<InProcessOperator>,
+    volumes: Vec<(String, PathBuf)>,
+}
+
+impl Real {
+    async fn new(prefix: &str) -> Self {
+        let env = Env::labelled(prefix, &[("lockstep.dev/real-node", "true")]).await;
+        let pg = Fixture::<Postgres>::in_env(env).await;
+        let classes: Api<StorageClass> = Api::all(pg.env.client.clone());
+        let class: StorageClass = serde_json::from_value(json!({
+            "metadata": {"name": STORAGE_CLASS},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+            "reclaimPolicy": "Retain",
+        }))
+        .expect("a StorageClass");
+        match classes.create(&PostParams::default(), &class).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("create the StorageClass {STORAGE_CLASS}: {e}"),
+        }
+        let operator = Some(pg.operator());
+        Self {
+            pg,
+            operator,
+            volumes: Vec::new(),
+        }
+    }
+
+    fn ns(&self) -> &str {
+        self.pg.env.namespace()
+    }
+
+    fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let mut all = vec!["-n", self.ns()];
+        all.extend_from_slice(args);
+        kubectl(&all)
+    }
+
+    /// A volume for the claim of instance `ordinal` of cluster `name`: a directory owned
+    /// by uid/gid 999 and a PersistentVolume bound to the claim ahead of time.
+    async fn volume(&mut self, name: &str, ordinal: usize) {
+        let claim = format!("data-{name}-{ordinal}");
+        let pv_name = format!("{}-{claim}", self.ns());
+        let dir = PathBuf::from(HOSTPATH_ROOT).join(&pv_name);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        chown(&dir, Some(999), Some(999))
+            .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": pv_name, "labels": {"lockstep.dev/e2e": "true"}},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": STORAGE_CLASS,
+                "hostPath": {"path": dir.to_string_lossy(), "type": "Directory"},
+                "claimRef": {"namespace": self.ns(), "name": claim},
+            }
+        }))
+        .expect("a PersistentVolume");
+        let api: Api<PersistentVolume> = Api::all(self.pg.env.client.clone());
+        api.create(&PostParams::default(), &pv)
+            .await
+            .unwrap_or_else(|e| panic!("create the PersistentVolume {pv_name}: {e}"));
+        self.volumes.push((pv_name, dir));
+    }
+
+    /// Create the cluster `name` (`replicas` instances of [`IMAGE`]) with `extra` spec
+    /// fields and wait until it is Ready.
+    async fn cluster(
+        &mut self,
+        name: &str,
+        replicas: usize,
+        extra: serde_json::Value,
+    ) -> PostgresCluster {
+        for ordinal in 0..replicas {
+            self.volume(name, ordinal).await;
+        }
+        let mut spec = json!({
+            "version": "15",
+            "replicas": replicas,
+            "storageSize": "1Gi",
+            "storageClassName": STORAGE_CLASS,
+        });
+        crate::support::merge_json(&mut spec, extra);
+        let object = PostgresCluster::new(
+            name,
+            serde_json::from_value(spec).expect("a valid PostgresCluster spec"),
+        );
+        self.pg.create_object(&object).await;
+        self.ready_at(name, IMAGE).await
+    }
+
+    async fn ready_at(&self, name: &str, image: &str) -> PostgresCluster {
+        let image = image.to_owned();
+        let pg = until(
+            &self.pg.api,
+            name,
+            &format!("Ready at {image}"),
+            SLOW,
+            move |pg| is_ready_at(pg, &image),
+        )
+        .await;
+        self.all_ready(name).await;
+        pg
+    }
+
+    /// Every instance pod of `name` Ready (PostgreSQL answers `pg_isready`), polled
+    /// with a deadline.
+    async fn all_ready(&self, name: &str) {
+        let pods: Api<Pod> = self.pg.env.api();
+        let selector = format!("app.kubernetes.io/instance={name},lockstep.dev/component=database");
+        let deadline = tokio::time::Instant::now() + SLOW;
+        loop {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels(&selector))
+                .await
+                .expect("list pods");
+            if !list.items.is_empty() && list.items.iter().all(pod_ready) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "instances of {name} not all Ready after {SLOW:?}: {:?}",
+                list.items
+                    .iter()
+                    .map(|p| (p.name_any(), pod_ready(p)))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Every instance: its role label, UID and container restarts.
+    async fn roles(&self, name: &str) -> BTreeMap<String, (String, String, i32)> {
+        let pods: Api<Pod> = self.pg.env.api();
+        let selector = format!("app.kubernetes.io/instance={name},lockstep.dev/component=database");
+        pods.list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .expect("list pods")
+            .items
+            .into_iter()
+            .map(|p| {
+                let role = p.labels().get(ROLE).cloned().unwrap_or_default();
+                let restarts = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .map_or(0, |c| c.iter().map(|c| c.restart_count).sum());
+                (p.name_any(), (role, p.uid().unwrap_or_default(), restarts))
+            })
+            .collect()
+    }
+
+    /// psql on the pod `pod` as the superuser over the local socket.
+    fn psql_on(&self, pod: &str, sql: &str) -> (bool, String) {
+        self.kubectl(&[
+            "exec",
+            pod,
+            "-c",
+            "postgres",
+            "--",
+            "psql",
+            "-X",
+            "-A",
+            "-t",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "/var/run/postgresql",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-c",
+            sql,
+        ])
+    }
+
+    /// Whether `pod` serves a writable server over TCP (the temporary local-only servers
+    /// of a bootstrap listen on the socket only).
+    fn writable_over_tcp(&self, pod: &str) -> bool {
+        let (ok, out) = self.kubectl(&[
+            "exec", pod, "-c", "postgres", "--", "bash", "-c",
+            "PGPASSWORD=\"$POSTGRES_PASSWORD\" psql -X -A -t -q -h 127.0.0.1 -U postgres -d postgres -c 'SELECT NOT pg_is_in_recovery()'",
+        ]);
+        ok && out.trim() == "t"
+    }
+
+    /// psql from the client pod through `<name>-rw`.
+    fn psql_rw(&self, name: &str, sql: &str) -> (bool, String) {
+        let host = format!("{name}-rw");
+        self.kubectl(&[
+            "exec",
+            "client",
+            "--",
+            "psql",
+            "-X",
+            "-A",
+            "-t",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            &host,
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-c",
+            sql,
+        ])
+    }
+
+    /// The client pod: writes `INSERT INTO acks(id)` through `<name>-rw` one transaction
+    /// at a time (each psql bounded by `timeout 10`) and logs `ack <id>` for every
+    /// acknowledged commit; stops when `/tmp/stop` exists.
+    async fn start_client(&self, name: &str) {
+        let secret = format!("{name}-credentials");
+        let script = format!(
+            r#"export PGHOST={name}-rw PGUSER=postgres PGDATABASE=postgres PGCONNECT_TIMEOUT=3
+until psql -X -q -c "CREATE TABLE IF NOT EXISTS acks (id bigint PRIMARY KEY, srv text NOT NULL DEFAULT host(inet_server_addr()))" 2>/dev/null; do sleep 0.5; done
+echo ready
+i=0
+while [ ! -f /tmp/stop ]; do
+  if [ -f /tmp/write ]; then
+    i=$((i + 1))
+    if timeout 10 psql -X -q -v ON_ERROR_STOP=1 -c "INSERT INTO acks (id) VALUES ($i)" >/dev/null 2>&1; then
+      echo "ack $i"
+    else
+      echo "err $i"
+    fi
+  fi
+  sleep 0.05
+done
+echo stopped
+exec sleep infinity
+"#
+        );
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "client"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "client",
+                    "image": IMAGE,
+                    "command": ["bash", "-c", script],
+                    "env": [{"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": secret, "key": "superuserPassword"}}}],
+                }],
+            }
+        }))
+        .expect("a Pod");
+        let pods: Api<Pod> = self.pg.env.api();
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create the client pod");
+        until(
+            &pods,
+            "client",
+            "the client pod Running",
+            SLOW,
+            |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"),
+        )
+        .await;
+    }
+
+    /// Start or stop writing (the loop keeps running).
+    fn writing(&self, on: bool) {
+        let cmd = if on {
+            "touch /tmp/write"
+        } else {
+            "rm -f /tmp/write"
+        };
+        let (ok, out) = self.kubectl(&["exec", "client", "--", "bash", "-c", cmd]);
+        assert!(ok, "client: {out}");
+    }
+
+    /// Wait until the client has `n` more acknowledged commits than it had at `from`.
+    async fn acks_grow(&self, from: usize, n: usize) -> usize {
+        let deadline = tokio::time::Instant::now() + SLOW;
+        loop {
+            let acks = self.acks().len();
+            if acks >= from + n {
+                return acks;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the client acknowledged {acks} commits, waiting for {}",
+                from + n
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Stop the writer for good and return the acknowledged ids.
+    fn stop_client(&self) -> BTreeSet<u64> {
+        let (ok, out) = self.kubectl(&["exec", "client", "--", "touch", "/tmp/stop"]);
+        assert!(ok, "client: {out}");
+        // The loop finishes its current insert (bounded by `timeout 10`), then says so.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !self.kubectl(&["logs", "client"]).1.contains("stopped") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the client did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.acks()
+    }
+
+    fn acks(&self) -> BTreeSet<u64> {
+        let (ok, out) = self.kubectl(&["logs", "client"]);
+        assert!(ok, "client logs: {out}");
+        out.lines()
+            .filter_map(|l| l.strip_prefix("ack ")?.trim().parse().ok())
+            .collect()
+    }
+
+    /// `(id, server address)` of every row in `acks`, read through `<name>-rw`.
+    fn rows(&self, name: &str) -> BTreeMap<u64, String> {
+        let (ok, out) = self.psql_rw(name, "SELECT id, srv FROM acks ORDER BY id");
+        assert!(ok, "read acks through {name}-rw: {out}");
+        out.lines()
+            .filter_map(|l| {
+                let (id, srv) = l.split_once('|')?;
+                Some((id.parse().ok()?, srv.to_owned()))
+            })
+            .collect()
+    }
+
+    async fn finish(mut self) {
+        if let Some(operator) = self.operator.take() {
+            operator.stop().await;
+        }
+        let api: Api<PersistentVolume> = Api::all(self.pg.env.client.clone());
+        let volumes = std::mem::take(&mut self.volumes);
+        let Self { pg, .. } = self;
+        pg.env.finish().await;
+        for (name, dir) in volumes {
+            let _ = api.delete(&name, &kube::api::DeleteParams::default()).await;
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Replication as the primary sees it: `application_name|state` per standby, read
+/// through `<name>-rw` (so also: the Service reaches the one writable server).
+fn streaming_standbys(real: &Real, name: &str) -> BTreeSet<String> {
+    let (ok, out) = real.psql_rw(
+        name,
+        "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'",
+    );
+    if !ok {
+        return BTreeSet::new();
+    }
+    out.lines().map(str::to_owned).collect()
+}
+
+async fn standbys_become(real: &Real, name: &str, want: &[String]) {
+    let want: BTreeSet<String> = want.iter().cloned().collect();
+    let deadline = tokio::time::Instant::now() + SLOW;
+    loop {
+        let got = streaming_standbys(real, name);
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pg_stat_replication through {name}-rw: streaming {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Watches `<name>-rw`'s EndpointSlices and records the most pods they selected at once
+/// (every endpoint, Ready or not: what the Service routes to or may route to).
+struct RwWatch {
+    most: Arc<Mutex<usize>>,
+    seen: Arc<Mutex<Vec<Vec<String>>>>,
+    task: JoinHandle<()>,
+}
+
+impl RwWatch {
+    async fn start(env: &Env, name: &str) -> Self {
+        let api: Api<EndpointSlice> = env.api();
+        let most = Arc::new(Mutex::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let selector = format!("kubernetes.io/service-name={name}-rw");
+        let task = {
+            let (most, seen) = (most.clone(), seen.clone());
+            tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let mut slices: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                let config = watcher::Config::default().labels(&selector);
+                let mut stream = std::pin::pin!(watcher(api, config));
+                while let Some(Ok(event)) = stream.next().await {
+                    match event {
+                        watcher::Event::InitDone => {
+                            if let Some(tx) = tx.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        watcher::Event::Apply(s) | watcher::Event::InitApply(s) => {
+                            let pods = s
+                                .endpoints
+                                .iter()
+                                .flatten()
+                                .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+                                .collect();
+                            slices.insert(s.name_any(), pods);
+                        }
+                        watcher::Event::Delete(s) => {
+                            slices.remove(&s.name_any());
+                        }
+                        watcher::Event::Init => {}
+                    }
+                    let now: BTreeSet<String> = slices.values().flatten().cloned().collect();
+                    if let Ok(mut most) = most.lock() {
+                        *most = (*most).max(now.len());
+                    }
+                    if let Ok(mut seen) = seen.lock() {
+                        let now: Vec<String> = now.into_iter().collect();
+                        if seen.last() != Some(&now) {
+                            seen.push(now);
+                        }
+                    }
+                }
+            })
+        };
+        let _ = rx.await;
+        Self { most, seen, task }
+    }
+
+    fn most(&self) -> usize {
+        self.most.lock().map_or(usize::MAX, |m| *m)
+    }
+
+    fn seen(&self) -> Vec<Vec<String>> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for RwWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn primary_of(pg: &PostgresCluster) -> String {
+    pg.status
+        .as_ref()
+        .and_then(|s| s.primary_pod.clone())
+        .expect("a Ready cluster names its primary")
+}
+
+/// (a) 3 instances, streaming replication; (b) an image upgrade with its switchover under
+/// a writer: no acknowledged commit lost, `-rw` never selects two pods.
+#[tokio::test]
+async fn replication_then_upgrade_switchover() {
+    if !real_node() {
+        return;
+    }
+    let mut real = Real::new("pgreal-up").await;
+    let name = "pg";
+    let pg = real.cluster(name, 3, json!({})).await;
+    let primary = primary_of(&pg);
+    let roles = real.roles(name).await;
+    let replicas: Vec<String> = roles
+        .iter()
+        .filter(|(_, (role, _, _))| role == "replica")
+        .map(|(pod, _)| pod.clone())
+        .collect();
+    assert_eq!(replicas.len(), 2, "roles: {roles:?}");
+
+    // (a) Replication, seen by the primary through the Service, and a row that arrives.
+    real.start_client(name).await;
+    standbys_become(&real, name, &replicas).await;
+    let (ok, out) = real.psql_rw(name, "SELECT pg_is_in_recovery()");
+    assert!(ok && out.trim() == "f", "{name}-rw is not writable: {out}");
+    let (ok, out) = real.psql_rw(name, "INSERT INTO acks (id) VALUES (0)");
+    assert!(ok, "{out}");
+    for replica in &replicas {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ok, out) = real.psql_on(replica, "SELECT count(*) FROM acks WHERE id = 0");
+            if ok && out.trim() == "1" {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{replica} never replayed row 0: {out}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let (ok, out) = real.psql_on(replica, "SELECT pg_is_in_recovery()");
+        assert!(ok && out.trim() == "t", "{replica} is not a standby: {out}");
+    }
+    eprintln!("(a) {primary} primary, {replicas:?} streaming");
+
+    // (b) Upgrade under the writer.
+    let watch = RwWatch::start(&real.pg.env, name).await;
+    real.writing(true);
+    let before = real.acks_grow(0, 20).await;
+    real.pg
+        .merge_patch(name, json!({"spec": {"image": NEXT_IMAGE}}))
+        .await;
+    let pg = real.ready_at(name, NEXT_IMAGE).await;
+    let after = real.acks_grow(real.acks().len(), 20).await;
+    let acked = real.stop_client();
+    let rows = real.rows(name);
+    let lost: Vec<&u64> = acked.iter().filter(|id| !rows.contains_key(id)).collect();
+    let new_primary = primary_of(&pg);
+    eprintln!(
+        "(b) {primary} -> {new_primary}: {} commits acknowledged ({before} before the upgrade, {after} at the end), {} rows, lost {lost:?}; -rw selected {:?}",
+        acked.len(),
+        rows.len(),
+        watch.seen()
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged commits lost in the switchover: {lost:?}"
+    );
+    assert!(
+        watch.most() <= 1,
+        "{name}-rw selected {} pods at once: {:?}",
+        watch.most(),
+        watch.seen()
+    );
+    let images = real.kubectl(&[
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/instance=pg",
+        "-o",
+        "jsonpath={.items[*].spec.containers[0].image}",
+    ]);
+    assert!(
+        images.1.split_whitespace().all(|i| i == NEXT_IMAGE),
+        "not every pod runs {NEXT_IMAGE}: {images:?}"
+    );
+    let roles = real.roles(name).await;
+    let replicas: Vec<String> = roles
+        .iter()
+        .filter(|(_, (role, _, _))| role == "replica")
+        .map(|(pod, _)| pod.clone())
+        .collect();
+    standbys_become(&real, name, &replicas).await;
+    real.finish().await;
+}
+
+/// (c) Failover: the primary's postmaster is killed (SIGKILL; the entrypoint, its parent,
+/// exits with it). A replica is promoted and the old primary rejoins through pg_rewind.
+///
+/// Replication is asynchronous: a commit is acknowledged once it is durable on the
+/// primary, before any standby has it. So the new primary may lack exactly the old
+/// primary's last acknowledged commits that no standby had received when it died: with
+/// one client writing one transaction at a time, a contiguous run of ids after the last
+/// old-primary row the new primary has, and before its own first. Anything else
+/// (a hole, or a loss after the failover point) fails the test.
+#[tokio::test]
+async fn failover_after_the_primary_dies() {
+    if !real_node() {
+        return;
+    }
+    let mut real = Real::new("pgreal-fo").await;
+    let name = "pg";
+    let pg = real
+        .cluster(name, 3, json!({"failoverDelaySeconds": 0}))
+        .await;
+    let old = primary_of(&pg);
+    real.start_client(name).await;
+    real.writing(true);
+    let before = real.acks_grow(0, 30).await;
+    let (ok, old_ip) = real.kubectl(&["get", "pod", &old, "-o", "jsonpath={.status.podIP}"]);
+    assert!(ok, "{old_ip}");
+
+    let (ok, out) = real.kubectl(&[
+        "exec",
+        &old,
+        "-c",
+        "postgres",
+        "--",
+        "bash",
+        "-c",
+        "kill -KILL \"$(head -1 \"$PGDATA/postmaster.pid\")\"",
+    ]);
+    assert!(ok, "kill the postmaster of {old}: {out}");
+    let old_name = old.clone();
+    let pg = until(
+        &real.pg.api,
+        name,
+        "Ready with a new primary",
+        SLOW,
+        move |pg| {
+            is_ready_at(pg, IMAGE)
+                && pg
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.primary_pod.as_deref())
+                    .is_some_and(|p| p != old_name)
+        },
+    )
+    .await;
+    let new = primary_of(&pg);
+    real.all_ready(name).await;
+    let after = real.acks().len();
+    real.acks_grow(after, 20).await;
+    let acked = real.stop_client();
+    let rows = real.rows(name);
+    let old_ip = old_ip.trim().to_owned();
+    let last_old = rows
+        .iter()
+        .filter(|(_, srv)| **srv == old_ip)
+        .map(|(id, _)| *id)
+        .max()
+        .unwrap_or(0);
+    let first_new = rows
+        .iter()
+        .filter(|(_, srv)| **srv != old_ip)
+        .map(|(id, _)| *id)
+        .min()
+        .unwrap_or(u64::MAX);
+    let lost: Vec<u64> = acked
+        .iter()
+        .copied()
+        .filter(|id| !rows.contains_key(id))
+        .collect();
+    eprintln!(
+        "(c) {old} -> {new}: {} acknowledged ({before} before the kill), {} rows; lost {lost:?} (old primary's last row {last_old}, new primary's first {first_new})",
+        acked.len(),
+        rows.len()
+    );
+    assert!(
+        lost.iter().all(|id| *id > last_old && *id < first_new),
+        "acknowledged commits lost outside the asynchronous window: {lost:?} (last old {last_old}, first new {first_new})"
+    );
+    // The old primary's pod rejoined as a standby of the new one, via pg_rewind.
+    let roles = real.roles(name).await;
+    let replicas: Vec<String> = roles
+        .iter()
+        .filter(|(pod, (role, _, _))| role == "replica" && **pod != new)
+        .map(|(pod, _)| pod.clone())
+        .collect();
+    assert!(
+        replicas.contains(&old),
+        "{old} is not a replica again: {roles:?}"
+    );
+    standbys_become(&real, name, &replicas).await;
+    let (_, logs) = real.kubectl(&["logs", &old, "-c", "postgres"]);
+    assert!(
+        logs.contains("pg_rewind completed") || logs.contains("no rewind required"),
+        "{old} did not rejoin through pg_rewind:\n{logs}"
+    );
+    real.finish().await;
+}
+
+/// (c') Failover with a lagging replica: replay paused (`pg_wal_replay_pause()`) on the
+/// lowest-ordinal replica, then the primary's postmaster killed. The survey sees both
+/// standbys at the same received position and the paused one behind in replay: the
+/// other one must be promoted (the operator's lowest-ordinal choice of today would take
+/// the paused one). Needs the operator side of fencing (survey, most-advanced choice).
+#[tokio::test]
+#[ignore = "needs the operator side of fencing (branch fence): the survey and the most-advanced choice"]
+async fn failover_never_promotes_a_lagging_replica() {
+    if !real_node() {
+        return;
+    }
+    let mut real = Real::new("pgreal-lag").await;
+    let name = "pg";
+    let pg = real
+        .cluster(name, 3, json!({"failoverDelaySeconds": 0}))
+        .await;
+    let old = primary_of(&pg);
+    let roles = real.roles(name).await;
+    let mut replicas: Vec<String> = roles
+        .iter()
+        .filter(|(_, (role, _, _))| role == "replica")
+        .map(|(pod, _)| pod.clone())
+        .collect();
+    replicas.sort();
+    let (lagging, advanced) = (replicas[0].clone(), replicas[1].clone());
+    real.start_client(name).await;
+    real.writing(true);
+    real.acks_grow(0, 10).await;
+    let (ok, out) = real.psql_on(&lagging, "SELECT pg_wal_replay_pause()");
+    assert!(ok, "pause replay on {lagging}: {out}");
+    let paused_at = real.acks().len();
+    real.acks_grow(paused_at, 30).await;
+    let (ok, out) = real.kubectl(&[
+        "exec",
+        &old,
+        "-c",
+        "postgres",
+        "--",
+        "bash",
+        "-c",
+        "kill -KILL \"$(head -1 \"$PGDATA/postmaster.pid\")\"",
+    ]);
+    assert!(ok, "kill the postmaster of {old}: {out}");
+    let old_name = old.clone();
+    let pg = until(
+        &real.pg.api,
+        name,
+        "Ready with a new primary",
+        SLOW,
+        move |pg| {
+            is_ready_at(pg, IMAGE)
+                && pg
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.primary_pod.as_deref())
+                    .is_some_and(|p| p != old_name)
+        },
+    )
+    .await;
+    let new = primary_of(&pg);
+    assert_eq!(
+        new, advanced,
+        "the failover promoted {new}, not the most advanced replica {advanced} ({lagging} had replay paused)"
+    );
+    let acked = real.stop_client();
+    let rows = real.rows(name);
+    let lost: Vec<&u64> = acked.iter().filter(|id| !rows.contains_key(id)).collect();
+    eprintln!("(c') {old} -> {new} ({lagging} paused): lost {lost:?}");
+    real.finish().await;
+}
+
+/// (d) A wiped `.status` after a switchover: the machine re-adopts what runs. No role
+/// label moves, no pod is restarted or replaced, the cluster is Ready again. Needs the
+/// operator side of fencing (adoption by the lease holder, issue 12 item 3).
+#[tokio::test]
+#[ignore = "needs the operator side of fencing (branch fence): adoption by the lease holder after a status wipe"]
+async fn status_wipe_moves_no_role() {
+    if !real_node() {
+        return;
+    }
+    let mut real = Real::new("pgreal-wipe").await;
+    let name = "pg";
+    real.cluster(name, 2, json!({})).await;
+    // A switchover first, so that the primary is not the lowest ordinal.
+    real.pg
+        .merge_patch(name, json!({"spec": {"image": NEXT_IMAGE}}))
+        .await;
+    real.ready_at(name, NEXT_IMAGE).await;
+    let before = real.roles(name).await;
+    let status: Api<PostgresCluster> = real.pg.api.clone();
+    status
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": null})),
+        )
+        .await
+        .expect("wipe .status");
+    let pg = real.ready_at(name, NEXT_IMAGE).await;
+    let after = real.roles(name).await;
+    assert_eq!(
+        before,
+        after,
+        "roles, pod UIDs or restart counts changed after the status wipe (history: {:?})",
+        pg.status.map(|s| s.engine.machine)
+    );
+    real.finish().await;
+}
+
+/// (e) An on-demand backup to the in-cluster S3, restored into a new cluster.
+#[tokio::test]
+async fn backup_to_s3_and_restore() {
+    if !real_node() {
+        return;
+    }
+    let s3 = s3_env();
+    let bucket = "pg-backups";
+    let mb = Command::new("bash")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/images/backup/s3"))
+        .args(["mb", bucket])
+        .env("S3_ENDPOINT", &s3["S3_HOST_ENDPOINT"])
+        .env("AWS_ACCESS_KEY_ID", &s3["AWS_ACCESS_KEY_ID"])
+        .env("AWS_SECRET_ACCESS_KEY", &s3["AWS_SECRET_ACCESS_KEY"])
+        .output()
+        .expect("run the s3 helper");
+    assert!(
+        mb.status.success(),
+        "s3 mb {bucket}: {}",
+        String::from_utf8_lossy(&mb.stderr)
+    );
+    let mut real = Real::new("pgreal-bk").await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "s3-real"},
+        "stringData": {"accessKey": s3["AWS_ACCESS_KEY_ID"], "secretKey": s3["AWS_SECRET_ACCESS_KEY"]},
+    }))
+    .expect("a Secret");
+    real.pg
+        .env
+        .api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create the S3 Secret");
+    let prefix = real.ns().to_owned();
+    let backup = json!({"backup": {
+        "s3Endpoint": s3["S3_ENDPOINT"],
+        "bucket": bucket,
+        "prefix": prefix,
+        "credentialsSecret": "s3-real",
+        "image": IMAGE,
+    }});
+    let name = "pg";
+    real.cluster(name, 1, backup.clone()).await;
+    real.start_client(name).await;
+    let (ok, out) = real.psql_rw(
+        name,
+        "INSERT INTO acks (id) SELECT g FROM generate_series(1, 100) g",
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = real.kubectl(&[
+        "annotate",
+        "postgrescluster",
+        name,
+        "lockstep.dev/backup-now=e2e-1",
+    ]);
+    assert!(ok, "{out}");
+    let pg = until(&real.pg.api, name, "a successful backup", SLOW, |pg| {
+        pg.status
+            .as_ref()
+            .is_some_and(|s| s.last_backup_time.is_some())
+    })
+    .await;
+    eprintln!(
+        "(e) backup at {:?}",
+        pg.status.and_then(|s| s.last_backup_time)
+    );
+
+    // Restore into a new cluster with restore.sh (the `latest` pointer of `pg`).
+    let target = "pg2";
+    real.cluster(target, 1, json!({})).await;
+    let restore: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "restore"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "restore",
+                "image": IMAGE,
+                "command": ["bash", "/lockstep/scripts/restore.sh"],
+                "env": [
+                    {"name": "TARGET_HOST", "value": format!("{target}-rw")},
+                    {"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {"name": format!("{target}-credentials"), "key": "superuserPassword"}}},
+                    {"name": "CLUSTER_NAME", "value": name},
+                    {"name": "S3_ENDPOINT", "value": s3["S3_ENDPOINT"]},
+                    {"name": "S3_BUCKET", "value": bucket},
+                    {"name": "S3_PREFIX", "value": prefix},
+                    {"name": "AWS_ACCESS_KEY_ID", "value": s3["AWS_ACCESS_KEY_ID"]},
+                    {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3-real", "key": "secretKey"}}},
+                ],
+                "volumeMounts": [{"name": "scripts", "mountPath": "/lockstep/scripts"}],
+            }],
+            "volumes": [{"name": "scripts", "configMap": {"name": format!("{target}-scripts"), "defaultMode": 0o555}}],
+        }
+    }))
+    .expect("a Pod");
+    let pods: Api<Pod> = real.pg.env.api();
+    pods.create(&PostParams::default(), &restore)
+        .await
+        .expect("create the restore pod");
+    let done = until(
+        &pods,
+        "restore",
+        "the restore pod to finish",
+        SLOW,
+        |p: &Pod| {
+            matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        },
+    )
+    .await;
+    let (_, log) = real.kubectl(&["logs", "restore"]);
+    assert_eq!(
+        done.status.and_then(|s| s.phase).as_deref(),
+        Some("Succeeded"),
+        "restore.sh failed:\n{log}"
+    );
+    let (ok, out) = real.psql_on(&format!("{target}-0"), "SELECT count(*), sum(id) FROM acks");
+    assert!(
+        ok && out.trim() == "100|5050",
+        "rows in {target} after the restore: {out}\n{log}"
+    );
+    eprintln!(
+        "(e) restored into {target}: {}",
+        log.lines().last().unwrap_or_default()
+    );
+    real.finish().await;
+}
+
+/// `tools/node/s3.sh`'s environment (it deploys the in-cluster S3 server if needed).
+fn s3_env() -> BTreeMap<String, String> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/node/s3.sh");
+    let kubeconfig = kubeconfig_path();
+    let mut cmd = Command::new("bash");
+    cmd.arg(&script);
+    if let Some(dir) = kubeconfig.parent() {
+        cmd.env("LOCKSTEP_CLUSTER_DIR", dir);
+    }
+    let out = cmd.output().expect("run tools/node/s3.sh");
+    assert!(
+        out.status.success(),
+        "tools/node/s3.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            Some((
+                k.trim_start_matches("export ").to_owned(),
+                v.trim_matches(['"', '\'']).to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// The pod side of fencing against the real API server, without the operator: a pod
+/// runs `entrypoint.sh` as `primary` with the Lease env and a ServiceAccount whose Role
+/// allows `get`/`update`/`patch` on that one Lease (the contract of issue 12), and the
+/// test plays the operator's part on the Lease and the role label.
+#[tokio::test]
+async fn lease_agent_against_the_api_server() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+
+    if !real_node() {
+        return;
+    }
+    let real = Real::new("pgreal-lease").await;
+    let env = &real.pg.env;
+    let pp = PostParams::default();
+    let objects = json!({
+        "sa": {"metadata": {"name": "pg-instance"}, "automountServiceAccountToken": true},
+        "role": {"metadata": {"name": "pg-instance"}, "rules": [{
+            "apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "resourceNames": ["pg-primary"], "verbs": ["get", "update", "patch"]}]},
+        "binding": {"metadata": {"name": "pg-instance"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pg-instance"},
+            "subjects": [{"kind": "ServiceAccount", "name": "pg-instance", "namespace": env.namespace()}]},
+        "lease": {"metadata": {"name": "pg-primary"}, "spec": {"holderIdentity": "", "leaseDurationSeconds": 6}},
+        "scripts": {"metadata": {"name": "scripts"}, "data": {
+            "entrypoint.sh": include_str!("../../src/machines/postgres/scripts/entrypoint.sh")}},
+        "secret": {"metadata": {"name": "pw"}, "stringData": {"su": "su-pw", "repl": "repl-pw"}},
+    });
+    let get = |k: &str| objects[k].clone();
+    env.api::<ServiceAccount>()
+        .create(&pp, &serde_json::from_value(get("sa")).expect("sa"))
+        .await
+        .expect("create the ServiceAccount");
+    env.api::<Role>()
+        .create(&pp, &serde_json::from_value(get("role")).expect("role"))
+        .await
+        .expect("create the Role");
+    env.api::<RoleBinding>()
+        .create(
+            &pp,
+            &serde_json::from_value(get("binding")).expect("binding"),
+        )
+        .await
+        .expect("create the RoleBinding");
+    let leases: Api<Lease> = env.api();
+    leases
+        .create(&pp, &serde_json::from_value(get("lease")).expect("lease"))
+        .await
+        .expect("create the Lease");
+    env.api::<ConfigMap>()
+        .create(&pp, &serde_json::from_value(get("scripts")).expect("cm"))
+        .await
+        .expect("create the scripts ConfigMap");
+    env.api::<Secret>()
+        .create(&pp, &serde_json::from_value(get("secret")).expect("secret"))
+        .await
+        .expect("create the Secret");
+    let field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "pg-0", "labels": {ROLE: "primary"}},
+        "spec": {
+            "serviceAccountName": "pg-instance",
+            "automountServiceAccountToken": true,
+            "terminationGracePeriodSeconds": 10,
+            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999, "runAsNonRoot": true},
+            "containers": [{
+                "name": "postgres",
+                "image": IMAGE,
+                "command": ["bash", "/lockstep/scripts/entrypoint.sh"],
+                "env": [
+                    {"name": "PGDATA", "value": "/data/pgdata"},
+                    {"name": "LOCKSTEP_ROLE_FILE", "value": "/etc/lockstep/podinfo/labels"},
+                    {"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "pw", "key": "su"}}},
+                    {"name": "REPLICATION_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "pw", "key": "repl"}}},
+                    {"name": "PRIMARY_HOST", "value": "nowhere.invalid"},
+                    field("POD_NAME", "metadata.name"),
+                    field("POD_UID", "metadata.uid"),
+                    field("POD_NAMESPACE", "metadata.namespace"),
+                    {"name": "LOCKSTEP_LEASE_NAME", "value": "pg-primary"},
+                    {"name": "LOCKSTEP_LEASE_SECONDS", "value": "6"},
+                    {"name": "LOCKSTEP_FENCE_SECONDS", "value": "3"},
+                    {"name": "LOCKSTEP_RENEW_SECONDS", "value": "1"},
+                ],
+                "livenessProbe": {
+                    "exec": {"command": ["bash", "/lockstep/scripts/entrypoint.sh", "--liveness"]},
+                    "periodSeconds": 5, "timeoutSeconds": 6, "failureThreshold": 6,
+                },
+                "volumeMounts": [
+                    {"name": "data", "mountPath": "/data"},
+                    {"name": "scripts", "mountPath": "/lockstep/scripts", "readOnly": true},
+                    {"name": "podinfo", "mountPath": "/etc/lockstep/podinfo", "readOnly": true},
+                ],
+            }],
+            "volumes": [
+                {"name": "data", "emptyDir": {}},
+                {"name": "scripts", "configMap": {"name": "scripts", "defaultMode": 0o555}},
+                {"name": "podinfo", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+            ],
+        }
+    }))
+    .expect("a Pod");
+    let pods: Api<Pod> = env.api();
+    let pod = pods.create(&pp, &pod).await.expect("create the pod");
+    let me = format!("pg-0/{}", pod.uid().unwrap_or_default());
+    let logs_contain = |needle: &'static str, previous: bool| {
+        let deadline = std::time::Instant::now() + SLOW;
+        loop {
+            let mut args = vec!["logs", "pg-0"];
+            if previous {
+                args.push("--previous");
+            }
+            let (_, out) = real.kubectl(&args);
+            if out.contains(needle) {
+                return out;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pg-0 never logged {needle:?}:\n{out}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    let set_holder = |holder: String| {
+        let leases = leases.clone();
+        async move {
+            let now = chrono_now();
+            leases
+                .patch(
+                    "pg-primary",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"spec": {"holderIdentity": holder, "renewTime": now}})),
+                )
+                .await
+                .expect("patch the Lease")
+        }
+    };
+
+    // 1. Labelled primary, the Lease names nobody: it waits, and nothing listens.
+    logs_contain("is held by ''", false);
+    assert!(
+        !real.writable_over_tcp("pg-0"),
+        "pg-0 serves before holding the lease"
+    );
+
+    // 2. The Lease names it: it starts writable and renews (renewTime moves on).
+    let handed = set_holder(me.clone()).await;
+    let handed_at = handed.spec.and_then(|s| s.renew_time).map(|t| t.0);
+    until(
+        &leases,
+        "pg-primary",
+        "a renewal by pg-0",
+        SLOW,
+        move |l: &Lease| {
+            l.spec
+                .as_ref()
+                .and_then(|s| s.renew_time.as_ref())
+                .map(|t| t.0)
+                > handed_at
+        },
+    )
+    .await;
+    let deadline = std::time::Instant::now() + SLOW;
+    while !real.writable_over_tcp("pg-0") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pg-0 never became writable"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // 3. The Lease handed to another pod: it fences itself (exit 5), the container
+    //    restarts and waits for the Lease again.
+    set_holder("pg-1/another-uid".to_owned()).await;
+    let fenced = until(
+        &pods,
+        "pg-0",
+        "pg-0's container to exit 5",
+        SLOW,
+        |p: &Pod| last_exit_code(p) == Some(5),
+    )
+    .await;
+    let out = logs_contain(
+        "FENCING: lease pg-primary is held by 'pg-1/another-uid'",
+        true,
+    );
+    assert!(out.contains("fenced: exiting 5"), "{out}");
+    drop(fenced);
+    logs_contain("is held by 'pg-1/another-uid'", false);
+
+    // 4. Back to pg-0, then labelled demoted: a clean stop, the Lease released.
+    set_holder(me.clone()).await;
+    let deadline = std::time::Instant::now() + SLOW;
+    while !real.writable_over_tcp("pg-0") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pg-0 never became writable again"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    pods.patch(
+        "pg-0",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"labels": {ROLE: "demoted"}}})),
+    )
+    .await
+    .expect("label pg-0 demoted");
+    let me2 = me.clone();
+    let released = until(
+        &leases,
+        "pg-primary",
+        "released-by pg-0",
+        SLOW,
+        move |l: &Lease| l.annotations().get("lockstep.dev/released-by") == Some(&me2),
+    )
+    .await;
+    assert_eq!(
+        released
+            .spec
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default(),
+        "",
+        "the released Lease still names a holder"
+    );
+    until(
+        &pods,
+        "pg-0",
+        "pg-0's container to exit 0 after the demotion",
+        SLOW,
+        |p: &Pod| last_exit_code(p) == Some(0),
+    )
+    .await;
+    real.finish().await;
+}
+
+/// The exit code of the container's previous run.
+fn last_exit_code(p: &Pod) -> Option<i32> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .last_state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .map(|t| t.exit_code)
+}
+
+/// Now as a Lease's MicroTime.
+fn chrono_now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string()
+}
