@@ -30,8 +30,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
-use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, LogParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -70,29 +70,58 @@ const MAX_RESTART: f64 = 180.0;
 
 // ------------------------------------------------------------------ the real node
 
-/// Why the real-node tier cannot run here, if it cannot: mirrors tools/cluster (the
-/// `LOCKSTEP_REAL_NODE` switch, then a Ready node with the real-node label).
-async fn no_real_node(client: &Client) -> Option<String> {
+/// The real node's name, or why the real-node tier cannot run here: mirrors
+/// tools/cluster (the `LOCKSTEP_REAL_NODE` switch, then a Ready node with the
+/// real-node label).
+async fn real_node(client: &Client) -> Result<String, String> {
     if std::env::var("LOCKSTEP_REAL_NODE").is_ok_and(|v| v == "0") {
-        return Some("LOCKSTEP_REAL_NODE=0: the cluster runs KWOK nodes only".to_owned());
+        return Err("LOCKSTEP_REAL_NODE=0: the cluster runs KWOK nodes only".to_owned());
     }
     let nodes: Api<Node> = Api::all(client.clone());
     let listed = nodes
         .list(&ListParams::default().labels(&format!("{REAL_NODE_LABEL}=true")))
         .await
         .unwrap_or_else(|e| panic!("cannot list nodes: {e}"));
-    let ready = listed.items.iter().any(|n| {
-        n.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-    });
-    (!ready).then(|| {
-        format!(
-            "no Ready node labelled {REAL_NODE_LABEL}=true (was the cluster started with \
-             LOCKSTEP_REAL_NODE=0?)"
-        )
-    })
+    listed
+        .items
+        .iter()
+        .find(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .map(ResourceExt::name_any)
+        .ok_or_else(|| {
+            format!(
+                "no Ready node labelled {REAL_NODE_LABEL}=true (was the cluster started with \
+                 LOCKSTEP_REAL_NODE=0?)"
+            )
+        })
+}
+
+/// Every pod of `ns` ran on `node` (placement honoured for the database, hook, backup,
+/// writer and restore pods alike).
+async fn assert_all_on(pods: &Api<Pod>, node: &str) {
+    let listed = pods
+        .list(&ListParams::default())
+        .await
+        .expect("list the pods");
+    let elsewhere: Vec<(String, Option<String>)> = listed
+        .items
+        .iter()
+        .map(|p| {
+            (
+                p.name_any(),
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            )
+        })
+        .filter(|(_, n)| n.as_deref() != Some(node))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "pods not on the real node {node}: {elsewhere:?}"
+    );
 }
 
 /// Say on the terminal (not captured) that `test` is skipped and why.
@@ -393,18 +422,19 @@ fn example(prefix: &str) -> (Secret, DistributedDB) {
     )
 }
 
-/// Put every pod of `ns` on the real node (the namespace label the local cluster's
-/// MutatingAdmissionPolicy reads, tools/node/node.sh): the writer's and the restore's.
-async fn place_on_real_node(client: &Client, ns: &str) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {REAL_NODE_LABEL: "true"}}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("label namespace {ns}: {e}"));
+/// `pod` placed as the example places its own pods (`spec.placement`): the writer and
+/// the restore run next to the database, on the real node.
+fn placed(mut pod: Pod, db: &DistributedDB) -> Pod {
+    let placement = db
+        .spec
+        .placement
+        .clone()
+        .expect("examples/etcd.yaml has a placement");
+    let spec = pod.spec.as_mut().expect("a pod spec");
+    spec.node_selector = Some(placement.node_selector);
+    spec.tolerations = Some(placement.tolerations);
+    spec.affinity = placement.affinity;
+    pod
 }
 
 /// The three members' client URLs.
@@ -655,15 +685,14 @@ fn record_restarts(pods: Api<Pod>) -> (Arc<Mutex<Vec<Restart>>>, JoinHandle<()>)
 #[tokio::test]
 async fn etcd_lifecycle_on_the_real_node() {
     let client = crate::support::client().await;
-    if let Some(why) = no_real_node(&client).await {
-        skipped("etcd_lifecycle_on_the_real_node", &why);
-        return;
-    }
+    let node = match real_node(&client).await {
+        Ok(node) => node,
+        Err(why) => return skipped("etcd_lifecycle_on_the_real_node", &why),
+    };
     load_images(&["etcd-3.6", "etcd-3.7", "backup"]).await;
     let s3 = S3::start().await;
     let db = Fixture::<DistributedDb>::new("etcd").await;
     let ns = db.env.namespace().to_owned();
-    place_on_real_node(&db.env.client, &ns).await;
     let prefix = format!("{ns}/");
     let (secret, object) = example(&prefix);
     db.env
@@ -682,7 +711,7 @@ async fn etcd_lifecycle_on_the_real_node() {
     eprintln!("created: 3 members healthy at 3.6.16 in {:?}", t0.elapsed());
 
     // 2. Upgrade under a writer.
-    pods.create(&PostParams::default(), &writer_pod(&ns))
+    pods.create(&PostParams::default(), &placed(writer_pod(&ns), &object))
         .await
         .expect("create the writer");
     wait_long(
@@ -851,7 +880,7 @@ async fn etcd_lifecycle_on_the_real_node() {
         .clone();
     let size = s3.size(&key).await;
     assert!(size > 0, "s3://{BUCKET}/{key} is empty");
-    let restored = restore(&pods, &ns, &key).await;
+    let restored = restore(&pods, &object, &key).await;
     let missing: Vec<u64> = tally
         .acked
         .iter()
@@ -862,6 +891,7 @@ async fn etcd_lifecycle_on_the_real_node() {
         missing.is_empty(),
         "the etcd restored from s3://{BUCKET}/{key} lacks acknowledged keys: {missing:?}"
     );
+    assert_all_on(&pods, &node).await;
     eprintln!(
         "backup: s3://{BUCKET}/{key} ({size} bytes) restored into a fresh etcd with {} keys",
         restored.len()
@@ -933,7 +963,7 @@ async fn wait_for_log_acks(pods: &Api<Pod>, n: usize) {
 }
 
 /// Restore s3://BUCKET/key into a fresh single-member etcd in a pod; the keys it holds.
-async fn restore(pods: &Api<Pod>, ns: &str, key: &str) -> BTreeSet<String> {
+async fn restore(pods: &Api<Pod>, db: &DistributedDB, key: &str) -> BTreeSet<String> {
     let script = format!(
         "set -e; s3 get {BUCKET}/{key} /tmp/s.db
 etcdutl snapshot restore /tmp/s.db --data-dir /tmp/r --name r --initial-cluster r=http://localhost:2380 --initial-advertise-peer-urls http://localhost:2380 >/dev/null
@@ -960,13 +990,13 @@ etcdctl get --prefix key- --keys-only"
         }
     }))
     .expect("a Pod");
-    pods.create(&PostParams::default(), &pod)
+    pods.create(&PostParams::default(), &placed(pod, db))
         .await
         .expect("create the restore pod");
     let (ok, log) = pod_outcome(pods, "restore").await;
     assert!(
         ok && log.contains("restored"),
-        "restore of s3://{BUCKET}/{key} in {ns}: {log}"
+        "restore of s3://{BUCKET}/{key}: {log}"
     );
     log.lines()
         .filter(|l| l.starts_with("key-"))
@@ -980,19 +1010,20 @@ etcdctl get --prefix key- --keys-only"
 #[tokio::test]
 async fn the_deploy_manifests_run_the_operator_on_the_real_node() {
     let client = crate::support::client().await;
-    if let Some(why) = no_real_node(&client).await {
-        skipped(
-            "the_deploy_manifests_run_the_operator_on_the_real_node",
-            &why,
-        );
-        return;
-    }
+    let node = match real_node(&client).await {
+        Ok(node) => node,
+        Err(why) => {
+            return skipped(
+                "the_deploy_manifests_run_the_operator_on_the_real_node",
+                &why,
+            );
+        }
+    };
     load_images(&["etcd-3.6", "backup", "lockstep"]).await;
     let s3 = S3::start().await;
     let mut env = Env::new("etcd-deploy").await;
     env.ns.track::<DistributedDB>();
     let ns = env.namespace().to_owned();
-    place_on_real_node(&env.client, &ns).await;
 
     // The overlay, with the operator watching this test's namespace only (other tests
     // run their own operators elsewhere).
@@ -1059,7 +1090,7 @@ async fn the_deploy_manifests_run_the_operator_on_the_real_node() {
             p.spec
                 .as_ref()
                 .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| n == "lockstep-node-0")
+                .is_some_and(|n| n == node)
         })
         .count();
     assert_eq!(
@@ -1089,6 +1120,7 @@ async fn the_deploy_manifests_run_the_operator_on_the_real_node() {
         .expect("create the DistributedDB");
     wait_ready_at(&api, FROM).await;
     assert_all_healthy(&ns, "3.6.16").await;
+    assert_all_on(&env.api::<Pod>(), &node).await;
     let uid = api.get(NAME).await.expect("get").uid().expect("a uid");
     api.delete(NAME, &DeleteParams::default())
         .await
