@@ -130,10 +130,6 @@ fi
 
 step "2. Start the operator"
 k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
-if [ "$REAL" = 1 ]; then
-  # The local cluster puts every new pod of a namespace with this label on the real node.
-  k label namespace "$NS" lockstep.dev/real-node=true --overwrite >/dev/null
-fi
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 "$LOCKSTEP" --log-format json run --namespace "$NS" --machines distributeddb \
   --metrics-addr "127.0.0.1:$PORT" >"$DEMO_DIR/operator.log" 2>&1 &
@@ -203,6 +199,10 @@ explain "  time  name  from → to  reason: message"
 NARRATOR_PID=$!
 k apply -n "$NS" -f "$EXAMPLE" >/dev/null
 explain "Creating: a headless Service and a StatefulSet; Ready once every pod is Ready."
+if [ "$REAL" = 1 ]; then
+  explain "spec.placement puts the pods on the real node; spec.readinessProbe (/readyz) makes"
+  explain "Ready mean \"this member serves\", not \"its process started\"."
+fi
 k wait --for=condition=Ready "distributeddb/$NAME" -n "$NS" --timeout="${TIMEOUT}s" >/dev/null
 k get distributeddb "$NAME" -n "$NS" | show
 if [ "$REAL" = 1 ]; then
