@@ -2,14 +2,14 @@
 //! and containerd), driven by the operator, with every step checked in the database
 //! itself (`etcdctl` through `kubectl exec`, a writer pod, S3 objects read back):
 //!
-//! - [`etcd_lifecycle_on_the_real_node`]: `examples/etcd.yaml` created → 3 members
+//! - [`etcd_lifecycle_on_the_real_node`]: the DistributedDB of `examples/etcd.yaml` created → 3 members
 //!   healthy → upgraded 3.6 → 3.7 pod by pod with the hooks while a writer writes
 //!   through the Service (quorum never lost, every acknowledged write readable, write
 //!   errors only around a restart, cluster version 3.7) → `lockstep.dev/backup-now`:
 //!   the snapshot is in S3 and restores into a fresh etcd that holds every key → delete:
 //!   the final snapshot is in S3 before the finalizer goes.
-//! - [`the_deploy_manifests_run_the_operator_on_the_real_node`]: `examples/deploy`
-//!   (its `real-node` overlay) runs the operator image as a pod on the real node, as its
+//! - [`the_deploy_manifests_run_the_operator_on_the_real_node`]: the overlay
+//!   `examples/deploy-real-node` of `examples/deploy` runs the operator image as a pod on the real node, as its
 //!   own ServiceAccount, and that pod creates the etcd cluster (members healthy) and
 //!   deletes it with a final backup.
 //!
@@ -663,14 +663,14 @@ fn record_restarts(pods: Api<Pod>) -> (Arc<Mutex<Vec<Restart>>>, JoinHandle<()>)
                                 up: None,
                             });
                         }
-                    } else if ready && !deleted_uids.contains(&uid) {
-                        if let Some(r) = restarts
+                    } else if ready
+                        && !deleted_uids.contains(&uid)
+                        && let Some(r) = restarts
                             .iter_mut()
                             .rev()
                             .find(|r| r.pod == name && r.up.is_none())
-                        {
-                            r.up = Some(now());
-                        }
+                    {
+                        r.up = Some(now());
                     }
                 }
             }
@@ -1004,7 +1004,7 @@ etcdctl get --prefix key- --keys-only"
         .collect()
 }
 
-/// `examples/deploy/real-node`: the operator image as a pod on the real node, as its
+/// `examples/deploy-real-node`: the operator image as a pod on the real node, as its
 /// own ServiceAccount, drives an etcd DistributedDB from creation to Ready (members
 /// healthy) and through deletion with a final backup.
 #[tokio::test]
@@ -1031,7 +1031,7 @@ async fn the_deploy_manifests_run_the_operator_on_the_real_node() {
         &[
             "kustomize",
             &repo()
-                .join("examples/deploy/real-node")
+                .join("examples/deploy-real-node")
                 .display()
                 .to_string(),
         ],
@@ -1153,11 +1153,11 @@ async fn the_deploy_manifests_run_the_operator_on_the_real_node() {
     env.finish().await;
 }
 
-/// The namespace and names of `examples/deploy/real-node`.
+/// The namespace and names of `examples/deploy-real-node`.
 const DEPLOY_NS: &str = "lockstep-real-node";
 const DEPLOY_NAME: &str = "lockstep-real-node";
 
-/// Removes what `examples/deploy/real-node` created (also when the test panics).
+/// Removes what `examples/deploy-real-node` created (also when the test panics).
 struct DeployCleanup;
 
 impl Drop for DeployCleanup {
