@@ -360,7 +360,8 @@ trap - EXIT
 if [ "$REAL" = 1 ]; then
   step "Summary"
   explain "$TALLY"
-  explain "snapshots in S3 ($S3_ENDPOINT from pods, $S3_HOST_ENDPOINT from here):"
+  explain "this run's snapshots: s3://$BUCKET/$ON_DEMAND (on demand), s3://$BUCKET/$FINAL (final)"
+  explain "all snapshots under s3://$BUCKET/$PREFIX, newest $(ddb_field spec.backupPolicy.retention) kept ($S3_ENDPOINT from pods, $S3_HOST_ENDPOINT from here):"
   s3 lsl "$BUCKET" "$PREFIX" | sed "s#^\([^ ]*\) #   \1  s3://$BUCKET/#"
 else
   step "Summary (KWOK-only fallback: no container ran, so no database, writer or snapshot)"
