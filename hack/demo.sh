@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# make demo: the DistributedDB lifecycle on the local control plane, narrated one line
-# per transition as it happens.
+# make demo: the DistributedDB lifecycle on a real 3-member etcd cluster, narrated one
+# line per transition as it happens.
 #
-#   create -> Ready -> image upgrade, pod by pod, with pre/post hooks
-#          -> on-demand backup (annotation) -> delete, with a final backup
+#   create -> 3 members healthy -> a writer writes through the Service
+#          -> upgrade etcd 3.6 -> 3.7, pod by pod, with pre/post hooks (leader moved away,
+#             new member caught up) -> the writer's tally (acknowledged, failed, lost)
+#          -> on-demand backup (annotation) to S3 -> delete, with a final backup to S3
 #
-# It brings the control plane up (make cluster-up), installs the CRDs, runs the
+# It brings the control plane up with its real node (make cluster-up: kubelet +
+# containerd next to the KWOK nodes), builds and imports the images (tools/images),
+# starts the in-cluster S3 server (tools/node/s3.sh), installs the CRDs, runs the
 # operator in the background (log: target/demo/operator.log), applies
-# examples/distributeddb-full.yaml and drives the lifecycle with kubectl, while
-# `lockstep narrate` prints each transition the machine persists in
-# status.machine.history.
+# examples/etcd.yaml and drives the lifecycle with kubectl, while `lockstep narrate`
+# prints each transition the machine persists in status.machine.history. The database
+# is checked with etcdctl (kubectl exec) at every step.
+#
+# With LOCKSTEP_REAL_NODE=0 (no real node) it falls back to the KWOK-only walk-through
+# of examples/distributeddb-full.yaml: the same transitions, but no container runs,
+# so there is no database, writer or snapshot to show. It says so.
 #
 # At the end the cluster stays up (and the script says how to look at it), unless
 # DEMO_TEARDOWN=1 or --teardown.
@@ -17,8 +25,9 @@
 # Env:
 #   DEMO_TEARDOWN=1        tear the control plane down at the end
 #   DEMO_NAMESPACE         namespace of the demo (default lockstep-demo)
-#   DEMO_UPGRADE_IMAGE     the image to upgrade to (default: the example's, next minor)
-#   DEMO_TIMEOUT           seconds each step may take (default 180)
+#   DEMO_UPGRADE_IMAGE     the image to upgrade to (default: etcd 3.7; KWOK: next minor)
+#   DEMO_TIMEOUT           seconds each step may take (default 300)
+#   LOCKSTEP_REAL_NODE=0   the KWOK-only fallback
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,14 +37,16 @@ TEARDOWN="${DEMO_TEARDOWN:-0}"
 for arg in "$@"; do
   case "$arg" in
     --teardown) TEARDOWN=1 ;;
-    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
   esac
 done
 
 NS="${DEMO_NAMESPACE:-lockstep-demo}"
-TIMEOUT="${DEMO_TIMEOUT:-180}"
-EXAMPLE="examples/distributeddb-full.yaml"
+TIMEOUT="${DEMO_TIMEOUT:-300}"
+REAL=1
+[ "${LOCKSTEP_REAL_NODE:-1}" != 0 ] || REAL=0
+if [ "$REAL" = 1 ]; then EXAMPLE="examples/etcd.yaml"; else EXAMPLE="examples/distributeddb-full.yaml"; fi
 DEMO_DIR="$ROOT/target/demo"
 KUBECTL="$ROOT/target/cluster/bin/kubectl"
 LOCKSTEP="$ROOT/target/debug/lockstep"
@@ -48,6 +59,7 @@ else
 fi
 step() { printf '\n%s== %s%s\n' "$BOLD" "$*" "$RESET"; }
 explain() { printf '%s   %s%s\n' "$DIM" "$*" "$RESET"; }
+show() { sed "s/^/   /"; }
 fail() { printf '\ndemo failed: %s\n   operator log: %s\n' "$*" "$DEMO_DIR/operator.log" >&2; exit 1; }
 
 # wait_until DESCRIPTION COMMAND...: poll COMMAND (every half second) until it succeeds,
@@ -82,10 +94,21 @@ trap cleanup EXIT
 mkdir -p "$DEMO_DIR"
 
 # ----------------------------------------------------------------------------------
-step "0. A Kubernetes control plane on this machine"
-explain "kube-apiserver, controller-manager and scheduler built from Go modules, with KWOK"
-explain "playing the kubelets of 3 fake nodes (pods become Ready; no container runs)."
+if [ "$REAL" = 1 ]; then
+  step "0. A Kubernetes control plane on this machine, with one real node"
+  explain "kube-apiserver, controller-manager and scheduler built from Go modules; the real"
+  explain "node lockstep-node-0 (kubelet + containerd, in its own mount and network namespaces)"
+  explain "runs the containers; 3 KWOK nodes stand by for simulated workloads."
+else
+  step "0. A Kubernetes control plane on this machine (KWOK ONLY: LOCKSTEP_REAL_NODE=0)"
+  explain "FALLBACK: no real node, so no container runs. KWOK plays the kubelets of 3 fake"
+  explain "nodes (pods become Ready, Jobs complete): the operator's transitions are real, the"
+  explain "database is not. Run without LOCKSTEP_REAL_NODE=0 to see a real etcd cluster."
+fi
 make --no-print-directory cluster-up
+if [ "$REAL" = 1 ]; then
+  k get nodes -o custom-columns='NODE:.metadata.name,TYPE:.metadata.labels.type,READY:.status.conditions[?(@.type=="Ready")].status' | show
+fi
 
 step "1. Build lockstep and install the CRDs"
 cargo build --quiet --bins
@@ -95,6 +118,15 @@ k apply --server-side --field-manager=lockstep-demo -f crds/distributeddbs.locks
 k wait --for=condition=Established crd/distributeddbs.lockstep.dev --timeout=60s >/dev/null
 explain "crds/ is generated from the Rust types (lockstep crds); the statechart the"
 explain "operator enforces is in machines/distributeddb.md (lockstep machines)."
+if [ "$REAL" = 1 ]; then
+  explain "Images (no registry: built here as OCI archives, imported into the node's containerd):"
+  tools/images/load.sh etcd-3.6 etcd-3.7 backup >"$DEMO_DIR/images.log" 2>&1 ||
+    fail "building/importing the images failed: $(tail -5 "$DEMO_DIR/images.log")"
+  for i in etcd-3.6 etcd-3.7 backup; do explain "  $(tools/images/build.sh --name "$i")"; done
+  S3ENV="$(tools/node/s3.sh 2>>"$DEMO_DIR/images.log")" || fail "the S3 server did not start"
+  set -a; eval "$S3ENV"; set +a
+  explain "S3 (versitygw) runs as a pod: $S3_ENDPOINT from pods, $S3_HOST_ENDPOINT from here."
+fi
 
 step "2. Start the operator"
 k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
@@ -108,7 +140,8 @@ explain "health and metrics on http://127.0.0.1:$PORT/{healthz,readyz,metrics}."
 explain "Every reconcile reads the state persisted in .status.machine, decides one declared"
 explain "transition (or none), acts, and writes the new state with one fenced status patch."
 
-# The example's DistributedDB (the file may hold other objects too, such as a Secret).
+# A field of the example's DistributedDB (the file holds other objects too, such as a
+# Secret); empty when absent.
 ddb_field() {
   k create --dry-run=client -o json -f "$EXAMPLE" | python3 -c '
 import json, sys
@@ -120,27 +153,44 @@ while text[at:].strip():
 ddb = next(i for i in items if i.get("kind") == "DistributedDB")
 value = ddb
 for key in sys.argv[1].split("."):
-    value = value[key]
+    value = value.get(key, "") if isinstance(value, dict) else ""
 print(value)' "$1"
 }
 NAME="$(ddb_field metadata.name)"
 FROM_IMAGE="$(ddb_field spec.image)"
-# The next minor version of an `x.y` tag (registry.example/db:1.4 -> 1.5), else tag-next.
-TAG="${FROM_IMAGE##*:}"
-if [ "$TAG" != "$FROM_IMAGE" ] && [[ "$TAG" =~ ^([0-9]+)\.([0-9]+)$ ]]; then
-  DEFAULT_NEXT="${FROM_IMAGE%:*}:${BASH_REMATCH[1]}.$((BASH_REMATCH[2] + 1))"
-elif [ "$TAG" != "$FROM_IMAGE" ]; then
-  DEFAULT_NEXT="${FROM_IMAGE}-next"
+if [ "$REAL" = 1 ]; then
+  DEFAULT_NEXT="$(tools/images/build.sh --name etcd-3.7)"
 else
-  DEFAULT_NEXT="${FROM_IMAGE}:next"
+  # The next minor version of an `x.y` tag (registry.example/db:1.4 -> 1.5), else tag-next.
+  TAG="${FROM_IMAGE##*:}"
+  if [ "$TAG" != "$FROM_IMAGE" ] && [[ "$TAG" =~ ^([0-9]+)\.([0-9]+)$ ]]; then
+    DEFAULT_NEXT="${FROM_IMAGE%:*}:${BASH_REMATCH[1]}.$((BASH_REMATCH[2] + 1))"
+  elif [ "$TAG" != "$FROM_IMAGE" ]; then
+    DEFAULT_NEXT="${FROM_IMAGE}-next"
+  else
+    DEFAULT_NEXT="${FROM_IMAGE}:next"
+  fi
 fi
 TO_IMAGE="${DEMO_UPGRADE_IMAGE:-$DEFAULT_NEXT}"
+BUCKET="$(ddb_field spec.backupPolicy.bucket)"
+PREFIX="$(ddb_field spec.backupPolicy.prefix)"
 
 # Anything left from an earlier run goes first (the operator finalizes it).
 if k get distributeddb "$NAME" -n "$NS" >/dev/null 2>&1; then
-  explain "removing distributeddb/$NAME left from an earlier run"
-  k delete distributeddb "$NAME" -n "$NS" --wait=true --timeout="${TIMEOUT}s" >/dev/null
+  explain "removing distributeddb/$NAME left from an earlier run (without a final backup)"
+  k annotate distributeddb "$NAME" -n "$NS" --overwrite lockstep.dev/skip-final-backup=true >/dev/null 2>&1 || true
+  k delete distributeddb "$NAME" -n "$NS" --ignore-not-found --wait=true --timeout="${TIMEOUT}s" >/dev/null
 fi
+k delete pod writer -n "$NS" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+# The volume claims stay after a DistributedDB is deleted (the StatefulSet's default
+# retention): a new cluster must not start from an earlier run's data.
+k delete pvc -n "$NS" -l "app.kubernetes.io/instance=$NAME" --wait=true >/dev/null 2>&1 || true
+
+# etcdctl in member 0 (the etcd images carry it).
+etcdctl() { k exec -n "$NS" "$NAME-0" -c db -- etcdctl "$@"; }
+members() { echo "http://$NAME-0.$NAME.$NS.svc:2379,http://$NAME-1.$NAME.$NS.svc:2379,http://$NAME-2.$NAME.$NS.svc:2379"; }
+# s3 on this machine (tools/images/backup/s3), against the S3 pod.
+s3() { S3_ENDPOINT="$S3_HOST_ENDPOINT" tools/images/backup/s3 "$@"; }
 
 step "3. Create distributeddb/$NAME ($EXAMPLE)"
 explain "The narrator below prints one line per transition, as the operator persists it:"
@@ -149,25 +199,119 @@ explain "  time  name  from → to  reason: message"
 NARRATOR_PID=$!
 k apply -n "$NS" -f "$EXAMPLE" >/dev/null
 explain "Creating: a headless Service and a StatefulSet; Ready once every pod is Ready."
+if [ "$REAL" = 1 ]; then
+  explain "spec.placement puts the pods on the real node; spec.readinessProbe (/readyz) makes"
+  explain "Ready mean \"this member serves\", not \"its process started\"."
+fi
 k wait --for=condition=Ready "distributeddb/$NAME" -n "$NS" --timeout="${TIMEOUT}s" >/dev/null
-k get distributeddb "$NAME" -n "$NS"
+k get distributeddb "$NAME" -n "$NS" | show
+if [ "$REAL" = 1 ]; then
+  explain "The pods run etcd on the real node; each derives its flags from its name and the"
+  explain "headless Service. Asked of etcd itself (etcdctl endpoint health / status):"
+  healthy() { [ "$(etcdctl --endpoints="$(members)" endpoint health 2>/dev/null | grep -c 'is healthy')" = 3 ]; }
+  wait_until "3 healthy etcd members" healthy
+  etcdctl --endpoints="$(members)" endpoint health 2>&1 | show
+  etcdctl --endpoints="$(members)" endpoint status -w table 2>&1 | show
 
-step "4. Upgrade the image: $FROM_IMAGE -> $TO_IMAGE"
+  step "4. A writer: one key per put, through the Service $NAME.$NS.svc"
+  WRITER_IMAGE="$(tools/images/build.sh --name backup)"
+  k apply -n "$NS" -f - >/dev/null <<WRITER
+apiVersion: v1
+kind: Pod
+metadata: {name: writer}
+spec:
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {lockstep.dev/real-node: "true"}
+  tolerations: [{key: lockstep.dev/real-node, operator: Exists, effect: NoSchedule}]
+  containers:
+  - name: writer
+    image: $WRITER_IMAGE
+    imagePullPolicy: IfNotPresent
+    command: [/bin/bash, -c]
+    args:
+    - |
+      i=0
+      while [ ! -f /tmp/stop ]; do
+        i=\$((i + 1))
+        if etcdctl --endpoints=http://$NAME.$NS.svc:2379 --dial-timeout=1s --command-timeout=3s put key-\$i v\$i >/dev/null 2>&1; then
+          echo "ack \$i"
+        else
+          echo "err \$i"
+        fi
+        sleep 0.05
+      done
+      echo done
+      sleep infinity
+WRITER
+  k wait -n "$NS" pod/writer --for=condition=Ready --timeout="${TIMEOUT}s" >/dev/null
+  acks() { k logs -n "$NS" writer 2>/dev/null | grep -c '^ack'; }
+  some_acks() { [ "$(acks)" -ge 20 ]; }
+  wait_until "the writer's first writes" some_acks
+  explain "writer running: $(acks) writes acknowledged so far"
+fi
+
+UPSTEP=4
+[ "$REAL" = 0 ] || UPSTEP=5
+step "$UPSTEP. Upgrade the image: $FROM_IMAGE -> $TO_IMAGE"
 explain "One pod at a time, highest ordinal first: pre-hook Job, delete the pod, wait for its"
 explain "replacement to be Ready at the new image, post-hook Job, then the next pod."
 explain "Each step is a transition persisted before the next action, so a restarted"
 explain "operator resumes exactly where the status says."
+if [ "$REAL" = 1 ]; then
+  explain "The pre-hook (etcd-pre-hook) refuses unless the other members are a quorum and moves"
+  explain "the leadership away; the post-hook (etcd-post-hook) waits until the new member is"
+  explain "healthy and has applied the leader's commit index. Their output (│):"
+fi
 k patch distributeddb "$NAME" -n "$NS" --type merge -p "{\"spec\":{\"image\":\"$TO_IMAGE\"}}" >/dev/null
 upgraded() {
   [ "$(field '{.status.version}')" = "$TO_IMAGE" ] &&
     [ "$(field '{.status.conditions[?(@.type=="Ready")].status}')" = True ] &&
     [ "$(field '{.status.observedGeneration}')" = "$(field '{.metadata.generation}')" ]
 }
-wait_until "the upgrade to finish" upgraded
-k get pods -n "$NS" -l "app.kubernetes.io/instance=$NAME" \
-  -o custom-columns='POD:.metadata.name,IMAGE:.spec.containers[0].image,READY:.status.conditions[?(@.type=="Ready")].status'
+# The hook pods' logs, each once, as they finish (the Jobs are pruned at rest).
+declare -A SHOWN=()
+show_hooks() {
+  [ "$REAL" = 1 ] || return 0
+  local pod
+  for pod in $(k get pods -n "$NS" -l lockstep.dev/component=hook --field-selector=status.phase=Succeeded -o name 2>/dev/null); do
+    [ -z "${SHOWN[$pod]:-}" ] || continue
+    SHOWN[$pod]=1
+    k logs -n "$NS" "$pod" 2>/dev/null | sed "s/^/   ${DIM}│ ${pod#pod/}: /;s/$/${RESET}/" >&3 || true
+  done
+}
+upgraded_showing_hooks() { show_hooks; upgraded; }
+exec 3>&1
+wait_until "the upgrade to finish" upgraded_showing_hooks
+show_hooks
+k get pods -n "$NS" -l "app.kubernetes.io/instance=$NAME,lockstep.dev/component=database" \
+  -o custom-columns='POD:.metadata.name,IMAGE:.spec.containers[0].image,READY:.status.conditions[?(@.type=="Ready")].status,NODE:.spec.nodeName' | show
 
-step "5. Back up on demand (annotation lockstep.dev/backup-now)"
+if [ "$REAL" = 1 ]; then
+  explain "etcd after the upgrade:"
+  cluster_37() { k exec -n "$NS" "$NAME-0" -c db -- curl -s http://localhost:2379/version | grep -q '"etcdcluster":"3.7'; }
+  wait_until "the cluster version to reach 3.7" cluster_37
+  etcdctl --endpoints="$(members)" endpoint status -w table 2>&1 | show
+  explain "version: $(k exec -n "$NS" "$NAME-0" -c db -- curl -s http://localhost:2379/version)"
+  k exec -n "$NS" writer -- touch /tmp/stop
+  writer_done() { k logs -n "$NS" writer | grep -qx 'done'; }
+  wait_until "the writer to stop" writer_done
+  k logs -n "$NS" writer >"$DEMO_DIR/writer.log"
+  ACKED="$(grep -c '^ack' "$DEMO_DIR/writer.log" || true)"
+  FAILED="$(grep -c '^err' "$DEMO_DIR/writer.log" || true)"
+  etcdctl get --prefix key- --keys-only --consistency=l | grep . | sort -u >"$DEMO_DIR/stored.keys"
+  grep '^ack' "$DEMO_DIR/writer.log" | awk '{print "key-" $2}' | sort -u >"$DEMO_DIR/acked.keys"
+  LOST="$(comm -23 "$DEMO_DIR/acked.keys" "$DEMO_DIR/stored.keys" | wc -l)"
+  TALLY="writer: $ACKED writes acknowledged, $FAILED failed, $LOST lost ($(wc -l <"$DEMO_DIR/stored.keys") keys stored)"
+  step "6. The writer's tally"
+  explain "$TALLY"
+  explain "(failed = puts refused or timed out while a member restarted; every acknowledged"
+  explain "key was read back from etcd: lost must be 0)"
+  [ "$LOST" = 0 ] || fail "$LOST acknowledged writes lost"
+fi
+
+BKSTEP=5
+[ "$REAL" = 0 ] || BKSTEP=7
+step "$BKSTEP. Back up on demand (annotation lockstep.dev/backup-now)"
 explain "The annotation's value is a token: the machine runs one backup Job per new token."
 BEFORE="$(field '{.status.lastBackup.time}')"
 k annotate distributeddb "$NAME" -n "$NS" --overwrite "lockstep.dev/backup-now=demo-$(date +%s)" >/dev/null
@@ -178,9 +322,17 @@ backed_up() {
     [ "$(field '{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 wait_until "the on-demand backup" backed_up
-explain "status.lastBackup: $(field '{.status.lastBackup.job}') — $(field '{.status.lastBackup.outcome}')"
+BACKUP_JOB="$(field '{.status.lastBackup.job}')"
+explain "status.lastBackup: $BACKUP_JOB — $(field '{.status.lastBackup.outcome}')"
+if [ "$REAL" = 1 ]; then
+  ON_DEMAND="$(s3 ls "$BUCKET" "$PREFIX$BACKUP_JOB-" | tail -1)"
+  [ -n "$ON_DEMAND" ] || fail "no snapshot of $BACKUP_JOB in s3://$BUCKET/$PREFIX"
+  explain "etcdctl snapshot save, uploaded: s3://$BUCKET/$ON_DEMAND"
+fi
 
-step "6. Delete distributeddb/$NAME"
+DELSTEP=6
+[ "$REAL" = 0 ] || DELSTEP=8
+step "$DELSTEP. Delete distributeddb/$NAME"
 explain "The finalizer holds the object while the machine runs a final backup; it is released"
 explain "only once the final state is persisted."
 k delete distributeddb "$NAME" -n "$NS" --wait=true --timeout="${TIMEOUT}s" >/dev/null
@@ -188,16 +340,32 @@ k delete distributeddb "$NAME" -n "$NS" --wait=true --timeout="${TIMEOUT}s" >/de
 deadline=$((SECONDS + 30))
 while kill -0 "$NARRATOR_PID" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
 NARRATOR_PID=""
+if [ "$REAL" = 1 ]; then
+  FINAL="$(s3 ls "$BUCKET" "$PREFIX$NAME-final-backup-" | tail -1)"
+  [ -n "$FINAL" ] || fail "no final snapshot in s3://$BUCKET/$PREFIX"
+  explain "final snapshot (taken before the finalizer was released): s3://$BUCKET/$FINAL"
+  k delete pod writer -n "$NS" --wait=false >/dev/null 2>&1 || true
+fi
 
-step "7. What the operator counted (http://127.0.0.1:$PORT/metrics)"
+step "$((DELSTEP + 1)). What the operator counted (http://127.0.0.1:$PORT/metrics)"
 curl -sf "http://127.0.0.1:$PORT/metrics" |
   grep -E '^lockstep_(transitions_total|reconciles_total|reconcile_errors_total|state_duration_seconds_count)' |
-  sed 's/^/   /' || true
+  show || true
 explain "Events (one per transition): kubectl get events -n $NS --field-selector involvedObject.name=$NAME"
 
 cleanup
 OPERATOR_PID=""
 trap - EXIT
+
+if [ "$REAL" = 1 ]; then
+  step "Summary"
+  explain "$TALLY"
+  explain "this run's snapshots: s3://$BUCKET/$ON_DEMAND (on demand), s3://$BUCKET/$FINAL (final)"
+  explain "all snapshots under s3://$BUCKET/$PREFIX, newest $(ddb_field spec.backupPolicy.retention) kept ($S3_ENDPOINT from pods, $S3_HOST_ENDPOINT from here):"
+  s3 lsl "$BUCKET" "$PREFIX" | sed "s#^\([^ ]*\) #   \1  s3://$BUCKET/#"
+else
+  step "Summary (KWOK-only fallback: no container ran, so no database, writer or snapshot)"
+fi
 
 if [ "$TEARDOWN" = 1 ]; then
   step "Tearing the control plane down"

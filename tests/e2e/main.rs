@@ -10,6 +10,9 @@
 //!   after each of its mutating requests in turn, and with refused writes, stale reads and
 //!   dropped watch events, compared with a fault-free run.
 //! - [`engine_requests`]: the driver's request budget, counted.
+//! - [`etcd`]: on the real node, a real 3-member etcd DistributedDB driven by the
+//!   operator through create, upgrade under a writer, backup and restore, and delete with
+//!   a final backup; and `examples/deploy` running the operator as a pod there.
 //! - [`hardening`]: regressions from fault testing (refused requests, wiped status,
 //!   authority to act).
 //! - [`postgres_real`]: PostgresCluster on real PostgreSQL pods on the real node.
@@ -22,6 +25,7 @@ mod budget;
 mod crash_points;
 mod distributeddb;
 mod engine_requests;
+mod etcd;
 mod hardening;
 mod operability;
 mod postgres;

@@ -4,7 +4,7 @@
 # here exactly as src/machines/distributeddb/render.rs renders them (env
 # POD_NAME/DB_SERVICE/DB_REPLICAS, volume at /var/lib/data, OnDelete,
 # Parallel), PLUS the placement (nodeSelector + toleration) and the readiness
-# probe the API does not have yet. Then:
+# probe, as spec.placement and spec.readinessProbe render them. Then:
 #   1. 3 members healthy;
 #   2. a writer pod puts keys continuously through the Service while each
 #      member, highest ordinal first, is upgraded 3.6 -> 3.7: pre-hook pod,
@@ -32,7 +32,7 @@ FROM="$("$REPO_ROOT/tools/images/build.sh" --name etcd-3.6)"
 TO="$("$REPO_ROOT/tools/images/build.sh" --name etcd-3.7)"
 BACKUP="$("$REPO_ROOT/tools/images/build.sh" --name backup)"
 SVC="etcd.$NS.svc"
-# The placement the DistributedDB API lacks (one line of flow YAML each).
+# spec.placement of examples/etcd.yaml, as rendered (one line of flow YAML each).
 PLACEMENT="nodeSelector: {$NODE_LABEL_KEY: \"true\"}"
 TOLERATION="tolerations: [{key: $NODE_LABEL_KEY, operator: Exists, effect: NoSchedule}]"
 

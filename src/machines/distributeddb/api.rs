@@ -17,6 +17,12 @@
 //!     s3CredentialsSecret: orders-s3   # keys accessKey, secretKey
 //!     bucket: backups
 //!     image: registry.example/db-backup:1.4
+//!   placement:                        # the database, hook and backup pods
+//!     nodeSelector: {disktype: ssd}
+//!     tolerations: [{key: dedicated, operator: Equal, value: db, effect: NoSchedule}]
+//!     affinity: {podAntiAffinity: {...}}
+//!   readinessProbe: {httpGet: {path: /readyz, port: 2379}}   # the db container's
+//!   livenessProbe:  {httpGet: {path: /livez, port: 2379}, failureThreshold: 5}
 //! ```
 //!
 //! # Validation (by the API server, with the field named in every message)
@@ -31,7 +37,24 @@
 //!   `@daily`, as Kubernetes' cron parser reads it (positive steps, upward ranges,
 //!   month and weekday names);
 //! - `spec.ports[].name` an IANA service name; at most 16 ports;
-//! - hook `timeoutSeconds` ≥ 1 and `retryLimit` in 0..=10.
+//! - hook `timeoutSeconds` ≥ 1 and `retryLimit` in 0..=10;
+//! - `spec.placement.tolerations[]`: `operator` `Exists` or `Equal`, no `value` with
+//!   `Exists`, `effect` one of `NoSchedule`, `PreferNoSchedule`, `NoExecute`;
+//! - `spec.readinessProbe` / `spec.livenessProbe`: exactly one handler (`exec`,
+//!   `httpGet`, `tcpSocket` or `grpc`); `livenessProbe.successThreshold` 1.
+//!
+//! # Placement and probes
+//! `spec.placement` (`nodeSelector`, `tolerations`, `affinity`, the core/v1 types) is
+//! copied into the pod template of the StatefulSet and of every hook, backup and
+//! scheduled-backup Job, so that the pods that reach the database run where it does
+//! (for example on nodes with a taint of their own). `spec.readinessProbe` and
+//! `spec.livenessProbe` (core/v1 `Probe`) go to the database container: with a
+//! readiness probe a pod counts as Ready (for `Creating`, for each pod's replacement in
+//! an upgrade, and for `status.readyReplicas`) only once the database serves, not when
+//! its process has started. Without them the kubelet's defaults apply (Ready when
+//! started; no liveness check). Changing any of them changes the StatefulSet's pod
+//! template, which reaches each pod when it is next replaced (the update strategy is
+//! `OnDelete`: an upgrade, or a pod deleted by hand).
 //!
 //! # Annotations
 //! See [`crate::machines::common::annotations`]: `lockstep.dev/backup-now`,
@@ -40,7 +63,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Affinity, EnvVar, Probe, ResourceRequirements, Toleration};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -135,6 +158,55 @@ pub struct DistributedDBSpec {
     /// Extra annotations of the database pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_annotations: BTreeMap<String, String>,
+    /// Where the database pods, and the hook and backup pods, are scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    /// The database container's readiness probe: a pod counts as Ready (at creation,
+    /// after each replacement in an upgrade) only once it passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(ONE_HANDLER_RULE).message(
+        "readinessProbe must set exactly one of exec, httpGet, tcpSocket or grpc"
+    ))]
+    pub readiness_probe: Option<Probe>,
+    /// The database container's liveness probe: the kubelet restarts the container
+    /// when it fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new(ONE_HANDLER_RULE).message(
+            "livenessProbe must set exactly one of exec, httpGet, tcpSocket or grpc"
+        ),
+        validation = Rule::new("!has(self.successThreshold) || self.successThreshold == 1")
+            .message("livenessProbe.successThreshold must be 1")
+    )]
+    pub liveness_probe: Option<Probe>,
+}
+
+/// The CEL rule on a probe: exactly one handler.
+const ONE_HANDLER_RULE: &str = "[has(self.exec), has(self.httpGet), has(self.tcpSocket), has(self.grpc)].filter(h, h).size() == 1";
+
+/// Where pods are scheduled: the core/v1 fields of the same names, copied into the pod
+/// template of the database pods and of the hook, backup and scheduled-backup Jobs.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Labels a node must have (pod `nodeSelector`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the pods tolerate (pod `tolerations`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(
+        validation = Rule::new("self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])")
+            .message("placement.tolerations[].operator must be Exists or Equal"),
+        validation = Rule::new("self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')")
+            .message("placement.tolerations[].value must be empty when operator is Exists"),
+        validation = Rule::new("self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])")
+            .message("placement.tolerations[].effect must be NoSchedule, PreferNoSchedule or NoExecute (or empty: all)")
+    )]
+    pub tolerations: Vec<Toleration>,
+    /// Node and pod (anti-)affinity (pod `affinity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
 }
 
 /// Persistent storage of each pod.

@@ -13,11 +13,15 @@
 //! | hook Jobs | `<name>-{pre,post}-<ordinal>-<hash>-<attempt>` | run once |
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | run once |
 //! | CronJob | `<name>-backup` | scheduled backups |
+//!
+//! `spec.placement` goes into every pod template above (database, hook, backup,
+//! scheduled backup); `spec.readinessProbe` and `spec.livenessProbe` into the database
+//! container.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
-use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
     PodTemplateSpec, Service, ServicePort, ServiceSpec, VolumeMount, VolumeResourceRequirements,
@@ -133,6 +137,8 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
         ),
         env: Some(env),
         resources: spec.resources.clone(),
+        readiness_probe: spec.readiness_probe.clone(),
+        liveness_probe: spec.liveness_probe.clone(),
         volume_mounts: Some(vec![VolumeMount {
             name: VOLUME.to_owned(),
             mount_path: DATA_PATH.to_owned(),
@@ -167,10 +173,13 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
                         .then(|| spec.pod_annotations.clone()),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    ..PodSpec::default()
-                }),
+                spec: Some(placed(
+                    PodSpec {
+                        containers: vec![container],
+                        ..PodSpec::default()
+                    },
+                    db,
+                )),
             },
             volume_claim_templates: Some(vec![PersistentVolumeClaim {
                 metadata: ObjectMeta {
@@ -262,19 +271,40 @@ pub fn hook_job(
         },
         service_account_name: None,
     };
-    Ok(Some(
-        RunOnce {
-            owner_name: &name,
-            namespace: &namespace(db),
-            owner: owner_reference(db)?,
-            labels: meta::component_labels(KIND_LABEL, &name, "hook"),
-            key,
-            purpose: Purpose::Hook,
-            pod,
-            deadline: Some(hook.timeout_seconds),
-        }
-        .build(),
-    ))
+    let mut job = RunOnce {
+        owner_name: &name,
+        namespace: &namespace(db),
+        owner: owner_reference(db)?,
+        labels: meta::component_labels(KIND_LABEL, &name, "hook"),
+        key,
+        purpose: Purpose::Hook,
+        pod,
+        deadline: Some(hook.timeout_seconds),
+    }
+    .build();
+    if let Some(spec) = job.spec.as_mut() {
+        place_job(spec, db);
+    }
+    Ok(Some(job))
+}
+
+/// `pod` with `spec.placement` (node selector, tolerations, affinity) of `db`.
+fn placed(mut pod: PodSpec, db: &DistributedDB) -> PodSpec {
+    if let Some(placement) = &db.spec.placement {
+        pod.node_selector =
+            (!placement.node_selector.is_empty()).then(|| placement.node_selector.clone());
+        pod.tolerations =
+            (!placement.tolerations.is_empty()).then(|| placement.tolerations.clone());
+        pod.affinity = placement.affinity.clone();
+    }
+    pod
+}
+
+/// A hook or backup Job's pod template with `spec.placement` of `db`.
+fn place_job(job: &mut JobSpec, db: &DistributedDB) {
+    if let Some(pod) = job.template.spec.take() {
+        job.template.spec = Some(placed(pod, db));
+    }
 }
 
 fn destination(policy: &BackupPolicy) -> Destination {
@@ -322,7 +352,7 @@ pub fn backup_job(db: &DistributedDB, key: &str, kind: BackupKind) -> Result<Opt
         key,
         kind,
         backup_pod(db, policy, kind),
-        |_| {},
+        |job| place_job(job, db),
     )))
 }
 
@@ -336,6 +366,117 @@ pub fn cronjob(db: &DistributedDB, policy: &BackupPolicy) -> Result<CronJob, Err
         &policy.schedule,
         policy.suspend,
         &pod,
-        |_| {},
+        |job| place_job(job, db),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::PodSpec;
+    use serde_json::json;
+
+    use super::*;
+
+    fn db() -> DistributedDB {
+        serde_json::from_value(json!({
+            "apiVersion": "lockstep.dev/v1alpha1",
+            "kind": "DistributedDB",
+            "metadata": {"name": "etcd", "namespace": "ns", "uid": "u-1"},
+            "spec": {
+                "image": "etcd:1",
+                "storage": {"size": "1Gi"},
+                "upgrade": {"preHook": {"command": ["pre"]}},
+                "backupPolicy": {
+                    "schedule": "0 3 * * *",
+                    "s3Endpoint": "http://s3",
+                    "s3CredentialsSecret": "s3",
+                    "bucket": "b",
+                },
+                "placement": {
+                    "nodeSelector": {"lockstep.dev/real-node": "true"},
+                    "tolerations": [{"key": "lockstep.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}],
+                    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
+                    ]}},
+                },
+                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 2379}, "periodSeconds": 1},
+                "livenessProbe": {"tcpSocket": {"port": 2379}},
+            }
+        }))
+        .expect("a DistributedDB")
+    }
+
+    fn assert_placed(pod: Option<&PodSpec>, what: &str) {
+        let pod = pod.unwrap_or_else(|| panic!("{what} has a pod spec"));
+        let want = db().spec.placement.expect("placement");
+        assert_eq!(
+            pod.node_selector.as_ref(),
+            Some(&want.node_selector),
+            "{what}"
+        );
+        assert_eq!(pod.tolerations.as_ref(), Some(&want.tolerations), "{what}");
+        assert_eq!(pod.affinity, want.affinity, "{what}");
+    }
+
+    #[test]
+    fn placement_reaches_every_pod_template_and_probes_the_database_container() {
+        let db = db();
+        let shape = Shape {
+            image: "etcd:1".to_owned(),
+            replicas: 3,
+            claim_size: "1Gi".to_owned(),
+        };
+        let sts = statefulset(&db, &shape).expect("a StatefulSet");
+        let pod = sts.spec.template.spec.as_ref();
+        assert_placed(pod, "the StatefulSet");
+        let container = &pod.expect("pod").containers[0];
+        assert_eq!(container.readiness_probe, db.spec.readiness_probe);
+        assert_eq!(container.liveness_probe, db.spec.liveness_probe);
+
+        let hook = hook_job(&db, HookPhase::Pre, 2, "pre-2-x-1", "etcd:1", "etcd:2")
+            .expect("a hook Job")
+            .expect("a pre-hook");
+        assert_placed(
+            hook.spec.as_ref().and_then(|s| s.template.spec.as_ref()),
+            "the hook Job",
+        );
+        for kind in [BackupKind::OnDemand, BackupKind::Final] {
+            let job = backup_job(&db, "backup-x", kind)
+                .expect("a backup Job")
+                .expect("a policy");
+            assert_placed(
+                job.spec.as_ref().and_then(|s| s.template.spec.as_ref()),
+                "a backup Job",
+            );
+        }
+        let policy = db.spec.backup_policy.as_ref().expect("a policy");
+        let cron = cronjob(&db, policy).expect("a CronJob");
+        assert_placed(
+            cron.spec
+                .job_template
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref()),
+            "the CronJob",
+        );
+    }
+
+    #[test]
+    fn without_placement_the_pods_are_left_to_the_scheduler() {
+        let mut db = db();
+        db.spec.placement = None;
+        db.spec.readiness_probe = None;
+        let shape = Shape {
+            image: "etcd:1".to_owned(),
+            replicas: 3,
+            claim_size: "1Gi".to_owned(),
+        };
+        let sts = statefulset(&db, &shape).expect("a StatefulSet");
+        let pod = sts.spec.template.spec.expect("a pod template");
+        assert_eq!(
+            (pod.node_selector, pod.tolerations, pod.affinity),
+            (None, None, None)
+        );
+        assert_eq!(pod.containers[0].readiness_probe, None);
+    }
 }

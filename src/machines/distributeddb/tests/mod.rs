@@ -51,6 +51,9 @@ fn spec(image: &str) -> DistributedDBSpec {
         env: Vec::new(),
         pod_labels: BTreeMap::new(),
         pod_annotations: BTreeMap::new(),
+        placement: None,
+        readiness_probe: None,
+        liveness_probe: None,
     }
 }
 
