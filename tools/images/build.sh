@@ -207,10 +207,15 @@ build_one() {
     lockstep)
       # A static binary on the installed gnu target (the musl target is not
       # available here); the Dockerfile does the same.
-      local target="$ROOT/target/image"
-      (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target" \
-        cargo build --locked --release --bin lockstep --target x86_64-unknown-linux-gnu >&2)
-      install -D -m 0755 "$target/x86_64-unknown-linux-gnu/release/lockstep" "$rootfs/lockstep"
+      # Its cargo target dir lives in the cache, outside the clone, so a fresh clone
+      # rebuilds only the lockstep crate, not every dependency (release + crt-static
+      # share nothing with the test build). flock: one clone builds and copies at a time.
+      local target="$CACHE_ROOT/rust-image-target"
+      mkdir -p "$target"
+      (cd "$ROOT" && flock "$target/.lockstep-image.lock" bash -c '
+        RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$1" \
+          cargo build --locked --release --bin lockstep --target x86_64-unknown-linux-gnu >&2 &&
+          install -D -m 0755 "$1/x86_64-unknown-linux-gnu/release/lockstep" "$2/lockstep"' _ "$target" "$rootfs")
       mkdir -p "$rootfs/etc/ssl/certs" "$rootfs/tmp"
       cp /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/" 2>/dev/null || true
       printf 'root:x:0:0:root:/:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$rootfs/etc/passwd"
