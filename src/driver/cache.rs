@@ -26,6 +26,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodSpec,
     PodStatus, Service,
@@ -45,6 +46,14 @@ pub trait Project: Resource<DynamicType = ()> + Clone + PartialEq + Send + Sync 
     fn project(&mut self) {
         self.meta_mut().managed_fields = None;
     }
+
+    /// Whether [`Project::quiet`] clears anything (so comparisons need to apply it).
+    const HAS_QUIET: bool = false;
+
+    /// Clear what machines read but what must not trigger a reconcile by itself when
+    /// it changes (a Lease's renewal time). The stored object keeps it. The default
+    /// clears nothing.
+    fn quiet(&mut self) {}
 }
 
 impl Project for StatefulSet {}
@@ -77,6 +86,24 @@ impl Project for Pod {
             pod_ip: status.pod_ip,
             ..PodStatus::default()
         });
+    }
+}
+
+impl Project for Lease {
+    /// Keeps metadata and the spec: holder, renewal time, duration, transitions.
+    /// A renewal alone (only `spec.renewTime` changed) is stored but triggers nothing:
+    /// the holder renews every few seconds, and the machine computes the expiry it
+    /// waits for and asks for a requeue at that time instead.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+    }
+
+    const HAS_QUIET: bool = true;
+
+    fn quiet(&mut self) {
+        if let Some(spec) = self.spec.as_mut() {
+            spec.renew_time = None;
+        }
     }
 }
 
@@ -326,6 +353,12 @@ fn same_content<K: Project>(before: &K, after: &K) -> bool {
         .meta_mut()
         .resource_version
         .clone_from(&before.meta().resource_version);
+    if K::HAS_QUIET {
+        let mut before = before.clone();
+        before.quiet();
+        after.quiet();
+        return before == after;
+    }
     *before == after
 }
 
@@ -476,6 +509,43 @@ pub(crate) mod tests {
             .await
             .expect("listed in time")
             .expect("the task ran");
+    }
+
+    fn lease(rv: &str, holder: &str, renewed: i64) -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-primary", "namespace": "ns", "resourceVersion": rv,
+                "labels": {"app.kubernetes.io/name": "beacon", "app.kubernetes.io/instance": "db"}},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                "renewTime": format!("2026-01-01T00:00:{renewed:02}.000000Z")}
+        }))
+        .expect("a Lease")
+    }
+
+    #[test]
+    fn a_lease_renewal_alone_is_stored_but_triggers_nothing() {
+        let s = Owned::<Lease>::new("beacon");
+        assert_eq!(
+            s.apply(watcher::Event::Apply(lease("1", "db-0/u", 0))),
+            [key("db")]
+        );
+        assert!(
+            s.apply(watcher::Event::Apply(lease("2", "db-0/u", 2)))
+                .is_empty()
+        );
+        let stored = s.of(Some("ns"), "db");
+        assert_eq!(stored[0].resource_version().as_deref(), Some("2"));
+        let renewed = stored[0].spec.as_ref().and_then(|s| s.renew_time.clone());
+        assert!(renewed.is_some_and(|t| t.0.as_second() % 60 == 2));
+    }
+
+    #[test]
+    fn a_new_lease_holder_triggers_the_owner() {
+        let s = Owned::<Lease>::new("beacon");
+        s.apply(watcher::Event::Apply(lease("1", "db-0/u", 0)));
+        assert_eq!(
+            s.apply(watcher::Event::Apply(lease("2", "db-1/v", 4))),
+            [key("db")]
+        );
     }
 
     #[test]

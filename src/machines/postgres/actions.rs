@@ -70,6 +70,29 @@ pub enum PgAction {
         /// Its resourceVersion as observed.
         version: String,
     },
+    /// Create the primary Lease `<name>-primary` (if absent), naming `holder`
+    /// (`<pod-name>/<pod-uid>`) with `renewTime` = `at`, or nobody.
+    CreateLease {
+        /// The pod allowed to be writable, if any.
+        holder: Option<String>,
+        /// The operator's clock (the renewal time the holder starts from).
+        at: chrono::DateTime<chrono::Utc>,
+    },
+    /// Hand the primary Lease to `holder` (or to nobody), only on the Lease as observed
+    /// (`uid` at `version`): a concurrent renewal or release makes it refused and
+    /// re-decided. Clears the released-by annotation; `renewTime` = `acquireTime` = `at`.
+    HandLease {
+        /// The new holder (`<pod-name>/<pod-uid>`), or nobody.
+        holder: Option<String>,
+        /// `leaseTransitions` after the hand-over.
+        transitions: i32,
+        /// The operator's clock.
+        at: chrono::DateTime<chrono::Utc>,
+        /// The Lease's UID as observed.
+        uid: String,
+        /// Its resourceVersion as observed.
+        version: String,
+    },
     /// Delete pod `ordinal` if it still has `uid`.
     DeletePod {
         /// The ordinal.

@@ -108,6 +108,7 @@ use std::time::Duration;
 
 use super::actions::PgAction;
 use super::api::PostgresClusterSpec;
+use super::decide::fencing::keep_lease;
 use super::decide::{
     D, backing_up::backing_up, creating::creating, finalizing::begin_finalizing,
     finalizing::finalizing, primary_lost::primary_lost, ready::ready, scaling::scaling,
@@ -116,7 +117,40 @@ use super::decide::{
 use super::observe::Observed;
 use super::state::{PgKind, PgState};
 use super::table::{TABLE, reason::FINALIZED};
-use crate::engine::{Decision, Edge, Machine, World};
+use crate::engine::{Decision, Edge, Machine, Wait, World};
+
+/// In a state naming the primary (not Creating, not mid-switchover), a stay also keeps
+/// the primary Lease naming the primary's pod ([`keep_lease`]), and looks again when a
+/// holder that may still be writable would expire.
+fn keep_lease_at_rest(
+    spec: &PostgresClusterSpec,
+    state: &PgState,
+    world: &World<Observed>,
+    d: crate::machines::postgres::decide::D,
+) -> crate::machines::postgres::decide::D {
+    let primary = match state {
+        PgState::Ready { cluster }
+        | PgState::Scaling { cluster, .. }
+        | PgState::Upgrading { cluster, .. }
+        | PgState::PrimaryLost { cluster }
+        | PgState::BackingUp { cluster, .. } => cluster.primary,
+        _ => return d,
+    };
+    let Decision::Stay { wait, .. } = &d else {
+        return d;
+    };
+    let (moves, wake) = keep_lease(spec, primary, &world.observed, world.now);
+    let wait = match (*wait, wake) {
+        (Wait::Requeue(w), Some(v)) => Some(w.min(v)),
+        (Wait::Watch, Some(v)) => Some(v),
+        (_, None) => None,
+    };
+    let d = d.with_actions(moves);
+    match wait {
+        Some(w) => d.requeue(w),
+        None => d,
+    }
+}
 use crate::machines::common::annotations::BACKUP_NOW;
 use crate::machines::common::on_demand;
 
@@ -152,10 +186,10 @@ impl Machine for Postgres {
             };
         }
         let o = &world.observed;
-        match state {
+        let d = match state {
             PgState::Creating {
                 credentials_created,
-            } => creating(spec, *credentials_created, o),
+            } => creating(spec, *credentials_created, world),
             PgState::Ready { cluster } => ready(spec, cluster, world.acked(BACKUP_NOW), o),
             PgState::Scaling {
                 cluster,
@@ -175,7 +209,8 @@ impl Machine for Postgres {
             PgState::Finalizing { .. } | PgState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
             }
-        }
+        };
+        keep_lease_at_rest(spec, state, world, d)
     }
 
     fn is_ready(state: &PgState) -> bool {

@@ -49,6 +49,7 @@ pub mod table;
 mod tests;
 
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
@@ -102,9 +103,31 @@ impl Operator for Postgres {
             PgAction::EnsureScripts => vec![Op::apply(&render::scripts(object)?)?],
             PgAction::EnsureService(kind) => vec![Op::apply(&render::service(object, *kind)?)?],
             PgAction::EnsurePdb => vec![Op::apply(&render::pdb(object)?)?],
-            PgAction::EnsureStatefulSet { image, replicas } => {
-                vec![Op::apply(&render::statefulset(object, image, *replicas)?)?]
+            // The pods' ServiceAccount, Role and RoleBinding go with the StatefulSet:
+            // a pod cannot be created before its ServiceAccount exists.
+            PgAction::EnsureStatefulSet { image, replicas } => vec![
+                Op::apply(&render::service_account(object)?)?,
+                Op::apply(&render::instance_role(object)?)?,
+                Op::apply(&render::instance_binding(object)?)?,
+                Op::apply(&render::statefulset(object, image, *replicas)?)?,
+            ],
+            PgAction::CreateLease { holder, at } => {
+                vec![Op::create(&render::lease(object, holder.as_deref(), *at)?)?]
             }
+            PgAction::HandLease {
+                holder,
+                transitions,
+                at,
+                uid,
+                version,
+            } => vec![Op::patch_if::<Lease>(
+                render::lease_name(object),
+                Precondition {
+                    uid: uid.clone(),
+                    resource_version: version.clone(),
+                },
+                render::lease_hand_over(object, holder.as_deref(), *transitions, *at),
+            )],
             PgAction::Label {
                 ordinal,
                 role,

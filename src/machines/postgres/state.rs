@@ -32,7 +32,11 @@ pub struct PodRef {
 pub enum SwitchStep {
     /// The target is chosen; the old primary is about to lose its label.
     Demote,
-    /// The old primary is labelled demoted; the promote Job runs against the target.
+    /// The old primary is labelled demoted; waiting until the Lease holder is certainly
+    /// fenced (it released the Lease, its pod is gone, or its Lease expired), then the
+    /// Lease is handed to the target.
+    Fence,
+    /// The target holds the Lease; the promote Job runs against it.
     Promote,
 }
 

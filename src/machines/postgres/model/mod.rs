@@ -51,7 +51,9 @@ use proptest::prelude::*;
 use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::machine::Postgres;
-use super::observe::{CronJobView, InSync, Observed, PodView, Requests, StatefulSetView};
+use super::observe::{
+    CronJobView, InSync, LeaseView, Observed, PodView, Requests, StatefulSetView,
+};
 use super::state::PgState;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
@@ -62,6 +64,10 @@ use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
 const MAX_PODS: i32 = 3;
 const SCHEDULES: [Option<&str>; 3] = [None, Some("0 3 * * *"), Some("30 4 * * *")];
+/// A holder that does not renew has stopped its server by `renewTime + T + R + 1` on
+/// its own clock (`T` = 7 of the default `L` = 15, `R` = 2), which is at most `S` = 2
+/// ahead of or behind the operator's.
+const FENCE_BY: i64 = 7 + 2 + 1 + 2;
 
 fn epoch() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
@@ -75,10 +81,28 @@ struct Pod {
     image: String,
     ready: bool,
     role: Option<Role>,
-    /// It runs as a writable primary: it started labelled `primary` (the entrypoint reads
-    /// the label once, at start) or was promoted. It stays one until the pod is deleted
-    /// (a new pod is unlabelled until the operator labels it).
+    /// It runs as a writable primary: it started labelled `primary` while holding the
+    /// Lease (the entrypoint reads the label once, at start, and waits for the Lease) or
+    /// was promoted. It stays one until the pod is deleted or its agent fences it (it
+    /// sees its label or the Lease name it no longer: [`Move::AgentTick`]; or its Lease
+    /// lapsed unrenewed).
     writable: bool,
+    /// Labelled `primary` while it waited for its first label: it starts writable once
+    /// it holds the Lease.
+    starts_primary: bool,
+}
+
+/// The primary Lease. Nobody renews it in this world (as on KWOK pods): a holder that
+/// does not renew stops its own server by `renewTime + T + R + 1`, before the operator
+/// may count it expired (`renewTime + L + S`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ModelLease {
+    /// `(ordinal, uid)` of the holder.
+    holder: Option<(i32, u64)>,
+    renewed: DateTime<Utc>,
+    released_by: Option<(i32, u64)>,
+    transitions: i32,
+    version: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,12 +133,15 @@ pub(super) struct World {
     skip_final: bool,
     /// `lockstep.dev/retry-promote` is set (to one token: the settled world's).
     retry_promote: bool,
+    /// `lockstep.dev/adopt-primary` names the pod holding the writable timeline.
+    adopt_hatch: bool,
     // Owned objects.
     in_sync: InSync,
     sts: Option<(String, i32)>,
     pods: BTreeMap<i32, Pod>,
     jobs: Vec<Job>,
     cronjob: Option<(u64, Option<&'static str>)>,
+    lease: Option<ModelLease>,
     next_uid: u64,
     // PostgreSQL.
     db_primary: i32,
@@ -209,6 +236,12 @@ pub(super) enum Move {
     SkipFinalBackup,
     /// Someone (a TTL controller, a cleanup) deletes the `nth` finished backup Job.
     BackupJobDeleted(u8),
+    /// The pod's agent looks at its label and the Lease: a writable server that is no
+    /// longer labelled `primary` or no longer holds the Lease stops (and, demoted while
+    /// holding it, releases the Lease); a pod labelled primary that holds it starts.
+    AgentTick(i32),
+    /// Someone clears the Lease's holder (an edit by hand).
+    LeaseCleared,
 }
 
 impl World {
@@ -231,6 +264,7 @@ impl World {
                     ready: false,
                     role: None,
                     writable: false,
+                    starts_primary: false,
                 },
             );
         }
@@ -265,6 +299,7 @@ impl World {
             self.violations
                 .push(format!("promoted pod {target}, which is not Ready"));
         }
+
         let old = self.db_primary;
         let old_serving = self.pods.get(&old).is_some_and(|p| p.ready);
         if !old_serving {
@@ -272,9 +307,17 @@ impl World {
             // over, so the order no longer binds it.
             self.round_primary = None;
         }
-        // The old primary's server keeps running as a primary until its pod restarts.
+        // The old primary's server keeps running until its agent fences it. A promoted
+        // server that does not hold the Lease (the promote Job reached a pod recreated
+        // under the target's name) is fenced by its own agent at once; its container
+        // restarts and starts writable once it is labelled primary and holds the Lease.
+        let holder = self.lease.as_ref().and_then(|l| l.holder);
         if let Some(p) = self.pods.get_mut(&target) {
-            p.writable = true;
+            if holder == Some((target, p.uid)) {
+                p.writable = true;
+            } else {
+                p.starts_primary = true;
+            }
         }
         self.db_primary = target;
     }
@@ -342,11 +385,13 @@ impl World {
             backup_token: 0,
             skip_final: false,
             retry_promote: false,
+            adopt_hatch: false,
             in_sync: InSync::default(),
             sts: None,
             pods: BTreeMap::new(),
             jobs: Vec::new(),
             cronjob: None,
+            lease: None,
             next_uid: 0,
             db_primary: 0,
             round: 0,
@@ -376,11 +421,118 @@ impl World {
                     ready: true,
                     role: Some(role),
                     writable: k == 0,
+                    starts_primary: k == 0,
                 },
             );
         }
+        let holder = self.pods.get(&0).map(|p| (0, p.uid));
+        self.lease = Some(ModelLease {
+            holder,
+            renewed: epoch(),
+            released_by: None,
+            transitions: 0,
+            version: 1,
+        });
         self.round = 1;
         self.round_primary = Some(0);
+    }
+
+    /// The pods running a writable server.
+    fn writable(&self) -> Vec<i32> {
+        self.pods
+            .iter()
+            .filter(|(_, p)| p.writable)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// A pod labelled primary before it started starts writable once it holds the Lease.
+    fn start_primaries(&mut self) {
+        let holder = self.lease.as_ref().and_then(|l| l.holder);
+        for (k, p) in &mut self.pods {
+            if p.starts_primary
+                && !p.writable
+                && p.role == Some(Role::Primary)
+                && holder == Some((*k, p.uid))
+            {
+                p.writable = true;
+            }
+        }
+    }
+
+    /// The agent of pod `k` looks at its label and the Lease.
+    fn agent_tick(&mut self, k: i32) {
+        let holder = self.lease.as_ref().and_then(|l| l.holder);
+        let Some(p) = self.pods.get_mut(&k) else {
+            return;
+        };
+        let me = Some((k, p.uid));
+        if p.writable && (p.role != Some(Role::Primary) || holder != me) {
+            p.writable = false;
+            // Its container restarts: labelled primary and holding the Lease, it starts
+            // writable again; otherwise it rejoins as a standby.
+            p.starts_primary = true;
+            if holder == me
+                && let Some(l) = self.lease.as_mut()
+            {
+                l.holder = None;
+                l.released_by = me;
+                l.version += 1;
+            }
+        }
+        self.start_primaries();
+    }
+
+    /// The operator hands the Lease over at `at`: its old holder must be certainly
+    /// fenced by then; past its expiry, an unrenewed holder has stopped itself.
+    fn hand_lease(&mut self, holder: Option<(i32, u64)>, at: DateTime<Utc>, transitions: i32) {
+        let Some(l) = self.lease.clone() else {
+            return;
+        };
+        let lapsed = at > l.renewed + chrono::Duration::seconds(FENCE_BY);
+        if let Some((k, uid)) = l.holder.filter(|h| Some(*h) != holder)
+            && let Some(p) = self.pods.get_mut(&k).filter(|p| p.uid == uid)
+            && p.writable
+        {
+            if lapsed {
+                p.writable = false;
+            } else {
+                self.violations.push(format!(
+                    "the Lease was handed from pod {k} to {holder:?} while pod {k} may still be writable (not released, pod present, renewed {}s before)",
+                    (at - l.renewed).num_seconds()
+                ));
+            }
+        }
+        self.lease = Some(ModelLease {
+            holder,
+            renewed: at,
+            released_by: None,
+            transitions,
+            version: l.version + 1,
+        });
+        self.start_primaries();
+    }
+
+    /// Move the running cluster's primary to pod `k` (as a failover did before the
+    /// status was lost): its server is the writable one and it holds the Lease.
+    fn primary_moved_to(&mut self, k: i32) {
+        for (j, p) in &mut self.pods {
+            p.role = Some(if *j == k {
+                Role::Primary
+            } else {
+                Role::Replica
+            });
+            p.writable = *j == k;
+            p.starts_primary = *j == k;
+        }
+        self.db_primary = k;
+        self.round_primary = Some(k);
+        let holder = self.pods.get(&k).map(|p| (k, p.uid));
+        if let Some(l) = self.lease.as_mut() {
+            l.holder = holder;
+            l.transitions = 1;
+            l.version += 1;
+        }
     }
 
     fn primary_labels(&self) -> Vec<i32> {
@@ -396,6 +548,8 @@ impl World {
     fn settle_once(&mut self) {
         // A user who finds a promotion out of retries asks for it to be tried again.
         self.retry_promote = true;
+        // A user who finds an adoption ambiguous names the primary.
+        self.adopt_hatch = true;
         let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
         self.pods.retain(|k, _| *k < n);
         for k in 0..n {
@@ -408,6 +562,10 @@ impl World {
             if self.jobs[i].done.is_none() {
                 self.finish(i, true);
             }
+        }
+        let ordinals: Vec<i32> = self.pods.keys().copied().collect();
+        for k in ordinals {
+            self.agent_tick(k);
         }
     }
 }

@@ -34,6 +34,44 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
     vec![
         (
+            // A cluster whose primary moved to pod 1 lost its status: adopted as it runs.
+            "Creating -> Ready (Adopted)",
+            {
+                let mut world = running(3, false);
+                world.primary_moved_to(1);
+                world
+            },
+            adopt(),
+        ),
+        (
+            // The failover's promote Job fails; after its backoff a new one is tried.
+            "SwitchingOver -> SwitchingOver (PromotionRetried)",
+            running(3, false),
+            [
+                adopt(),
+                fail_over(),
+                vec![
+                    r(),
+                    r(),
+                    env(Recreate(0)),
+                    r(),
+                    r(),
+                    env(JobFinishes { nth: 0, ok: false }),
+                    r(),
+                    Event::Tick(120),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Mid-failover someone clears the Lease the target was handed: it is fenced
+            // (the Lease expires) and handed over again before the promotion.
+            "SwitchingOver -> SwitchingOver (LeaseLost)",
+            running(3, false),
+            [adopt(), fail_over(), vec![r(), r(), env(LeaseCleared), r()]].concat(),
+        ),
+        (
             // The chosen pod comes back at another image: a reconcile on a cache from
             // before the upgrade (it read Ready at the old version) put the old image back
             // into the template before its status write was refused; the pod is then
@@ -68,11 +106,14 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
                 adopt(),
                 fail_over(),
                 vec![
+                    // Demote and fence pod 0, hand the Lease over; pod 0 comes back;
+                    // label the target primary, promote it.
+                    r(),
+                    r(),
+                    env(Recreate(0)),
                     r(),
                     r(),
                     env(JobFinishes { nth: 0, ok: true }),
-                    r(),
-                    env(Recreate(0)),
                     r(),
                     env(BecomesReady(0)),
                     r(),

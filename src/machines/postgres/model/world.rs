@@ -2,6 +2,12 @@
 
 use super::*;
 
+/// `pg-<ordinal>/<uid>` as `(ordinal, uid)`.
+fn parse_holder(h: &str) -> Option<(i32, u64)> {
+    let (pod, uid) = h.split_once('/')?;
+    Some((pod.strip_prefix("pg-")?.parse().ok()?, uid.parse().ok()?))
+}
+
 impl WorldModel<Postgres> for World {
     type Move = Move;
     type Edit = Edit;
@@ -39,6 +45,7 @@ impl WorldModel<Postgres> for World {
                 None
             },
             backup: self.backup.then(World::spec_backup),
+            fencing: Default::default(),
         }
     }
 
@@ -128,7 +135,18 @@ impl WorldModel<Postgres> for World {
                 backup_now: (self.backup_token > 0).then(|| format!("t{}", self.backup_token)),
                 skip_final_backup: self.skip_final,
                 retry_promote: self.retry_promote.then(|| "settled".to_owned()),
+                adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.db_primary)),
+                fenced: None,
             },
+            lease: self.lease.as_ref().map(|l| LeaseView {
+                holder: l.holder.map(|(k, uid)| format!("pg-{k}/{uid}")),
+                renewed: Some(l.renewed),
+                duration: 15,
+                transitions: l.transitions,
+                released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
+                uid: "lease".to_owned(),
+                version: l.version.to_string(),
+            }),
         }
     }
 
@@ -159,12 +177,14 @@ impl WorldModel<Postgres> for World {
                     .get_mut(ordinal)
                     .filter(|p| p.uid.to_string() == *uid)
                 {
-                    // A pod waiting for its first label starts as what it is labelled.
+                    // A pod waiting for its first label starts as what it is labelled
+                    // (a primary once it also holds the Lease).
                     if p.role.is_none() && *role == Role::Primary {
-                        p.writable = true;
+                        p.starts_primary = true;
                     }
                     p.role = Some(*role);
                 }
+                self.start_primaries();
             }
             PgAction::DeletePod {
                 ordinal,
@@ -220,6 +240,30 @@ impl WorldModel<Postgres> for World {
                 }
             }
             PgAction::DeleteJob { uid, .. } => self.jobs.retain(|j| &j.uid.to_string() != uid),
+            PgAction::CreateLease { holder, at } => {
+                if self.lease.is_none() {
+                    self.lease = Some(ModelLease {
+                        holder: holder.as_deref().and_then(parse_holder),
+                        renewed: *at,
+                        released_by: None,
+                        transitions: 0,
+                        version: 1,
+                    });
+                    self.start_primaries();
+                }
+            }
+            PgAction::HandLease {
+                holder,
+                transitions,
+                at,
+                version,
+                ..
+            } => {
+                // Fenced on the version read: a concurrent change refuses it.
+                if self.lease.as_ref().map(|l| l.version.to_string()).as_ref() == Some(version) {
+                    self.hand_lease(holder.as_deref().and_then(parse_holder), *at, *transitions);
+                }
+            }
         }
     }
 
@@ -236,6 +280,8 @@ impl WorldModel<Postgres> for World {
             1 => Just(Move::RequestBackup),
             1 => Just(Move::SkipFinalBackup),
             1 => any::<u8>().prop_map(Move::BackupJobDeleted),
+            3 => (0..MAX_PODS).prop_map(Move::AgentTick),
+            1 => Just(Move::LeaseCleared),
         ]
         .boxed()
     }
@@ -275,6 +321,13 @@ impl WorldModel<Postgres> for World {
             Move::RequestBackup if self.backup => self.backup_token += 1,
             Move::RequestBackup => {}
             Move::SkipFinalBackup => self.skip_final = true,
+            Move::AgentTick(k) => self.agent_tick(k),
+            Move::LeaseCleared => {
+                if let Some(l) = self.lease.as_mut() {
+                    l.holder = None;
+                    l.version += 1;
+                }
+            }
             Move::BackupJobDeleted(nth) => {
                 let finished: Vec<u64> = self
                     .jobs
@@ -295,12 +348,24 @@ impl WorldModel<Postgres> for World {
         if let Some(v) = self.violations.first() {
             return Err(v.clone());
         }
+        let writable = self.writable();
+        if writable.len() > 1 {
+            return Err(format!("pods {writable:?} all run a writable server"));
+        }
         let primaries = self.primary_labels();
         if primaries.len() > 1 {
             return Err(format!("pods {primaries:?} are all labelled primary"));
         }
         let deleting = matches!(state, PgState::Finalizing { .. } | PgState::Finalized);
-        if !deleting && let Some(k) = primaries.first().filter(|k| **k != self.db_primary) {
+        // Mid-promotion the target is labelled primary once it holds the Lease (its
+        // agent fences a writable server labelled otherwise): `-rw` may select a standby
+        // while nobody else is writable, never a standby while another pod writes.
+        let writable = self.writable();
+        if !deleting
+            && let Some(k) = primaries
+                .first()
+                .filter(|k| **k != self.db_primary && writable.iter().any(|w| w != *k))
+        {
             return Err(format!(
                 "pod {k} is labelled primary but pod {} holds the writable timeline",
                 self.db_primary
@@ -349,7 +414,13 @@ impl WorldModel<Postgres> for World {
                 .count()
                 <= crate::machines::common::on_demand::HISTORY_LIMIT
         });
+        let holds = self
+            .pods
+            .get(&cluster.primary)
+            .map(|p| (cluster.primary, p.uid));
         bounded
+            && self.lease.as_ref().and_then(|l| l.holder) == holds
+            && self.writable() == [cluster.primary]
             && cluster.image == want
             && cluster.replicas == self.replicas
             && self.db_primary == cluster.primary
