@@ -39,6 +39,7 @@
 //! Bounded liveness (convergence to `Ready` at the spec with every pod Ready and labelled,
 //! then a quiet reconcile) is checked by the harness itself.
 
+mod planted;
 mod scenarios;
 mod world;
 
@@ -55,6 +56,7 @@ use super::observe::{
     CronJobView, InSync, LeaseView, Observed, PodView, Requests, StatefulSetView,
 };
 use super::state::PgState;
+use crate::engine::Machine;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
 };
@@ -64,10 +66,13 @@ use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
 const MAX_PODS: i32 = 3;
 const SCHEDULES: [Option<&str>; 3] = [None, Some("0 3 * * *"), Some("30 4 * * *")];
-/// A holder that does not renew has stopped its server by `renewTime + T + R + 1` on
-/// its own clock (`T` = 7 of the default `L` = 15, `R` = 2), which is at most `S` = 2
-/// ahead of or behind the operator's.
-const FENCE_BY: i64 = 7 + 2 + 1 + 2;
+/// The renewal time a renewing holder's Lease shows: it renews every `R` seconds, so
+/// it never looks expired (later than any clock a run reaches).
+fn renewing() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2100, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or_default()
+}
 
 fn epoch() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
@@ -90,11 +95,14 @@ struct Pod {
     /// Labelled `primary` while it waited for its first label: it starts writable once
     /// it holds the Lease.
     starts_primary: bool,
+    /// Deleted but lingering (a failed primary on an unreachable node): its server may
+    /// still run until [`Move::Terminated`].
+    terminating: bool,
 }
 
-/// The primary Lease. Nobody renews it in this world (as on KWOK pods): a holder that
-/// does not renew stops its own server by `renewTime + T + R + 1`, before the operator
-/// may count it expired (`renewTime + L + S`).
+/// The primary Lease. Its holder renews it while it runs a writable server (then it never
+/// looks expired); a holder that is not writable (a standby handed the Lease, a pod
+/// recreated since) never renews, so the Lease expires `L + S` after the hand-over.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ModelLease {
     /// `(ordinal, uid)` of the holder.
@@ -178,10 +186,12 @@ impl fmt::Debug for World {
         for (k, p) in &self.pods {
             write!(
                 f,
-                " {k}:uid{} {}{}{}",
+                " {k}:uid{} {}{}{}{}{}",
                 p.uid,
                 p.image.trim_start_matches("postgres:"),
                 if p.ready { " ready" } else { "" },
+                if p.writable { " W" } else { "" },
+                if p.terminating { " terminating" } else { "" },
                 match p.role {
                     Some(Role::Primary) => " P",
                     Some(Role::Replica) => " R",
@@ -240,6 +250,8 @@ pub(super) enum Move {
     /// longer labelled `primary` or no longer holds the Lease stops (and, demoted while
     /// holding it, releases the Lease); a pod labelled primary that holds it starts.
     AgentTick(i32),
+    /// A Terminating pod is finally gone.
+    Terminated(i32),
     /// Someone clears the Lease's holder (an edit by hand).
     LeaseCleared,
 }
@@ -265,6 +277,7 @@ impl World {
                     role: None,
                     writable: false,
                     starts_primary: false,
+                    terminating: false,
                 },
             );
         }
@@ -325,6 +338,16 @@ impl World {
     fn delete_pod(&mut self, k: i32, uid: u64, cause: DeleteCause) {
         if self.pods.get(&k).map(|p| p.uid) != Some(uid) {
             return; // NotFound or a failed UID precondition: a no-op.
+        }
+        if let Some(p) = self.pods.get_mut(&k)
+            && cause == DeleteCause::Fence
+            && (p.writable || p.terminating)
+        {
+            // A failed primary's pod lingers Terminating, its server possibly still
+            // running, until its node answers (or is declared lost).
+            p.terminating = true;
+            p.ready = false;
+            return;
         }
         if cause == DeleteCause::Upgrade {
             let round_image = self.sts.as_ref().map(|(i, _)| i.clone());
@@ -422,6 +445,7 @@ impl World {
                     role: Some(role),
                     writable: k == 0,
                     starts_primary: k == 0,
+                    terminating: false,
                 },
             );
         }
@@ -483,25 +507,30 @@ impl World {
         self.start_primaries();
     }
 
+    /// Whether the Lease's holder runs a writable server (and so renews it).
+    fn holder_renews(&self) -> bool {
+        self.lease
+            .as_ref()
+            .and_then(|l| l.holder)
+            .is_some_and(|(k, uid)| {
+                self.pods
+                    .get(&k)
+                    .is_some_and(|p| p.uid == uid && p.writable)
+            })
+    }
+
     /// The operator hands the Lease over at `at`: its old holder must be certainly
-    /// fenced by then; past its expiry, an unrenewed holder has stopped itself.
+    /// fenced by then (a writable holder renews, so it never is until it stops).
     fn hand_lease(&mut self, holder: Option<(i32, u64)>, at: DateTime<Utc>, transitions: i32) {
         let Some(l) = self.lease.clone() else {
             return;
         };
-        let lapsed = at > l.renewed + chrono::Duration::seconds(FENCE_BY);
-        if let Some((k, uid)) = l.holder.filter(|h| Some(*h) != holder)
-            && let Some(p) = self.pods.get_mut(&k).filter(|p| p.uid == uid)
-            && p.writable
+        if self.holder_renews()
+            && let Some((k, _)) = l.holder.filter(|h| Some(*h) != holder)
         {
-            if lapsed {
-                p.writable = false;
-            } else {
-                self.violations.push(format!(
-                    "the Lease was handed from pod {k} to {holder:?} while pod {k} may still be writable (not released, pod present, renewed {}s before)",
-                    (at - l.renewed).num_seconds()
-                ));
-            }
+            self.violations.push(format!(
+                "the Lease was handed from pod {k} to {holder:?} while pod {k} still runs a writable server"
+            ));
         }
         self.lease = Some(ModelLease {
             holder,
@@ -551,11 +580,11 @@ impl World {
         // A user who finds an adoption ambiguous names the primary.
         self.adopt_hatch = true;
         let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
-        self.pods.retain(|k, _| *k < n);
+        self.pods.retain(|k, p| *k < n && !p.terminating);
         for k in 0..n {
             self.recreate(k);
         }
-        for p in self.pods.values_mut() {
+        for p in self.pods.values_mut().filter(|p| !p.terminating) {
             p.ready = true;
         }
         for i in 0..self.jobs.len() {

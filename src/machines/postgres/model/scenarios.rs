@@ -44,6 +44,28 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             adopt(),
         ),
         (
+            // Deleted with skip-final-backup while the primary is lost.
+            "PrimaryLost -> Finalized (FinalBackupSkipped)",
+            running(3, true),
+            [
+                adopt(),
+                vec![
+                    env(BecomesUnready(0)),
+                    r(),
+                    env(SkipFinalBackup),
+                    Event::Delete,
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted with skip-final-backup during an on-demand backup.
+            "BackingUp -> Finalized (FinalBackupSkipped)",
+            running(3, true),
+            [backing_up(), vec![env(SkipFinalBackup), Event::Delete, r()]].concat(),
+        ),
+        (
             // The failover's promote Job fails; after its backoff a new one is tried.
             "SwitchingOver -> SwitchingOver (PromotionRetried)",
             running(3, false),
@@ -52,6 +74,7 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
                 fail_over(),
                 vec![
                     r(),
+                    env(Terminated(0)),
                     r(),
                     env(Recreate(0)),
                     r(),
@@ -69,7 +92,12 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             // (the Lease expires) and handed over again before the promotion.
             "SwitchingOver -> SwitchingOver (LeaseLost)",
             running(3, false),
-            [adopt(), fail_over(), vec![r(), r(), env(LeaseCleared), r()]].concat(),
+            [
+                adopt(),
+                fail_over(),
+                vec![r(), env(Terminated(0)), r(), env(LeaseCleared), r()],
+            ]
+            .concat(),
         ),
         (
             // The chosen pod comes back at another image: a reconcile on a cache from
@@ -109,6 +137,7 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
                     // Demote and fence pod 0, hand the Lease over; pod 0 comes back;
                     // label the target primary, promote it.
                     r(),
+                    env(Terminated(0)),
                     r(),
                     env(Recreate(0)),
                     r(),

@@ -8,7 +8,12 @@ fn parse_holder(h: &str) -> Option<(i32, u64)> {
     Some((pod.strip_prefix("pg-")?.parse().ok()?, uid.parse().ok()?))
 }
 
-impl WorldModel<Postgres> for World {
+/// Any machine with Postgres's types runs in this world (the real one, and the planted
+/// bugs of [`super::planted`]).
+impl<M> WorldModel<M> for World
+where
+    M: Machine<Spec = PostgresClusterSpec, State = PgState, Observed = Observed, Action = PgAction>,
+{
     type Move = Move;
     type Edit = Edit;
 
@@ -96,7 +101,7 @@ impl WorldModel<Postgres> for World {
                             uid: p.uid.to_string(),
                             image: Some(p.image.clone()),
                             ready: p.ready,
-                            terminating: false,
+                            terminating: p.terminating,
                             role: p.role,
                             version: String::new(),
                         },
@@ -140,7 +145,12 @@ impl WorldModel<Postgres> for World {
             },
             lease: self.lease.as_ref().map(|l| LeaseView {
                 holder: l.holder.map(|(k, uid)| format!("pg-{k}/{uid}")),
-                renewed: Some(l.renewed),
+                // A writable holder renews every R seconds: its Lease never looks expired.
+                renewed: Some(if self.holder_renews() {
+                    renewing()
+                } else {
+                    l.renewed
+                }),
                 duration: 15,
                 transitions: l.transitions,
                 released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
@@ -282,6 +292,7 @@ impl WorldModel<Postgres> for World {
             1 => any::<u8>().prop_map(Move::BackupJobDeleted),
             3 => (0..MAX_PODS).prop_map(Move::AgentTick),
             1 => Just(Move::LeaseCleared),
+            2 => (0..MAX_PODS).prop_map(Move::Terminated),
         ]
         .boxed()
     }
@@ -291,7 +302,7 @@ impl WorldModel<Postgres> for World {
         match *mv {
             Move::Recreate(k) => self.recreate(k),
             Move::BecomesReady(k) => {
-                if let Some(p) = self.pods.get_mut(&k) {
+                if let Some(p) = self.pods.get_mut(&k).filter(|p| !p.terminating) {
                     p.ready = true;
                 }
             }
@@ -322,7 +333,22 @@ impl WorldModel<Postgres> for World {
             Move::RequestBackup => {}
             Move::SkipFinalBackup => self.skip_final = true,
             Move::AgentTick(k) => self.agent_tick(k),
+            Move::Terminated(k) => {
+                if self.pods.get(&k).is_some_and(|p| p.terminating) {
+                    self.pods.remove(&k);
+                }
+            }
             Move::LeaseCleared => {
+                // A writable holder's agent sees it on its next renewal (within R) and
+                // fences at once; the model takes the two as one move, so the Lease's
+                // renewal time (its last hand-over) is no later than any renewal of a
+                // server still writable.
+                if let Some((k, uid)) = self.lease.as_ref().and_then(|l| l.holder)
+                    && let Some(p) = self.pods.get_mut(&k).filter(|p| p.uid == uid && p.writable)
+                {
+                    p.writable = false;
+                    p.starts_primary = true;
+                }
                 if let Some(l) = self.lease.as_mut() {
                     l.holder = None;
                     l.version += 1;
