@@ -4,6 +4,7 @@
 mod at_rest;
 mod deletion;
 mod failover;
+mod fencing;
 mod records;
 mod rendering;
 mod upgrades;
