@@ -26,9 +26,11 @@
 //! no password is ever read, logged or written to the status.
 //!
 //! # Assumptions
-//! The driver's cache watches pods, Jobs, CronJobs, StatefulSets, Services, ConfigMaps
-//! and PodDisruptionBudgets carrying the standard labels, which every rendered object
-//! (and every pod made from the StatefulSet) carries.
+//! The driver's cache watches pods, Jobs, CronJobs, StatefulSets, Services, ConfigMaps,
+//! PodDisruptionBudgets and Leases carrying the standard labels, which every rendered
+//! object (and every pod made from the StatefulSet) carries. The pods' ServiceAccount,
+//! Role and RoleBinding are not watched: they are applied with the StatefulSet (before
+//! it, since a pod needs its ServiceAccount), and restored whenever it is.
 //!
 //! # Errors
 //! Rendering fails only for an owner without a UID (never for an object read from the
