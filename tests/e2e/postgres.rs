@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -522,6 +523,101 @@ async fn a_new_cluster_becomes_ready_with_pod_0_primary_and_the_services_selecti
         .get("pg")
         .await
         .expect("the PodDisruptionBudget");
+
+    // Fencing: the Lease names the primary's pod (name and UID); the pods run as the
+    // instance ServiceAccount.
+    let pg0 = pods.get("pg-0").await.expect("pg-0");
+    assert_eq!(
+        lease_holder(&pg.env.api::<Lease>()).await,
+        Some(format!("pg-0/{}", pg0.uid().unwrap_or_default()))
+    );
+    assert_eq!(
+        pg0.spec.and_then(|s| s.service_account_name).as_deref(),
+        Some("pg-instance")
+    );
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get("pg-primary")
+        .await
+        .ok()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// Issue 12, bug 3: a status wiped after the primary moved (here by a failover) is
+/// adopted as the cluster runs: the Lease holder stays primary, no role moves, no pod is
+/// deleted, and the cluster is Ready again (`Adopted`).
+#[tokio::test]
+async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
+    let pg = Pg::new("pg-adopt").await;
+    let operator = pg.operator();
+    pg.create("pg", spec(json!({"failoverDelaySeconds": 2})))
+        .await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    pg.label_pod("pg-0", "lockstep.dev/kwok-notready", Some("true"))
+        .await;
+    pg.until("pg", "failed over to pg-1, pg-0 back as a replica", |pg| {
+        is_ready_at(pg, "postgres:16.3")
+            && primary_pod(pg) == Some("pg-1")
+            && pg
+                .status
+                .as_ref()
+                .is_some_and(|s| s.replica_pods.len() == 2)
+    })
+    .await;
+    let pods: Api<Pod> = pg.env.api();
+    let before: BTreeMap<String, (Option<String>, Option<String>)> = pods
+        .list(&Default::default())
+        .await
+        .expect("pods")
+        .items
+        .iter()
+        .filter(|p| !p.labels().contains_key("batch.kubernetes.io/job-name"))
+        .map(|p| (p.name_any(), (p.uid(), p.labels().get(ROLE).cloned())))
+        .collect();
+    let leases: Api<Lease> = pg.env.api();
+    let holder = lease_holder(&leases).await;
+    assert!(
+        holder.as_deref().is_some_and(|h| h.starts_with("pg-1/")),
+        "{holder:?}"
+    );
+    let recorder = Recorder::start(&pg.env, "pg").await;
+
+    let clusters: Api<PostgresCluster> = pg.env.api();
+    clusters
+        .patch_status(
+            "pg",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"machine": null}})),
+        )
+        .await
+        .expect("wipe the status");
+    let adopted = pg
+        .until("pg", "Ready again after the wiped status", |pg| {
+            is_ready_at(pg, "postgres:16.3") && reasons(pg).iter().any(|r| r == "Adopted")
+        })
+        .await;
+    assert_eq!(primary_pod(&adopted), Some("pg-1"));
+    let after: BTreeMap<String, (Option<String>, Option<String>)> = pods
+        .list(&Default::default())
+        .await
+        .expect("pods")
+        .items
+        .iter()
+        .filter(|p| !p.labels().contains_key("batch.kubernetes.io/job-name"))
+        .map(|p| (p.name_any(), (p.uid(), p.labels().get(ROLE).cloned())))
+        .collect();
+    assert_eq!(before, after, "no pod was recreated or relabelled");
+    assert_eq!(lease_holder(&leases).await, holder);
+    let log = recorder.log();
+    for pod in ["pg-0", "pg-1", "pg-2"] {
+        assert!(!log.contains(&format!("delete {pod}")), "{log:?}");
+    }
+    assert!(recorder.most_primaries() <= 1);
     operator.stop().await;
     pg.env.finish().await;
 }
