@@ -241,6 +241,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             uid: "lease".to_owned(),
             version: "1".to_owned(),
         }),
+        job_results: BTreeMap::new(),
     }
 }
 

@@ -28,8 +28,8 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodSpec,
-    PodStatus, Service,
+    ConfigMap, Container, ContainerState, ContainerStateTerminated, ContainerStatus,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodSpec, PodStatus, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::watcher;
@@ -80,12 +80,39 @@ impl Project for Pod {
             node_name: spec.node_name,
             ..PodSpec::default()
         });
+        // A Job's pod also keeps what its containers reported when they terminated (a
+        // survey's result, in its termination message); a server pod's container
+        // statuses (restarts, probes) are dropped.
+        let job_pod = self.labels().contains_key(JOB_NAME_LABEL);
         self.status = self.status.take().map(|status| PodStatus {
             phase: status.phase,
             conditions: status.conditions,
             pod_ip: status.pod_ip,
+            container_statuses: status
+                .container_statuses
+                .filter(|_| job_pod)
+                .map(|statuses| statuses.into_iter().map(terminated_only).collect()),
             ..PodStatus::default()
         });
+    }
+}
+
+/// The label the Job controller puts on its pods.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+
+/// A container status reduced to its name and how it terminated (exit code, message).
+fn terminated_only(status: ContainerStatus) -> ContainerStatus {
+    ContainerStatus {
+        name: status.name,
+        state: status.state.map(|state| ContainerState {
+            terminated: state.terminated.map(|t| ContainerStateTerminated {
+                exit_code: t.exit_code,
+                message: t.message,
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
     }
 }
 
@@ -546,6 +573,35 @@ pub(crate) mod tests {
             s.apply(watcher::Event::Apply(lease("2", "db-1/v", 4))),
             [key("db")]
         );
+    }
+
+    #[test]
+    fn a_job_pod_keeps_its_termination_message_and_nothing_else_of_its_containers() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-survey-1-x", "namespace": "ns", "labels": {
+                "app.kubernetes.io/name": "beacon", "app.kubernetes.io/instance": "db",
+                "batch.kubernetes.io/job-name": "db-survey-1"}},
+            "status": {"phase": "Succeeded",
+                "containerStatuses": [{"name": "survey", "image": "pg:16", "imageID": "x",
+                    "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "message": "{}",
+                        "reason": "Completed"}}}]}
+        }))
+        .expect("a pod");
+        let s = Owned::<Pod>::from_objects("beacon", vec![pod]);
+        let stored = s.of(Some("ns"), "db");
+        let statuses = stored[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default();
+        let terminated = statuses[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.clone())
+            .expect("terminated");
+        assert_eq!(terminated.message.as_deref(), Some("{}"));
+        assert!(terminated.reason.is_none() && statuses[0].image.is_empty());
     }
 
     #[test]

@@ -115,6 +115,16 @@ pub enum PgAction {
         /// failover.
         old_primary: Option<i32>,
     },
+    /// Create the survey Job (if absent): `survey.sh` reads the WAL positions of the
+    /// standbys at `hosts` and reports them in its termination message.
+    RunSurvey {
+        /// The Job's key.
+        key: String,
+        /// The ordinals to survey.
+        hosts: Vec<i32>,
+        /// The image the Job runs (the cluster's: it has `psql`).
+        image: String,
+    },
     /// Create a backup Job (if absent).
     RunBackup {
         /// The Job's key.
@@ -141,6 +151,11 @@ pub enum PgAction {
 /// The key of the promote Job of `attempt` against the pod `target` with `uid`.
 pub fn promote_key(target: i32, uid: &str, attempt: u32) -> String {
     format!("promote-{target}-{}-{attempt}", short_hash(&[uid]))
+}
+
+/// The key of the survey Job of the failover of the primary with `old_uid`, `attempt`.
+pub fn survey_key(old_uid: &str, attempt: u32) -> String {
+    format!("survey-{}-{attempt}", short_hash(&[old_uid]))
 }
 
 pub use crate::machines::common::on_demand::key as backup_key;

@@ -81,9 +81,15 @@
 //!    pod (new UID) is labelled `replica`.
 //!
 //! **Failover.** When the primary is not Ready, the machine moves to `PrimaryLost`; if
-//! the primary is still not Ready `spec.failoverDelaySeconds` later, a Ready replica is
-//! promoted as above, and the history, the `PrimaryAvailable` condition and
-//! `status.lastFailover` say why.
+//! the primary is still not Ready `spec.failoverDelaySeconds` later, a failover begins
+//! (with a provisional target): `Demote` labels and deletes the failed primary; `Fence`
+//! waits until it is certainly fenced (so no WAL moves any more); `Survey` runs the
+//! survey Job (`survey.sh` against every other live pod, its result in the Job pod's
+//! termination message) and records the most advanced Ready standby it read (highest
+//! receive LSN, then replay LSN, then the lowest ordinal) as the target, with the
+//! positions (`MostAdvancedChosen`, intent first; a standby the survey did not reach is
+//! never chosen); then `Fence` hands it the Lease and `Promote` promotes it as above. The
+//! history, the `PrimaryAvailable` condition and `status.lastFailover` say why.
 //!
 //! **Creating and a lost status.** A new cluster (no Lease, no role labels) creates the
 //! Lease naming pod 0 before pod 0 is labelled `primary`. A cluster whose status was
@@ -129,6 +135,9 @@
 //!   recorded.
 //! - **A planned switchover loses no acknowledged commit**: the target replays all the
 //!   old primary wrote before it is promoted.
+//! - **A failover promotes the most advanced available replica**: among the Ready
+//!   standbys a survey read after the old primary was certainly fenced, the one that
+//!   received the most WAL.
 //! - **A lost status never labels a second primary**, never runs `initdb` over existing
 //!   data (the entrypoint keeps a data directory) and never promotes a replica while a
 //!   primary holds the Lease.

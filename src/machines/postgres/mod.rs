@@ -162,6 +162,9 @@ impl Operator for Postgres {
                     *old_primary,
                 )?)?]
             }
+            PgAction::RunSurvey { key, hosts, image } => {
+                vec![Op::create(&render::survey_job(object, key, hosts, image)?)?]
+            }
             PgAction::RunBackup { key, kind } => render::backup_job(object, key, *kind)?
                 .map(|job| Op::create(&job))
                 .transpose()?

@@ -15,6 +15,7 @@ use super::actions::{PgAction, Role, ServiceKind};
 use super::api::{DEFAULT_LEASE_SECONDS, PostgresCluster};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use crate::driver::Cache;
+use crate::driver::cache::JOB_NAME_LABEL;
 use crate::machines::common::annotations;
 use crate::machines::common::jobs::JobView;
 use crate::machines::common::observe as common;
@@ -215,6 +216,8 @@ pub struct Observed {
     pub requests: Requests,
     /// The primary Lease, if it exists.
     pub lease: Option<LeaseView>,
+    /// The termination messages of owned Jobs' pods, by Job name (a survey's result).
+    pub job_results: BTreeMap<String, String>,
 }
 
 impl Observed {
@@ -354,7 +357,23 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
     )
     .map(|l| lease_view(&l));
 
+    let job_results = Cache::owned_by(&cache.pods, pg, KIND_LABEL)
+        .iter()
+        .filter_map(|p| {
+            let job = p.labels().get(JOB_NAME_LABEL)?.clone();
+            let message = p
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())?;
+            Some((job, message))
+        })
+        .collect();
+
     Observed {
+        job_results,
         lease,
         name,
         in_sync: in_sync_flags,

@@ -14,6 +14,7 @@ pub(super) mod finalizing;
 pub(super) mod primary_lost;
 pub(super) mod ready;
 pub(super) mod scaling;
+pub(super) mod survey;
 pub(super) mod switching_over;
 pub(super) mod upgrading;
 

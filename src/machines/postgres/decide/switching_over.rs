@@ -4,6 +4,8 @@
 use super::PROMOTE_RETRY_LIMIT;
 use super::fencing::{Fence, fence, hand, wait_for};
 use super::old_primary_role;
+use super::survey::{describe, most_advanced, parse};
+use crate::machines::postgres::actions::survey_key;
 use crate::machines::postgres::observe::holder_identity;
 
 /// How long past `L + S` a switchover may wait for the Lease holder to be fenced before
@@ -40,6 +42,8 @@ pub(crate) fn begin_switchover(
             cause,
             round_start: 1,
             retry_ack: o.requests.retry_promote.clone(),
+            survey_attempt: None,
+            surveyed: None,
         }),
         reason,
         message,
@@ -111,6 +115,7 @@ pub(crate) fn switching_over(
             .with_actions(demote)
         }
         SwitchStep::Fence => hand_over(spec, s, world, what, actions),
+        SwitchStep::Survey => survey(s, world, what, actions),
         SwitchStep::Promote => match lease_holds_target(s, o) {
             Ok(()) => promote(s, world, target_bound(spec, s), what, actions),
             Err(why) => Decision::go(
@@ -125,6 +130,104 @@ pub(crate) fn switching_over(
                 ),
             ),
         },
+    }
+}
+
+/// Survey (failover): run the survey Job against every other live pod, and once it
+/// succeeded record the most advanced Ready standby it read as the target, with the
+/// positions (intent first), before the Lease is handed to it.
+fn survey(s: &Switchover, world: &World<Observed>, what: &str, actions: Vec<PgAction>) -> D {
+    let o = &world.observed;
+    let old = s.cluster.primary;
+    let attempt = s.survey_attempt.unwrap_or(1);
+    let key = survey_key(s.old_uid.as_deref().unwrap_or_default(), attempt);
+    let attempts = Attempts {
+        attempt,
+        round_start: 1,
+        retry_limit: None,
+    };
+    let (step, job_name) = run_once_step(o.job(&key), &key, attempts, world.now);
+    match step {
+        JobStep::Start => {
+            let hosts: Vec<i32> = (0..s.cluster.replicas)
+                .filter(|k| *k != old && o.live(*k).is_some())
+                .collect();
+            stay(
+                SURVEYING,
+                format!(
+                    "{what}: surveying the WAL positions of {}",
+                    o.pod_names(&hosts)
+                ),
+                actions,
+            )
+            .with_actions([PgAction::RunSurvey {
+                key,
+                hosts,
+                image: s.cluster.image.clone(),
+            }])
+        }
+        JobStep::Running => stay(
+            SURVEYING,
+            format!("{what}: survey Job {job_name} runs"),
+            actions,
+        ),
+        JobStep::Succeeded => {
+            let Some(surveyed) = o.job_results.get(&job_name).and_then(|r| parse(o, r)) else {
+                return stay(
+                    SURVEYING,
+                    format!("{what}: survey Job {job_name} succeeded; waiting for its result (its pod's termination message)"),
+                    actions,
+                )
+                .requeue(std::time::Duration::from_secs(5));
+            };
+            match most_advanced(o, &surveyed, old, None) {
+                Some(target) => {
+                    let message = format!(
+                        "{what}: {} is the most advanced Ready standby ({})",
+                        o.pod_name(target.ordinal),
+                        describe(o, &surveyed)
+                    );
+                    Decision::go(
+                        PgState::SwitchingOver(Switchover {
+                            target,
+                            step: SwitchStep::Fence,
+                            surveyed: Some(surveyed),
+                            ..s.clone()
+                        }),
+                        MOST_ADVANCED_CHOSEN,
+                        message,
+                    )
+                }
+                None => stay(
+                    NO_PROMOTION_TARGET,
+                    format!(
+                        "{what}: no standby the survey read is a Ready replica ({})",
+                        describe(o, &surveyed)
+                    ),
+                    actions,
+                )
+                .degraded()
+                .requeue(std::time::Duration::from_secs(10)),
+            }
+        }
+        JobStep::Backoff { failure, at, wait } => stay(
+            SURVEY_FAILED,
+            format!(
+                "{what}: survey Job {job_name} {failure}; retrying at {}",
+                retry_time(at)
+            ),
+            actions,
+        )
+        .degraded()
+        .requeue(wait),
+        JobStep::Retry { failure } | JobStep::Exhausted { failure } => Decision::go(
+            PgState::SwitchingOver(Switchover {
+                survey_attempt: Some(attempt.saturating_add(1)),
+                ..s.clone()
+            }),
+            SURVEY_RETRIED,
+            format!("{what}: survey Job {job_name} {failure}; surveying again"),
+        ),
     }
 }
 
@@ -152,7 +255,10 @@ fn hand_over(
     let t = s.target.ordinal;
     let name = o.pod_name(t);
     let target = holder_identity(&name, &s.target.uid);
+    // A failover chooses its target only once the old primary is fenced (the survey).
+    let surveying = s.cause == SwitchCause::Failover && s.surveyed.is_none();
     let gone = match o.pods.get(&t) {
+        _ if surveying => None,
         Some(p) if p.uid == s.target.uid && p.serving() => None,
         Some(p) if p.uid == s.target.uid => Some(format!("{name} is not Ready")),
         _ => Some(format!("{name} was replaced")),
@@ -176,7 +282,7 @@ fn hand_over(
         // Lease naming nobody, renewed now, expires after all of them.
         return stay(
             WAITING_FOR_FENCE,
-            format!("{what}: the primary Lease is missing; it is created naming nobody, and {name} is promoted once it expires"),
+            format!("{what}: the primary Lease is missing; it is created naming nobody, and the old primary counts as fenced once it expires"),
             actions,
         )
         .with_actions([PgAction::CreateLease {
@@ -184,10 +290,20 @@ fn hand_over(
             at: world.now,
         }]);
     };
-    if lease.holder.as_deref() == Some(target.as_str()) {
+    if !surveying && lease.holder.as_deref() == Some(target.as_str()) {
         return promote(Vec::new(), format!("{target} holds the Lease"));
     }
     match fence(spec, lease, o, world.now) {
+        Fence::Fenced(why) if surveying => Decision::go(
+            PgState::SwitchingOver(Switchover {
+                step: SwitchStep::Survey,
+                ..s.clone()
+            }),
+            OLD_PRIMARY_FENCED,
+            format!(
+                "{what}: {why}; the standbys' WAL positions are surveyed to choose the most advanced"
+            ),
+        ),
         Fence::Fenced(why) => promote(vec![hand(lease, Some(target), world.now)], why),
         Fence::Alive { until } => {
             let holder = lease.holder.as_deref().unwrap_or("its last holder");
@@ -200,7 +316,12 @@ fn hand_over(
             let d = stay(
                 WAITING_FOR_FENCE,
                 format!(
-                    "{what}: {holder} may still be writable (it holds the primary Lease); {name} is promoted once it releases the Lease, its pod is gone or the Lease expires ({} = <pod>/<uid> asserts it is down)",
+                    "{what}: {holder} may still be writable (it holds the primary Lease); {} once it releases the Lease, its pod is gone or the Lease expires ({} = <pod>/<uid> asserts it is down)",
+                    if surveying {
+                        "a replica is promoted".to_owned()
+                    } else {
+                        format!("{name} is promoted")
+                    },
                     crate::machines::postgres::observe::FENCED
                 ),
                 actions,
@@ -242,8 +363,12 @@ pub(crate) fn retarget(
 ) -> D {
     let cluster = &s.cluster;
     let image = (s.cause == SwitchCause::Upgrade).then_some(cluster.image.as_str());
-    let candidate = choose_target(o, cluster, below, image)
-        .filter(|c| c.ordinal != s.target.ordinal || c.uid != s.target.uid);
+    // A failover chooses among the standbys its survey read, the most advanced first.
+    let candidate = match &s.surveyed {
+        Some(surveyed) => most_advanced(o, surveyed, cluster.primary, Some(&s.target)),
+        None => choose_target(o, cluster, below, image)
+            .filter(|c| c.ordinal != s.target.ordinal || c.uid != s.target.uid),
+    };
     match candidate {
         Some(next) => {
             let message = format!("{why}; promoting {} instead", o.pod_name(next.ordinal));

@@ -115,7 +115,15 @@ struct ModelLease {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum JobKind {
-    Promote { target: i32 },
+    /// `planned`: a switchover's (the target first replays all the old primary wrote).
+    Promote {
+        target: i32,
+        planned: bool,
+    },
+    /// A failover's survey of the standbys at these ordinals.
+    Survey {
+        hosts: Vec<i32>,
+    },
     Backup,
     Final,
 }
@@ -127,6 +135,8 @@ struct Job {
     kind: JobKind,
     /// `None` while running; `Some(succeeded)` once finished.
     done: Option<bool>,
+    /// A survey's result (its pod's termination message).
+    result: Option<String>,
 }
 
 /// The simulated cluster.
@@ -153,6 +163,10 @@ pub(super) struct World {
     next_uid: u64,
     // PostgreSQL.
     db_primary: i32,
+    /// The head of the writable timeline (acknowledged commits).
+    wal: u64,
+    /// The WAL each ordinal's data directory has received (kept on its volume).
+    received: BTreeMap<i32, u64>,
     // Audit.
     round: u32,
     round_primary: Option<i32>,
@@ -252,6 +266,10 @@ pub(super) enum Move {
     AgentTick(i32),
     /// A Terminating pod is finally gone.
     Terminated(i32),
+    /// A client commits on the writable server.
+    Write,
+    /// A standby receives (and replays) everything the writable server wrote.
+    Replicate(i32),
     /// Someone clears the Lease's holder (an edit by hand).
     LeaseCleared,
 }
@@ -288,12 +306,34 @@ impl World {
             return;
         };
         let succeeded = match job.kind {
-            JobKind::Promote { target } => {
+            JobKind::Promote { target, planned } => {
                 let ready = self.pods.get(&target).is_some_and(|p| p.ready);
                 if ok && ready {
-                    self.promote(target);
+                    self.promote(target, planned);
                 }
                 ok && ready
+            }
+            JobKind::Survey { ref hosts } => {
+                // Every standby that answers reports the WAL it received (and replayed).
+                let answers: Vec<String> = hosts
+                    .iter()
+                    .filter(|k| {
+                        self.pods
+                            .get(k)
+                            .is_some_and(|p| !p.terminating && !p.writable && p.ready)
+                    })
+                    .map(|k| {
+                        let lsn = format!("0/{:X}", self.received.get(k).copied().unwrap_or(0));
+                        format!(
+                            "\"pg-{k}\": {{\"receive\": \"{lsn}\", \"replay\": \"{lsn}\", \"inRecovery\": true}}"
+                        )
+                    })
+                    .collect();
+                let answered = ok && !answers.is_empty();
+                if let Some(j) = self.jobs.get_mut(index) {
+                    j.result = answered.then(|| format!("{{{}}}", answers.join(", ")));
+                }
+                answered
             }
             JobKind::Backup => ok,
             JobKind::Final => {
@@ -306,8 +346,32 @@ impl World {
         }
     }
 
-    /// `pg_promote()` on `target`: its data becomes the writable timeline.
-    fn promote(&mut self, target: i32) {
+    /// `pg_promote()` on `target`: its data becomes the writable timeline. A planned
+    /// switchover's target first replays everything the old primary wrote; a failover's
+    /// must be the most advanced of the standbys that are Ready.
+    fn promote(&mut self, target: i32, planned: bool) {
+        if planned {
+            self.received.insert(target, self.wal);
+        } else {
+            let mine = self.received.get(&target).copied().unwrap_or(0);
+            if let Some((k, theirs)) = self
+                .pods
+                .iter()
+                .filter(|(k, p)| {
+                    **k != target
+                        && **k != self.db_primary
+                        && p.ready
+                        && !p.terminating
+                        && !p.writable
+                })
+                .map(|(k, _)| (*k, self.received.get(k).copied().unwrap_or(0)))
+                .find(|(_, theirs)| *theirs > mine)
+            {
+                self.violations.push(format!(
+                    "failover promoted pod {target} at WAL {mine} while pod {k} had received {theirs}"
+                ));
+            }
+        }
         if !self.pods.get(&target).is_some_and(|p| p.ready) {
             self.violations
                 .push(format!("promoted pod {target}, which is not Ready"));
@@ -333,6 +397,8 @@ impl World {
             }
         }
         self.db_primary = target;
+        // The new timeline continues from what the target has.
+        self.wal = self.received.get(&target).copied().unwrap_or(0);
     }
 
     fn delete_pod(&mut self, k: i32, uid: u64, cause: DeleteCause) {
@@ -417,6 +483,8 @@ impl World {
             lease: None,
             next_uid: 0,
             db_primary: 0,
+            wal: 0,
+            received: BTreeMap::new(),
             round: 0,
             round_primary: None,
             upgrade_deletes: BTreeMap::new(),
@@ -507,6 +575,25 @@ impl World {
         self.start_primaries();
     }
 
+    /// A client commits on the writable server, if there is exactly one.
+    fn write(&mut self) {
+        if let [k] = self.writable()[..] {
+            self.wal += 1;
+            self.received.insert(k, self.wal);
+        }
+    }
+
+    /// Standby `k` catches up with the writable server, if one runs.
+    fn replicate(&mut self, k: i32) {
+        let streams = self
+            .pods
+            .get(&k)
+            .is_some_and(|p| !p.writable && !p.terminating);
+        if streams && self.writable().len() == 1 {
+            self.received.insert(k, self.wal);
+        }
+    }
+
     /// Whether the Lease's holder runs a writable server (and so renews it).
     fn holder_renews(&self) -> bool {
         self.lease
@@ -595,6 +682,7 @@ impl World {
         let ordinals: Vec<i32> = self.pods.keys().copied().collect();
         for k in ordinals {
             self.agent_tick(k);
+            self.replicate(k);
         }
     }
 }

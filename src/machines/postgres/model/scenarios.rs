@@ -30,6 +30,23 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     // Pod 0, the primary, stops being Ready; after failoverDelaySeconds a failover to
     // pod 1 begins.
     let fail_over = || vec![env(BecomesUnready(0)), r(), Event::Tick(60), r()];
+    // The failover runs up to its promote Job: demote and delete pod 0, which goes; the
+    // survey; the most advanced standby chosen; the Lease handed to it; pod 0 back; the
+    // target labelled primary; the promote Job created.
+    let to_promote = || {
+        vec![
+            r(),
+            env(Terminated(0)),
+            r(),
+            r(),
+            env(JobFinishes { nth: 0, ok: true }),
+            r(),
+            r(),
+            env(Recreate(0)),
+            r(),
+            r(),
+        ]
+    };
     // Ready, then an on-demand backup begins.
     let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
     vec![
@@ -72,11 +89,26 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 fail_over(),
+                to_promote(),
+                vec![
+                    env(JobFinishes { nth: 0, ok: false }),
+                    r(),
+                    Event::Tick(120),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // The failover's survey Job fails; after its backoff another one runs.
+            "SwitchingOver -> SwitchingOver (SurveyRetried)",
+            running(3, false),
+            [
+                adopt(),
+                fail_over(),
                 vec![
                     r(),
                     env(Terminated(0)),
-                    r(),
-                    env(Recreate(0)),
                     r(),
                     r(),
                     env(JobFinishes { nth: 0, ok: false }),
@@ -95,7 +127,17 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 fail_over(),
-                vec![r(), env(Terminated(0)), r(), env(LeaseCleared), r()],
+                vec![
+                    r(),
+                    env(Terminated(0)),
+                    r(),
+                    r(),
+                    env(JobFinishes { nth: 0, ok: true }),
+                    r(),
+                    r(),
+                    env(LeaseCleared),
+                    r(),
+                ],
             ]
             .concat(),
         ),
@@ -133,15 +175,8 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 fail_over(),
+                to_promote(),
                 vec![
-                    // Demote and fence pod 0, hand the Lease over; pod 0 comes back;
-                    // label the target primary, promote it.
-                    r(),
-                    env(Terminated(0)),
-                    r(),
-                    env(Recreate(0)),
-                    r(),
-                    r(),
                     env(JobFinishes { nth: 0, ok: true }),
                     r(),
                     env(BecomesReady(0)),
@@ -155,10 +190,24 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             .concat(),
         ),
         (
-            // The failover's target stops being Ready before its promote Job exists.
+            // The failover's target stops being Ready before the Lease is handed to it.
             "SwitchingOver -> SwitchingOver (TargetChanged)",
             running(3, false),
-            [adopt(), fail_over(), vec![r(), env(BecomesUnready(1)), r()]].concat(),
+            [
+                adopt(),
+                fail_over(),
+                vec![
+                    r(),
+                    env(Terminated(0)),
+                    r(),
+                    r(),
+                    env(JobFinishes { nth: 0, ok: true }),
+                    r(),
+                    env(BecomesUnready(1)),
+                    r(),
+                ],
+            ]
+            .concat(),
         ),
         (
             // The backup Job finishes and is deleted (a TTL controller, a cleanup) before
@@ -257,6 +306,16 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
                     Event::Edit(Edit::ToggleBackup),
                     r(),
                 ],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted mid-upgrade.
+            "Upgrading -> Finalizing (DeletionRequested)",
+            running(3, true),
+            [
+                adopt(),
+                vec![Event::Edit(Edit::Version(1)), r(), Event::Delete, r()],
             ]
             .concat(),
         ),

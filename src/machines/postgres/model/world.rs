@@ -116,7 +116,7 @@ where
                     uid: j.uid.to_string(),
                     key: Some(j.key.clone()),
                     purpose: Some(match j.kind {
-                        JobKind::Promote { .. } => Purpose::Promote,
+                        JobKind::Promote { .. } | JobKind::Survey { .. } => Purpose::Promote,
                         JobKind::Backup => Purpose::Backup,
                         JobKind::Final => Purpose::FinalBackup,
                     }),
@@ -143,6 +143,11 @@ where
                 adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.db_primary)),
                 fenced: None,
             },
+            job_results: self
+                .jobs
+                .iter()
+                .filter_map(|j| Some((format!("pg-{}", j.key), j.result.clone()?)))
+                .collect(),
             lease: self.lease.as_ref().map(|l| LeaseView {
                 holder: l.holder.map(|(k, uid)| format!("pg-{k}/{uid}")),
                 // A writable holder renews every R seconds: its Lease never looks expired.
@@ -205,14 +210,37 @@ where
                     self.delete_pod(*ordinal, uid, *cause);
                 }
             }
-            PgAction::RunPromote { key, target, .. } => {
+            PgAction::RunPromote {
+                key,
+                target,
+                old_primary,
+                ..
+            } => {
                 if !self.jobs.iter().any(|j| &j.key == key) {
                     let uid = self.new_uid();
                     self.jobs.push(Job {
                         key: key.clone(),
                         uid,
-                        kind: JobKind::Promote { target: *target },
+                        kind: JobKind::Promote {
+                            target: *target,
+                            planned: old_primary.is_some(),
+                        },
                         done: None,
+                        result: None,
+                    });
+                }
+            }
+            PgAction::RunSurvey { key, hosts, .. } => {
+                if !self.jobs.iter().any(|j| &j.key == key) {
+                    let uid = self.new_uid();
+                    self.jobs.push(Job {
+                        key: key.clone(),
+                        uid,
+                        kind: JobKind::Survey {
+                            hosts: hosts.clone(),
+                        },
+                        done: None,
+                        result: None,
                     });
                 }
             }
@@ -232,6 +260,7 @@ where
                             BackupKind::OnDemand | BackupKind::Scheduled => JobKind::Backup,
                         },
                         done: None,
+                        result: None,
                     });
                 }
             }
@@ -293,6 +322,8 @@ where
             3 => (0..MAX_PODS).prop_map(Move::AgentTick),
             1 => Just(Move::LeaseCleared),
             2 => (0..MAX_PODS).prop_map(Move::Terminated),
+            3 => Just(Move::Write),
+            3 => (0..MAX_PODS).prop_map(Move::Replicate),
         ]
         .boxed()
     }
@@ -333,6 +364,8 @@ where
             Move::RequestBackup => {}
             Move::SkipFinalBackup => self.skip_final = true,
             Move::AgentTick(k) => self.agent_tick(k),
+            Move::Write => self.write(),
+            Move::Replicate(k) => self.replicate(k),
             Move::Terminated(k) => {
                 if self.pods.get(&k).is_some_and(|p| p.terminating) {
                     self.pods.remove(&k);

@@ -16,6 +16,7 @@
 //! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
 //! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator |
 //! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
+//! | survey Jobs | `<name>-survey-<hash>-<attempt>` | `survey.sh`: the standbys' WAL positions, in the termination message |
 //! | promote Jobs | `<name>-promote-<ordinal>-<hash>-<attempt>` | `promote.sh` against the target's stable DNS name |
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw` |
 //! | CronJob | `<name>-backup` | scheduled `backup.sh` |
@@ -58,7 +59,10 @@ use crate::machines::common::meta::{self, owner_reference};
 
 mod jobs;
 
-pub use jobs::{backup_env, backup_job, cronjob, promote_job};
+pub use jobs::{backup_env, backup_job, cronjob, promote_job, survey_job};
+
+/// How long a survey Job may run.
+pub const SURVEY_DEADLINE_SECONDS: i64 = 60;
 
 /// `app.kubernetes.io/name` of everything a PostgresCluster owns.
 pub const KIND_LABEL: &str = "postgrescluster";

@@ -87,6 +87,8 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
         cause: SwitchCause::Failover,
         round_start: 1,
         retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
     });
     let d = decide(&spec("16.3"), &state, primary_down(0));
     assert_eq!(d.reason(), OLD_PRIMARY_DEMOTED);
@@ -116,6 +118,8 @@ fn once_the_lease_names_the_target_a_failover_promotes_it() {
         cause: SwitchCause::Failover,
         round_start: 1,
         retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
     });
     let mut o = primary_down(0);
     o.lease = Some(lease_of(1, V1));
@@ -146,6 +150,8 @@ fn a_completed_failover_records_why_in_its_message() {
         cause: SwitchCause::Failover,
         round_start: 1,
         retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
     });
     let mut o = primary_down(0);
     o.lease = Some(lease_of(1, V1));

@@ -4,7 +4,9 @@
 use super::upgrades::upgrade_observed;
 use super::*;
 use crate::driver::Operator;
+use crate::machines::postgres::actions::survey_key;
 use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED};
+use crate::machines::postgres::state::Surveyed;
 
 fn identity(k: i32, image: &str) -> String {
     format!("pg-{k}/{}", uid(k, image))
@@ -50,8 +52,24 @@ fn requeue(d: &Decision<PgState, PgAction>) -> Option<u64> {
     }
 }
 
-/// A failover of `pg-0` to `pg-1`, at `step`.
+/// A failover of `pg-0` to `pg-1` (chosen by a survey), at `step`.
 fn failing_over(step: SwitchStep) -> PgState {
+    match surveying() {
+        PgState::SwitchingOver(s) => PgState::SwitchingOver(Switchover {
+            step,
+            surveyed: Some(vec![Surveyed {
+                ordinal: 1,
+                receive: "0/3000000".to_owned(),
+                replay: "0/3000000".to_owned(),
+            }]),
+            ..s
+        }),
+        other => other,
+    }
+}
+
+/// A failover of `pg-0` whose standbys are not surveyed yet, at `Fence`.
+fn surveying() -> PgState {
     PgState::SwitchingOver(Switchover {
         cluster: cluster(V1, 0),
         old_uid: Some(uid(0, V1)),
@@ -59,11 +77,13 @@ fn failing_over(step: SwitchStep) -> PgState {
             ordinal: 1,
             uid: uid(1, V1),
         },
-        step,
+        step: SwitchStep::Fence,
         attempt: 1,
         cause: SwitchCause::Failover,
         round_start: 1,
         retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
     })
 }
 
@@ -254,6 +274,144 @@ fn mid_promotion_a_lease_that_no_longer_names_the_target_is_fenced_again() {
     let d = decide(&spec("16.3"), &failing_over(SwitchStep::Promote), o);
     assert_eq!(d.reason(), LEASE_LOST);
     assert!(promotes_in(&d).is_empty());
+}
+
+// --- most advanced failover ------------------------------------------------------------
+
+fn at_survey(attempt: Option<u32>) -> PgState {
+    match surveying() {
+        PgState::SwitchingOver(s) => PgState::SwitchingOver(Switchover {
+            step: SwitchStep::Survey,
+            survey_attempt: attempt,
+            ..s
+        }),
+        other => other,
+    }
+}
+
+/// The survey Job succeeded and its pod reported `result`.
+fn surveyed(result: &str) -> Observed {
+    let mut o = old_primary_lingering(0);
+    o.pods.remove(&0);
+    let key = survey_key(&uid(0, V1), 1);
+    o.jobs = vec![job(
+        &key,
+        Purpose::Promote,
+        JobOutcome::Succeeded { at: t(10) },
+    )];
+    o.job_results.insert(format!("pg-{key}"), result.to_owned());
+    o
+}
+
+#[test]
+fn a_failover_surveys_the_standbys_only_once_the_old_primary_is_fenced() {
+    let d = decide(&spec("16.3"), &surveying(), old_primary_lingering(0));
+    assert_eq!(d.reason(), OLD_PRIMARY_FENCED);
+    assert!(hand_overs(&d).is_empty(), "no target is chosen yet");
+    let d = decide_at(
+        &spec("16.3"),
+        &surveying(),
+        old_primary_lingering(999),
+        1000,
+        999,
+    );
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    // The survey Job asks every other live pod.
+    let mut o = old_primary_lingering(0);
+    o.pods.remove(&0);
+    let d = decide(&spec("16.3"), &at_survey(None), o);
+    assert_eq!(d.reason(), SURVEYING);
+    assert!(d.actions().iter().any(|a| matches!(
+        a,
+        PgAction::RunSurvey { hosts, .. } if hosts == &[1, 2]
+    )));
+}
+
+#[test]
+fn the_most_advanced_ready_standby_is_chosen_and_recorded_before_the_lease_moves() {
+    let d = decide(
+        &spec("16.3"),
+        &at_survey(None),
+        surveyed(
+            r#"{"pg-1": {"receive": "0/3000060", "replay": "0/3000060", "inRecovery": true},
+                "pg-2": {"receive": "0/3000148", "replay": "0/3000060", "inRecovery": true}}"#
+                .replace('\n', " ")
+                .as_str(),
+        ),
+    );
+    assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
+    assert!(d.actions().is_empty(), "intent first");
+    let Some(PgState::SwitchingOver(s)) = target(&d) else {
+        panic!("{d:?}")
+    };
+    assert_eq!(s.target.ordinal, 2);
+    assert_eq!(s.step, SwitchStep::Fence);
+    assert_eq!(s.surveyed.as_ref().map(Vec::len), Some(2));
+    assert!(
+        message(&d).contains("pg-2 receive 0/3000148"),
+        "{}",
+        message(&d)
+    );
+}
+
+#[test]
+fn ties_go_to_the_higher_replay_position_then_to_the_lowest_ordinal() {
+    let pick =
+        |result: &str| match target(&decide(&spec("16.3"), &at_survey(None), surveyed(result))) {
+            Some(PgState::SwitchingOver(s)) => s.target.ordinal,
+            other => panic!("{other:?}"),
+        };
+    assert_eq!(
+        pick(
+            r#"{"pg-1": {"receive": "0/5", "replay": "0/3", "inRecovery": true}, "pg-2": {"receive": "0/5", "replay": "0/4", "inRecovery": true}}"#
+        ),
+        2
+    );
+    assert_eq!(
+        pick(
+            r#"{"pg-1": {"receive": "0/5", "replay": "0/4", "inRecovery": true}, "pg-2": {"receive": "0/5", "replay": "0/4", "inRecovery": true}}"#
+        ),
+        1
+    );
+}
+
+#[test]
+fn a_standby_the_survey_did_not_reach_or_that_is_not_ready_is_never_chosen() {
+    let mut o = surveyed(r#"{"pg-2": {"receive": "0/1", "replay": "0/1", "inRecovery": true}}"#);
+    let d = decide(&spec("16.3"), &at_survey(None), o.clone());
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(s)) if s.target.ordinal == 2
+    ));
+    edit(&mut o, 2, |p| p.ready = false);
+    let d = decide(&spec("16.3"), &at_survey(None), o);
+    assert_eq!(d.reason(), NO_PROMOTION_TARGET);
+    assert!(is_degraded(&d));
+}
+
+#[test]
+fn a_survey_without_its_result_yet_waits_and_a_failed_one_is_retried_as_a_new_job() {
+    let mut o = surveyed("{}");
+    o.job_results.clear();
+    let d = decide(&spec("16.3"), &at_survey(None), o.clone());
+    assert_eq!(d.reason(), SURVEYING);
+    assert!(target(&d).is_none());
+    o.jobs = vec![job(
+        &survey_key(&uid(0, V1), 1),
+        Purpose::Promote,
+        failed(0),
+    )];
+    let d = decide_at(&spec("16.3"), &at_survey(None), o, 10_000, 0);
+    assert_eq!(d.reason(), SURVEY_RETRIED);
+    assert_eq!(target(&d), Some(&at_survey(Some(2))));
+}
+
+#[test]
+fn lsns_compare_as_numbers() {
+    use crate::machines::postgres::decide::survey::lsn;
+    assert!(lsn("1/0") > lsn("0/FFFFFFFF"));
+    assert_eq!(lsn("0/3000060"), Some(0x0300_0060));
+    assert_eq!(lsn("garbage"), None);
 }
 
 // --- at rest ---------------------------------------------------------------------------

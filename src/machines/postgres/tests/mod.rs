@@ -123,6 +123,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
         cronjob: None,
         requests: Requests::default(),
         lease: Some(lease_of(primary, image)),
+        job_results: BTreeMap::new(),
     }
 }
 
@@ -197,6 +198,8 @@ fn switching(step: SwitchStep, attempt: u32, cause: SwitchCause) -> PgState {
         cause,
         round_start: 1,
         retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
     })
 }
 
