@@ -36,6 +36,33 @@
 //!    one backup, even when finished backup Jobs are deleted by someone else (a TTL
 //!    controller, a cleanup) before or after the operator read their outcome.
 //!
+//! 10. **At most one writable server** at any instant (a server is writable from its
+//!     start as a primary holding the Lease, or its promotion, until its agent fences it
+//!     or its pod is gone).
+//! 11. The Lease changes holder only while its old holder runs no writable server (a
+//!     writable holder renews, so only its release, its pod's end or a person can end
+//!     its tenure).
+//! 12. **A failover promotes the most advanced available replica**: no other Ready
+//!     standby (besides the old primary) has received more WAL than the one promoted.
+//!     A planned switchover's target first receives everything (`promote.sh`'s
+//!     catch-up), so it loses no acknowledged write by construction.
+//!
+//! Fencing in this world: the primary Lease (holder, renewal, release, edits by hand),
+//! each pod's agent ([`Move::AgentTick`]: a writable server no longer labelled primary
+//! or no longer holding the Lease stops, releasing the Lease if it held it), failed
+//! primaries whose pods linger Terminating while their server may still run
+//! ([`Move::Terminated`] ends them), commits and replication ([`Move::Write`],
+//! [`Move::Replicate`]) so that standbys stand at different WAL positions, and the survey
+//! Job reporting them. Lost status is the world's initial state (a running cluster, the
+//! machine in `Creating`), with the primary moved in a scenario. Not modelled: a
+//! partitioned holder that stops renewing while its server runs (the model's writable
+//! holder always renews; the pod side's self-fencing within `T` is tested by the pod
+//! scripts' tests), and clock skew (the expiry arithmetic is unit-tested).
+//!
+//! Planted bugs the check must find ([`planted`]): a failover or switchover that hands
+//! the Lease over before the old primary is fenced, and a failover that chooses by
+//! ordinal.
+//!
 //! Bounded liveness (convergence to `Ready` at the spec with every pod Ready and labelled,
 //! then a quiet reconcile) is checked by the harness itself.
 
