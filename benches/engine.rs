@@ -198,6 +198,7 @@ fn pg_spec(version: &str) -> PostgresClusterSpec {
         database: Some("app".to_owned()),
         backup_schedule: None,
         backup: None,
+        fencing: Default::default(),
     }
 }
 
@@ -234,6 +235,16 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
         jobs: Vec::new(),
         cronjob: None,
         requests: pg::Requests::default(),
+        lease: Some(lockstep::machines::postgres::observe::LeaseView {
+            holder: Some(format!("pg-{primary}/uid-{primary}-{image}")),
+            renewed: None,
+            duration: 15,
+            transitions: 0,
+            released_by: None,
+            uid: "lease".to_owned(),
+            version: "1".to_owned(),
+        }),
+        job_results: BTreeMap::new(),
     }
 }
 

@@ -26,9 +26,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodSpec,
-    PodStatus, Service,
+    ConfigMap, Container, ContainerState, ContainerStateTerminated, ContainerStatus,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodSpec, PodStatus, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::watcher;
@@ -45,6 +46,14 @@ pub trait Project: Resource<DynamicType = ()> + Clone + PartialEq + Send + Sync 
     fn project(&mut self) {
         self.meta_mut().managed_fields = None;
     }
+
+    /// Whether [`Project::quiet`] clears anything (so comparisons need to apply it).
+    const HAS_QUIET: bool = false;
+
+    /// Clear what machines read but what must not trigger a reconcile by itself when
+    /// it changes (a Lease's renewal time). The stored object keeps it. The default
+    /// clears nothing.
+    fn quiet(&mut self) {}
 }
 
 impl Project for StatefulSet {}
@@ -71,12 +80,57 @@ impl Project for Pod {
             node_name: spec.node_name,
             ..PodSpec::default()
         });
+        // A Job's pod also keeps what its containers reported when they terminated (a
+        // survey's result, in its termination message); a server pod's container
+        // statuses (restarts, probes) are dropped.
+        let job_pod = self.labels().contains_key(JOB_NAME_LABEL);
         self.status = self.status.take().map(|status| PodStatus {
             phase: status.phase,
             conditions: status.conditions,
             pod_ip: status.pod_ip,
+            container_statuses: status
+                .container_statuses
+                .filter(|_| job_pod)
+                .map(|statuses| statuses.into_iter().map(terminated_only).collect()),
             ..PodStatus::default()
         });
+    }
+}
+
+/// The label the Job controller puts on its pods.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+
+/// A container status reduced to its name and how it terminated (exit code, message).
+fn terminated_only(status: ContainerStatus) -> ContainerStatus {
+    ContainerStatus {
+        name: status.name,
+        state: status.state.map(|state| ContainerState {
+            terminated: state.terminated.map(|t| ContainerStateTerminated {
+                exit_code: t.exit_code,
+                message: t.message,
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }
+}
+
+impl Project for Lease {
+    /// Keeps metadata and the spec: holder, renewal time, duration, transitions.
+    /// A renewal alone (only `spec.renewTime` changed) is stored but triggers nothing:
+    /// the holder renews every few seconds, and the machine computes the expiry it
+    /// waits for and asks for a requeue at that time instead.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+    }
+
+    const HAS_QUIET: bool = true;
+
+    fn quiet(&mut self) {
+        if let Some(spec) = self.spec.as_mut() {
+            spec.renew_time = None;
+        }
     }
 }
 
@@ -326,6 +380,12 @@ fn same_content<K: Project>(before: &K, after: &K) -> bool {
         .meta_mut()
         .resource_version
         .clone_from(&before.meta().resource_version);
+    if K::HAS_QUIET {
+        let mut before = before.clone();
+        before.quiet();
+        after.quiet();
+        return before == after;
+    }
     *before == after
 }
 
@@ -476,6 +536,72 @@ pub(crate) mod tests {
             .await
             .expect("listed in time")
             .expect("the task ran");
+    }
+
+    fn lease(rv: &str, holder: &str, renewed: i64) -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-primary", "namespace": "ns", "resourceVersion": rv,
+                "labels": {"app.kubernetes.io/name": "beacon", "app.kubernetes.io/instance": "db"}},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                "renewTime": format!("2026-01-01T00:00:{renewed:02}.000000Z")}
+        }))
+        .expect("a Lease")
+    }
+
+    #[test]
+    fn a_lease_renewal_alone_is_stored_but_triggers_nothing() {
+        let s = Owned::<Lease>::new("beacon");
+        assert_eq!(
+            s.apply(watcher::Event::Apply(lease("1", "db-0/u", 0))),
+            [key("db")]
+        );
+        assert!(
+            s.apply(watcher::Event::Apply(lease("2", "db-0/u", 2)))
+                .is_empty()
+        );
+        let stored = s.of(Some("ns"), "db");
+        assert_eq!(stored[0].resource_version().as_deref(), Some("2"));
+        let renewed = stored[0].spec.as_ref().and_then(|s| s.renew_time.clone());
+        assert!(renewed.is_some_and(|t| t.0.as_second() % 60 == 2));
+    }
+
+    #[test]
+    fn a_new_lease_holder_triggers_the_owner() {
+        let s = Owned::<Lease>::new("beacon");
+        s.apply(watcher::Event::Apply(lease("1", "db-0/u", 0)));
+        assert_eq!(
+            s.apply(watcher::Event::Apply(lease("2", "db-1/v", 4))),
+            [key("db")]
+        );
+    }
+
+    #[test]
+    fn a_job_pod_keeps_its_termination_message_and_nothing_else_of_its_containers() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-survey-1-x", "namespace": "ns", "labels": {
+                "app.kubernetes.io/name": "beacon", "app.kubernetes.io/instance": "db",
+                "batch.kubernetes.io/job-name": "db-survey-1"}},
+            "status": {"phase": "Succeeded",
+                "containerStatuses": [{"name": "survey", "image": "pg:16", "imageID": "x",
+                    "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "message": "{}",
+                        "reason": "Completed"}}}]}
+        }))
+        .expect("a pod");
+        let s = Owned::<Pod>::from_objects("beacon", vec![pod]);
+        let stored = s.of(Some("ns"), "db");
+        let statuses = stored[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default();
+        let terminated = statuses[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.clone())
+            .expect("terminated");
+        assert_eq!(terminated.message.as_deref(), Some("{}"));
+        assert!(terminated.reason.is_none() && statuses[0].image.is_empty());
     }
 
     #[test]

@@ -60,6 +60,7 @@ pub(crate) fn describe_op(op: &Op) -> String {
         }
         Op::Delete { resource, name, .. } => format!("delete {}/{name}", resource.kind),
         Op::Label { resource, name, .. } => format!("label {}/{name}", resource.kind),
+        Op::Patch { resource, name, .. } => format!("patch {}/{name}", resource.kind),
     }
 }
 
@@ -154,8 +155,53 @@ pub async fn execute(
                 Err(e) => return Err(api_error(what)(e)),
             }
         }
+        Op::Patch {
+            resource,
+            name,
+            patch,
+            precondition,
+        } => {
+            let patch = fenced_patch(patch, precondition);
+            let params = PatchParams {
+                field_manager: Some(field_manager.to_owned()),
+                ..PatchParams::default()
+            };
+            match dynamic_api(client, namespace, resource)
+                .patch(name, &params, &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                // Gone, replaced or changed since it was read: the decision was made on
+                // a world that no longer is.
+                Err(e) if status_code(&e) == Some(404) || precondition_failed(&e) => {
+                    tracing::debug!("{what}: gone or changed since it was read; re-deciding");
+                    return Err(Error::Conflict);
+                }
+                Err(e) => return Err(api_error(what)(e)),
+            }
+        }
     }
     Ok(())
+}
+
+/// `patch` carrying the object's UID and resourceVersion as read (the API server refuses
+/// it with a 409 if either changed).
+pub(crate) fn fenced_patch(patch: &Value, precondition: &Precondition) -> Value {
+    let mut patch = patch.clone();
+    if !patch.is_object() {
+        patch = json!({});
+    }
+    if let Some(map) = patch.as_object_mut() {
+        let meta = map.entry("metadata").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert("uid".into(), precondition.uid.clone().into());
+            meta.insert(
+                "resourceVersion".into(),
+                precondition.resource_version.clone().into(),
+            );
+        }
+    }
+    patch
 }
 
 /// Whether a patch carrying a UID and resourceVersion was refused for them.
@@ -372,6 +418,21 @@ mod tests {
         assert_eq!(
             label_patch(&labels, None),
             json!({"metadata": {"labels": {"role": "primary", "old": null}}})
+        );
+    }
+
+    #[test]
+    fn a_fenced_patch_keeps_its_metadata_and_adds_the_uid_and_version_read() {
+        let read = Precondition {
+            uid: "u-1".to_owned(),
+            resource_version: "42".to_owned(),
+        };
+        let patch =
+            json!({"metadata": {"annotations": {"a": null}}, "spec": {"holderIdentity": "p/u"}});
+        assert_eq!(
+            fenced_patch(&patch, &read),
+            json!({"metadata": {"annotations": {"a": null}, "uid": "u-1", "resourceVersion": "42"},
+                "spec": {"holderIdentity": "p/u"}})
         );
     }
 

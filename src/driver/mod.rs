@@ -62,6 +62,7 @@ use serde::de::DeserializeOwned;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
@@ -223,6 +224,20 @@ pub enum Op {
         /// (a mismatch is [`Error::Conflict`]: re-read and re-decide).
         precondition: Option<Precondition>,
     },
+    /// A JSON merge patch of an existing object, only if it is still the object
+    /// `precondition` names at the version read (a mismatch or a vanished object is
+    /// [`Error::Conflict`]: re-read and re-decide). For hand-overs that must not overwrite
+    /// a concurrent write, such as a Lease's holder.
+    Patch {
+        /// The object's API.
+        resource: ApiResource,
+        /// The object's name.
+        name: String,
+        /// The merge patch (without the precondition, which is added when sent).
+        patch: serde_json::Value,
+        /// The object as read.
+        precondition: Precondition,
+    },
 }
 
 /// The identity and version of an object as it was observed, which a request must
@@ -305,6 +320,24 @@ impl Op {
         }
     }
 
+    /// Merge-patch a typed object, only if it is still the object `precondition` names
+    /// at the version read.
+    pub fn patch_if<K>(
+        name: impl Into<String>,
+        precondition: Precondition,
+        patch: serde_json::Value,
+    ) -> Self
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        Op::Patch {
+            resource: ApiResource::erase::<K>(&()),
+            name: name.into(),
+            patch,
+            precondition,
+        }
+    }
+
     /// Delete a typed object by name, preconditioned on its UID.
     pub fn delete<K>(name: impl Into<String>, uid: impl Into<String>) -> Self
     where
@@ -354,6 +387,10 @@ pub struct Cache {
     pub pdbs: Owned<PodDisruptionBudget>,
     /// PersistentVolumeClaims made from volumeClaimTemplates, projected.
     pub pvcs: Owned<PersistentVolumeClaim>,
+    /// Leases (a PostgresCluster's primary Lease). A renewal alone (a new
+    /// `spec.renewTime`) triggers no reconcile; machines that wait on a Lease's expiry
+    /// ask for a requeue.
+    pub leases: Owned<Lease>,
 }
 
 impl Cache {
@@ -368,6 +405,7 @@ impl Cache {
             configmaps: Owned::new(kind_label),
             pdbs: Owned::new(kind_label),
             pvcs: Owned::new(kind_label),
+            leases: Owned::new(kind_label),
         }
     }
 

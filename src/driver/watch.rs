@@ -239,6 +239,7 @@ impl Cache {
             owned_watch::<_, O::Resource>(client, namespace, c.configmaps),
             owned_watch::<_, O::Resource>(client, namespace, c.pdbs),
             owned_watch::<_, O::Resource>(client, namespace, c.pvcs),
+            owned_watch::<_, O::Resource>(client, namespace, c.leases),
         ];
         (cache, stream::select_all(streams))
     }
@@ -265,7 +266,8 @@ impl Cache {
         one(&self.cronjobs, "cronjobs", timeout).await?;
         one(&self.configmaps, "configmaps", timeout).await?;
         one(&self.pdbs, "poddisruptionbudgets", timeout).await?;
-        one(&self.pvcs, "persistentvolumeclaims", timeout).await
+        one(&self.pvcs, "persistentvolumeclaims", timeout).await?;
+        one(&self.leases, "leases", timeout).await
     }
 }
 

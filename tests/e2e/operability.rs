@@ -760,8 +760,10 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
             None,
             false,
         ),
+        // PostgresCluster's primary Leases are patched in any namespace, never deleted
+        // (they go with their cluster, by owner reference).
         (
-            "patch",
+            "delete",
             "leases",
             "coordination.k8s.io",
             Some(ns.as_str()),

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -388,6 +389,70 @@ impl Recorder {
     }
 }
 
+/// Stands in for `survey.sh` on KWOK pods (which run nothing): when a survey Job's pod
+/// has succeeded, writes the result a real survey would have left in its termination
+/// message, `positions` being each pod's receive and replay LSN.
+struct SurveyAnswers(JoinHandle<()>);
+
+impl SurveyAnswers {
+    fn start(env: &Env, positions: &[(&str, &str)]) -> Self {
+        let api: Api<Pod> = env.api();
+        let answer: serde_json::Map<String, serde_json::Value> = positions
+            .iter()
+            .map(|(pod, lsn)| {
+                (
+                    (*pod).to_owned(),
+                    json!({"receive": lsn, "replay": lsn, "inRecovery": true}),
+                )
+            })
+            .collect();
+        let answer = serde_json::Value::Object(answer).to_string();
+        let config = watcher::Config::default().labels("lockstep.dev/component=survey");
+        SurveyAnswers(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher(api.clone(), config));
+            while let Some(Ok(event)) = stream.next().await {
+                let (watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event else {
+                    continue;
+                };
+                let status = pod.status.clone().unwrap_or_default();
+                let statuses = status.container_statuses.unwrap_or_default();
+                let answered = statuses.iter().any(|c| {
+                    c.state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref())
+                        .is_some_and(|t| t.message.is_some())
+                });
+                if status.phase.as_deref() != Some("Succeeded") || answered {
+                    continue;
+                }
+                let image = statuses
+                    .first()
+                    .map(|c| c.image.clone())
+                    .unwrap_or_default();
+                let patch = json!({"status": {"containerStatuses": [{
+                    "name": "survey", "image": image, "imageID": "", "ready": false,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                        "message": answer}}
+                }]}});
+                let _ = api
+                    .patch_status(
+                        &pod.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
+            }
+        }))
+    }
+}
+
+impl Drop for SurveyAnswers {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Drop for Recorder {
     fn drop(&mut self) {
         for task in &self.tasks {
@@ -522,6 +587,102 @@ async fn a_new_cluster_becomes_ready_with_pod_0_primary_and_the_services_selecti
         .get("pg")
         .await
         .expect("the PodDisruptionBudget");
+
+    // Fencing: the Lease names the primary's pod (name and UID); the pods run as the
+    // instance ServiceAccount.
+    let pg0 = pods.get("pg-0").await.expect("pg-0");
+    assert_eq!(
+        lease_holder(&pg.env.api::<Lease>()).await,
+        Some(format!("pg-0/{}", pg0.uid().unwrap_or_default()))
+    );
+    assert_eq!(
+        pg0.spec.and_then(|s| s.service_account_name).as_deref(),
+        Some("pg-instance")
+    );
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get("pg-primary")
+        .await
+        .ok()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// Issue 12, bug 3: a status wiped after the primary moved (here by a failover) is
+/// adopted as the cluster runs: the Lease holder stays primary, no role moves, no pod is
+/// deleted, and the cluster is Ready again (`Adopted`).
+#[tokio::test]
+async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
+    let pg = Pg::new("pg-adopt").await;
+    let operator = pg.operator();
+    let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000060")]);
+    pg.create("pg", spec(json!({"failoverDelaySeconds": 2})))
+        .await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    pg.label_pod("pg-0", "lockstep.dev/kwok-notready", Some("true"))
+        .await;
+    pg.until("pg", "failed over to pg-1, pg-0 back as a replica", |pg| {
+        is_ready_at(pg, "postgres:16.3")
+            && primary_pod(pg) == Some("pg-1")
+            && pg
+                .status
+                .as_ref()
+                .is_some_and(|s| s.replica_pods.len() == 2)
+    })
+    .await;
+    let pods: Api<Pod> = pg.env.api();
+    let before: BTreeMap<String, (Option<String>, Option<String>)> = pods
+        .list(&Default::default())
+        .await
+        .expect("pods")
+        .items
+        .iter()
+        .filter(|p| !p.labels().contains_key("batch.kubernetes.io/job-name"))
+        .map(|p| (p.name_any(), (p.uid(), p.labels().get(ROLE).cloned())))
+        .collect();
+    let leases: Api<Lease> = pg.env.api();
+    let holder = lease_holder(&leases).await;
+    assert!(
+        holder.as_deref().is_some_and(|h| h.starts_with("pg-1/")),
+        "{holder:?}"
+    );
+    let recorder = Recorder::start(&pg.env, "pg").await;
+
+    let clusters: Api<PostgresCluster> = pg.env.api();
+    clusters
+        .patch_status(
+            "pg",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"machine": null}})),
+        )
+        .await
+        .expect("wipe the status");
+    let adopted = pg
+        .until("pg", "Ready again after the wiped status", |pg| {
+            is_ready_at(pg, "postgres:16.3") && reasons(pg).iter().any(|r| r == "Adopted")
+        })
+        .await;
+    assert_eq!(primary_pod(&adopted), Some("pg-1"));
+    let after: BTreeMap<String, (Option<String>, Option<String>)> = pods
+        .list(&Default::default())
+        .await
+        .expect("pods")
+        .items
+        .iter()
+        .filter(|p| !p.labels().contains_key("batch.kubernetes.io/job-name"))
+        .map(|p| (p.name_any(), (p.uid(), p.labels().get(ROLE).cloned())))
+        .collect();
+    assert_eq!(before, after, "no pod was recreated or relabelled");
+    assert_eq!(lease_holder(&leases).await, holder);
+    let log = recorder.log();
+    for pod in ["pg-0", "pg-1", "pg-2"] {
+        assert!(!log.contains(&format!("delete {pod}")), "{log:?}");
+    }
+    assert!(recorder.most_primaries() <= 1);
     operator.stop().await;
     pg.env.finish().await;
 }
@@ -595,6 +756,7 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
 async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_the_delay() {
     let pg = Pg::new("pg-failover").await;
     let operator = pg.operator();
+    let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000060")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 5})))
         .await;
     pg.ready_at("pg", "postgres:16.3").await;
@@ -655,6 +817,51 @@ async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_
     assert!(log.contains(&"job promote-1".to_owned()), "{log:?}");
     assert!(recorder.most_primaries() <= 1);
     assert!(recorder.most_rw_endpoints() <= 1);
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+/// Issue 12: a failover promotes the replica that received the most WAL (here pg-2),
+/// not the lowest ordinal, and records why.
+#[tokio::test]
+async fn a_failover_promotes_the_most_advanced_replica() {
+    let pg = Pg::new("pg-advanced").await;
+    let operator = pg.operator();
+    let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000148")]);
+    pg.create("pg", spec(json!({"failoverDelaySeconds": 2})))
+        .await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    pg.label_pod("pg-0", "lockstep.dev/kwok-notready", Some("true"))
+        .await;
+    let failed_over = pg
+        .until("pg", "a failover to another pod", |pg| {
+            is_ready_at(pg, "postgres:16.3") && primary_pod(pg).is_some_and(|p| p != "pg-0")
+        })
+        .await;
+    assert_eq!(primary_pod(&failed_over), Some("pg-2"));
+    let history = history(&failed_over);
+    let chosen = history
+        .iter()
+        .find(|h| h.reason == "MostAdvancedChosen")
+        .unwrap_or_else(|| panic!("no MostAdvancedChosen in {history:?}"));
+    assert!(
+        chosen.message.contains("pg-2 receive 0/3000148"),
+        "{}",
+        chosen.message
+    );
+    let reasons = reasons(&failed_over);
+    let at = |r: &str| reasons.iter().position(|x| x == r);
+    assert!(
+        at("OldPrimaryFenced") < at("MostAdvancedChosen")
+            && at("MostAdvancedChosen") < at("LeaseHandedOver"),
+        "fenced, then surveyed, then handed over: {reasons:?}"
+    );
+    let leases: Api<Lease> = pg.env.api();
+    assert!(
+        lease_holder(&leases)
+            .await
+            .is_some_and(|h| h.starts_with("pg-2/"))
+    );
     operator.stop().await;
     pg.env.finish().await;
 }

@@ -70,6 +70,29 @@ pub enum PgAction {
         /// Its resourceVersion as observed.
         version: String,
     },
+    /// Create the primary Lease `<name>-primary` (if absent), naming `holder`
+    /// (`<pod-name>/<pod-uid>`) with `renewTime` = `at`, or nobody.
+    CreateLease {
+        /// The pod allowed to be writable, if any.
+        holder: Option<String>,
+        /// The operator's clock (the renewal time the holder starts from).
+        at: chrono::DateTime<chrono::Utc>,
+    },
+    /// Hand the primary Lease to `holder` (or to nobody), only on the Lease as observed
+    /// (`uid` at `version`): a concurrent renewal or release makes it refused and
+    /// re-decided. Clears the released-by annotation; `renewTime` = `acquireTime` = `at`.
+    HandLease {
+        /// The new holder (`<pod-name>/<pod-uid>`), or nobody.
+        holder: Option<String>,
+        /// `leaseTransitions` after the hand-over.
+        transitions: i32,
+        /// The operator's clock.
+        at: chrono::DateTime<chrono::Utc>,
+        /// The Lease's UID as observed.
+        uid: String,
+        /// Its resourceVersion as observed.
+        version: String,
+    },
     /// Delete pod `ordinal` if it still has `uid`.
     DeletePod {
         /// The ordinal.
@@ -91,6 +114,16 @@ pub enum PgAction {
         /// the target must replay all it wrote before it is promoted. `None` in a
         /// failover.
         old_primary: Option<i32>,
+    },
+    /// Create the survey Job (if absent): `survey.sh` reads the WAL positions of the
+    /// standbys at `hosts` and reports them in its termination message.
+    RunSurvey {
+        /// The Job's key.
+        key: String,
+        /// The ordinals to survey.
+        hosts: Vec<i32>,
+        /// The image the Job runs (the cluster's: it has `psql`).
+        image: String,
     },
     /// Create a backup Job (if absent).
     RunBackup {
@@ -118,6 +151,11 @@ pub enum PgAction {
 /// The key of the promote Job of `attempt` against the pod `target` with `uid`.
 pub fn promote_key(target: i32, uid: &str, attempt: u32) -> String {
     format!("promote-{target}-{}-{attempt}", short_hash(&[uid]))
+}
+
+/// The key of the survey Job of the failover of the primary with `old_uid`, `attempt`.
+pub fn survey_key(old_uid: &str, attempt: u32) -> String {
+    format!("survey-{}-{attempt}", short_hash(&[old_uid]))
 }
 
 pub use crate::machines::common::on_demand::key as backup_key;

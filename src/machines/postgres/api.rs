@@ -201,6 +201,70 @@ pub struct PostgresClusterSpec {
     /// takes no final backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSpec>,
+    /// How the one writable server is fenced: the primary Lease's duration and the
+    /// clock-skew bound the operator allows for (see the machine's `# Assumptions`).
+    #[serde(default)]
+    pub fencing: FencingSpec,
+}
+
+/// The default `spec.fencing.leaseDurationSeconds`.
+pub const DEFAULT_LEASE_SECONDS: i64 = 15;
+/// The default `spec.fencing.clockSkewSeconds`.
+pub const DEFAULT_CLOCK_SKEW_SECONDS: i64 = 2;
+
+fn default_lease_seconds() -> i64 {
+    DEFAULT_LEASE_SECONDS
+}
+
+fn default_clock_skew() -> i64 {
+    DEFAULT_CLOCK_SKEW_SECONDS
+}
+
+/// Fencing: the Lease `<name>-primary` names the one pod allowed to run a writable
+/// server; its holder renews it every `R` = 2 seconds and stops its server when it
+/// cannot for `T` = ⌊L/2⌋ seconds. The operator promotes another pod only once the old
+/// holder released the Lease, its pod is gone, or `renewTime + L + S` has passed on the
+/// operator's clock.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FencingSpec {
+    /// `L`: the Lease's duration in seconds (default 15, 5 to 120). A failed primary is
+    /// replaced at the earliest `L + S` seconds after its last renewal, unless it was
+    /// seen to stop.
+    #[serde(default = "default_lease_seconds")]
+    #[x_kube(
+        validation = Rule::new("self >= 5 && self <= 120")
+            .message("spec.fencing.leaseDurationSeconds must be between 5 and 120")
+    )]
+    pub lease_duration_seconds: i64,
+    /// `S`: the most two clocks (any node's and the operator's) may differ, in seconds
+    /// (default 2, 0 to 60). Fencing is only as safe as this bound: keep the nodes'
+    /// clocks synchronized (NTP) well within it.
+    #[serde(default = "default_clock_skew")]
+    #[x_kube(
+        validation = Rule::new("self >= 0 && self <= 60")
+            .message("spec.fencing.clockSkewSeconds must be between 0 and 60")
+    )]
+    pub clock_skew_seconds: i64,
+}
+
+impl Default for FencingSpec {
+    fn default() -> Self {
+        Self {
+            lease_duration_seconds: DEFAULT_LEASE_SECONDS,
+            clock_skew_seconds: DEFAULT_CLOCK_SKEW_SECONDS,
+        }
+    }
+}
+
+impl FencingSpec {
+    /// `T`: how long the holder keeps its server writable without a successful renewal.
+    pub fn fence_seconds(&self) -> i64 {
+        self.lease_duration_seconds / 2
+    }
+
+    /// `R`: how often the holder renews.
+    pub const RENEW_SECONDS: i64 = 2;
 }
 
 /// The backup destination and the backup Jobs' pod.

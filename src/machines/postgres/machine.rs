@@ -2,7 +2,7 @@
 //! whose roles the operator assigns with the pod label `lockstep.dev/role`.
 //!
 //! ```text
-//!  [*] ─► Creating ──ClusterCreated──► Ready ◄─────────────PrimaryRecovered──┐
+//!  [*] ─► Creating ──ClusterCreated, Adopted──► Ready ◄─────PrimaryRecovered──┐
 //!          │ ▲ CredentialsGenerated    │ │ │ ▲                               │
 //!          └─┘                         │ │ │ └ BackupSucceeded/Failed/… ─ BackingUp
 //!          └─MixedImages─┐   ImageChanged│ │ └ BackupRequested ─────────────►│
@@ -12,7 +12,8 @@
 //!   Replanned, ImageChanged └──┘          │ PrimaryOutsideScale               │
 //!                        │ SwitchoverStarted ▼                                │
 //!                        └──────────► SwitchingOver ──SwitchoverCompleted──► Upgrading | Ready
-//!                                      │  ▲  OldPrimaryDemoted, PromotionRetried, TargetChanged
+//!                                      │  ▲  OldPrimaryDemoted, LeaseHandedOver, LeaseLost,
+//!                                      │  │  PromotionRetried, TargetChanged
 //!    Ready, Scaling, Upgrading,        │  └──┘
 //!    BackingUp ──PrimaryNotReady──► PrimaryLost ──FailoverStarted──► SwitchingOver(failover)
 //!                                                                    ──FailoverCompleted──► Ready
@@ -38,39 +39,108 @@
 //! first, then a **switchover** to an upgraded Ready replica, then the old primary,
 //! which rejoins as a standby (the entrypoint rewinds it).
 //!
-//! **SwitchingOver** (for an upgrade, a scale-down below the primary, or a failover):
+//! **Fencing.** The Lease `<name>-primary` (coordination.k8s.io) names the one pod,
+//! `<pod-name>/<pod-uid>`, allowed to run a writable server. The pods run as
+//! `<name>-instance`, whose Role may get, update and patch that Lease and nothing else.
+//! The holder's agent (in the entrypoint, `scripts/README.md`) renews it every `R` = 2 s
+//! with its own clock as `renewTime`, and stops its server at once (`pg_ctl stop -m
+//! immediate`) when the Lease names someone else or nobody, when its role label is not
+//! `primary`, or when no renewal succeeded for `T` = ⌊L/2⌋ seconds; a server stopped on
+//! purpose (a demotion) releases the Lease (`lockstep.dev/released-by`). A pod starts a
+//! writable server only while it holds the Lease. The operator is the only one who hands
+//! the Lease to a new holder, with a merge patch fenced on the Lease's resourceVersion as
+//! read, and only once the current holder is **certainly fenced**: it released the Lease,
+//! or its pod (that UID) is no longer observed, or `renewTime + L + S` has passed on the
+//! operator's clock (`L` = `spec.fencing.leaseDurationSeconds`, `S` =
+//! `spec.fencing.clockSkewSeconds`), or a person asserted it (`lockstep.dev/fenced`).
+//! Renewals alone trigger no reconcile: a wait computes the expiry and asks for a
+//! requeue at that time.
+//!
+//! **SwitchingOver** (for an upgrade, a scale-down or a failover):
 //! 1. the target is chosen and persisted with the old primary's UID (*intent first*);
 //! 2. `Demote`: the old primary is labelled `demoted`, so `-rw` selects nobody from here
-//!    on and `-ro` does not route to the still-writable old primary either (a failover
-//!    also deletes the failed primary, UID-preconditioned, so it can only
-//!    come back as a standby); persisted only after the label is in;
-//! 3. `Promote`: the promote Job (`promote.sh`: `pg_promote()` over the network) runs
-//!    against the target, which must be Ready; the target is labelled `demoted` when
-//!    the Job is created (out of `-ro` before it can become writable). In a planned switchover it first ends
-//!    the old primary's client sessions and waits until the target has replayed all
-//!    the old primary wrote, so no acknowledged commit is lost. A failed attempt is
-//!    retried with backoff as a new Job, and a target that is no longer Ready is
-//!    replaced by another Ready one;
-//! 4. once the Job succeeded, one transition carries both label moves, the old primary
+//!    on and `-ro` does not route to the old primary either, and its agent stops its
+//!    server (a failover also deletes the failed primary, UID-preconditioned, so it can
+//!    only come back as a standby); persisted only after the label is in;
+//! 3. `Fence`: the machine waits until the Lease's holder is certainly fenced (looking
+//!    again at the expiry; Degraded with a Warning Event past `L + S` + 30 s), then
+//!    hands the Lease to the target in the transition to `Promote` (a target that is no
+//!    longer a Ready replica is replaced first);
+//! 4. `Promote`: the target, holding the Lease, is labelled `primary` (its agent would
+//!    stop a promoted server labelled otherwise; the old primary is `demoted`, so `-rw`
+//!    selects at most one pod), and once the label is observed the promote Job
+//!    (`promote.sh`: `pg_promote()` over the network) runs against it. In a planned
+//!    switchover it first waits until the target has replayed all the old primary
+//!    wrote, so no acknowledged commit is lost. A failed attempt is retried with backoff
+//!    as a new Job, and a target that is no longer Ready is replaced by another Ready one
+//!    (back to `Fence`: the Lease names the previous target). If the Lease no longer
+//!    names the target, back to `Fence` (`LeaseLost`);
+//! 5. once the Job succeeded, one transition carries both label moves, the old primary
 //!    to `demoted` (`replica` if it was already recreated) first and then the target to
-//!    `primary`: `-rw` never selects two pods. The old primary is labelled `replica`
-//!    only once it has restarted: a new pod (new UID) is labelled `replica`.
+//!    `primary`. The old primary is labelled `replica` only once it has restarted: a new
+//!    pod (new UID) is labelled `replica`.
 //!
 //! **Failover.** When the primary is not Ready, the machine moves to `PrimaryLost`; if
-//! the primary is still not Ready `spec.failoverDelaySeconds` later, a Ready replica is
-//! promoted as above, and the history, the `PrimaryAvailable` condition and
-//! `status.lastFailover` say why.
+//! the primary is still not Ready `spec.failoverDelaySeconds` later, a failover begins
+//! (with a provisional target): `Demote` labels and deletes the failed primary; `Fence`
+//! waits until it is certainly fenced (so no WAL moves any more); `Survey` runs the
+//! survey Job (`survey.sh` against every other live pod, its result in the Job pod's
+//! termination message) and records the most advanced Ready standby it read (highest
+//! receive LSN, then replay LSN, then the lowest ordinal) as the target, with the
+//! positions (`MostAdvancedChosen`, intent first; a standby the survey did not reach is
+//! never chosen); then `Fence` hands it the Lease and `Promote` promotes it as above. The
+//! history, the `PrimaryAvailable` condition and `status.lastFailover` say why.
+//!
+//! **Creating and a lost status.** A new cluster (no Lease, no role labels) creates the
+//! Lease naming pod 0 before pod 0 is labelled `primary`. A cluster whose status was
+//! lost is adopted as it runs: the pod the Lease names (if that pod, with that UID,
+//! exists) is the primary; otherwise the ordinal the Lease or its last releaser named
+//! (its pod was recreated), else the one pod labelled `primary`, else the one pod not
+//! labelled `replica`, gets the Lease once its holder is certainly fenced (a missing
+//! Lease is created naming nobody, so that any former holder's window runs out first).
+//! Nothing else is relabelled primary, deleted or restarted; with all instances Ready
+//! the cluster is Ready again (`Adopted`, or `ClusterCreated` when pod 0 is primary and
+//! the Lease never moved: indistinguishable from a bootstrap). When it is ambiguous
+//! (several pods labelled `primary`, or none and several unlabelled), the machine holds
+//! Degraded until `lockstep.dev/adopt-primary: <pod-name>` names the primary.
+//!
+//! **Design.** The Lease plays the part of Patroni's leader key: a record with a time to
+//! live in a store every member reads (here the API server), which only its holder
+//! renews; Patroni demotes a primary as soon as an update of its key fails, and its
+//! replicas take over only once the key has expired. Lockstep keeps the expiry rule but
+//! lets the operator, not the replicas, decide, and counts the clock-skew bound `S`
+//! explicitly, because the holder's renewal time is its own clock. From CloudNativePG
+//! come the in-pod supervisor (its instance manager runs as the container's first
+//! process and owns the postmaster's lifecycle and probes) and the idea behind its
+//! primary isolation check: a primary that can no longer reach the API server must not
+//! go on accepting writes, so the pod fences itself rather than waiting for the
+//! operator. The liveness probe fails only for a server that does not answer at all.
 //!
 //! # Guarantees
+//! - **At most one writable server**, under a partition, a slow kubelet, a deposed
+//!   operator and a lost status, given the assumptions below: a server is writable only
+//!   while its pod holds the Lease and is labelled `primary` and renews within `T`; the
+//!   Lease changes holder only by the operator's fenced hand-over, made only once the old
+//!   holder is certainly fenced; a promotion runs only against the Lease's holder.
 //! - **At most one pod carries the primary label.** A pod is labelled `primary` only if
-//!   the persisted state names it; the state names a new primary only through a
-//!   switchover, whose last transition labels the old primary `demoted` before the new
-//!   one `primary` (and waits while the old primary's pod is not observed at all).
+//!   the persisted state names it, or mid-switchover if it holds the Lease (after the old
+//!   primary was labelled `demoted`); the last transition labels the old primary
+//!   `demoted` before the new one `primary` (and waits while the old primary's pod is not
+//!   observed at all).
 //! - **No pod labelled `replica` is writable** (`-ro` never routes to a primary): a pod
-//!   that is or may be a primary (labelled `primary` or `demoted`, or a promote target)
-//!   is labelled `demoted` until it is recreated.
-//! - **A replica that is not Ready is never promoted**: the promote Job is created only
-//!   for a target observed Ready with the UID the intent recorded.
+//!   that is or may be a primary (labelled `primary` or `demoted`) is labelled `demoted`
+//!   until it is recreated.
+//! - **A replica that is not Ready is never promoted**: the Lease is handed, and the
+//!   promote Job created, only for a target observed Ready with the UID the intent
+//!   recorded.
+//! - **A planned switchover loses no acknowledged commit**: the target replays all the
+//!   old primary wrote before it is promoted.
+//! - **A failover promotes the most advanced available replica**: among the Ready
+//!   standbys a survey read after the old primary was certainly fenced, the one that
+//!   received the most WAL.
+//! - **A lost status never labels a second primary**, never runs `initdb` over existing
+//!   data (the entrypoint keeps a data directory) and never promotes a replica while a
+//!   primary holds the Lease.
 //! - **Replicas are upgraded before the primary**, and the serving primary is never
 //!   deleted for an upgrade while another instance could take over: it first hands the
 //!   role over by switchover.
@@ -82,17 +152,34 @@
 //! - **Backups.** S3 and database credentials reach Jobs only as secret references; the
 //!   finalizer is held until a final backup Job succeeded or the user skipped it.
 //! - **Quiet at rest.** Owned objects are re-applied only when the rendered object is not
-//!   contained in the live one, labels only when they differ. At rest the machine looks
-//!   again every `RESYNC` (five minutes) without any event (reading caches only), so a missed watch
-//!   event cannot postpone noticing a failed primary for longer.
+//!   contained in the live one, labels only when they differ, the Lease only when it does
+//!   not name the primary's pod; its renewals trigger nothing. At rest the machine looks
+//!   again every `RESYNC` (five minutes) without any event (reading caches only), so a
+//!   missed watch event cannot postpone noticing a failed primary for longer.
 //!
 //! # Assumptions
+//! - **Clocks.** Any node's clock and the operator's differ by at most `S` =
+//!   `spec.fencing.clockSkewSeconds` (default 2 s); keep them synchronized (NTP) well
+//!   within it. With `T` = ⌊L/2⌋ and `R` = 2, `T + R + 1 ≤ L` for every allowed `L`
+//!   (5..120, default 15), so a holder has stopped by `renewTime + T + R + 1` on its own
+//!   clock, at the latest `renewTime + L + S` on the operator's.
+//! - **The pods do their part** (`scripts/README.md`): the holder renews with its own
+//!   clock taken before the request, measures `T` on a monotonic clock, stops its server
+//!   at once (bounded, then SIGKILL) when it must, releases the Lease only after its
+//!   server is down, and starts a writable server only while it holds the Lease and is
+//!   labelled `primary`. A pod that restarts with a changed `spec.fencing` uses the new
+//!   values; the operator waits for the larger of the Lease's and the spec's `L`.
+//! - **A pod that is gone is down**: a pod object deleted and absent (its UID no longer
+//!   observed) no longer runs a server (the kubelet killed its containers before the
+//!   object went, or its node was removed). A person who force-deletes a pod on an
+//!   unreachable node takes this on.
 //! - The StatefulSet controller recreates deleted pods (`OnDelete`, `Parallel`) as
 //!   `<name>-<ordinal>`, from the current template, with the same volume claim.
 //! - A pod reads its role label when it starts (the entrypoint waits for the label), and
 //!   its readiness probe (`pg_isready`) is what "Ready" means here.
-//! - Only Lockstep writes `lockstep.dev/role`. Volume claims are not deleted by hand (a
-//!   primary that lost its data would bootstrap an empty cluster).
+//! - Only Lockstep writes `lockstep.dev/role`, and only Lockstep and the holder's agent
+//!   write the Lease. Volume claims are not deleted by hand (a primary that lost its data
+//!   would bootstrap an empty cluster).
 //! - Failover measures `failoverDelaySeconds` from when the operator first saw the
 //!   primary not Ready (`PrimaryLost` entered), so a stopped operator delays it.
 //! - A change of `spec.replicas` during an upgrade or a switchover waits until it is done.
@@ -100,14 +187,18 @@
 //! # Errors
 //! `decide` has no error path. A failing promote or backup Job is a Degraded stay naming
 //! the Job and its reason; a blocked step (no Ready replica to promote, a scale-down
-//! below the primary with nobody to hand over to) is a Degraded stay saying what would
-//! unblock it. States have deadlines ([`Machine::deadline`]) after which a silent stall
+//! below the primary with nobody to hand over to, a Lease holder that may still be
+//! writable past `L + S` + 30 s, an ambiguous adoption) is a Degraded stay saying what
+//! would unblock it (the escape hatches `lockstep.dev/fenced: <pod>/<uid>` and
+//! `lockstep.dev/adopt-primary: <pod>`). A hand-over refused because the Lease changed
+//! since it was read is a conflict: re-read and re-decided. States have deadlines ([`Machine::deadline`]) after which a silent stall
 //! is reported.
 
 use std::time::Duration;
 
 use super::actions::PgAction;
 use super::api::PostgresClusterSpec;
+use super::decide::fencing::keep_lease;
 use super::decide::{
     D, backing_up::backing_up, creating::creating, finalizing::begin_finalizing,
     finalizing::finalizing, primary_lost::primary_lost, ready::ready, scaling::scaling,
@@ -116,7 +207,40 @@ use super::decide::{
 use super::observe::Observed;
 use super::state::{PgKind, PgState};
 use super::table::{TABLE, reason::FINALIZED};
-use crate::engine::{Decision, Edge, Machine, World};
+use crate::engine::{Decision, Edge, Machine, Wait, World};
+
+/// In a state naming the primary (not Creating, not mid-switchover), a stay also keeps
+/// the primary Lease naming the primary's pod ([`keep_lease`]), and looks again when a
+/// holder that may still be writable would expire.
+fn keep_lease_at_rest(
+    spec: &PostgresClusterSpec,
+    state: &PgState,
+    world: &World<Observed>,
+    d: crate::machines::postgres::decide::D,
+) -> crate::machines::postgres::decide::D {
+    let primary = match state {
+        PgState::Ready { cluster }
+        | PgState::Scaling { cluster, .. }
+        | PgState::Upgrading { cluster, .. }
+        | PgState::PrimaryLost { cluster }
+        | PgState::BackingUp { cluster, .. } => cluster.primary,
+        _ => return d,
+    };
+    let Decision::Stay { wait, .. } = &d else {
+        return d;
+    };
+    let (moves, wake) = keep_lease(spec, primary, &world.observed, world.now);
+    let wait = match (*wait, wake) {
+        (Wait::Requeue(w), Some(v)) => Some(w.min(v)),
+        (Wait::Watch, Some(v)) => Some(v),
+        (_, None) => None,
+    };
+    let d = d.with_actions(moves);
+    match wait {
+        Some(w) => d.requeue(w),
+        None => d,
+    }
+}
 use crate::machines::common::annotations::BACKUP_NOW;
 use crate::machines::common::on_demand;
 
@@ -152,10 +276,10 @@ impl Machine for Postgres {
             };
         }
         let o = &world.observed;
-        match state {
+        let d = match state {
             PgState::Creating {
                 credentials_created,
-            } => creating(spec, *credentials_created, o),
+            } => creating(spec, *credentials_created, world),
             PgState::Ready { cluster } => ready(spec, cluster, world.acked(BACKUP_NOW), o),
             PgState::Scaling {
                 cluster,
@@ -175,7 +299,8 @@ impl Machine for Postgres {
             PgState::Finalizing { .. } | PgState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
             }
-        }
+        };
+        keep_lease_at_rest(spec, state, world, d)
     }
 
     fn is_ready(state: &PgState) -> bool {

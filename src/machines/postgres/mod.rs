@@ -26,9 +26,11 @@
 //! no password is ever read, logged or written to the status.
 //!
 //! # Assumptions
-//! The driver's cache watches pods, Jobs, CronJobs, StatefulSets, Services, ConfigMaps
-//! and PodDisruptionBudgets carrying the standard labels, which every rendered object
-//! (and every pod made from the StatefulSet) carries.
+//! The driver's cache watches pods, Jobs, CronJobs, StatefulSets, Services, ConfigMaps,
+//! PodDisruptionBudgets and Leases carrying the standard labels, which every rendered
+//! object (and every pod made from the StatefulSet) carries. The pods' ServiceAccount,
+//! Role and RoleBinding are not watched: they are applied with the StatefulSet (before
+//! it, since a pod needs its ServiceAccount), and restored whenever it is.
 //!
 //! # Errors
 //! Rendering fails only for an owner without a UID (never for an object read from the
@@ -49,6 +51,7 @@ pub mod table;
 mod tests;
 
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
@@ -102,9 +105,31 @@ impl Operator for Postgres {
             PgAction::EnsureScripts => vec![Op::apply(&render::scripts(object)?)?],
             PgAction::EnsureService(kind) => vec![Op::apply(&render::service(object, *kind)?)?],
             PgAction::EnsurePdb => vec![Op::apply(&render::pdb(object)?)?],
-            PgAction::EnsureStatefulSet { image, replicas } => {
-                vec![Op::apply(&render::statefulset(object, image, *replicas)?)?]
+            // The pods' ServiceAccount, Role and RoleBinding go with the StatefulSet:
+            // a pod cannot be created before its ServiceAccount exists.
+            PgAction::EnsureStatefulSet { image, replicas } => vec![
+                Op::apply(&render::service_account(object)?)?,
+                Op::apply(&render::instance_role(object)?)?,
+                Op::apply(&render::instance_binding(object)?)?,
+                Op::apply(&render::statefulset(object, image, *replicas)?)?,
+            ],
+            PgAction::CreateLease { holder, at } => {
+                vec![Op::create(&render::lease(object, holder.as_deref(), *at)?)?]
             }
+            PgAction::HandLease {
+                holder,
+                transitions,
+                at,
+                uid,
+                version,
+            } => vec![Op::patch_if::<Lease>(
+                render::lease_name(object),
+                Precondition {
+                    uid: uid.clone(),
+                    resource_version: version.clone(),
+                },
+                render::lease_hand_over(object, holder.as_deref(), *transitions, *at),
+            )],
             PgAction::Label {
                 ordinal,
                 role,
@@ -136,6 +161,9 @@ impl Operator for Postgres {
                     image,
                     *old_primary,
                 )?)?]
+            }
+            PgAction::RunSurvey { key, hosts, image } => {
+                vec![Op::create(&render::survey_job(object, key, hosts, image)?)?]
             }
             PgAction::RunBackup { key, kind } => render::backup_job(object, key, *kind)?
                 .map(|job| Op::create(&job))

@@ -6,13 +6,16 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::actions::{PgAction, Role, ServiceKind};
-use super::api::PostgresCluster;
+use super::api::{DEFAULT_LEASE_SECONDS, PostgresCluster};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use crate::driver::Cache;
+use crate::driver::cache::JOB_NAME_LABEL;
 use crate::machines::common::annotations;
 use crate::machines::common::jobs::JobView;
 use crate::machines::common::observe as common;
@@ -125,7 +128,21 @@ pub struct Requests {
     pub skip_final_backup: bool,
     /// [`annotations::RETRY_PROMOTE`].
     pub retry_promote: Option<String>,
+    /// [`ADOPT_PRIMARY`]: the pod a person says is the primary, when a lost status
+    /// cannot be re-adopted unambiguously.
+    pub adopt_primary: Option<String>,
+    /// [`FENCED`]: the Lease holder (`<pod-name>/<pod-uid>`) a person says is certainly
+    /// no longer writable (its node is powered off), when the operator cannot tell.
+    pub fenced: Option<String>,
 }
+
+/// Escape hatch: `lockstep.dev/adopt-primary: <pod-name>` names the primary when a
+/// cluster whose status was lost cannot be re-adopted unambiguously.
+pub const ADOPT_PRIMARY: &str = "lockstep.dev/adopt-primary";
+/// Escape hatch: `lockstep.dev/fenced: <pod-name>/<pod-uid>` asserts that this Lease
+/// holder's server is certainly down (for example its node is powered off), so a
+/// failover need not wait for its Lease to expire or its pod to go.
+pub const FENCED: &str = "lockstep.dev/fenced";
 
 impl Requests {
     /// Read the requests from an object's annotations.
@@ -134,8 +151,50 @@ impl Requests {
             backup_now: annotations::token(a, annotations::BACKUP_NOW),
             skip_final_backup: annotations::flag(a, annotations::SKIP_FINAL_BACKUP),
             retry_promote: annotations::token(a, annotations::RETRY_PROMOTE),
+            adopt_primary: annotations::token(a, ADOPT_PRIMARY),
+            fenced: annotations::token(a, FENCED),
         }
     }
+}
+
+/// The primary Lease `<name>-primary` as observed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseView {
+    /// `spec.holderIdentity` (`<pod-name>/<pod-uid>`), `None` when absent or empty.
+    pub holder: Option<String>,
+    /// `spec.renewTime`: the holder's clock when it started its last successful renewal
+    /// (or the operator's when it handed the Lease over).
+    pub renewed: Option<DateTime<Utc>>,
+    /// `spec.leaseDurationSeconds` (`L`).
+    pub duration: i64,
+    /// `spec.leaseTransitions`.
+    pub transitions: i32,
+    /// The annotation [`RELEASED_BY`]: the holder that stopped its server on purpose
+    /// and gave the Lease up.
+    pub released_by: Option<String>,
+    /// Its UID.
+    pub uid: String,
+    /// Its resourceVersion as read: a hand-over is made only on the Lease as observed.
+    pub version: String,
+}
+
+impl LeaseView {
+    /// When a holder that renewed at `renewed` is certainly no longer writable by the
+    /// operator's clock: `renewTime + L + S` (`S` = `skew`). `None` without a renewal
+    /// time (a holder never confirmed by a renewal or a hand-over).
+    pub fn expires(&self, skew: i64) -> Option<DateTime<Utc>> {
+        self.renewed
+            .map(|r| r + chrono::Duration::seconds(self.duration.saturating_add(skew)))
+    }
+}
+
+/// The Lease annotation a holder writes when it stopped its server on purpose and
+/// cleared `holderIdentity`: `<pod-name>/<pod-uid>`.
+pub const RELEASED_BY: &str = "lockstep.dev/released-by";
+
+/// `<pod-name>/<pod-uid>`: how a Lease names its holder.
+pub fn holder_identity(pod: &str, uid: &str) -> String {
+    format!("{pod}/{uid}")
 }
 
 /// Everything the machine sees of the world.
@@ -155,6 +214,10 @@ pub struct Observed {
     pub cronjob: Option<CronJobView>,
     /// Annotation requests.
     pub requests: Requests,
+    /// The primary Lease, if it exists.
+    pub lease: Option<LeaseView>,
+    /// The termination messages of owned Jobs' pods, by Job name (a survey's result).
+    pub job_results: BTreeMap<String, String>,
 }
 
 impl Observed {
@@ -181,6 +244,22 @@ impl Observed {
     pub(super) fn serving(&self, ordinal: i32) -> bool {
         self.pods.get(&ordinal).is_some_and(PodView::serving)
     }
+
+    /// `<pod-name>/<pod-uid>` of the pod at `ordinal`, if it exists.
+    pub fn identity(&self, ordinal: i32) -> Option<String> {
+        self.pods
+            .get(&ordinal)
+            .map(|p| holder_identity(&self.pod_name(ordinal), &p.uid))
+    }
+
+    /// The ordinal of the pod a Lease holder identity names, if that pod (with that
+    /// UID) is observed.
+    pub fn holder_ordinal(&self, holder: &str) -> Option<i32> {
+        self.pods
+            .keys()
+            .copied()
+            .find(|k| self.identity(*k).as_deref() == Some(holder))
+    }
 }
 
 /// What the machine needs to know of a PostgreSQL pod.
@@ -195,6 +274,27 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .get(ROLE_LABEL)
             .and_then(|r| r.parse::<Role>().ok()),
         version: pod.metadata.resource_version.clone().unwrap_or_default(),
+    }
+}
+
+/// What the machine needs to know of the primary Lease.
+pub fn lease_view(lease: &Lease) -> LeaseView {
+    let spec = lease.spec.clone().unwrap_or_default();
+    LeaseView {
+        holder: spec.holder_identity.filter(|h| !h.is_empty()),
+        // Rounded up to the second: an expiry is never computed early.
+        renewed: spec.renew_time.map(|t| {
+            let up = i64::from(t.0.subsec_nanosecond() > 0);
+            DateTime::<Utc>::from_timestamp(t.0.as_second().saturating_add(up), 0)
+                .unwrap_or_default()
+        }),
+        duration: spec
+            .lease_duration_seconds
+            .map_or(DEFAULT_LEASE_SECONDS, i64::from),
+        transitions: spec.lease_transitions.unwrap_or(0),
+        released_by: lease.annotations().get(RELEASED_BY).cloned(),
+        uid: lease.metadata.uid.clone().unwrap_or_default(),
+        version: lease.metadata.resource_version.clone().unwrap_or_default(),
     }
 }
 
@@ -251,7 +351,30 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         || render::cronjob(pg).ok().flatten(),
     );
 
+    let lease = common::named(
+        Cache::owned_by(&cache.leases, pg, KIND_LABEL),
+        &render::lease_name(pg),
+    )
+    .map(|l| lease_view(&l));
+
+    let job_results = Cache::owned_by(&cache.pods, pg, KIND_LABEL)
+        .iter()
+        .filter_map(|p| {
+            let job = p.labels().get(JOB_NAME_LABEL)?.clone();
+            let message = p
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())?;
+            Some((job, message))
+        })
+        .collect();
+
     Observed {
+        job_results,
+        lease,
         name,
         in_sync: in_sync_flags,
         statefulset,

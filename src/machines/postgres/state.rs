@@ -32,7 +32,14 @@ pub struct PodRef {
 pub enum SwitchStep {
     /// The target is chosen; the old primary is about to lose its label.
     Demote,
-    /// The old primary is labelled demoted; the promote Job runs against the target.
+    /// The old primary is labelled demoted; waiting until the Lease holder is certainly
+    /// fenced (it released the Lease, its pod is gone, or its Lease expired), then the
+    /// Lease is handed to the target.
+    Fence,
+    /// Failover: the old primary is certainly fenced; a survey Job reads every standby's
+    /// WAL positions, and the most advanced Ready one becomes the target.
+    Survey,
+    /// The target holds the Lease; the promote Job runs against it.
     Promote,
 }
 
@@ -45,6 +52,18 @@ pub enum SwitchCause {
     Scale,
     /// The primary was not Ready for longer than `failoverDelaySeconds`. Back to Ready.
     Failover,
+}
+
+/// A standby's WAL positions as a failover's survey read them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Surveyed {
+    /// The ordinal.
+    pub ordinal: i32,
+    /// `pg_last_wal_receive_lsn()`.
+    pub receive: String,
+    /// `pg_last_wal_replay_lsn()`.
+    pub replay: String,
 }
 
 /// A switchover in progress: the intent, persisted before anything moves.
@@ -72,6 +91,13 @@ pub struct Switchover {
     /// The last `retry-promote` token acted on (or present when the switchover began).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_ack: Option<String>,
+    /// Failover: the survey attempt, from 1 (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survey_attempt: Option<u32>,
+    /// Failover: the standbys' WAL positions the target was chosen from (recorded with
+    /// the choice, before the Lease is handed to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surveyed: Option<Vec<Surveyed>>,
 }
 
 fn first_attempt() -> u32 {

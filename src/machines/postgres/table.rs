@@ -54,6 +54,21 @@ pub mod reason {
     pub const SWITCHOVER_COMPLETED: &str = "SwitchoverCompleted";
     /// Edge: the target is promoted and labelled primary after a failover.
     pub const FAILOVER_COMPLETED: &str = "FailoverCompleted";
+    /// Edge: the Lease holder is certainly fenced; the Lease is handed to the target.
+    pub const LEASE_HANDED_OVER: &str = "LeaseHandedOver";
+    /// Edge: failover: the old primary is certainly fenced; the standbys are surveyed.
+    pub const OLD_PRIMARY_FENCED: &str = "OldPrimaryFenced";
+    /// Edge: failover: the survey read the standbys' WAL positions; the most advanced
+    /// Ready one is the target (recorded with the positions).
+    pub const MOST_ADVANCED_CHOSEN: &str = "MostAdvancedChosen";
+    /// Edge: failover: the survey Job failed; another attempt runs.
+    pub const SURVEY_RETRIED: &str = "SurveyRetried";
+    /// Edge: mid-promotion, the Lease no longer names the target; it is fenced again.
+    pub const LEASE_LOST: &str = "LeaseLost";
+    /// Edge: a cluster whose status was lost is adopted: the Lease holder (or the one pod
+    /// labelled primary) is the primary; nothing is relabelled primary, deleted or
+    /// restarted.
+    pub const ADOPTED: &str = "Adopted";
     /// Edge: the primary is not Ready.
     pub const PRIMARY_NOT_READY: &str = "PrimaryNotReady";
     /// Edge: the lost primary is Ready again before the failover began.
@@ -82,6 +97,17 @@ pub mod reason {
     pub const NO_PROMOTION_TARGET: &str = "NoPromotionTarget";
     /// Stay (Degraded): the primary is not Ready; waiting `failoverDelaySeconds`.
     pub const AWAITING_FAILOVER: &str = "AwaitingFailover";
+    /// Stay (Degraded after `L + S` + 30 s): the Lease holder may still be writable.
+    pub const WAITING_FOR_FENCE: &str = "WaitingForFence";
+    /// Stay: the survey Job reads the standbys' WAL positions.
+    pub const SURVEYING: &str = "Surveying";
+    /// Stay (Degraded): the survey Job failed; waiting to retry.
+    pub const SURVEY_FAILED: &str = "SurveyFailed";
+    /// Stay: the primary Lease is created or handed to the primary before it is labelled.
+    pub const WAITING_FOR_LEASE: &str = "WaitingForLease";
+    /// Stay (Degraded): a lost status cannot be re-adopted unambiguously; waiting for
+    /// `lockstep.dev/adopt-primary`.
+    pub const ADOPTION_AMBIGUOUS: &str = "AdoptionAmbiguous";
     /// Stay: the old primary's pod must be seen before the primary label moves.
     pub const WAITING_FOR_OLD_PRIMARY: &str = "WaitingForOldPrimary";
 }
@@ -106,6 +132,7 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         Creating: CREDENTIALS_GENERATED, "no spec.credentialsSecret: <name>-credentials was created with random passwords", by::CREATING;
         Ready: CLUSTER_CREATED, "every instance is Ready with its role at the spec's image", by::CREATING;
         Upgrading: MIXED_IMAGES, "every instance is Ready but some run an earlier image of the spec", by::CREATING;
+        Ready: ADOPTED, "a lost status: the pods and the primary Lease of a running cluster are adopted as they are", by::CREATING;
     }
     Ready -> Upgrading: IMAGE_CHANGED, "spec.version or spec.image changed (or an instance runs another image)", by::READY;
     Upgrading -> {
@@ -127,6 +154,11 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         SwitchingOver: OLD_PRIMARY_DEMOTED, "the old primary is labelled demoted (a failed one is also deleted): neither -rw nor -ro selects it", by::SWITCHING_OVER;
         SwitchingOver: PROMOTION_RETRIED, "the promote Job failed and its backoff is over (within its retry limit, or lockstep.dev/retry-promote has a new token)", by::SWITCHING_OVER;
         SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SWITCHING_OVER;
+        SwitchingOver: LEASE_HANDED_OVER, "the Lease holder is certainly fenced (released, pod gone, or renewTime + L + S passed): the Lease names the target", by::SWITCHING_OVER;
+        SwitchingOver: OLD_PRIMARY_FENCED, "failover: the old primary is certainly fenced; a survey Job reads the standbys' WAL positions", by::SWITCHING_OVER;
+        SwitchingOver: MOST_ADVANCED_CHOSEN, "failover: the most advanced Ready standby of the survey (receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
+        SwitchingOver: SURVEY_RETRIED, "failover: the survey Job failed and its backoff is over", by::SWITCHING_OVER;
+        SwitchingOver: LEASE_LOST, "mid-promotion the Lease no longer names the target: its holder is fenced again first", by::SWITCHING_OVER;
         Upgrading: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; the old primary is upgraded next", by::SWITCHING_OVER;
         Ready: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; scaling follows", by::SWITCHING_OVER;
         Ready: FAILOVER_COMPLETED, "a Ready replica is promoted and labelled primary in place of the failed one", by::SWITCHING_OVER;

@@ -27,6 +27,7 @@ fn cache(statefulsets: Vec<StatefulSet>, pods: Vec<Pod>) -> Cache {
         configmaps: store(Vec::new()),
         pdbs: store(Vec::new()),
         pvcs: store(Vec::new()),
+        leases: store(Vec::new()),
     }
 }
 

@@ -1,15 +1,24 @@
-//! Creating: credentials first, then every instance Ready with its role; pod 0 is the
-//! primary.
+//! Creating: credentials first, then the primary Lease naming the primary's pod, then
+//! every instance Ready with its role. A new cluster's primary is pod 0; a cluster whose
+//! status was lost is adopted as it runs (see [`choose_primary`]).
 
-use super::{D, stay, upkeep};
-use crate::engine::Decision;
-use crate::machines::postgres::actions::{PgAction, spec_image};
+use std::time::Duration;
+
+use super::fencing::{Fence, fence, hand, wait_for};
+use super::{D, label_moves, objects, stay};
+use crate::engine::{Decision, World};
+use crate::machines::postgres::actions::{PgAction, Role, spec_image};
 use crate::machines::postgres::api::PostgresClusterSpec;
-use crate::machines::postgres::observe::Observed;
+use crate::machines::postgres::observe::{ADOPT_PRIMARY, Observed};
 use crate::machines::postgres::state::{PgState, Topology};
 use crate::machines::postgres::table::reason::*;
 
-pub(crate) fn creating(spec: &PostgresClusterSpec, credentials_created: bool, o: &Observed) -> D {
+pub(crate) fn creating(
+    spec: &PostgresClusterSpec,
+    credentials_created: bool,
+    world: &World<Observed>,
+) -> D {
+    let o = &world.observed;
     if spec.credentials_secret.is_none() && !credentials_created {
         return Decision::go(
             PgState::Creating {
@@ -22,14 +31,27 @@ pub(crate) fn creating(spec: &PostgresClusterSpec, credentials_created: bool, o:
     }
     let image = spec_image(spec);
     let replicas = spec.replicas;
-    let actions = upkeep(spec, &image, replicas, Some(0), o);
+    let mut actions = objects(spec, &image, replicas, o);
+    let primary = match choose_primary(spec, world) {
+        Ok(k) => k,
+        Err(wait) => {
+            actions.extend(wait.actions);
+            let d = stay(wait.reason, wait.message, actions);
+            let d = if wait.degraded { d.degraded() } else { d };
+            return match wait.wake {
+                Some(w) => d.requeue(w),
+                None => d,
+            };
+        }
+    };
+    actions.extend(label_moves(o, Some(primary)));
     let ready: Vec<i32> = (0..replicas).filter(|k| o.serving(*k)).collect();
     let extra = o.pods.keys().any(|k| *k >= replicas);
     if ready.len() == usize::try_from(replicas).unwrap_or(0) && !extra && actions.is_empty() {
         let cluster = Topology {
             image: image.clone(),
             replicas,
-            primary: 0,
+            primary,
         };
         let stale: Vec<i32> = (0..replicas)
             .filter(|k| o.pods.get(k).and_then(|p| p.image.as_deref()) != Some(&image))
@@ -44,18 +66,183 @@ pub(crate) fn creating(spec: &PostgresClusterSpec, credentials_created: bool, o:
                 ),
             );
         }
-        return Decision::go(
-            PgState::Ready { cluster },
-            CLUSTER_CREATED,
-            format!(
-                "all {replicas} instances Ready at {image}; {} is primary",
-                o.pod_name(0)
-            ),
-        );
+        // A primary that moved (another ordinal, or a Lease handed over before) was
+        // adopted from a running cluster; one that never moved reads as created.
+        let moved = primary != 0 || o.lease.as_ref().is_some_and(|l| l.transitions > 0);
+        let (reason, message) = if moved {
+            (
+                ADOPTED,
+                format!(
+                    "all {replicas} instances Ready at {image}; adopted {} as primary (it holds the primary Lease)",
+                    o.pod_name(primary)
+                ),
+            )
+        } else {
+            (
+                CLUSTER_CREATED,
+                format!(
+                    "all {replicas} instances Ready at {image}; {} is primary",
+                    o.pod_name(primary)
+                ),
+            )
+        };
+        return Decision::go(PgState::Ready { cluster }, reason, message);
     }
     stay(
         WAITING_FOR_PODS,
-        format!("{}/{replicas} instances Ready at {image}", ready.len()),
+        format!(
+            "{}/{replicas} instances Ready at {image}; {} is primary",
+            ready.len(),
+            o.pod_name(primary)
+        ),
         actions,
     )
+}
+
+/// Why Creating cannot label a primary yet, and what it does meanwhile.
+pub(crate) struct Wait {
+    reason: &'static str,
+    message: String,
+    actions: Vec<PgAction>,
+    wake: Option<Duration>,
+    degraded: bool,
+}
+
+fn wait(reason: &'static str, message: String, actions: Vec<PgAction>) -> Wait {
+    Wait {
+        reason,
+        message,
+        actions,
+        wake: None,
+        degraded: false,
+    }
+}
+
+/// The ordinal a `<name>-<ordinal>` or `<name>-<ordinal>/<uid>` names.
+fn ordinal_named(o: &Observed, name: &str) -> Option<i32> {
+    let pod = name.split('/').next()?;
+    pod.strip_prefix(&format!("{}-", o.name))?.parse().ok()
+}
+
+/// The primary, once the Lease names its pod:
+/// - the pod the Lease names, if it is observed (a new cluster's pod 0 once the Lease
+///   was created naming it, or the running primary of a cluster whose status was lost);
+/// - otherwise the one who should get it, once whoever held it is certainly fenced:
+///   the pod named by `lockstep.dev/adopt-primary`; the ordinal the Lease (or its last
+///   releaser) named, whose pod was recreated; pod 0 if no pod carries a role label
+///   (a new cluster); the one pod labelled primary; with none labelled primary, the one
+///   pod not labelled `replica`. Anything else is ambiguous: a Degraded wait for the
+///   annotation.
+///
+/// Without a Lease: a new cluster (no role labels) creates it naming pod 0; pods that
+/// carry roles may include a server that held a Lease that vanished, so it is created
+/// naming nobody and handed over once it expires.
+pub(crate) fn choose_primary(
+    spec: &PostgresClusterSpec,
+    world: &World<Observed>,
+) -> Result<i32, Wait> {
+    let o = &world.observed;
+    let now = world.now;
+    let hatch = o
+        .requests
+        .adopt_primary
+        .as_deref()
+        .and_then(|n| ordinal_named(o, n));
+    let holder = o.lease.as_ref().and_then(|l| l.holder.as_deref());
+    if let Some(k) = holder.and_then(|h| o.holder_ordinal(h))
+        && hatch.is_none_or(|x| x == k)
+    {
+        return Ok(k);
+    }
+    let roles = o.pods.values().any(|p| p.role.is_some());
+    let labelled: Vec<i32> = o
+        .pods
+        .iter()
+        .filter(|(_, p)| !p.terminating && p.role == Some(Role::Primary))
+        .map(|(k, _)| *k)
+        .collect();
+    let last = o
+        .lease
+        .as_ref()
+        .and_then(|l| l.holder.as_deref().or(l.released_by.as_deref()))
+        .and_then(|h| ordinal_named(o, h));
+    // With nobody labelled primary, the one pod not labelled `replica` (a recreated
+    // primary waits unlabelled) is the primary's ordinal.
+    let unlabelled: Vec<i32> = o
+        .pods
+        .iter()
+        .filter(|(_, p)| p.role != Some(Role::Replica))
+        .map(|(k, _)| *k)
+        .collect();
+    let wanted = hatch.or(last).or((!roles).then_some(0)).or(
+        match (labelled.as_slice(), unlabelled.as_slice()) {
+            ([k], _) | ([], [k]) => Some(*k),
+            _ => None,
+        },
+    );
+    let Some(k) = wanted else {
+        let mut w = wait(
+            ADOPTION_AMBIGUOUS,
+            format!(
+                "pods carry role labels but the primary Lease names no pod that exists, and {} labelled primary: set {ADOPT_PRIMARY}=<pod> to name the primary",
+                if labelled.is_empty() {
+                    "none is".to_owned()
+                } else {
+                    format!("{} are", o.pod_names(&labelled))
+                }
+            ),
+            Vec::new(),
+        );
+        w.degraded = true;
+        return Err(w);
+    };
+    let name = o.pod_name(k);
+    let Some(id) = o.live(k).and_then(|_| o.identity(k)) else {
+        return Err(wait(
+            WAITING_FOR_PODS,
+            format!("waiting for {name}, the primary, to exist"),
+            Vec::new(),
+        ));
+    };
+    match &o.lease {
+        None if !roles => Err(wait(
+            WAITING_FOR_LEASE,
+            format!("the primary Lease is created naming {name} before it is labelled primary"),
+            vec![PgAction::CreateLease {
+                holder: Some(id),
+                at: now,
+            }],
+        )),
+        None => Err(wait(
+            WAITING_FOR_FENCE,
+            format!(
+                "pods carry role labels but the primary Lease is missing: it is created naming nobody, and handed to {name} once it expires"
+            ),
+            vec![PgAction::CreateLease {
+                holder: None,
+                at: now,
+            }],
+        )),
+        Some(lease) => match fence(spec, lease, o, now) {
+            Fence::Fenced(why) => Err(wait(
+                WAITING_FOR_LEASE,
+                format!(
+                    "{why}: the primary Lease is handed to {name} before it is labelled primary"
+                ),
+                vec![hand(lease, Some(id), now)],
+            )),
+            Fence::Alive { until } => {
+                let mut w = wait(
+                    WAITING_FOR_FENCE,
+                    format!(
+                        "{} may still be writable (it holds the primary Lease); {name} is labelled primary once it is certainly fenced",
+                        holder.unwrap_or("its last holder")
+                    ),
+                    Vec::new(),
+                );
+                w.wake = wait_for(until, now);
+                Err(w)
+            }
+        },
+    }
 }

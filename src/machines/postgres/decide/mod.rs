@@ -9,10 +9,12 @@
 
 pub(super) mod backing_up;
 pub(super) mod creating;
+pub(super) mod fencing;
 pub(super) mod finalizing;
 pub(super) mod primary_lost;
 pub(super) mod ready;
 pub(super) mod scaling;
+pub(super) mod survey;
 pub(super) mod switching_over;
 pub(super) mod upgrading;
 
@@ -61,7 +63,18 @@ pub(crate) fn old_primary_role(s: &Switchover, pod: &PodView) -> Role {
 /// a writable primary is labelled `demoted` (served by neither Service), never
 /// `replica`; when `primary` is known (not mid-switchover) such a pod is deleted, so
 /// that it comes back as a new pod, a standby, and is labelled `replica`.
-fn label_moves(o: &Observed, primary: Option<i32>) -> Vec<PgAction> {
+pub(crate) fn label_moves(o: &Observed, primary: Option<i32>) -> Vec<PgAction> {
+    moves(o, primary, primary.is_some())
+}
+
+/// Mid-switchover, once the target holds the Lease: the target is labelled `primary`
+/// (its agent would fence a promoted server labelled anything else), every other pod
+/// that may be writable `demoted`, and nobody is restarted.
+pub(crate) fn promoting_moves(o: &Observed, target: i32) -> Vec<PgAction> {
+    moves(o, Some(target), false)
+}
+
+fn moves(o: &Observed, primary: Option<i32>, restart: bool) -> Vec<PgAction> {
     let mut demotions = Vec::new();
     let mut promotion = Vec::new();
     let mut restarts = Vec::new();
@@ -73,7 +86,7 @@ fn label_moves(o: &Observed, primary: Option<i32>) -> Vec<PgAction> {
         } else {
             Role::Replica
         };
-        if want == Role::Demoted && primary.is_some() {
+        if want == Role::Demoted && restart {
             restarts.push(PgAction::DeletePod {
                 ordinal: *k,
                 uid: pod.uid.clone(),
@@ -101,6 +114,18 @@ pub(crate) fn upkeep(
     image: &str,
     replicas: i32,
     primary: Option<i32>,
+    o: &Observed,
+) -> Vec<PgAction> {
+    let mut actions = objects(spec, image, replicas, o);
+    actions.extend(label_moves(o, primary));
+    actions
+}
+
+/// Owned objects to restore (no labels) for a StatefulSet of `image` × `replicas`.
+pub(crate) fn objects(
+    spec: &PostgresClusterSpec,
+    image: &str,
+    replicas: i32,
     o: &Observed,
 ) -> Vec<PgAction> {
     let mut actions = Vec::new();
@@ -137,7 +162,6 @@ pub(crate) fn upkeep(
         (false, Some(c)) => actions.push(PgAction::DeleteCronJob { uid: c.uid.clone() }),
         (false, None) => {}
     }
-    actions.extend(label_moves(o, primary));
     actions
 }
 

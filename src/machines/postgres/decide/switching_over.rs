@@ -2,8 +2,16 @@
 //! intent, demote, promote, elect.
 
 use super::PROMOTE_RETRY_LIMIT;
+use super::fencing::{Fence, fence, hand, wait_for};
 use super::old_primary_role;
-use super::{D, choose_target, stay, upkeep};
+use super::survey::{describe, most_advanced, parse};
+use crate::machines::postgres::actions::survey_key;
+use crate::machines::postgres::observe::holder_identity;
+
+/// How long past `L + S` a switchover may wait for the Lease holder to be fenced before
+/// it reports Degraded (the holder keeps renewing: its server is alive and writable).
+pub(crate) const FENCE_GRACE_SECONDS: i64 = 30;
+use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::RETRY_PROMOTE;
 use crate::machines::common::retry::{Attempts, JobStep, retry_time, run_once_step};
@@ -34,6 +42,8 @@ pub(crate) fn begin_switchover(
             cause,
             round_start: 1,
             retry_ack: o.requests.retry_promote.clone(),
+            survey_attempt: None,
+            surveyed: None,
         }),
         reason,
         message,
@@ -53,8 +63,15 @@ pub(crate) fn switching_over(
         SwitchCause::Failover => "failover",
         SwitchCause::Upgrade | SwitchCause::Scale => "switchover",
     };
-    // Mid-switchover nobody is labelled primary.
-    let actions = upkeep(spec, &cluster.image, cluster.replicas, None, o);
+    // Mid-switchover nobody is labelled primary until the target holds the Lease.
+    let mut actions = objects(spec, &cluster.image, cluster.replicas, o);
+    actions.extend(match s.step {
+        // Not while the old primary is unseen: it may still carry the label.
+        SwitchStep::Promote if lease_holds_target(s, o).is_ok() && o.pods.contains_key(&old) => {
+            promoting_moves(o, t)
+        }
+        _ => label_moves(o, None),
+    });
     match s.step {
         SwitchStep::Demote => {
             let mut demote = vec![];
@@ -84,12 +101,12 @@ pub(crate) fn switching_over(
             };
             Decision::go(
                 PgState::SwitchingOver(Switchover {
-                    step: SwitchStep::Promote,
+                    step: SwitchStep::Fence,
                     ..s.clone()
                 }),
                 OLD_PRIMARY_DEMOTED,
                 format!(
-                    "{what}: {} labelled {}{fenced}; promoting {}",
+                    "{what}: {} labelled {}{fenced}; {} is promoted once it is certainly fenced",
                     o.pod_name(old),
                     demoted_as,
                     o.pod_name(t)
@@ -97,7 +114,233 @@ pub(crate) fn switching_over(
             )
             .with_actions(demote)
         }
-        SwitchStep::Promote => promote(s, world, target_bound(spec, s), what, actions),
+        SwitchStep::Fence => hand_over(spec, s, world, what, actions),
+        SwitchStep::Survey => survey(s, world, what, actions),
+        SwitchStep::Promote => match lease_holds_target(s, o) {
+            Ok(()) => promote(s, world, target_bound(spec, s), what, actions),
+            Err(why) => Decision::go(
+                PgState::SwitchingOver(Switchover {
+                    step: SwitchStep::Fence,
+                    ..s.clone()
+                }),
+                LEASE_LOST,
+                format!(
+                    "{what}: {why}; {} is promoted once the Lease is handed to it again",
+                    o.pod_name(t)
+                ),
+            ),
+        },
+    }
+}
+
+/// Survey (failover): run the survey Job against every other live pod, and once it
+/// succeeded record the most advanced Ready standby it read as the target, with the
+/// positions (intent first), before the Lease is handed to it.
+fn survey(s: &Switchover, world: &World<Observed>, what: &str, actions: Vec<PgAction>) -> D {
+    let o = &world.observed;
+    let old = s.cluster.primary;
+    let attempt = s.survey_attempt.unwrap_or(1);
+    let key = survey_key(s.old_uid.as_deref().unwrap_or_default(), attempt);
+    let attempts = Attempts {
+        attempt,
+        round_start: 1,
+        retry_limit: None,
+    };
+    let (step, job_name) = run_once_step(o.job(&key), &key, attempts, world.now);
+    match step {
+        JobStep::Start => {
+            let hosts: Vec<i32> = (0..s.cluster.replicas)
+                .filter(|k| *k != old && o.live(*k).is_some())
+                .collect();
+            stay(
+                SURVEYING,
+                format!(
+                    "{what}: surveying the WAL positions of {}",
+                    o.pod_names(&hosts)
+                ),
+                actions,
+            )
+            .with_actions([PgAction::RunSurvey {
+                key,
+                hosts,
+                image: s.cluster.image.clone(),
+            }])
+        }
+        JobStep::Running => stay(
+            SURVEYING,
+            format!("{what}: survey Job {job_name} runs"),
+            actions,
+        ),
+        JobStep::Succeeded => {
+            let Some(surveyed) = o.job_results.get(&job_name).and_then(|r| parse(o, r)) else {
+                return stay(
+                    SURVEYING,
+                    format!("{what}: survey Job {job_name} succeeded; waiting for its result (its pod's termination message)"),
+                    actions,
+                )
+                .requeue(std::time::Duration::from_secs(5));
+            };
+            match most_advanced(o, &surveyed, old, None) {
+                Some(target) => {
+                    let message = format!(
+                        "{what}: {} is the most advanced Ready standby ({})",
+                        o.pod_name(target.ordinal),
+                        describe(o, &surveyed)
+                    );
+                    Decision::go(
+                        PgState::SwitchingOver(Switchover {
+                            target,
+                            step: SwitchStep::Fence,
+                            surveyed: Some(surveyed),
+                            ..s.clone()
+                        }),
+                        MOST_ADVANCED_CHOSEN,
+                        message,
+                    )
+                }
+                None => stay(
+                    NO_PROMOTION_TARGET,
+                    format!(
+                        "{what}: no standby the survey read is a Ready replica ({})",
+                        describe(o, &surveyed)
+                    ),
+                    actions,
+                )
+                .degraded()
+                .requeue(std::time::Duration::from_secs(10)),
+            }
+        }
+        JobStep::Backoff { failure, at, wait } => stay(
+            SURVEY_FAILED,
+            format!(
+                "{what}: survey Job {job_name} {failure}; retrying at {}",
+                retry_time(at)
+            ),
+            actions,
+        )
+        .degraded()
+        .requeue(wait),
+        JobStep::Retry { failure } | JobStep::Exhausted { failure } => Decision::go(
+            PgState::SwitchingOver(Switchover {
+                survey_attempt: Some(attempt.saturating_add(1)),
+                ..s.clone()
+            }),
+            SURVEY_RETRIED,
+            format!("{what}: survey Job {job_name} {failure}; surveying again"),
+        ),
+    }
+}
+
+/// Whether the Lease names the target (the pod the intent recorded), or why not.
+fn lease_holds_target(s: &Switchover, o: &Observed) -> Result<(), String> {
+    let t = s.target.ordinal;
+    let want = holder_identity(&o.pod_name(t), &s.target.uid);
+    match o.lease.as_ref().and_then(|l| l.holder.as_deref()) {
+        Some(h) if h == want => Ok(()),
+        Some(h) => Err(format!("the Lease names {h}, not {want}")),
+        None => Err(format!("the Lease names nobody, not {want}")),
+    }
+}
+
+/// Fence: wait until whoever holds the Lease is certainly no longer writable, then hand
+/// it to the target (the hand-over is fenced on the Lease as observed) and promote.
+fn hand_over(
+    spec: &PostgresClusterSpec,
+    s: &Switchover,
+    world: &World<Observed>,
+    what: &str,
+    actions: Vec<PgAction>,
+) -> D {
+    let o = &world.observed;
+    let t = s.target.ordinal;
+    let name = o.pod_name(t);
+    let target = holder_identity(&name, &s.target.uid);
+    // A failover chooses its target only once the old primary is fenced (the survey).
+    let surveying = s.cause == SwitchCause::Failover && s.surveyed.is_none();
+    let gone = match o.pods.get(&t) {
+        _ if surveying => None,
+        Some(p) if p.uid == s.target.uid && p.serving() => None,
+        Some(p) if p.uid == s.target.uid => Some(format!("{name} is not Ready")),
+        _ => Some(format!("{name} was replaced")),
+    };
+    if let Some(why) = gone {
+        return retarget(s, o, target_bound(spec, s), what, why, actions);
+    }
+    let promote = |actions: Vec<PgAction>, why: String| {
+        Decision::go(
+            PgState::SwitchingOver(Switchover {
+                step: SwitchStep::Promote,
+                ..s.clone()
+            }),
+            LEASE_HANDED_OVER,
+            format!("{what}: {why}; the Lease is handed to {name}, which is promoted next"),
+        )
+        .with_actions(actions)
+    };
+    let Some(lease) = &o.lease else {
+        // Whoever held a Lease that vanished stops by its last renewal + T + R + 1: a
+        // Lease naming nobody, renewed now, expires after all of them.
+        return stay(
+            WAITING_FOR_FENCE,
+            format!("{what}: the primary Lease is missing; it is created naming nobody, and the old primary counts as fenced once it expires"),
+            actions,
+        )
+        .with_actions([PgAction::CreateLease {
+            holder: None,
+            at: world.now,
+        }]);
+    };
+    if !surveying && lease.holder.as_deref() == Some(target.as_str()) {
+        return promote(Vec::new(), format!("{target} holds the Lease"));
+    }
+    match fence(spec, lease, o, world.now) {
+        Fence::Fenced(why) if surveying => Decision::go(
+            PgState::SwitchingOver(Switchover {
+                step: SwitchStep::Survey,
+                ..s.clone()
+            }),
+            OLD_PRIMARY_FENCED,
+            format!(
+                "{what}: {why}; the standbys' WAL positions are surveyed to choose the most advanced"
+            ),
+        ),
+        Fence::Fenced(why) => promote(vec![hand(lease, Some(target), world.now)], why),
+        Fence::Alive { until } => {
+            let holder = lease.holder.as_deref().unwrap_or("its last holder");
+            let l = spec.fencing.lease_duration_seconds;
+            let grace = l
+                .saturating_add(spec.fencing.clock_skew_seconds)
+                .saturating_add(FENCE_GRACE_SECONDS);
+            let waited = world.in_state_for().as_secs();
+            let grace = grace.max(0);
+            let d = stay(
+                WAITING_FOR_FENCE,
+                format!(
+                    "{what}: {holder} may still be writable (it holds the primary Lease); {} once it releases the Lease, its pod is gone or the Lease expires ({} = <pod>/<uid> asserts it is down)",
+                    if surveying {
+                        "a replica is promoted".to_owned()
+                    } else {
+                        format!("{name} is promoted")
+                    },
+                    crate::machines::postgres::observe::FENCED
+                ),
+                actions,
+            );
+            let grace = u64::try_from(grace).unwrap_or(u64::MAX);
+            let mut wake = wait_for(until, world.now);
+            let d = if waited > grace {
+                d.degraded()
+            } else {
+                // Look again when the report turns Degraded, if nothing else comes first.
+                let left = std::time::Duration::from_secs(grace - waited + 1);
+                wake = Some(wake.map_or(left, |w| w.min(left)));
+                d
+            };
+            match wake {
+                Some(w) => d.requeue(w),
+                None => d,
+            }
+        }
     }
 }
 
@@ -120,14 +363,20 @@ pub(crate) fn retarget(
 ) -> D {
     let cluster = &s.cluster;
     let image = (s.cause == SwitchCause::Upgrade).then_some(cluster.image.as_str());
-    let candidate = choose_target(o, cluster, below, image)
-        .filter(|c| c.ordinal != s.target.ordinal || c.uid != s.target.uid);
+    // A failover chooses among the standbys its survey read, the most advanced first.
+    let candidate = match &s.surveyed {
+        Some(surveyed) => most_advanced(o, surveyed, cluster.primary, Some(&s.target)),
+        None => choose_target(o, cluster, below, image)
+            .filter(|c| c.ordinal != s.target.ordinal || c.uid != s.target.uid),
+    };
     match candidate {
         Some(next) => {
             let message = format!("{why}; promoting {} instead", o.pod_name(next.ordinal));
             Decision::go(
                 PgState::SwitchingOver(Switchover {
                     target: next,
+                    // The Lease may name the previous target: it is fenced first.
+                    step: SwitchStep::Fence,
                     attempt: 1,
                     round_start: 1,
                     ..s.clone()
@@ -165,14 +414,23 @@ pub(crate) fn promote(
     let (step, job_name) = run_once_step(job, &key, attempts, world.now);
     match step {
         JobStep::Start => match o.pods.get(&t) {
+            Some(p) if p.uid == s.target.uid && p.serving() && p.role != Some(Role::Primary) => {
+                stay(
+                    PROMOTING,
+                    format!(
+                        "{what}: {name} holds the primary Lease; it is labelled primary before it is promoted"
+                    ),
+                    actions,
+                )
+            }
             Some(p) if p.uid == s.target.uid && p.serving() => stay(
                 PROMOTING,
                 format!("{what}: promoting {name} ({})", attempts.describe()),
                 actions,
             )
-            // Out of `-ro` before it can become writable: a promote Job that failed may
-            // still have promoted it, and another target may be chosen after it.
-            .with_actions((p.role != Some(Role::Demoted)).then(|| p.label(t, Role::Demoted)))
+            // It holds the Lease: labelled `primary` (by the upkeep) before it becomes
+            // writable, since its agent fences a writable server labelled otherwise; the
+            // old primary is `demoted` since the Demote step, so `-rw` selects one pod.
             .with_actions([PgAction::RunPromote {
                 key,
                 target: t,

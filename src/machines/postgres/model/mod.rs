@@ -36,9 +36,37 @@
 //!    one backup, even when finished backup Jobs are deleted by someone else (a TTL
 //!    controller, a cleanup) before or after the operator read their outcome.
 //!
+//! 10. **At most one writable server** at any instant (a server is writable from its
+//!     start as a primary holding the Lease, or its promotion, until its agent fences it
+//!     or its pod is gone).
+//! 11. The Lease changes holder only while its old holder runs no writable server (a
+//!     writable holder renews, so only its release, its pod's end or a person can end
+//!     its tenure).
+//! 12. **A failover promotes the most advanced available replica**: no other Ready
+//!     standby (besides the old primary) has received more WAL than the one promoted.
+//!     A planned switchover's target first receives everything (`promote.sh`'s
+//!     catch-up), so it loses no acknowledged write by construction.
+//!
+//! Fencing in this world: the primary Lease (holder, renewal, release, edits by hand),
+//! each pod's agent ([`Move::AgentTick`]: a writable server no longer labelled primary
+//! or no longer holding the Lease stops, releasing the Lease if it held it), failed
+//! primaries whose pods linger Terminating while their server may still run
+//! ([`Move::Terminated`] ends them), commits and replication ([`Move::Write`],
+//! [`Move::Replicate`]) so that standbys stand at different WAL positions, and the survey
+//! Job reporting them. Lost status is the world's initial state (a running cluster, the
+//! machine in `Creating`), with the primary moved in a scenario. Not modelled: a
+//! partitioned holder that stops renewing while its server runs (the model's writable
+//! holder always renews; the pod side's self-fencing within `T` is tested by the pod
+//! scripts' tests), and clock skew (the expiry arithmetic is unit-tested).
+//!
+//! Planted bugs the check must find ([`planted`]): a failover or switchover that hands
+//! the Lease over before the old primary is fenced, and a failover that chooses by
+//! ordinal.
+//!
 //! Bounded liveness (convergence to `Ready` at the spec with every pod Ready and labelled,
 //! then a quiet reconcile) is checked by the harness itself.
 
+mod planted;
 mod scenarios;
 mod world;
 
@@ -51,8 +79,11 @@ use proptest::prelude::*;
 use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::machine::Postgres;
-use super::observe::{CronJobView, InSync, Observed, PodView, Requests, StatefulSetView};
+use super::observe::{
+    CronJobView, InSync, LeaseView, Observed, PodView, Requests, StatefulSetView,
+};
 use super::state::PgState;
+use crate::engine::Machine;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
 };
@@ -62,6 +93,13 @@ use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
 const MAX_PODS: i32 = 3;
 const SCHEDULES: [Option<&str>; 3] = [None, Some("0 3 * * *"), Some("30 4 * * *")];
+/// The renewal time a renewing holder's Lease shows: it renews every `R` seconds, so
+/// it never looks expired (later than any clock a run reaches).
+fn renewing() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2100, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or_default()
+}
 
 fn epoch() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
@@ -75,15 +113,44 @@ struct Pod {
     image: String,
     ready: bool,
     role: Option<Role>,
-    /// It runs as a writable primary: it started labelled `primary` (the entrypoint reads
-    /// the label once, at start) or was promoted. It stays one until the pod is deleted
-    /// (a new pod is unlabelled until the operator labels it).
+    /// It runs as a writable primary: it started labelled `primary` while holding the
+    /// Lease (the entrypoint reads the label once, at start, and waits for the Lease) or
+    /// was promoted. It stays one until the pod is deleted or its agent fences it (it
+    /// sees its label or the Lease name it no longer: [`Move::AgentTick`]; or its Lease
+    /// lapsed unrenewed).
     writable: bool,
+    /// Labelled `primary` while it waited for its first label: it starts writable once
+    /// it holds the Lease.
+    starts_primary: bool,
+    /// Deleted but lingering (a failed primary on an unreachable node): its server may
+    /// still run until [`Move::Terminated`].
+    terminating: bool,
+}
+
+/// The primary Lease. Its holder renews it while it runs a writable server (then it never
+/// looks expired); a holder that is not writable (a standby handed the Lease, a pod
+/// recreated since) never renews, so the Lease expires `L + S` after the hand-over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ModelLease {
+    /// `(ordinal, uid)` of the holder.
+    holder: Option<(i32, u64)>,
+    renewed: DateTime<Utc>,
+    released_by: Option<(i32, u64)>,
+    transitions: i32,
+    version: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum JobKind {
-    Promote { target: i32 },
+    /// `planned`: a switchover's (the target first replays all the old primary wrote).
+    Promote {
+        target: i32,
+        planned: bool,
+    },
+    /// A failover's survey of the standbys at these ordinals.
+    Survey {
+        hosts: Vec<i32>,
+    },
     Backup,
     Final,
 }
@@ -95,6 +162,8 @@ struct Job {
     kind: JobKind,
     /// `None` while running; `Some(succeeded)` once finished.
     done: Option<bool>,
+    /// A survey's result (its pod's termination message).
+    result: Option<String>,
 }
 
 /// The simulated cluster.
@@ -109,15 +178,22 @@ pub(super) struct World {
     skip_final: bool,
     /// `lockstep.dev/retry-promote` is set (to one token: the settled world's).
     retry_promote: bool,
+    /// `lockstep.dev/adopt-primary` names the pod holding the writable timeline.
+    adopt_hatch: bool,
     // Owned objects.
     in_sync: InSync,
     sts: Option<(String, i32)>,
     pods: BTreeMap<i32, Pod>,
     jobs: Vec<Job>,
     cronjob: Option<(u64, Option<&'static str>)>,
+    lease: Option<ModelLease>,
     next_uid: u64,
     // PostgreSQL.
     db_primary: i32,
+    /// The head of the writable timeline (acknowledged commits).
+    wal: u64,
+    /// The WAL each ordinal's data directory has received (kept on its volume).
+    received: BTreeMap<i32, u64>,
     // Audit.
     round: u32,
     round_primary: Option<i32>,
@@ -151,10 +227,12 @@ impl fmt::Debug for World {
         for (k, p) in &self.pods {
             write!(
                 f,
-                " {k}:uid{} {}{}{}",
+                " {k}:uid{} {}{}{}{}{}",
                 p.uid,
                 p.image.trim_start_matches("postgres:"),
                 if p.ready { " ready" } else { "" },
+                if p.writable { " W" } else { "" },
+                if p.terminating { " terminating" } else { "" },
                 match p.role {
                     Some(Role::Primary) => " P",
                     Some(Role::Replica) => " R",
@@ -209,6 +287,18 @@ pub(super) enum Move {
     SkipFinalBackup,
     /// Someone (a TTL controller, a cleanup) deletes the `nth` finished backup Job.
     BackupJobDeleted(u8),
+    /// The pod's agent looks at its label and the Lease: a writable server that is no
+    /// longer labelled `primary` or no longer holds the Lease stops (and, demoted while
+    /// holding it, releases the Lease); a pod labelled primary that holds it starts.
+    AgentTick(i32),
+    /// A Terminating pod is finally gone.
+    Terminated(i32),
+    /// A client commits on the writable server.
+    Write,
+    /// A standby receives (and replays) everything the writable server wrote.
+    Replicate(i32),
+    /// Someone clears the Lease's holder (an edit by hand).
+    LeaseCleared,
 }
 
 impl World {
@@ -231,6 +321,8 @@ impl World {
                     ready: false,
                     role: None,
                     writable: false,
+                    starts_primary: false,
+                    terminating: false,
                 },
             );
         }
@@ -241,12 +333,34 @@ impl World {
             return;
         };
         let succeeded = match job.kind {
-            JobKind::Promote { target } => {
+            JobKind::Promote { target, planned } => {
                 let ready = self.pods.get(&target).is_some_and(|p| p.ready);
                 if ok && ready {
-                    self.promote(target);
+                    self.promote(target, planned);
                 }
                 ok && ready
+            }
+            JobKind::Survey { ref hosts } => {
+                // Every standby that answers reports the WAL it received (and replayed).
+                let answers: Vec<String> = hosts
+                    .iter()
+                    .filter(|k| {
+                        self.pods
+                            .get(k)
+                            .is_some_and(|p| !p.terminating && !p.writable && p.ready)
+                    })
+                    .map(|k| {
+                        let lsn = format!("0/{:X}", self.received.get(k).copied().unwrap_or(0));
+                        format!(
+                            "\"pg-{k}\": {{\"receive\": \"{lsn}\", \"replay\": \"{lsn}\", \"inRecovery\": true}}"
+                        )
+                    })
+                    .collect();
+                let answered = ok && !answers.is_empty();
+                if let Some(j) = self.jobs.get_mut(index) {
+                    j.result = answered.then(|| format!("{{{}}}", answers.join(", ")));
+                }
+                answered
             }
             JobKind::Backup => ok,
             JobKind::Final => {
@@ -259,12 +373,37 @@ impl World {
         }
     }
 
-    /// `pg_promote()` on `target`: its data becomes the writable timeline.
-    fn promote(&mut self, target: i32) {
+    /// `pg_promote()` on `target`: its data becomes the writable timeline. A planned
+    /// switchover's target first replays everything the old primary wrote; a failover's
+    /// must be the most advanced of the standbys that are Ready.
+    fn promote(&mut self, target: i32, planned: bool) {
+        if planned {
+            self.received.insert(target, self.wal);
+        } else {
+            let mine = self.received.get(&target).copied().unwrap_or(0);
+            if let Some((k, theirs)) = self
+                .pods
+                .iter()
+                .filter(|(k, p)| {
+                    **k != target
+                        && **k != self.db_primary
+                        && p.ready
+                        && !p.terminating
+                        && !p.writable
+                })
+                .map(|(k, _)| (*k, self.received.get(k).copied().unwrap_or(0)))
+                .find(|(_, theirs)| *theirs > mine)
+            {
+                self.violations.push(format!(
+                    "failover promoted pod {target} at WAL {mine} while pod {k} had received {theirs}"
+                ));
+            }
+        }
         if !self.pods.get(&target).is_some_and(|p| p.ready) {
             self.violations
                 .push(format!("promoted pod {target}, which is not Ready"));
         }
+
         let old = self.db_primary;
         let old_serving = self.pods.get(&old).is_some_and(|p| p.ready);
         if !old_serving {
@@ -272,16 +411,36 @@ impl World {
             // over, so the order no longer binds it.
             self.round_primary = None;
         }
-        // The old primary's server keeps running as a primary until its pod restarts.
+        // The old primary's server keeps running until its agent fences it. A promoted
+        // server that does not hold the Lease (the promote Job reached a pod recreated
+        // under the target's name) is fenced by its own agent at once; its container
+        // restarts and starts writable once it is labelled primary and holds the Lease.
+        let holder = self.lease.as_ref().and_then(|l| l.holder);
         if let Some(p) = self.pods.get_mut(&target) {
-            p.writable = true;
+            if holder == Some((target, p.uid)) {
+                p.writable = true;
+            } else {
+                p.starts_primary = true;
+            }
         }
         self.db_primary = target;
+        // The new timeline continues from what the target has.
+        self.wal = self.received.get(&target).copied().unwrap_or(0);
     }
 
     fn delete_pod(&mut self, k: i32, uid: u64, cause: DeleteCause) {
         if self.pods.get(&k).map(|p| p.uid) != Some(uid) {
             return; // NotFound or a failed UID precondition: a no-op.
+        }
+        if let Some(p) = self.pods.get_mut(&k)
+            && cause == DeleteCause::Fence
+            && (p.writable || p.terminating)
+        {
+            // A failed primary's pod lingers Terminating, its server possibly still
+            // running, until its node answers (or is declared lost).
+            p.terminating = true;
+            p.ready = false;
+            return;
         }
         if cause == DeleteCause::Upgrade {
             let round_image = self.sts.as_ref().map(|(i, _)| i.clone());
@@ -342,13 +501,17 @@ impl World {
             backup_token: 0,
             skip_final: false,
             retry_promote: false,
+            adopt_hatch: false,
             in_sync: InSync::default(),
             sts: None,
             pods: BTreeMap::new(),
             jobs: Vec::new(),
             cronjob: None,
+            lease: None,
             next_uid: 0,
             db_primary: 0,
+            wal: 0,
+            received: BTreeMap::new(),
             round: 0,
             round_primary: None,
             upgrade_deletes: BTreeMap::new(),
@@ -376,11 +539,143 @@ impl World {
                     ready: true,
                     role: Some(role),
                     writable: k == 0,
+                    starts_primary: k == 0,
+                    terminating: false,
                 },
             );
         }
+        let holder = self.pods.get(&0).map(|p| (0, p.uid));
+        self.lease = Some(ModelLease {
+            holder,
+            renewed: epoch(),
+            released_by: None,
+            transitions: 0,
+            version: 1,
+        });
         self.round = 1;
         self.round_primary = Some(0);
+    }
+
+    /// The pods running a writable server.
+    fn writable(&self) -> Vec<i32> {
+        self.pods
+            .iter()
+            .filter(|(_, p)| p.writable)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// A pod labelled primary before it started starts writable once it holds the Lease.
+    fn start_primaries(&mut self) {
+        let holder = self.lease.as_ref().and_then(|l| l.holder);
+        for (k, p) in &mut self.pods {
+            if p.starts_primary
+                && !p.writable
+                && p.role == Some(Role::Primary)
+                && holder == Some((*k, p.uid))
+            {
+                p.writable = true;
+            }
+        }
+    }
+
+    /// The agent of pod `k` looks at its label and the Lease.
+    fn agent_tick(&mut self, k: i32) {
+        let holder = self.lease.as_ref().and_then(|l| l.holder);
+        let Some(p) = self.pods.get_mut(&k) else {
+            return;
+        };
+        let me = Some((k, p.uid));
+        if p.writable && (p.role != Some(Role::Primary) || holder != me) {
+            p.writable = false;
+            // Its container restarts: labelled primary and holding the Lease, it starts
+            // writable again; otherwise it rejoins as a standby.
+            p.starts_primary = true;
+            if holder == me
+                && let Some(l) = self.lease.as_mut()
+            {
+                l.holder = None;
+                l.released_by = me;
+                l.version += 1;
+            }
+        }
+        self.start_primaries();
+    }
+
+    /// A client commits on the writable server, if there is exactly one.
+    fn write(&mut self) {
+        if let [k] = self.writable()[..] {
+            self.wal += 1;
+            self.received.insert(k, self.wal);
+        }
+    }
+
+    /// Standby `k` catches up with the writable server, if one runs.
+    fn replicate(&mut self, k: i32) {
+        let streams = self
+            .pods
+            .get(&k)
+            .is_some_and(|p| !p.writable && !p.terminating);
+        if streams && self.writable().len() == 1 {
+            self.received.insert(k, self.wal);
+        }
+    }
+
+    /// Whether the Lease's holder runs a writable server (and so renews it).
+    fn holder_renews(&self) -> bool {
+        self.lease
+            .as_ref()
+            .and_then(|l| l.holder)
+            .is_some_and(|(k, uid)| {
+                self.pods
+                    .get(&k)
+                    .is_some_and(|p| p.uid == uid && p.writable)
+            })
+    }
+
+    /// The operator hands the Lease over at `at`: its old holder must be certainly
+    /// fenced by then (a writable holder renews, so it never is until it stops).
+    fn hand_lease(&mut self, holder: Option<(i32, u64)>, at: DateTime<Utc>, transitions: i32) {
+        let Some(l) = self.lease.clone() else {
+            return;
+        };
+        if self.holder_renews()
+            && let Some((k, _)) = l.holder.filter(|h| Some(*h) != holder)
+        {
+            self.violations.push(format!(
+                "the Lease was handed from pod {k} to {holder:?} while pod {k} still runs a writable server"
+            ));
+        }
+        self.lease = Some(ModelLease {
+            holder,
+            renewed: at,
+            released_by: None,
+            transitions,
+            version: l.version + 1,
+        });
+        self.start_primaries();
+    }
+
+    /// Move the running cluster's primary to pod `k` (as a failover did before the
+    /// status was lost): its server is the writable one and it holds the Lease.
+    fn primary_moved_to(&mut self, k: i32) {
+        for (j, p) in &mut self.pods {
+            p.role = Some(if *j == k {
+                Role::Primary
+            } else {
+                Role::Replica
+            });
+            p.writable = *j == k;
+            p.starts_primary = *j == k;
+        }
+        self.db_primary = k;
+        self.round_primary = Some(k);
+        let holder = self.pods.get(&k).map(|p| (k, p.uid));
+        if let Some(l) = self.lease.as_mut() {
+            l.holder = holder;
+            l.transitions = 1;
+            l.version += 1;
+        }
     }
 
     fn primary_labels(&self) -> Vec<i32> {
@@ -396,18 +691,25 @@ impl World {
     fn settle_once(&mut self) {
         // A user who finds a promotion out of retries asks for it to be tried again.
         self.retry_promote = true;
+        // A user who finds an adoption ambiguous names the primary.
+        self.adopt_hatch = true;
         let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
-        self.pods.retain(|k, _| *k < n);
+        self.pods.retain(|k, p| *k < n && !p.terminating);
         for k in 0..n {
             self.recreate(k);
         }
-        for p in self.pods.values_mut() {
+        for p in self.pods.values_mut().filter(|p| !p.terminating) {
             p.ready = true;
         }
         for i in 0..self.jobs.len() {
             if self.jobs[i].done.is_none() {
                 self.finish(i, true);
             }
+        }
+        let ordinals: Vec<i32> = self.pods.keys().copied().collect();
+        for k in ordinals {
+            self.agent_tick(k);
+            self.replicate(k);
         }
     }
 }

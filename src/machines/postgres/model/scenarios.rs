@@ -30,9 +30,117 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     // Pod 0, the primary, stops being Ready; after failoverDelaySeconds a failover to
     // pod 1 begins.
     let fail_over = || vec![env(BecomesUnready(0)), r(), Event::Tick(60), r()];
+    // The failover runs up to its promote Job: demote and delete pod 0, which goes; the
+    // survey; the most advanced standby chosen; the Lease handed to it; pod 0 back; the
+    // target labelled primary; the promote Job created.
+    let to_promote = || {
+        vec![
+            r(),
+            env(Terminated(0)),
+            r(),
+            r(),
+            env(JobFinishes { nth: 0, ok: true }),
+            r(),
+            r(),
+            env(Recreate(0)),
+            r(),
+            r(),
+        ]
+    };
     // Ready, then an on-demand backup begins.
     let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
     vec![
+        (
+            // A cluster whose primary moved to pod 1 lost its status: adopted as it runs.
+            "Creating -> Ready (Adopted)",
+            {
+                let mut world = running(3, false);
+                world.primary_moved_to(1);
+                world
+            },
+            adopt(),
+        ),
+        (
+            // Deleted with skip-final-backup while the primary is lost.
+            "PrimaryLost -> Finalized (FinalBackupSkipped)",
+            running(3, true),
+            [
+                adopt(),
+                vec![
+                    env(BecomesUnready(0)),
+                    r(),
+                    env(SkipFinalBackup),
+                    Event::Delete,
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted with skip-final-backup during an on-demand backup.
+            "BackingUp -> Finalized (FinalBackupSkipped)",
+            running(3, true),
+            [backing_up(), vec![env(SkipFinalBackup), Event::Delete, r()]].concat(),
+        ),
+        (
+            // The failover's promote Job fails; after its backoff a new one is tried.
+            "SwitchingOver -> SwitchingOver (PromotionRetried)",
+            running(3, false),
+            [
+                adopt(),
+                fail_over(),
+                to_promote(),
+                vec![
+                    env(JobFinishes { nth: 0, ok: false }),
+                    r(),
+                    Event::Tick(120),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // The failover's survey Job fails; after its backoff another one runs.
+            "SwitchingOver -> SwitchingOver (SurveyRetried)",
+            running(3, false),
+            [
+                adopt(),
+                fail_over(),
+                vec![
+                    r(),
+                    env(Terminated(0)),
+                    r(),
+                    r(),
+                    env(JobFinishes { nth: 0, ok: false }),
+                    r(),
+                    Event::Tick(120),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Mid-failover someone clears the Lease the target was handed: it is fenced
+            // (the Lease expires) and handed over again before the promotion.
+            "SwitchingOver -> SwitchingOver (LeaseLost)",
+            running(3, false),
+            [
+                adopt(),
+                fail_over(),
+                vec![
+                    r(),
+                    env(Terminated(0)),
+                    r(),
+                    r(),
+                    env(JobFinishes { nth: 0, ok: true }),
+                    r(),
+                    r(),
+                    env(LeaseCleared),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
         (
             // The chosen pod comes back at another image: a reconcile on a cache from
             // before the upgrade (it read Ready at the old version) put the old image back
@@ -67,12 +175,9 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 fail_over(),
+                to_promote(),
                 vec![
-                    r(),
-                    r(),
                     env(JobFinishes { nth: 0, ok: true }),
-                    r(),
-                    env(Recreate(0)),
                     r(),
                     env(BecomesReady(0)),
                     r(),
@@ -85,10 +190,24 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             .concat(),
         ),
         (
-            // The failover's target stops being Ready before its promote Job exists.
+            // The failover's target stops being Ready before the Lease is handed to it.
             "SwitchingOver -> SwitchingOver (TargetChanged)",
             running(3, false),
-            [adopt(), fail_over(), vec![r(), env(BecomesUnready(1)), r()]].concat(),
+            [
+                adopt(),
+                fail_over(),
+                vec![
+                    r(),
+                    env(Terminated(0)),
+                    r(),
+                    r(),
+                    env(JobFinishes { nth: 0, ok: true }),
+                    r(),
+                    env(BecomesUnready(1)),
+                    r(),
+                ],
+            ]
+            .concat(),
         ),
         (
             // The backup Job finishes and is deleted (a TTL controller, a cleanup) before
@@ -187,6 +306,16 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
                     Event::Edit(Edit::ToggleBackup),
                     r(),
                 ],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted mid-upgrade.
+            "Upgrading -> Finalizing (DeletionRequested)",
+            running(3, true),
+            [
+                adopt(),
+                vec![Event::Edit(Edit::Version(1)), r(), Event::Delete, r()],
             ]
             .concat(),
         ),

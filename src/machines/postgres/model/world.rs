@@ -2,7 +2,18 @@
 
 use super::*;
 
-impl WorldModel<Postgres> for World {
+/// `pg-<ordinal>/<uid>` as `(ordinal, uid)`.
+fn parse_holder(h: &str) -> Option<(i32, u64)> {
+    let (pod, uid) = h.split_once('/')?;
+    Some((pod.strip_prefix("pg-")?.parse().ok()?, uid.parse().ok()?))
+}
+
+/// Any machine with Postgres's types runs in this world (the real one, and the planted
+/// bugs of [`super::planted`]).
+impl<M> WorldModel<M> for World
+where
+    M: Machine<Spec = PostgresClusterSpec, State = PgState, Observed = Observed, Action = PgAction>,
+{
     type Move = Move;
     type Edit = Edit;
 
@@ -39,6 +50,7 @@ impl WorldModel<Postgres> for World {
                 None
             },
             backup: self.backup.then(World::spec_backup),
+            fencing: Default::default(),
         }
     }
 
@@ -89,7 +101,7 @@ impl WorldModel<Postgres> for World {
                             uid: p.uid.to_string(),
                             image: Some(p.image.clone()),
                             ready: p.ready,
-                            terminating: false,
+                            terminating: p.terminating,
                             role: p.role,
                             version: String::new(),
                         },
@@ -104,7 +116,7 @@ impl WorldModel<Postgres> for World {
                     uid: j.uid.to_string(),
                     key: Some(j.key.clone()),
                     purpose: Some(match j.kind {
-                        JobKind::Promote { .. } => Purpose::Promote,
+                        JobKind::Promote { .. } | JobKind::Survey { .. } => Purpose::Promote,
                         JobKind::Backup => Purpose::Backup,
                         JobKind::Final => Purpose::FinalBackup,
                     }),
@@ -128,7 +140,28 @@ impl WorldModel<Postgres> for World {
                 backup_now: (self.backup_token > 0).then(|| format!("t{}", self.backup_token)),
                 skip_final_backup: self.skip_final,
                 retry_promote: self.retry_promote.then(|| "settled".to_owned()),
+                adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.db_primary)),
+                fenced: None,
             },
+            job_results: self
+                .jobs
+                .iter()
+                .filter_map(|j| Some((format!("pg-{}", j.key), j.result.clone()?)))
+                .collect(),
+            lease: self.lease.as_ref().map(|l| LeaseView {
+                holder: l.holder.map(|(k, uid)| format!("pg-{k}/{uid}")),
+                // A writable holder renews every R seconds: its Lease never looks expired.
+                renewed: Some(if self.holder_renews() {
+                    renewing()
+                } else {
+                    l.renewed
+                }),
+                duration: 15,
+                transitions: l.transitions,
+                released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
+                uid: "lease".to_owned(),
+                version: l.version.to_string(),
+            }),
         }
     }
 
@@ -159,12 +192,14 @@ impl WorldModel<Postgres> for World {
                     .get_mut(ordinal)
                     .filter(|p| p.uid.to_string() == *uid)
                 {
-                    // A pod waiting for its first label starts as what it is labelled.
+                    // A pod waiting for its first label starts as what it is labelled
+                    // (a primary once it also holds the Lease).
                     if p.role.is_none() && *role == Role::Primary {
-                        p.writable = true;
+                        p.starts_primary = true;
                     }
                     p.role = Some(*role);
                 }
+                self.start_primaries();
             }
             PgAction::DeletePod {
                 ordinal,
@@ -175,14 +210,37 @@ impl WorldModel<Postgres> for World {
                     self.delete_pod(*ordinal, uid, *cause);
                 }
             }
-            PgAction::RunPromote { key, target, .. } => {
+            PgAction::RunPromote {
+                key,
+                target,
+                old_primary,
+                ..
+            } => {
                 if !self.jobs.iter().any(|j| &j.key == key) {
                     let uid = self.new_uid();
                     self.jobs.push(Job {
                         key: key.clone(),
                         uid,
-                        kind: JobKind::Promote { target: *target },
+                        kind: JobKind::Promote {
+                            target: *target,
+                            planned: old_primary.is_some(),
+                        },
                         done: None,
+                        result: None,
+                    });
+                }
+            }
+            PgAction::RunSurvey { key, hosts, .. } => {
+                if !self.jobs.iter().any(|j| &j.key == key) {
+                    let uid = self.new_uid();
+                    self.jobs.push(Job {
+                        key: key.clone(),
+                        uid,
+                        kind: JobKind::Survey {
+                            hosts: hosts.clone(),
+                        },
+                        done: None,
+                        result: None,
                     });
                 }
             }
@@ -202,6 +260,7 @@ impl WorldModel<Postgres> for World {
                             BackupKind::OnDemand | BackupKind::Scheduled => JobKind::Backup,
                         },
                         done: None,
+                        result: None,
                     });
                 }
             }
@@ -220,6 +279,30 @@ impl WorldModel<Postgres> for World {
                 }
             }
             PgAction::DeleteJob { uid, .. } => self.jobs.retain(|j| &j.uid.to_string() != uid),
+            PgAction::CreateLease { holder, at } => {
+                if self.lease.is_none() {
+                    self.lease = Some(ModelLease {
+                        holder: holder.as_deref().and_then(parse_holder),
+                        renewed: *at,
+                        released_by: None,
+                        transitions: 0,
+                        version: 1,
+                    });
+                    self.start_primaries();
+                }
+            }
+            PgAction::HandLease {
+                holder,
+                transitions,
+                at,
+                version,
+                ..
+            } => {
+                // Fenced on the version read: a concurrent change refuses it.
+                if self.lease.as_ref().map(|l| l.version.to_string()).as_ref() == Some(version) {
+                    self.hand_lease(holder.as_deref().and_then(parse_holder), *at, *transitions);
+                }
+            }
         }
     }
 
@@ -236,6 +319,11 @@ impl WorldModel<Postgres> for World {
             1 => Just(Move::RequestBackup),
             1 => Just(Move::SkipFinalBackup),
             1 => any::<u8>().prop_map(Move::BackupJobDeleted),
+            3 => (0..MAX_PODS).prop_map(Move::AgentTick),
+            1 => Just(Move::LeaseCleared),
+            2 => (0..MAX_PODS).prop_map(Move::Terminated),
+            3 => Just(Move::Write),
+            3 => (0..MAX_PODS).prop_map(Move::Replicate),
         ]
         .boxed()
     }
@@ -245,7 +333,7 @@ impl WorldModel<Postgres> for World {
         match *mv {
             Move::Recreate(k) => self.recreate(k),
             Move::BecomesReady(k) => {
-                if let Some(p) = self.pods.get_mut(&k) {
+                if let Some(p) = self.pods.get_mut(&k).filter(|p| !p.terminating) {
                     p.ready = true;
                 }
             }
@@ -275,6 +363,30 @@ impl WorldModel<Postgres> for World {
             Move::RequestBackup if self.backup => self.backup_token += 1,
             Move::RequestBackup => {}
             Move::SkipFinalBackup => self.skip_final = true,
+            Move::AgentTick(k) => self.agent_tick(k),
+            Move::Write => self.write(),
+            Move::Replicate(k) => self.replicate(k),
+            Move::Terminated(k) => {
+                if self.pods.get(&k).is_some_and(|p| p.terminating) {
+                    self.pods.remove(&k);
+                }
+            }
+            Move::LeaseCleared => {
+                // A writable holder's agent sees it on its next renewal (within R) and
+                // fences at once; the model takes the two as one move, so the Lease's
+                // renewal time (its last hand-over) is no later than any renewal of a
+                // server still writable.
+                if let Some((k, uid)) = self.lease.as_ref().and_then(|l| l.holder)
+                    && let Some(p) = self.pods.get_mut(&k).filter(|p| p.uid == uid && p.writable)
+                {
+                    p.writable = false;
+                    p.starts_primary = true;
+                }
+                if let Some(l) = self.lease.as_mut() {
+                    l.holder = None;
+                    l.version += 1;
+                }
+            }
             Move::BackupJobDeleted(nth) => {
                 let finished: Vec<u64> = self
                     .jobs
@@ -295,12 +407,24 @@ impl WorldModel<Postgres> for World {
         if let Some(v) = self.violations.first() {
             return Err(v.clone());
         }
+        let writable = self.writable();
+        if writable.len() > 1 {
+            return Err(format!("pods {writable:?} all run a writable server"));
+        }
         let primaries = self.primary_labels();
         if primaries.len() > 1 {
             return Err(format!("pods {primaries:?} are all labelled primary"));
         }
         let deleting = matches!(state, PgState::Finalizing { .. } | PgState::Finalized);
-        if !deleting && let Some(k) = primaries.first().filter(|k| **k != self.db_primary) {
+        // Mid-promotion the target is labelled primary once it holds the Lease (its
+        // agent fences a writable server labelled otherwise): `-rw` may select a standby
+        // while nobody else is writable, never a standby while another pod writes.
+        let writable = self.writable();
+        if !deleting
+            && let Some(k) = primaries
+                .first()
+                .filter(|k| **k != self.db_primary && writable.iter().any(|w| w != *k))
+        {
             return Err(format!(
                 "pod {k} is labelled primary but pod {} holds the writable timeline",
                 self.db_primary
@@ -349,7 +473,13 @@ impl WorldModel<Postgres> for World {
                 .count()
                 <= crate::machines::common::on_demand::HISTORY_LIMIT
         });
+        let holds = self
+            .pods
+            .get(&cluster.primary)
+            .map(|p| (cluster.primary, p.uid));
         bounded
+            && self.lease.as_ref().and_then(|l| l.holder) == holds
+            && self.writable() == [cluster.primary]
             && cluster.image == want
             && cluster.replicas == self.replicas
             && self.db_primary == cluster.primary

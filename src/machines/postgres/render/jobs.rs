@@ -97,6 +97,56 @@ pub fn promote_job(
     Ok(job)
 }
 
+/// The survey Job `key`: `survey.sh` against the pods at `hosts` (`<pod>=<host>` pairs
+/// in `SURVEY_HOSTS`), with the server's image. It reports one line of JSON in its
+/// termination message (the scripts' contract).
+///
+/// # Errors
+/// [`Error`] if the owner has no UID.
+pub fn survey_job(
+    pg: &PostgresCluster,
+    key: &str,
+    hosts: &[i32],
+    image: &str,
+) -> Result<Job, Error> {
+    let name = pg.name_any();
+    let hosts: Vec<String> = hosts
+        .iter()
+        .map(|k| format!("{name}-{k}={}", pod_host(pg, *k)))
+        .collect();
+    let env = vec![
+        plain("SURVEY_HOSTS", hosts.join(" ")),
+        plain("SURVEY_PORT", PORT.to_string()),
+        plain("POSTGRES_USER", SUPERUSER),
+        from_secret(
+            "POSTGRES_PASSWORD",
+            &credentials_name(pg),
+            SUPERUSER_PASSWORD_KEY,
+        ),
+    ];
+    let mut container = job_container("survey", image.to_owned(), "survey.sh", env);
+    container.termination_message_policy = Some("FallbackToLogsOnError".to_owned());
+    let mut job = RunOnce {
+        owner_name: &name,
+        namespace: &namespace(pg),
+        owner: owner_reference(pg)?,
+        labels: meta::component_labels(KIND_LABEL, &name, "survey"),
+        key,
+        // Pruned at rest with the promote Jobs.
+        purpose: Purpose::Promote,
+        pod: PodRecipe {
+            container,
+            ..PodRecipe::default()
+        },
+        deadline: Some(SURVEY_DEADLINE_SECONDS),
+    }
+    .build();
+    if let Some(spec) = job.spec.as_mut() {
+        job_pod_extras(pg, spec);
+    }
+    Ok(job)
+}
+
 fn destination(backup: &BackupSpec) -> Destination {
     Destination {
         s3_endpoint: backup.s3_endpoint.clone(),

@@ -13,7 +13,10 @@
 //! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
 //! | Service | `<name>-ro` | selects `lockstep.dev/role=replica` (neither Service selects `demoted`) |
 //! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` |
-//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; claims of removed ordinals are deleted on scale-down, kept on deletion |
+//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
+//! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator |
+//! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
+//! | survey Jobs | `<name>-survey-<hash>-<attempt>` | `survey.sh`: the standbys' WAL positions, in the termination message |
 //! | promote Jobs | `<name>-promote-<ordinal>-<hash>-<attempt>` | `promote.sh` against the target's stable DNS name |
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw` |
 //! | CronJob | `<name>-backup` | scheduled `backup.sh` |
@@ -26,6 +29,8 @@ use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
     StatefulSetUpdateStrategy,
 };
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
     DownwardAPIVolumeSource, EnvVar, ExecAction, Lifecycle, LifecycleHandler, ObjectFieldSelector,
@@ -34,7 +39,9 @@ use k8s_openapi::api::core::v1::{
     VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -42,7 +49,8 @@ use rand::Rng;
 
 use super::actions::{Role, ServiceKind};
 use super::api::{
-    PostgresCluster, REPLICATION_PASSWORD_KEY, REPLICATION_USER, SUPERUSER, SUPERUSER_PASSWORD_KEY,
+    FencingSpec, PostgresCluster, REPLICATION_PASSWORD_KEY, REPLICATION_USER, SUPERUSER,
+    SUPERUSER_PASSWORD_KEY,
 };
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
@@ -51,7 +59,10 @@ use crate::machines::common::meta::{self, owner_reference};
 
 mod jobs;
 
-pub use jobs::{backup_env, backup_job, cronjob, promote_job};
+pub use jobs::{backup_env, backup_job, cronjob, promote_job, survey_job};
+
+/// How long a survey Job may run.
+pub const SURVEY_DEADLINE_SECONDS: i64 = 60;
 
 /// `app.kubernetes.io/name` of everything a PostgresCluster owns.
 pub const KIND_LABEL: &str = "postgrescluster";
@@ -86,10 +97,132 @@ pub const SCRIPTS: [(&str, &str); 4] = [
     ("restore.sh", include_str!("../scripts/restore.sh")),
 ];
 
+/// The liveness (and startup) check: fails only when the local server does not answer
+/// at all (`pg_isready` exit 2); accepting or rejecting connections both pass.
+pub const LIVENESS_COMMAND: &str = "pg_isready -q -h 127.0.0.1 -p 5432 -t 4; test $? -ne 2";
+
 const SCRIPTS_VOLUME: &str = "scripts";
 const PODINFO_VOLUME: &str = "podinfo";
 const TMP_VOLUME: &str = "tmp";
 const TMP_PATH: &str = "/lockstep/tmp";
+
+/// `<name>-primary`: the Lease naming the pod allowed to be writable.
+pub fn lease_name(pg: &PostgresCluster) -> String {
+    format!("{}-primary", pg.name_any())
+}
+
+/// `<name>-instance`: the pods' ServiceAccount, and its Role and RoleBinding.
+pub fn instance_name(pg: &PostgresCluster) -> String {
+    format!("{}-instance", pg.name_any())
+}
+
+/// A time as the API server's `MicroTime`.
+pub fn micro_time(at: chrono::DateTime<chrono::Utc>) -> MicroTime {
+    MicroTime(
+        k8s_openapi::jiff::Timestamp::from_second(at.timestamp())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}
+
+/// The primary Lease naming `holder` (`<pod-name>/<pod-uid>`) at `at`, or nobody.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID.
+pub fn lease(
+    pg: &PostgresCluster,
+    holder: Option<&str>,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<Lease, Error> {
+    let at = micro_time(at);
+    Ok(Lease {
+        metadata: metadata(pg, lease_name(pg))?,
+        spec: Some(LeaseSpec {
+            holder_identity: holder.map(str::to_owned),
+            lease_duration_seconds: Some(lease_seconds(pg)),
+            acquire_time: holder.map(|_| at.clone()),
+            renew_time: holder.map(|_| at),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        }),
+    })
+}
+
+fn lease_seconds(pg: &PostgresCluster) -> i32 {
+    i32::try_from(pg.spec.fencing.lease_duration_seconds).unwrap_or(i32::MAX)
+}
+
+/// The merge patch handing the primary Lease to `holder` (or nobody) at `at`.
+pub fn lease_hand_over(
+    pg: &PostgresCluster,
+    holder: Option<&str>,
+    transitions: i32,
+    at: chrono::DateTime<chrono::Utc>,
+) -> serde_json::Value {
+    let at = micro_time(at);
+    serde_json::json!({
+        "metadata": {"annotations": {super::observe::RELEASED_BY: null}},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": lease_seconds(pg),
+            "renewTime": at,
+            "acquireTime": at,
+            "leaseTransitions": transitions,
+        }
+    })
+}
+
+/// The pods' ServiceAccount `<name>-instance`.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn service_account(pg: &PostgresCluster) -> Result<ServiceAccount, Error> {
+    let sa = ServiceAccount {
+        metadata: metadata(pg, instance_name(pg))?,
+        automount_service_account_token: Some(true),
+        ..ServiceAccount::default()
+    };
+    with_applied_hash(sa, |s| &mut s.metadata)
+}
+
+/// The pods' Role: get, update and patch the Lease `<name>-primary`, nothing else.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn instance_role(pg: &PostgresCluster) -> Result<RbacRole, Error> {
+    let role = RbacRole {
+        metadata: metadata(pg, instance_name(pg))?,
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
+            resources: Some(vec!["leases".to_owned()]),
+            resource_names: Some(vec![lease_name(pg)]),
+            verbs: ["get", "update", "patch"].map(str::to_owned).to_vec(),
+            ..PolicyRule::default()
+        }]),
+    };
+    with_applied_hash(role, |r| &mut r.metadata)
+}
+
+/// The RoleBinding of the pods' ServiceAccount to their Role.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn instance_binding(pg: &PostgresCluster) -> Result<RoleBinding, Error> {
+    let binding = RoleBinding {
+        metadata: metadata(pg, instance_name(pg))?,
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "Role".to_owned(),
+            name: instance_name(pg),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: instance_name(pg),
+            namespace: Some(namespace(pg)),
+            api_group: None,
+        }]),
+    };
+    with_applied_hash(binding, |b| &mut b.metadata)
+}
 
 /// The owner's standard labels.
 pub fn labels(pg: &PostgresCluster) -> BTreeMap<String, String> {
@@ -300,6 +433,22 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
         from_secret("REPLICATION_PASSWORD", &secret, REPLICATION_PASSWORD_KEY),
         plain("PRIMARY_HOST", primary_host(pg)),
         plain("PRIMARY_PORT", PORT.to_string()),
+        // Fencing (the contract: src/machines/postgres/scripts/README.md).
+        from_field("POD_UID", "metadata.uid"),
+        from_field("POD_NAMESPACE", "metadata.namespace"),
+        plain("LOCKSTEP_LEASE_NAME", lease_name(pg)),
+        plain(
+            "LOCKSTEP_LEASE_SECONDS",
+            pg.spec.fencing.lease_duration_seconds.to_string(),
+        ),
+        plain(
+            "LOCKSTEP_FENCE_SECONDS",
+            pg.spec.fencing.fence_seconds().to_string(),
+        ),
+        plain(
+            "LOCKSTEP_RENEW_SECONDS",
+            FencingSpec::RENEW_SECONDS.to_string(),
+        ),
     ];
     if let Some(db) = &pg.spec.database {
         env.push(plain("POSTGRES_DB", db));
@@ -343,6 +492,24 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
             period_seconds: Some(5),
             timeout_seconds: Some(4),
             failure_threshold: Some(3),
+            ..Probe::default()
+        }),
+        // Only a server that does not answer at all is restarted: a busy primary that
+        // rejects connections for a while (recovery, a checkpoint) is not. The startup
+        // probe holds the liveness probe off while the entrypoint waits for its role or
+        // its Lease (up to an hour).
+        startup_probe: Some(Probe {
+            exec: Some(exec(&["/bin/sh", "-c", LIVENESS_COMMAND])),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(360),
+            ..Probe::default()
+        }),
+        liveness_probe: Some(Probe {
+            exec: Some(exec(&["/bin/sh", "-c", LIVENESS_COMMAND])),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(6),
             ..Probe::default()
         }),
         lifecycle: Some(Lifecycle {
@@ -408,6 +575,8 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    service_account_name: Some(instance_name(pg)),
+                    automount_service_account_token: Some(true),
                     security_context: Some(security_context()),
                     termination_grace_period_seconds: Some(60),
                     volumes: Some(vec![scripts_volume(pg), podinfo]),

@@ -87,6 +87,8 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
         cause: SwitchCause::Failover,
         round_start: 1,
         retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
     });
     let d = decide(&spec("16.3"), &state, primary_down(0));
     assert_eq!(d.reason(), OLD_PRIMARY_DEMOTED);
@@ -103,7 +105,7 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
 }
 
 #[test]
-fn a_failover_promotes_without_waiting_for_the_failed_primary() {
+fn once_the_lease_names_the_target_a_failover_promotes_it() {
     let state = PgState::SwitchingOver(Switchover {
         cluster: cluster(V1, 0),
         old_uid: Some(uid(0, V1)),
@@ -116,9 +118,13 @@ fn a_failover_promotes_without_waiting_for_the_failed_primary() {
         cause: SwitchCause::Failover,
         round_start: 1,
         retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
     });
     let mut o = primary_down(0);
+    o.lease = Some(lease_of(1, V1));
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    edit(&mut o, 1, |p| p.role = Some(Role::Primary));
     let d = decide(&spec("16.3"), &state, o);
     assert!(d.actions().iter().any(|a| matches!(
         a,
@@ -144,8 +150,11 @@ fn a_completed_failover_records_why_in_its_message() {
         cause: SwitchCause::Failover,
         round_start: 1,
         retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
     });
     let mut o = primary_down(0);
+    o.lease = Some(lease_of(1, V1));
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     o.jobs = vec![job(
         &promote_key(1, &uid(1, V1), 1),
@@ -189,6 +198,7 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
     };
     let o = |attempt: u32| {
         let mut o = primary_down(0);
+        o.lease = Some(lease_of(1, V1));
         edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
         o.jobs = vec![job(
             &promote_key(1, &uid(1, V1), attempt),

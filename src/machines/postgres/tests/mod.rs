@@ -4,6 +4,7 @@
 mod at_rest;
 mod deletion;
 mod failover;
+mod fencing;
 mod records;
 mod rendering;
 mod upgrades;
@@ -17,7 +18,9 @@ use kube::ResourceExt;
 use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key, promote_key};
 use super::api::{BackupSpec, PostgresCluster, PostgresClusterSpec};
 use super::machine::Postgres;
-use super::observe::{CronJobView, InSync, Observed, PodView, Requests, StatefulSetView};
+use super::observe::{
+    CronJobView, InSync, LeaseView, Observed, PodView, Requests, StatefulSetView,
+};
 use super::render;
 use super::state::{PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology};
 use super::table::reason::*;
@@ -46,6 +49,7 @@ fn spec(version: &str) -> PostgresClusterSpec {
         database: Some("app".to_owned()),
         backup_schedule: None,
         backup: None,
+        fencing: Default::default(),
     }
 }
 
@@ -118,6 +122,21 @@ fn at_rest(image: &str, primary: i32) -> Observed {
         jobs: Vec::new(),
         cronjob: None,
         requests: Requests::default(),
+        lease: Some(lease_of(primary, image)),
+        job_results: BTreeMap::new(),
+    }
+}
+
+/// The primary Lease naming pod `k` (UID at `image`), renewed at `t(0)`.
+fn lease_of(k: i32, image: &str) -> LeaseView {
+    LeaseView {
+        holder: Some(format!("pg-{k}/{}", uid(k, image))),
+        renewed: Some(t(0)),
+        duration: 15,
+        transitions: 0,
+        released_by: None,
+        uid: "lease-uid".to_owned(),
+        version: "7".to_owned(),
     }
 }
 
@@ -179,6 +198,8 @@ fn switching(step: SwitchStep, attempt: u32, cause: SwitchCause) -> PgState {
         cause,
         round_start: 1,
         retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
     })
 }
 

@@ -161,17 +161,21 @@ fn the_switchover_demotes_the_old_primary_before_promoting_anyone() {
 }
 
 #[test]
-fn mid_switchover_nobody_is_labelled_primary() {
+fn once_the_target_holds_the_lease_it_alone_is_labelled_primary_and_then_promoted() {
     let mut o = upgrade_observed(&[1, 2], 0);
+    o.lease = Some(lease_of(1, V2));
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    let d = decide(
-        &spec("16.4"),
-        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
-        o,
-    );
+    let state = switching(SwitchStep::Promote, 1, SwitchCause::Upgrade);
+    let d = decide(&spec("16.4"), &state, o.clone());
     assert_eq!(d.reason(), PROMOTING);
-    // The target leaves `-ro` before it can become writable; nobody is labelled primary.
-    assert_eq!(labels_in(&d), vec![(1, Role::Demoted)]);
+    // Its agent would fence a promoted server labelled anything but primary; the old
+    // primary is `demoted` since the Demote step, so `-rw` selects one pod.
+    assert_eq!(labels_in(&d), vec![(1, Role::Primary)]);
+    assert!(promotes_in(&d).is_empty(), "the label is seen first");
+    edit(&mut o, 1, |p| p.role = Some(Role::Primary));
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), PROMOTING);
+    assert!(labels_in(&d).is_empty());
     assert_eq!(promotes_in(&d), vec![1]);
     assert!(d.actions().iter().any(|a| matches!(
         a,
@@ -185,6 +189,7 @@ fn mid_switchover_nobody_is_labelled_primary() {
 #[test]
 fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instead() {
     let mut o = upgrade_observed(&[1, 2], 0);
+    o.lease = Some(lease_of(1, V2));
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     edit(&mut o, 1, |p| p.ready = false);
     let d = decide(
@@ -213,6 +218,7 @@ fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instea
 #[test]
 fn once_promoted_the_old_primary_loses_its_label_before_the_target_gets_it() {
     let mut o = upgrade_observed(&[1, 2], 0);
+    o.lease = Some(lease_of(1, V2));
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     o.jobs = vec![job(
         &promote_key(1, &uid(1, V2), 1),
@@ -240,6 +246,7 @@ fn once_promoted_the_old_primary_loses_its_label_before_the_target_gets_it() {
 #[test]
 fn the_primary_label_does_not_move_while_the_old_primary_pod_is_unseen() {
     let mut o = upgrade_observed(&[1, 2], 0);
+    o.lease = Some(lease_of(1, V2));
     o.pods.remove(&0);
     o.jobs = vec![job(
         &promote_key(1, &uid(1, V2), 1),
@@ -275,6 +282,7 @@ fn after_the_switchover_the_old_primary_is_upgraded_last() {
 #[test]
 fn a_failed_promote_job_is_retried_after_its_backoff_as_a_new_job() {
     let mut o = upgrade_observed(&[1, 2], 0);
+    o.lease = Some(lease_of(1, V2));
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
     o.jobs = vec![job(
         &promote_key(1, &uid(1, V2), 1),

@@ -1,0 +1,106 @@
+//! Failover's survey: which standby is the most advanced, by the WAL positions a survey
+//! Job read from each (`survey.sh`, its result in the Job pod's termination message).
+
+use std::cmp::Reverse;
+
+use serde::Deserialize;
+
+use crate::machines::postgres::actions::Role;
+use crate::machines::postgres::observe::Observed;
+use crate::machines::postgres::state::{PodRef, Surveyed};
+
+/// One pod's answer in the survey's JSON.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    receive: Option<String>,
+    replay: Option<String>,
+    in_recovery: Option<bool>,
+}
+
+/// An LSN (`16/B374D848`) as a number; `None` if it is not one.
+pub(crate) fn lsn(text: &str) -> Option<u64> {
+    let (hi, lo) = text.trim().split_once('/')?;
+    let hi = u64::from_str_radix(hi, 16).ok()?;
+    let lo = u64::from_str_radix(lo, 16).ok()?;
+    (hi <= u64::from(u32::MAX) && lo <= u64::from(u32::MAX)).then_some((hi << 32) | lo)
+}
+
+/// The standbys of a survey's result (`{"<pod>": {"receive": …, "replay": …,
+/// "inRecovery": true}, …}`), by ordinal; pods not in recovery, of another cluster or
+/// with unreadable positions are left out. `None` if the result is not that JSON.
+pub(crate) fn parse(o: &Observed, result: &str) -> Option<Vec<Surveyed>> {
+    let answers: std::collections::BTreeMap<String, Answer> =
+        serde_json::from_str(result.lines().last()?).ok()?;
+    let prefix = format!("{}-", o.name);
+    let mut surveyed: Vec<Surveyed> = answers
+        .into_iter()
+        .filter(|(_, a)| a.in_recovery != Some(false))
+        .filter_map(|(pod, a)| {
+            let ordinal = pod.strip_prefix(&prefix)?.parse().ok()?;
+            let receive = a.receive.filter(|r| lsn(r).is_some()).unwrap_or_default();
+            let replay = a.replay.filter(|r| lsn(r).is_some())?;
+            Some(Surveyed {
+                ordinal,
+                receive,
+                replay,
+            })
+        })
+        .collect();
+    surveyed.sort_by_key(|s| s.ordinal);
+    Some(surveyed)
+}
+
+/// The most advanced standby of `surveyed` that is a Ready replica now (not `old`, not
+/// `demoted`, not `excluded`): the highest receive LSN, then the highest replay LSN,
+/// then the lowest ordinal. A pod the survey did not reach is never chosen.
+pub(crate) fn most_advanced(
+    o: &Observed,
+    surveyed: &[Surveyed],
+    old: i32,
+    excluded: Option<&PodRef>,
+) -> Option<PodRef> {
+    surveyed
+        .iter()
+        .filter(|s| s.ordinal != old)
+        .filter_map(|s| {
+            let p = o.pods.get(&s.ordinal)?;
+            let usable = p.serving()
+                && p.role != Some(Role::Demoted)
+                && excluded.is_none_or(|e| e.ordinal != s.ordinal || e.uid != p.uid);
+            usable.then_some((s, p))
+        })
+        .max_by_key(|(s, _)| {
+            (
+                lsn(&s.receive)
+                    .unwrap_or(0)
+                    .max(lsn(&s.replay).unwrap_or(0)),
+                lsn(&s.replay).unwrap_or(0),
+                Reverse(s.ordinal),
+            )
+        })
+        .map(|(s, p)| PodRef {
+            ordinal: s.ordinal,
+            uid: p.uid.clone(),
+        })
+}
+
+/// The positions of `surveyed`, for messages: `pg-1 receive 0/3000060 replay 0/3000060`.
+pub(crate) fn describe(o: &Observed, surveyed: &[Surveyed]) -> String {
+    surveyed
+        .iter()
+        .map(|s| {
+            format!(
+                "{} receive {} replay {}",
+                o.pod_name(s.ordinal),
+                if s.receive.is_empty() {
+                    "-"
+                } else {
+                    &s.receive
+                },
+                s.replay
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

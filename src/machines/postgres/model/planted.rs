@@ -1,0 +1,263 @@
+//! Planted bugs the model check must find: machines that are Postgres except for one
+//! decision, each run in the same world and expected to fail its invariant.
+
+use std::time::Duration;
+
+use super::*;
+use crate::engine::check::{check_scenario, try_check_machine};
+use crate::engine::{Decision, Edge, World as Seen};
+use crate::machines::postgres::state::{PgKind, SwitchStep};
+
+/// Postgres, except that a switchover or failover takes the Lease holder for fenced at
+/// once: the Lease is handed to the target (and the target promoted) while the old
+/// primary may still run a writable server.
+struct PromoteBeforeFenced;
+
+impl Machine for PromoteBeforeFenced {
+    const NAME: &'static str = "postgrescluster-promote-before-fenced";
+
+    type Spec = PostgresClusterSpec;
+    type State = PgState;
+    type Kind = PgKind;
+    type Observed = Observed;
+    type Action = PgAction;
+
+    fn initial() -> PgState {
+        Postgres::initial()
+    }
+
+    fn table() -> &'static [Edge<PgKind>] {
+        Postgres::table()
+    }
+
+    fn decide(
+        spec: &PostgresClusterSpec,
+        state: &PgState,
+        world: &Seen<Observed>,
+    ) -> Decision<PgState, PgAction> {
+        if let PgState::SwitchingOver(s) = state
+            && s.step == SwitchStep::Fence
+        {
+            // The bug: the holder is taken to have released the Lease.
+            let mut lying = world.clone();
+            if let Some(lease) = lying.observed.lease.as_mut() {
+                lease.released_by.clone_from(&lease.holder);
+            }
+            return Postgres::decide(spec, state, &lying);
+        }
+        Postgres::decide(spec, state, world)
+    }
+
+    fn is_ready(state: &PgState) -> bool {
+        Postgres::is_ready(state)
+    }
+
+    fn deadline(state: &PgState) -> Option<Duration> {
+        Postgres::deadline(state)
+    }
+
+    fn finalized(state: &PgState) -> bool {
+        Postgres::finalized(state)
+    }
+
+    fn acks(state: &PgState) -> Vec<(&'static str, String)> {
+        Postgres::acks(state)
+    }
+
+    fn holds_data(o: &Observed) -> bool {
+        Postgres::holds_data(o)
+    }
+}
+
+/// Postgres, except that a failover reads its survey as if every standby were equally
+/// advanced: it chooses by ordinal.
+struct ChooseByOrdinal;
+
+impl Machine for ChooseByOrdinal {
+    const NAME: &'static str = "postgrescluster-choose-by-ordinal";
+
+    type Spec = PostgresClusterSpec;
+    type State = PgState;
+    type Kind = PgKind;
+    type Observed = Observed;
+    type Action = PgAction;
+
+    fn initial() -> PgState {
+        Postgres::initial()
+    }
+
+    fn table() -> &'static [Edge<PgKind>] {
+        Postgres::table()
+    }
+
+    fn decide(
+        spec: &PostgresClusterSpec,
+        state: &PgState,
+        world: &Seen<Observed>,
+    ) -> Decision<PgState, PgAction> {
+        // The bug: every surveyed position reads the same.
+        let mut lying = world.clone();
+        for result in lying.observed.job_results.values_mut() {
+            if let Ok(serde_json::Value::Object(mut answers)) =
+                serde_json::from_str::<serde_json::Value>(result)
+            {
+                for answer in answers.values_mut() {
+                    answer["receive"] = "0/1".into();
+                    answer["replay"] = "0/1".into();
+                }
+                *result = serde_json::Value::Object(answers).to_string();
+            }
+        }
+        Postgres::decide(spec, state, &lying)
+    }
+
+    fn is_ready(state: &PgState) -> bool {
+        Postgres::is_ready(state)
+    }
+
+    fn deadline(state: &PgState) -> Option<Duration> {
+        Postgres::deadline(state)
+    }
+
+    fn finalized(state: &PgState) -> bool {
+        Postgres::finalized(state)
+    }
+
+    fn acks(state: &PgState) -> Vec<(&'static str, String)> {
+        Postgres::acks(state)
+    }
+
+    fn holds_data(o: &Observed) -> bool {
+        Postgres::holds_data(o)
+    }
+}
+
+fn planted_config() -> CheckConfig {
+    CheckConfig {
+        cases: 512,
+        max_events: 80,
+        liveness_reconciles: 96,
+        ..CheckConfig::default()
+    }
+}
+
+/// Pod 2 has received a commit pod 1 has not when pod 0, the primary, fails; the
+/// failover runs to its promotion.
+fn lagging_replica_failover() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let r = || Event::Reconcile(Reconcile::FRESH);
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        env(Write),
+        env(Replicate(2)),
+        env(BecomesUnready(0)),
+        r(),
+        Event::Tick(60),
+        r(),
+        r(),
+        env(Terminated(0)),
+        r(),
+        r(),
+        env(JobFinishes { nth: 0, ok: true }),
+        r(),
+        r(),
+        env(Recreate(0)),
+        r(),
+        r(),
+        env(JobFinishes { nth: 0, ok: true }),
+        r(),
+    ];
+    (world, events)
+}
+
+#[test]
+fn a_failover_promotes_the_replica_that_received_the_most() {
+    let (world, events) = lagging_replica_failover();
+    let report = check_scenario::<Postgres, World>(&planted_config(), world, &events)
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(
+        report
+            .trace
+            .iter()
+            .any(|l| l.contains("HandLease { holder: Some(\"pg-2/")),
+        "{}",
+        report.trace.join("\n")
+    );
+}
+
+#[test]
+fn the_model_check_finds_a_failover_that_chooses_by_ordinal() {
+    let (world, events) = lagging_replica_failover();
+    let failure = check_scenario::<ChooseByOrdinal, World>(&planted_config(), world, &events)
+        .expect_err("the planted bug is found");
+    assert!(
+        failure.reason.contains("failover promoted pod 1"),
+        "the most-advanced invariant fails:\n{failure}"
+    );
+}
+
+/// Pod 0, the primary, fails; its pod lingers Terminating (its server may still run)
+/// while the failover goes on.
+fn lingering_primary_failover() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let r = || Event::Reconcile(Reconcile::FRESH);
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        env(BecomesUnready(0)),
+        r(),
+        Event::Tick(60),
+        r(),
+        r(),
+        r(),
+        r(),
+        env(JobFinishes { nth: 0, ok: true }),
+        r(),
+        r(),
+    ];
+    (world, events)
+}
+
+#[test]
+fn a_failover_waits_for_a_lingering_primary() {
+    let (world, events) = lingering_primary_failover();
+    let report = check_scenario::<Postgres, World>(&planted_config(), world, &events)
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(
+        report
+            .transitions
+            .contains_key("SwitchingOver -> Ready (FailoverCompleted)")
+    );
+}
+
+#[test]
+fn the_model_check_finds_a_promotion_before_the_old_primary_is_fenced() {
+    let (world, events) = lingering_primary_failover();
+    let failure = check_scenario::<PromoteBeforeFenced, World>(&planted_config(), world, &events)
+        .expect_err("the planted bug is found");
+    assert!(
+        failure.reason.contains("still runs a writable server")
+            || failure.reason.contains("all run a writable server"),
+        "the one-writable-server invariant fails:\n{failure}"
+    );
+    // Generated runs find it too.
+    let failure = try_check_machine::<PromoteBeforeFenced, World>(&CheckConfig {
+        cases: 1024,
+        ..planted_config()
+    })
+    .expect_err("generated runs find the planted bug");
+    assert!(
+        failure.reason.contains("writable server")
+            || failure.reason.contains("failover promoted pod"),
+        "{failure}"
+    );
+}

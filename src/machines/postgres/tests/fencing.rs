@@ -1,0 +1,531 @@
+//! Fencing: the primary Lease at creation, at rest, in switchovers and failovers, and a
+//! lost status adopted as the cluster runs.
+
+use super::upgrades::upgrade_observed;
+use super::*;
+use crate::driver::Operator;
+use crate::machines::postgres::actions::survey_key;
+use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED};
+use crate::machines::postgres::state::Surveyed;
+
+fn identity(k: i32, image: &str) -> String {
+    format!("pg-{k}/{}", uid(k, image))
+}
+
+fn creating() -> PgState {
+    Postgres::initial()
+}
+
+fn hand_overs(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {
+    d.actions()
+        .iter()
+        .filter_map(|a| match a {
+            PgAction::HandLease { holder, .. } => Some(holder.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn lease_creations(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {
+    d.actions()
+        .iter()
+        .filter_map(|a| match a {
+            PgAction::CreateLease { holder, .. } => Some(holder.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn message(d: &Decision<PgState, PgAction>) -> &str {
+    match d {
+        Decision::Stay { message, .. } | Decision::Go { message, .. } => message,
+    }
+}
+
+fn requeue(d: &Decision<PgState, PgAction>) -> Option<u64> {
+    match d {
+        Decision::Stay {
+            wait: Wait::Requeue(w),
+            ..
+        } => Some(w.as_secs()),
+        _ => None,
+    }
+}
+
+/// A failover of `pg-0` to `pg-1` (chosen by a survey), at `step`.
+fn failing_over(step: SwitchStep) -> PgState {
+    match surveying() {
+        PgState::SwitchingOver(s) => PgState::SwitchingOver(Switchover {
+            step,
+            surveyed: Some(vec![Surveyed {
+                ordinal: 1,
+                receive: "0/3000000".to_owned(),
+                replay: "0/3000000".to_owned(),
+            }]),
+            ..s
+        }),
+        other => other,
+    }
+}
+
+/// A failover of `pg-0` whose standbys are not surveyed yet, at `Fence`.
+fn surveying() -> PgState {
+    PgState::SwitchingOver(Switchover {
+        cluster: cluster(V1, 0),
+        old_uid: Some(uid(0, V1)),
+        target: PodRef {
+            ordinal: 1,
+            uid: uid(1, V1),
+        },
+        step: SwitchStep::Fence,
+        attempt: 1,
+        cause: SwitchCause::Failover,
+        round_start: 1,
+        retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
+    })
+}
+
+/// The failed primary `pg-0`: labelled demoted, Terminating, still holding the Lease it
+/// renewed at `renewed`.
+fn old_primary_lingering(renewed: i64) -> Observed {
+    let mut o = at_rest(V1, 0);
+    edit(&mut o, 0, |p| {
+        p.role = Some(Role::Demoted);
+        p.ready = false;
+        p.terminating = true;
+    });
+    if let Some(l) = o.lease.as_mut() {
+        l.renewed = Some(t(renewed));
+    }
+    o
+}
+
+// --- creation ----------------------------------------------------------------------
+
+#[test]
+fn a_new_cluster_creates_the_lease_naming_pod_0_before_labelling_it_primary() {
+    let mut o = at_rest(V1, 0);
+    o.lease = None;
+    for p in o.pods.values_mut() {
+        p.role = None;
+        p.ready = false;
+    }
+    let d = decide(&spec("16.3"), &creating(), o.clone());
+    assert_eq!(d.reason(), WAITING_FOR_LEASE);
+    assert_eq!(lease_creations(&d), vec![Some(identity(0, V1))]);
+    assert!(
+        labels_in(&d).is_empty(),
+        "nobody is labelled before the Lease"
+    );
+    // Once the Lease names pod 0, the roles follow.
+    o.lease = Some(lease_of(0, V1));
+    let d = decide(&spec("16.3"), &creating(), o);
+    assert!(labels_in(&d).contains(&(0, Role::Primary)));
+    assert!(lease_creations(&d).is_empty());
+}
+
+#[test]
+fn a_lost_status_adopts_the_lease_holder_as_primary_without_moving_a_role() {
+    let mut o = at_rest(V1, 1);
+    if let Some(l) = o.lease.as_mut() {
+        l.transitions = 1;
+    }
+    let d = decide(&spec("16.3"), &creating(), o);
+    assert_eq!(d.reason(), ADOPTED);
+    assert_eq!(target(&d), Some(&ready(V1, 1)));
+    assert!(d.actions().is_empty(), "{d:?}");
+}
+
+#[test]
+fn a_lost_status_with_two_pods_labelled_primary_and_no_holder_waits_for_a_person() {
+    let mut o = at_rest(V1, 0);
+    edit(&mut o, 1, |p| p.role = Some(Role::Primary));
+    if let Some(l) = o.lease.as_mut() {
+        l.holder = None;
+    }
+    let d = decide(&spec("16.3"), &creating(), o.clone());
+    assert_eq!(d.reason(), ADOPTION_AMBIGUOUS);
+    assert!(is_degraded(&d));
+    assert!(labels_in(&d).is_empty() && deletes_in(&d).is_empty());
+    assert!(message(&d).contains(ADOPT_PRIMARY), "{}", message(&d));
+    // The escape hatch names pg-1: once the Lease expired, it is handed to pg-1.
+    o.requests.adopt_primary = Some("pg-1".to_owned());
+    let d = decide(&spec("16.3"), &creating(), o);
+    assert_eq!(hand_overs(&d), vec![Some(identity(1, V1))]);
+    assert!(labels_in(&d).is_empty(), "labels follow the Lease");
+}
+
+#[test]
+fn a_lost_status_without_a_lease_creates_one_naming_nobody_and_waits_for_it_to_expire() {
+    let mut o = at_rest(V1, 2);
+    o.lease = None;
+    let d = decide(&spec("16.3"), &creating(), o);
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    assert_eq!(lease_creations(&d), vec![None]);
+    assert!(labels_in(&d).is_empty() && deletes_in(&d).is_empty());
+}
+
+#[test]
+fn a_lost_status_whose_primary_was_recreated_hands_the_lease_to_the_new_pod() {
+    let mut o = at_rest(V1, 1);
+    edit(&mut o, 1, |p| {
+        p.uid = "recreated".to_owned();
+        p.role = None;
+    });
+    let d = decide(&spec("16.3"), &creating(), o);
+    assert_eq!(hand_overs(&d), vec![Some("pg-1/recreated".to_owned())]);
+}
+
+// --- switchover and failover ---------------------------------------------------------
+
+#[test]
+fn a_failover_waits_while_the_old_primary_may_still_be_writable() {
+    let d = decide_at(
+        &spec("16.3"),
+        &failing_over(SwitchStep::Fence),
+        old_primary_lingering(990),
+        1000,
+        995,
+    );
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    assert!(!is_degraded(&d));
+    assert!(hand_overs(&d).is_empty() && promotes_in(&d).is_empty());
+    // renewTime + L + S = 990 + 15 + 2: looked at again just after.
+    assert_eq!(requeue(&d), Some(8));
+}
+
+#[test]
+fn once_the_lease_expired_it_is_handed_to_the_target_then_promoted() {
+    let d = decide_at(
+        &spec("16.3"),
+        &failing_over(SwitchStep::Fence),
+        old_primary_lingering(990),
+        1008,
+        995,
+    );
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+    assert_eq!(hand_overs(&d), vec![Some(identity(1, V1))]);
+    assert!(
+        promotes_in(&d).is_empty(),
+        "promoted only on the Lease as handed"
+    );
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(s)) if s.step == SwitchStep::Promote
+    ));
+}
+
+#[test]
+fn a_lease_released_by_its_holder_is_handed_over_at_once() {
+    let mut o = old_primary_lingering(999);
+    if let Some(l) = o.lease.as_mut() {
+        l.released_by = l.holder.take();
+    }
+    let d = decide(&spec("16.3"), &failing_over(SwitchStep::Fence), o);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+}
+
+#[test]
+fn an_old_primary_whose_pod_is_gone_is_fenced() {
+    let mut o = old_primary_lingering(999);
+    o.pods.remove(&0);
+    let d = decide(&spec("16.3"), &failing_over(SwitchStep::Fence), o);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+}
+
+#[test]
+fn a_long_wait_for_fencing_is_degraded_and_names_the_escape_hatch() {
+    let state = failing_over(SwitchStep::Fence);
+    let d = decide_at(&spec("16.3"), &state, old_primary_lingering(999), 1000, 900);
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    assert!(is_degraded(&d));
+    assert!(message(&d).contains(FENCED), "{}", message(&d));
+    // A person asserts that the old primary's node is down.
+    let mut o = old_primary_lingering(999);
+    o.requests.fenced = Some(identity(0, V1));
+    let d = decide_at(&spec("16.3"), &state, o, 1000, 900);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+}
+
+#[test]
+fn a_planned_switchover_demotes_the_old_primary_and_waits_for_it_to_release_the_lease() {
+    let mut o = upgrade_observed(&[1, 2], 0);
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    if let Some(l) = o.lease.as_mut() {
+        l.renewed = Some(t(999));
+    }
+    let state = switching(SwitchStep::Fence, 1, SwitchCause::Upgrade);
+    let d = decide(&spec("16.4"), &state, o.clone());
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    if let Some(l) = o.lease.as_mut() {
+        l.released_by = l.holder.take();
+    }
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+    assert_eq!(hand_overs(&d), vec![Some(format!("pg-1/{}", uid(1, V2)))]);
+}
+
+#[test]
+fn mid_promotion_a_lease_that_no_longer_names_the_target_is_fenced_again() {
+    let mut o = old_primary_lingering(0);
+    o.pods.remove(&0);
+    let d = decide(&spec("16.3"), &failing_over(SwitchStep::Promote), o);
+    assert_eq!(d.reason(), LEASE_LOST);
+    assert!(promotes_in(&d).is_empty());
+}
+
+// --- most advanced failover ------------------------------------------------------------
+
+fn at_survey(attempt: Option<u32>) -> PgState {
+    match surveying() {
+        PgState::SwitchingOver(s) => PgState::SwitchingOver(Switchover {
+            step: SwitchStep::Survey,
+            survey_attempt: attempt,
+            ..s
+        }),
+        other => other,
+    }
+}
+
+/// The survey Job succeeded and its pod reported `result`.
+fn surveyed(result: &str) -> Observed {
+    let mut o = old_primary_lingering(0);
+    o.pods.remove(&0);
+    let key = survey_key(&uid(0, V1), 1);
+    o.jobs = vec![job(
+        &key,
+        Purpose::Promote,
+        JobOutcome::Succeeded { at: t(10) },
+    )];
+    o.job_results.insert(format!("pg-{key}"), result.to_owned());
+    o
+}
+
+#[test]
+fn a_failover_surveys_the_standbys_only_once_the_old_primary_is_fenced() {
+    let d = decide(&spec("16.3"), &surveying(), old_primary_lingering(0));
+    assert_eq!(d.reason(), OLD_PRIMARY_FENCED);
+    assert!(hand_overs(&d).is_empty(), "no target is chosen yet");
+    let d = decide_at(
+        &spec("16.3"),
+        &surveying(),
+        old_primary_lingering(999),
+        1000,
+        999,
+    );
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    // The survey Job asks every other live pod.
+    let mut o = old_primary_lingering(0);
+    o.pods.remove(&0);
+    let d = decide(&spec("16.3"), &at_survey(None), o);
+    assert_eq!(d.reason(), SURVEYING);
+    assert!(d.actions().iter().any(|a| matches!(
+        a,
+        PgAction::RunSurvey { hosts, .. } if hosts == &[1, 2]
+    )));
+}
+
+#[test]
+fn the_most_advanced_ready_standby_is_chosen_and_recorded_before_the_lease_moves() {
+    let d = decide(
+        &spec("16.3"),
+        &at_survey(None),
+        surveyed(
+            r#"{"pg-1": {"receive": "0/3000060", "replay": "0/3000060", "inRecovery": true},
+                "pg-2": {"receive": "0/3000148", "replay": "0/3000060", "inRecovery": true}}"#
+                .replace('\n', " ")
+                .as_str(),
+        ),
+    );
+    assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
+    assert!(d.actions().is_empty(), "intent first");
+    let Some(PgState::SwitchingOver(s)) = target(&d) else {
+        panic!("{d:?}")
+    };
+    assert_eq!(s.target.ordinal, 2);
+    assert_eq!(s.step, SwitchStep::Fence);
+    assert_eq!(s.surveyed.as_ref().map(Vec::len), Some(2));
+    assert!(
+        message(&d).contains("pg-2 receive 0/3000148"),
+        "{}",
+        message(&d)
+    );
+}
+
+#[test]
+fn ties_go_to_the_higher_replay_position_then_to_the_lowest_ordinal() {
+    let pick =
+        |result: &str| match target(&decide(&spec("16.3"), &at_survey(None), surveyed(result))) {
+            Some(PgState::SwitchingOver(s)) => s.target.ordinal,
+            other => panic!("{other:?}"),
+        };
+    assert_eq!(
+        pick(
+            r#"{"pg-1": {"receive": "0/5", "replay": "0/3", "inRecovery": true}, "pg-2": {"receive": "0/5", "replay": "0/4", "inRecovery": true}}"#
+        ),
+        2
+    );
+    assert_eq!(
+        pick(
+            r#"{"pg-1": {"receive": "0/5", "replay": "0/4", "inRecovery": true}, "pg-2": {"receive": "0/5", "replay": "0/4", "inRecovery": true}}"#
+        ),
+        1
+    );
+}
+
+#[test]
+fn a_standby_the_survey_did_not_reach_or_that_is_not_ready_is_never_chosen() {
+    let mut o = surveyed(r#"{"pg-2": {"receive": "0/1", "replay": "0/1", "inRecovery": true}}"#);
+    let d = decide(&spec("16.3"), &at_survey(None), o.clone());
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(s)) if s.target.ordinal == 2
+    ));
+    edit(&mut o, 2, |p| p.ready = false);
+    let d = decide(&spec("16.3"), &at_survey(None), o);
+    assert_eq!(d.reason(), NO_PROMOTION_TARGET);
+    assert!(is_degraded(&d));
+}
+
+#[test]
+fn a_survey_without_its_result_yet_waits_and_a_failed_one_is_retried_as_a_new_job() {
+    let mut o = surveyed("{}");
+    o.job_results.clear();
+    let d = decide(&spec("16.3"), &at_survey(None), o.clone());
+    assert_eq!(d.reason(), SURVEYING);
+    assert!(target(&d).is_none());
+    o.jobs = vec![job(
+        &survey_key(&uid(0, V1), 1),
+        Purpose::Promote,
+        failed(0),
+    )];
+    let d = decide_at(&spec("16.3"), &at_survey(None), o, 10_000, 0);
+    assert_eq!(d.reason(), SURVEY_RETRIED);
+    assert_eq!(target(&d), Some(&at_survey(Some(2))));
+}
+
+#[test]
+fn lsns_compare_as_numbers() {
+    use crate::machines::postgres::decide::survey::lsn;
+    assert!(lsn("1/0") > lsn("0/FFFFFFFF"));
+    assert_eq!(lsn("0/3000060"), Some(0x0300_0060));
+    assert_eq!(lsn("garbage"), None);
+}
+
+// --- at rest ---------------------------------------------------------------------------
+
+#[test]
+fn at_rest_a_recreated_primary_gets_the_lease_once_its_old_pod_is_gone() {
+    let mut o = at_rest(V1, 0);
+    edit(&mut o, 0, |p| p.uid = "recreated".to_owned());
+    let d = decide(&spec("16.3"), &ready(V1, 0), o);
+    assert_eq!(hand_overs(&d), vec![Some("pg-0/recreated".to_owned())]);
+}
+
+#[test]
+fn at_rest_a_missing_lease_is_created_naming_the_primary() {
+    let mut o = at_rest(V1, 2);
+    o.lease = None;
+    let d = decide(&spec("16.3"), &ready(V1, 2), o);
+    assert_eq!(lease_creations(&d), vec![Some(identity(2, V1))]);
+}
+
+#[test]
+fn at_rest_a_lease_renewed_by_its_holder_asks_for_nothing() {
+    let mut o = at_rest(V1, 0);
+    if let Some(l) = o.lease.as_mut() {
+        l.renewed = Some(t(998));
+    }
+    let d = decide(&spec("16.3"), &ready(V1, 0), o);
+    assert!(d.actions().is_empty());
+}
+
+// --- rendering -------------------------------------------------------------------------
+
+#[test]
+fn the_pods_may_only_get_update_and_patch_their_own_lease() {
+    let pg = rendering::object(spec("16.3"));
+    let role = render::instance_role(&pg).expect("renders");
+    let rules = role.rules.unwrap_or_default();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["leases".to_owned()][..])
+    );
+    assert_eq!(
+        rules[0].resource_names.as_deref(),
+        Some(&["pg-primary".to_owned()][..])
+    );
+    assert_eq!(rules[0].verbs, ["get", "update", "patch"]);
+    let binding = render::instance_binding(&pg).expect("renders");
+    assert_eq!(binding.role_ref.name, "pg-instance");
+    let sts = render::statefulset(&pg, V1, 3).expect("renders");
+    let pod = sts.spec.template.spec.expect("a pod spec");
+    assert_eq!(pod.service_account_name.as_deref(), Some("pg-instance"));
+    let c = &pod.containers[0];
+    let env: BTreeMap<String, Option<String>> = c
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect();
+    assert_eq!(env["LOCKSTEP_LEASE_NAME"].as_deref(), Some("pg-primary"));
+    assert_eq!(env["LOCKSTEP_LEASE_SECONDS"].as_deref(), Some("15"));
+    assert_eq!(env["LOCKSTEP_FENCE_SECONDS"].as_deref(), Some("7"));
+    assert_eq!(env["LOCKSTEP_RENEW_SECONDS"].as_deref(), Some("2"));
+    for from_field in ["POD_NAME", "POD_UID", "POD_NAMESPACE"] {
+        assert!(env.contains_key(from_field), "{from_field}");
+    }
+    assert!(c.liveness_probe.is_some() && c.startup_probe.is_some());
+}
+
+#[test]
+fn the_lease_is_handed_over_only_as_it_was_read() {
+    let pg = rendering::object(spec("16.3"));
+    let ops = Postgres::render(
+        &pg,
+        &PgAction::HandLease {
+            holder: Some("pg-1/u1".to_owned()),
+            transitions: 3,
+            at: t(5),
+            uid: "lease-uid".to_owned(),
+            version: "42".to_owned(),
+        },
+    )
+    .expect("renders");
+    let [
+        crate::driver::Op::Patch {
+            name,
+            patch,
+            precondition,
+            ..
+        },
+    ] = ops.as_slice()
+    else {
+        panic!("one fenced patch: {ops:?}")
+    };
+    assert_eq!(name, "pg-primary");
+    assert_eq!(precondition.resource_version, "42");
+    assert_eq!(precondition.uid, "lease-uid");
+    assert_eq!(patch["spec"]["holderIdentity"], "pg-1/u1");
+    assert_eq!(patch["spec"]["leaseTransitions"], 3);
+    assert!(patch["metadata"]["annotations"]["lockstep.dev/released-by"].is_null());
+}
+
+#[test]
+fn every_allowed_lease_duration_lets_a_pod_stop_before_its_lease_counts_as_expired() {
+    let f = crate::machines::postgres::api::FencingSpec::default();
+    assert_eq!((f.lease_duration_seconds, f.clock_skew_seconds), (15, 2));
+    // T + R + 1 <= L for every allowed L: a pod stops before the operator counts its
+    // Lease expired, whatever the skew.
+    for l in 5..=120 {
+        let f = crate::machines::postgres::api::FencingSpec {
+            lease_duration_seconds: l,
+            clock_skew_seconds: 2,
+        };
+        assert!(f.fence_seconds() + crate::machines::postgres::api::FencingSpec::RENEW_SECONDS < l);
+    }
+}
