@@ -800,7 +800,6 @@ async fn failover_after_the_primary_dies() {
 /// other one must be promoted (the operator's lowest-ordinal choice of today would take
 /// the paused one). Needs the operator side of fencing (survey, most-advanced choice).
 #[tokio::test]
-#[ignore = "needs the operator side of fencing (branch fence): the survey and the most-advanced choice"]
 async fn failover_never_promotes_a_lagging_replica() {
     if !real_node() {
         return;
@@ -869,7 +868,6 @@ async fn failover_never_promotes_a_lagging_replica() {
 /// label moves, no pod is restarted or replaced, the cluster is Ready again. Needs the
 /// operator side of fencing (adoption by the lease holder, issue 12 item 3).
 #[tokio::test]
-#[ignore = "needs the operator side of fencing (branch fence): adoption by the lease holder after a status wipe"]
 async fn status_wipe_moves_no_role() {
     if !real_node() {
         return;

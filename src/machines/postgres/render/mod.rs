@@ -90,16 +90,19 @@ pub const PROMOTE_DEADLINE_SECONDS: i64 = 120;
 pub const CATCHUP_SECONDS: i64 = 60;
 
 /// The pod scripts, shipped verbatim in the scripts ConfigMap.
-pub const SCRIPTS: [(&str, &str); 4] = [
+pub const SCRIPTS: [(&str, &str); 5] = [
     ("entrypoint.sh", include_str!("../scripts/entrypoint.sh")),
+    ("survey.sh", include_str!("../scripts/survey.sh")),
     ("promote.sh", include_str!("../scripts/promote.sh")),
     ("backup.sh", include_str!("../scripts/backup.sh")),
     ("restore.sh", include_str!("../scripts/restore.sh")),
 ];
 
-/// The liveness (and startup) check: fails only when the local server does not answer
-/// at all (`pg_isready` exit 2); accepting or rejecting connections both pass.
-pub const LIVENESS_COMMAND: &str = "pg_isready -q -h 127.0.0.1 -p 5432 -t 4; test $? -ne 2";
+/// The liveness (and startup) check, `entrypoint.sh --liveness`: alive while the
+/// entrypoint prepares on purpose (bootstrap, clone, rewind, waiting for the Lease);
+/// once the server has answered, dead only when it does not answer at all (`pg_isready`
+/// exit 2): accepting or rejecting connections both pass.
+pub const LIVENESS_COMMAND: [&str; 3] = ["bash", "/lockstep/scripts/entrypoint.sh", "--liveness"];
 
 const SCRIPTS_VOLUME: &str = "scripts";
 const PODINFO_VOLUME: &str = "podinfo";
@@ -499,14 +502,14 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
         // probe holds the liveness probe off while the entrypoint waits for its role or
         // its Lease (up to an hour).
         startup_probe: Some(Probe {
-            exec: Some(exec(&["/bin/sh", "-c", LIVENESS_COMMAND])),
+            exec: Some(exec(&LIVENESS_COMMAND)),
             period_seconds: Some(10),
             timeout_seconds: Some(5),
             failure_threshold: Some(360),
             ..Probe::default()
         }),
         liveness_probe: Some(Probe {
-            exec: Some(exec(&["/bin/sh", "-c", LIVENESS_COMMAND])),
+            exec: Some(exec(&LIVENESS_COMMAND)),
             period_seconds: Some(10),
             timeout_seconds: Some(5),
             failure_threshold: Some(6),

@@ -50,7 +50,8 @@
 #
 # `entrypoint.sh --liveness` is the liveness probe command: while the
 # entrypoint prepares (bootstrap, clone, rewind, waiting for the Lease) it
-# succeeds; once postgres answered, it is `pg_isready` on the local socket.
+# succeeds; once postgres answered, it fails only when `pg_isready` on the local
+# socket gets no answer at all (a server rejecting connections is alive).
 #
 # Runs as the postgres OS user (uid 999 in the postgres:<major> images), never
 # as root. Needs bash and the PostgreSQL 13+ server binaries (initdb, pg_ctl,
@@ -156,7 +157,12 @@ PHASE_FILE="${PG_SOCKET_DIR:-/var/run/postgresql}/lockstep-phase.${PGPORT:-5432}
 if [[ "${1:-}" == --liveness ]]; then
 	# Alive while preparing; once postgres answered, alive iff it answers.
 	[[ "$(cat "$PHASE_FILE" 2>/dev/null)" == running ]] || exit 0
-	exec pg_isready -q -h "${PG_SOCKET_DIR:-/var/run/postgresql}" -p "${PGPORT:-5432}" -t 5
+	# pg_isready: 0 accepting, 1 rejecting (starting, stopping, a busy recovery), 2 no
+	# answer. Only a server that does not answer at all is dead.
+	rc=0
+	pg_isready -q -h "${PG_SOCKET_DIR:-/var/run/postgresql}" -p "${PGPORT:-5432}" -t 5 || rc=$?
+	((rc != 2)) || exit 1
+	exit 0
 fi
 [[ "$(id -u)" != 0 ]] || die 2 "must not run as root; run as the postgres user (runAsUser: 999)"
 
