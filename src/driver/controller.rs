@@ -77,15 +77,19 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
 
     let (reader, writer) = reflector::store();
     let written = Arc::new(OwnWrites::default());
+    let fence = Arc::new(Fence::<O::Resource>::default());
+    let caught_up = fence.clone();
     let mut trigger = ResourceTrigger::default();
     let ours = written.clone();
     let observer = hooks.clone();
     let objects = watcher(
         watch::api::<O::Resource>(&client, ns),
-        watcher::Config::default().any_semantic(),
+        watcher::Config::default()
+            .page_size(watch::LIST_PAGE_SIZE)
+            .any_semantic(),
     )
     .backoff(WatchBackoff::default())
-    .modify(|o| o.managed_fields_mut().clear())
+    .modify(watch::project_resource)
     .reflect(writer)
     .filter_map(move |event| {
         if let Ok(event) = &event
@@ -95,9 +99,14 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         }
         let admitted = match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                caught_up.caught_up(
+                    &ObjectRef::from_obj(&o),
+                    o.meta().resource_version.as_deref(),
+                );
                 trigger.admit(&o, &ours).then_some(Ok(o))
             }
             Ok(watcher::Event::Delete(o)) => {
+                caught_up.forget(&ObjectRef::from_obj(&o));
                 trigger.forget(&o);
                 None
             }
@@ -134,7 +143,7 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         backoff,
         owned_store_timeout,
         authority,
-        fence: Fence::default(),
+        fence,
         written,
         failures: Mutex::default(),
         _operator: PhantomData,
@@ -207,8 +216,9 @@ struct Context<O: Operator> {
     owned_store_timeout: Duration,
     /// Whether this process may still make mutating requests.
     authority: Authority,
-    /// The stale-cache fence.
-    fence: Fence<O::Resource>,
+    /// The stale-cache fence (shared with the watch, which tells it when the store has
+    /// caught up).
+    fence: Arc<Fence<O::Resource>>,
     /// The resourceVersions of this process's own writes, so their events trigger
     /// nothing while anyone else's writes do.
     written: Arc<OwnWrites>,
@@ -260,7 +270,10 @@ impl<K: Resource<DynamicType = ()>> Fence<K> {
     }
 
     /// Remember that we overwrote version `read` of `key` and got `object` back.
-    pub(crate) fn remember(&self, key: &ObjectRef<K>, read: Option<String>, object: K) {
+    pub(crate) fn remember(&self, key: &ObjectRef<K>, read: Option<String>, mut object: K) {
+        // Kept until the store catches up, or for good if no later reconcile looks:
+        // without what no reconcile reads (a write returns managedFields).
+        object.meta_mut().managed_fields = None;
         let object = Arc::new(object);
         let mut written = lock(&self.written);
         let mut superseded = match written.remove(key) {
@@ -276,6 +289,19 @@ impl<K: Resource<DynamicType = ()>> Fence<K> {
     /// Forget `key` (it is gone).
     pub(crate) fn forget(&self, key: &ObjectRef<K>) {
         lock(&self.written).remove(key);
+    }
+
+    /// The store now serves version `rv` of `key`: if that is what our last write
+    /// returned, the store has caught up and the written object is dropped (it would
+    /// otherwise be held until the next reconcile, for good at rest).
+    pub(crate) fn caught_up(&self, key: &ObjectRef<K>, rv: Option<&str>) {
+        let mut written = lock(&self.written);
+        if written
+            .get(key)
+            .is_some_and(|w| w.object.meta().resource_version.as_deref() == rv)
+        {
+            written.remove(key);
+        }
     }
 }
 
@@ -695,6 +721,22 @@ mod tests {
                 .map(String::as_str),
             Some("caught up")
         );
+    }
+
+    #[test]
+    fn the_fence_drops_the_written_object_once_the_store_serves_it() {
+        let fence = Fence::<ConfigMap>::default();
+        let key = ObjectRef::new("a").within("ns");
+        let mut written = cm("2", "written");
+        written.metadata.managed_fields = Some(vec![Default::default()]);
+        fence.remember(&key, Some("1".into()), written);
+        let held = lock(&fence.written);
+        assert!(held[&key].object.metadata.managed_fields.is_none());
+        drop(held);
+        fence.caught_up(&key, Some("1"));
+        assert!(lock(&fence.written).contains_key(&key), "still stale");
+        fence.caught_up(&key, Some("2"));
+        assert!(lock(&fence.written).is_empty());
     }
 
     #[test]
