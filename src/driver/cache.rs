@@ -26,7 +26,7 @@
 //! - Owned objects carry [`labels::NAME`] = the owner's kind label and
 //!   [`labels::INSTANCE`] = the owner's name, and live in the owner's namespace.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
@@ -204,6 +204,46 @@ impl Entry {
     }
 }
 
+/// The objects of one owner, by name, in name order. A sorted vector: an owner has a
+/// handful (one StatefulSet, three pods), and a map's node (~600 bytes) would outweigh
+/// the objects of most owners.
+#[derive(Debug, Default)]
+struct Objects(Vec<(Box<str>, Entry)>);
+
+impl Objects {
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(n, _)| (**n).cmp(name))
+    }
+
+    fn get(&self, name: &str) -> Option<&Entry> {
+        self.find(name).ok().map(|i| &self.0[i].1)
+    }
+
+    fn insert(&mut self, name: &str, entry: Entry) {
+        match self.find(name) {
+            Ok(i) => self.0[i].1 = entry,
+            Err(i) => self.0.insert(i, (name.into(), entry)),
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Ok(i) = self.find(name) {
+            self.0.remove(i);
+            if self.0.len() * 2 < self.0.capacity() {
+                self.0.shrink_to_fit();
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.0.iter().map(|(_, e)| e)
+    }
+}
+
 /// The objects of one kind, indexed by owner. Cheap to clone (shared).
 pub struct Owned<K> {
     shared: Arc<Shared<K>>,
@@ -299,7 +339,7 @@ impl<K: Project> Owned<K> {
         index
             .by_owner
             .values()
-            .flat_map(BTreeMap::values)
+            .flat_map(Objects::values)
             .map(|e| e.content.len() + e.version.as_deref().map_or(0, str::len))
             .sum()
     }
@@ -334,7 +374,7 @@ pub(crate) struct Applied {
 pub(crate) struct Index<K> {
     kind_label: &'static str,
     /// Owner → object name → object.
-    by_owner: HashMap<Key, BTreeMap<String, Entry>>,
+    by_owner: HashMap<Key, Objects>,
     /// Object → its owner (`None`: not one of ours; kept so deletes are cheap).
     owner_of: HashMap<Key, Option<Key>>,
     /// The objects seen in the relist under way.
@@ -394,7 +434,7 @@ impl<K: Project> Index<K> {
             if let Some(o) = &owner
                 && let Some(objects) = self.by_owner.get_mut(o)
             {
-                objects.insert(key.1.clone(), entry);
+                objects.insert(&key.1, entry);
             }
             return Vec::new();
         }
@@ -403,7 +443,7 @@ impl<K: Project> Index<K> {
             self.by_owner
                 .entry(o.clone())
                 .or_default()
-                .insert(key.1.clone(), entry);
+                .insert(&key.1, entry);
         }
         self.owner_of.insert(key, owner.clone());
         // Relabelled away from an owner: that owner must look too.
