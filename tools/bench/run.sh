@@ -30,6 +30,9 @@ if [ "${BENCH_MICRO:-1}" = 1 ]; then
   # Stale results of benchmarks that no longer exist must not reach the report.
   rm -rf target/criterion
   "$CARGO" bench --bench engine
+  log "heap bytes per cached object (cargo bench --bench memory)"
+  mkdir -p target/bench
+  "$CARGO" bench --bench memory | tee target/bench/memory.txt
   args+=(--micro)
 fi
 if [ "${BENCH_CLUSTER:-1}" != 1 ]; then
