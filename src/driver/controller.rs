@@ -110,7 +110,11 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
                 trigger.forget(&o);
                 None
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Ok(watcher::Event::Init) => None,
+            Ok(watcher::Event::InitDone) => {
+                watch::release_freed_memory();
+                None
+            }
             Err(error) => Some(Err(error)),
         };
         futures::future::ready(admitted)
