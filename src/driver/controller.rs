@@ -121,6 +121,7 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
     });
     let (cache, owned) = Cache::watch::<O>(&client, ns);
 
+    let store = reader.clone();
     let mut controller = Controller::for_stream(objects, reader)
         .with_config(controller::Config::default().concurrency(concurrency))
         .reconcile_on(owned);
@@ -148,6 +149,7 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         owned_store_timeout,
         authority,
         fence,
+        store,
         written,
         failures: Mutex::default(),
         _operator: PhantomData,
@@ -223,6 +225,8 @@ struct Context<O: Operator> {
     /// The stale-cache fence (shared with the watch, which tells it when the store has
     /// caught up).
     fence: Arc<Fence<O::Resource>>,
+    /// The custom resources as the watch last delivered them (the controller's store).
+    store: reflector::Store<O::Resource>,
     /// The resourceVersions of this process's own writes, so their events trigger
     /// nothing while anyone else's writes do.
     written: Arc<OwnWrites>,
@@ -295,14 +299,15 @@ impl<K: Resource<DynamicType = ()>> Fence<K> {
         lock(&self.written).remove(key);
     }
 
-    /// The store now serves version `rv` of `key`: if that is what our last write
-    /// returned, the store has caught up and the written object is dropped (it would
-    /// otherwise be held until the next reconcile, for good at rest).
+    /// The store now serves version `rv` of `key`: unless that is a version our writes
+    /// replaced, the store has caught up (or moved past our write) and the written
+    /// object is dropped, by the rule [`Fence::freshest`] applies; it would otherwise be
+    /// held until the next reconcile, for good at rest.
     pub(crate) fn caught_up(&self, key: &ObjectRef<K>, rv: Option<&str>) {
         let mut written = lock(&self.written);
         if written
             .get(key)
-            .is_some_and(|w| w.object.meta().resource_version.as_deref() == rv)
+            .is_some_and(|w| !w.superseded.iter().any(|s| s.as_deref() == rv))
         {
             written.remove(key);
         }
@@ -318,6 +323,11 @@ impl<O: Operator> Context<O> {
     fn remember(&self, key: &ObjectRef<O::Resource>, read: Option<String>, object: O::Resource) {
         self.written.add(object.resource_version());
         self.fence.remember(key, read, object);
+        // The watch may have delivered the written version before the response came.
+        if let Some(stored) = self.store.get(key) {
+            self.fence
+                .caught_up(key, stored.meta().resource_version.as_deref());
+        }
     }
 
     fn forget(&self, key: &ObjectRef<O::Resource>) {
@@ -740,6 +750,10 @@ mod tests {
         fence.caught_up(&key, Some("1"));
         assert!(lock(&fence.written).contains_key(&key), "still stale");
         fence.caught_up(&key, Some("2"));
+        assert!(lock(&fence.written).is_empty());
+        // Moved past our write (someone else wrote since): dropped as well.
+        fence.remember(&key, Some("2".into()), cm("3", "written"));
+        fence.caught_up(&key, Some("4"));
         assert!(lock(&fence.written).is_empty());
     }
 
