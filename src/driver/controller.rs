@@ -98,13 +98,16 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
             tell::<O>(&*observer, event);
         }
         let admitted = match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+            Ok(watcher::Event::Apply(o)) => {
                 caught_up.caught_up(
                     &ObjectRef::from_obj(&o),
                     o.meta().resource_version.as_deref(),
                 );
                 trigger.admit(&o, &ours).then_some(Ok(o))
             }
+            // Not told to the fence: during a relist the store serves the old versions
+            // until `InitDone` (the reflector buffers the new ones).
+            Ok(watcher::Event::InitApply(o)) => trigger.admit(&o, &ours).then_some(Ok(o)),
             Ok(watcher::Event::Delete(o)) => {
                 caught_up.forget(&ObjectRef::from_obj(&o));
                 trigger.forget(&o);
