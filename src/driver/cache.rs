@@ -1,5 +1,5 @@
 //! The owned-object cache: every owned object, projected to what machines read, indexed
-//! by its owner.
+//! by its owner, and kept as compact JSON.
 //!
 //! One [`Owned`] store per kind is filled by that kind's watch. Each event is applied
 //! by [`Index::apply`], which also says which owners must be reconciled, so the
@@ -9,31 +9,39 @@
 //! # Guarantees
 //! - [`Cache::owned_by`] costs time in the number of objects of that owner, not in the
 //!   number of objects cached: a reconcile does the same work with 1 cluster or 1,000.
-//! - Objects are stored as [`Project`]ed: without `managedFields`, and for pods, Jobs
-//!   and claims without the parts of the spec no machine reads. A change confined to
-//!   what the projection drops triggers nothing.
+//! - Objects are stored as [`Project`]ed: without `managedFields`, and without the parts
+//!   no machine reads (see each kind's [`Project::project`]). A change confined to what
+//!   the projection drops triggers nothing.
+//! - What is kept is held as the object's JSON (its resourceVersion apart), not as the
+//!   typed object: k8s-openapi's types are mostly empty inline fields (a projected pod
+//!   is ~5 KiB typed, under 1 KiB as JSON). Reads decode the owner's objects again
+//!   ([`Owned::of`]); nothing is decoded for other owners.
 //! - An owned object triggers a reconcile of its owner when it appears, disappears
 //!   (including objects that vanished while the watch was down and are missing from
 //!   the relist), is relabelled to or from it, or changes in anything but
-//!   `metadata.resourceVersion` (compared as typed values, never serialized).
+//!   `metadata.resourceVersion` (the kept JSON compared byte for byte: serializing a
+//!   typed object is deterministic).
 //!
 //! # Assumptions
 //! - Owned objects carry [`labels::NAME`] = the owner's kind label and
 //!   [`labels::INSTANCE`] = the owner's name, and live in the owner's namespace.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobStatus};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, ContainerState, ContainerStateTerminated, ContainerStatus,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodSpec, PodStatus, Service,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, Pod,
+    PodCondition, PodSpec, PodStatus, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::labels;
 
@@ -41,7 +49,9 @@ use super::labels;
 pub(crate) type Key = (Option<String>, String);
 
 /// Reduce an object to what machines read, before it is stored.
-pub trait Project: Resource<DynamicType = ()> + Clone + PartialEq + Send + Sync + 'static {
+pub trait Project:
+    Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
+{
     /// Drop what no machine reads. The default drops `managedFields`.
     fn project(&mut self) {
         self.meta_mut().managed_fields = None;
@@ -56,15 +66,50 @@ pub trait Project: Resource<DynamicType = ()> + Clone + PartialEq + Send + Sync 
     fn quiet(&mut self) {}
 }
 
-impl Project for StatefulSet {}
-impl Project for Service {}
-impl Project for CronJob {}
+impl Project for Service {
+    /// Keeps metadata and spec (the drift check reads what Lockstep applies); the status
+    /// (load balancer ingress) is never read.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+        self.status = None;
+    }
+}
+
 impl Project for ConfigMap {}
-impl Project for PodDisruptionBudget {}
+
+impl Project for StatefulSet {
+    /// Keeps metadata and spec (the drift check, image, replicas, claim size) and, of
+    /// the status, `observedGeneration` (whether the controller has caught up). Replica
+    /// counts are read from the pods.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+        self.status = self.status.take().map(|status| StatefulSetStatus {
+            observed_generation: status.observed_generation,
+            ..StatefulSetStatus::default()
+        });
+    }
+}
+
+impl Project for CronJob {
+    /// Keeps metadata and spec (the drift check); the status (last schedule) is never
+    /// read: the Jobs it makes are watched themselves.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+        self.status = None;
+    }
+}
+
+impl Project for PodDisruptionBudget {
+    /// Keeps metadata and spec (the drift check); the status is never read.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+        self.status = None;
+    }
+}
 
 impl Project for Pod {
-    /// Keeps metadata, each container's name and image, and the status's phase,
-    /// conditions and pod IP: what readiness, images, ordinals and roles are read from.
+    /// Keeps metadata, each container's name and image, and the Ready condition's type
+    /// and status: what readiness, images, ordinals and roles are read from.
     fn project(&mut self) {
         self.meta_mut().managed_fields = None;
         self.spec = self.spec.take().map(|spec| PodSpec {
@@ -77,7 +122,6 @@ impl Project for Pod {
                     ..Container::default()
                 })
                 .collect(),
-            node_name: spec.node_name,
             ..PodSpec::default()
         });
         // A Job's pod also keeps what its containers reported when they terminated (a
@@ -85,9 +129,17 @@ impl Project for Pod {
         // statuses (restarts, probes) are dropped.
         let job_pod = self.labels().contains_key(JOB_NAME_LABEL);
         self.status = self.status.take().map(|status| PodStatus {
-            phase: status.phase,
-            conditions: status.conditions,
-            pod_ip: status.pod_ip,
+            conditions: status.conditions.map(|conditions| {
+                conditions
+                    .into_iter()
+                    .filter(|c| c.type_ == "Ready")
+                    .map(|c| PodCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        ..PodCondition::default()
+                    })
+                    .collect()
+            }),
             container_statuses: status
                 .container_statuses
                 .filter(|_| job_pod)
@@ -135,22 +187,115 @@ impl Project for Lease {
 }
 
 impl Project for Job {
-    /// Keeps metadata and status: a Job is judged by its labels and its outcome; its
-    /// pod template is never read back.
+    /// Keeps metadata and, of the status, the conditions and completion time: a Job is
+    /// judged by its labels and its outcome; its pod template is never read back.
     fn project(&mut self) {
         self.meta_mut().managed_fields = None;
         self.spec = None;
+        self.status = self.status.take().map(|status| JobStatus {
+            conditions: status.conditions,
+            completion_time: status.completion_time,
+            ..JobStatus::default()
+        });
     }
 }
 
 impl Project for PersistentVolumeClaim {
-    /// Keeps metadata, the requested resources and the status.
+    /// Keeps metadata, the requested resources and the phase (bound or not).
     fn project(&mut self) {
         self.meta_mut().managed_fields = None;
         self.spec = self.spec.take().map(|spec| PersistentVolumeClaimSpec {
             resources: spec.resources,
             ..PersistentVolumeClaimSpec::default()
         });
+        self.status = self
+            .status
+            .take()
+            .map(|status| PersistentVolumeClaimStatus {
+                phase: status.phase,
+                ..PersistentVolumeClaimStatus::default()
+            });
+    }
+}
+
+/// One stored object: its resourceVersion, and the rest of it, projected, as JSON.
+#[derive(Debug)]
+struct Entry {
+    version: Option<Box<str>>,
+    content: Box<[u8]>,
+}
+
+impl Entry {
+    /// Project `object` and encode it (`None` only if it does not serialize, which no
+    /// object decoded from the API server fails to).
+    fn of<K: Project>(object: &mut K) -> Option<Self> {
+        object.project();
+        let version = object.meta_mut().resource_version.take();
+        let content = serde_json::to_vec(&*object);
+        object.meta_mut().resource_version = version;
+        let content = match content {
+            Ok(content) => content.into_boxed_slice(),
+            Err(error) => {
+                tracing::warn!(kind = %K::kind(&()), %error, "cannot encode an owned object; not stored");
+                return None;
+            }
+        };
+        Some(Self {
+            version: object.meta().resource_version.as_deref().map(Box::from),
+            content,
+        })
+    }
+
+    /// The object again (`None` only if the kept JSON does not decode, which cannot
+    /// happen for JSON this process encoded from the same type).
+    fn decode<K: Project>(&self) -> Option<K> {
+        let mut object: K = serde_json::from_slice(&self.content)
+            .inspect_err(|error| {
+                tracing::warn!(kind = %K::kind(&()), %error, "cannot decode a kept owned object");
+            })
+            .ok()?;
+        object.meta_mut().resource_version = self.version.as_deref().map(str::to_owned);
+        Some(object)
+    }
+}
+
+/// The objects of one owner, by name, in name order. A sorted vector: an owner has a
+/// handful (one StatefulSet, three pods), and a map's node (~600 bytes) would outweigh
+/// the objects of most owners.
+#[derive(Debug, Default)]
+struct Objects(Vec<(Box<str>, Entry)>);
+
+impl Objects {
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(n, _)| (**n).cmp(name))
+    }
+
+    fn get(&self, name: &str) -> Option<&Entry> {
+        self.find(name).ok().map(|i| &self.0[i].1)
+    }
+
+    fn insert(&mut self, name: &str, entry: Entry) {
+        match self.find(name) {
+            Ok(i) => self.0[i].1 = entry,
+            Err(i) => self.0.insert(i, (name.into(), entry)),
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Ok(i) = self.find(name) {
+            self.0.remove(i);
+            if self.0.len() * 2 < self.0.capacity() {
+                self.0.shrink_to_fit();
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.0.iter().map(|(_, e)| e)
     }
 }
 
@@ -203,7 +348,8 @@ impl<K: Project> Owned<K> {
             .kind_label
     }
 
-    /// The objects of `owner` (namespace and name).
+    /// The objects of `owner` (namespace and name), as projected, decoded from what is
+    /// kept.
     pub fn of(&self, namespace: Option<&str>, owner: &str) -> Vec<Arc<K>> {
         let index = self
             .shared
@@ -213,7 +359,13 @@ impl<K: Project> Owned<K> {
         index
             .by_owner
             .get(&(namespace.map(str::to_owned), owner.to_owned()))
-            .map(|objects| objects.values().cloned().collect())
+            .map(|objects| {
+                objects
+                    .values()
+                    .filter_map(Entry::decode)
+                    .map(Arc::new)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -230,6 +382,21 @@ impl<K: Project> Owned<K> {
     /// Whether nothing is stored.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Heap bytes of the kept JSON (for measurements; not the index's own overhead).
+    pub fn kept_bytes(&self) -> usize {
+        let index = self
+            .shared
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        index
+            .by_owner
+            .values()
+            .flat_map(Objects::values)
+            .map(|e| e.content.len() + e.version.as_deref().map_or(0, str::len))
+            .sum()
     }
 
     /// Apply one watch event; returns the owners it concerns.
@@ -262,11 +429,12 @@ pub(crate) struct Applied {
 pub(crate) struct Index<K> {
     kind_label: &'static str,
     /// Owner → object name → object.
-    by_owner: HashMap<Key, BTreeMap<String, Arc<K>>>,
+    by_owner: HashMap<Key, Objects>,
     /// Object → its owner (`None`: not one of ours; kept so deletes are cheap).
     owner_of: HashMap<Key, Option<Key>>,
     /// The objects seen in the relist under way.
     relisted: Option<std::collections::HashSet<Key>>,
+    _kind: std::marker::PhantomData<fn() -> K>,
 }
 
 impl<K: Project> Index<K> {
@@ -276,6 +444,7 @@ impl<K: Project> Index<K> {
             by_owner: HashMap::new(),
             owner_of: HashMap::new(),
             relisted: None,
+            _kind: std::marker::PhantomData,
         }
     }
 
@@ -287,7 +456,7 @@ impl<K: Project> Index<K> {
         Some((object.namespace(), l.get(labels::INSTANCE)?.clone()))
     }
 
-    fn get(&self, key: &Key) -> Option<&Arc<K>> {
+    fn get(&self, key: &Key) -> Option<&Entry> {
         let owner = self.owner_of.get(key)?.as_ref()?;
         self.by_owner.get(owner)?.get(&key.1)
     }
@@ -305,19 +474,22 @@ impl<K: Project> Index<K> {
 
     /// Store `object`; the owners to reconcile.
     fn upsert(&mut self, mut object: K) -> Vec<Key> {
-        object.project();
         let key = (object.namespace(), object.name_any());
         let owner = self.owner(&object);
-        let unchanged = self
-            .get(&key)
-            .is_some_and(|before| same_content(before.as_ref(), &object));
+        let Some(entry) = Entry::of(&mut object) else {
+            // Not storable: drop any older version, and let its owner look.
+            return self.remove(&key).into_iter().chain(owner).collect();
+        };
+        let unchanged = self.get(&key).is_some_and(|before| {
+            before.content == entry.content || (K::HAS_QUIET && same_but_quiet::<K>(before, &entry))
+        });
         let before = self.owner_of.get(&key).cloned().flatten();
         if unchanged && before == owner {
             // Keep the stored version current for the stale-read fence of callers.
             if let Some(o) = &owner
                 && let Some(objects) = self.by_owner.get_mut(o)
             {
-                objects.insert(key.1.clone(), Arc::new(object));
+                objects.insert(&key.1, entry);
             }
             return Vec::new();
         }
@@ -326,7 +498,7 @@ impl<K: Project> Index<K> {
             self.by_owner
                 .entry(o.clone())
                 .or_default()
-                .insert(key.1.clone(), Arc::new(object));
+                .insert(&key.1, entry);
         }
         self.owner_of.insert(key, owner.clone());
         // Relabelled away from an owner: that owner must look too.
@@ -370,23 +542,19 @@ impl<K: Project> Index<K> {
     }
 }
 
-/// Whether two versions of an object differ only in `metadata.resourceVersion`.
-fn same_content<K: Project>(before: &K, after: &K) -> bool {
-    if before.meta().resource_version == after.meta().resource_version {
-        return true;
-    }
-    let mut after = after.clone();
-    after
-        .meta_mut()
-        .resource_version
-        .clone_from(&before.meta().resource_version);
-    if K::HAS_QUIET {
-        let mut before = before.clone();
-        before.quiet();
-        after.quiet();
-        return before == after;
-    }
-    *before == after
+/// Whether two kept versions differ only in what [`Project::quiet`] clears.
+fn same_but_quiet<K: Project>(before: &Entry, after: &Entry) -> bool {
+    let (Some(mut before), Some(mut after)) = (before.decode::<K>(), after.decode::<K>()) else {
+        return false;
+    };
+    before.quiet();
+    after.quiet();
+    before.meta_mut().resource_version = None;
+    after.meta_mut().resource_version = None;
+    matches!(
+        (serde_json::to_vec(&before), serde_json::to_vec(&after)),
+        (Ok(b), Ok(a)) if a == b
+    )
 }
 
 #[cfg(test)]
@@ -614,7 +782,9 @@ pub(crate) mod tests {
                 "env": [{"name": "A", "value": "b"}], "command": ["run"]}],
                 "volumes": [{"name": "data", "emptyDir": {}}], "nodeName": "n1"},
             "status": {"phase": "Running", "podIP": "10.0.0.9",
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "PodScheduled", "status": "True"}],
                 "containerStatuses": [{"name": "db", "image": "db:1", "imageID": "x",
                     "ready": true, "restartCount": 0}]}
         }))

@@ -77,15 +77,19 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
 
     let (reader, writer) = reflector::store();
     let written = Arc::new(OwnWrites::default());
+    let fence = Arc::new(Fence::<O::Resource>::default());
+    let caught_up = fence.clone();
     let mut trigger = ResourceTrigger::default();
     let ours = written.clone();
     let observer = hooks.clone();
     let objects = watcher(
         watch::api::<O::Resource>(&client, ns),
-        watcher::Config::default().any_semantic(),
+        watcher::Config::default()
+            .page_size(watch::LIST_PAGE_SIZE)
+            .any_semantic(),
     )
     .backoff(WatchBackoff::default())
-    .modify(|o| o.managed_fields_mut().clear())
+    .modify(watch::project_resource)
     .reflect(writer)
     .filter_map(move |event| {
         if let Ok(event) = &event
@@ -94,20 +98,33 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
             tell::<O>(&*observer, event);
         }
         let admitted = match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+            Ok(watcher::Event::Apply(o)) => {
+                caught_up.caught_up(
+                    &ObjectRef::from_obj(&o),
+                    o.meta().resource_version.as_deref(),
+                );
                 trigger.admit(&o, &ours).then_some(Ok(o))
             }
+            // Not told to the fence: during a relist the store serves the old versions
+            // until `InitDone` (the reflector buffers the new ones).
+            Ok(watcher::Event::InitApply(o)) => trigger.admit(&o, &ours).then_some(Ok(o)),
             Ok(watcher::Event::Delete(o)) => {
+                caught_up.forget(&ObjectRef::from_obj(&o));
                 trigger.forget(&o);
                 None
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Ok(watcher::Event::Init) => None,
+            Ok(watcher::Event::InitDone) => {
+                watch::release_freed_memory();
+                None
+            }
             Err(error) => Some(Err(error)),
         };
         futures::future::ready(admitted)
     });
     let (cache, owned) = Cache::watch::<O>(&client, ns);
 
+    let store = reader.clone();
     let mut controller = Controller::for_stream(objects, reader)
         .with_config(controller::Config::default().concurrency(concurrency))
         .reconcile_on(owned);
@@ -134,7 +151,8 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         backoff,
         owned_store_timeout,
         authority,
-        fence: Fence::default(),
+        fence,
+        store,
         written,
         failures: Mutex::default(),
         _operator: PhantomData,
@@ -207,8 +225,11 @@ struct Context<O: Operator> {
     owned_store_timeout: Duration,
     /// Whether this process may still make mutating requests.
     authority: Authority,
-    /// The stale-cache fence.
-    fence: Fence<O::Resource>,
+    /// The stale-cache fence (shared with the watch, which tells it when the store has
+    /// caught up).
+    fence: Arc<Fence<O::Resource>>,
+    /// The custom resources as the watch last delivered them (the controller's store).
+    store: reflector::Store<O::Resource>,
     /// The resourceVersions of this process's own writes, so their events trigger
     /// nothing while anyone else's writes do.
     written: Arc<OwnWrites>,
@@ -260,7 +281,10 @@ impl<K: Resource<DynamicType = ()>> Fence<K> {
     }
 
     /// Remember that we overwrote version `read` of `key` and got `object` back.
-    pub(crate) fn remember(&self, key: &ObjectRef<K>, read: Option<String>, object: K) {
+    pub(crate) fn remember(&self, key: &ObjectRef<K>, read: Option<String>, mut object: K) {
+        // Kept until the store catches up, or for good if no later reconcile looks:
+        // without what no reconcile reads (a write returns managedFields).
+        object.meta_mut().managed_fields = None;
         let object = Arc::new(object);
         let mut written = lock(&self.written);
         let mut superseded = match written.remove(key) {
@@ -277,6 +301,20 @@ impl<K: Resource<DynamicType = ()>> Fence<K> {
     pub(crate) fn forget(&self, key: &ObjectRef<K>) {
         lock(&self.written).remove(key);
     }
+
+    /// The store now serves version `rv` of `key`: unless that is a version our writes
+    /// replaced, the store has caught up (or moved past our write) and the written
+    /// object is dropped, by the rule [`Fence::freshest`] applies; it would otherwise be
+    /// held until the next reconcile, for good at rest.
+    pub(crate) fn caught_up(&self, key: &ObjectRef<K>, rv: Option<&str>) {
+        let mut written = lock(&self.written);
+        if written
+            .get(key)
+            .is_some_and(|w| !w.superseded.iter().any(|s| s.as_deref() == rv))
+        {
+            written.remove(key);
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -288,6 +326,11 @@ impl<O: Operator> Context<O> {
     fn remember(&self, key: &ObjectRef<O::Resource>, read: Option<String>, object: O::Resource) {
         self.written.add(object.resource_version());
         self.fence.remember(key, read, object);
+        // The watch may have delivered the written version before the response came.
+        if let Some(stored) = self.store.get(key) {
+            self.fence
+                .caught_up(key, stored.meta().resource_version.as_deref());
+        }
     }
 
     fn forget(&self, key: &ObjectRef<O::Resource>) {
@@ -695,6 +738,26 @@ mod tests {
                 .map(String::as_str),
             Some("caught up")
         );
+    }
+
+    #[test]
+    fn the_fence_drops_the_written_object_once_the_store_serves_it() {
+        let fence = Fence::<ConfigMap>::default();
+        let key = ObjectRef::new("a").within("ns");
+        let mut written = cm("2", "written");
+        written.metadata.managed_fields = Some(vec![Default::default()]);
+        fence.remember(&key, Some("1".into()), written);
+        let held = lock(&fence.written);
+        assert!(held[&key].object.metadata.managed_fields.is_none());
+        drop(held);
+        fence.caught_up(&key, Some("1"));
+        assert!(lock(&fence.written).contains_key(&key), "still stale");
+        fence.caught_up(&key, Some("2"));
+        assert!(lock(&fence.written).is_empty());
+        // Moved past our write (someone else wrote since): dropped as well.
+        fence.remember(&key, Some("2".into()), cm("3", "written"));
+        fence.caught_up(&key, Some("4"));
+        assert!(lock(&fence.written).is_empty());
     }
 
     #[test]

@@ -45,6 +45,28 @@ use super::{Cache, Error, Operator, labels};
 /// Where an object lives: namespace and name.
 pub(crate) type Key = (Option<String>, String);
 
+/// Objects per page of a watch's (re)list. kube's default, 500, makes the first list of
+/// 1,500 pods three responses of ~4 MB decoded whole; the memory of such a burst is
+/// not all returned to the system afterwards (RSS after a restart stayed ~30 MiB higher
+/// at 500 clusters). 100 bounds each burst at a fifth, for a few more requests per list.
+pub const LIST_PAGE_SIZE: u32 = 100;
+
+/// Return the memory freed after a (re)list to the system.
+///
+/// A list arrives in pages decoded whole, several kinds at once: at a restart with 1,000
+/// clusters, tens of MiB are allocated and freed within seconds. glibc keeps freed
+/// memory in its arenas (one per thread that allocated) and gives back only the top of
+/// the main one, so the process stayed that much larger for good. `malloc_trim` gives
+/// back every whole free page of every arena; it takes milliseconds, once per list.
+pub(crate) fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes no pointer, only releases pages no allocation uses,
+    // and locks each arena while it does.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The label selector of the owned-object watches of owners of `kind_label`: only
 /// this machine's objects are sent, never another machine's.
 pub fn owned_selector(kind_label: &str) -> String {
@@ -102,6 +124,22 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
         self.attempt = 0;
     }
 }
+
+/// What the store keeps of a custom resource: all of it but `managedFields` and
+/// `kubectl.kubernetes.io/last-applied-configuration` (a copy of the spec that
+/// client-side `kubectl apply` keeps; nothing reads it).
+pub(crate) fn project_resource<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Decides which events of the custom resource trigger a reconcile.
 ///
@@ -193,12 +231,18 @@ where
     let api = api::<K>(client, namespace);
     let config = watcher::Config::default()
         .labels(&owned_selector(store.kind_label()))
+        .page_size(LIST_PAGE_SIZE)
         .any_semantic();
     let kind = K::kind(&());
     watcher(api, config)
         .backoff(WatchBackoff::default())
         .flat_map(move |event| {
             let owners = match event {
+                Ok(watcher::Event::InitDone) => {
+                    let owners = store.apply(watcher::Event::InitDone);
+                    release_freed_memory();
+                    owners
+                }
                 Ok(event) => store.apply(event),
                 Err(error) => {
                     tracing::warn!(%kind, %error, "owned-object watch failed; retrying with backoff");
@@ -317,6 +361,28 @@ mod tests {
         let (mut t, ours) = (ResourceTrigger::default(), OwnWrites::default());
         t.admit(&with_status("1", 1), &ours);
         assert!(!t.admit(&with_status("1", 1), &ours));
+    }
+
+    #[test]
+    fn a_custom_resource_is_kept_without_managed_fields_or_a_last_applied_copy() {
+        let mut o = with_status("1", 1);
+        o.metadata.managed_fields = Some(vec![Default::default()]);
+        o.metadata.annotations = Some(
+            [
+                (LAST_APPLIED.to_owned(), "{}".to_owned()),
+                ("lockstep.dev/x".to_owned(), "y".to_owned()),
+            ]
+            .into(),
+        );
+        project_resource(&mut o);
+        assert!(o.metadata.managed_fields.is_none());
+        assert_eq!(
+            o.metadata
+                .annotations
+                .as_ref()
+                .map(|a| a.keys().collect::<Vec<_>>()),
+            Some(vec![&"lockstep.dev/x".to_owned()])
+        );
     }
 
     #[test]

@@ -596,21 +596,28 @@ def scale_run(args, n: int, out_dir: str) -> dict:
         phases.end("create", start, ok, f"{ready}/{n} Ready", done_at=done_at)
 
         # ---- idle
-        start = phases.begin()
-        time.sleep(args.idle)
-        phases.end("idle", start, True, f"{args.idle:.0f} s")
+        if "idle" in args.phases:
+            start = phases.begin()
+            time.sleep(args.idle)
+            phases.end("idle", start, True, f"{args.idle:.0f} s")
 
         # ---- forced resync: a restart (a fresh process lists everything and reconciles
         # every object once)
-        operator.stop()
-        start = phases.begin()
-        operator.start()
-        sampler.pid = operator.pid
-        ok, last = wait_quiet(operator, proxy, n, deadline)
-        phases.end(
-            "resync (restart)", start, ok, "" if ok else "reconciles did not settle",
-            cpu_from_zero=True, done_at=last,
-        )
+        if "resync" in args.phases:
+            operator.stop()
+            start = phases.begin()
+            operator.start()
+            sampler.pid = operator.pid
+            ok, last = wait_quiet(operator, proxy, n, deadline)
+            phases.end(
+                "resync (restart)", start, ok, "" if ok else "reconciles did not settle",
+                cpu_from_zero=True, done_at=last,
+            )
+
+        if "upgrade" not in args.phases:
+            pool.shutdown()
+            ddbs.stop()
+            return {"n": n, "nodes": nodes, "phases": phases.results}
 
         # ---- upgrade
         start = phases.begin()
@@ -627,6 +634,10 @@ def scale_run(args, n: int, out_dir: str) -> dict:
         done_at = time.monotonic()
         done = count(ddbs.snapshot(), ready_at(IMAGE_TO))
         phases.end("upgrade", start, ok, f"{done}/{n} upgraded", done_at=done_at)
+        if "delete" not in args.phases:
+            pool.shutdown()
+            ddbs.stop()
+            return {"n": n, "nodes": nodes, "phases": phases.results}
 
         # ---- delete
         start = phases.begin()
@@ -799,6 +810,9 @@ def main() -> int:
                    help="cluster counts, space-separated (BENCH_SIZES); empty: no scale runs")
     p.add_argument("--idle", type=float, default=float(os.environ.get("BENCH_IDLE", "20" if quick else "300")),
                    help="seconds of the idle phase (BENCH_IDLE)")
+    p.add_argument("--phases", default=os.environ.get("BENCH_PHASES", "create idle resync upgrade delete"),
+                   help="the scale phases to run, space-separated (BENCH_PHASES; create always runs, "
+                        "upgrade before delete)")
     p.add_argument("--settle", type=float, default=float(os.environ.get("BENCH_SETTLE", "5")),
                    help="seconds the operator runs at 0 clusters before create (BENCH_SETTLE)")
     p.add_argument("--floor-trials", type=int, default=int(os.environ.get("BENCH_FLOOR_TRIALS", "3")),
@@ -813,6 +827,7 @@ def main() -> int:
     p.add_argument("--out", default=None, help="the JSON file (default target/bench/<timestamp>.json)")
     p.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two reports and exit")
     args = p.parse_args()
+    args.phases = args.phases.split()
     if args.compare:
         compare(*args.compare)
         return 0
@@ -832,6 +847,7 @@ def main() -> int:
         "config": {
             "sizes": args.sizes,
             "idle_s": args.idle,
+            "phases": args.phases,
             "ready_delay_ms": args.ready_delay_ms,
             "floor_trials": args.floor_trials,
             "resync_period": args.resync_period,

@@ -5,6 +5,7 @@
 #
 # Env (all optional):
 #   BENCH_SIZES          cluster counts, space-separated (default "100 500 1000")
+#   BENCH_PHASES         scale phases to run (default "create idle resync upgrade delete")
 #   BENCH_QUICK=1        a quick check: BENCH_SIZES=20, 20 s idle, short criterion runs
 #   BENCH_IDLE           seconds of the idle phase (default 300; 20 when quick)
 #   BENCH_FLOOR_TRIALS   interleaved floor/Lockstep 3-pod upgrades each (default 3; 0: skip)
@@ -29,6 +30,9 @@ if [ "${BENCH_MICRO:-1}" = 1 ]; then
   # Stale results of benchmarks that no longer exist must not reach the report.
   rm -rf target/criterion
   "$CARGO" bench --bench engine
+  log "heap bytes per cached object (cargo bench --bench memory)"
+  mkdir -p target/bench
+  "$CARGO" bench --bench memory | tee target/bench/memory.txt
   args+=(--micro)
 fi
 if [ "${BENCH_CLUSTER:-1}" != 1 ]; then
