@@ -51,6 +51,24 @@ fn dynamic_api(client: &Client, namespace: &str, resource: &ApiResource) -> Api<
     Api::namespaced_with(client.clone(), namespace, resource)
 }
 
+/// A JSON merge patch of `name`, written as `field_manager`.
+async fn merge_patch(
+    client: &Client,
+    namespace: &str,
+    resource: &ApiResource,
+    name: &str,
+    field_manager: &str,
+    patch: &Value,
+) -> Result<DynamicObject, kube::Error> {
+    let params = PatchParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PatchParams::default()
+    };
+    dynamic_api(client, namespace, resource)
+        .patch(name, &params, &Patch::Merge(patch))
+        .await
+}
+
 /// What a request is about, for logs and errors: `verb Kind/name`.
 pub(crate) fn describe_op(op: &Op) -> String {
     match op {
@@ -132,14 +150,7 @@ pub async fn execute(
             precondition,
         } => {
             let patch = label_patch(labels, precondition.as_ref());
-            let params = PatchParams {
-                field_manager: Some(field_manager.to_owned()),
-                ..PatchParams::default()
-            };
-            match dynamic_api(client, namespace, resource)
-                .patch(name, &params, &Patch::Merge(&patch))
-                .await
-            {
+            match merge_patch(client, namespace, resource, name, field_manager, &patch).await {
                 Ok(_) => {}
                 // Labels follow the persisted state: whatever replaces a vanished object
                 // is labelled when it is observed, so there is nothing to retry.
@@ -162,14 +173,7 @@ pub async fn execute(
             precondition,
         } => {
             let patch = fenced_patch(patch, precondition);
-            let params = PatchParams {
-                field_manager: Some(field_manager.to_owned()),
-                ..PatchParams::default()
-            };
-            match dynamic_api(client, namespace, resource)
-                .patch(name, &params, &Patch::Merge(&patch))
-                .await
-            {
+            match merge_patch(client, namespace, resource, name, field_manager, &patch).await {
                 Ok(_) => {}
                 // Gone, replaced or changed since it was read: the decision was made on
                 // a world that no longer is.

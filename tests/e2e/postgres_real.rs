@@ -283,6 +283,38 @@ impl Real {
     }
 
     /// psql on the pod `pod` as the superuser over the local socket.
+    /// SIGKILL `old`'s postmaster, then wait until cluster `name` is Ready with another
+    /// primary.
+    async fn kill_primary(&self, name: &str, old: &str) -> PostgresCluster {
+        let (ok, out) = self.kubectl(&[
+            "exec",
+            old,
+            "-c",
+            "postgres",
+            "--",
+            "bash",
+            "-c",
+            "kill -KILL \"$(head -1 \"$PGDATA/postmaster.pid\")\"",
+        ]);
+        assert!(ok, "kill the postmaster of {old}: {out}");
+        let old = old.to_owned();
+        until(
+            &self.pg.api,
+            name,
+            "Ready with a new primary",
+            SLOW,
+            move |pg| {
+                is_ready_at(pg, IMAGE)
+                    && pg
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.primary_pod.as_deref())
+                        .is_some_and(|p| p != old)
+            },
+        )
+        .await
+    }
+
     fn psql_on(&self, pod: &str, sql: &str) -> (bool, String) {
         self.kubectl(&[
             "exec",
@@ -714,33 +746,7 @@ async fn failover_after_the_primary_dies() {
     let (ok, old_ip) = real.kubectl(&["get", "pod", &old, "-o", "jsonpath={.status.podIP}"]);
     assert!(ok, "{old_ip}");
 
-    let (ok, out) = real.kubectl(&[
-        "exec",
-        &old,
-        "-c",
-        "postgres",
-        "--",
-        "bash",
-        "-c",
-        "kill -KILL \"$(head -1 \"$PGDATA/postmaster.pid\")\"",
-    ]);
-    assert!(ok, "kill the postmaster of {old}: {out}");
-    let old_name = old.clone();
-    let pg = until(
-        &real.pg.api,
-        name,
-        "Ready with a new primary",
-        SLOW,
-        move |pg| {
-            is_ready_at(pg, IMAGE)
-                && pg
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.primary_pod.as_deref())
-                    .is_some_and(|p| p != old_name)
-        },
-    )
-    .await;
+    let pg = real.kill_primary(name, &old).await;
     let new = primary_of(&pg);
     real.all_ready(name).await;
     let after = real.acks().len();
@@ -825,33 +831,7 @@ async fn failover_never_promotes_a_lagging_replica() {
     assert!(ok, "pause replay on {lagging}: {out}");
     let paused_at = real.acks().len();
     real.acks_grow(paused_at, 30).await;
-    let (ok, out) = real.kubectl(&[
-        "exec",
-        &old,
-        "-c",
-        "postgres",
-        "--",
-        "bash",
-        "-c",
-        "kill -KILL \"$(head -1 \"$PGDATA/postmaster.pid\")\"",
-    ]);
-    assert!(ok, "kill the postmaster of {old}: {out}");
-    let old_name = old.clone();
-    let pg = until(
-        &real.pg.api,
-        name,
-        "Ready with a new primary",
-        SLOW,
-        move |pg| {
-            is_ready_at(pg, IMAGE)
-                && pg
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.primary_pod.as_deref())
-                    .is_some_and(|p| p != old_name)
-        },
-    )
-    .await;
+    let pg = real.kill_primary(name, &old).await;
     let new = primary_of(&pg);
     assert_eq!(
         new, advanced,

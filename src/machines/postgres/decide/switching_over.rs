@@ -1,28 +1,25 @@
 //! SwitchingOver: the primary role moves (for an upgrade, a scale-down or a failover):
-//! intent, demote, promote, elect.
+//! intent, demote, fence, survey (a failover), promote, elect.
 
 use super::PROMOTE_RETRY_LIMIT;
 use super::fencing::{Fence, fence, hand, wait_for};
 use super::old_primary_role;
 use super::survey::{describe, most_advanced, parse};
-use crate::machines::postgres::actions::survey_key;
-use crate::machines::postgres::observe::holder_identity;
-
-/// How long past `L + S` a switchover may wait for the Lease holder to be fenced before
-/// it reports Degraded (the holder keeps renewing: its server is alive and writable).
-pub(crate) const FENCE_GRACE_SECONDS: i64 = 30;
 use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::RETRY_PROMOTE;
 use crate::machines::common::retry::{Attempts, JobStep, retry_time, run_once_step};
-use crate::machines::postgres::actions::promote_key;
-use crate::machines::postgres::actions::{DeleteCause, PgAction, Role};
+use crate::machines::postgres::actions::{DeleteCause, PgAction, Role, promote_key, survey_key};
 use crate::machines::postgres::api::PostgresClusterSpec;
-use crate::machines::postgres::observe::Observed;
+use crate::machines::postgres::observe::{Observed, holder_identity};
 use crate::machines::postgres::state::{
     PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology,
 };
 use crate::machines::postgres::table::reason::*;
+
+/// How long past `L + S` a switchover may wait for the Lease holder to be fenced before
+/// it reports Degraded (the holder keeps renewing: its server is alive and writable).
+pub(crate) const FENCE_GRACE_SECONDS: i64 = 30;
 
 pub(crate) fn begin_switchover(
     cluster: &Topology,

@@ -8,13 +8,20 @@ use crate::engine::check::{check_scenario, try_check_machine};
 use crate::engine::{Decision, Edge, World as Seen};
 use crate::machines::postgres::state::{PgKind, SwitchStep};
 
-/// Postgres, except that a switchover or failover takes the Lease holder for fenced at
-/// once: the Lease is handed to the target (and the target promoted) while the old
-/// primary may still run a writable server.
-struct PromoteBeforeFenced;
+/// One decision Postgres gets wrong, planted: the world that decision is shown
+/// instead of the one observed (`None`: this state decides correctly).
+trait Bug: 'static {
+    /// The planted machine's name.
+    const NAME: &'static str;
+    /// The world as the buggy decision in `state` sees it.
+    fn distort(state: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>>;
+}
 
-impl Machine for PromoteBeforeFenced {
-    const NAME: &'static str = "postgrescluster-promote-before-fenced";
+/// Postgres with bug `B` planted; everything but that one decision is Postgres's own.
+struct Planted<B>(std::marker::PhantomData<B>);
+
+impl<B: Bug> Machine for Planted<B> {
+    const NAME: &'static str = B::NAME;
 
     type Spec = PostgresClusterSpec;
     type State = PgState;
@@ -35,17 +42,10 @@ impl Machine for PromoteBeforeFenced {
         state: &PgState,
         world: &Seen<Observed>,
     ) -> Decision<PgState, PgAction> {
-        if let PgState::SwitchingOver(s) = state
-            && s.step == SwitchStep::Fence
-        {
-            // The bug: the holder is taken to have released the Lease.
-            let mut lying = world.clone();
-            if let Some(lease) = lying.observed.lease.as_mut() {
-                lease.released_by.clone_from(&lease.holder);
-            }
-            return Postgres::decide(spec, state, &lying);
+        match B::distort(state, world) {
+            Some(lying) => Postgres::decide(spec, state, &lying),
+            None => Postgres::decide(spec, state, world),
         }
-        Postgres::decide(spec, state, world)
     }
 
     fn is_ready(state: &PgState) -> bool {
@@ -69,32 +69,38 @@ impl Machine for PromoteBeforeFenced {
     }
 }
 
-/// Postgres, except that a failover reads its survey as if every standby were equally
-/// advanced: it chooses by ordinal.
-struct ChooseByOrdinal;
+/// A switchover or failover takes the Lease holder for fenced at once: the Lease is
+/// handed to the target (and the target promoted) while the old primary may still run
+/// a writable server.
+struct TakeTheHolderForFenced;
 
-impl Machine for ChooseByOrdinal {
+impl Bug for TakeTheHolderForFenced {
+    const NAME: &'static str = "postgrescluster-promote-before-fenced";
+
+    fn distort(state: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
+        let PgState::SwitchingOver(s) = state else {
+            return None;
+        };
+        if s.step != SwitchStep::Fence {
+            return None;
+        }
+        // The bug: the holder is taken to have released the Lease.
+        let mut lying = world.clone();
+        if let Some(lease) = lying.observed.lease.as_mut() {
+            lease.released_by.clone_from(&lease.holder);
+        }
+        Some(lying)
+    }
+}
+
+/// A failover reads its survey as if every standby were equally advanced: it chooses
+/// by ordinal.
+struct ReadEveryPositionAsEqual;
+
+impl Bug for ReadEveryPositionAsEqual {
     const NAME: &'static str = "postgrescluster-choose-by-ordinal";
 
-    type Spec = PostgresClusterSpec;
-    type State = PgState;
-    type Kind = PgKind;
-    type Observed = Observed;
-    type Action = PgAction;
-
-    fn initial() -> PgState {
-        Postgres::initial()
-    }
-
-    fn table() -> &'static [Edge<PgKind>] {
-        Postgres::table()
-    }
-
-    fn decide(
-        spec: &PostgresClusterSpec,
-        state: &PgState,
-        world: &Seen<Observed>,
-    ) -> Decision<PgState, PgAction> {
+    fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
         // The bug: every surveyed position reads the same.
         let mut lying = world.clone();
         for result in lying.observed.job_results.values_mut() {
@@ -108,29 +114,14 @@ impl Machine for ChooseByOrdinal {
                 *result = serde_json::Value::Object(answers).to_string();
             }
         }
-        Postgres::decide(spec, state, &lying)
-    }
-
-    fn is_ready(state: &PgState) -> bool {
-        Postgres::is_ready(state)
-    }
-
-    fn deadline(state: &PgState) -> Option<Duration> {
-        Postgres::deadline(state)
-    }
-
-    fn finalized(state: &PgState) -> bool {
-        Postgres::finalized(state)
-    }
-
-    fn acks(state: &PgState) -> Vec<(&'static str, String)> {
-        Postgres::acks(state)
-    }
-
-    fn holds_data(o: &Observed) -> bool {
-        Postgres::holds_data(o)
+        Some(lying)
     }
 }
+
+/// Promote before the old primary is fenced.
+type PromoteBeforeFenced = Planted<TakeTheHolderForFenced>;
+/// Choose the failover target by ordinal.
+type ChooseByOrdinal = Planted<ReadEveryPositionAsEqual>;
 
 fn planted_config() -> CheckConfig {
     CheckConfig {

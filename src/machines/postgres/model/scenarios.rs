@@ -30,23 +30,21 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     // Pod 0, the primary, stops being Ready; after failoverDelaySeconds a failover to
     // pod 1 begins.
     let fail_over = || vec![env(BecomesUnready(0)), r(), Event::Tick(60), r()];
-    // The failover runs up to its promote Job: demote and delete pod 0, which goes; the
-    // survey; the most advanced standby chosen; the Lease handed to it; pod 0 back; the
-    // target labelled primary; the promote Job created.
-    let to_promote = || {
+    // The failover runs up to its survey's end: demote and delete pod 0, which goes;
+    // the survey Job runs and succeeds (`ok`) or fails.
+    let surveyed = |ok: bool| {
         vec![
             r(),
             env(Terminated(0)),
             r(),
             r(),
-            env(JobFinishes { nth: 0, ok: true }),
-            r(),
-            r(),
-            env(Recreate(0)),
-            r(),
+            env(JobFinishes { nth: 0, ok }),
             r(),
         ]
     };
+    // ... then on to its promote Job: the most advanced standby chosen; the Lease handed
+    // to it; pod 0 back; the target labelled primary; the promote Job created.
+    let to_promote = || [surveyed(true), vec![r(), env(Recreate(0)), r(), r()]].concat();
     // Ready, then an on-demand backup begins.
     let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
     vec![
@@ -106,16 +104,8 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 fail_over(),
-                vec![
-                    r(),
-                    env(Terminated(0)),
-                    r(),
-                    r(),
-                    env(JobFinishes { nth: 0, ok: false }),
-                    r(),
-                    Event::Tick(120),
-                    r(),
-                ],
+                surveyed(false),
+                vec![Event::Tick(120), r()],
             ]
             .concat(),
         ),
@@ -127,17 +117,8 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 fail_over(),
-                vec![
-                    r(),
-                    env(Terminated(0)),
-                    r(),
-                    r(),
-                    env(JobFinishes { nth: 0, ok: true }),
-                    r(),
-                    r(),
-                    env(LeaseCleared),
-                    r(),
-                ],
+                surveyed(true),
+                vec![r(), env(LeaseCleared), r()],
             ]
             .concat(),
         ),
