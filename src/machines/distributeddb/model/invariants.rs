@@ -1,0 +1,229 @@
+//! The invariants the DistributedDB world checks as each action takes effect (listed
+//! in the model's module docs), and tests that they have teeth.
+
+use super::*;
+use crate::machines::distributeddb::actions::Shape;
+
+impl Cluster {
+    /// The checks of a delete that takes effect on pod `k`.
+    pub(super) fn check_delete(&mut self, k: i32, pod: &Pod) {
+        let Some(template) = self.sts.as_ref().map(|s| s.image.clone()) else {
+            return;
+        };
+        if pod.image == template {
+            self.violations.push(format!(
+                "deleted db-{k} ({}) although it already runs the target image {template}",
+                pod.uid
+            ));
+        }
+        self.check_drained(k, "deleted");
+        self.drained.remove(&k);
+        if !pod.ready || !self.served {
+            return; // replacing a pod that is down (or never served) takes nothing down
+        }
+        let replicas = self.sts.as_ref().map_or(0, |s| s.replicas);
+        for j in (0..replicas).filter(|j| *j != k) {
+            if !self.pods.get(&j).is_some_and(|p| p.ready && !p.terminating) {
+                self.violations
+                    .push(format!("took db-{k} down while db-{j} was not Ready"));
+            }
+        }
+        if let Some(other) = self.down.iter().find(|d| **d != k) {
+            self.violations.push(format!(
+                "took db-{k} down while db-{other}, also taken down, was not back"
+            ));
+        }
+        if HookPhase::Pre.of(&self.spec).is_some() {
+            let prefix = format!("pre-{k}-{}-", short_hash(&[&template, &pod.uid]));
+            if !self.hook_done(&prefix) {
+                self.violations.push(format!(
+                    "deleted db-{k} ({}) before its pre-hook succeeded",
+                    pod.uid
+                ));
+            }
+        }
+        // A pod seen down within the staleness window may have been chosen (down pods go
+        // first) on a view that did not yet show it Ready again: no cache-based controller
+        // can tell. Such a take-down is exempt from the ordering rule.
+        let recently_down = self
+            .last_down
+            .get(&pod.uid)
+            .is_some_and(|t| self.tick.saturating_sub(*t) <= STALE_TICKS);
+        if recently_down {
+            self.down.insert(k);
+            return;
+        }
+        match &self.pass {
+            Some(pass) if pass.image == template => {
+                if k > pass.last {
+                    self.violations.push(format!(
+                        "took db-{k} down after db-{} in the same pass to {template}: ordinals went up",
+                        pass.last
+                    ));
+                }
+                let previous = pass.last;
+                if previous != k && HookPhase::Post.of(&self.spec).is_some() {
+                    let uid = self
+                        .pods
+                        .get(&previous)
+                        .map(|p| p.uid.clone())
+                        .unwrap_or_default();
+                    let prefix = format!("post-{previous}-{}-", short_hash(&[&template, &uid]));
+                    if !self.hook_done(&prefix) {
+                        self.violations.push(format!(
+                            "took db-{k} down before the post-hook of db-{previous} succeeded"
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.pass = Some(Pass {
+            image: template,
+            last: k,
+        });
+        self.down.insert(k);
+    }
+
+    /// At most one member deliberately out of service: nothing is done to pod `k` while
+    /// another pod, drained by its pre-hook, waits to be replaced.
+    pub(super) fn check_drained(&mut self, k: i32, what: &str) {
+        if let Some(d) = self.drained.keys().find(|d| **d != k) {
+            self.violations.push(format!(
+                "{what} db-{k} while db-{d}, drained by its pre-hook, waits: two members out of service"
+            ));
+        }
+    }
+
+    /// The StatefulSet controller removes pod `k` (beyond its replicas): a take-down if it
+    /// is Ready, so at most one at a time.
+    pub(super) fn check_removal(&mut self, k: i32) {
+        self.check_drained(k, "removed");
+        let ready = self.pods.get(&k).is_some_and(|p| p.ready && !p.terminating);
+        if !ready || !self.served {
+            return;
+        }
+        if let Some(other) = self.down.iter().find(|d| **d != k) {
+            self.violations.push(format!(
+                "removed db-{k} while db-{other}, also taken down, was not back"
+            ));
+        }
+        self.down.insert(k);
+    }
+
+    /// A hook Job succeeded: a pre-hook drains its pod.
+    pub(super) fn hook_succeeded(&mut self, key: &str) {
+        let drained = self.pods.iter().find_map(|(k, p)| {
+            self.asked.iter().find_map(|image| {
+                let prefix = format!("pre-{k}-{}-", short_hash(&[image, &p.uid]));
+                key.starts_with(&prefix).then(|| (*k, p.uid.clone()))
+            })
+        });
+        if let Some((k, uid)) = drained {
+            self.drained.insert(k, uid);
+        }
+    }
+}
+
+#[test]
+fn the_model_catches_a_delete_of_an_upgraded_pod() {
+    // The invariants are only as good as their teeth: deleting the replacement of a
+    // pod that was just upgraded is reported.
+    let mut world = Cluster::new(1, None, false);
+    world.apply(&DdbAction::EnsureStatefulSet(Shape {
+        image: "db:1".to_owned(),
+        replicas: 1,
+        claim_size: "1Gi".to_owned(),
+    }));
+    world.settle();
+    let uid = world
+        .pods
+        .get(&0)
+        .map(|p| p.uid.clone())
+        .unwrap_or_default();
+    world.apply(&DdbAction::DeletePod { ordinal: 0, uid });
+    assert!(world.invariants(&DdbState::Creating).is_err());
+}
+
+#[test]
+fn the_model_catches_a_delete_before_the_pre_hook() {
+    let mut world = Cluster::new(2, Some(0), false);
+    world.apply(&DdbAction::EnsureStatefulSet(Shape {
+        image: "db:1".to_owned(),
+        replicas: 2,
+        claim_size: "1Gi".to_owned(),
+    }));
+    world.settle();
+    world.edit_spec(&Edit::Image(1));
+    world.apply(&DdbAction::EnsureStatefulSet(Shape {
+        image: "db:2".to_owned(),
+        replicas: 2,
+        claim_size: "1Gi".to_owned(),
+    }));
+    let uid = world
+        .pods
+        .get(&1)
+        .map(|p| p.uid.clone())
+        .unwrap_or_default();
+    world.apply(&DdbAction::DeletePod { ordinal: 1, uid });
+    let why = world
+        .invariants(&DdbState::Creating)
+        .err()
+        .unwrap_or_default();
+    assert!(why.contains("before its pre-hook succeeded"), "{why}");
+}
+
+#[test]
+fn hook_keys_in_the_model_match_the_machine() {
+    let key = hook_key(HookPhase::Pre, 2, "db:2", "p7", 1);
+    assert!(key.starts_with(&format!("pre-2-{}-", short_hash(&["db:2", "p7"]))));
+}
+
+#[test]
+fn the_model_catches_two_members_removed_at_once() {
+    let mut world = Cluster::existing(3, None, false);
+    world.apply(&DdbAction::EnsureStatefulSet(Shape {
+        image: "db:1".to_owned(),
+        replicas: 1,
+        claim_size: "1Gi".to_owned(),
+    }));
+    world.sts_observes();
+    world.sts_creates_pods();
+    let why = world
+        .invariants(&DdbState::Creating)
+        .err()
+        .unwrap_or_default();
+    assert!(why.contains("also taken down"), "{why}");
+}
+
+#[test]
+fn the_model_catches_a_delete_while_another_pod_is_drained() {
+    let mut world = Cluster::existing(3, Some(0), false);
+    world.edit_spec(&Edit::Image(1));
+    world.apply(&DdbAction::EnsureStatefulSet(Shape {
+        image: "db:2".to_owned(),
+        replicas: 3,
+        claim_size: "1Gi".to_owned(),
+    }));
+    let uid = |w: &Cluster, k| w.pods.get(&k).map(|p| p.uid.clone()).unwrap_or_default();
+    let key = hook_key(HookPhase::Pre, 2, "db:2", &uid(&world, 2), 1);
+    world.apply(&DdbAction::RunHook {
+        phase: HookPhase::Pre,
+        ordinal: 2,
+        key,
+        from: "db:1".to_owned(),
+        to: "db:2".to_owned(),
+    });
+    world.step_environment(&Move::JobFinishes(0, true));
+    world.step_environment(&Move::PodFails(0));
+    let pod0 = uid(&world, 0);
+    world.apply(&DdbAction::DeletePod {
+        ordinal: 0,
+        uid: pod0,
+    });
+    let why = world
+        .invariants(&DdbState::Creating)
+        .err()
+        .unwrap_or_default();
+    assert!(why.contains("drained by its pre-hook"), "{why}");
+}
