@@ -1063,6 +1063,7 @@ async fn lease_agent_against_the_api_server() {
             "subjects": [{"kind": "ServiceAccount", "name": "pg-instance", "namespace": env.namespace()}]},
         "lease": {"metadata": {"name": "pg-primary"}, "spec": {"holderIdentity": "", "leaseDurationSeconds": 6}},
         "scripts": {"metadata": {"name": "scripts"}, "data": {
+            "lib.sh": include_str!("../../src/machines/postgres/scripts/lib.sh"),
             "entrypoint.sh": include_str!("../../src/machines/postgres/scripts/entrypoint.sh")}},
         "secret": {"metadata": {"name": "pw"}, "stringData": {"su": "su-pw", "repl": "repl-pw"}},
     });

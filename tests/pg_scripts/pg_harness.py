@@ -29,7 +29,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS_SRC = REPO / "src" / "machines" / "postgres" / "scripts"
-SCRIPT_NAMES = ("entrypoint.sh", "promote.sh", "backup.sh", "restore.sh", "survey.sh")
+# Every script of the ConfigMap, lib.sh included (the others source it).
+SCRIPT_NAMES = tuple(sorted(p.name for p in SCRIPTS_SRC.glob("*.sh")))
 
 # Passwords with quotes, backslashes and spaces exercise every quoting path
 # (SQL literals, conninfo, postgresql.conf, curl config).

@@ -7,7 +7,7 @@
 //!
 //! | object | name | notes |
 //! |---|---|---|
-//! | ConfigMap | `<name>-scripts` | the pod scripts (`entrypoint.sh`, `promote.sh`, `backup.sh`, `restore.sh`), mounted at `/lockstep/scripts` |
+//! | ConfigMap | `<name>-scripts` | the pod scripts (`entrypoint.sh`, `survey.sh`, `promote.sh`, `backup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` |
 //! | Secret | `<name>-credentials` | only without `spec.credentialsSecret`; random passwords; not owned (kept, like the claims) |
 //! | Service | `<name>` | headless, publishes not-ready addresses: each pod's stable DNS name |
 //! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
@@ -89,8 +89,10 @@ pub const PROMOTE_DEADLINE_SECONDS: i64 = 120;
 /// How long `promote.sh` waits for the target to replay the old primary's WAL.
 pub const CATCHUP_SECONDS: i64 = 60;
 
-/// The pod scripts, shipped verbatim in the scripts ConfigMap.
-pub const SCRIPTS: [(&str, &str); 5] = [
+/// The pod scripts, shipped verbatim in the scripts ConfigMap (`lib.sh` first: the
+/// others source it from their own directory).
+pub const SCRIPTS: [(&str, &str); 6] = [
+    ("lib.sh", include_str!("../scripts/lib.sh")),
     ("entrypoint.sh", include_str!("../scripts/entrypoint.sh")),
     ("survey.sh", include_str!("../scripts/survey.sh")),
     ("promote.sh", include_str!("../scripts/promote.sh")),

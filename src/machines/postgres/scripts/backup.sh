@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # lockstep PostgresCluster backup Job: pg_dump one database of the primary in
 # custom format (-Fc: compressed, restorable with pg_restore --clean, single
 # transaction, selectively) and upload it to S3-compatible storage with
@@ -51,89 +52,19 @@
 set -Eeuo pipefail
 umask 0077
 
-log() { printf '%s lockstep-backup: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
-die() { local code=$1; shift; log "FATAL: $*"; exit "$code"; }
-# Failures not handled explicitly (exit 1) still get a line naming the command
-# (unexpanded source text, so no secret values).
-on_err() { (($1 >= 2 && $1 <= 5)) || log "FATAL: unexpected failure (exit $1) at line $2: $3"; }
-trap 'on_err $? $LINENO "$BASH_COMMAND"' ERR
-require() {
-	local v
-	for v in "$@"; do
-		[[ -n "${!v:-}" ]] || die 2 "required environment variable $v is not set"
-	done
-}
-require_tools() {
-	local t
-	for t in "$@"; do
-		command -v "$t" >/dev/null 2>&1 || die 2 "required tool '$t' not found in the image (backup image must contain pg_dump, curl, sha256sum)"
-	done
-}
+LOCKSTEP_SCRIPT=backup
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-[[ -n "${PG_BIN:-}" ]] && export PATH="$PG_BIN:$PATH"
-require CLUSTER_NAME PRIMARY_HOST POSTGRES_PASSWORD S3_ENDPOINT S3_BUCKET AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+require CLUSTER_NAME PRIMARY_HOST POSTGRES_PASSWORD
 require_tools pg_dump curl sha256sum
 PRIMARY_PORT=${PRIMARY_PORT:-5432}
 POSTGRES_USER=${POSTGRES_USER:-postgres}
 BACKUP_DATABASE=${BACKUP_DATABASE:-${POSTGRES_DB:-postgres}}
-S3_REGION=${S3_REGION:-${AWS_REGION:-us-east-1}}
-S3_FORCE_PATH_STYLE=${S3_FORCE_PATH_STYLE:-true}
-S3_TIMEOUT_SECONDS=${S3_TIMEOUT_SECONDS:-3600}
 BACKUP_TMPDIR=${BACKUP_TMPDIR:-${TMPDIR:-/tmp}}
-[[ "$PRIMARY_PORT" =~ ^[0-9]+$ ]] || die 2 "PRIMARY_PORT must be a number, got '$PRIMARY_PORT'"
-[[ "$S3_TIMEOUT_SECONDS" =~ ^[0-9]+$ ]] || die 2 "S3_TIMEOUT_SECONDS must be a number"
-[[ "$S3_ENDPOINT" =~ ^https?://[^/]+/?$ ]] || die 2 "S3_ENDPOINT must look like http(s)://host[:port], got '$S3_ENDPOINT'"
-[[ "$S3_BUCKET" =~ ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$ ]] || die 2 "S3_BUCKET '$S3_BUCKET' is not a valid bucket name"
-S3_PREFIX=${S3_PREFIX:-}
-S3_PREFIX=${S3_PREFIX#/}
-S3_PREFIX=${S3_PREFIX%/}
+require_uint PRIMARY_PORT
+s3_configure
 [[ "$S3_PREFIX$CLUSTER_NAME" =~ ^[A-Za-z0-9._/-]+$ ]] || die 2 "S3_PREFIX/CLUSTER_NAME may only contain A-Z a-z 0-9 . _ / -"
-
-# ---- S3 via curl --aws-sigv4 (shared with restore.sh; keep in sync) ---------
-curl_cfg_escape() { local v=$1 bs='\' dq='"'; v=${v//"$bs"/"$bs$bs"}; v=${v//"$dq"/"$bs$dq"}; printf '%s' "$v"; }
-s3_url() {
-	local endpoint=${S3_ENDPOINT%/}
-	if [[ "$S3_FORCE_PATH_STYLE" == true ]]; then
-		printf '%s/%s/%s' "$endpoint" "$S3_BUCKET" "$1"
-	else
-		printf '%s://%s.%s/%s' "${endpoint%%://*}" "$S3_BUCKET" "${endpoint#*://}" "$1"
-	fi
-}
-# s3_request METHOD KEY BODY_OUT [curl args...]; prints the HTTP status code.
-s3_request() {
-	local method=(-X "$1") key=$2 out=$3
-	[[ "$1" != HEAD ]] || method=(-I)
-	shift 3
-	{
-		printf 'user = "%s:%s"\n' "$(curl_cfg_escape "$AWS_ACCESS_KEY_ID")" "$(curl_cfg_escape "$AWS_SECRET_ACCESS_KEY")"
-		if [[ -n "${AWS_SESSION_TOKEN:-}" ]]; then
-			printf 'header = "x-amz-security-token: %s"\n' "$(curl_cfg_escape "$AWS_SESSION_TOKEN")"
-		fi
-	} | curl -K - --silent --show-error --aws-sigv4 "aws:amz:$S3_REGION:s3" \
-		--connect-timeout 10 --max-time "$S3_TIMEOUT_SECONDS" --retry 2 \
-		"${method[@]}" -o "$out" -w '%{http_code}' "$@" "$(s3_url "$key")"
-}
-s3_put_file() { # KEY FILE
-	local sha code
-	sha=$(sha256sum "$2" | cut -d' ' -f1)
-	code=$(s3_request PUT "$1" "$WORK/response" -T "$2" \
-		-H "x-amz-content-sha256: $sha" -H "Content-Type: application/octet-stream") || {
-		log "curl failed uploading to s3://$S3_BUCKET/$1 (endpoint $S3_ENDPOINT)"
-		return 1
-	}
-	if [[ "$code" != 2?? ]]; then
-		log "upload of s3://$S3_BUCKET/$1 failed: HTTP $code: $(head -c 2000 "$WORK/response" 2>/dev/null | tr '\n' ' ')"
-		return 1
-	fi
-}
-s3_size() { # KEY -> prints Content-Length of the stored object
-	local code empty
-	empty=$(printf '' | sha256sum | cut -d' ' -f1)
-	code=$(s3_request HEAD "$1" /dev/null -D "$WORK/headers" -H "x-amz-content-sha256: $empty") || return 1
-	[[ "$code" == 2?? ]] || { log "HEAD s3://$S3_BUCKET/$1 returned HTTP $code"; return 1; }
-	tr -d '\r' <"$WORK/headers" | sed -n 's/^[Cc]ontent-[Ll]ength:[[:space:]]*//p' | tail -n 1
-}
-# -----------------------------------------------------------------------------
 
 WORK=$(mktemp -d "$BACKUP_TMPDIR/lockstep-backup.XXXXXX") || die 2 "cannot create a temp dir in BACKUP_TMPDIR=$BACKUP_TMPDIR"
 trap 'rm -rf "$WORK"' EXIT

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # lockstep PostgresCluster pod entrypoint (the container's main command).
 #
 # Decides from the pod's role label and the state of $PGDATA what to do, then
@@ -119,19 +120,9 @@
 set -Eeuo pipefail
 umask 0077
 
-log() { printf '%s lockstep-entrypoint: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
-die() { local code=$1; shift; log "FATAL: $*"; exit "$code"; }
-# Failures not handled explicitly (exit 1) still get a line naming the command
-# (unexpanded source text, so no secret values).
-on_err() { (($1 >= 2 && $1 <= 5)) || log "FATAL: unexpected failure (exit $1) at line $2: $3"; }
-trap 'on_err $? $LINENO "$BASH_COMMAND"' ERR
-require() {
-	local v
-	for v in "$@"; do
-		[[ -n "${!v:-}" ]] || die 2 "required environment variable $v is not set"
-	done
-}
-is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
+LOCKSTEP_SCRIPT=entrypoint
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # --- quoting helpers (values may contain quotes, backslashes, spaces) -------
 sql_literal() { local v=${1//\'/\'\'}; printf "'%s'" "$v"; }
@@ -152,7 +143,6 @@ conf_quote() {
 }
 
 # --- configuration ------------------------------------------------------------
-[[ -z "${PG_BIN:-}" ]] || export PATH="$PG_BIN:$PATH"
 PHASE_FILE="${PG_SOCKET_DIR:-/var/run/postgresql}/lockstep-phase.${PGPORT:-5432}"
 if [[ "${1:-}" == --liveness ]]; then
 	# Alive while preparing; once postgres answered, alive iff it answers.
@@ -187,9 +177,10 @@ LOCKSTEP_ROLE_LABEL=${LOCKSTEP_ROLE_LABEL:-lockstep.dev/role}
 ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-300}
 require POSTGRES_PASSWORD REPLICATION_PASSWORD
 LEASE_NAME=${LOCKSTEP_LEASE_NAME:-}
-LEASE_SECONDS=${LOCKSTEP_LEASE_SECONDS:-15}
+LOCKSTEP_LEASE_SECONDS=${LOCKSTEP_LEASE_SECONDS:-15}
+require_uint LOCKSTEP_LEASE_SECONDS
+LEASE_SECONDS=$LOCKSTEP_LEASE_SECONDS
 RENEW_SECONDS=${LOCKSTEP_RENEW_SECONDS:-2}
-is_uint "$LEASE_SECONDS" || die 2 "LOCKSTEP_LEASE_SECONDS must be a non-negative integer, got '$LEASE_SECONDS'"
 FENCE_SECONDS=${LOCKSTEP_FENCE_SECONDS:-$((LEASE_SECONDS / 2))}
 if [[ -n "$LEASE_NAME" ]]; then
 	require POD_NAME POD_UID POD_NAMESPACE
@@ -199,9 +190,7 @@ if [[ -n "$LEASE_NAME" ]]; then
 	CA_FILE=${LOCKSTEP_CA_FILE:-/var/run/secrets/kubernetes.io/serviceaccount/ca.crt}
 	LEASE_URL="$API_URL/apis/coordination.k8s.io/v1/namespaces/$POD_NAMESPACE/leases/$LEASE_NAME"
 fi
-for v in PGPORT PRIMARY_PORT PRIMARY_WAIT_SECONDS RETRY_INTERVAL_SECONDS START_TIMEOUT_SECONDS MAX_WAL_SENDERS ROLE_WAIT_SECONDS FENCE_SECONDS RENEW_SECONDS; do
-	is_uint "${!v}" || die 2 "$v must be a non-negative integer, got '${!v}'"
-done
+require_uint PGPORT PRIMARY_PORT PRIMARY_WAIT_SECONDS RETRY_INTERVAL_SECONDS START_TIMEOUT_SECONDS MAX_WAL_SENDERS ROLE_WAIT_SECONDS FENCE_SECONDS RENEW_SECONDS
 export PGPORT
 # Marker files beside PGDATA (on the same volume) that survive a crash in the
 # middle of initdb / pg_basebackup, so the half-built directory is redone.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # lockstep PostgresCluster promote Job: promotes the standby at
 # $TARGET_HOST:$TARGET_PORT to primary over the network with
 # `SELECT pg_promote(wait => true)`, retrying until $PROMOTE_DEADLINE_SECONDS.
@@ -41,20 +42,10 @@
 # Last line on success: `lockstep-promote: <host>:<port> is primary (...)`.
 set -Eeuo pipefail
 
-log() { printf '%s lockstep-promote: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
-die() { local code=$1; shift; log "FATAL: $*"; exit "$code"; }
-# Failures not handled explicitly (exit 1) still get a line naming the command
-# (unexpanded source text, so no secret values).
-on_err() { (($1 >= 2 && $1 <= 5)) || log "FATAL: unexpected failure (exit $1) at line $2: $3"; }
-trap 'on_err $? $LINENO "$BASH_COMMAND"' ERR
-require() {
-	local v
-	for v in "$@"; do
-		[[ -n "${!v:-}" ]] || die 2 "required environment variable $v is not set"
-	done
-}
+LOCKSTEP_SCRIPT=promote
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-[[ -n "${PG_BIN:-}" ]] && export PATH="$PG_BIN:$PATH"
 require TARGET_HOST POSTGRES_PASSWORD
 TARGET_PORT=${TARGET_PORT:-5432}
 POSTGRES_USER=${POSTGRES_USER:-postgres}
@@ -63,9 +54,7 @@ PROMOTE_WAIT_SECONDS=${PROMOTE_WAIT_SECONDS:-60}
 RETRY_INTERVAL_SECONDS=${RETRY_INTERVAL_SECONDS:-2}
 OLD_PRIMARY_PORT=${OLD_PRIMARY_PORT:-5432}
 CATCHUP_SECONDS=${CATCHUP_SECONDS:-60}
-for v in TARGET_PORT PROMOTE_DEADLINE_SECONDS PROMOTE_WAIT_SECONDS RETRY_INTERVAL_SECONDS OLD_PRIMARY_PORT CATCHUP_SECONDS; do
-	[[ "${!v}" =~ ^[0-9]+$ ]] || die 2 "$v must be a non-negative integer, got '${!v}'"
-done
+require_uint TARGET_PORT PROMOTE_DEADLINE_SECONDS PROMOTE_WAIT_SECONDS RETRY_INTERVAL_SECONDS OLD_PRIMARY_PORT CATCHUP_SECONDS
 
 q() {
 	PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=5 psql -X -A -t -q -v ON_ERROR_STOP=1 \

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # lockstep PostgresCluster restore Job: download a dump written by backup.sh
 # from S3-compatible storage (a given key, or the one the `latest` pointer
 # names) and pg_restore it into a running instance.
@@ -42,87 +43,25 @@
 set -Eeuo pipefail
 umask 0077
 
-log() { printf '%s lockstep-restore: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
-die() { local code=$1; shift; log "FATAL: $*"; exit "$code"; }
-# Failures not handled explicitly (exit 1) still get a line naming the command
-# (unexpanded source text, so no secret values).
-on_err() { (($1 >= 2 && $1 <= 5)) || log "FATAL: unexpected failure (exit $1) at line $2: $3"; }
-trap 'on_err $? $LINENO "$BASH_COMMAND"' ERR
-require() {
-	local v
-	for v in "$@"; do
-		[[ -n "${!v:-}" ]] || die 2 "required environment variable $v is not set"
-	done
-}
-require_tools() {
-	local t
-	for t in "$@"; do
-		command -v "$t" >/dev/null 2>&1 || die 2 "required tool '$t' not found in the image (restore image must contain psql, pg_restore, curl, sha256sum)"
-	done
-}
+LOCKSTEP_SCRIPT=restore
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-[[ -n "${PG_BIN:-}" ]] && export PATH="$PG_BIN:$PATH"
-require TARGET_HOST POSTGRES_PASSWORD S3_ENDPOINT S3_BUCKET AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+require TARGET_HOST POSTGRES_PASSWORD
 require_tools psql pg_restore curl sha256sum
 TARGET_PORT=${TARGET_PORT:-5432}
 POSTGRES_USER=${POSTGRES_USER:-postgres}
 RESTORE_DATABASE=${RESTORE_DATABASE:-${POSTGRES_DB:-postgres}}
 RESTORE_KEY=${RESTORE_KEY:-}
 RESTORE_ARGS=${RESTORE_ARGS:-}
-S3_REGION=${S3_REGION:-${AWS_REGION:-us-east-1}}
-S3_FORCE_PATH_STYLE=${S3_FORCE_PATH_STYLE:-true}
-S3_TIMEOUT_SECONDS=${S3_TIMEOUT_SECONDS:-3600}
 RESTORE_TMPDIR=${RESTORE_TMPDIR:-${TMPDIR:-/tmp}}
-[[ "$TARGET_PORT" =~ ^[0-9]+$ ]] || die 2 "TARGET_PORT must be a number, got '$TARGET_PORT'"
-[[ "$S3_TIMEOUT_SECONDS" =~ ^[0-9]+$ ]] || die 2 "S3_TIMEOUT_SECONDS must be a number"
-[[ "$S3_ENDPOINT" =~ ^https?://[^/]+/?$ ]] || die 2 "S3_ENDPOINT must look like http(s)://host[:port], got '$S3_ENDPOINT'"
-[[ "$S3_BUCKET" =~ ^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$ ]] || die 2 "S3_BUCKET '$S3_BUCKET' is not a valid bucket name"
-S3_PREFIX=${S3_PREFIX:-}
-S3_PREFIX=${S3_PREFIX#/}
-S3_PREFIX=${S3_PREFIX%/}
+require_uint TARGET_PORT
+s3_configure
 if [[ -z "$RESTORE_KEY" ]]; then
 	require CLUSTER_NAME
 	[[ "$S3_PREFIX$CLUSTER_NAME" =~ ^[A-Za-z0-9._/-]+$ ]] || die 2 "S3_PREFIX/CLUSTER_NAME may only contain A-Z a-z 0-9 . _ / -"
 fi
 [[ "$RESTORE_KEY" =~ ^[A-Za-z0-9._/-]*$ ]] || die 2 "RESTORE_KEY may only contain A-Z a-z 0-9 . _ / -"
-
-# ---- S3 via curl --aws-sigv4 (shared with backup.sh; keep in sync) ----------
-curl_cfg_escape() { local v=$1 bs='\' dq='"'; v=${v//"$bs"/"$bs$bs"}; v=${v//"$dq"/"$bs$dq"}; printf '%s' "$v"; }
-s3_url() {
-	local endpoint=${S3_ENDPOINT%/}
-	if [[ "$S3_FORCE_PATH_STYLE" == true ]]; then
-		printf '%s/%s/%s' "$endpoint" "$S3_BUCKET" "$1"
-	else
-		printf '%s://%s.%s/%s' "${endpoint%%://*}" "$S3_BUCKET" "${endpoint#*://}" "$1"
-	fi
-}
-# s3_request METHOD KEY BODY_OUT [curl args...]; prints the HTTP status code.
-s3_request() {
-	local method=(-X "$1") key=$2 out=$3
-	[[ "$1" != HEAD ]] || method=(-I)
-	shift 3
-	{
-		printf 'user = "%s:%s"\n' "$(curl_cfg_escape "$AWS_ACCESS_KEY_ID")" "$(curl_cfg_escape "$AWS_SECRET_ACCESS_KEY")"
-		if [[ -n "${AWS_SESSION_TOKEN:-}" ]]; then
-			printf 'header = "x-amz-security-token: %s"\n' "$(curl_cfg_escape "$AWS_SESSION_TOKEN")"
-		fi
-	} | curl -K - --silent --show-error --aws-sigv4 "aws:amz:$S3_REGION:s3" \
-		--connect-timeout 10 --max-time "$S3_TIMEOUT_SECONDS" --retry 2 \
-		"${method[@]}" -o "$out" -w '%{http_code}' "$@" "$(s3_url "$key")"
-}
-s3_get_file() { # KEY FILE
-	local code empty
-	empty=$(printf '' | sha256sum | cut -d' ' -f1)
-	code=$(s3_request GET "$1" "$2" -H "x-amz-content-sha256: $empty") || {
-		log "curl failed downloading s3://$S3_BUCKET/$1 (endpoint $S3_ENDPOINT)"
-		return 1
-	}
-	if [[ "$code" != 2?? ]]; then
-		log "download of s3://$S3_BUCKET/$1 failed: HTTP $code: $(head -c 2000 "$2" 2>/dev/null | tr '\n' ' ')"
-		return 1
-	fi
-}
-# -----------------------------------------------------------------------------
 
 WORK=$(mktemp -d "$RESTORE_TMPDIR/lockstep-restore.XXXXXX") || die 2 "cannot create a temp dir in RESTORE_TMPDIR=$RESTORE_TMPDIR"
 trap 'rm -rf "$WORK"' EXIT

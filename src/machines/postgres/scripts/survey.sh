@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # lockstep PostgresCluster survey Job: before a failover, the operator asks every
 # instance how far it got, to promote the most advanced standby (issue 12).
 #
@@ -32,24 +33,16 @@
 # printed); 2 configuration error.
 set -Eeuo pipefail
 
-log() { printf '%s lockstep-survey: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
-die() { local code=$1; shift; log "FATAL: $*"; exit "$code"; }
-require() {
-	local v
-	for v in "$@"; do
-		[[ -n "${!v:-}" ]] || die 2 "required environment variable $v is not set"
-	done
-}
+LOCKSTEP_SCRIPT=survey
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-[[ -z "${PG_BIN:-}" ]] || export PATH="$PG_BIN:$PATH"
 require SURVEY_HOSTS POSTGRES_PASSWORD
 SURVEY_PORT=${SURVEY_PORT:-5432}
 POSTGRES_USER=${POSTGRES_USER:-postgres}
 CONNECT_TIMEOUT_SECONDS=${CONNECT_TIMEOUT_SECONDS:-5}
 TERMINATION_LOG=${TERMINATION_LOG:-/dev/termination-log}
-for v in SURVEY_PORT CONNECT_TIMEOUT_SECONDS; do
-	[[ "${!v}" =~ ^[0-9]+$ ]] || die 2 "$v must be a non-negative integer, got '${!v}'"
-done
+require_uint SURVEY_PORT CONNECT_TIMEOUT_SECONDS
 
 json_string() {
 	local v=$1
