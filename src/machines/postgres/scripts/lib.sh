@@ -15,7 +15,7 @@
 #   require_tools TOOL...    die 2 unless every TOOL is on PATH
 # An ERR trap logs failures not handled explicitly (exit 1 or > 5) with the
 # command's unexpanded source text, so no secret value is ever printed.
-# PG_BIN, when set, is prepended to PATH.
+# PG_BIN, when set, is prepended to PATH; POSTGRES_USER defaults to postgres.
 #
 # S3 through `curl --aws-sigv4` (no AWS CLI), for backup.sh and restore.sh:
 #   s3_configure             defaults and checks of S3_* (see backup.sh's header)
@@ -53,6 +53,8 @@ require_tools() {
 }
 
 [[ -z "${PG_BIN:-}" ]] || export PATH="$PG_BIN:$PATH"
+# The superuser every script connects as.
+POSTGRES_USER=${POSTGRES_USER:-postgres}
 
 s3_configure() {
 	require S3_ENDPOINT S3_BUCKET AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY

@@ -50,7 +50,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 require TARGET_HOST POSTGRES_PASSWORD
 require_tools psql pg_restore curl sha256sum
 TARGET_PORT=${TARGET_PORT:-5432}
-POSTGRES_USER=${POSTGRES_USER:-postgres}
 RESTORE_DATABASE=${RESTORE_DATABASE:-${POSTGRES_DB:-postgres}}
 RESTORE_KEY=${RESTORE_KEY:-}
 RESTORE_ARGS=${RESTORE_ARGS:-}
