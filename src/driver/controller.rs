@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use chrono::{SubsecRound, Utc};
 use futures::StreamExt;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -43,6 +43,7 @@ use tracing::Instrument;
 
 use super::authority::Authority;
 use super::config::{Backoff, Config, FIELD_MANAGER};
+use super::events::Recorder;
 use super::execute::{self, describe_op};
 use super::hooks::{DriverHooks, Finished, ResourceEvent, Target};
 use super::status::{fenced_status_patch, merge_diff};
@@ -645,7 +646,10 @@ fn error_patch<O: Operator>(
         return Some((read.clone(), fence(diff), Some(note)));
     }
     let next = with_error::<O>(&engine, &error.redacted())?;
-    let diff = merge_diff(engine.machine.as_ref()?, next.machine.as_ref()?)?;
+    let diff = merge_diff(
+        &engine.machine.as_ref()?.to_value(),
+        &next.machine.as_ref()?.to_value(),
+    )?;
     Some((
         read.clone(),
         fence(serde_json::json!({ "machine": diff })),

@@ -73,6 +73,7 @@ pub mod cache;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod events;
 pub mod execute;
 pub mod hooks;
 pub mod status;
