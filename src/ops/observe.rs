@@ -40,7 +40,10 @@ const STUCK: &str = reason::PROGRESS_DEADLINE_EXCEEDED;
 pub struct Tracker {
     machine: &'static str,
     metrics: Metrics,
-    objects: HashMap<ObjectKey, HashSet<Entry>>,
+    /// Per object, the history entries already counted, as hashes of [`Entry`] (a
+    /// history holds up to ten; four strings each, kept for 1,000 objects, were ~1 KiB
+    /// per object).
+    objects: HashMap<ObjectKey, HashSet<u64>>,
     relisted: Option<HashSet<ObjectKey>>,
 }
 
@@ -105,7 +108,7 @@ impl Tracker {
         let entries: Vec<Entry> = history.iter().map(|e| entry(e)).collect();
         if let Some(seen) = self.objects.get(&key) {
             for (i, now) in entries.iter().enumerate() {
-                if seen.contains(now) || now.1.is_empty() {
+                if seen.contains(&fingerprint(now)) || now.1.is_empty() {
                     continue;
                 }
                 // Counted here, before the state below is set: a scrape that shows the
@@ -124,7 +127,7 @@ impl Tracker {
             }
         }
         self.objects
-            .insert(key.clone(), entries.iter().cloned().collect());
+            .insert(key.clone(), entries.iter().map(fingerprint).collect());
 
         let phase = status.get("phase").and_then(Value::as_str);
         let Some(phase) = phase else {
@@ -153,6 +156,13 @@ fn entry(value: &Value) -> Entry {
             .to_owned()
     };
     (field("at"), field("from"), field("to"), field("reason"))
+}
+
+/// An entry's identity, as kept between events.
+fn fingerprint(entry: &Entry) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(entry, &mut hasher);
+    std::hash::Hasher::finish(&hasher)
 }
 
 fn time(at: &str) -> Option<DateTime<Utc>> {
