@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use lockstep::machines::{Generated, crd_files, machine_files};
 use lockstep::ops::leader::LeaseConfig;
 use lockstep::ops::logging::{self, LogFormat};
+use lockstep::ops::memory;
 use lockstep::ops::narrate::{self, Target};
 use lockstep::ops::runner::{self, RunOptions};
 use tokio_util::sync::CancellationToken;
@@ -112,6 +113,7 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Crds(args) => generate(&args, with_kustomization(crd_files()?)),
         Command::Machines(args) => generate(&args, machine_files()?),
         Command::Run(args) => {
+            memory::tune_allocator();
             logging::init(cli.log_format);
             tokio_runtime()?.block_on(run(args))
         }

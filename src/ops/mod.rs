@@ -20,6 +20,7 @@ pub mod health;
 pub mod hooks;
 pub mod leader;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod narrate;
 pub mod observe;

@@ -193,6 +193,7 @@ pub async fn run(
         metrics.clone(),
         server_stop.clone(),
     ));
+    tokio::spawn(super::memory::give_back_periodically(server_stop.clone()));
 
     let authority = context.authority.clone();
     let machines = options.machines.clone();
