@@ -58,5 +58,5 @@ pub mod table;
 mod tests;
 
 pub use machine::{Decision, Edge, Health, Machine, Wait, World};
-pub use record::{Condition, EngineStatus, HistoryEntry, MachineRecord};
+pub use record::{Condition, EngineStatus, HistoryEntry, MachineRecord, RawRecord};
 pub use step::{Input, Note, NoteKind, Outcome, Taken, step};

@@ -117,7 +117,7 @@ pub struct EngineStatus<S: JsonSchema> {
     /// The persisted machine record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "record_schema::<S>")]
-    pub machine: Option<serde_json::Value>,
+    pub machine: Option<RawRecord>,
     #[serde(skip)]
     #[schemars(skip)]
     _state: PhantomData<S>,
@@ -144,6 +144,75 @@ impl<S: JsonSchema> EngineStatus<S> {
 }
 
 /// The schema of the `machine` field: the typed record.
+/// `status.machine` as its compact JSON text.
+///
+/// The record is read by the engine once per reconcile and written once per transition,
+/// but held between them for every object in the reflector's store. As a
+/// `serde_json::Value` a 10-entry history took ~6 KiB (a B-tree node per map); as text
+/// it takes its length. It (de)serializes as the JSON value itself, through any serde
+/// format; the text is canonical (keys sorted), so equal records compare equal.
+#[derive(Clone)]
+pub struct RawRecord(Box<serde_json::value::RawValue>);
+
+impl RawRecord {
+    /// The record of `value`.
+    pub fn from_value(value: &serde_json::Value) -> Self {
+        // A Value always serializes; the fallback is unreachable but total.
+        Self(serde_json::value::to_raw_value(value).unwrap_or_else(|_| null_record()))
+    }
+
+    /// The record as a JSON value.
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_str(self.0.get()).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+fn null_record() -> Box<serde_json::value::RawValue> {
+    serde_json::value::RawValue::from_string("null".to_owned())
+        .unwrap_or_else(|_| unreachable!("null is JSON"))
+}
+
+impl From<serde_json::Value> for RawRecord {
+    fn from(value: serde_json::Value) -> Self {
+        Self::from_value(&value)
+    }
+}
+
+impl PartialEq for RawRecord {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl std::fmt::Debug for RawRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+impl std::fmt::Display for RawRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+impl Serialize for RawRecord {
+    fn serialize<Se: serde::Serializer>(&self, serializer: Se) -> Result<Se::Ok, Se::Error> {
+        self.to_value().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde_json::Value::deserialize(deserializer).map(|v| Self::from_value(&v))
+    }
+}
+
 fn record_schema<S: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     generator.subschema_for::<MachineRecord<S>>()
 }

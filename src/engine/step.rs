@@ -14,7 +14,9 @@ use schemars::JsonSchema;
 
 use super::conditions::{self, reason, status};
 use super::machine::{Decision, Health, Machine, Wait, World, is_declared, kind_name};
-use super::record::{Condition, EngineStatus, HISTORY_LIMIT, HistoryEntry, MachineRecord};
+use super::record::{
+    Condition, EngineStatus, HISTORY_LIMIT, HistoryEntry, MachineRecord, RawRecord,
+};
 
 /// Everything one reconcile reads.
 #[derive(Debug)]
@@ -96,7 +98,7 @@ pub fn decode<M: Machine>(
     let Some(raw) = &status.machine else {
         return Ok(None);
     };
-    let record: MachineRecord<M::State> = serde_json::from_value(raw.clone())
+    let record: MachineRecord<M::State> = serde_json::from_str(raw.get())
         .map_err(|e| format!("cannot decode status.machine: {e}"))?;
     if record.state_version > M::STATE_VERSION {
         return Err(format!(
@@ -109,9 +111,9 @@ pub fn decode<M: Machine>(
 }
 
 /// Encode a record for `status.machine`.
-pub fn encode<S: serde::Serialize>(record: &MachineRecord<S>) -> serde_json::Value {
+pub fn encode<S: serde::Serialize>(record: &MachineRecord<S>) -> RawRecord {
     // Serializing plain data with derived impls cannot fail.
-    serde_json::to_value(record).unwrap_or(serde_json::Value::Null)
+    RawRecord::from_value(&serde_json::to_value(record).unwrap_or(serde_json::Value::Null))
 }
 
 /// How a state is named in history, events and messages: `Kind` or `Kind step`.

@@ -43,6 +43,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use lockstep::driver;
+use lockstep::engine::RawRecord;
 use lockstep::engine::conditions;
 use lockstep::machines::common::on_demand::key as backup_key;
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDBSpec, DistributedDb};
@@ -257,9 +258,8 @@ impl Observer {
                         .status
                         .as_ref()
                         .and_then(|s| s.engine.machine.as_ref())
-                        .and_then(|m| m.get("history"))
-                        .and_then(Value::as_array)
-                        .cloned()
+                        .map(RawRecord::to_value)
+                        .and_then(|m| m.get("history").and_then(Value::as_array).cloned())
                         .unwrap_or_default();
                     for entry in history {
                         let field = |k: &str| {

@@ -25,6 +25,7 @@ use strum::{EnumDiscriminants, EnumIter, IntoStaticStr};
 use tokio::sync::watch;
 
 use lockstep::driver::{self, Cache, DriverHooks, Error, Finished, Op, Operator, Target, labels};
+use lockstep::engine::RawRecord;
 use lockstep::engine::{Decision, Edge, EngineStatus, Machine, World, conditions};
 
 use crate::support::{
@@ -440,7 +441,8 @@ fn history(beacon: &Beacon) -> Vec<(String, String, String)> {
     let machine = beacon
         .status
         .as_ref()
-        .and_then(|s| s.engine.machine.clone())
+        .and_then(|s| s.engine.machine.as_ref())
+        .map(RawRecord::to_value)
         .unwrap_or_default();
     machine["history"]
         .as_array()
@@ -680,7 +682,8 @@ fn last_error(beacon: &Beacon) -> Option<String> {
     let machine = beacon
         .status
         .as_ref()
-        .and_then(|s| s.engine.machine.clone())?;
+        .and_then(|s| s.engine.machine.as_ref())
+        .map(RawRecord::to_value)?;
     machine["lastError"].as_str().map(str::to_owned)
 }
 

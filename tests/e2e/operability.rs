@@ -27,6 +27,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use lockstep::engine::RawRecord;
 use lockstep::machines::distributeddb::DistributedDB;
 use lockstep::machines::postgres::PostgresCluster;
 
@@ -308,8 +309,8 @@ fn history(db: &DistributedDB) -> Vec<(String, String, String)> {
     db.status
         .as_ref()
         .and_then(|s| s.engine.machine.as_ref())
-        .and_then(|m| m.get("history"))
-        .and_then(|h| h.as_array())
+        .map(RawRecord::to_value)
+        .and_then(|m| m.get("history").and_then(|h| h.as_array()).cloned())
         .map(|entries| {
             entries
                 .iter()

@@ -141,8 +141,8 @@ fn primary_pod(pg: &PostgresCluster) -> Option<&str> {
 fn history(pg: &PostgresCluster) -> Vec<lockstep::engine::HistoryEntry> {
     pg.status
         .as_ref()
-        .and_then(|s| s.engine.machine.clone())
-        .and_then(|m| m.get("history").cloned())
+        .and_then(|s| s.engine.machine.as_ref())
+        .and_then(|m| m.to_value().get("history").cloned())
         .and_then(|h| serde_json::from_value(h).ok())
         .unwrap_or_default()
 }

@@ -36,7 +36,7 @@ fn condition<'a>(status: &'a EngineStatus<ToyState>, type_: &str) -> (&'a str, &
 
 fn with_machine(machine: serde_json::Value) -> EngineStatus<ToyState> {
     let mut status = EngineStatus::default();
-    status.machine = Some(machine);
+    status.machine = Some(machine.into());
     status
 }
 
@@ -285,7 +285,7 @@ fn holds_undecodable(machine: serde_json::Value, deleting: bool) {
     );
     assert_eq!(
         out.status.machine,
-        Some(machine),
+        Some(machine.into()),
         "the record is kept verbatim"
     );
     assert_degraded(&out, reason::UNDECODABLE_STATE);

@@ -8,11 +8,14 @@ use crate::engine::{EngineStatus, Input, Outcome, step};
 /// A status whose record holds `state` (written as JSON, the way the API server has it).
 fn status_in(state: &DdbState) -> EngineStatus<DdbState> {
     let mut status = EngineStatus::default();
-    status.machine = Some(serde_json::json!({
-        "state": state,
-        "enteredAt": t(0),
-        "stateVersion": 1,
-    }));
+    status.machine = Some(
+        serde_json::json!({
+            "state": state,
+            "enteredAt": t(0),
+            "stateVersion": 1,
+        })
+        .into(),
+    );
     status
 }
 

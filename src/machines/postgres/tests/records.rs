@@ -7,11 +7,14 @@ use crate::engine::{EngineStatus, Input, Outcome, step};
 
 fn status_in(state: &PgState) -> EngineStatus<PgState> {
     let mut status = EngineStatus::default();
-    status.machine = Some(serde_json::json!({
-        "state": state,
-        "enteredAt": t(0),
-        "stateVersion": 1,
-    }));
+    status.machine = Some(
+        serde_json::json!({
+            "state": state,
+            "enteredAt": t(0),
+            "stateVersion": 1,
+        })
+        .into(),
+    );
     status
 }
 
