@@ -117,6 +117,43 @@ pub struct JobView {
     pub outcome: JobOutcome,
 }
 
+/// The Job actions every machine has: it runs backup Jobs and deletes finished Jobs.
+/// The shared sub-machines ([`super::finalize`], [`super::on_demand`]) and pruning build
+/// a machine's actions through it.
+pub trait JobActions: Sized {
+    /// Create a backup Job with `key` (if absent).
+    fn run_backup(key: String, kind: super::backup::BackupKind) -> Self;
+    /// Delete a finished `job` (preconditioned on its UID).
+    fn delete_job(job: &JobView) -> Self;
+}
+
+/// Implements [`JobActions`] for a machine's action enum `$action`, whose Job variants
+/// are `RunBackup { key, kind }` and `DeleteJob { name, uid }`.
+macro_rules! impl_job_actions {
+    ($action:ident) => {
+        impl $crate::machines::common::jobs::JobActions for $action {
+            fn run_backup(key: String, kind: $crate::machines::common::backup::BackupKind) -> Self {
+                $action::RunBackup { key, kind }
+            }
+
+            fn delete_job(job: &$crate::machines::common::jobs::JobView) -> Self {
+                $action::DeleteJob {
+                    name: job.name.clone(),
+                    uid: job.uid.clone(),
+                }
+            }
+        }
+    };
+}
+pub(crate) use impl_job_actions;
+
+/// The Jobs for `purpose` that have finished: their outcome is read, so at rest nothing
+/// needs them any more.
+pub fn finished(jobs: &[JobView], purpose: Purpose) -> impl Iterator<Item = &JobView> {
+    jobs.iter()
+        .filter(move |j| j.purpose == Some(purpose) && j.outcome != JobOutcome::Running)
+}
+
 /// Convert an API timestamp.
 pub fn time(t: &Time) -> DateTime<Utc> {
     DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()

@@ -35,8 +35,10 @@
 //! [`BACKUP_NOW`]: super::annotations::BACKUP_NOW
 
 use super::annotations::BACKUP_NOW;
-use super::jobs::{JobOutcome, JobView, Purpose};
+use super::backup::BackupKind;
+use super::jobs::{JobActions, JobOutcome, JobView, Purpose};
 use super::meta::short_hash;
+use super::observe::job_by_key;
 use crate::engine::Decision;
 
 /// Edge reason: an on-demand backup was requested.
@@ -297,6 +299,22 @@ pub fn decision<S, A>(
             }
         }
     }
+}
+
+/// A machine's whole BackingUp state: [`step`] on `facts`, then [`decision`] with the
+/// machine's ready state `back`, its `upkeep` and its backup action.
+pub fn backing_up<S, A: JobActions>(facts: Facts<'_>, back: S, upkeep: Vec<A>) -> Decision<S, A> {
+    decision(
+        step(facts),
+        || back,
+        upkeep,
+        |key| A::run_backup(key, BackupKind::OnDemand),
+    )
+}
+
+/// The outcome and name of the Job serving `token` among `jobs`, for [`Facts::job`].
+pub fn job<'a>(jobs: &'a [JobView], token: &str) -> Option<(&'a JobOutcome, &'a str)> {
+    job_by_key(jobs, &key(token)).map(|j| (&j.outcome, j.name.as_str()))
 }
 
 #[cfg(test)]

@@ -3,13 +3,13 @@
 //! which owned objects to restore.
 //!
 //! - [`creating`], [`ready`], [`scaling`], [`upgrading`] (with [`hooks`]),
-//!   [`backing_up`], [`finalizing`]: one per state.
+//!   [`backing_up`]: one per state;
+//!   deletion is [`crate::machines::common::finalize::deleting`].
 //! - [`ready`] is split into its sub-decisions: scaling, upgrades, stray images, backups,
 //!   volume growth, Job pruning and reporting.
 
 pub(super) mod backing_up;
 pub(super) mod creating;
-pub(super) mod finalizing;
 pub(super) mod hooks;
 pub(super) mod ready;
 pub(super) mod scaling;

@@ -11,7 +11,7 @@ use super::{D, Next, claim, next_pod, stay, upkeep};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
 use crate::machines::common::backup::BackupKind;
-use crate::machines::common::jobs::{JobOutcome, Purpose};
+use crate::machines::common::jobs::{self, JobActions, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::common::quantity;
 use crate::machines::distributeddb::actions::{DdbAction, Shape};
@@ -236,13 +236,7 @@ fn grow_volumes(
 
 /// At rest, the finished hook Jobs of past upgrades go.
 fn prune_hook_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
-    o.jobs
-        .iter()
-        .filter(|j| j.purpose == Some(Purpose::Hook) && j.outcome != JobOutcome::Running)
-        .map(|j| DdbAction::DeleteJob {
-            name: j.name.clone(),
-            uid: j.uid.clone(),
-        })
+    jobs::finished(&o.jobs, Purpose::Hook).map(DdbAction::delete_job)
 }
 
 /// At rest, finished on-demand backup Jobs beyond the history limit go (their tokens are
@@ -250,10 +244,7 @@ fn prune_hook_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
 fn prune_backup_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
     on_demand::prune(&o.jobs)
         .into_iter()
-        .map(|j| DdbAction::DeleteJob {
-            name: j.name.clone(),
-            uid: j.uid.clone(),
-        })
+        .map(DdbAction::delete_job)
 }
 
 /// The stay at rest: Degraded while a replica is down (Ready turns False and Degraded

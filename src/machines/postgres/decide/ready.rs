@@ -13,7 +13,7 @@ use super::{D, rest, stay, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
 use crate::machines::common::backup::BackupKind;
-use crate::machines::common::jobs::{JobOutcome, Purpose};
+use crate::machines::common::jobs::{self, JobActions, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::postgres::actions::{PgAction, spec_image};
 use crate::machines::postgres::api::PostgresClusterSpec;
@@ -46,10 +46,7 @@ pub(crate) fn ready(
     actions.extend(
         on_demand::prune(&o.jobs)
             .into_iter()
-            .map(|j| PgAction::DeleteJob {
-                name: j.name.clone(),
-                uid: j.uid.clone(),
-            }),
+            .map(PgAction::delete_job),
     );
     report(cluster, o, actions)
 }
@@ -137,13 +134,7 @@ fn backup(
 
 /// At rest, the finished promote Jobs of past switchovers go.
 fn prune_promote_jobs(o: &Observed) -> impl Iterator<Item = PgAction> {
-    o.jobs
-        .iter()
-        .filter(|j| j.purpose == Some(Purpose::Promote) && j.outcome != JobOutcome::Running)
-        .map(|j| PgAction::DeleteJob {
-            name: j.name.clone(),
-            uid: j.uid.clone(),
-        })
+    jobs::finished(&o.jobs, Purpose::Promote).map(PgAction::delete_job)
 }
 
 /// The stay at rest: Degraded while a replica is down, otherwise serving (or restoring
