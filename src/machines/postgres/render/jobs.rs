@@ -55,7 +55,6 @@ pub fn promote_job(
     image: &str,
     old_primary: Option<i32>,
 ) -> Result<Job, Error> {
-    let name = pg.name_any();
     let mut env = vec![
         plain("TARGET_HOST", pod_host(pg, target)),
         plain("TARGET_PORT", PORT.to_string()),
@@ -77,24 +76,9 @@ pub fn promote_job(
             plain("CATCHUP_SECONDS", CATCHUP_SECONDS.to_string()),
         ]);
     }
-    let mut job = RunOnce {
-        owner_name: &name,
-        namespace: &namespace(pg),
-        owner: owner_reference(pg)?,
-        labels: meta::component_labels(KIND_LABEL, &name, "promote"),
-        key,
-        purpose: Purpose::Promote,
-        pod: PodRecipe {
-            container: job_container("promote", image.to_owned(), "promote.sh", env),
-            ..PodRecipe::default()
-        },
-        deadline: Some(PROMOTE_DEADLINE_SECONDS + CATCHUP_SECONDS + 60),
-    }
-    .build();
-    if let Some(spec) = job.spec.as_mut() {
-        job_pod_extras(pg, spec);
-    }
-    Ok(job)
+    let container = job_container("promote", image.to_owned(), "promote.sh", env);
+    let deadline = PROMOTE_DEADLINE_SECONDS + CATCHUP_SECONDS + 60;
+    instance_job(pg, key, "promote", container, deadline)
 }
 
 /// The survey Job `key`: `survey.sh` against the pods at `hosts` (`<pod>=<host>` pairs
@@ -126,19 +110,32 @@ pub fn survey_job(
     ];
     let mut container = job_container("survey", image.to_owned(), "survey.sh", env);
     container.termination_message_policy = Some("FallbackToLogsOnError".to_owned());
+    instance_job(pg, key, "survey", container, SURVEY_DEADLINE_SECONDS)
+}
+
+/// A Job of the failover and switchover protocol (`component`: `promote` or `survey`)
+/// running `container` against the instances, within `deadline` seconds. Both are
+/// pruned at rest as promote Jobs.
+fn instance_job(
+    pg: &PostgresCluster,
+    key: &str,
+    component: &str,
+    container: Container,
+    deadline: i64,
+) -> Result<Job, Error> {
+    let name = pg.name_any();
     let mut job = RunOnce {
         owner_name: &name,
         namespace: &namespace(pg),
         owner: owner_reference(pg)?,
-        labels: meta::component_labels(KIND_LABEL, &name, "survey"),
+        labels: meta::component_labels(KIND_LABEL, &name, component),
         key,
-        // Pruned at rest with the promote Jobs.
         purpose: Purpose::Promote,
         pod: PodRecipe {
             container,
             ..PodRecipe::default()
         },
-        deadline: Some(SURVEY_DEADLINE_SECONDS),
+        deadline: Some(deadline),
     }
     .build();
     if let Some(spec) = job.spec.as_mut() {
