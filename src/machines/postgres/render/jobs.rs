@@ -9,7 +9,7 @@ use crate::machines::common::Error;
 use crate::machines::common::backup::{self, BackupKind, Destination};
 use crate::machines::common::env::{from_secret, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
-use crate::machines::common::meta::{self, owner_reference};
+use crate::machines::common::meta::{self, Owner};
 
 use super::*;
 
@@ -123,12 +123,10 @@ fn instance_job(
     container: Container,
     deadline: i64,
 ) -> Result<Job, Error> {
-    let name = pg.name_any();
+    let owner = Owner::of(pg)?;
     let mut job = RunOnce {
-        owner_name: &name,
-        namespace: &namespace(pg),
-        owner: owner_reference(pg)?,
-        labels: meta::component_labels(KIND_LABEL, &name, component),
+        labels: meta::component_labels(KIND_LABEL, &owner.name, component),
+        owner: &owner,
         key,
         purpose: Purpose::Promote,
         pod: PodRecipe {

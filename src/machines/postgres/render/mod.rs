@@ -51,7 +51,7 @@ use super::api::{
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::env::{from_field, from_secret, plain};
-use crate::machines::common::meta::{self, owner_reference};
+use crate::machines::common::meta::{self, Owner};
 
 mod jobs;
 mod lease;
@@ -158,13 +158,7 @@ pub fn credentials_name(pg: &PostgresCluster) -> String {
 }
 
 pub(super) fn metadata(pg: &PostgresCluster, name: String) -> Result<ObjectMeta, Error> {
-    Ok(ObjectMeta {
-        name: Some(name),
-        namespace: Some(namespace(pg)),
-        labels: Some(labels(pg)),
-        owner_references: Some(vec![owner_reference(pg)?]),
-        ..ObjectMeta::default()
-    })
+    Ok(Owner::of(pg)?.child(name, labels(pg)))
 }
 
 fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
