@@ -5,6 +5,7 @@
 //!   hashes and deterministic child names.
 //! - [`observe`]: reading owned pods, Jobs and the backup CronJob, and the drift check.
 //! - [`quantity`]: Kubernetes quantities, parsed and compared exactly.
+//! - [`storage`]: the data volume claim template of every machine's StatefulSet.
 //! - [`subset`]: the semantic drift check: is the object we would apply already
 //!   contained in the live one? API-server defaults never count as drift.
 //! - [`env`]: container environment variables (plain, from a Secret, from a pod field).
@@ -43,6 +44,7 @@ pub mod on_demand;
 pub mod quantity;
 pub mod replace;
 pub mod retry;
+pub mod storage;
 pub mod subset;
 #[cfg(test)]
 pub(crate) mod table_sources;

@@ -38,6 +38,7 @@ use crate::machines::common::backup::{self, BackupKind, Destination};
 use crate::machines::common::env::{from_field, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
 use crate::machines::common::meta::{self, Owner};
+use crate::machines::common::storage;
 
 /// `app.kubernetes.io/name` of everything a DistributedDB owns.
 pub const KIND_LABEL: &str = "distributeddb";
@@ -169,26 +170,12 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
                     db,
                 )),
             },
-            volume_claim_templates: Some(vec![PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some(VOLUME.to_owned()),
-                    labels: Some(labels(db)),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(PersistentVolumeClaimSpec {
-                    access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-                    storage_class_name: spec.storage.storage_class_name.clone(),
-                    resources: Some(VolumeResourceRequirements {
-                        requests: Some(BTreeMap::from([(
-                            "storage".to_owned(),
-                            Quantity(shape.claim_size.clone()),
-                        )])),
-                        limits: None,
-                    }),
-                    ..PersistentVolumeClaimSpec::default()
-                }),
-                status: None,
-            }]),
+            volume_claim_templates: Some(vec![storage::claim_template(
+                VOLUME,
+                labels(db),
+                spec.storage.storage_class_name.clone(),
+                shape.claim_size.clone(),
+            )]),
             ..StatefulSetSpec::default()
         },
         status: None,

@@ -58,17 +58,12 @@ pub fn promote_job(
     let mut env = vec![
         plain("TARGET_HOST", pod_host(pg, target)),
         plain("TARGET_PORT", PORT.to_string()),
-        plain("POSTGRES_USER", SUPERUSER),
-        from_secret(
-            "POSTGRES_PASSWORD",
-            &credentials_name(pg),
-            SUPERUSER_PASSWORD_KEY,
-        ),
-        plain(
-            "PROMOTE_DEADLINE_SECONDS",
-            PROMOTE_DEADLINE_SECONDS.to_string(),
-        ),
     ];
+    env.extend(superuser_env(pg));
+    env.push(plain(
+        "PROMOTE_DEADLINE_SECONDS",
+        PROMOTE_DEADLINE_SECONDS.to_string(),
+    ));
     if let Some(old) = old_primary {
         env.extend([
             plain("OLD_PRIMARY_HOST", pod_host(pg, old)),
@@ -98,19 +93,26 @@ pub fn survey_job(
         .iter()
         .map(|k| format!("{name}-{k}={}", pod_host(pg, *k)))
         .collect();
-    let env = vec![
+    let mut env = vec![
         plain("SURVEY_HOSTS", hosts.join(" ")),
         plain("SURVEY_PORT", PORT.to_string()),
+    ];
+    env.extend(superuser_env(pg));
+    let mut container = job_container("survey", image.to_owned(), "survey.sh", env);
+    container.termination_message_policy = Some("FallbackToLogsOnError".to_owned());
+    instance_job(pg, key, "survey", container, SURVEY_DEADLINE_SECONDS)
+}
+
+/// `POSTGRES_USER` and `POSTGRES_PASSWORD`: the superuser the pod scripts connect as.
+fn superuser_env(pg: &PostgresCluster) -> [EnvVar; 2] {
+    [
         plain("POSTGRES_USER", SUPERUSER),
         from_secret(
             "POSTGRES_PASSWORD",
             &credentials_name(pg),
             SUPERUSER_PASSWORD_KEY,
         ),
-    ];
-    let mut container = job_container("survey", image.to_owned(), "survey.sh", env);
-    container.termination_message_policy = Some("FallbackToLogsOnError".to_owned());
-    instance_job(pg, key, "survey", container, SURVEY_DEADLINE_SECONDS)
+    ]
 }
 
 /// A Job of the failover and switchover protocol (`component`: `promote` or `survey`)
@@ -159,12 +161,9 @@ pub fn backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -
         plain("CLUSTER_NAME", pg.name_any()),
         plain("PRIMARY_HOST", primary_host(pg)),
         plain("PRIMARY_PORT", PORT.to_string()),
-        plain("POSTGRES_USER", SUPERUSER),
-        from_secret(
-            "POSTGRES_PASSWORD",
-            &credentials_name(pg),
-            SUPERUSER_PASSWORD_KEY,
-        ),
+    ]);
+    env.extend(superuser_env(pg));
+    env.extend([
         plain(
             "BACKUP_DATABASE",
             pg.spec.database.as_deref().unwrap_or("postgres"),

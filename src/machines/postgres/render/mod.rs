@@ -32,12 +32,10 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
     DownwardAPIVolumeSource, EnvVar, ExecAction, Lifecycle, LifecycleHandler, ObjectFieldSelector,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -52,6 +50,7 @@ use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::env::{from_field, from_secret, plain};
 use crate::machines::common::meta::{self, Owner};
+use crate::machines::common::storage;
 
 mod jobs;
 mod lease;
@@ -463,26 +462,12 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                     ..PodSpec::default()
                 }),
             },
-            volume_claim_templates: Some(vec![PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some(VOLUME.to_owned()),
-                    labels: Some(labels(pg)),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(PersistentVolumeClaimSpec {
-                    access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-                    storage_class_name: pg.spec.storage_class_name.clone(),
-                    resources: Some(VolumeResourceRequirements {
-                        requests: Some(BTreeMap::from([(
-                            "storage".to_owned(),
-                            Quantity(pg.spec.storage_size.clone()),
-                        )])),
-                        limits: None,
-                    }),
-                    ..PersistentVolumeClaimSpec::default()
-                }),
-                status: None,
-            }]),
+            volume_claim_templates: Some(vec![storage::claim_template(
+                VOLUME,
+                labels(pg),
+                pg.spec.storage_class_name.clone(),
+                pg.spec.storage_size.clone(),
+            )]),
             ..StatefulSetSpec::default()
         },
         status: None,
