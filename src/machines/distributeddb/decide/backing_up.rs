@@ -1,9 +1,8 @@
 //! BackingUp: an on-demand backup runs (the shared protocol is
 //! [`crate::machines::common::on_demand`]).
 
-use super::{D, claim, upkeep};
+use super::{D, shape_at, upkeep};
 use crate::machines::common::on_demand;
-use crate::machines::distributeddb::actions::Shape;
 use crate::machines::distributeddb::api::DistributedDBSpec;
 use crate::machines::distributeddb::observe::Observed;
 use crate::machines::distributeddb::state::DdbState;
@@ -21,11 +20,7 @@ pub(crate) fn backing_up(
         version: version.to_owned(),
         replicas,
     };
-    let shape = Shape {
-        image: version.to_owned(),
-        replicas,
-        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
-    };
+    let shape = shape_at(spec, version, replicas, o);
     let actions = upkeep(spec, &shape, o);
     let facts = on_demand::Facts {
         token: request,

@@ -206,6 +206,19 @@ pub(crate) fn stay(reason: &'static str, message: impl Into<String>, upkeep: Vec
     Decision::stay(reason, message).with_actions(upkeep)
 }
 
-pub(crate) fn claim(o: &Observed) -> Option<&str> {
-    o.statefulset.as_ref().and_then(|s| s.claim_size.as_deref())
+/// What the StatefulSet should hold: `image` and `replicas`, with the live claim size
+/// (claims grow by [`DdbAction::ExpandVolume`], not through the template) or, before
+/// there is a StatefulSet, the spec's.
+pub(crate) fn shape_at(
+    spec: &DistributedDBSpec,
+    image: &str,
+    replicas: i32,
+    o: &Observed,
+) -> Shape {
+    let claim = o.statefulset.as_ref().and_then(|s| s.claim_size.as_deref());
+    Shape {
+        image: image.to_owned(),
+        replicas,
+        claim_size: claim.unwrap_or(&spec.storage.size).to_owned(),
+    }
 }

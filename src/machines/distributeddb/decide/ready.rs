@@ -7,7 +7,7 @@
 use std::ops::ControlFlow;
 
 use super::scaling::{Step, describe_step, next_step};
-use super::{D, Next, claim, next_pod, stay, upkeep};
+use super::{D, Next, next_pod, shape_at, stay, upkeep};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
 use crate::machines::common::backup::BackupKind;
@@ -29,11 +29,7 @@ pub(crate) fn ready(
     served: Option<&str>,
     o: &Observed,
 ) -> D {
-    let shape = Shape {
-        image: version.to_owned(),
-        replicas,
-        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
-    };
+    let shape = shape_at(spec, version, replicas, o);
     let mut actions = upkeep(spec, &shape, o);
     if spec.replicas != replicas {
         return rescale(spec, version, &shape, o, actions);

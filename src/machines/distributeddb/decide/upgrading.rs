@@ -5,12 +5,12 @@ use super::ready::adopt;
 use std::time::Duration;
 
 use super::{
-    D, Next, READINESS_WINDOW, claim, elapsed, hold_before_delete, next_pod, stay, upkeep,
+    D, Next, READINESS_WINDOW, elapsed, hold_before_delete, next_pod, shape_at, stay, upkeep,
 };
 use crate::engine::{Decision, Health, Wait, World};
 use crate::machines::common::jobs::JobOutcome;
 use crate::machines::common::replace::{self, Replacement};
-use crate::machines::distributeddb::actions::{DdbAction, Shape};
+use crate::machines::distributeddb::actions::DdbAction;
 use crate::machines::distributeddb::actions::{HookPhase, hook_key};
 use crate::machines::distributeddb::api::DistributedDBSpec;
 use crate::machines::distributeddb::observe::{Observed, PodView};
@@ -19,11 +19,7 @@ use crate::machines::distributeddb::table::reason::*;
 
 pub(crate) fn upgrading(spec: &DistributedDBSpec, u: &Upgrade, world: &World<Observed>) -> D {
     let o = &world.observed;
-    let shape = Shape {
-        image: u.to.clone(),
-        replicas: u.replicas,
-        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
-    };
+    let shape = shape_at(spec, &u.to, u.replicas, o);
     let actions = upkeep(spec, &shape, o);
     if spec.image != u.to && !in_flight(u, world) {
         return retarget(spec, u, o, actions);
