@@ -48,6 +48,8 @@ pub mod storage;
 pub mod subset;
 #[cfg(test)]
 pub(crate) mod table_sources;
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// The errors of the shared parts.
 #[derive(Debug, thiserror::Error)]

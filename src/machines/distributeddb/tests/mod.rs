@@ -12,7 +12,6 @@ mod upgrading;
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
 use kube::CustomResourceExt;
 
 use super::actions::{DdbAction, HookPhase, Shape, backup_key, hook_key};
@@ -24,14 +23,10 @@ use super::observe::{CronJobView, Observed, PodView, Requests, StatefulSetView};
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use super::table::TABLE;
 use super::table::reason::*;
-use crate::engine::machine::is_declared;
-use crate::engine::{Decision, Health, Machine, World};
+use crate::engine::{Decision, Machine, World};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
-
-fn t(secs: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
-}
+use crate::machines::common::testing::{self, failed, is_degraded, message, succeeded, t, target};
 
 fn spec(image: &str) -> DistributedDBSpec {
     DistributedDBSpec {
@@ -135,51 +130,6 @@ fn at_rest(image: &str) -> Observed {
     }
 }
 
-fn world(observed: Observed) -> World<Observed> {
-    World {
-        observed,
-        deleting: false,
-        now: t(1000),
-        entered_at: t(0),
-        acks: BTreeMap::new(),
-    }
-}
-
-/// Decide with the persisted state entered `secs` seconds ago.
-fn decide_after(
-    spec: &DistributedDBSpec,
-    state: &DdbState,
-    o: Observed,
-    secs: i64,
-) -> Decision<DdbState, DdbAction> {
-    let w = World {
-        entered_at: t(1000 - secs),
-        ..world(o)
-    };
-    let d = DistributedDb::decide(spec, state, &w);
-    assert_declared(state, &d);
-    d
-}
-
-fn decide(
-    spec: &DistributedDBSpec,
-    state: &DdbState,
-    o: Observed,
-) -> Decision<DdbState, DdbAction> {
-    let d = DistributedDb::decide(spec, state, &world(o));
-    assert_declared(state, &d);
-    d
-}
-
-fn assert_declared(from: &DdbState, d: &Decision<DdbState, DdbAction>) {
-    if let Decision::Go { to, reason, .. } = d {
-        assert!(
-            is_declared::<DistributedDb>(from, to, reason),
-            "undeclared: {from:?} -> {to:?} ({reason})"
-        );
-    }
-}
-
 fn ready(version: &str) -> DdbState {
     DdbState::Ready {
         version: version.to_owned(),
@@ -203,36 +153,6 @@ fn upgrading(to: &str, ordinal: i32, step: UpgradeStep, pod_uid: &str) -> DdbSta
     })
 }
 
-fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
-    JobView {
-        name: format!("db-{key}"),
-        uid: format!("job-{key}"),
-        key: Some(key.to_owned()),
-        purpose: Some(purpose),
-        created: Some(t(0)),
-        outcome,
-    }
-}
-
-fn failed(at: i64) -> JobOutcome {
-    JobOutcome::Failed {
-        at: t(at),
-        reason: "BackoffLimitExceeded".to_owned(),
-        message: "Job has reached the specified backoff limit".to_owned(),
-    }
-}
-
-fn succeeded() -> JobOutcome {
-    JobOutcome::Succeeded { at: t(0) }
-}
-
-fn target(d: &Decision<DdbState, DdbAction>) -> Option<&DdbState> {
-    match d {
-        Decision::Go { to, .. } => Some(to),
-        Decision::Stay { .. } => None,
-    }
-}
-
 fn deletes(d: &Decision<DdbState, DdbAction>) -> Vec<(i32, String)> {
     d.actions()
         .iter()
@@ -243,18 +163,32 @@ fn deletes(d: &Decision<DdbState, DdbAction>) -> Vec<(i32, String)> {
         .collect()
 }
 
-fn is_degraded(d: &Decision<DdbState, DdbAction>) -> bool {
-    matches!(
-        d,
-        Decision::Stay {
-            health: Health::Degraded,
-            ..
-        }
-    )
+fn world(observed: Observed) -> World<Observed> {
+    testing::world_at(observed, 1000, 0)
 }
 
-fn message(d: &Decision<DdbState, DdbAction>) -> &str {
-    match d {
-        Decision::Go { message, .. } | Decision::Stay { message, .. } => message,
-    }
+/// Decide with the persisted state entered `secs` seconds ago.
+fn decide_after(
+    spec: &DistributedDBSpec,
+    state: &DdbState,
+    o: Observed,
+    secs: i64,
+) -> Decision<DdbState, DdbAction> {
+    testing::decide_at::<DistributedDb>(spec, state, o, 1000, 1000 - secs)
+}
+
+fn decide(
+    spec: &DistributedDBSpec,
+    state: &DdbState,
+    o: Observed,
+) -> Decision<DdbState, DdbAction> {
+    decide_after(spec, state, o, 1000)
+}
+
+fn assert_declared(from: &DdbState, d: &Decision<DdbState, DdbAction>) {
+    testing::assert_declared::<DistributedDb>(from, d);
+}
+
+fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
+    testing::job("db", key, purpose, outcome)
 }

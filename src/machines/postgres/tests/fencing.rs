@@ -36,12 +36,6 @@ fn lease_creations(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {
         .collect()
 }
 
-fn message(d: &Decision<PgState, PgAction>) -> &str {
-    match d {
-        Decision::Stay { message, .. } | Decision::Go { message, .. } => message,
-    }
-}
-
 fn requeue(d: &Decision<PgState, PgAction>) -> Option<u64> {
     match d {
         Decision::Stay {

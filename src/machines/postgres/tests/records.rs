@@ -3,17 +3,8 @@
 //! what a lost record does to deletion.
 
 use super::*;
-use crate::engine::{EngineStatus, Input, Outcome, step};
-
-fn status_in(state: &PgState) -> EngineStatus<PgState> {
-    let mut status = EngineStatus::default();
-    status.machine = Some(serde_json::json!({
-        "state": state,
-        "enteredAt": t(0),
-        "stateVersion": 1,
-    }));
-    status
-}
+use crate::engine::{EngineStatus, Outcome};
+use crate::machines::common::testing::{self, status_in};
 
 fn reconcile(
     spec: &PostgresClusterSpec,
@@ -21,16 +12,7 @@ fn reconcile(
     o: &Observed,
     deleting: bool,
 ) -> Outcome<Postgres> {
-    let out = step::<Postgres>(Input {
-        spec,
-        status,
-        observed: o.clone(),
-        generation: 1,
-        deleting,
-        now: t(1000),
-    });
-    *status = out.status.clone();
-    out
+    testing::reconcile_at(spec, status, o, deleting, 1000)
 }
 
 fn runs_backup(out: &Outcome<Postgres>) -> bool {
