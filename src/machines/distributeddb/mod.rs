@@ -70,6 +70,8 @@
 pub mod actions;
 pub mod api;
 mod decide;
+#[cfg(test)]
+mod fixtures;
 pub mod machine;
 #[cfg(test)]
 mod model;

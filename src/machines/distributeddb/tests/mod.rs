@@ -15,9 +15,8 @@ use std::collections::BTreeMap;
 use kube::CustomResourceExt;
 
 use super::actions::{DdbAction, HookPhase, Shape, backup_key, hook_key};
-use super::api::{
-    BackupPolicy, DbPort, DistributedDB, DistributedDBSpec, Hook, Storage, UpgradePolicy,
-};
+use super::api::{DistributedDB, DistributedDBSpec};
+use super::fixtures::{policy, with_hooks};
 use super::machine::DistributedDb;
 use super::observe::{CronJobView, Observed, PodView, Requests, StatefulSetView};
 use super::state::{DdbState, Upgrade, UpgradeStep};
@@ -28,72 +27,13 @@ use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{self, failed, is_degraded, message, succeeded, t, target};
 
-fn spec(image: &str) -> DistributedDBSpec {
-    DistributedDBSpec {
-        replicas: 3,
-        image: image.to_owned(),
-        storage: Storage {
-            storage_class_name: None,
-            size: "1Gi".to_owned(),
-        },
-        backup_policy: None,
-        upgrade: None,
-        resources: None,
-        ports: vec![DbPort {
-            name: "db".to_owned(),
-            port: 8080,
-        }],
-        env: Vec::new(),
-        pod_labels: BTreeMap::new(),
-        pod_annotations: BTreeMap::new(),
-        placement: None,
-        readiness_probe: None,
-        liveness_probe: None,
-    }
-}
-
-fn hook(retry_limit: i32) -> Hook {
-    Hook {
-        image: None,
-        command: vec!["true".to_owned()],
-        args: Vec::new(),
-        env: Vec::new(),
-        timeout_seconds: 60,
-        retry_limit,
-        pod_labels: BTreeMap::new(),
-        pod_annotations: BTreeMap::new(),
-    }
-}
-
-fn with_hooks(mut s: DistributedDBSpec, retry_limit: i32) -> DistributedDBSpec {
-    s.upgrade = Some(UpgradePolicy {
-        pre_hook: Some(hook(retry_limit)),
-        post_hook: Some(hook(retry_limit)),
-    });
-    s
-}
-
-fn policy() -> BackupPolicy {
-    BackupPolicy {
-        schedule: "0 3 * * *".to_owned(),
-        suspend: false,
-        s3_endpoint: "https://s3.example".to_owned(),
-        s3_credentials_secret: "s3".to_owned(),
-        bucket: "b".to_owned(),
-        prefix: None,
-        retention: None,
-        image: "backup:1".to_owned(),
-        command: Vec::new(),
-        args: Vec::new(),
-        timeout_seconds: 600,
-        pod_labels: BTreeMap::new(),
-        pod_annotations: BTreeMap::new(),
-    }
-}
-
 fn with_backups(mut s: DistributedDBSpec) -> DistributedDBSpec {
     s.backup_policy = Some(policy());
     s
+}
+
+fn spec(image: &str) -> DistributedDBSpec {
+    super::fixtures::spec(image, 3)
 }
 
 fn uid(k: i32, image: &str) -> String {
