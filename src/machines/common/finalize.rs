@@ -351,6 +351,64 @@ pub fn finalizing<S: States, A: JobActions>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machines::common::jobs::impl_job_actions;
+    use crate::machines::common::testing;
+
+    /// A machine's deletion states, and a state before deletion.
+    #[derive(Debug, Clone, PartialEq)]
+    enum State {
+        Serving,
+        Finalizing { attempt: u32 },
+        Finalized,
+    }
+    impl_states!(State);
+
+    /// A machine's Job actions.
+    #[derive(Debug, Clone, PartialEq)]
+    enum Action {
+        RunBackup { key: String, kind: BackupKind },
+        DeleteJob { name: String, uid: String },
+    }
+    impl_job_actions!(Action);
+
+    /// Bug 8 of issue 11: final-backup retries keep counting attempts but keep only the
+    /// latest few Jobs.
+    #[test]
+    fn final_backup_retries_keep_only_the_latest_jobs() {
+        let jobs: Vec<JobView> = (1..=4)
+            .map(|n| testing::job("db", &key(n), Purpose::FinalBackup, testing::failed(900)))
+            .collect();
+        let d: Decision<State, Action> = deleting(
+            &State::Finalizing { attempt: 5 },
+            true,
+            false,
+            &jobs,
+            testing::t(1000),
+        );
+        let mut pruned: Vec<&str> = d
+            .actions()
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeleteJob { name, .. } => Some(name.as_str()),
+                Action::RunBackup { .. } => None,
+            })
+            .collect();
+        pruned.sort_unstable();
+        assert_eq!(pruned, ["db-final-backup-1", "db-final-backup-2"]);
+        assert!(d.actions().contains(&Action::RunBackup {
+            key: "final-backup-5".to_owned(),
+            kind: BackupKind::Final
+        }));
+    }
+
+    #[test]
+    fn deletion_begins_from_any_state_and_stays_once_finalized() {
+        let d: Decision<State, Action> = deleting(&State::Serving, true, false, &[], testing::t(0));
+        assert_eq!(d.reason(), DELETION_REQUESTED);
+        let d: Decision<State, Action> =
+            deleting(&State::Finalized, true, false, &[], testing::t(0));
+        assert_eq!(d.reason(), FINALIZED);
+    }
 
     fn now() -> DateTime<Utc> {
         DateTime::from_timestamp(1000, 0).unwrap_or_default()

@@ -139,40 +139,6 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     );
 }
 
-/// Bug 8 of issue 11: final-backup retries keep counting attempts but keep only the
-/// latest few Jobs.
-#[test]
-fn final_backup_retries_keep_only_the_latest_jobs() {
-    let s = with_backups(spec("db:1"));
-    let mut o = at_rest("db:1");
-    for n in 1..=4 {
-        o.jobs.push(job(
-            &format!("final-backup-{n}"),
-            Purpose::FinalBackup,
-            failed(900),
-        ));
-    }
-    let w = World {
-        deleting: true,
-        ..world(o)
-    };
-    let d = DistributedDb::decide(&s, &DdbState::Finalizing { attempt: 5 }, &w);
-    let mut pruned: Vec<String> = d
-        .actions()
-        .iter()
-        .filter_map(|a| match a {
-            DdbAction::DeleteJob { name, .. } => Some(name.clone()),
-            _ => None,
-        })
-        .collect();
-    pruned.sort();
-    assert_eq!(pruned, ["db-final-backup-1", "db-final-backup-2"]);
-    assert!(d.actions().contains(&DdbAction::RunBackup {
-        key: "final-backup-5".to_owned(),
-        kind: BackupKind::Final
-    }));
-}
-
 /// Bug 7 of issue 11: a record lost while deleting never skips the final backup.
 #[test]
 fn a_lost_record_while_deleting_still_takes_the_final_backup() {

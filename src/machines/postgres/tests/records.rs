@@ -90,29 +90,6 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     assert_eq!(deleted_jobs(d.actions()), oldest);
 }
 
-/// Bug 8 of issue 11: final-backup retries keep only the latest Jobs.
-#[test]
-fn final_backup_retries_keep_only_the_latest_jobs() {
-    let s = with_backups(spec("16.3"), None);
-    let mut o = at_rest(V1, 0);
-    for n in 1..=4 {
-        o.jobs.push(job(
-            &format!("final-backup-{n}"),
-            Purpose::FinalBackup,
-            failed(900),
-        ));
-    }
-    let w = World {
-        deleting: true,
-        ..world_at(o, 1000, 0)
-    };
-    let d = Postgres::decide(&s, &PgState::Finalizing { attempt: 5 }, &w);
-    assert_eq!(
-        deleted_jobs(d.actions()),
-        ["pg-final-backup-1", "pg-final-backup-2"]
-    );
-}
-
 /// Bug 7 of issue 11: a record lost while deleting never skips the final backup; an
 /// object that never created anything is released at once.
 #[test]
