@@ -75,21 +75,7 @@ fn a_not_ready_replica_is_never_chosen_for_failover() {
 
 #[test]
 fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
-    let state = PgState::SwitchingOver(Switchover {
-        cluster: cluster(V1, 0),
-        old_uid: Some(uid(0, V1)),
-        target: PodRef {
-            ordinal: 1,
-            uid: uid(1, V1),
-        },
-        step: SwitchStep::Demote,
-        attempt: 1,
-        cause: SwitchCause::Failover,
-        round_start: 1,
-        retry_ack: None,
-        survey_attempt: None,
-        surveyed: None,
-    });
+    let state = failover_at(SwitchStep::Demote);
     let d = decide(&spec("16.3"), &state, primary_down(0));
     assert_eq!(d.reason(), OLD_PRIMARY_DEMOTED);
     assert_eq!(labels_in(&d), vec![(0, Role::Demoted)]);
@@ -106,21 +92,7 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
 
 #[test]
 fn once_the_lease_names_the_target_a_failover_promotes_it() {
-    let state = PgState::SwitchingOver(Switchover {
-        cluster: cluster(V1, 0),
-        old_uid: Some(uid(0, V1)),
-        target: PodRef {
-            ordinal: 1,
-            uid: uid(1, V1),
-        },
-        step: SwitchStep::Promote,
-        attempt: 1,
-        cause: SwitchCause::Failover,
-        round_start: 1,
-        retry_ack: None,
-        survey_attempt: None,
-        surveyed: None,
-    });
+    let state = failover_at(SwitchStep::Promote);
     let mut o = primary_down(0);
     o.lease = Some(lease_of(1, V1));
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
@@ -138,21 +110,7 @@ fn once_the_lease_names_the_target_a_failover_promotes_it() {
 
 #[test]
 fn a_completed_failover_records_why_in_its_message() {
-    let state = PgState::SwitchingOver(Switchover {
-        cluster: cluster(V1, 0),
-        old_uid: Some(uid(0, V1)),
-        target: PodRef {
-            ordinal: 1,
-            uid: uid(1, V1),
-        },
-        step: SwitchStep::Promote,
-        attempt: 1,
-        cause: SwitchCause::Failover,
-        round_start: 1,
-        retry_ack: None,
-        survey_attempt: None,
-        surveyed: None,
-    });
+    let state = failover_at(SwitchStep::Promote);
     let mut o = primary_down(0);
     o.lease = Some(lease_of(1, V1));
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));

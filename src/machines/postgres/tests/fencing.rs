@@ -64,21 +64,7 @@ fn failing_over(step: SwitchStep) -> PgState {
 
 /// A failover of `pg-0` whose standbys are not surveyed yet, at `Fence`.
 fn surveying() -> PgState {
-    PgState::SwitchingOver(Switchover {
-        cluster: cluster(V1, 0),
-        old_uid: Some(uid(0, V1)),
-        target: PodRef {
-            ordinal: 1,
-            uid: uid(1, V1),
-        },
-        step: SwitchStep::Fence,
-        attempt: 1,
-        cause: SwitchCause::Failover,
-        round_start: 1,
-        retry_ack: None,
-        survey_attempt: None,
-        surveyed: None,
-    })
+    failover_at(SwitchStep::Fence)
 }
 
 /// The failed primary `pg-0`: labelled demoted, Terminating, still holding the Lease it

@@ -146,6 +146,25 @@ fn decide_at(
     testing::decide_at::<Postgres>(spec, state, o, now, entered)
 }
 
+/// A failover of `pg-0` to `pg-1` at `step`, at its first attempt, nothing surveyed.
+fn failover_at(step: SwitchStep) -> PgState {
+    PgState::SwitchingOver(Switchover {
+        cluster: cluster(V1, 0),
+        old_uid: Some(uid(0, V1)),
+        target: PodRef {
+            ordinal: 1,
+            uid: uid(1, V1),
+        },
+        step: step,
+        attempt: 1,
+        cause: SwitchCause::Failover,
+        round_start: 1,
+        retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
+    })
+}
+
 fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
     testing::job("pg", key, purpose, outcome)
 }
