@@ -94,8 +94,7 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
 fn once_the_lease_names_the_target_a_failover_promotes_it() {
     let state = failover_at(SwitchStep::Promote);
     let mut o = primary_down(0);
-    o.lease = Some(lease_of(1, V1));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    hand_over_to_1(&mut o, V1);
     edit(&mut o, 1, |p| p.role = Some(Role::Primary));
     let d = decide(&spec("16.3"), &state, o);
     assert!(d.actions().iter().any(|a| matches!(
@@ -112,13 +111,8 @@ fn once_the_lease_names_the_target_a_failover_promotes_it() {
 fn a_completed_failover_records_why_in_its_message() {
     let state = failover_at(SwitchStep::Promote);
     let mut o = primary_down(0);
-    o.lease = Some(lease_of(1, V1));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    o.jobs = vec![job(
-        &promote_key(1, &uid(1, V1), 1),
-        Purpose::Promote,
-        JobOutcome::Succeeded { at: t(10) },
-    )];
+    hand_over_to_1(&mut o, V1);
+    o.jobs = vec![promote_job(V1, 1, JobOutcome::Succeeded { at: t(10) })];
     let d = decide(&spec("16.3"), &state, o);
     assert_eq!(d.reason(), FAILOVER_COMPLETED);
     assert_eq!(target(&d), Some(&ready(V1, 1)));
@@ -156,13 +150,8 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
     };
     let o = |attempt: u32| {
         let mut o = primary_down(0);
-        o.lease = Some(lease_of(1, V1));
-        edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-        o.jobs = vec![job(
-            &promote_key(1, &uid(1, V1), attempt),
-            Purpose::Promote,
-            failed(0),
-        )];
+        hand_over_to_1(&mut o, V1);
+        o.jobs = vec![promote_job(V1, attempt, failed(0))];
         o
     };
     // Early attempts are retried once their backoff is over.

@@ -165,6 +165,26 @@ fn failover_at(step: SwitchStep) -> PgState {
     })
 }
 
+/// An upgrade's switchover from `pg-0` to `pg-1` at `step`, at its first attempt.
+fn upgrade_switchover(step: SwitchStep) -> PgState {
+    switching(step, 1, SwitchCause::Upgrade)
+}
+
+/// `o` once the Lease names `pg-1` (at `image`) and `pg-0` is labelled demoted.
+fn hand_over_to_1(o: &mut Observed, image: &str) {
+    o.lease = Some(lease_of(1, image));
+    edit(o, 0, |p| p.role = Some(Role::Demoted));
+}
+
+/// The promote Job of `pg-1` (at `image`) of `attempt`, with `outcome`.
+fn promote_job(image: &str, attempt: u32, outcome: JobOutcome) -> JobView {
+    job(
+        &promote_key(1, &uid(1, image), attempt),
+        Purpose::Promote,
+        outcome,
+    )
+}
+
 fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
     testing::job("pg", key, purpose, outcome)
 }

@@ -163,9 +163,8 @@ fn the_switchover_demotes_the_old_primary_before_promoting_anyone() {
 #[test]
 fn once_the_target_holds_the_lease_it_alone_is_labelled_primary_and_then_promoted() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    o.lease = Some(lease_of(1, V2));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    let state = switching(SwitchStep::Promote, 1, SwitchCause::Upgrade);
+    hand_over_to_1(&mut o, V2);
+    let state = upgrade_switchover(SwitchStep::Promote);
     let d = decide(&spec("16.4"), &state, o.clone());
     assert_eq!(d.reason(), PROMOTING);
     // Its agent would fence a promoted server labelled anything but primary; the old
@@ -189,12 +188,11 @@ fn once_the_target_holds_the_lease_it_alone_is_labelled_primary_and_then_promote
 #[test]
 fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instead() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    o.lease = Some(lease_of(1, V2));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    hand_over_to_1(&mut o, V2);
     edit(&mut o, 1, |p| p.ready = false);
     let d = decide(
         &spec("16.4"),
-        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
+        &upgrade_switchover(SwitchStep::Promote),
         o.clone(),
     );
     assert!(promotes_in(&d).is_empty());
@@ -205,11 +203,7 @@ fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instea
     ));
     // With no other Ready replica at the target image, it waits, Degraded.
     edit(&mut o, 2, |p| p.ready = false);
-    let d = decide(
-        &spec("16.4"),
-        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
-        o,
-    );
+    let d = decide(&spec("16.4"), &upgrade_switchover(SwitchStep::Promote), o);
     assert!(promotes_in(&d).is_empty());
     assert_eq!(d.reason(), NO_PROMOTION_TARGET);
     assert!(is_degraded(&d));
@@ -218,18 +212,9 @@ fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instea
 #[test]
 fn once_promoted_the_old_primary_loses_its_label_before_the_target_gets_it() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    o.lease = Some(lease_of(1, V2));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    o.jobs = vec![job(
-        &promote_key(1, &uid(1, V2), 1),
-        Purpose::Promote,
-        JobOutcome::Succeeded { at: t(10) },
-    )];
-    let d = decide(
-        &spec("16.4"),
-        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
-        o,
-    );
+    hand_over_to_1(&mut o, V2);
+    o.jobs = vec![promote_job(V2, 1, JobOutcome::Succeeded { at: t(10) })];
+    let d = decide(&spec("16.4"), &upgrade_switchover(SwitchStep::Promote), o);
     assert_eq!(d.reason(), SWITCHOVER_COMPLETED);
     // Unconditionally: a cache may still show the old primary as a replica. It is still
     // the pod the switchover began with, so possibly writable: `demoted`, not `replica`.
@@ -248,16 +233,8 @@ fn the_primary_label_does_not_move_while_the_old_primary_pod_is_unseen() {
     let mut o = upgrade_observed(&[1, 2], 0);
     o.lease = Some(lease_of(1, V2));
     o.pods.remove(&0);
-    o.jobs = vec![job(
-        &promote_key(1, &uid(1, V2), 1),
-        Purpose::Promote,
-        JobOutcome::Succeeded { at: t(10) },
-    )];
-    let d = decide(
-        &spec("16.4"),
-        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
-        o,
-    );
+    o.jobs = vec![promote_job(V2, 1, JobOutcome::Succeeded { at: t(10) })];
+    let d = decide(&spec("16.4"), &upgrade_switchover(SwitchStep::Promote), o);
     assert_eq!(d.reason(), WAITING_FOR_OLD_PRIMARY);
     assert!(!labels_in(&d).contains(&(1, Role::Primary)));
 }
@@ -282,14 +259,9 @@ fn after_the_switchover_the_old_primary_is_upgraded_last() {
 #[test]
 fn a_failed_promote_job_is_retried_after_its_backoff_as_a_new_job() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    o.lease = Some(lease_of(1, V2));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    o.jobs = vec![job(
-        &promote_key(1, &uid(1, V2), 1),
-        Purpose::Promote,
-        failed(1000),
-    )];
-    let state = switching(SwitchStep::Promote, 1, SwitchCause::Upgrade);
+    hand_over_to_1(&mut o, V2);
+    o.jobs = vec![promote_job(V2, 1, failed(1000))];
+    let state = upgrade_switchover(SwitchStep::Promote);
     let d = decide_at(&spec("16.4"), &state, o.clone(), 1005, 0);
     assert_eq!(d.reason(), PROMOTION_FAILED);
     assert!(is_degraded(&d));
