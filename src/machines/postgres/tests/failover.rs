@@ -124,10 +124,7 @@ fn a_completed_failover_records_why_in_its_message() {
 
 #[test]
 fn an_upgrade_whose_primary_goes_down_fails_over_like_a_cluster_at_rest() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: None,
-    };
+    let state = upgrading_to_v2(0);
     let mut o = upgrade_observed(&[2], 0);
     edit(&mut o, 0, |p| p.ready = false);
     let d = decide(&spec("16.4"), &state, o);

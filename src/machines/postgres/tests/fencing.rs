@@ -46,6 +46,18 @@ fn requeue(d: &Decision<PgState, PgAction>) -> Option<u64> {
     }
 }
 
+/// The decision at `t(now)` of a failover at its Fence step (entered at `t(995)`) while
+/// the old primary lingers with the Lease it renewed at `t(990)`.
+fn fencing_at(now: i64) -> Decision<PgState, PgAction> {
+    decide_at(
+        &spec("16.3"),
+        &failing_over(SwitchStep::Fence),
+        old_primary_lingering(990),
+        now,
+        995,
+    )
+}
+
 /// A failover of `pg-0` to `pg-1` (chosen by a survey), at `step`.
 fn failing_over(step: SwitchStep) -> PgState {
     match surveying() {
@@ -162,13 +174,7 @@ fn a_lost_status_whose_primary_was_recreated_hands_the_lease_to_the_new_pod() {
 
 #[test]
 fn a_failover_waits_while_the_old_primary_may_still_be_writable() {
-    let d = decide_at(
-        &spec("16.3"),
-        &failing_over(SwitchStep::Fence),
-        old_primary_lingering(990),
-        1000,
-        995,
-    );
+    let d = fencing_at(1000);
     assert_eq!(d.reason(), WAITING_FOR_FENCE);
     assert!(!is_degraded(&d));
     assert!(hand_overs(&d).is_empty() && promotes_in(&d).is_empty());
@@ -178,13 +184,7 @@ fn a_failover_waits_while_the_old_primary_may_still_be_writable() {
 
 #[test]
 fn once_the_lease_expired_it_is_handed_to_the_target_then_promoted() {
-    let d = decide_at(
-        &spec("16.3"),
-        &failing_over(SwitchStep::Fence),
-        old_primary_lingering(990),
-        1008,
-        995,
-    );
+    let d = fencing_at(1008);
     assert_eq!(d.reason(), LEASE_HANDED_OVER);
     assert_eq!(hand_overs(&d), vec![Some(identity(1, V1))]);
     assert!(

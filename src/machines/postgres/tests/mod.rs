@@ -165,6 +165,14 @@ fn failover_at(step: SwitchStep) -> PgState {
     })
 }
 
+/// An upgrade to `V2` with no pod in flight, `pg-<primary>` primary.
+fn upgrading_to_v2(primary: i32) -> PgState {
+    PgState::Upgrading {
+        cluster: cluster(V2, primary),
+        pod: None,
+    }
+}
+
 /// An upgrade's switchover from `pg-0` to `pg-1` at `step`, at its first attempt.
 fn upgrade_switchover(step: SwitchStep) -> PgState {
     switching(step, 1, SwitchCause::Upgrade)

@@ -6,21 +6,12 @@ use super::*;
 fn a_version_change_starts_an_upgrade_to_the_new_image() {
     let d = decide(&spec("16.4"), &ready(V1, 0), at_rest(V1, 0));
     assert_eq!(d.reason(), IMAGE_CHANGED);
-    assert_eq!(
-        target(&d),
-        Some(&PgState::Upgrading {
-            cluster: cluster(V2, 0),
-            pod: None
-        })
-    );
+    assert_eq!(target(&d), Some(&upgrading_to_v2(0)));
 }
 
 #[test]
 fn the_highest_replica_is_chosen_first_and_its_uid_recorded_before_any_delete() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: None,
-    };
+    let state = upgrading_to_v2(0);
     let mut o = at_rest(V1, 0);
     o.statefulset = Some(StatefulSetView {
         image: Some(V2.to_owned()),
@@ -119,10 +110,7 @@ fn a_recreated_replica_ready_at_the_target_is_upgraded() {
 
 #[test]
 fn the_primary_is_left_alone_until_every_replica_runs_the_target() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: None,
-    };
+    let state = upgrading_to_v2(0);
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[2], 0));
     assert_eq!(d.reason(), POD_CHOSEN);
     assert!(matches!(
@@ -133,10 +121,7 @@ fn the_primary_is_left_alone_until_every_replica_runs_the_target() {
 
 #[test]
 fn with_every_replica_upgraded_the_switchover_intent_is_recorded_before_any_label_moves() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: None,
-    };
+    let state = upgrading_to_v2(0);
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[1, 2], 0));
     assert_eq!(d.reason(), SWITCHOVER_STARTED);
     assert!(d.actions().is_empty(), "{:?}", d.actions());
@@ -219,13 +204,7 @@ fn once_promoted_the_old_primary_loses_its_label_before_the_target_gets_it() {
     // Unconditionally: a cache may still show the old primary as a replica. It is still
     // the pod the switchover began with, so possibly writable: `demoted`, not `replica`.
     assert_eq!(labels_in(&d), vec![(0, Role::Demoted), (1, Role::Primary)]);
-    assert_eq!(
-        target(&d),
-        Some(&PgState::Upgrading {
-            cluster: cluster(V2, 1),
-            pod: None
-        })
-    );
+    assert_eq!(target(&d), Some(&upgrading_to_v2(1)));
 }
 
 #[test]
@@ -241,10 +220,7 @@ fn the_primary_label_does_not_move_while_the_old_primary_pod_is_unseen() {
 
 #[test]
 fn after_the_switchover_the_old_primary_is_upgraded_last() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 1),
-        pod: None,
-    };
+    let state = upgrading_to_v2(1);
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[1, 2], 1));
     assert_eq!(d.reason(), POD_CHOSEN);
     assert!(matches!(
