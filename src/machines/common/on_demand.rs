@@ -127,20 +127,32 @@ pub fn request(
     }
 }
 
-/// Turn a [`Request::Start`] into the ready state's transition to `backing_up`, creating
-/// the Job with `run` unless it exists.
-pub fn start<S, A>(
-    backing_up: S,
-    key: String,
-    create: bool,
-    message: String,
-    run: impl FnOnce(String) -> A,
-) -> Decision<S, A> {
-    let go = Decision::go(backing_up, BACKUP_REQUESTED, message);
-    if create {
-        go.with_actions([run(key)])
-    } else {
-        go
+impl Request {
+    /// A [`Request::Start`] as the ready state's transition to the backing-up state
+    /// `backing_up(token)`, creating the token's Job unless it exists; any other request
+    /// as it is.
+    ///
+    /// # Errors
+    /// The request, if it does not start a backup.
+    pub fn start<S, A: JobActions>(
+        self,
+        backing_up: impl FnOnce(String) -> S,
+    ) -> Result<Decision<S, A>, Request> {
+        let Request::Start {
+            token,
+            key,
+            create,
+            message,
+        } = self
+        else {
+            return Err(self);
+        };
+        let go = Decision::go(backing_up(token), BACKUP_REQUESTED, message);
+        Ok(if create {
+            go.with_actions([A::run_backup(key, BackupKind::OnDemand)])
+        } else {
+            go
+        })
     }
 }
 

@@ -10,7 +10,6 @@ use super::scaling::{Step, describe_step, next_step};
 use super::{D, Next, next_pod, shape_at, stay, upkeep};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
-use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{self, JobActions, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::common::quantity;
@@ -184,32 +183,19 @@ fn backup(
         served,
         |key| o.job(key).is_some(),
         spec.backup_policy.is_some(),
-    ) {
-        on_demand::Request::Idle => ControlFlow::Continue(None),
-        on_demand::Request::Start {
-            token,
-            key,
-            create,
-            message,
-        } => ControlFlow::Break(on_demand::start(
-            DdbState::BackingUp {
-                version: version.to_owned(),
-                replicas,
-                request: token,
-            },
-            key,
-            create,
-            message,
-            |key| DdbAction::RunBackup {
-                key,
-                kind: BackupKind::OnDemand,
-            },
-        )),
+    )
+    .start(|request| DdbState::BackingUp {
+        version: version.to_owned(),
+        replicas,
+        request,
+    }) {
+        Ok(go) => ControlFlow::Break(go),
         // Reported Degraded (once every pod is Ready), until the annotation goes.
-        on_demand::Request::NotConfigured { token } => ControlFlow::Continue(Some(format!(
+        Err(on_demand::Request::NotConfigured { token }) => ControlFlow::Continue(Some(format!(
             "{}={token} is ignored: spec.backupPolicy is not set",
             annotations::BACKUP_NOW
         ))),
+        Err(_) => ControlFlow::Continue(None),
     }
 }
 

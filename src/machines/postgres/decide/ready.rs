@@ -12,7 +12,6 @@ use super::scaling::rescale;
 use super::{D, rest, stay, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
-use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{self, JobActions, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::postgres::actions::{PgAction, spec_image};
@@ -98,27 +97,13 @@ fn backup(
         served,
         |key| o.job(key).is_some(),
         spec.backup.is_some(),
-    ) {
-        on_demand::Request::Idle => ControlFlow::Continue(()),
-        on_demand::Request::Start {
-            token,
-            key,
-            create,
-            message,
-        } => ControlFlow::Break(on_demand::start(
-            PgState::BackingUp {
-                cluster: cluster.clone(),
-                request: token,
-            },
-            key,
-            create,
-            message,
-            |key| PgAction::RunBackup {
-                key,
-                kind: BackupKind::OnDemand,
-            },
-        )),
-        on_demand::Request::NotConfigured { .. } => ControlFlow::Break(
+    )
+    .start(|request| PgState::BackingUp {
+        cluster: cluster.clone(),
+        request,
+    }) {
+        Ok(go) => ControlFlow::Break(go),
+        Err(on_demand::Request::NotConfigured { .. }) => ControlFlow::Break(
             stay(
                 BACKUP_NOT_CONFIGURED,
                 format!(
@@ -129,6 +114,7 @@ fn backup(
             )
             .degraded(),
         ),
+        Err(_) => ControlFlow::Continue(()),
     }
 }
 

@@ -155,7 +155,7 @@ fn failover_at(step: SwitchStep) -> PgState {
             ordinal: 1,
             uid: uid(1, V1),
         },
-        step: step,
+        step,
         attempt: 1,
         cause: SwitchCause::Failover,
         round_start: 1,
