@@ -16,6 +16,7 @@
 //! - [`cron`]: the CEL rule every backup schedule is validated with.
 //! - [`finalize`]: the final-backup sub-machine every Finalizing state runs.
 //! - [`on_demand`]: the on-demand backup sub-machine every `backup-now` request runs.
+//! - [`ops`]: the requests every machine renders the same way from its Job actions.
 //! - [`annotations`]: the documented escape hatches users set on a custom resource.
 //!
 //! # Guarantees
@@ -41,6 +42,7 @@ pub mod jobs;
 pub mod meta;
 pub mod observe;
 pub mod on_demand;
+pub mod ops;
 pub mod quantity;
 pub mod replace;
 pub mod retry;
