@@ -166,7 +166,11 @@ pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> V
         replicas: cut_back_step(shape, o),
         ..shape.clone()
     };
-    if !o.statefulset.as_ref().is_some_and(|s| s.holds(&step)) {
+    if !o
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| s.holds(&step.image, step.replicas))
+    {
         actions.push(DdbAction::EnsureStatefulSet(step));
     }
     match (&spec.backup_policy, &o.cronjob) {
@@ -215,10 +219,13 @@ pub(crate) fn shape_at(
     replicas: i32,
     o: &Observed,
 ) -> Shape {
-    let claim = o.statefulset.as_ref().and_then(|s| s.claim_size.as_deref());
     Shape {
         image: image.to_owned(),
         replicas,
-        claim_size: claim.unwrap_or(&spec.storage.size).to_owned(),
+        claim_size: o
+            .claim_size
+            .as_deref()
+            .unwrap_or(&spec.storage.size)
+            .to_owned(),
     }
 }

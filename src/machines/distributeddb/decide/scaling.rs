@@ -30,7 +30,10 @@ pub(crate) enum Step {
 pub(crate) fn next_step(shape: &Shape, wanted: i32, o: &Observed, upkeep_pending: bool) -> Step {
     let replicas = shape.replicas;
     let next = replicas + (wanted - replicas).signum();
-    let holds = !upkeep_pending && o.statefulset.as_ref().is_some_and(|s| s.holds(shape));
+    let holds = !upkeep_pending
+        && o.statefulset
+            .as_ref()
+            .is_some_and(|s| s.holds(&shape.image, shape.replicas));
     let seen = holds && o.statefulset.as_ref().is_some_and(|s| s.caught_up);
     let extra: Vec<i32> = o.pods.keys().copied().filter(|k| *k >= replicas).collect();
     let not_ready: Vec<i32> = (0..replicas)
