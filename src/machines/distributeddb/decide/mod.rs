@@ -24,6 +24,7 @@ use super::api::DistributedDBSpec;
 use super::observe::{Observed, Requests};
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use crate::engine::Decision;
+use crate::machines::common::replace;
 
 pub(crate) type D = Decision<DdbState, DdbAction>;
 
@@ -134,26 +135,11 @@ pub(crate) fn next_pod(o: &Observed, replicas: i32, to: &str) -> Next {
     }
 }
 
-/// Why pod `k` may not be taken down now, if it may not.
+/// Why pod `k` may not be taken down now, if it may not
+/// ([`replace::hold_before_delete`]).
 pub(crate) fn hold_before_delete(o: &Observed, k: i32, replicas: i32, to: &str) -> Option<String> {
-    let others_down: Vec<i32> = (0..replicas)
-        .filter(|j| *j != k)
-        .filter(|j| !o.pods.get(j).is_some_and(|p| p.ready && !p.terminating))
-        .collect();
-    if !others_down.is_empty() {
-        return Some(format!(
-            "waiting for pod {} to be Ready before taking {} down",
-            o.pod_names(&others_down),
-            o.pod_name(k)
-        ));
-    }
-    match &o.statefulset {
-        Some(s) if s.serves(to) => None,
-        _ => Some(format!(
-            "waiting for the StatefulSet template to hold {to} before taking {} down",
-            o.pod_name(k)
-        )),
-    }
+    let serving = |j| o.pods.get(&j).is_some_and(|p| p.ready && !p.terminating);
+    replace::hold_before_delete(&o.name, k, replicas, serving, o.statefulset.as_ref(), to)
 }
 
 /// Owned objects to restore in a state whose StatefulSet has `shape`.
