@@ -172,7 +172,7 @@ impl Machine for DistributedDb {
     }
 
     fn finalized(state: &DdbState) -> bool {
-        matches!(state, DdbState::Finalized)
+        finalize::States::is_finalized(state)
     }
 
     fn acks(state: &DdbState) -> Vec<(&'static str, String)> {

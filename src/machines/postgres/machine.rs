@@ -319,7 +319,7 @@ impl Machine for Postgres {
     }
 
     fn finalized(state: &PgState) -> bool {
-        matches!(state, PgState::Finalized)
+        finalize::States::is_finalized(state)
     }
 
     fn acks(state: &PgState) -> Vec<(&'static str, String)> {
