@@ -132,18 +132,22 @@ fn planted_config() -> CheckConfig {
     }
 }
 
+/// A running cluster of three pods (pod 0 primary), and `events` after three quiet
+/// reconciles.
+fn running_three(events: Vec<Event<Move, Edit>>) -> (World, Vec<Event<Move, Edit>>) {
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let r = || Event::Reconcile(Reconcile::FRESH);
+    (world, [r(), r(), r()].into_iter().chain(events).collect())
+}
+
 /// Pod 2 has received a commit pod 1 has not when pod 0, the primary, fails; the
 /// failover runs to its promotion.
 fn lagging_replica_failover() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     let r = || Event::Reconcile(Reconcile::FRESH);
     let env = Event::Env;
-    let mut world = World::fresh(3, false, 0);
-    world.running();
-    let events = vec![
-        r(),
-        r(),
-        r(),
+    running_three(vec![
         env(Write),
         env(Replicate(2)),
         env(BecomesUnready(0)),
@@ -162,8 +166,7 @@ fn lagging_replica_failover() -> (World, Vec<Event<Move, Edit>>) {
         r(),
         env(JobFinishes { nth: 0, ok: true }),
         r(),
-    ];
-    (world, events)
+    ])
 }
 
 #[test]
@@ -198,12 +201,7 @@ fn lingering_primary_failover() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     let r = || Event::Reconcile(Reconcile::FRESH);
     let env = Event::Env;
-    let mut world = World::fresh(3, false, 0);
-    world.running();
-    let events = vec![
-        r(),
-        r(),
-        r(),
+    running_three(vec![
         env(BecomesUnready(0)),
         r(),
         Event::Tick(60),
@@ -214,8 +212,7 @@ fn lingering_primary_failover() -> (World, Vec<Event<Move, Edit>>) {
         env(JobFinishes { nth: 0, ok: true }),
         r(),
         r(),
-    ];
-    (world, events)
+    ])
 }
 
 #[test]
