@@ -122,8 +122,8 @@ fn db_at_rest(image: &str) -> ddb::Observed {
             image: Some(image.to_owned()),
             replicas: 3,
             caught_up: true,
-            claim_size: Some("1Gi".to_owned()),
         }),
+        claim_size: Some("1Gi".to_owned()),
         pods: (0..3).map(|k| (k, db_pod(k, image, true))).collect(),
         jobs: Vec::new(),
         cronjob: Some(CronJobView {

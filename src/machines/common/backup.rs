@@ -20,14 +20,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::EnvVar;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::{Resource, ResourceExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 
 use super::Error;
 use super::applied::with_applied_hash;
 use super::env::{from_field, from_secret, plain};
 use super::jobs::{PodRecipe, Purpose, RunOnce, job_spec};
-use super::meta::{JOB_PURPOSE, MAX_CRONJOB_NAME, child_name, component_labels, owner_reference};
+use super::meta::{JOB_PURPOSE, MAX_CRONJOB_NAME, Owner, child_name, component_labels};
 
 /// The key of the credentials Secret holding the access key id.
 pub const ACCESS_KEY_KEY: &str = "accessKey";
@@ -109,12 +109,8 @@ pub fn cronjob_name(owner: &str) -> String {
 /// Everything the scheduled-backup CronJob is made of.
 #[derive(Debug, Clone)]
 pub struct Schedule<'a> {
-    /// The owner's name.
-    pub owner_name: &'a str,
-    /// The owner's namespace.
-    pub namespace: &'a str,
-    /// The controller reference to the owner.
-    pub owner: OwnerReference,
+    /// The owner (the CronJob is named `{owner}-backup`).
+    pub owner: &'a Owner,
     /// The owner's standard labels (the purpose is added; Jobs and pods inherit them).
     pub labels: BTreeMap<String, String>,
     /// The cron expression.
@@ -131,13 +127,9 @@ impl Schedule<'_> {
         let mut labels = self.labels.clone();
         labels.insert(JOB_PURPOSE.to_owned(), Purpose::Backup.label().to_owned());
         CronJob {
-            metadata: ObjectMeta {
-                name: Some(cronjob_name(self.owner_name)),
-                namespace: Some(self.namespace.to_owned()),
-                labels: Some(labels.clone()),
-                owner_references: Some(vec![self.owner.clone()]),
-                ..ObjectMeta::default()
-            },
+            metadata: self
+                .owner
+                .child(cronjob_name(&self.owner.name), labels.clone()),
             spec: CronJobSpec {
                 schedule: self.schedule.to_owned(),
                 suspend: Some(self.suspend),
@@ -163,12 +155,8 @@ impl Schedule<'_> {
 /// backups ([`Backups::job`]) and the scheduled-backup CronJob ([`Backups::cronjob`]).
 #[derive(Debug, Clone)]
 pub struct Backups<'a> {
-    /// The owner's name.
-    pub owner_name: String,
-    /// The owner's namespace.
-    pub namespace: String,
-    /// The controller reference to the owner.
-    pub owner: OwnerReference,
+    /// The owner.
+    pub owner: Owner,
     /// The owner's `app.kubernetes.io/name` (the Jobs' component is `backup`).
     pub kind_label: &'a str,
     /// `activeDeadlineSeconds` of every backup Job.
@@ -186,16 +174,14 @@ impl<'a> Backups<'a> {
         K: Resource<DynamicType = ()>,
     {
         Ok(Backups {
-            owner_name: owner.name_any(),
-            namespace: owner.namespace().unwrap_or_default(),
-            owner: owner_reference(owner)?,
+            owner: Owner::of(owner)?,
             kind_label,
             timeout_seconds,
         })
     }
 
     fn labels(&self) -> BTreeMap<String, String> {
-        component_labels(self.kind_label, &self.owner_name, "backup")
+        component_labels(self.kind_label, &self.owner.name, "backup")
     }
 
     /// The run-once Job `key` taking a backup of `kind` with `pod`; `extras` completes
@@ -208,9 +194,7 @@ impl<'a> Backups<'a> {
         extras: impl FnOnce(&mut JobSpec),
     ) -> Job {
         let mut job = RunOnce {
-            owner_name: &self.owner_name,
-            namespace: &self.namespace,
-            owner: self.owner.clone(),
+            owner: &self.owner,
             labels: self.labels(),
             key,
             purpose: kind.purpose(),
@@ -240,9 +224,7 @@ impl<'a> Backups<'a> {
         let mut job = job_spec(pod, &labels, Some(self.timeout_seconds));
         extras(&mut job);
         let cj = Schedule {
-            owner_name: &self.owner_name,
-            namespace: &self.namespace,
-            owner: self.owner.clone(),
+            owner: &self.owner,
             labels,
             schedule,
             suspend,
@@ -256,6 +238,7 @@ impl<'a> Backups<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn destination() -> Destination {
         Destination {
@@ -290,10 +273,13 @@ mod tests {
 
     #[test]
     fn the_cronjob_never_overlaps_runs_and_labels_its_jobs() {
+        let owner = Owner {
+            name: "db".to_owned(),
+            namespace: "ns".to_owned(),
+            reference: OwnerReference::default(),
+        };
         let cj = Schedule {
-            owner_name: "db",
-            namespace: "ns",
-            owner: OwnerReference::default(),
+            owner: &owner,
             labels: BTreeMap::new(),
             schedule: "0 3 * * *",
             suspend: false,

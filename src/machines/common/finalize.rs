@@ -32,7 +32,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::annotations::SKIP_FINAL_BACKUP;
-use super::jobs::{JobOutcome, JobView, Purpose};
+use super::backup::BackupKind;
+use super::jobs::{JobActions, JobOutcome, JobView, Purpose};
+use super::observe::job_by_key;
 use super::retry::{Attempts, Backoff, JobStep, job_step, retry_time};
 use crate::engine::Decision;
 
@@ -127,6 +129,67 @@ pub fn begin<S, A>(
         Entry::Release { reason, message } => Decision::go(finalized(), reason, message),
         Entry::Backup { message } => Decision::go(finalizing(1), DELETION_REQUESTED, message),
     }
+}
+
+/// A machine's deletion states: `Finalizing { attempt }` and `Finalized` in every
+/// Lockstep machine ([`impl_states`] implements this for such an enum).
+pub trait States: Sized {
+    /// The finalized state (the finalizer is released).
+    fn finalized() -> Self;
+    /// The Finalizing state at `attempt`.
+    fn finalizing(attempt: u32) -> Self;
+    /// The attempt, if this is the Finalizing state.
+    fn finalizing_attempt(&self) -> Option<u32>;
+    /// Whether this is the finalized state.
+    fn is_finalized(&self) -> bool;
+}
+
+/// Implements [`States`] for a machine's state enum `$state`, whose deletion variants
+/// are `Finalizing { attempt }` and `Finalized`.
+macro_rules! impl_states {
+    ($state:ident) => {
+        impl $crate::machines::common::finalize::States for $state {
+            fn finalized() -> Self {
+                $state::Finalized
+            }
+
+            fn finalizing(attempt: u32) -> Self {
+                $state::Finalizing { attempt }
+            }
+
+            fn finalizing_attempt(&self) -> Option<u32> {
+                match self {
+                    $state::Finalizing { attempt } => Some(*attempt),
+                    _ => None,
+                }
+            }
+
+            fn is_finalized(&self) -> bool {
+                matches!(self, $state::Finalized)
+            }
+        }
+    };
+}
+pub(crate) use impl_states;
+
+/// What a machine in `state` decides while its object is being deleted: from any state
+/// but the two deletion states it [`begin`]s; Finalizing runs [`finalizing`]; Finalized
+/// stays. `configured`: the spec still configures backups; `skip`: the skip annotation
+/// is set; `jobs`: the owned Jobs.
+pub fn deleting<S: States, A: JobActions>(
+    state: &S,
+    configured: bool,
+    skip: bool,
+    jobs: &[JobView],
+    now: DateTime<Utc>,
+) -> Decision<S, A> {
+    if let Some(attempt) = state.finalizing_attempt() {
+        return finalizing(configured, skip, attempt, jobs, now);
+    }
+    if state.is_finalized() {
+        return Decision::stay(FINALIZED, "finalizer released");
+    }
+    begin(configured, skip, S::finalized, S::finalizing)
 }
 
 /// What the Finalizing state sees.
@@ -258,9 +321,94 @@ pub fn decision<S, A>(
     }
 }
 
+/// A machine's whole Finalizing state at `attempt`, among its owned `jobs`: the
+/// attempt's Job is read ([`step_named`]: messages name it), the verdict turned into a
+/// decision ([`decision`]), and the stale attempts' Jobs deleted ([`stale`]).
+pub fn finalizing<S: States, A: JobActions>(
+    configured: bool,
+    skip: bool,
+    attempt: u32,
+    jobs: &[JobView],
+    now: DateTime<Utc>,
+) -> Decision<S, A> {
+    let job = job_by_key(jobs, &key(attempt));
+    let facts = Facts {
+        configured,
+        skip,
+        attempt,
+        job: job.map(|j| &j.outcome),
+        now,
+    };
+    decision(
+        step_named(facts, job.map(|j| j.name.as_str())),
+        S::finalized,
+        S::finalizing,
+        |key| A::run_backup(key, BackupKind::Final),
+    )
+    .with_actions(stale(attempt, jobs).into_iter().map(A::delete_job))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machines::common::jobs::impl_job_actions;
+    use crate::machines::common::testing;
+
+    /// A machine's deletion states, and a state before deletion.
+    #[derive(Debug, Clone, PartialEq)]
+    enum State {
+        Serving,
+        Finalizing { attempt: u32 },
+        Finalized,
+    }
+    impl_states!(State);
+
+    /// A machine's Job actions.
+    #[derive(Debug, Clone, PartialEq)]
+    enum Action {
+        RunBackup { key: String, kind: BackupKind },
+        DeleteJob { name: String, uid: String },
+    }
+    impl_job_actions!(Action);
+
+    /// Bug 8 of issue 11: final-backup retries keep counting attempts but keep only the
+    /// latest few Jobs.
+    #[test]
+    fn final_backup_retries_keep_only_the_latest_jobs() {
+        let jobs: Vec<JobView> = (1..=4)
+            .map(|n| testing::job("db", &key(n), Purpose::FinalBackup, testing::failed(900)))
+            .collect();
+        let d: Decision<State, Action> = deleting(
+            &State::Finalizing { attempt: 5 },
+            true,
+            false,
+            &jobs,
+            testing::t(1000),
+        );
+        let mut pruned: Vec<&str> = d
+            .actions()
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeleteJob { name, .. } => Some(name.as_str()),
+                Action::RunBackup { .. } => None,
+            })
+            .collect();
+        pruned.sort_unstable();
+        assert_eq!(pruned, ["db-final-backup-1", "db-final-backup-2"]);
+        assert!(d.actions().contains(&Action::RunBackup {
+            key: "final-backup-5".to_owned(),
+            kind: BackupKind::Final
+        }));
+    }
+
+    #[test]
+    fn deletion_begins_from_any_state_and_stays_once_finalized() {
+        let d: Decision<State, Action> = deleting(&State::Serving, true, false, &[], testing::t(0));
+        assert_eq!(d.reason(), DELETION_REQUESTED);
+        let d: Decision<State, Action> =
+            deleting(&State::Finalized, true, false, &[], testing::t(0));
+        assert_eq!(d.reason(), FINALIZED);
+    }
 
     fn now() -> DateTime<Utc> {
         DateTime::from_timestamp(1000, 0).unwrap_or_default()

@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::meta::{JOB_KEY, JOB_PURPOSE, MAX_JOB_NAME, child_name};
+use super::meta::{JOB_KEY, JOB_PURPOSE, MAX_JOB_NAME, Owner, child_name};
 
 /// What a Job is for: the value of [`JOB_PURPOSE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
@@ -115,6 +115,43 @@ pub struct JobView {
     pub created: Option<DateTime<Utc>>,
     /// How it ended.
     pub outcome: JobOutcome,
+}
+
+/// The Job actions every machine has: it runs backup Jobs and deletes finished Jobs.
+/// The shared sub-machines ([`super::finalize`], [`super::on_demand`]) and pruning build
+/// a machine's actions through it.
+pub trait JobActions: Sized {
+    /// Create a backup Job with `key` (if absent).
+    fn run_backup(key: String, kind: super::backup::BackupKind) -> Self;
+    /// Delete a finished `job` (preconditioned on its UID).
+    fn delete_job(job: &JobView) -> Self;
+}
+
+/// Implements [`JobActions`] for a machine's action enum `$action`, whose Job variants
+/// are `RunBackup { key, kind }` and `DeleteJob { name, uid }`.
+macro_rules! impl_job_actions {
+    ($action:ident) => {
+        impl $crate::machines::common::jobs::JobActions for $action {
+            fn run_backup(key: String, kind: $crate::machines::common::backup::BackupKind) -> Self {
+                $action::RunBackup { key, kind }
+            }
+
+            fn delete_job(job: &$crate::machines::common::jobs::JobView) -> Self {
+                $action::DeleteJob {
+                    name: job.name.clone(),
+                    uid: job.uid.clone(),
+                }
+            }
+        }
+    };
+}
+pub(crate) use impl_job_actions;
+
+/// The Jobs for `purpose` that have finished: their outcome is read, so at rest nothing
+/// needs them any more.
+pub fn finished(jobs: &[JobView], purpose: Purpose) -> impl Iterator<Item = &JobView> {
+    jobs.iter()
+        .filter(move |j| j.purpose == Some(purpose) && j.outcome != JobOutcome::Running)
 }
 
 /// Convert an API timestamp.
@@ -218,12 +255,8 @@ pub fn job_name(owner: &str, key: &str) -> String {
 /// Everything a run-once Job is made of.
 #[derive(Debug, Clone)]
 pub struct RunOnce<'a> {
-    /// The owner's name (the Job is named `{owner}-{key}`).
-    pub owner_name: &'a str,
-    /// The owner's namespace.
-    pub namespace: &'a str,
-    /// The controller reference to the owner.
-    pub owner: OwnerReference,
+    /// The owner (the Job is named `{owner}-{key}`).
+    pub owner: &'a Owner,
     /// The owner's standard labels (the key and purpose are added).
     pub labels: BTreeMap<String, String>,
     /// The deterministic key.
@@ -243,14 +276,10 @@ impl RunOnce<'_> {
         labels.insert(JOB_KEY.to_owned(), self.key.to_owned());
         labels.insert(JOB_PURPOSE.to_owned(), self.purpose.label().to_owned());
         Job {
-            metadata: ObjectMeta {
-                name: Some(job_name(self.owner_name, self.key)),
-                namespace: Some(self.namespace.to_owned()),
-                labels: Some(labels.clone()),
-                owner_references: Some(vec![self.owner.clone()]),
-                ..ObjectMeta::default()
-            },
             spec: Some(job_spec(&self.pod, &labels, self.deadline)),
+            metadata: self
+                .owner
+                .child(job_name(&self.owner.name, self.key), labels),
             status: None,
         }
     }
@@ -259,6 +288,7 @@ impl RunOnce<'_> {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
@@ -322,15 +352,17 @@ mod tests {
 
     #[test]
     fn a_run_once_job_never_retries_by_itself_and_carries_its_key() {
-        let owner = OwnerReference {
+        let owner = Owner {
             name: "db".to_owned(),
-            uid: "u".to_owned(),
-            ..OwnerReference::default()
+            namespace: "ns".to_owned(),
+            reference: OwnerReference {
+                name: "db".to_owned(),
+                uid: "u".to_owned(),
+                ..OwnerReference::default()
+            },
         };
         let job = RunOnce {
-            owner_name: "db",
-            namespace: "ns",
-            owner,
+            owner: &owner,
             labels: BTreeMap::new(),
             key: "pre-2-abc-1",
             purpose: Purpose::Hook,

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::Resource;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
 
 use super::Error;
 use crate::driver::labels;
@@ -98,6 +98,46 @@ where
         })?;
     reference.block_owner_deletion = Some(true);
     Ok(reference)
+}
+
+/// An owner as its children see it: they are named after it, live in its namespace and
+/// carry its controller reference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owner {
+    /// The owner's name.
+    pub name: String,
+    /// The owner's namespace (its children's).
+    pub namespace: String,
+    /// The controller reference to the owner ([`owner_reference`]).
+    pub reference: OwnerReference,
+}
+
+impl Owner {
+    /// `owner` as its children see it.
+    ///
+    /// # Errors
+    /// [`Error::OwnerIncomplete`] if the owner has no name or UID.
+    pub fn of<K>(owner: &K) -> Result<Self, Error>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        Ok(Owner {
+            name: owner.name_any(),
+            namespace: owner.namespace().unwrap_or_default(),
+            reference: owner_reference(owner)?,
+        })
+    }
+
+    /// The metadata of the child called `name`, labelled `labels`.
+    pub fn child(&self, name: String, labels: BTreeMap<String, String>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(labels),
+            owner_references: Some(vec![self.reference.clone()]),
+            ..ObjectMeta::default()
+        }
+    }
 }
 
 /// 64-bit FNV-1a: stable across builds and platforms (names derived from it are

@@ -5,6 +5,7 @@
 //!   hashes and deterministic child names.
 //! - [`observe`]: reading owned pods, Jobs and the backup CronJob, and the drift check.
 //! - [`quantity`]: Kubernetes quantities, parsed and compared exactly.
+//! - [`storage`]: the data volume claim template of every machine's StatefulSet.
 //! - [`subset`]: the semantic drift check: is the object we would apply already
 //!   contained in the live one? API-server defaults never count as drift.
 //! - [`env`]: container environment variables (plain, from a Secret, from a pod field).
@@ -15,6 +16,7 @@
 //! - [`cron`]: the CEL rule every backup schedule is validated with.
 //! - [`finalize`]: the final-backup sub-machine every Finalizing state runs.
 //! - [`on_demand`]: the on-demand backup sub-machine every `backup-now` request runs.
+//! - [`ops`]: the requests every machine renders the same way from its Job actions.
 //! - [`annotations`]: the documented escape hatches users set on a custom resource.
 //!
 //! # Guarantees
@@ -40,12 +42,16 @@ pub mod jobs;
 pub mod meta;
 pub mod observe;
 pub mod on_demand;
+pub mod ops;
 pub mod quantity;
 pub mod replace;
 pub mod retry;
+pub mod storage;
 pub mod subset;
 #[cfg(test)]
 pub(crate) mod table_sources;
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// The errors of the shared parts.
 #[derive(Debug, thiserror::Error)]

@@ -29,6 +29,55 @@ pub struct CronJobView {
     pub in_sync: bool,
 }
 
+/// A machine's StatefulSet as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatefulSetView {
+    /// The live object contains what Lockstep renders for its own image and replicas
+    /// (and anything else of its own the machine renders it with): nothing else
+    /// drifted. Whether image and replicas are what the state wants is
+    /// [`StatefulSetView::holds`].
+    pub conforms: bool,
+    /// The template's image of the machine's container.
+    pub image: Option<String>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `status.observedGeneration` has reached `metadata.generation`: the StatefulSet
+    /// controller acts on the current template.
+    pub caught_up: bool,
+}
+
+impl StatefulSetView {
+    /// `sts` as observed, reading the image of its `container`; `conforms` says whether
+    /// it contains what would be rendered for its own image and replicas.
+    pub fn of(
+        sts: &StatefulSet,
+        container: &str,
+        conforms: impl FnOnce(&str, i32) -> bool,
+    ) -> Self {
+        let image = template_image(sts, container);
+        let replicas = sts.spec.replicas.unwrap_or(1);
+        StatefulSetView {
+            conforms: image.as_deref().is_some_and(|i| conforms(i, replicas)),
+            image,
+            replicas,
+            caught_up: sts.status.as_ref().and_then(|s| s.observed_generation)
+                >= sts.metadata.generation,
+        }
+    }
+
+    /// Whether the live StatefulSet is exactly what Lockstep renders for `image` and
+    /// `replicas`.
+    pub fn holds(&self, image: &str, replicas: i32) -> bool {
+        self.conforms && self.image.as_deref() == Some(image) && self.replicas == replicas
+    }
+
+    /// Whether the controller already acts on (recreates pods from) a template holding
+    /// `image`.
+    pub fn serves(&self, image: &str) -> bool {
+        self.conforms && self.caught_up && self.image.as_deref() == Some(image)
+    }
+}
+
 /// Whether `live` exists and contains `desired` (which rendered).
 pub fn in_sync<T: Serialize>(live: Option<&T>, desired: Option<T>) -> bool {
     match (live, desired) {

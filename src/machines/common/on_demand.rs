@@ -35,8 +35,10 @@
 //! [`BACKUP_NOW`]: super::annotations::BACKUP_NOW
 
 use super::annotations::BACKUP_NOW;
-use super::jobs::{JobOutcome, JobView, Purpose};
+use super::backup::BackupKind;
+use super::jobs::{JobActions, JobOutcome, JobView, Purpose};
 use super::meta::short_hash;
+use super::observe::job_by_key;
 use crate::engine::Decision;
 
 /// Edge reason: an on-demand backup was requested.
@@ -125,20 +127,32 @@ pub fn request(
     }
 }
 
-/// Turn a [`Request::Start`] into the ready state's transition to `backing_up`, creating
-/// the Job with `run` unless it exists.
-pub fn start<S, A>(
-    backing_up: S,
-    key: String,
-    create: bool,
-    message: String,
-    run: impl FnOnce(String) -> A,
-) -> Decision<S, A> {
-    let go = Decision::go(backing_up, BACKUP_REQUESTED, message);
-    if create {
-        go.with_actions([run(key)])
-    } else {
-        go
+impl Request {
+    /// A [`Request::Start`] as the ready state's transition to the backing-up state
+    /// `backing_up(token)`, creating the token's Job unless it exists; any other request
+    /// as it is.
+    ///
+    /// # Errors
+    /// The request, if it does not start a backup.
+    pub fn start<S, A: JobActions>(
+        self,
+        backing_up: impl FnOnce(String) -> S,
+    ) -> Result<Decision<S, A>, Request> {
+        let Request::Start {
+            token,
+            key,
+            create,
+            message,
+        } = self
+        else {
+            return Err(self);
+        };
+        let go = Decision::go(backing_up(token), BACKUP_REQUESTED, message);
+        Ok(if create {
+            go.with_actions([A::run_backup(key, BackupKind::OnDemand)])
+        } else {
+            go
+        })
     }
 }
 
@@ -297,6 +311,22 @@ pub fn decision<S, A>(
             }
         }
     }
+}
+
+/// A machine's whole BackingUp state: [`step`] on `facts`, then [`decision`] with the
+/// machine's ready state `back`, its `upkeep` and its backup action.
+pub fn backing_up<S, A: JobActions>(facts: Facts<'_>, back: S, upkeep: Vec<A>) -> Decision<S, A> {
+    decision(
+        step(facts),
+        || back,
+        upkeep,
+        |key| A::run_backup(key, BackupKind::OnDemand),
+    )
+}
+
+/// The outcome and name of the Job serving `token` among `jobs`, for [`Facts::job`].
+pub fn job<'a>(jobs: &'a [JobView], token: &str) -> Option<(&'a JobOutcome, &'a str)> {
+    job_by_key(jobs, &key(token)).map(|j| (&j.outcome, j.name.as_str()))
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! machines walk the same steps; [`replacement`] says which one the observation shows,
 //! and the machine decides what each means for it.
 
+use super::observe::{StatefulSetView, pod_name, pod_names};
+
 /// A pod as the replacement sees it (either machine's view of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seen<'a> {
@@ -85,6 +87,35 @@ pub fn starting(name: &str, target: &str) -> String {
 /// The message of a stay while pod `name` is not recreated yet.
 pub fn missing(name: &str) -> String {
     format!("waiting for {name} to be recreated")
+}
+
+/// Why pod `k` of the StatefulSet `name` (of `replicas` pods) may not be taken down now
+/// to be recreated at `target`, if it may not: another pod is not `serving`, or the
+/// StatefulSet (`sts`) does not yet act on a template holding `target` (the pod would
+/// come back at the old image).
+pub fn hold_before_delete(
+    name: &str,
+    k: i32,
+    replicas: i32,
+    serving: impl Fn(i32) -> bool,
+    sts: Option<&StatefulSetView>,
+    target: &str,
+) -> Option<String> {
+    let others_down: Vec<i32> = (0..replicas).filter(|j| *j != k && !serving(*j)).collect();
+    if !others_down.is_empty() {
+        return Some(format!(
+            "waiting for {} to be Ready before taking {} down",
+            pod_names(name, &others_down),
+            pod_name(name, k)
+        ));
+    }
+    match sts {
+        Some(s) if s.serves(target) => None,
+        _ => Some(format!(
+            "waiting for the StatefulSet template to hold {target} before taking {} down",
+            pod_name(name, k)
+        )),
+    }
 }
 
 #[cfg(test)]

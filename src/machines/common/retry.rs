@@ -11,6 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::jobs::{JobOutcome, JobView};
+use crate::engine::Decision;
 
 /// Exponential backoff: `base`, `2·base`, `4·base`, … capped at `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +140,22 @@ pub fn run_once_step(
     let name = job.map_or_else(|| key.to_owned(), |j| j.name.clone());
     let step = job_step(job.map(|j| &j.outcome), attempts, &Backoff::JOB_STEP, now);
     (step, name)
+}
+
+/// The Degraded stay while a failed Job's backoff runs: `failed` says what failed and
+/// how, the message adds when it is retried; `upkeep` goes on meanwhile, and the machine
+/// looks again once the backoff is over.
+pub fn backoff_stay<S, A>(
+    reason: &'static str,
+    failed: String,
+    at: DateTime<Utc>,
+    wait: Duration,
+    upkeep: Vec<A>,
+) -> Decision<S, A> {
+    Decision::stay(reason, format!("{failed}; retrying at {}", retry_time(at)))
+        .with_actions(upkeep)
+        .degraded()
+        .requeue(wait)
 }
 
 /// A retry time as messages print it (UTC, to the second).

@@ -104,6 +104,8 @@ pub enum DdbAction {
     },
 }
 
+crate::machines::common::jobs::impl_job_actions!(DdbAction);
+
 /// The key of the hook Job for `phase` of pod `ordinal` (with `pod_uid`) moving to `to`.
 pub fn hook_key(phase: HookPhase, ordinal: i32, to: &str, pod_uid: &str, attempt: u32) -> String {
     let phase: &str = phase.into();

@@ -84,15 +84,15 @@ use std::time::Duration;
 use super::actions::DdbAction;
 use super::api::DistributedDBSpec;
 use super::decide::{
-    D, backing_up::backing_up, creating::creating, finalizing::begin_finalizing,
-    finalizing::finalizing, ready::ready, scaling::scaling, upgrading::upgrading,
+    D, backing_up::backing_up, creating::creating, ready::ready, scaling::scaling,
+    upgrading::upgrading,
 };
 use super::observe::Observed;
 use super::state::{DdbKind, DdbState, UpgradeStep};
 use super::table::{TABLE, reason::FINALIZED};
 use crate::engine::{Decision, Edge, Machine, World};
 use crate::machines::common::annotations::BACKUP_NOW;
-use crate::machines::common::on_demand;
+use crate::machines::common::{finalize, on_demand};
 
 /// The DistributedDB machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,11 +117,9 @@ impl Machine for DistributedDb {
 
     fn decide(spec: &DistributedDBSpec, state: &DdbState, world: &World<Observed>) -> D {
         if world.deleting {
-            return match state {
-                DdbState::Finalizing { attempt } => finalizing(spec, *attempt, world),
-                DdbState::Finalized => Decision::stay(FINALIZED, "finalizer released"),
-                _ => begin_finalizing(spec, &world.observed),
-            };
+            let (o, configured) = (&world.observed, spec.backup_policy.is_some());
+            let skip = o.requests.skip_final_backup;
+            return finalize::deleting(state, configured, skip, &o.jobs, world.now);
         }
         let o = &world.observed;
         match state {
@@ -174,7 +172,7 @@ impl Machine for DistributedDb {
     }
 
     fn finalized(state: &DdbState) -> bool {
-        matches!(state, DdbState::Finalized)
+        finalize::States::is_finalized(state)
     }
 
     fn acks(state: &DdbState) -> Vec<(&'static str, String)> {

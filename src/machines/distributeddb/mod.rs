@@ -70,6 +70,8 @@
 pub mod actions;
 pub mod api;
 mod decide;
+#[cfg(test)]
+mod fixtures;
 pub mod machine;
 #[cfg(test)]
 mod model;
@@ -81,7 +83,6 @@ pub mod table;
 #[cfg(test)]
 mod tests;
 
-use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
@@ -94,7 +95,7 @@ pub use status::{last_backup, version};
 
 use crate::driver::{Cache, Error, Op, Operator};
 use crate::engine::EngineStatus;
-use crate::machines::common::backup::cronjob_name;
+use crate::machines::common::ops;
 
 impl Operator for DistributedDb {
     type Resource = DistributedDB;
@@ -133,29 +134,21 @@ impl Operator for DistributedDb {
                 key,
                 from,
                 to,
-            } => render::hook_job(object, *phase, *ordinal, key, from, to)?
-                .map(|job| Op::create(&job))
-                .transpose()?
-                .into_iter()
-                .collect(),
-            DdbAction::RunBackup { key, kind } => render::backup_job(object, key, *kind)?
-                .map(|job| Op::create(&job))
-                .transpose()?
-                .into_iter()
-                .collect(),
-            DdbAction::EnsureCronJob => match &object.spec.backup_policy {
-                Some(policy) => vec![Op::apply(&render::cronjob(object, policy)?)?],
-                None => Vec::new(),
-            },
-            DdbAction::DeleteCronJob { uid } => {
-                vec![Op::delete::<CronJob>(cronjob_name(&name), uid)]
+            } => ops::create_some(render::hook_job(object, *phase, *ordinal, key, from, to)?)?,
+            DdbAction::RunBackup { key, kind } => {
+                ops::create_some(render::backup_job(object, key, *kind)?)?
             }
+            DdbAction::EnsureCronJob => {
+                let policy = object.spec.backup_policy.as_ref();
+                ops::apply_some(policy.map(|p| render::cronjob(object, p)).transpose()?)?
+            }
+            DdbAction::DeleteCronJob { uid } => ops::delete_cronjob(&name, uid),
             DdbAction::ExpandVolume { ordinal, size } => {
                 vec![Op::apply(&render::volume_expansion(
                     object, *ordinal, size,
                 ))?]
             }
-            DdbAction::DeleteJob { name, uid } => vec![Op::delete::<Job>(name, uid)],
+            DdbAction::DeleteJob { name, uid } => ops::delete_job(name, uid),
         })
     }
 

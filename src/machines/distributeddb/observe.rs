@@ -22,37 +22,7 @@ use crate::machines::common::observe as common;
 pub use crate::machines::common::observe::ordinal_of;
 use crate::machines::common::replace::Seen;
 
-/// The StatefulSet as observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatefulSetView {
-    /// The live object contains what Lockstep renders for the live object's own image,
-    /// replicas and claim size: nothing else drifted. (Whether image and replicas are
-    /// what the state wants is [`StatefulSetView::holds`].)
-    pub conforms: bool,
-    /// The template's database image.
-    pub image: Option<String>,
-    /// `spec.replicas`.
-    pub replicas: i32,
-    /// `status.observedGeneration` has reached `metadata.generation`: the StatefulSet
-    /// controller acts on the current template.
-    pub caught_up: bool,
-    /// The volume claim template's requested size.
-    pub claim_size: Option<String>,
-}
-
-impl StatefulSetView {
-    /// Whether the live StatefulSet is exactly what Lockstep renders for `shape`.
-    pub fn holds(&self, shape: &Shape) -> bool {
-        self.conforms
-            && self.image.as_deref() == Some(shape.image.as_str())
-            && self.replicas == shape.replicas
-    }
-
-    /// Whether the controller already acts on a template holding `image`.
-    pub fn serves(&self, image: &str) -> bool {
-        self.conforms && self.caught_up && self.image.as_deref() == Some(image)
-    }
-}
+pub use crate::machines::common::observe::StatefulSetView;
 
 /// A database pod as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +94,8 @@ pub struct Observed {
     pub service_in_sync: bool,
     /// The StatefulSet, if it exists.
     pub statefulset: Option<StatefulSetView>,
+    /// The StatefulSet's volume claim template's requested size, if it exists.
+    pub claim_size: Option<String>,
     /// Database pods by ordinal.
     pub pods: BTreeMap<i32, PodView>,
     /// Owned Jobs (hooks, backups).
@@ -187,28 +159,20 @@ pub fn pod_view(pod: &Pod) -> PodView {
 pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
     let name = db.name_any();
     let live_sts = common::named(Cache::owned_by(&cache.statefulsets, db, KIND_LABEL), &name);
+    let claim = live_sts.as_deref().and_then(claim_size);
     let statefulset = live_sts.as_deref().map(|sts| {
-        let image = common::template_image(sts, CONTAINER);
-        let replicas = sts.spec.replicas.unwrap_or(1);
-        let claim_size = claim_size(sts);
-        // Render for the live object's own image, replicas and claim: whether they are
-        // what the state wants is for `decide` to judge.
-        let own = Shape {
-            image: image.clone().unwrap_or_default(),
-            replicas,
-            claim_size: claim_size
-                .clone()
-                .unwrap_or_else(|| db.spec.storage.size.clone()),
-        };
-        StatefulSetView {
-            conforms: image.is_some()
-                && common::in_sync(Some(sts), render::statefulset(db, &own).ok()),
-            image,
-            replicas,
-            caught_up: sts.status.as_ref().and_then(|s| s.observed_generation)
-                >= sts.metadata.generation,
-            claim_size,
-        }
+        // Rendered for the live object's own image, replicas and claim: whether they
+        // are what the state wants is for `decide` to judge.
+        StatefulSetView::of(sts, CONTAINER, |image, replicas| {
+            let own = Shape {
+                image: image.to_owned(),
+                replicas,
+                claim_size: claim
+                    .clone()
+                    .unwrap_or_else(|| db.spec.storage.size.clone()),
+            };
+            common::in_sync(Some(sts), render::statefulset(db, &own).ok())
+        })
     });
 
     let service = common::named(Cache::owned_by(&cache.services, db, KIND_LABEL), &name);
@@ -251,6 +215,7 @@ pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
         name,
         service_in_sync,
         statefulset,
+        claim_size: claim,
         pods,
         jobs,
         cronjob,

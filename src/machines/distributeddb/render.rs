@@ -37,7 +37,8 @@ use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};
 use crate::machines::common::env::{from_field, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
-use crate::machines::common::meta::{self, owner_reference};
+use crate::machines::common::meta::{self, Owner};
+use crate::machines::common::storage;
 
 /// `app.kubernetes.io/name` of everything a DistributedDB owns.
 pub const KIND_LABEL: &str = "distributeddb";
@@ -78,13 +79,7 @@ pub fn claim_name(db: &DistributedDB, ordinal: i32) -> String {
 /// [`Error`] if the owner has no UID or the object does not serialize.
 pub fn service(db: &DistributedDB) -> Result<Service, Error> {
     let svc = Service {
-        metadata: ObjectMeta {
-            name: Some(db.name_any()),
-            namespace: Some(namespace(db)),
-            labels: Some(labels(db)),
-            owner_references: Some(vec![owner_reference(db)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: Owner::of(db)?.child(db.name_any(), labels(db)),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_owned()),
             publish_not_ready_addresses: Some(true),
@@ -147,13 +142,7 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
         ..Container::default()
     };
     let sts = StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(namespace(db)),
-            labels: Some(labels(db)),
-            owner_references: Some(vec![owner_reference(db)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: Owner::of(db)?.child(name.clone(), labels(db)),
         spec: StatefulSetSpec {
             replicas: Some(shape.replicas),
             service_name: Some(name),
@@ -181,26 +170,12 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
                     db,
                 )),
             },
-            volume_claim_templates: Some(vec![PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some(VOLUME.to_owned()),
-                    labels: Some(labels(db)),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(PersistentVolumeClaimSpec {
-                    access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-                    storage_class_name: spec.storage.storage_class_name.clone(),
-                    resources: Some(VolumeResourceRequirements {
-                        requests: Some(BTreeMap::from([(
-                            "storage".to_owned(),
-                            Quantity(shape.claim_size.clone()),
-                        )])),
-                        limits: None,
-                    }),
-                    ..PersistentVolumeClaimSpec::default()
-                }),
-                status: None,
-            }]),
+            volume_claim_templates: Some(vec![storage::claim_template(
+                VOLUME,
+                labels(db),
+                spec.storage.storage_class_name.clone(),
+                shape.claim_size.clone(),
+            )]),
             ..StatefulSetSpec::default()
         },
         status: None,
@@ -271,11 +246,10 @@ pub fn hook_job(
         },
         service_account_name: None,
     };
+    let owner = Owner::of(db)?;
     let mut job = RunOnce {
-        owner_name: &name,
-        namespace: &namespace(db),
-        owner: owner_reference(db)?,
-        labels: meta::component_labels(KIND_LABEL, &name, "hook"),
+        labels: meta::component_labels(KIND_LABEL, &owner.name, "hook"),
+        owner: &owner,
         key,
         purpose: Purpose::Hook,
         pod,

@@ -106,3 +106,5 @@ pub enum UpgradeStep {
     /// Running the post-hook.
     PostHook,
 }
+
+crate::machines::common::finalize::impl_states!(DdbState);

@@ -148,6 +148,8 @@ pub enum PgAction {
     },
 }
 
+crate::machines::common::jobs::impl_job_actions!(PgAction);
+
 /// The key of the promote Job of `attempt` against the pod `target` with `uid`.
 pub fn promote_key(target: i32, uid: &str, attempt: u32) -> String {
     format!("promote-{target}-{}-{attempt}", short_hash(&[uid]))

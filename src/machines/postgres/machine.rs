@@ -200,9 +200,8 @@ use super::actions::PgAction;
 use super::api::PostgresClusterSpec;
 use super::decide::fencing::keep_lease;
 use super::decide::{
-    D, backing_up::backing_up, creating::creating, finalizing::begin_finalizing,
-    finalizing::finalizing, primary_lost::primary_lost, ready::ready, scaling::scaling,
-    switching_over::switching_over, upgrading::upgrading,
+    D, backing_up::backing_up, creating::creating, primary_lost::primary_lost, ready::ready,
+    scaling::scaling, switching_over::switching_over, upgrading::upgrading,
 };
 use super::observe::Observed;
 use super::state::{PgKind, PgState};
@@ -242,7 +241,7 @@ fn keep_lease_at_rest(
     }
 }
 use crate::machines::common::annotations::BACKUP_NOW;
-use crate::machines::common::on_demand;
+use crate::machines::common::{finalize, on_demand};
 
 /// The PostgresCluster machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,11 +268,9 @@ impl Machine for Postgres {
 
     fn decide(spec: &PostgresClusterSpec, state: &PgState, world: &World<Observed>) -> D {
         if world.deleting {
-            return match state {
-                PgState::Finalizing { attempt } => finalizing(spec, *attempt, world),
-                PgState::Finalized => Decision::stay(FINALIZED, "finalizer released"),
-                _ => begin_finalizing(spec, &world.observed),
-            };
+            let (o, configured) = (&world.observed, spec.backup.is_some());
+            let skip = o.requests.skip_final_backup;
+            return finalize::deleting(state, configured, skip, &o.jobs, world.now);
         }
         let o = &world.observed;
         let d = match state {
@@ -322,7 +319,7 @@ impl Machine for Postgres {
     }
 
     fn finalized(state: &PgState) -> bool {
-        matches!(state, PgState::Finalized)
+        finalize::States::is_finalized(state)
     }
 
     fn acks(state: &PgState) -> Vec<(&'static str, String)> {

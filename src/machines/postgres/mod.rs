@@ -50,7 +50,6 @@ pub mod table;
 #[cfg(test)]
 mod tests;
 
-use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -64,7 +63,7 @@ pub use status::last_backup_time;
 
 use crate::driver::{Cache, Error, Op, Operator, Precondition};
 use crate::engine::EngineStatus;
-use crate::machines::common::backup::cronjob_name;
+use crate::machines::common::ops;
 use actions::Role;
 use render::ROLE_LABEL;
 use status::{last_failover, primary_available, rest_image};
@@ -165,20 +164,12 @@ impl Operator for Postgres {
             PgAction::RunSurvey { key, hosts, image } => {
                 vec![Op::create(&render::survey_job(object, key, hosts, image)?)?]
             }
-            PgAction::RunBackup { key, kind } => render::backup_job(object, key, *kind)?
-                .map(|job| Op::create(&job))
-                .transpose()?
-                .into_iter()
-                .collect(),
-            PgAction::EnsureCronJob => render::cronjob(object)?
-                .map(|cj| Op::apply(&cj))
-                .transpose()?
-                .into_iter()
-                .collect(),
-            PgAction::DeleteCronJob { uid } => {
-                vec![Op::delete::<CronJob>(cronjob_name(&name), uid)]
+            PgAction::RunBackup { key, kind } => {
+                ops::create_some(render::backup_job(object, key, *kind)?)?
             }
-            PgAction::DeleteJob { name, uid } => vec![Op::delete::<Job>(name, uid)],
+            PgAction::EnsureCronJob => ops::apply_some(render::cronjob(object)?)?,
+            PgAction::DeleteCronJob { uid } => ops::delete_cronjob(&name, uid),
+            PgAction::DeleteJob { name, uid } => ops::delete_job(name, uid),
         })
     }
 

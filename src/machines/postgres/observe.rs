@@ -22,30 +22,7 @@ use crate::machines::common::observe as common;
 pub use crate::machines::common::observe::ordinal_of;
 use crate::machines::common::replace::Seen;
 
-/// The StatefulSet as observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatefulSetView {
-    /// The live object contains what Lockstep renders for its own image and replicas.
-    pub conforms: bool,
-    /// The template's PostgreSQL image.
-    pub image: Option<String>,
-    /// `spec.replicas`.
-    pub replicas: i32,
-    /// The StatefulSet controller has seen the current template.
-    pub caught_up: bool,
-}
-
-impl StatefulSetView {
-    /// Whether the live StatefulSet is what Lockstep renders for `image` and `replicas`.
-    pub fn holds(&self, image: &str, replicas: i32) -> bool {
-        self.conforms && self.image.as_deref() == Some(image) && self.replicas == replicas
-    }
-
-    /// Whether the controller already recreates pods from a template holding `image`.
-    pub fn serves(&self, image: &str) -> bool {
-        self.conforms && self.caught_up && self.image.as_deref() == Some(image)
-    }
-}
+pub use crate::machines::common::observe::StatefulSetView;
 
 /// A PostgreSQL pod as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,18 +282,10 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
     let name = pg.name_any();
     let statefulset = common::named(Cache::owned_by(&cache.statefulsets, pg, KIND_LABEL), &name)
         .map(|sts| {
-            let image = common::template_image(&sts, CONTAINER);
-            let replicas = sts.spec.replicas.unwrap_or(1);
-            let own = image
-                .as_deref()
-                .and_then(|i| render::statefulset(pg, i, replicas).ok());
-            StatefulSetView {
-                conforms: common::in_sync(Some(sts.as_ref()), own),
-                image,
-                replicas,
-                caught_up: sts.status.as_ref().and_then(|s| s.observed_generation)
-                    >= sts.metadata.generation,
-            }
+            StatefulSetView::of(&sts, CONTAINER, |image, replicas| {
+                let own = render::statefulset(pg, image, replicas).ok();
+                common::in_sync(Some(sts.as_ref()), own)
+            })
         });
 
     let services = Cache::owned_by(&cache.services, pg, KIND_LABEL);

@@ -192,3 +192,5 @@ impl PgState {
         }
     }
 }
+
+crate::machines::common::finalize::impl_states!(PgState);

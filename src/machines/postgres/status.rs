@@ -73,26 +73,23 @@ pub(super) fn primary_available(
                 object.spec.failover_delay_seconds
             ),
         ),
-        PgState::SwitchingOver(s) => match s.cause {
-            SwitchCause::Failover => (
-                false,
-                "FailingOver",
-                format!(
-                    "promoting {} in place of {}, which was not Ready for longer than failoverDelaySeconds",
-                    pod(s.target.ordinal),
-                    pod(s.cluster.primary)
+        PgState::SwitchingOver(s) => {
+            let (from, to) = (pod(s.cluster.primary), pod(s.target.ordinal));
+            match s.cause {
+                SwitchCause::Failover => (
+                    false,
+                    "FailingOver",
+                    format!(
+                        "promoting {to} in place of {from}, which was not Ready for longer than failoverDelaySeconds"
+                    ),
                 ),
-            ),
-            SwitchCause::Upgrade | SwitchCause::Scale => (
-                false,
-                "SwitchingOver",
-                format!(
-                    "moving the primary role from {} to {}",
-                    pod(s.cluster.primary),
-                    pod(s.target.ordinal)
+                SwitchCause::Upgrade | SwitchCause::Scale => (
+                    false,
+                    "SwitchingOver",
+                    format!("moving the primary role from {from} to {to}"),
                 ),
-            ),
-        },
+            }
+        }
         other => {
             let primary = other.cluster().map_or(0, |c| c.primary);
             let how = history.iter().rev().find_map(|h| match h.reason.as_str() {

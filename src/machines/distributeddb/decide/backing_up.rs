@@ -1,11 +1,8 @@
 //! BackingUp: an on-demand backup runs (the shared protocol is
 //! [`crate::machines::common::on_demand`]).
 
-use super::{D, claim, upkeep};
-use crate::machines::common::backup::BackupKind;
+use super::{D, shape_at, upkeep};
 use crate::machines::common::on_demand;
-use crate::machines::distributeddb::actions::backup_key;
-use crate::machines::distributeddb::actions::{DdbAction, Shape};
 use crate::machines::distributeddb::api::DistributedDBSpec;
 use crate::machines::distributeddb::observe::Observed;
 use crate::machines::distributeddb::state::DdbState;
@@ -23,28 +20,15 @@ pub(crate) fn backing_up(
         version: version.to_owned(),
         replicas,
     };
-    let shape = Shape {
-        image: version.to_owned(),
-        replicas,
-        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
-    };
+    let shape = shape_at(spec, version, replicas, o);
     let actions = upkeep(spec, &shape, o);
-    let key = backup_key(request);
-    let verdict = on_demand::step(on_demand::Facts {
+    let facts = on_demand::Facts {
         token: request,
         created: served == Some(request),
         configured: spec.backup_policy.is_some(),
         field: "backupPolicy",
-        job: o.job(&key).map(|j| (&j.outcome, j.name.as_str())),
+        job: on_demand::job(&o.jobs, request),
         in_state,
-    });
-    on_demand::decision(
-        verdict,
-        || back,
-        actions,
-        |key| DdbAction::RunBackup {
-            key,
-            kind: BackupKind::OnDemand,
-        },
-    )
+    };
+    on_demand::backing_up(facts, back, actions)
 }

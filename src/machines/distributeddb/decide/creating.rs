@@ -1,8 +1,8 @@
 //! Creating: the StatefulSet and Service follow `spec.image` until every replica is Ready.
 
-use super::{D, Next, claim, next_pod, stay, upkeep};
+use super::{D, Next, next_pod, shape_at, stay, upkeep};
 use crate::engine::Decision;
-use crate::machines::distributeddb::actions::{DdbAction, Shape};
+use crate::machines::distributeddb::actions::DdbAction;
 use crate::machines::distributeddb::api::DistributedDBSpec;
 use crate::machines::distributeddb::observe::Observed;
 use crate::machines::distributeddb::state::{DdbState, Upgrade};
@@ -27,11 +27,7 @@ fn step_down(replicas: i32, o: &Observed) -> i32 {
 
 pub(crate) fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
     let replicas = spec.replicas;
-    let shape = Shape {
-        image: spec.image.clone(),
-        replicas: step_down(replicas, o),
-        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
-    };
+    let shape = shape_at(spec, &spec.image, step_down(replicas, o), o);
     let mut actions = upkeep(spec, &shape, o);
     let template_current = o
         .statefulset

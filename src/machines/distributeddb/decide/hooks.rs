@@ -4,7 +4,7 @@ use super::{D, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
 use crate::machines::common::jobs::JobView;
-use crate::machines::common::retry::{Attempts, JobStep, retry_time, run_once_step};
+use crate::machines::common::retry::{Attempts, JobStep, backoff_stay, run_once_step};
 use crate::machines::distributeddb::actions::DdbAction;
 use crate::machines::distributeddb::actions::HookPhase;
 use crate::machines::distributeddb::api::Hook;
@@ -56,17 +56,16 @@ pub(crate) fn hook_step(
             actions,
         ),
         JobStep::Succeeded => on_success(u, format!("the {what} of {name} succeeded"), actions),
-        JobStep::Backoff { failure, at, wait } => stay(
+        JobStep::Backoff { failure, at, wait } => backoff_stay(
             HOOK_FAILED,
             format!(
-                "the {what} of {name} {failure} in Job {job_name} ({}); retrying at {}",
-                attempts.describe(),
-                retry_time(at)
+                "the {what} of {name} {failure} in Job {job_name} ({})",
+                attempts.describe()
             ),
+            at,
+            wait,
             actions,
-        )
-        .degraded()
-        .requeue(wait),
+        ),
         JobStep::Retry { failure } => Decision::go(
             DdbState::Upgrading(Upgrade {
                 attempt: u.attempt.saturating_add(1),

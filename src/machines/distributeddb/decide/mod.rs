@@ -3,13 +3,13 @@
 //! which owned objects to restore.
 //!
 //! - [`creating`], [`ready`], [`scaling`], [`upgrading`] (with [`hooks`]),
-//!   [`backing_up`], [`finalizing`]: one per state.
+//!   [`backing_up`]: one per state;
+//!   deletion is [`crate::machines::common::finalize::deleting`].
 //! - [`ready`] is split into its sub-decisions: scaling, upgrades, stray images, backups,
 //!   volume growth, Job pruning and reporting.
 
 pub(super) mod backing_up;
 pub(super) mod creating;
-pub(super) mod finalizing;
 pub(super) mod hooks;
 pub(super) mod ready;
 pub(super) mod scaling;
@@ -24,6 +24,7 @@ use super::api::DistributedDBSpec;
 use super::observe::{Observed, Requests};
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use crate::engine::Decision;
+use crate::machines::common::replace;
 
 pub(crate) type D = Decision<DdbState, DdbAction>;
 
@@ -134,26 +135,11 @@ pub(crate) fn next_pod(o: &Observed, replicas: i32, to: &str) -> Next {
     }
 }
 
-/// Why pod `k` may not be taken down now, if it may not.
+/// Why pod `k` may not be taken down now, if it may not
+/// ([`replace::hold_before_delete`]).
 pub(crate) fn hold_before_delete(o: &Observed, k: i32, replicas: i32, to: &str) -> Option<String> {
-    let others_down: Vec<i32> = (0..replicas)
-        .filter(|j| *j != k)
-        .filter(|j| !o.pods.get(j).is_some_and(|p| p.ready && !p.terminating))
-        .collect();
-    if !others_down.is_empty() {
-        return Some(format!(
-            "waiting for pod {} to be Ready before taking {} down",
-            o.pod_names(&others_down),
-            o.pod_name(k)
-        ));
-    }
-    match &o.statefulset {
-        Some(s) if s.serves(to) => None,
-        _ => Some(format!(
-            "waiting for the StatefulSet template to hold {to} before taking {} down",
-            o.pod_name(k)
-        )),
-    }
+    let serving = |j| o.pods.get(&j).is_some_and(|p| p.ready && !p.terminating);
+    replace::hold_before_delete(&o.name, k, replicas, serving, o.statefulset.as_ref(), to)
 }
 
 /// Owned objects to restore in a state whose StatefulSet has `shape`.
@@ -166,7 +152,11 @@ pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> V
         replicas: cut_back_step(shape, o),
         ..shape.clone()
     };
-    if !o.statefulset.as_ref().is_some_and(|s| s.holds(&step)) {
+    if !o
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| s.holds(&step.image, step.replicas))
+    {
         actions.push(DdbAction::EnsureStatefulSet(step));
     }
     match (&spec.backup_policy, &o.cronjob) {
@@ -206,6 +196,22 @@ pub(crate) fn stay(reason: &'static str, message: impl Into<String>, upkeep: Vec
     Decision::stay(reason, message).with_actions(upkeep)
 }
 
-pub(crate) fn claim(o: &Observed) -> Option<&str> {
-    o.statefulset.as_ref().and_then(|s| s.claim_size.as_deref())
+/// What the StatefulSet should hold: `image` and `replicas`, with the live claim size
+/// (claims grow by [`DdbAction::ExpandVolume`], not through the template) or, before
+/// there is a StatefulSet, the spec's.
+pub(crate) fn shape_at(
+    spec: &DistributedDBSpec,
+    image: &str,
+    replicas: i32,
+    o: &Observed,
+) -> Shape {
+    Shape {
+        image: image.to_owned(),
+        replicas,
+        claim_size: o
+            .claim_size
+            .as_deref()
+            .unwrap_or(&spec.storage.size)
+            .to_owned(),
+    }
 }

@@ -7,11 +7,10 @@
 use std::ops::ControlFlow;
 
 use super::scaling::{Step, describe_step, next_step};
-use super::{D, Next, claim, next_pod, stay, upkeep};
+use super::{D, Next, next_pod, shape_at, stay, upkeep};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
-use crate::machines::common::backup::BackupKind;
-use crate::machines::common::jobs::{JobOutcome, Purpose};
+use crate::machines::common::jobs::{self, JobActions, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::common::quantity;
 use crate::machines::distributeddb::actions::{DdbAction, Shape};
@@ -29,11 +28,7 @@ pub(crate) fn ready(
     served: Option<&str>,
     o: &Observed,
 ) -> D {
-    let shape = Shape {
-        image: version.to_owned(),
-        replicas,
-        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
-    };
+    let shape = shape_at(spec, version, replicas, o);
     let mut actions = upkeep(spec, &shape, o);
     if spec.replicas != replicas {
         return rescale(spec, version, &shape, o, actions);
@@ -188,32 +183,19 @@ fn backup(
         served,
         |key| o.job(key).is_some(),
         spec.backup_policy.is_some(),
-    ) {
-        on_demand::Request::Idle => ControlFlow::Continue(None),
-        on_demand::Request::Start {
-            token,
-            key,
-            create,
-            message,
-        } => ControlFlow::Break(on_demand::start(
-            DdbState::BackingUp {
-                version: version.to_owned(),
-                replicas,
-                request: token,
-            },
-            key,
-            create,
-            message,
-            |key| DdbAction::RunBackup {
-                key,
-                kind: BackupKind::OnDemand,
-            },
-        )),
+    )
+    .start(|request| DdbState::BackingUp {
+        version: version.to_owned(),
+        replicas,
+        request,
+    }) {
+        Ok(go) => ControlFlow::Break(go),
         // Reported Degraded (once every pod is Ready), until the annotation goes.
-        on_demand::Request::NotConfigured { token } => ControlFlow::Continue(Some(format!(
+        Err(on_demand::Request::NotConfigured { token }) => ControlFlow::Continue(Some(format!(
             "{}={token} is ignored: spec.backupPolicy is not set",
             annotations::BACKUP_NOW
         ))),
+        Err(_) => ControlFlow::Continue(None),
     }
 }
 
@@ -236,13 +218,7 @@ fn grow_volumes(
 
 /// At rest, the finished hook Jobs of past upgrades go.
 fn prune_hook_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
-    o.jobs
-        .iter()
-        .filter(|j| j.purpose == Some(Purpose::Hook) && j.outcome != JobOutcome::Running)
-        .map(|j| DdbAction::DeleteJob {
-            name: j.name.clone(),
-            uid: j.uid.clone(),
-        })
+    jobs::finished(&o.jobs, Purpose::Hook).map(DdbAction::delete_job)
 }
 
 /// At rest, finished on-demand backup Jobs beyond the history limit go (their tokens are
@@ -250,10 +226,7 @@ fn prune_hook_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
 fn prune_backup_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
     on_demand::prune(&o.jobs)
         .into_iter()
-        .map(|j| DdbAction::DeleteJob {
-            name: j.name.clone(),
-            uid: j.uid.clone(),
-        })
+        .map(DdbAction::delete_job)
 }
 
 /// The stay at rest: Degraded while a replica is down (Ready turns False and Degraded

@@ -3,7 +3,7 @@
 //! `podManagementPolicy` is `Parallel` and immutable on a live StatefulSet, so the
 //! machine, not the StatefulSet controller, keeps it to one member at a time).
 
-use super::{D, claim, stay, upkeep};
+use super::{D, shape_at, stay, upkeep};
 use crate::engine::Decision;
 use crate::machines::distributeddb::actions::Shape;
 use crate::machines::distributeddb::api::DistributedDBSpec;
@@ -30,7 +30,10 @@ pub(crate) enum Step {
 pub(crate) fn next_step(shape: &Shape, wanted: i32, o: &Observed, upkeep_pending: bool) -> Step {
     let replicas = shape.replicas;
     let next = replicas + (wanted - replicas).signum();
-    let holds = !upkeep_pending && o.statefulset.as_ref().is_some_and(|s| s.holds(shape));
+    let holds = !upkeep_pending
+        && o.statefulset
+            .as_ref()
+            .is_some_and(|s| s.holds(&shape.image, shape.replicas));
     let seen = holds && o.statefulset.as_ref().is_some_and(|s| s.caught_up);
     let extra: Vec<i32> = o.pods.keys().copied().filter(|k| *k >= replicas).collect();
     let not_ready: Vec<i32> = (0..replicas)
@@ -84,11 +87,7 @@ pub(crate) fn scaling(
     replicas: i32,
     o: &Observed,
 ) -> D {
-    let shape = Shape {
-        image: version.to_owned(),
-        replicas,
-        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
-    };
+    let shape = shape_at(spec, version, replicas, o);
     let actions = upkeep(spec, &shape, o);
     match next_step(&shape, spec.replicas, o, !actions.is_empty()) {
         Step::Next { settled: true, .. } if spec.replicas == replicas => Decision::go(

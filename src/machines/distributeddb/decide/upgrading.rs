@@ -5,12 +5,12 @@ use super::ready::adopt;
 use std::time::Duration;
 
 use super::{
-    D, Next, READINESS_WINDOW, claim, elapsed, hold_before_delete, next_pod, stay, upkeep,
+    D, Next, READINESS_WINDOW, elapsed, hold_before_delete, next_pod, shape_at, stay, upkeep,
 };
 use crate::engine::{Decision, Health, Wait, World};
 use crate::machines::common::jobs::JobOutcome;
 use crate::machines::common::replace::{self, Replacement};
-use crate::machines::distributeddb::actions::{DdbAction, Shape};
+use crate::machines::distributeddb::actions::DdbAction;
 use crate::machines::distributeddb::actions::{HookPhase, hook_key};
 use crate::machines::distributeddb::api::DistributedDBSpec;
 use crate::machines::distributeddb::observe::{Observed, PodView};
@@ -19,11 +19,7 @@ use crate::machines::distributeddb::table::reason::*;
 
 pub(crate) fn upgrading(spec: &DistributedDBSpec, u: &Upgrade, world: &World<Observed>) -> D {
     let o = &world.observed;
-    let shape = Shape {
-        image: u.to.clone(),
-        replicas: u.replicas,
-        claim_size: claim(o).unwrap_or(&spec.storage.size).to_owned(),
-    };
+    let shape = shape_at(spec, &u.to, u.replicas, o);
     let actions = upkeep(spec, &shape, o);
     if spec.image != u.to && !in_flight(u, world) {
         return retarget(spec, u, o, actions);
@@ -56,48 +52,35 @@ pub(crate) fn waited(u: &Upgrade, world: &World<Observed>) -> Duration {
 /// A wait of the `Restart` step is reported `Degraded` once it outlasts the
 /// [`READINESS_WINDOW`] (the pause itself goes on), and looks again when the window ends.
 /// The stay that deletes the pod acts rather than waits: it is left alone.
-fn within_window(d: D, waited: Duration) -> D {
+fn within_window(mut d: D, waited: Duration) -> D {
     let deletes = d
         .actions()
         .iter()
         .any(|a| matches!(a, DdbAction::DeletePod { .. }));
-    match d {
-        Decision::Stay {
-            reason,
-            message,
-            actions,
-            wait,
-            health: Health::Healthy,
-        } if !deletes => {
+    if let Decision::Stay {
+        message,
+        wait,
+        health: health @ Health::Healthy,
+        ..
+    } = &mut d
+        && !deletes
+    {
+        if waited > READINESS_WINDOW {
             let window = READINESS_WINDOW.as_secs();
-            if waited > READINESS_WINDOW {
-                Decision::Stay {
-                    reason,
-                    message: format!(
-                        "{message} (for {}s, longer than the readiness window of {window}s)",
-                        waited.as_secs()
-                    ),
-                    actions,
-                    wait,
-                    health: Health::Degraded,
-                }
-            } else {
-                let left = READINESS_WINDOW - waited + Duration::from_secs(1);
-                let wait = match wait {
-                    Wait::Requeue(after) => Wait::Requeue(after.min(left)),
-                    Wait::Watch => Wait::Requeue(left),
-                };
-                Decision::Stay {
-                    reason,
-                    message,
-                    actions,
-                    wait,
-                    health: Health::Healthy,
-                }
-            }
+            *message = format!(
+                "{message} (for {}s, longer than the readiness window of {window}s)",
+                waited.as_secs()
+            );
+            *health = Health::Degraded;
+        } else {
+            let left = READINESS_WINDOW - waited + Duration::from_secs(1);
+            *wait = match *wait {
+                Wait::Requeue(after) => Wait::Requeue(after.min(left)),
+                Wait::Watch => Wait::Requeue(left),
+            };
         }
-        other => other,
     }
+    d
 }
 
 /// Whether the step's pod is in flight: its pre-hook Job runs or succeeded, drained by

@@ -41,7 +41,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
 use super::actions::{DdbAction, HookPhase, backup_key, hook_key};
-use super::api::{BackupPolicy, DbPort, DistributedDBSpec, Hook, Storage, UpgradePolicy};
+use super::api::DistributedDBSpec;
+use super::fixtures::{self, policy};
 use super::machine::DistributedDb;
 use super::observe::{CronJobView, Observed, PodView, Requests, StatefulSetView};
 use super::state::DdbState;
@@ -266,64 +267,21 @@ pub(super) enum Edit {
     ToggleBackups,
 }
 
-fn hook(retry_limit: i32) -> Hook {
-    Hook {
-        image: None,
-        command: vec!["hook".to_owned()],
-        args: Vec::new(),
-        env: Vec::new(),
-        timeout_seconds: 60,
-        retry_limit,
-        pod_labels: BTreeMap::new(),
-        pod_annotations: BTreeMap::new(),
-    }
-}
-
-fn policy() -> BackupPolicy {
-    BackupPolicy {
-        schedule: "@daily".to_owned(),
-        suspend: false,
-        s3_endpoint: "https://s3.example".to_owned(),
-        s3_credentials_secret: "s3".to_owned(),
-        bucket: "b".to_owned(),
-        prefix: None,
-        retention: None,
-        image: "backup:1".to_owned(),
-        command: Vec::new(),
-        args: Vec::new(),
-        timeout_seconds: 600,
-        pod_labels: BTreeMap::new(),
-        pod_annotations: BTreeMap::new(),
+/// The spec a model run starts from: `replicas` at the first image, with hooks retried
+/// `hooks` times and a backup policy if asked.
+fn spec(replicas: i32, hooks: Option<i32>, backups: bool) -> DistributedDBSpec {
+    let mut spec = fixtures::spec(IMAGES[0], replicas);
+    spec.backup_policy = backups.then(fixtures::policy);
+    match hooks {
+        Some(retry) => fixtures::with_hooks(spec, retry),
+        None => spec,
     }
 }
 
 impl Cluster {
     fn new(replicas: i32, hooks: Option<i32>, backups: bool) -> Self {
         Cluster {
-            spec: DistributedDBSpec {
-                replicas,
-                image: IMAGES[0].to_owned(),
-                storage: Storage {
-                    storage_class_name: None,
-                    size: "1Gi".to_owned(),
-                },
-                backup_policy: backups.then(policy),
-                upgrade: hooks.map(|retry| UpgradePolicy {
-                    pre_hook: Some(hook(retry)),
-                    post_hook: Some(hook(retry)),
-                }),
-                resources: None,
-                ports: vec![DbPort {
-                    name: "db".to_owned(),
-                    port: 8080,
-                }],
-                env: Vec::new(),
-                pod_labels: BTreeMap::new(),
-                pod_annotations: BTreeMap::new(),
-                placement: None,
-                readiness_probe: None,
-                liveness_probe: None,
-            },
+            spec: spec(replicas, hooks, backups),
             requests: Requests::default(),
             service: None,
             sts: None,

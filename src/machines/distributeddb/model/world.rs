@@ -69,8 +69,8 @@ impl WorldModel<DistributedDb> for Cluster {
                 image: Some(s.image.clone()),
                 replicas: s.replicas,
                 caught_up: s.observed == s.generation,
-                claim_size: Some("1Gi".to_owned()),
             }),
+            claim_size: self.sts.as_ref().map(|_| "1Gi".to_owned()),
             pods: self
                 .pods
                 .iter()

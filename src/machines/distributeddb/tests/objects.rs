@@ -121,7 +121,7 @@ fn a_stored_statefulset_with_api_defaults_conforms_and_an_edited_one_does_not() 
     let sts = o.statefulset.clone().unwrap_or_else(|| panic!("{o:?}"));
     assert!(sts.conforms && sts.caught_up, "{sts:?}");
     assert_eq!(sts.image.as_deref(), Some("db:2"));
-    assert!(sts.holds(&shape("db:2")) && !sts.holds(&shape("db:1")));
+    assert!(sts.holds("db:2", 3) && !sts.holds("db:1", 3));
 
     let mut edited = live;
     if let Some(c) = edited

@@ -3,21 +3,8 @@
 //! what a lost record does to deletion.
 
 use super::*;
-use crate::engine::{EngineStatus, Input, Outcome, step};
-
-/// A status whose record holds `state` (written as JSON, the way the API server has it).
-fn status_in(state: &DdbState) -> EngineStatus<DdbState> {
-    let mut status = EngineStatus::default();
-    status.machine = Some(
-        serde_json::json!({
-            "state": state,
-            "enteredAt": t(0),
-            "stateVersion": 1,
-        })
-        .into(),
-    );
-    status
-}
+use crate::engine::{EngineStatus, Outcome};
+use crate::machines::common::testing::{self, reconcile_at, status_in};
 
 /// One reconcile from `status`, which then holds what it wrote.
 fn reconcile(
@@ -26,27 +13,15 @@ fn reconcile(
     o: &Observed,
     deleting: bool,
 ) -> Outcome<DistributedDb> {
-    reconcile_at(spec, status, o, deleting, 1000)
+    testing::reconcile_at(spec, status, o, deleting, 1000)
 }
 
-/// [`reconcile`] with the clock at `secs`.
-fn reconcile_at(
-    spec: &DistributedDBSpec,
-    status: &mut EngineStatus<DdbState>,
-    o: &Observed,
-    deleting: bool,
-    secs: i64,
-) -> Outcome<DistributedDb> {
-    let out = step::<DistributedDb>(Input {
-        spec,
-        status,
-        observed: o.clone(),
-        generation: 1,
-        deleting,
-        now: t(secs),
-    });
-    *status = out.status.clone();
-    out
+fn current(status: &EngineStatus<DdbState>) -> Option<DdbState> {
+    testing::current::<DistributedDb>(status)
+}
+
+fn state_of(out: &Outcome<DistributedDb>) -> Option<&DdbState> {
+    out.state.as_ref()
 }
 
 fn runs_backup(out: &Outcome<DistributedDb>) -> bool {
@@ -58,17 +33,6 @@ fn runs_backup(out: &Outcome<DistributedDb>) -> bool {
 fn with_token(mut o: Observed, token: &str) -> Observed {
     o.requests.backup_now = Some(token.to_owned());
     o
-}
-
-fn current(status: &EngineStatus<DdbState>) -> Option<DdbState> {
-    crate::engine::step::decode::<DistributedDb>(status)
-        .ok()
-        .flatten()
-        .map(|r| r.state)
-}
-
-fn state_of(out: &Outcome<DistributedDb>) -> Option<&DdbState> {
-    out.state.as_ref()
 }
 
 /// Bug 2 of issue 11: pruning the Job that served a token must not run another backup.
@@ -173,40 +137,6 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
         [format!("db-{}", keys[0]), format!("db-{}", keys[1])],
         "the two oldest successful ones go; the newest three and the one failure stay"
     );
-}
-
-/// Bug 8 of issue 11: final-backup retries keep counting attempts but keep only the
-/// latest few Jobs.
-#[test]
-fn final_backup_retries_keep_only_the_latest_jobs() {
-    let s = with_backups(spec("db:1"));
-    let mut o = at_rest("db:1");
-    for n in 1..=4 {
-        o.jobs.push(job(
-            &format!("final-backup-{n}"),
-            Purpose::FinalBackup,
-            failed(900),
-        ));
-    }
-    let w = World {
-        deleting: true,
-        ..world(o)
-    };
-    let d = DistributedDb::decide(&s, &DdbState::Finalizing { attempt: 5 }, &w);
-    let mut pruned: Vec<String> = d
-        .actions()
-        .iter()
-        .filter_map(|a| match a {
-            DdbAction::DeleteJob { name, .. } => Some(name.clone()),
-            _ => None,
-        })
-        .collect();
-    pruned.sort();
-    assert_eq!(pruned, ["db-final-backup-1", "db-final-backup-2"]);
-    assert!(d.actions().contains(&DdbAction::RunBackup {
-        key: "final-backup-5".to_owned(),
-        kind: BackupKind::Final
-    }));
 }
 
 /// Bug 7 of issue 11: a record lost while deleting never skips the final backup.

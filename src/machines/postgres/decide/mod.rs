@@ -3,14 +3,14 @@
 //! which replica may be promoted.
 //!
 //! - [`creating`], [`ready`], [`scaling`], [`upgrading`], [`switching_over`],
-//!   [`primary_lost`], [`backing_up`], [`finalizing`]: one per state.
+//!   [`primary_lost`], [`backing_up`]: one per
+//!   state; deletion is [`crate::machines::common::finalize::deleting`].
 //! - [`ready`] is split into its sub-decisions: a lost primary, scaling, upgrades and
 //!   stray images, backups, Job pruning and reporting.
 
 pub(super) mod backing_up;
 pub(super) mod creating;
 pub(super) mod fencing;
-pub(super) mod finalizing;
 pub(super) mod primary_lost;
 pub(super) mod ready;
 pub(super) mod scaling;

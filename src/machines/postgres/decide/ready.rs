@@ -12,8 +12,7 @@ use super::scaling::rescale;
 use super::{D, rest, stay, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::common::annotations;
-use crate::machines::common::backup::BackupKind;
-use crate::machines::common::jobs::{JobOutcome, Purpose};
+use crate::machines::common::jobs::{self, JobActions, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::postgres::actions::{PgAction, spec_image};
 use crate::machines::postgres::api::PostgresClusterSpec;
@@ -46,10 +45,7 @@ pub(crate) fn ready(
     actions.extend(
         on_demand::prune(&o.jobs)
             .into_iter()
-            .map(|j| PgAction::DeleteJob {
-                name: j.name.clone(),
-                uid: j.uid.clone(),
-            }),
+            .map(PgAction::delete_job),
     );
     report(cluster, o, actions)
 }
@@ -101,27 +97,13 @@ fn backup(
         served,
         |key| o.job(key).is_some(),
         spec.backup.is_some(),
-    ) {
-        on_demand::Request::Idle => ControlFlow::Continue(()),
-        on_demand::Request::Start {
-            token,
-            key,
-            create,
-            message,
-        } => ControlFlow::Break(on_demand::start(
-            PgState::BackingUp {
-                cluster: cluster.clone(),
-                request: token,
-            },
-            key,
-            create,
-            message,
-            |key| PgAction::RunBackup {
-                key,
-                kind: BackupKind::OnDemand,
-            },
-        )),
-        on_demand::Request::NotConfigured { .. } => ControlFlow::Break(
+    )
+    .start(|request| PgState::BackingUp {
+        cluster: cluster.clone(),
+        request,
+    }) {
+        Ok(go) => ControlFlow::Break(go),
+        Err(on_demand::Request::NotConfigured { .. }) => ControlFlow::Break(
             stay(
                 BACKUP_NOT_CONFIGURED,
                 format!(
@@ -132,18 +114,13 @@ fn backup(
             )
             .degraded(),
         ),
+        Err(_) => ControlFlow::Continue(()),
     }
 }
 
 /// At rest, the finished promote Jobs of past switchovers go.
 fn prune_promote_jobs(o: &Observed) -> impl Iterator<Item = PgAction> {
-    o.jobs
-        .iter()
-        .filter(|j| j.purpose == Some(Purpose::Promote) && j.outcome != JobOutcome::Running)
-        .map(|j| PgAction::DeleteJob {
-            name: j.name.clone(),
-            uid: j.uid.clone(),
-        })
+    jobs::finished(&o.jobs, Purpose::Promote).map(PgAction::delete_job)
 }
 
 /// The stay at rest: Degraded while a replica is down, otherwise serving (or restoring

@@ -8,7 +8,7 @@ use super::survey::{describe, most_advanced, parse};
 use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::RETRY_PROMOTE;
-use crate::machines::common::retry::{Attempts, JobStep, retry_time, run_once_step};
+use crate::machines::common::retry::{Attempts, JobStep, backoff_stay, run_once_step};
 use crate::machines::postgres::actions::{DeleteCause, PgAction, Role, promote_key, survey_key};
 use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::{Observed, holder_identity};
@@ -207,16 +207,13 @@ fn survey(s: &Switchover, world: &World<Observed>, what: &str, actions: Vec<PgAc
                 .requeue(std::time::Duration::from_secs(10)),
             }
         }
-        JobStep::Backoff { failure, at, wait } => stay(
+        JobStep::Backoff { failure, at, wait } => backoff_stay(
             SURVEY_FAILED,
-            format!(
-                "{what}: survey Job {job_name} {failure}; retrying at {}",
-                retry_time(at)
-            ),
+            format!("{what}: survey Job {job_name} {failure}"),
+            at,
+            wait,
             actions,
-        )
-        .degraded()
-        .requeue(wait),
+        ),
         JobStep::Retry { failure } | JobStep::Exhausted { failure } => Decision::go(
             PgState::SwitchingOver(Switchover {
                 survey_attempt: Some(attempt.saturating_add(1)),
@@ -448,17 +445,16 @@ pub(crate) fn promote(
             actions,
         ),
         JobStep::Succeeded => elect(s, o, what, actions),
-        JobStep::Backoff { failure, at, wait } => stay(
+        JobStep::Backoff { failure, at, wait } => backoff_stay(
             PROMOTION_FAILED,
             format!(
-                "{what}: promote Job {job_name} {failure} ({}); retrying at {}",
-                attempts.describe(),
-                retry_time(at)
+                "{what}: promote Job {job_name} {failure} ({})",
+                attempts.describe()
             ),
+            at,
+            wait,
             actions,
-        )
-        .degraded()
-        .requeue(wait),
+        ),
         JobStep::Retry { failure } => Decision::go(
             PgState::SwitchingOver(Switchover {
                 attempt: s.attempt.saturating_add(1),

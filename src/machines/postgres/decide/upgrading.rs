@@ -12,26 +12,11 @@ use crate::machines::postgres::observe::{Observed, PodView};
 use crate::machines::postgres::state::{PgState, PodRef, SwitchCause, Topology};
 use crate::machines::postgres::table::reason::*;
 
-/// Why pod `k` may not be taken down now, if it may not.
+/// Why pod `k` may not be taken down now, if it may not
+/// ([`replace::hold_before_delete`]).
 pub(crate) fn hold_before_delete(o: &Observed, k: i32, cluster: &Topology) -> Option<String> {
-    let others_down: Vec<i32> = (0..cluster.replicas)
-        .filter(|j| *j != k && !o.serving(*j))
-        .collect();
-    if !others_down.is_empty() {
-        return Some(format!(
-            "waiting for {} to be Ready before taking {} down",
-            o.pod_names(&others_down),
-            o.pod_name(k)
-        ));
-    }
-    match &o.statefulset {
-        Some(s) if s.serves(&cluster.image) => None,
-        _ => Some(format!(
-            "waiting for the StatefulSet template to hold {} before taking {} down",
-            cluster.image,
-            o.pod_name(k)
-        )),
-    }
+    let (sts, image) = (o.statefulset.as_ref(), &cluster.image);
+    replace::hold_before_delete(&o.name, k, cluster.replicas, |j| o.serving(j), sts, image)
 }
 
 /// The chosen pod was deleted and not yet recreated: the template must not change under

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::scenarios::config;
 use super::*;
 use crate::engine::check::{check_scenario, try_check_machine};
 use crate::engine::{Decision, Edge, World as Seen};
@@ -123,13 +124,13 @@ type PromoteBeforeFenced = Planted<TakeTheHolderForFenced>;
 /// Choose the failover target by ordinal.
 type ChooseByOrdinal = Planted<ReadEveryPositionAsEqual>;
 
-fn planted_config() -> CheckConfig {
-    CheckConfig {
-        cases: 512,
-        max_events: 80,
-        liveness_reconciles: 96,
-        ..CheckConfig::default()
-    }
+/// A running cluster of three pods (pod 0 primary), and `events` after three quiet
+/// reconciles.
+fn running_three(events: Vec<Event<Move, Edit>>) -> (World, Vec<Event<Move, Edit>>) {
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let r = || Event::Reconcile(Reconcile::FRESH);
+    (world, [r(), r(), r()].into_iter().chain(events).collect())
 }
 
 /// Pod 2 has received a commit pod 1 has not when pod 0, the primary, fails; the
@@ -138,12 +139,7 @@ fn lagging_replica_failover() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     let r = || Event::Reconcile(Reconcile::FRESH);
     let env = Event::Env;
-    let mut world = World::fresh(3, false, 0);
-    world.running();
-    let events = vec![
-        r(),
-        r(),
-        r(),
+    running_three(vec![
         env(Write),
         env(Replicate(2)),
         env(BecomesUnready(0)),
@@ -162,14 +158,13 @@ fn lagging_replica_failover() -> (World, Vec<Event<Move, Edit>>) {
         r(),
         env(JobFinishes { nth: 0, ok: true }),
         r(),
-    ];
-    (world, events)
+    ])
 }
 
 #[test]
 fn a_failover_promotes_the_replica_that_received_the_most() {
     let (world, events) = lagging_replica_failover();
-    let report = check_scenario::<Postgres, World>(&planted_config(), world, &events)
+    let report = check_scenario::<Postgres, World>(&config(), world, &events)
         .unwrap_or_else(|failure| panic!("{failure}"));
     assert!(
         report
@@ -184,7 +179,7 @@ fn a_failover_promotes_the_replica_that_received_the_most() {
 #[test]
 fn the_model_check_finds_a_failover_that_chooses_by_ordinal() {
     let (world, events) = lagging_replica_failover();
-    let failure = check_scenario::<ChooseByOrdinal, World>(&planted_config(), world, &events)
+    let failure = check_scenario::<ChooseByOrdinal, World>(&config(), world, &events)
         .expect_err("the planted bug is found");
     assert!(
         failure.reason.contains("failover promoted pod 1"),
@@ -198,12 +193,7 @@ fn lingering_primary_failover() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     let r = || Event::Reconcile(Reconcile::FRESH);
     let env = Event::Env;
-    let mut world = World::fresh(3, false, 0);
-    world.running();
-    let events = vec![
-        r(),
-        r(),
-        r(),
+    running_three(vec![
         env(BecomesUnready(0)),
         r(),
         Event::Tick(60),
@@ -214,14 +204,13 @@ fn lingering_primary_failover() -> (World, Vec<Event<Move, Edit>>) {
         env(JobFinishes { nth: 0, ok: true }),
         r(),
         r(),
-    ];
-    (world, events)
+    ])
 }
 
 #[test]
 fn a_failover_waits_for_a_lingering_primary() {
     let (world, events) = lingering_primary_failover();
-    let report = check_scenario::<Postgres, World>(&planted_config(), world, &events)
+    let report = check_scenario::<Postgres, World>(&config(), world, &events)
         .unwrap_or_else(|failure| panic!("{failure}"));
     assert!(
         report
@@ -233,7 +222,7 @@ fn a_failover_waits_for_a_lingering_primary() {
 #[test]
 fn the_model_check_finds_a_promotion_before_the_old_primary_is_fenced() {
     let (world, events) = lingering_primary_failover();
-    let failure = check_scenario::<PromoteBeforeFenced, World>(&planted_config(), world, &events)
+    let failure = check_scenario::<PromoteBeforeFenced, World>(&config(), world, &events)
         .expect_err("the planted bug is found");
     assert!(
         failure.reason.contains("still runs a writable server")
@@ -243,7 +232,7 @@ fn the_model_check_finds_a_promotion_before_the_old_primary_is_fenced() {
     // Generated runs find it too.
     let failure = try_check_machine::<PromoteBeforeFenced, World>(&CheckConfig {
         cases: 1024,
-        ..planted_config()
+        ..config()
     })
     .expect_err("generated runs find the planted bug");
     assert!(

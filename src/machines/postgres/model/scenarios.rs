@@ -2,7 +2,8 @@
 
 use super::*;
 
-fn config() -> CheckConfig {
+/// The model check's configuration (the planted bugs run under it too).
+pub(super) fn config() -> CheckConfig {
     CheckConfig {
         cases: 512,
         max_events: 80,

@@ -9,7 +9,7 @@ use crate::machines::common::Error;
 use crate::machines::common::backup::{self, BackupKind, Destination};
 use crate::machines::common::env::{from_secret, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
-use crate::machines::common::meta::{self, owner_reference};
+use crate::machines::common::meta::{self, Owner};
 
 use super::*;
 
@@ -55,21 +55,15 @@ pub fn promote_job(
     image: &str,
     old_primary: Option<i32>,
 ) -> Result<Job, Error> {
-    let name = pg.name_any();
     let mut env = vec![
         plain("TARGET_HOST", pod_host(pg, target)),
         plain("TARGET_PORT", PORT.to_string()),
-        plain("POSTGRES_USER", SUPERUSER),
-        from_secret(
-            "POSTGRES_PASSWORD",
-            &credentials_name(pg),
-            SUPERUSER_PASSWORD_KEY,
-        ),
-        plain(
-            "PROMOTE_DEADLINE_SECONDS",
-            PROMOTE_DEADLINE_SECONDS.to_string(),
-        ),
     ];
+    env.extend(superuser_env(pg));
+    env.push(plain(
+        "PROMOTE_DEADLINE_SECONDS",
+        PROMOTE_DEADLINE_SECONDS.to_string(),
+    ));
     if let Some(old) = old_primary {
         env.extend([
             plain("OLD_PRIMARY_HOST", pod_host(pg, old)),
@@ -77,24 +71,9 @@ pub fn promote_job(
             plain("CATCHUP_SECONDS", CATCHUP_SECONDS.to_string()),
         ]);
     }
-    let mut job = RunOnce {
-        owner_name: &name,
-        namespace: &namespace(pg),
-        owner: owner_reference(pg)?,
-        labels: meta::component_labels(KIND_LABEL, &name, "promote"),
-        key,
-        purpose: Purpose::Promote,
-        pod: PodRecipe {
-            container: job_container("promote", image.to_owned(), "promote.sh", env),
-            ..PodRecipe::default()
-        },
-        deadline: Some(PROMOTE_DEADLINE_SECONDS + CATCHUP_SECONDS + 60),
-    }
-    .build();
-    if let Some(spec) = job.spec.as_mut() {
-        job_pod_extras(pg, spec);
-    }
-    Ok(job)
+    let container = job_container("promote", image.to_owned(), "promote.sh", env);
+    let deadline = PROMOTE_DEADLINE_SECONDS + CATCHUP_SECONDS + 60;
+    instance_job(pg, key, "promote", container, deadline)
 }
 
 /// The survey Job `key`: `survey.sh` against the pods at `hosts` (`<pod>=<host>` pairs
@@ -114,31 +93,49 @@ pub fn survey_job(
         .iter()
         .map(|k| format!("{name}-{k}={}", pod_host(pg, *k)))
         .collect();
-    let env = vec![
+    let mut env = vec![
         plain("SURVEY_HOSTS", hosts.join(" ")),
         plain("SURVEY_PORT", PORT.to_string()),
+    ];
+    env.extend(superuser_env(pg));
+    let mut container = job_container("survey", image.to_owned(), "survey.sh", env);
+    container.termination_message_policy = Some("FallbackToLogsOnError".to_owned());
+    instance_job(pg, key, "survey", container, SURVEY_DEADLINE_SECONDS)
+}
+
+/// `POSTGRES_USER` and `POSTGRES_PASSWORD`: the superuser the pod scripts connect as.
+fn superuser_env(pg: &PostgresCluster) -> [EnvVar; 2] {
+    [
         plain("POSTGRES_USER", SUPERUSER),
         from_secret(
             "POSTGRES_PASSWORD",
             &credentials_name(pg),
             SUPERUSER_PASSWORD_KEY,
         ),
-    ];
-    let mut container = job_container("survey", image.to_owned(), "survey.sh", env);
-    container.termination_message_policy = Some("FallbackToLogsOnError".to_owned());
+    ]
+}
+
+/// A Job of the failover and switchover protocol (`component`: `promote` or `survey`)
+/// running `container` against the instances, within `deadline` seconds. Both are
+/// pruned at rest as promote Jobs.
+fn instance_job(
+    pg: &PostgresCluster,
+    key: &str,
+    component: &str,
+    container: Container,
+    deadline: i64,
+) -> Result<Job, Error> {
+    let owner = Owner::of(pg)?;
     let mut job = RunOnce {
-        owner_name: &name,
-        namespace: &namespace(pg),
-        owner: owner_reference(pg)?,
-        labels: meta::component_labels(KIND_LABEL, &name, "survey"),
+        labels: meta::component_labels(KIND_LABEL, &owner.name, component),
+        owner: &owner,
         key,
-        // Pruned at rest with the promote Jobs.
         purpose: Purpose::Promote,
         pod: PodRecipe {
             container,
             ..PodRecipe::default()
         },
-        deadline: Some(SURVEY_DEADLINE_SECONDS),
+        deadline: Some(deadline),
     }
     .build();
     if let Some(spec) = job.spec.as_mut() {
@@ -164,12 +161,9 @@ pub fn backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -
         plain("CLUSTER_NAME", pg.name_any()),
         plain("PRIMARY_HOST", primary_host(pg)),
         plain("PRIMARY_PORT", PORT.to_string()),
-        plain("POSTGRES_USER", SUPERUSER),
-        from_secret(
-            "POSTGRES_PASSWORD",
-            &credentials_name(pg),
-            SUPERUSER_PASSWORD_KEY,
-        ),
+    ]);
+    env.extend(superuser_env(pg));
+    env.extend([
         plain(
             "BACKUP_DATABASE",
             pg.spec.database.as_deref().unwrap_or("postgres"),

@@ -29,19 +29,13 @@ use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
     StatefulSetUpdateStrategy,
 };
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
     DownwardAPIVolumeSource, EnvVar, ExecAction, Lifecycle, LifecycleHandler, ObjectFieldSelector,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -55,11 +49,17 @@ use super::api::{
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::env::{from_field, from_secret, plain};
-use crate::machines::common::meta::{self, owner_reference};
+use crate::machines::common::meta::{self, Owner};
+use crate::machines::common::storage;
 
 mod jobs;
+mod lease;
 
 pub use jobs::{backup_env, backup_job, cronjob, promote_job, survey_job};
+pub use lease::{
+    instance_binding, instance_name, instance_role, lease, lease_hand_over, lease_name, micro_time,
+    service_account,
+};
 
 /// How long a survey Job may run.
 pub const SURVEY_DEADLINE_SECONDS: i64 = 60;
@@ -111,124 +111,6 @@ const PODINFO_VOLUME: &str = "podinfo";
 const TMP_VOLUME: &str = "tmp";
 const TMP_PATH: &str = "/lockstep/tmp";
 
-/// `<name>-primary`: the Lease naming the pod allowed to be writable.
-pub fn lease_name(pg: &PostgresCluster) -> String {
-    format!("{}-primary", pg.name_any())
-}
-
-/// `<name>-instance`: the pods' ServiceAccount, and its Role and RoleBinding.
-pub fn instance_name(pg: &PostgresCluster) -> String {
-    format!("{}-instance", pg.name_any())
-}
-
-/// A time as the API server's `MicroTime`.
-pub fn micro_time(at: chrono::DateTime<chrono::Utc>) -> MicroTime {
-    MicroTime(
-        k8s_openapi::jiff::Timestamp::from_second(at.timestamp())
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    )
-}
-
-/// The primary Lease naming `holder` (`<pod-name>/<pod-uid>`) at `at`, or nobody.
-///
-/// # Errors
-/// [`Error`] if the owner has no UID.
-pub fn lease(
-    pg: &PostgresCluster,
-    holder: Option<&str>,
-    at: chrono::DateTime<chrono::Utc>,
-) -> Result<Lease, Error> {
-    let at = micro_time(at);
-    Ok(Lease {
-        metadata: metadata(pg, lease_name(pg))?,
-        spec: Some(LeaseSpec {
-            holder_identity: holder.map(str::to_owned),
-            lease_duration_seconds: Some(lease_seconds(pg)),
-            acquire_time: holder.map(|_| at.clone()),
-            renew_time: holder.map(|_| at),
-            lease_transitions: Some(0),
-            ..LeaseSpec::default()
-        }),
-    })
-}
-
-fn lease_seconds(pg: &PostgresCluster) -> i32 {
-    i32::try_from(pg.spec.fencing.lease_duration_seconds).unwrap_or(i32::MAX)
-}
-
-/// The merge patch handing the primary Lease to `holder` (or nobody) at `at`.
-pub fn lease_hand_over(
-    pg: &PostgresCluster,
-    holder: Option<&str>,
-    transitions: i32,
-    at: chrono::DateTime<chrono::Utc>,
-) -> serde_json::Value {
-    let at = micro_time(at);
-    serde_json::json!({
-        "metadata": {"annotations": {super::observe::RELEASED_BY: null}},
-        "spec": {
-            "holderIdentity": holder,
-            "leaseDurationSeconds": lease_seconds(pg),
-            "renewTime": at,
-            "acquireTime": at,
-            "leaseTransitions": transitions,
-        }
-    })
-}
-
-/// The pods' ServiceAccount `<name>-instance`.
-///
-/// # Errors
-/// [`Error`] if the owner has no UID or the object does not serialize.
-pub fn service_account(pg: &PostgresCluster) -> Result<ServiceAccount, Error> {
-    let sa = ServiceAccount {
-        metadata: metadata(pg, instance_name(pg))?,
-        automount_service_account_token: Some(true),
-        ..ServiceAccount::default()
-    };
-    with_applied_hash(sa, |s| &mut s.metadata)
-}
-
-/// The pods' Role: get, update and patch the Lease `<name>-primary`, nothing else.
-///
-/// # Errors
-/// [`Error`] if the owner has no UID or the object does not serialize.
-pub fn instance_role(pg: &PostgresCluster) -> Result<RbacRole, Error> {
-    let role = RbacRole {
-        metadata: metadata(pg, instance_name(pg))?,
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
-            resources: Some(vec!["leases".to_owned()]),
-            resource_names: Some(vec![lease_name(pg)]),
-            verbs: ["get", "update", "patch"].map(str::to_owned).to_vec(),
-            ..PolicyRule::default()
-        }]),
-    };
-    with_applied_hash(role, |r| &mut r.metadata)
-}
-
-/// The RoleBinding of the pods' ServiceAccount to their Role.
-///
-/// # Errors
-/// [`Error`] if the owner has no UID or the object does not serialize.
-pub fn instance_binding(pg: &PostgresCluster) -> Result<RoleBinding, Error> {
-    let binding = RoleBinding {
-        metadata: metadata(pg, instance_name(pg))?,
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".to_owned()),
-            kind: "Role".to_owned(),
-            name: instance_name(pg),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".to_owned(),
-            name: instance_name(pg),
-            namespace: Some(namespace(pg)),
-            api_group: None,
-        }]),
-    };
-    with_applied_hash(binding, |b| &mut b.metadata)
-}
-
 /// The owner's standard labels.
 pub fn labels(pg: &PostgresCluster) -> BTreeMap<String, String> {
     meta::standard_labels(KIND_LABEL, &pg.name_any())
@@ -239,7 +121,7 @@ pub fn selector(pg: &PostgresCluster) -> BTreeMap<String, String> {
     meta::component_labels(KIND_LABEL, &pg.name_any(), "database")
 }
 
-fn namespace(pg: &PostgresCluster) -> String {
+pub(super) fn namespace(pg: &PostgresCluster) -> String {
     pg.namespace().unwrap_or_default()
 }
 
@@ -276,14 +158,8 @@ pub fn credentials_name(pg: &PostgresCluster) -> String {
         .unwrap_or_else(|| format!("{}-credentials", pg.name_any()))
 }
 
-fn metadata(pg: &PostgresCluster, name: String) -> Result<ObjectMeta, Error> {
-    Ok(ObjectMeta {
-        name: Some(name),
-        namespace: Some(namespace(pg)),
-        labels: Some(labels(pg)),
-        owner_references: Some(vec![owner_reference(pg)?]),
-        ..ObjectMeta::default()
-    })
+pub(super) fn metadata(pg: &PostgresCluster, name: String) -> Result<ObjectMeta, Error> {
+    Ok(Owner::of(pg)?.child(name, labels(pg)))
 }
 
 fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
@@ -588,26 +464,12 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                     ..PodSpec::default()
                 }),
             },
-            volume_claim_templates: Some(vec![PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some(VOLUME.to_owned()),
-                    labels: Some(labels(pg)),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(PersistentVolumeClaimSpec {
-                    access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-                    storage_class_name: pg.spec.storage_class_name.clone(),
-                    resources: Some(VolumeResourceRequirements {
-                        requests: Some(BTreeMap::from([(
-                            "storage".to_owned(),
-                            Quantity(pg.spec.storage_size.clone()),
-                        )])),
-                        limits: None,
-                    }),
-                    ..PersistentVolumeClaimSpec::default()
-                }),
-                status: None,
-            }]),
+            volume_claim_templates: Some(vec![storage::claim_template(
+                VOLUME,
+                labels(pg),
+                pg.spec.storage_class_name.clone(),
+                pg.spec.storage_size.clone(),
+            )]),
             ..StatefulSetSpec::default()
         },
         status: None,

@@ -75,21 +75,7 @@ fn a_not_ready_replica_is_never_chosen_for_failover() {
 
 #[test]
 fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
-    let state = PgState::SwitchingOver(Switchover {
-        cluster: cluster(V1, 0),
-        old_uid: Some(uid(0, V1)),
-        target: PodRef {
-            ordinal: 1,
-            uid: uid(1, V1),
-        },
-        step: SwitchStep::Demote,
-        attempt: 1,
-        cause: SwitchCause::Failover,
-        round_start: 1,
-        retry_ack: None,
-        survey_attempt: None,
-        surveyed: None,
-    });
+    let state = failover_at(SwitchStep::Demote);
     let d = decide(&spec("16.3"), &state, primary_down(0));
     assert_eq!(d.reason(), OLD_PRIMARY_DEMOTED);
     assert_eq!(labels_in(&d), vec![(0, Role::Demoted)]);
@@ -106,24 +92,9 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
 
 #[test]
 fn once_the_lease_names_the_target_a_failover_promotes_it() {
-    let state = PgState::SwitchingOver(Switchover {
-        cluster: cluster(V1, 0),
-        old_uid: Some(uid(0, V1)),
-        target: PodRef {
-            ordinal: 1,
-            uid: uid(1, V1),
-        },
-        step: SwitchStep::Promote,
-        attempt: 1,
-        cause: SwitchCause::Failover,
-        round_start: 1,
-        retry_ack: None,
-        survey_attempt: None,
-        surveyed: None,
-    });
+    let state = failover_at(SwitchStep::Promote);
     let mut o = primary_down(0);
-    o.lease = Some(lease_of(1, V1));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    hand_over_to_1(&mut o, V1);
     edit(&mut o, 1, |p| p.role = Some(Role::Primary));
     let d = decide(&spec("16.3"), &state, o);
     assert!(d.actions().iter().any(|a| matches!(
@@ -138,29 +109,10 @@ fn once_the_lease_names_the_target_a_failover_promotes_it() {
 
 #[test]
 fn a_completed_failover_records_why_in_its_message() {
-    let state = PgState::SwitchingOver(Switchover {
-        cluster: cluster(V1, 0),
-        old_uid: Some(uid(0, V1)),
-        target: PodRef {
-            ordinal: 1,
-            uid: uid(1, V1),
-        },
-        step: SwitchStep::Promote,
-        attempt: 1,
-        cause: SwitchCause::Failover,
-        round_start: 1,
-        retry_ack: None,
-        survey_attempt: None,
-        surveyed: None,
-    });
+    let state = failover_at(SwitchStep::Promote);
     let mut o = primary_down(0);
-    o.lease = Some(lease_of(1, V1));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    o.jobs = vec![job(
-        &promote_key(1, &uid(1, V1), 1),
-        Purpose::Promote,
-        JobOutcome::Succeeded { at: t(10) },
-    )];
+    hand_over_to_1(&mut o, V1);
+    o.jobs = vec![promote_job(V1, 1, JobOutcome::Succeeded { at: t(10) })];
     let d = decide(&spec("16.3"), &state, o);
     assert_eq!(d.reason(), FAILOVER_COMPLETED);
     assert_eq!(target(&d), Some(&ready(V1, 1)));
@@ -172,10 +124,7 @@ fn a_completed_failover_records_why_in_its_message() {
 
 #[test]
 fn an_upgrade_whose_primary_goes_down_fails_over_like_a_cluster_at_rest() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: None,
-    };
+    let state = upgrading_to_v2(0);
     let mut o = upgrade_observed(&[2], 0);
     edit(&mut o, 0, |p| p.ready = false);
     let d = decide(&spec("16.4"), &state, o);
@@ -198,13 +147,8 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
     };
     let o = |attempt: u32| {
         let mut o = primary_down(0);
-        o.lease = Some(lease_of(1, V1));
-        edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-        o.jobs = vec![job(
-            &promote_key(1, &uid(1, V1), attempt),
-            Purpose::Promote,
-            failed(0),
-        )];
+        hand_over_to_1(&mut o, V1);
+        o.jobs = vec![promote_job(V1, attempt, failed(0))];
         o
     };
     // Early attempts are retried once their backoff is over.

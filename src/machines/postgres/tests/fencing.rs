@@ -36,12 +36,6 @@ fn lease_creations(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {
         .collect()
 }
 
-fn message(d: &Decision<PgState, PgAction>) -> &str {
-    match d {
-        Decision::Stay { message, .. } | Decision::Go { message, .. } => message,
-    }
-}
-
 fn requeue(d: &Decision<PgState, PgAction>) -> Option<u64> {
     match d {
         Decision::Stay {
@@ -50,6 +44,18 @@ fn requeue(d: &Decision<PgState, PgAction>) -> Option<u64> {
         } => Some(w.as_secs()),
         _ => None,
     }
+}
+
+/// The decision at `t(now)` of a failover at its Fence step (entered at `t(995)`) while
+/// the old primary lingers with the Lease it renewed at `t(990)`.
+fn fencing_at(now: i64) -> Decision<PgState, PgAction> {
+    decide_at(
+        &spec("16.3"),
+        &failing_over(SwitchStep::Fence),
+        old_primary_lingering(990),
+        now,
+        995,
+    )
 }
 
 /// A failover of `pg-0` to `pg-1` (chosen by a survey), at `step`.
@@ -70,21 +76,7 @@ fn failing_over(step: SwitchStep) -> PgState {
 
 /// A failover of `pg-0` whose standbys are not surveyed yet, at `Fence`.
 fn surveying() -> PgState {
-    PgState::SwitchingOver(Switchover {
-        cluster: cluster(V1, 0),
-        old_uid: Some(uid(0, V1)),
-        target: PodRef {
-            ordinal: 1,
-            uid: uid(1, V1),
-        },
-        step: SwitchStep::Fence,
-        attempt: 1,
-        cause: SwitchCause::Failover,
-        round_start: 1,
-        retry_ack: None,
-        survey_attempt: None,
-        surveyed: None,
-    })
+    failover_at(SwitchStep::Fence)
 }
 
 /// The failed primary `pg-0`: labelled demoted, Terminating, still holding the Lease it
@@ -182,13 +174,7 @@ fn a_lost_status_whose_primary_was_recreated_hands_the_lease_to_the_new_pod() {
 
 #[test]
 fn a_failover_waits_while_the_old_primary_may_still_be_writable() {
-    let d = decide_at(
-        &spec("16.3"),
-        &failing_over(SwitchStep::Fence),
-        old_primary_lingering(990),
-        1000,
-        995,
-    );
+    let d = fencing_at(1000);
     assert_eq!(d.reason(), WAITING_FOR_FENCE);
     assert!(!is_degraded(&d));
     assert!(hand_overs(&d).is_empty() && promotes_in(&d).is_empty());
@@ -198,13 +184,7 @@ fn a_failover_waits_while_the_old_primary_may_still_be_writable() {
 
 #[test]
 fn once_the_lease_expired_it_is_handed_to_the_target_then_promoted() {
-    let d = decide_at(
-        &spec("16.3"),
-        &failing_over(SwitchStep::Fence),
-        old_primary_lingering(990),
-        1008,
-        995,
-    );
+    let d = fencing_at(1008);
     assert_eq!(d.reason(), LEASE_HANDED_OVER);
     assert_eq!(hand_overs(&d), vec![Some(identity(1, V1))]);
     assert!(

@@ -11,7 +11,6 @@ mod upgrades;
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use kube::ResourceExt;
 
@@ -25,16 +24,13 @@ use super::render;
 use super::state::{PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology};
 use super::table::reason::*;
 use crate::engine::machine::is_declared;
-use crate::engine::{Decision, Health, Machine, Wait, World};
+use crate::engine::{Decision, Machine, Wait, World};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
+use crate::machines::common::testing::{self, failed, is_degraded, message, t, target, world_at};
 
 const V1: &str = "postgres:16.3";
 const V2: &str = "postgres:16.4";
-
-fn t(secs: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
-}
 
 fn spec(version: &str) -> PostgresClusterSpec {
     PostgresClusterSpec {
@@ -140,16 +136,6 @@ fn lease_of(k: i32, image: &str) -> LeaseView {
     }
 }
 
-fn world_at(observed: Observed, now: i64, entered: i64) -> World<Observed> {
-    World {
-        observed,
-        deleting: false,
-        now: t(now),
-        entered_at: t(entered),
-        acks: std::collections::BTreeMap::new(),
-    }
-}
-
 fn decide_at(
     spec: &PostgresClusterSpec,
     state: &PgState,
@@ -157,14 +143,58 @@ fn decide_at(
     now: i64,
     entered: i64,
 ) -> Decision<PgState, PgAction> {
-    let d = Postgres::decide(spec, state, &world_at(o, now, entered));
-    if let Decision::Go { to, reason, .. } = &d {
-        assert!(
-            is_declared::<Postgres>(state, to, reason),
-            "undeclared: {state:?} -> {to:?} ({reason})"
-        );
+    testing::decide_at::<Postgres>(spec, state, o, now, entered)
+}
+
+/// A failover of `pg-0` to `pg-1` at `step`, at its first attempt, nothing surveyed.
+fn failover_at(step: SwitchStep) -> PgState {
+    PgState::SwitchingOver(Switchover {
+        cluster: cluster(V1, 0),
+        old_uid: Some(uid(0, V1)),
+        target: PodRef {
+            ordinal: 1,
+            uid: uid(1, V1),
+        },
+        step,
+        attempt: 1,
+        cause: SwitchCause::Failover,
+        round_start: 1,
+        retry_ack: None,
+        survey_attempt: None,
+        surveyed: None,
+    })
+}
+
+/// An upgrade to `V2` with no pod in flight, `pg-<primary>` primary.
+fn upgrading_to_v2(primary: i32) -> PgState {
+    PgState::Upgrading {
+        cluster: cluster(V2, primary),
+        pod: None,
     }
-    d
+}
+
+/// An upgrade's switchover from `pg-0` to `pg-1` at `step`, at its first attempt.
+fn upgrade_switchover(step: SwitchStep) -> PgState {
+    switching(step, 1, SwitchCause::Upgrade)
+}
+
+/// `o` once the Lease names `pg-1` (at `image`) and `pg-0` is labelled demoted.
+fn hand_over_to_1(o: &mut Observed, image: &str) {
+    o.lease = Some(lease_of(1, image));
+    edit(o, 0, |p| p.role = Some(Role::Demoted));
+}
+
+/// The promote Job of `pg-1` (at `image`) of `attempt`, with `outcome`.
+fn promote_job(image: &str, attempt: u32, outcome: JobOutcome) -> JobView {
+    job(
+        &promote_key(1, &uid(1, image), attempt),
+        Purpose::Promote,
+        outcome,
+    )
+}
+
+fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
+    testing::job("pg", key, purpose, outcome)
 }
 
 fn decide(spec: &PostgresClusterSpec, state: &PgState, o: Observed) -> Decision<PgState, PgAction> {
@@ -203,32 +233,6 @@ fn switching(step: SwitchStep, attempt: u32, cause: SwitchCause) -> PgState {
     })
 }
 
-fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
-    JobView {
-        name: format!("pg-{key}"),
-        uid: format!("job-{key}"),
-        key: Some(key.to_owned()),
-        purpose: Some(purpose),
-        created: Some(t(0)),
-        outcome,
-    }
-}
-
-fn failed(at: i64) -> JobOutcome {
-    JobOutcome::Failed {
-        at: t(at),
-        reason: "BackoffLimitExceeded".to_owned(),
-        message: String::new(),
-    }
-}
-
-fn target(d: &Decision<PgState, PgAction>) -> Option<&PgState> {
-    match d {
-        Decision::Go { to, .. } => Some(to),
-        Decision::Stay { .. } => None,
-    }
-}
-
 fn labels_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, Role)> {
     d.actions()
         .iter()
@@ -261,14 +265,4 @@ fn promotes_in(d: &Decision<PgState, PgAction>) -> Vec<i32> {
             _ => None,
         })
         .collect()
-}
-
-fn is_degraded(d: &Decision<PgState, PgAction>) -> bool {
-    matches!(
-        d,
-        Decision::Stay {
-            health: Health::Degraded,
-            ..
-        }
-    )
 }

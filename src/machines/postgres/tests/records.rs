@@ -3,20 +3,8 @@
 //! what a lost record does to deletion.
 
 use super::*;
-use crate::engine::{EngineStatus, Input, Outcome, step};
-
-fn status_in(state: &PgState) -> EngineStatus<PgState> {
-    let mut status = EngineStatus::default();
-    status.machine = Some(
-        serde_json::json!({
-            "state": state,
-            "enteredAt": t(0),
-            "stateVersion": 1,
-        })
-        .into(),
-    );
-    status
-}
+use crate::engine::{EngineStatus, Outcome};
+use crate::machines::common::testing::{self, status_in};
 
 fn reconcile(
     spec: &PostgresClusterSpec,
@@ -24,16 +12,7 @@ fn reconcile(
     o: &Observed,
     deleting: bool,
 ) -> Outcome<Postgres> {
-    let out = step::<Postgres>(Input {
-        spec,
-        status,
-        observed: o.clone(),
-        generation: 1,
-        deleting,
-        now: t(1000),
-    });
-    *status = out.status.clone();
-    out
+    testing::reconcile_at(spec, status, o, deleting, 1000)
 }
 
 fn runs_backup(out: &Outcome<Postgres>) -> bool {
@@ -109,29 +88,6 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     ];
     oldest.sort();
     assert_eq!(deleted_jobs(d.actions()), oldest);
-}
-
-/// Bug 8 of issue 11: final-backup retries keep only the latest Jobs.
-#[test]
-fn final_backup_retries_keep_only_the_latest_jobs() {
-    let s = with_backups(spec("16.3"), None);
-    let mut o = at_rest(V1, 0);
-    for n in 1..=4 {
-        o.jobs.push(job(
-            &format!("final-backup-{n}"),
-            Purpose::FinalBackup,
-            failed(900),
-        ));
-    }
-    let w = World {
-        deleting: true,
-        ..world_at(o, 1000, 0)
-    };
-    let d = Postgres::decide(&s, &PgState::Finalizing { attempt: 5 }, &w);
-    assert_eq!(
-        deleted_jobs(d.actions()),
-        ["pg-final-backup-1", "pg-final-backup-2"]
-    );
 }
 
 /// Bug 7 of issue 11: a record lost while deleting never skips the final backup; an

@@ -6,21 +6,12 @@ use super::*;
 fn a_version_change_starts_an_upgrade_to_the_new_image() {
     let d = decide(&spec("16.4"), &ready(V1, 0), at_rest(V1, 0));
     assert_eq!(d.reason(), IMAGE_CHANGED);
-    assert_eq!(
-        target(&d),
-        Some(&PgState::Upgrading {
-            cluster: cluster(V2, 0),
-            pod: None
-        })
-    );
+    assert_eq!(target(&d), Some(&upgrading_to_v2(0)));
 }
 
 #[test]
 fn the_highest_replica_is_chosen_first_and_its_uid_recorded_before_any_delete() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: None,
-    };
+    let state = upgrading_to_v2(0);
     let mut o = at_rest(V1, 0);
     o.statefulset = Some(StatefulSetView {
         image: Some(V2.to_owned()),
@@ -119,10 +110,7 @@ fn a_recreated_replica_ready_at_the_target_is_upgraded() {
 
 #[test]
 fn the_primary_is_left_alone_until_every_replica_runs_the_target() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: None,
-    };
+    let state = upgrading_to_v2(0);
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[2], 0));
     assert_eq!(d.reason(), POD_CHOSEN);
     assert!(matches!(
@@ -133,10 +121,7 @@ fn the_primary_is_left_alone_until_every_replica_runs_the_target() {
 
 #[test]
 fn with_every_replica_upgraded_the_switchover_intent_is_recorded_before_any_label_moves() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: None,
-    };
+    let state = upgrading_to_v2(0);
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[1, 2], 0));
     assert_eq!(d.reason(), SWITCHOVER_STARTED);
     assert!(d.actions().is_empty(), "{:?}", d.actions());
@@ -163,9 +148,8 @@ fn the_switchover_demotes_the_old_primary_before_promoting_anyone() {
 #[test]
 fn once_the_target_holds_the_lease_it_alone_is_labelled_primary_and_then_promoted() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    o.lease = Some(lease_of(1, V2));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    let state = switching(SwitchStep::Promote, 1, SwitchCause::Upgrade);
+    hand_over_to_1(&mut o, V2);
+    let state = upgrade_switchover(SwitchStep::Promote);
     let d = decide(&spec("16.4"), &state, o.clone());
     assert_eq!(d.reason(), PROMOTING);
     // Its agent would fence a promoted server labelled anything but primary; the old
@@ -189,12 +173,11 @@ fn once_the_target_holds_the_lease_it_alone_is_labelled_primary_and_then_promote
 #[test]
 fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instead() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    o.lease = Some(lease_of(1, V2));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    hand_over_to_1(&mut o, V2);
     edit(&mut o, 1, |p| p.ready = false);
     let d = decide(
         &spec("16.4"),
-        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
+        &upgrade_switchover(SwitchStep::Promote),
         o.clone(),
     );
     assert!(promotes_in(&d).is_empty());
@@ -205,11 +188,7 @@ fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instea
     ));
     // With no other Ready replica at the target image, it waits, Degraded.
     edit(&mut o, 2, |p| p.ready = false);
-    let d = decide(
-        &spec("16.4"),
-        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
-        o,
-    );
+    let d = decide(&spec("16.4"), &upgrade_switchover(SwitchStep::Promote), o);
     assert!(promotes_in(&d).is_empty());
     assert_eq!(d.reason(), NO_PROMOTION_TARGET);
     assert!(is_degraded(&d));
@@ -218,29 +197,14 @@ fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instea
 #[test]
 fn once_promoted_the_old_primary_loses_its_label_before_the_target_gets_it() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    o.lease = Some(lease_of(1, V2));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    o.jobs = vec![job(
-        &promote_key(1, &uid(1, V2), 1),
-        Purpose::Promote,
-        JobOutcome::Succeeded { at: t(10) },
-    )];
-    let d = decide(
-        &spec("16.4"),
-        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
-        o,
-    );
+    hand_over_to_1(&mut o, V2);
+    o.jobs = vec![promote_job(V2, 1, JobOutcome::Succeeded { at: t(10) })];
+    let d = decide(&spec("16.4"), &upgrade_switchover(SwitchStep::Promote), o);
     assert_eq!(d.reason(), SWITCHOVER_COMPLETED);
     // Unconditionally: a cache may still show the old primary as a replica. It is still
     // the pod the switchover began with, so possibly writable: `demoted`, not `replica`.
     assert_eq!(labels_in(&d), vec![(0, Role::Demoted), (1, Role::Primary)]);
-    assert_eq!(
-        target(&d),
-        Some(&PgState::Upgrading {
-            cluster: cluster(V2, 1),
-            pod: None
-        })
-    );
+    assert_eq!(target(&d), Some(&upgrading_to_v2(1)));
 }
 
 #[test]
@@ -248,26 +212,15 @@ fn the_primary_label_does_not_move_while_the_old_primary_pod_is_unseen() {
     let mut o = upgrade_observed(&[1, 2], 0);
     o.lease = Some(lease_of(1, V2));
     o.pods.remove(&0);
-    o.jobs = vec![job(
-        &promote_key(1, &uid(1, V2), 1),
-        Purpose::Promote,
-        JobOutcome::Succeeded { at: t(10) },
-    )];
-    let d = decide(
-        &spec("16.4"),
-        &switching(SwitchStep::Promote, 1, SwitchCause::Upgrade),
-        o,
-    );
+    o.jobs = vec![promote_job(V2, 1, JobOutcome::Succeeded { at: t(10) })];
+    let d = decide(&spec("16.4"), &upgrade_switchover(SwitchStep::Promote), o);
     assert_eq!(d.reason(), WAITING_FOR_OLD_PRIMARY);
     assert!(!labels_in(&d).contains(&(1, Role::Primary)));
 }
 
 #[test]
 fn after_the_switchover_the_old_primary_is_upgraded_last() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 1),
-        pod: None,
-    };
+    let state = upgrading_to_v2(1);
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[1, 2], 1));
     assert_eq!(d.reason(), POD_CHOSEN);
     assert!(matches!(
@@ -282,14 +235,9 @@ fn after_the_switchover_the_old_primary_is_upgraded_last() {
 #[test]
 fn a_failed_promote_job_is_retried_after_its_backoff_as_a_new_job() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    o.lease = Some(lease_of(1, V2));
-    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    o.jobs = vec![job(
-        &promote_key(1, &uid(1, V2), 1),
-        Purpose::Promote,
-        failed(1000),
-    )];
-    let state = switching(SwitchStep::Promote, 1, SwitchCause::Upgrade);
+    hand_over_to_1(&mut o, V2);
+    o.jobs = vec![promote_job(V2, 1, failed(1000))];
+    let state = upgrade_switchover(SwitchStep::Promote);
     let d = decide_at(&spec("16.4"), &state, o.clone(), 1005, 0);
     assert_eq!(d.reason(), PROMOTION_FAILED);
     assert!(is_degraded(&d));

@@ -1,0 +1,131 @@
+//! The primary Lease and the pods' identity: the ServiceAccount, Role and RoleBinding
+//! that let them get, update and patch that Lease and nothing else.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::ResourceExt;
+
+use super::{metadata, namespace};
+use crate::machines::common::Error;
+use crate::machines::common::applied::with_applied_hash;
+use crate::machines::postgres::api::PostgresCluster;
+
+/// `<name>-primary`: the Lease naming the pod allowed to be writable.
+pub fn lease_name(pg: &PostgresCluster) -> String {
+    format!("{}-primary", pg.name_any())
+}
+
+/// `<name>-instance`: the pods' ServiceAccount, and its Role and RoleBinding.
+pub fn instance_name(pg: &PostgresCluster) -> String {
+    format!("{}-instance", pg.name_any())
+}
+
+/// A time as the API server's `MicroTime`.
+pub fn micro_time(at: chrono::DateTime<chrono::Utc>) -> MicroTime {
+    MicroTime(
+        k8s_openapi::jiff::Timestamp::from_second(at.timestamp())
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}
+
+/// The primary Lease naming `holder` (`<pod-name>/<pod-uid>`) at `at`, or nobody.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID.
+pub fn lease(
+    pg: &PostgresCluster,
+    holder: Option<&str>,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<Lease, Error> {
+    let at = micro_time(at);
+    Ok(Lease {
+        metadata: metadata(pg, lease_name(pg))?,
+        spec: Some(LeaseSpec {
+            holder_identity: holder.map(str::to_owned),
+            lease_duration_seconds: Some(lease_seconds(pg)),
+            acquire_time: holder.map(|_| at.clone()),
+            renew_time: holder.map(|_| at),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        }),
+    })
+}
+
+fn lease_seconds(pg: &PostgresCluster) -> i32 {
+    i32::try_from(pg.spec.fencing.lease_duration_seconds).unwrap_or(i32::MAX)
+}
+
+/// The merge patch handing the primary Lease to `holder` (or nobody) at `at`.
+pub fn lease_hand_over(
+    pg: &PostgresCluster,
+    holder: Option<&str>,
+    transitions: i32,
+    at: chrono::DateTime<chrono::Utc>,
+) -> serde_json::Value {
+    let at = micro_time(at);
+    serde_json::json!({
+        "metadata": {"annotations": {crate::machines::postgres::observe::RELEASED_BY: null}},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": lease_seconds(pg),
+            "renewTime": at,
+            "acquireTime": at,
+            "leaseTransitions": transitions,
+        }
+    })
+}
+
+/// The pods' ServiceAccount `<name>-instance`.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn service_account(pg: &PostgresCluster) -> Result<ServiceAccount, Error> {
+    let sa = ServiceAccount {
+        metadata: metadata(pg, instance_name(pg))?,
+        automount_service_account_token: Some(true),
+        ..ServiceAccount::default()
+    };
+    with_applied_hash(sa, |s| &mut s.metadata)
+}
+
+/// The pods' Role: get, update and patch the Lease `<name>-primary`, nothing else.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn instance_role(pg: &PostgresCluster) -> Result<RbacRole, Error> {
+    let role = RbacRole {
+        metadata: metadata(pg, instance_name(pg))?,
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
+            resources: Some(vec!["leases".to_owned()]),
+            resource_names: Some(vec![lease_name(pg)]),
+            verbs: ["get", "update", "patch"].map(str::to_owned).to_vec(),
+            ..PolicyRule::default()
+        }]),
+    };
+    with_applied_hash(role, |r| &mut r.metadata)
+}
+
+/// The RoleBinding of the pods' ServiceAccount to their Role.
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn instance_binding(pg: &PostgresCluster) -> Result<RoleBinding, Error> {
+    let binding = RoleBinding {
+        metadata: metadata(pg, instance_name(pg))?,
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "Role".to_owned(),
+            name: instance_name(pg),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: instance_name(pg),
+            namespace: Some(namespace(pg)),
+            api_group: None,
+        }]),
+    };
+    with_applied_hash(binding, |b| &mut b.metadata)
+}
