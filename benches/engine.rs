@@ -109,6 +109,8 @@ fn db_pod(k: i32, image: &str, ready: bool) -> ddb::PodView {
         ready,
         terminating: false,
         created: Some(t(0)),
+        version: String::new(),
+        role: (),
     }
 }
 
@@ -116,22 +118,25 @@ fn db_pod(k: i32, image: &str, ready: bool) -> ddb::PodView {
 fn db_at_rest(image: &str) -> ddb::Observed {
     ddb::Observed {
         name: "inventory".to_owned(),
-        service_in_sync: true,
         statefulset: Some(ddb::StatefulSetView {
             conforms: true,
             image: Some(image.to_owned()),
             replicas: 3,
             caught_up: true,
         }),
-        claim_size: Some("1Gi".to_owned()),
         pods: (0..3).map(|k| (k, db_pod(k, image, true))).collect(),
         jobs: Vec::new(),
         cronjob: Some(CronJobView {
             uid: "cron-uid".to_owned(),
             in_sync: true,
         }),
-        volumes: BTreeMap::new(),
         requests: ddb::Requests::default(),
+        own: ddb::Own {
+            service_in_sync: true,
+            claim_size: Some("1Gi".to_owned()),
+            volumes: BTreeMap::new(),
+            requests: ddb::HookRequests::default(),
+        },
     }
 }
 
@@ -205,7 +210,6 @@ fn pg_spec(version: &str) -> PostgresClusterSpec {
 fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
     pg::Observed {
         name: "pg".to_owned(),
-        in_sync: pg::InSync::ALL,
         statefulset: Some(pg::StatefulSetView {
             conforms: true,
             image: Some(image.to_owned()),
@@ -226,6 +230,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
                         image: Some(image.to_owned()),
                         ready: true,
                         terminating: false,
+                        created: None,
                         role: Some(role),
                         version: "1".to_owned(),
                     },
@@ -235,16 +240,20 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
         jobs: Vec::new(),
         cronjob: None,
         requests: pg::Requests::default(),
-        lease: Some(lockstep::machines::postgres::observe::LeaseView {
-            holder: Some(format!("pg-{primary}/uid-{primary}-{image}")),
-            renewed: None,
-            duration: 15,
-            transitions: 0,
-            released_by: None,
-            uid: "lease".to_owned(),
-            version: "1".to_owned(),
-        }),
-        job_results: BTreeMap::new(),
+        own: pg::Own {
+            in_sync: pg::InSync::ALL,
+            lease: Some(lockstep::machines::postgres::observe::LeaseView {
+                holder: Some(format!("pg-{primary}/uid-{primary}-{image}")),
+                renewed: None,
+                duration: 15,
+                transitions: 0,
+                released_by: None,
+                uid: "lease".to_owned(),
+                version: "1".to_owned(),
+            }),
+            job_results: BTreeMap::new(),
+            requests: pg::PgRequests::default(),
+        },
     }
 }
 

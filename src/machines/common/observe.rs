@@ -1,6 +1,7 @@
 //! Reading what every machine observes the same way: the pods of its StatefulSet, their
-//! images and readiness, its run-once Jobs, its backup CronJob, and the drift check of a
-//! live object against its rendering.
+//! images and readiness, its run-once Jobs, its backup CronJob, the backup requests, and
+//! the drift check of a live object against its rendering. A machine's observation is an
+//! [`Observed`] whose `own` part holds what only that machine reads.
 //!
 //! # Guarantees
 //! - Pure: everything here reads typed objects taken from the reflector stores.
@@ -10,15 +11,176 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 
+use super::annotations;
 use super::backup::cronjob_name;
 use super::jobs::{self, JobView};
+use super::replace::Seen;
 use super::subset::typed_contains;
+use crate::driver::{Cache, Owned, Project};
+
+/// Everything a machine sees of the world: the parts every machine observes the same
+/// way, its pods' role labels read as `R` (`()` for a machine whose pods have none), and
+/// what only that machine observes, `M`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed<R, M> {
+    /// The custom resource's name (pods are `<name>-<ordinal>`).
+    pub name: String,
+    /// The StatefulSet, if it exists.
+    pub statefulset: Option<StatefulSetView>,
+    /// The StatefulSet's pods by ordinal.
+    pub pods: BTreeMap<i32, PodView<R>>,
+    /// Owned run-once Jobs (backups, and the machine's own), sorted by name.
+    pub jobs: Vec<JobView>,
+    /// The scheduled-backup CronJob, if it exists.
+    pub cronjob: Option<CronJobView>,
+    /// The backup requests made through annotations.
+    pub requests: Requests,
+    /// What only this machine observes.
+    pub own: M,
+}
+
+impl<R, M> Observed<R, M> {
+    /// The run-once Job with `key`.
+    pub fn job(&self, key: &str) -> Option<&JobView> {
+        job_by_key(&self.jobs, key)
+    }
+
+    /// `<name>-<ordinal>`.
+    pub fn pod_name(&self, ordinal: i32) -> String {
+        pod_name(&self.name, ordinal)
+    }
+
+    /// The pods at `ordinals`, comma-separated, for messages.
+    pub fn pod_names(&self, ordinals: &[i32]) -> String {
+        pod_names(&self.name, ordinals)
+    }
+}
+
+/// A pod of a machine's StatefulSet as observed, its role label read as `R`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView<R = ()> {
+    /// Its UID.
+    pub uid: String,
+    /// The machine's container's image.
+    pub image: Option<String>,
+    /// The Ready condition holds.
+    pub ready: bool,
+    /// It has a deletion timestamp.
+    pub terminating: bool,
+    /// Its creation timestamp: how long a replacement has been starting.
+    pub created: Option<DateTime<Utc>>,
+    /// Its `metadata.resourceVersion` as read, for writes fenced on the pod as observed.
+    pub version: String,
+    /// Its role label as the machine reads it.
+    pub role: R,
+}
+
+impl<R> PodView<R> {
+    /// What the machine needs to know of `pod`, whose `container` runs the machine's
+    /// image, with its role label read as `role`.
+    pub fn of(pod: &Pod, container: &str, role: R) -> Self {
+        PodView {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            image: pod_image(pod, container),
+            ready: pod_ready(pod),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            created: pod.metadata.creation_timestamp.as_ref().map(jobs::time),
+            version: pod.metadata.resource_version.clone().unwrap_or_default(),
+            role,
+        }
+    }
+
+    /// As a replacement sees it.
+    pub fn seen(&self) -> Seen<'_> {
+        Seen {
+            uid: &self.uid,
+            image: self.image.as_deref(),
+            ready: self.ready,
+            terminating: self.terminating,
+        }
+    }
+
+    /// Ready and not terminating.
+    pub fn serving(&self) -> bool {
+        self.ready && !self.terminating
+    }
+}
+
+/// The backup requests every machine takes through annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// [`annotations::BACKUP_NOW`].
+    pub backup_now: Option<String>,
+    /// [`annotations::SKIP_FINAL_BACKUP`].
+    pub skip_final_backup: bool,
+}
+
+impl Requests {
+    /// Read the requests from an object's annotations.
+    pub fn from_annotations(a: &BTreeMap<String, String>) -> Self {
+        Requests {
+            backup_now: annotations::token(a, annotations::BACKUP_NOW),
+            skip_final_backup: annotations::flag(a, annotations::SKIP_FINAL_BACKUP),
+        }
+    }
+}
+
+/// How a machine reads, from the driver's cache, the objects its custom resource owns.
+#[derive(Clone, Copy)]
+pub struct Reading<'a, K> {
+    /// The custom resource.
+    pub owner: &'a K,
+    /// The driver's cache.
+    pub cache: &'a Cache,
+    /// The machine's kind label, which its owned objects carry.
+    pub kind_label: &'a str,
+    /// The container of the StatefulSet's pods that runs the machine's image.
+    pub container: &'a str,
+}
+
+impl<K: Resource<DynamicType = ()>> Reading<'_, K> {
+    /// The objects of `store` the owner owns.
+    pub fn owned<T: Project>(&self, store: &Owned<T>) -> Vec<Arc<T>> {
+        Cache::owned_by(store, self.owner, self.kind_label)
+    }
+
+    /// The object of `store` called `name` the owner owns.
+    pub fn named<T: Project>(&self, store: &Owned<T>, name: &str) -> Option<Arc<T>> {
+        named(self.owned(store), name)
+    }
+
+    /// The observation: `statefulset` as the machine judged it, the pods with their role
+    /// labels read by `role`, the Jobs, the backup CronJob checked against `cronjob`
+    /// (rendered only if it exists), the backup requests, and the machine's `own` part.
+    pub fn observed<R, M>(
+        &self,
+        statefulset: Option<StatefulSetView>,
+        role: impl Fn(&Pod) -> R,
+        cronjob: impl FnOnce() -> Option<CronJob>,
+        own: M,
+    ) -> Observed<R, M> {
+        let name = self.owner.name_any();
+        let pods = pods_by_ordinal(&self.owned(&self.cache.pods), &name, |p| {
+            PodView::of(p, self.container, role(p))
+        });
+        Observed {
+            statefulset,
+            pods,
+            jobs: job_views(&self.owned(&self.cache.jobs)),
+            cronjob: cronjob_view(self.owned(&self.cache.cronjobs), &name, cronjob),
+            requests: Requests::from_annotations(self.owner.annotations()),
+            own,
+            name,
+        }
+    }
+}
 
 /// The scheduled-backup CronJob as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,18 +300,14 @@ pub fn ordinal_of(pod: &Pod, sts: &str) -> Option<i32> {
 }
 
 /// The pods of StatefulSet `sts` among `pods`, by ordinal, as `view` sees them.
-pub fn pods_by_ordinal<V>(
-    pods: &[Arc<Pod>],
-    sts: &str,
-    view: impl Fn(&Pod) -> V,
-) -> BTreeMap<i32, V> {
+fn pods_by_ordinal<V>(pods: &[Arc<Pod>], sts: &str, view: impl Fn(&Pod) -> V) -> BTreeMap<i32, V> {
     pods.iter()
         .filter_map(|p| Some((ordinal_of(p, sts)?, view(p))))
         .collect()
 }
 
 /// The views of `jobs`, sorted by name.
-pub fn job_views(jobs: &[Arc<Job>]) -> Vec<JobView> {
+fn job_views(jobs: &[Arc<Job>]) -> Vec<JobView> {
     let mut views: Vec<_> = jobs.iter().map(|j| jobs::view(j)).collect();
     views.sort_by(|a, b| a.name.cmp(&b.name));
     views
@@ -157,7 +315,7 @@ pub fn job_views(jobs: &[Arc<Job>]) -> Vec<JobView> {
 
 /// The backup CronJob of `owner` among `cronjobs`, checked against `desired` (rendered
 /// only if the CronJob exists).
-pub fn cronjob_view(
+fn cronjob_view(
     cronjobs: Vec<Arc<CronJob>>,
     owner: &str,
     desired: impl FnOnce() -> Option<CronJob>,

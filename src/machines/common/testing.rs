@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use super::jobs::{JobOutcome, JobView, Purpose};
+use super::observe::PodView;
 use crate::engine::machine::is_declared;
 use crate::engine::{Decision, EngineStatus, Health, Input, Machine, Outcome, World, step};
 
@@ -48,6 +49,20 @@ pub fn assert_declared<M: Machine>(from: &M::State, d: &Decision<M::State, M::Ac
             is_declared::<M>(from, to, reason),
             "undeclared: {from:?} -> {to:?} ({reason})"
         );
+    }
+}
+
+/// Pod `uid` running `image` as observed: `ready` or not, not terminating, of no known
+/// creation time or version, its role label read as `role`.
+pub fn pod<R>(uid: String, image: &str, ready: bool, role: R) -> PodView<R> {
+    PodView {
+        uid,
+        image: Some(image.to_owned()),
+        ready,
+        terminating: false,
+        created: None,
+        version: String::new(),
+        role,
     }
 }
 

@@ -184,7 +184,7 @@ impl Machine for DistributedDb {
 
     /// Data may exist once a StatefulSet, a pod or a volume claim does.
     fn holds_data(o: &Observed) -> bool {
-        o.statefulset.is_some() || !o.pods.is_empty() || !o.volumes.is_empty()
+        o.statefulset.is_some() || !o.pods.is_empty() || !o.own.volumes.is_empty()
     }
 
     fn step_label(state: &DdbState) -> Option<String> {

@@ -6,10 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
-
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::actions::Shape;
@@ -17,41 +14,14 @@ use super::api::DistributedDB;
 use super::render::{self, CONTAINER, KIND_LABEL, VOLUME};
 use crate::driver::Cache;
 use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
-use crate::machines::common::jobs::{self, JobView};
-use crate::machines::common::observe as common;
-pub use crate::machines::common::observe::ordinal_of;
-use crate::machines::common::replace::Seen;
+use crate::machines::common::observe::{self as common, Reading};
+pub use crate::machines::common::observe::{CronJobView, Requests, StatefulSetView, ordinal_of};
 
-pub use crate::machines::common::observe::StatefulSetView;
+/// Everything the machine sees of the world.
+pub type Observed = common::Observed<(), Own>;
 
-/// A database pod as observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodView {
-    /// Its UID.
-    pub uid: String,
-    /// The database container's image.
-    pub image: Option<String>,
-    /// The Ready condition holds.
-    pub ready: bool,
-    /// It has a deletion timestamp.
-    pub terminating: bool,
-    /// Its creation timestamp: how long a replacement has been starting.
-    pub created: Option<DateTime<Utc>>,
-}
-
-impl PodView {
-    /// As a replacement sees it.
-    pub fn seen(&self) -> Seen<'_> {
-        Seen {
-            uid: &self.uid,
-            image: self.image.as_deref(),
-            ready: self.ready,
-            terminating: self.terminating,
-        }
-    }
-}
-
-pub use crate::machines::common::observe::CronJobView;
+/// A database pod as observed (DistributedDB pods have no roles).
+pub type PodView = common::PodView;
 
 /// A pod's volume claim as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,69 +30,36 @@ pub struct VolumeView {
     pub requested: Option<String>,
 }
 
-/// What the user asked for through annotations.
+/// What the user asked of DistributedDB alone through annotations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Requests {
-    /// [`annotations::BACKUP_NOW`].
-    pub backup_now: Option<String>,
-    /// [`annotations::SKIP_FINAL_BACKUP`].
-    pub skip_final_backup: bool,
+pub struct HookRequests {
     /// [`annotations::RETRY_HOOK`].
     pub retry_hook: Option<String>,
     /// [`annotations::SKIP_HOOK`].
     pub skip_hook: Option<String>,
 }
 
-impl Requests {
+impl HookRequests {
     /// Read the requests from an object's annotations.
     pub fn from_annotations(a: &BTreeMap<String, String>) -> Self {
-        Requests {
-            backup_now: annotations::token(a, annotations::BACKUP_NOW),
-            skip_final_backup: annotations::flag(a, annotations::SKIP_FINAL_BACKUP),
+        HookRequests {
             retry_hook: annotations::token(a, RETRY_HOOK),
             skip_hook: annotations::token(a, SKIP_HOOK),
         }
     }
 }
 
-/// Everything the machine sees of the world.
+/// What only DistributedDB observes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Observed {
-    /// The custom resource's name (pods are `<name>-<ordinal>`).
-    pub name: String,
+pub struct Own {
     /// The headless Service rendered for the spec is contained in the live one.
     pub service_in_sync: bool,
-    /// The StatefulSet, if it exists.
-    pub statefulset: Option<StatefulSetView>,
     /// The StatefulSet's volume claim template's requested size, if it exists.
     pub claim_size: Option<String>,
-    /// Database pods by ordinal.
-    pub pods: BTreeMap<i32, PodView>,
-    /// Owned Jobs (hooks, backups).
-    pub jobs: Vec<JobView>,
-    /// The scheduled-backup CronJob, if it exists.
-    pub cronjob: Option<CronJobView>,
     /// Volume claims by ordinal.
     pub volumes: BTreeMap<i32, VolumeView>,
-    /// Annotation requests.
-    pub requests: Requests,
-}
-
-impl Observed {
-    /// The run-once Job with `key`.
-    pub fn job(&self, key: &str) -> Option<&JobView> {
-        common::job_by_key(&self.jobs, key)
-    }
-
-    /// `<name>-<ordinal>`.
-    pub fn pod_name(&self, ordinal: i32) -> String {
-        common::pod_name(&self.name, ordinal)
-    }
-
-    /// The pods at `ordinals`, comma-separated, for messages.
-    pub(super) fn pod_names(&self, ordinals: &[i32]) -> String {
-        common::pod_names(&self.name, ordinals)
-    }
+    /// The hook requests.
+    pub requests: HookRequests,
 }
 
 /// The requested size of a StatefulSet's data claim template.
@@ -142,23 +79,18 @@ pub fn claim_size(sts: &StatefulSet) -> Option<String> {
         .map(|q| q.0.clone())
 }
 
-/// What the machine needs to know of a database pod.
-pub fn pod_view(pod: &Pod) -> PodView {
-    PodView {
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        image: common::pod_image(pod, CONTAINER),
-        ready: common::pod_ready(pod),
-        terminating: pod.metadata.deletion_timestamp.is_some(),
-        created: pod.metadata.creation_timestamp.as_ref().map(jobs::time),
-    }
-}
-
 /// Build the observation of `db` from the cache. It does not depend on the machine's
 /// state: drift is judged against what would be rendered for the live objects' own
 /// image and replicas, and `decide` compares those with what its state wants.
 pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
+    let read = Reading {
+        owner: db,
+        cache,
+        kind_label: KIND_LABEL,
+        container: CONTAINER,
+    };
     let name = db.name_any();
-    let live_sts = common::named(Cache::owned_by(&cache.statefulsets, db, KIND_LABEL), &name);
+    let live_sts = read.named(&cache.statefulsets, &name);
     let claim = live_sts.as_deref().and_then(claim_size);
     let statefulset = live_sts.as_deref().map(|sts| {
         // Rendered for the live object's own image, replicas and claim: whether they
@@ -175,28 +107,12 @@ pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
         })
     });
 
-    let service = common::named(Cache::owned_by(&cache.services, db, KIND_LABEL), &name);
+    let service = read.named(&cache.services, &name);
     let service_in_sync = common::in_sync(service.as_deref(), render::service(db).ok());
 
-    let pods = common::pods_by_ordinal(
-        &Cache::owned_by(&cache.pods, db, KIND_LABEL),
-        &name,
-        pod_view,
-    );
-    let jobs = common::job_views(&Cache::owned_by(&cache.jobs, db, KIND_LABEL));
-    let cronjob = common::cronjob_view(
-        Cache::owned_by(&cache.cronjobs, db, KIND_LABEL),
-        &name,
-        || {
-            db.spec
-                .backup_policy
-                .as_ref()
-                .and_then(|p| render::cronjob(db, p).ok())
-        },
-    );
-
     let claim_prefix = format!("{VOLUME}-{name}-");
-    let volumes = Cache::owned_by(&cache.pvcs, db, KIND_LABEL)
+    let volumes = read
+        .owned(&cache.pvcs)
         .iter()
         .filter_map(|pvc| {
             let ordinal = pvc.name_any().strip_prefix(&claim_prefix)?.parse().ok()?;
@@ -211,15 +127,21 @@ pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
         })
         .collect();
 
-    Observed {
-        name,
+    let own = Own {
         service_in_sync,
-        statefulset,
         claim_size: claim,
-        pods,
-        jobs,
-        cronjob,
         volumes,
-        requests: Requests::from_annotations(db.annotations()),
-    }
+        requests: HookRequests::from_annotations(db.annotations()),
+    };
+    read.observed(
+        statefulset,
+        |_| (),
+        || {
+            db.spec
+                .backup_policy
+                .as_ref()
+                .and_then(|p| render::cronjob(db, p).ok())
+        },
+        own,
+    )
 }

@@ -17,30 +17,15 @@ use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use crate::driver::Cache;
 use crate::driver::cache::JOB_NAME_LABEL;
 use crate::machines::common::annotations;
-use crate::machines::common::jobs::JobView;
-use crate::machines::common::observe as common;
-pub use crate::machines::common::observe::ordinal_of;
-use crate::machines::common::replace::Seen;
+use crate::machines::common::observe::{self as common, Reading};
+pub use crate::machines::common::observe::{CronJobView, Requests, StatefulSetView, ordinal_of};
 
-pub use crate::machines::common::observe::StatefulSetView;
+/// Everything the machine sees of the world.
+pub type Observed = common::Observed<Option<Role>, Own>;
 
-/// A PostgreSQL pod as observed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodView {
-    /// Its UID.
-    pub uid: String,
-    /// The PostgreSQL container's image.
-    pub image: Option<String>,
-    /// The Ready condition holds.
-    pub ready: bool,
-    /// It has a deletion timestamp.
-    pub terminating: bool,
-    /// Its `lockstep.dev/role` label, if it is a known role.
-    pub role: Option<Role>,
-    /// Its `metadata.resourceVersion` as read: role labels are patched only on the pod
-    /// as it was observed (UID and version), never on a newer or replaced one.
-    pub version: String,
-}
+/// A PostgreSQL pod as observed, with its `lockstep.dev/role` label if it is a known
+/// role.
+pub type PodView = common::PodView<Option<Role>>;
 
 impl PodView {
     /// The action that labels this pod (`ordinal`) `role`, fenced on the pod as read.
@@ -52,23 +37,7 @@ impl PodView {
             version: self.version.clone(),
         }
     }
-
-    /// As a replacement sees it.
-    pub fn seen(&self) -> Seen<'_> {
-        Seen {
-            uid: &self.uid,
-            image: self.image.as_deref(),
-            ready: self.ready,
-            terminating: self.terminating,
-        }
-    }
-
-    pub(super) fn serving(&self) -> bool {
-        self.ready && !self.terminating
-    }
 }
-
-pub use crate::machines::common::observe::CronJobView;
 
 /// Which of the simple owned objects match their rendering.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -96,13 +65,9 @@ impl InSync {
     };
 }
 
-/// What the user asked for through annotations.
+/// What the user asked of PostgresCluster alone through annotations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Requests {
-    /// [`annotations::BACKUP_NOW`].
-    pub backup_now: Option<String>,
-    /// [`annotations::SKIP_FINAL_BACKUP`].
-    pub skip_final_backup: bool,
+pub struct PgRequests {
     /// [`annotations::RETRY_PROMOTE`].
     pub retry_promote: Option<String>,
     /// [`ADOPT_PRIMARY`]: the pod a person says is the primary, when a lost status
@@ -121,12 +86,10 @@ pub const ADOPT_PRIMARY: &str = "lockstep.dev/adopt-primary";
 /// failover need not wait for its Lease to expire or its pod to go.
 pub const FENCED: &str = "lockstep.dev/fenced";
 
-impl Requests {
+impl PgRequests {
     /// Read the requests from an object's annotations.
     pub fn from_annotations(a: &BTreeMap<String, String>) -> Self {
-        Requests {
-            backup_now: annotations::token(a, annotations::BACKUP_NOW),
-            skip_final_backup: annotations::flag(a, annotations::SKIP_FINAL_BACKUP),
+        PgRequests {
             retry_promote: annotations::token(a, annotations::RETRY_PROMOTE),
             adopt_primary: annotations::token(a, ADOPT_PRIMARY),
             fenced: annotations::token(a, FENCED),
@@ -174,45 +137,20 @@ pub fn holder_identity(pod: &str, uid: &str) -> String {
     format!("{pod}/{uid}")
 }
 
-/// Everything the machine sees of the world.
+/// What only PostgresCluster observes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Observed {
-    /// The custom resource's name (pods are `<name>-<ordinal>`).
-    pub name: String,
+pub struct Own {
     /// The simple owned objects.
     pub in_sync: InSync,
-    /// The StatefulSet, if it exists.
-    pub statefulset: Option<StatefulSetView>,
-    /// PostgreSQL pods by ordinal.
-    pub pods: BTreeMap<i32, PodView>,
-    /// Owned Jobs (promotions, backups).
-    pub jobs: Vec<JobView>,
-    /// The scheduled-backup CronJob, if it exists.
-    pub cronjob: Option<CronJobView>,
-    /// Annotation requests.
-    pub requests: Requests,
     /// The primary Lease, if it exists.
     pub lease: Option<LeaseView>,
     /// The termination messages of owned Jobs' pods, by Job name (a survey's result).
     pub job_results: BTreeMap<String, String>,
+    /// The requests of PostgresCluster alone.
+    pub requests: PgRequests,
 }
 
 impl Observed {
-    /// The run-once Job with `key`.
-    pub fn job(&self, key: &str) -> Option<&JobView> {
-        common::job_by_key(&self.jobs, key)
-    }
-
-    /// `<name>-<ordinal>`.
-    pub fn pod_name(&self, ordinal: i32) -> String {
-        common::pod_name(&self.name, ordinal)
-    }
-
-    /// The pods at `ordinals`, comma-separated, for messages.
-    pub(super) fn pod_names(&self, ordinals: &[i32]) -> String {
-        common::pod_names(&self.name, ordinals)
-    }
-
     /// The pod at `ordinal` if it exists and is not terminating.
     pub(super) fn live(&self, ordinal: i32) -> Option<&PodView> {
         self.pods.get(&ordinal).filter(|p| !p.terminating)
@@ -236,21 +174,6 @@ impl Observed {
             .keys()
             .copied()
             .find(|k| self.identity(*k).as_deref() == Some(holder))
-    }
-}
-
-/// What the machine needs to know of a PostgreSQL pod.
-pub fn pod_view(pod: &Pod) -> PodView {
-    PodView {
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        image: common::pod_image(pod, CONTAINER),
-        ready: common::pod_ready(pod),
-        terminating: pod.metadata.deletion_timestamp.is_some(),
-        role: pod
-            .labels()
-            .get(ROLE_LABEL)
-            .and_then(|r| r.parse::<Role>().ok()),
-        version: pod.metadata.resource_version.clone().unwrap_or_default(),
     }
 }
 
@@ -279,28 +202,30 @@ pub fn lease_view(lease: &Lease) -> LeaseView {
 /// state: the StatefulSet is judged against what would be rendered for its own image and
 /// replicas, and `decide` compares those with what its state wants.
 pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
+    let read = Reading {
+        owner: pg,
+        cache,
+        kind_label: KIND_LABEL,
+        container: CONTAINER,
+    };
     let name = pg.name_any();
-    let statefulset = common::named(Cache::owned_by(&cache.statefulsets, pg, KIND_LABEL), &name)
-        .map(|sts| {
-            StatefulSetView::of(&sts, CONTAINER, |image, replicas| {
-                let own = render::statefulset(pg, image, replicas).ok();
-                common::in_sync(Some(sts.as_ref()), own)
-            })
-        });
+    let statefulset = read.named(&cache.statefulsets, &name).map(|sts| {
+        StatefulSetView::of(&sts, CONTAINER, |image, replicas| {
+            let own = render::statefulset(pg, image, replicas).ok();
+            common::in_sync(Some(sts.as_ref()), own)
+        })
+    });
 
-    let services = Cache::owned_by(&cache.services, pg, KIND_LABEL);
+    let services = read.owned(&cache.services);
     let service_in_sync = |kind: ServiceKind| {
         let live = services
             .iter()
             .find(|s| s.name_any() == render::service_name(pg, kind));
         common::in_sync(live.map(|s| s.as_ref()), render::service(pg, kind).ok())
     };
-    let scripts = common::named(
-        Cache::owned_by(&cache.configmaps, pg, KIND_LABEL),
-        &render::scripts_name(pg),
-    );
-    let pdb = common::named(Cache::owned_by(&cache.pdbs, pg, KIND_LABEL), &name);
-    let in_sync_flags = InSync {
+    let scripts = read.named(&cache.configmaps, &render::scripts_name(pg));
+    let pdb = read.named(&cache.pdbs, &name);
+    let in_sync = InSync {
         scripts: common::in_sync(scripts.as_deref(), render::scripts(pg).ok()),
         headless: service_in_sync(ServiceKind::Headless),
         read_write: service_in_sync(ServiceKind::ReadWrite),
@@ -308,25 +233,12 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         pdb: common::in_sync(pdb.as_deref(), render::pdb(pg).ok()),
     };
 
-    let pods = common::pods_by_ordinal(
-        &Cache::owned_by(&cache.pods, pg, KIND_LABEL),
-        &name,
-        pod_view,
-    );
-    let jobs = common::job_views(&Cache::owned_by(&cache.jobs, pg, KIND_LABEL));
-    let cronjob = common::cronjob_view(
-        Cache::owned_by(&cache.cronjobs, pg, KIND_LABEL),
-        &name,
-        || render::cronjob(pg).ok().flatten(),
-    );
+    let lease = read
+        .named(&cache.leases, &render::lease_name(pg))
+        .map(|l| lease_view(&l));
 
-    let lease = common::named(
-        Cache::owned_by(&cache.leases, pg, KIND_LABEL),
-        &render::lease_name(pg),
-    )
-    .map(|l| lease_view(&l));
-
-    let job_results = Cache::owned_by(&cache.pods, pg, KIND_LABEL)
+    let job_results = read
+        .owned(&cache.pods)
         .iter()
         .filter_map(|p| {
             let job = p.labels().get(JOB_NAME_LABEL)?.clone();
@@ -341,15 +253,23 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         })
         .collect();
 
-    Observed {
-        job_results,
+    let own = Own {
+        in_sync,
         lease,
-        name,
-        in_sync: in_sync_flags,
+        job_results,
+        requests: PgRequests::from_annotations(pg.annotations()),
+    };
+    read.observed(
         statefulset,
-        pods,
-        jobs,
-        cronjob,
-        requests: Requests::from_annotations(pg.annotations()),
-    }
+        role_label,
+        || render::cronjob(pg).ok().flatten(),
+        own,
+    )
+}
+
+/// The pod's `lockstep.dev/role` label, if it is a known role.
+fn role_label(pod: &Pod) -> Option<Role> {
+    pod.labels()
+        .get(ROLE_LABEL)
+        .and_then(|r| r.parse::<Role>().ok())
 }

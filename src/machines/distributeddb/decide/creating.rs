@@ -83,7 +83,7 @@ pub(crate) fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
                         replicas,
                         ordinal,
                         uid,
-                        &o.requests,
+                        &o.own.requests,
                     )),
                     MIXED_IMAGES,
                     format!(

@@ -75,7 +75,7 @@ pub(crate) fn hook_step(
             format!("the {what} of {name} {failure}; trying again"),
         ),
         JobStep::Exhausted { failure } => {
-            let r = &o.requests;
+            let r = &o.own.requests;
             if annotations::is_new_token(r.retry_hook.as_deref(), u.retry_ack.as_deref()) {
                 let next = u.attempt.saturating_add(1);
                 return Decision::go(

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 
 use super::actions::{DdbAction, Shape};
 use super::api::DistributedDBSpec;
-use super::observe::{Observed, Requests};
+use super::observe::{HookRequests, Observed};
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use crate::engine::Decision;
 use crate::machines::common::replace;
@@ -50,7 +50,7 @@ impl Upgrade {
         replicas: i32,
         ordinal: i32,
         pod_uid: String,
-        requests: &Requests,
+        requests: &HookRequests,
     ) -> Self {
         Upgrade {
             from,
@@ -145,7 +145,7 @@ pub(crate) fn hold_before_delete(o: &Observed, k: i32, replicas: i32, to: &str) 
 /// Owned objects to restore in a state whose StatefulSet has `shape`.
 pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> Vec<DdbAction> {
     let mut actions = Vec::new();
-    if !o.service_in_sync {
+    if !o.own.service_in_sync {
         actions.push(DdbAction::EnsureService);
     }
     let step = Shape {
@@ -209,6 +209,7 @@ pub(crate) fn shape_at(
         image: image.to_owned(),
         replicas,
         claim_size: o
+            .own
             .claim_size
             .as_deref()
             .unwrap_or(&spec.storage.size)

@@ -105,7 +105,7 @@ fn upgrade(
                 replicas,
                 ordinal,
                 uid,
-                &o.requests,
+                &o.own.requests,
             )),
             IMAGE_CHANGED,
             format!(
@@ -159,7 +159,7 @@ fn stray_image(version: &str, replicas: i32, o: &Observed) -> Option<D> {
             replicas,
             ordinal,
             uid,
-            &o.requests,
+            &o.own.requests,
         )),
         STRAY_IMAGE,
         format!(
@@ -205,7 +205,7 @@ fn grow_volumes(
     replicas: i32,
     o: &Observed,
 ) -> impl Iterator<Item = DdbAction> {
-    o.volumes.iter().filter_map(move |(k, v)| {
+    o.own.volumes.iter().filter_map(move |(k, v)| {
         let smaller = v.requested.as_deref().is_some_and(|r| {
             quantity::compare(r, &spec.storage.size) == Some(std::cmp::Ordering::Less)
         });

@@ -44,7 +44,9 @@ use super::actions::{DdbAction, HookPhase, backup_key, hook_key};
 use super::api::DistributedDBSpec;
 use super::fixtures::{self, policy};
 use super::machine::DistributedDb;
-use super::observe::{CronJobView, Observed, PodView, Requests, StatefulSetView};
+use super::observe::{
+    CronJobView, HookRequests, Observed, Own, PodView, Requests, StatefulSetView,
+};
 use super::state::DdbState;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
@@ -52,6 +54,7 @@ use crate::engine::check::{
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::meta::short_hash;
+use crate::machines::common::testing;
 
 const IMAGES: [&str; 3] = ["db:1", "db:2", "db:3"];
 /// How many moves back a reconcile may read the world (the harness's staleness bound is
@@ -117,6 +120,7 @@ struct Pass {
 pub(super) struct Cluster {
     spec: DistributedDBSpec,
     requests: Requests,
+    hook_requests: HookRequests,
     /// `Some(in sync)` when the Service exists.
     service: Option<bool>,
     sts: Option<Sts>,
@@ -283,6 +287,7 @@ impl Cluster {
         Cluster {
             spec: spec(replicas, hooks, backups),
             requests: Requests::default(),
+            hook_requests: HookRequests::default(),
             service: None,
             sts: None,
             pods: BTreeMap::new(),
@@ -341,7 +346,7 @@ impl Cluster {
         self.jobs.iter().any(|j| {
             let done = match j.outcome {
                 Outcome::Succeeded => true,
-                Outcome::Failed => self.requests.skip_hook.is_some(),
+                Outcome::Failed => self.hook_requests.skip_hook.is_some(),
                 Outcome::Running => false,
             };
             done && j.key.as_deref().is_some_and(|k| k.starts_with(prefix))
@@ -448,7 +453,7 @@ impl Cluster {
             synced_replicas: replicas,
         });
         world.settle();
-        world.requests.retry_hook = None;
+        world.hook_requests.retry_hook = None;
         world
     }
 

@@ -63,14 +63,12 @@ impl WorldModel<DistributedDb> for Cluster {
     fn observe(&self) -> Observed {
         Observed {
             name: "db".to_owned(),
-            service_in_sync: self.service == Some(true),
             statefulset: self.sts.as_ref().map(|s| StatefulSetView {
                 conforms: !s.drifted,
                 image: Some(s.image.clone()),
                 replicas: s.replicas,
                 caught_up: s.observed == s.generation,
             }),
-            claim_size: self.sts.as_ref().map(|_| "1Gi".to_owned()),
             pods: self
                 .pods
                 .iter()
@@ -78,11 +76,8 @@ impl WorldModel<DistributedDb> for Cluster {
                     (
                         *k,
                         PodView {
-                            uid: p.uid.clone(),
-                            image: Some(p.image.clone()),
-                            ready: p.ready,
                             terminating: p.terminating,
-                            created: None,
+                            ..testing::pod(p.uid.clone(), &p.image, p.ready, ())
                         },
                     )
                 })
@@ -111,8 +106,13 @@ impl WorldModel<DistributedDb> for Cluster {
                 uid: uid.clone(),
                 in_sync: *in_sync,
             }),
-            volumes: BTreeMap::new(),
             requests: self.requests.clone(),
+            own: Own {
+                service_in_sync: self.service == Some(true),
+                claim_size: self.sts.as_ref().map(|_| "1Gi".to_owned()),
+                volumes: BTreeMap::new(),
+                requests: self.hook_requests.clone(),
+            },
         }
     }
 
@@ -260,7 +260,7 @@ impl WorldModel<DistributedDb> for Cluster {
                     self.evicted.insert(k);
                 }
             }
-            Move::SkipHook(n) => self.requests.skip_hook = Some(format!("s{n}")),
+            Move::SkipHook(n) => self.hook_requests.skip_hook = Some(format!("s{n}")),
             Move::JobFinishes(n, ok) => {
                 let mut succeeded = None;
                 let mut final_done = false;
@@ -407,7 +407,7 @@ impl WorldModel<DistributedDb> for Cluster {
             self.hook_succeeded(&key);
         }
         // A user who finds a hook out of retries asks for it to run again.
-        self.requests.retry_hook = Some("settled".to_owned());
+        self.hook_requests.retry_hook = Some("settled".to_owned());
         self.refresh();
     }
 }

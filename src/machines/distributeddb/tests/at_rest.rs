@@ -20,7 +20,7 @@ fn a_drifted_or_deleted_statefulset_is_restored_at_the_version() {
     assert!(matches!(d.actions(), [DdbAction::EnsureStatefulSet(s)] if s.image == "db:1"));
     let mut o = at_rest("db:1");
     o.statefulset = None;
-    o.service_in_sync = false;
+    o.own.service_in_sync = false;
     let d = decide(&spec("db:1"), &ready("db:1"), o);
     assert_eq!(d.actions().len(), 2);
 }
@@ -80,13 +80,13 @@ fn volumes_grow_when_the_storage_size_grows() {
     let mut s = spec("db:1");
     s.storage.size = "2Gi".to_owned();
     let mut o = at_rest("db:1");
-    o.volumes.insert(
+    o.own.volumes.insert(
         0,
         crate::machines::distributeddb::observe::VolumeView {
             requested: Some("1Gi".to_owned()),
         },
     );
-    o.volumes.insert(
+    o.own.volumes.insert(
         1,
         crate::machines::distributeddb::observe::VolumeView {
             requested: Some("2048Mi".to_owned()),

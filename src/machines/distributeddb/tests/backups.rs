@@ -140,7 +140,7 @@ fn nothing_but_the_final_backup_is_created_while_deleting() {
     let s = with_backups(spec("db:2"));
     let mut o = at_rest("db:1");
     o.statefulset = None;
-    o.service_in_sync = false;
+    o.own.service_in_sync = false;
     let state = DdbState::Finalizing { attempt: 1 };
     let d = deleting(&s, &state, o);
     assert!(d.actions().iter().all(|a| matches!(

@@ -18,7 +18,9 @@ use super::actions::{DdbAction, HookPhase, Shape, backup_key, hook_key};
 use super::api::{DistributedDB, DistributedDBSpec};
 use super::fixtures::{policy, with_hooks};
 use super::machine::DistributedDb;
-use super::observe::{CronJobView, Observed, PodView, Requests, StatefulSetView};
+use super::observe::{
+    CronJobView, HookRequests, Observed, Own, PodView, Requests, StatefulSetView,
+};
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use super::table::TABLE;
 use super::table::reason::*;
@@ -41,32 +43,29 @@ fn uid(k: i32, image: &str) -> String {
 }
 
 fn pod(k: i32, image: &str, ready: bool) -> PodView {
-    PodView {
-        uid: uid(k, image),
-        image: Some(image.to_owned()),
-        ready,
-        terminating: false,
-        created: None,
-    }
+    testing::pod(uid(k, image), image, ready, ())
 }
 
 /// Three pods Ready at `image`, every owned object in place.
 fn at_rest(image: &str) -> Observed {
     Observed {
         name: "db".to_owned(),
-        service_in_sync: true,
         statefulset: Some(StatefulSetView {
             conforms: true,
             image: Some(image.to_owned()),
             replicas: 3,
             caught_up: true,
         }),
-        claim_size: Some("1Gi".to_owned()),
         pods: (0..3).map(|k| (k, pod(k, image, true))).collect(),
         jobs: Vec::new(),
         cronjob: None,
-        volumes: BTreeMap::new(),
         requests: Requests::default(),
+        own: Own {
+            service_in_sync: true,
+            claim_size: Some("1Gi".to_owned()),
+            volumes: BTreeMap::new(),
+            requests: HookRequests::default(),
+        },
     }
 }
 

@@ -231,7 +231,7 @@ fn an_exhausted_hook_waits_for_the_retry_annotation() {
             ..
         }
     ));
-    o.requests.retry_hook = Some("1".to_owned());
+    o.own.requests.retry_hook = Some("1".to_owned());
     let d = decide(&s, &state, o.clone());
     assert_eq!(d.reason(), HOOK_RETRY_REQUESTED);
     let Some(DdbState::Upgrading(next)) = target(&d) else {
@@ -248,7 +248,7 @@ fn an_exhausted_hook_waits_for_the_retry_annotation() {
 #[test]
 fn a_stale_retry_token_from_before_the_upgrade_is_not_acted_on() {
     let mut o = at_rest("db:1");
-    o.requests.retry_hook = Some("old".to_owned());
+    o.own.requests.retry_hook = Some("old".to_owned());
     let d = decide(&spec("db:2"), &ready("db:1"), o);
     assert!(
         matches!(target(&d), Some(DdbState::Upgrading(u)) if u.retry_ack.as_deref() == Some("old"))
@@ -261,7 +261,7 @@ fn the_skip_annotation_moves_an_exhausted_hook_on() {
     let mut o = template_at(at_rest("db:1"), "db:2");
     let key = hook_key(HookPhase::Pre, 2, "db:2", &uid(2, "db:1"), 1);
     o.jobs.push(job(&key, Purpose::Hook, failed(0)));
-    o.requests.skip_hook = Some("go".to_owned());
+    o.own.requests.skip_hook = Some("go".to_owned());
     let state = upgrading("db:2", 2, UpgradeStep::PreHook, &uid(2, "db:1"));
     let d = decide(&s, &state, o);
     assert_eq!(d.reason(), HOOK_SKIPPED);

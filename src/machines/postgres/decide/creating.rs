@@ -68,7 +68,7 @@ pub(crate) fn creating(
         }
         // A primary that moved (another ordinal, or a Lease handed over before) was
         // adopted from a running cluster; one that never moved reads as created.
-        let moved = primary != 0 || o.lease.as_ref().is_some_and(|l| l.transitions > 0);
+        let moved = primary != 0 || o.own.lease.as_ref().is_some_and(|l| l.transitions > 0);
         let (reason, message) = if moved {
             (
                 ADOPTED,
@@ -144,11 +144,12 @@ pub(crate) fn choose_primary(
     let o = &world.observed;
     let now = world.now;
     let hatch = o
+        .own
         .requests
         .adopt_primary
         .as_deref()
         .and_then(|n| ordinal_named(o, n));
-    let holder = o.lease.as_ref().and_then(|l| l.holder.as_deref());
+    let holder = o.own.lease.as_ref().and_then(|l| l.holder.as_deref());
     if let Some(k) = holder.and_then(|h| o.holder_ordinal(h))
         && hatch.is_none_or(|x| x == k)
     {
@@ -162,6 +163,7 @@ pub(crate) fn choose_primary(
         .map(|(k, _)| *k)
         .collect();
     let last = o
+        .own
         .lease
         .as_ref()
         .and_then(|l| l.holder.as_deref().or(l.released_by.as_deref()))
@@ -204,7 +206,7 @@ pub(crate) fn choose_primary(
             Vec::new(),
         ));
     };
-    match &o.lease {
+    match &o.own.lease {
         None if !roles => Err(wait(
             WAITING_FOR_LEASE,
             format!("the primary Lease is created naming {name} before it is labelled primary"),

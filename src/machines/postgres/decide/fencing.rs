@@ -60,7 +60,7 @@ pub(crate) fn fence(
         Some(h) if o.holder_ordinal(h).is_none() => {
             Fence::Fenced(format!("the pod of {h} is gone"))
         }
-        Some(h) if o.requests.fenced.as_deref() == Some(h) => Fence::Fenced(format!(
+        Some(h) if o.own.requests.fenced.as_deref() == Some(h) => Fence::Fenced(format!(
             "{} asserts that {h} is down",
             crate::machines::postgres::observe::FENCED
         )),
@@ -107,7 +107,7 @@ pub(crate) fn keep_lease(
     let Some(id) = o.live(primary).and_then(|_| o.identity(primary)) else {
         return (Vec::new(), None);
     };
-    match &o.lease {
+    match &o.own.lease {
         None => (
             vec![PgAction::CreateLease {
                 holder: Some(id),

@@ -129,7 +129,7 @@ pub(crate) fn objects(
     o: &Observed,
 ) -> Vec<PgAction> {
     let mut actions = Vec::new();
-    let s = o.in_sync;
+    let s = o.own.in_sync;
     if !s.scripts {
         actions.push(PgAction::EnsureScripts);
     }

@@ -38,7 +38,7 @@ pub(crate) fn begin_switchover(
             attempt: 1,
             cause,
             round_start: 1,
-            retry_ack: o.requests.retry_promote.clone(),
+            retry_ack: o.own.requests.retry_promote.clone(),
             survey_attempt: None,
             surveyed: None,
         }),
@@ -169,7 +169,7 @@ fn survey(s: &Switchover, world: &World<Observed>, what: &str, actions: Vec<PgAc
             actions,
         ),
         JobStep::Succeeded => {
-            let Some(surveyed) = o.job_results.get(&job_name).and_then(|r| parse(o, r)) else {
+            let Some(surveyed) = o.own.job_results.get(&job_name).and_then(|r| parse(o, r)) else {
                 return stay(
                     SURVEYING,
                     format!("{what}: survey Job {job_name} succeeded; waiting for its result (its pod's termination message)"),
@@ -229,7 +229,7 @@ fn survey(s: &Switchover, world: &World<Observed>, what: &str, actions: Vec<PgAc
 fn lease_holds_target(s: &Switchover, o: &Observed) -> Result<(), String> {
     let t = s.target.ordinal;
     let want = holder_identity(&o.pod_name(t), &s.target.uid);
-    match o.lease.as_ref().and_then(|l| l.holder.as_deref()) {
+    match o.own.lease.as_ref().and_then(|l| l.holder.as_deref()) {
         Some(h) if h == want => Ok(()),
         Some(h) => Err(format!("the Lease names {h}, not {want}")),
         None => Err(format!("the Lease names nobody, not {want}")),
@@ -271,7 +271,7 @@ fn hand_over(
         )
         .with_actions(actions)
     };
-    let Some(lease) = &o.lease else {
+    let Some(lease) = &o.own.lease else {
         // Whoever held a Lease that vanished stops by its last renewal + T + R + 1: a
         // Lease naming nobody, renewed now, expires after all of them.
         return stay(
@@ -463,7 +463,7 @@ pub(crate) fn promote(
             PROMOTION_RETRIED,
             format!("{what}: promote Job {job_name} {failure}; trying again"),
         ),
-        JobStep::Exhausted { failure } => match &o.requests.retry_promote {
+        JobStep::Exhausted { failure } => match &o.own.requests.retry_promote {
             Some(token) if s.retry_ack.as_ref() != Some(token) => {
                 let next = s.attempt.saturating_add(1);
                 Decision::go(

@@ -81,7 +81,7 @@ use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::machine::Postgres;
 use super::observe::{
-    CronJobView, InSync, LeaseView, Observed, PodView, Requests, StatefulSetView,
+    CronJobView, InSync, LeaseView, Observed, Own, PgRequests, PodView, Requests, StatefulSetView,
 };
 use super::state::PgState;
 use crate::engine::Machine;
@@ -90,6 +90,7 @@ use crate::engine::check::{
 };
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
+use crate::machines::common::testing;
 
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
 const MAX_PODS: i32 = 3;

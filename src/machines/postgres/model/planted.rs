@@ -87,7 +87,7 @@ impl Bug for TakeTheHolderForFenced {
         }
         // The bug: the holder is taken to have released the Lease.
         let mut lying = world.clone();
-        if let Some(lease) = lying.observed.lease.as_mut() {
+        if let Some(lease) = lying.observed.own.lease.as_mut() {
             lease.released_by.clone_from(&lease.holder);
         }
         Some(lying)
@@ -104,7 +104,7 @@ impl Bug for ReadEveryPositionAsEqual {
     fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
         // The bug: every surveyed position reads the same.
         let mut lying = world.clone();
-        for result in lying.observed.job_results.values_mut() {
+        for result in lying.observed.own.job_results.values_mut() {
             if let Ok(serde_json::Value::Object(mut answers)) =
                 serde_json::from_str::<serde_json::Value>(result)
             {

@@ -84,7 +84,6 @@ where
         let at = epoch();
         Observed {
             name: "pg".to_owned(),
-            in_sync: self.in_sync,
             statefulset: self.sts.as_ref().map(|(image, replicas)| StatefulSetView {
                 conforms: true,
                 image: Some(image.clone()),
@@ -98,12 +97,8 @@ where
                     (
                         *k,
                         PodView {
-                            uid: p.uid.to_string(),
-                            image: Some(p.image.clone()),
-                            ready: p.ready,
                             terminating: p.terminating,
-                            role: p.role,
-                            version: String::new(),
+                            ..testing::pod(p.uid.to_string(), &p.image, p.ready, p.role)
                         },
                     )
                 })
@@ -139,29 +134,34 @@ where
             requests: Requests {
                 backup_now: (self.backup_token > 0).then(|| format!("t{}", self.backup_token)),
                 skip_final_backup: self.skip_final,
-                retry_promote: self.retry_promote.then(|| "settled".to_owned()),
-                adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.db_primary)),
-                fenced: None,
             },
-            job_results: self
-                .jobs
-                .iter()
-                .filter_map(|j| Some((format!("pg-{}", j.key), j.result.clone()?)))
-                .collect(),
-            lease: self.lease.as_ref().map(|l| LeaseView {
-                holder: l.holder.map(|(k, uid)| format!("pg-{k}/{uid}")),
-                // A writable holder renews every R seconds: its Lease never looks expired.
-                renewed: Some(if self.holder_renews() {
-                    renewing()
-                } else {
-                    l.renewed
+            own: Own {
+                in_sync: self.in_sync,
+                job_results: self
+                    .jobs
+                    .iter()
+                    .filter_map(|j| Some((format!("pg-{}", j.key), j.result.clone()?)))
+                    .collect(),
+                lease: self.lease.as_ref().map(|l| LeaseView {
+                    holder: l.holder.map(|(k, uid)| format!("pg-{k}/{uid}")),
+                    // A writable holder renews every R seconds: its Lease never looks expired.
+                    renewed: Some(if self.holder_renews() {
+                        renewing()
+                    } else {
+                        l.renewed
+                    }),
+                    duration: 15,
+                    transitions: l.transitions,
+                    released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
+                    uid: "lease".to_owned(),
+                    version: l.version.to_string(),
                 }),
-                duration: 15,
-                transitions: l.transitions,
-                released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
-                uid: "lease".to_owned(),
-                version: l.version.to_string(),
-            }),
+                requests: PgRequests {
+                    retry_promote: self.retry_promote.then(|| "settled".to_owned()),
+                    adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.db_primary)),
+                    fenced: None,
+                },
+            },
         }
     }
 

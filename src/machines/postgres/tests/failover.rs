@@ -171,7 +171,7 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
     assert!(why.contains("lockstep.dev/retry-promote"), "{why}");
     // A new retry-promote token: the next attempt, with a fresh budget.
     let mut asked = o(last);
-    asked.requests.retry_promote = Some("r1".to_owned());
+    asked.own.requests.retry_promote = Some("r1".to_owned());
     let d = decide_at(&spec("16.3"), &state(last), asked.clone(), 10_000, 0);
     assert_eq!(d.reason(), PROMOTION_RETRIED);
     let Some(PgState::SwitchingOver(next)) = target(&d) else {
@@ -184,7 +184,7 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
         ..next.clone()
     });
     let mut asked = o(last * 2);
-    asked.requests.retry_promote = Some("r1".to_owned());
+    asked.own.requests.retry_promote = Some("r1".to_owned());
     let d = decide_at(&spec("16.3"), &spent, asked, 10_000, 0);
     assert!(target(&d).is_none() && is_degraded(&d), "{d:?}");
 }

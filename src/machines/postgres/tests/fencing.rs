@@ -88,7 +88,7 @@ fn old_primary_lingering(renewed: i64) -> Observed {
         p.ready = false;
         p.terminating = true;
     });
-    if let Some(l) = o.lease.as_mut() {
+    if let Some(l) = o.own.lease.as_mut() {
         l.renewed = Some(t(renewed));
     }
     o
@@ -99,7 +99,7 @@ fn old_primary_lingering(renewed: i64) -> Observed {
 #[test]
 fn a_new_cluster_creates_the_lease_naming_pod_0_before_labelling_it_primary() {
     let mut o = at_rest(V1, 0);
-    o.lease = None;
+    o.own.lease = None;
     for p in o.pods.values_mut() {
         p.role = None;
         p.ready = false;
@@ -112,7 +112,7 @@ fn a_new_cluster_creates_the_lease_naming_pod_0_before_labelling_it_primary() {
         "nobody is labelled before the Lease"
     );
     // Once the Lease names pod 0, the roles follow.
-    o.lease = Some(lease_of(0, V1));
+    o.own.lease = Some(lease_of(0, V1));
     let d = decide(&spec("16.3"), &creating(), o);
     assert!(labels_in(&d).contains(&(0, Role::Primary)));
     assert!(lease_creations(&d).is_empty());
@@ -121,7 +121,7 @@ fn a_new_cluster_creates_the_lease_naming_pod_0_before_labelling_it_primary() {
 #[test]
 fn a_lost_status_adopts_the_lease_holder_as_primary_without_moving_a_role() {
     let mut o = at_rest(V1, 1);
-    if let Some(l) = o.lease.as_mut() {
+    if let Some(l) = o.own.lease.as_mut() {
         l.transitions = 1;
     }
     let d = decide(&spec("16.3"), &creating(), o);
@@ -134,7 +134,7 @@ fn a_lost_status_adopts_the_lease_holder_as_primary_without_moving_a_role() {
 fn a_lost_status_with_two_pods_labelled_primary_and_no_holder_waits_for_a_person() {
     let mut o = at_rest(V1, 0);
     edit(&mut o, 1, |p| p.role = Some(Role::Primary));
-    if let Some(l) = o.lease.as_mut() {
+    if let Some(l) = o.own.lease.as_mut() {
         l.holder = None;
     }
     let d = decide(&spec("16.3"), &creating(), o.clone());
@@ -143,7 +143,7 @@ fn a_lost_status_with_two_pods_labelled_primary_and_no_holder_waits_for_a_person
     assert!(labels_in(&d).is_empty() && deletes_in(&d).is_empty());
     assert!(message(&d).contains(ADOPT_PRIMARY), "{}", message(&d));
     // The escape hatch names pg-1: once the Lease expired, it is handed to pg-1.
-    o.requests.adopt_primary = Some("pg-1".to_owned());
+    o.own.requests.adopt_primary = Some("pg-1".to_owned());
     let d = decide(&spec("16.3"), &creating(), o);
     assert_eq!(hand_overs(&d), vec![Some(identity(1, V1))]);
     assert!(labels_in(&d).is_empty(), "labels follow the Lease");
@@ -152,7 +152,7 @@ fn a_lost_status_with_two_pods_labelled_primary_and_no_holder_waits_for_a_person
 #[test]
 fn a_lost_status_without_a_lease_creates_one_naming_nobody_and_waits_for_it_to_expire() {
     let mut o = at_rest(V1, 2);
-    o.lease = None;
+    o.own.lease = None;
     let d = decide(&spec("16.3"), &creating(), o);
     assert_eq!(d.reason(), WAITING_FOR_FENCE);
     assert_eq!(lease_creations(&d), vec![None]);
@@ -200,7 +200,7 @@ fn once_the_lease_expired_it_is_handed_to_the_target_then_promoted() {
 #[test]
 fn a_lease_released_by_its_holder_is_handed_over_at_once() {
     let mut o = old_primary_lingering(999);
-    if let Some(l) = o.lease.as_mut() {
+    if let Some(l) = o.own.lease.as_mut() {
         l.released_by = l.holder.take();
     }
     let d = decide(&spec("16.3"), &failing_over(SwitchStep::Fence), o);
@@ -224,7 +224,7 @@ fn a_long_wait_for_fencing_is_degraded_and_names_the_escape_hatch() {
     assert!(message(&d).contains(FENCED), "{}", message(&d));
     // A person asserts that the old primary's node is down.
     let mut o = old_primary_lingering(999);
-    o.requests.fenced = Some(identity(0, V1));
+    o.own.requests.fenced = Some(identity(0, V1));
     let d = decide_at(&spec("16.3"), &state, o, 1000, 900);
     assert_eq!(d.reason(), LEASE_HANDED_OVER);
 }
@@ -233,13 +233,13 @@ fn a_long_wait_for_fencing_is_degraded_and_names_the_escape_hatch() {
 fn a_planned_switchover_demotes_the_old_primary_and_waits_for_it_to_release_the_lease() {
     let mut o = upgrade_observed(&[1, 2], 0);
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    if let Some(l) = o.lease.as_mut() {
+    if let Some(l) = o.own.lease.as_mut() {
         l.renewed = Some(t(999));
     }
     let state = switching(SwitchStep::Fence, 1, SwitchCause::Upgrade);
     let d = decide(&spec("16.4"), &state, o.clone());
     assert_eq!(d.reason(), WAITING_FOR_FENCE);
-    if let Some(l) = o.lease.as_mut() {
+    if let Some(l) = o.own.lease.as_mut() {
         l.released_by = l.holder.take();
     }
     let d = decide(&spec("16.4"), &state, o);
@@ -279,7 +279,9 @@ fn surveyed(result: &str) -> Observed {
         Purpose::Promote,
         JobOutcome::Succeeded { at: t(10) },
     )];
-    o.job_results.insert(format!("pg-{key}"), result.to_owned());
+    o.own
+        .job_results
+        .insert(format!("pg-{key}"), result.to_owned());
     o
 }
 
@@ -372,7 +374,7 @@ fn a_standby_the_survey_did_not_reach_or_that_is_not_ready_is_never_chosen() {
 #[test]
 fn a_survey_without_its_result_yet_waits_and_a_failed_one_is_retried_as_a_new_job() {
     let mut o = surveyed("{}");
-    o.job_results.clear();
+    o.own.job_results.clear();
     let d = decide(&spec("16.3"), &at_survey(None), o.clone());
     assert_eq!(d.reason(), SURVEYING);
     assert!(target(&d).is_none());
@@ -407,7 +409,7 @@ fn at_rest_a_recreated_primary_gets_the_lease_once_its_old_pod_is_gone() {
 #[test]
 fn at_rest_a_missing_lease_is_created_naming_the_primary() {
     let mut o = at_rest(V1, 2);
-    o.lease = None;
+    o.own.lease = None;
     let d = decide(&spec("16.3"), &ready(V1, 2), o);
     assert_eq!(lease_creations(&d), vec![Some(identity(2, V1))]);
 }
@@ -415,7 +417,7 @@ fn at_rest_a_missing_lease_is_created_naming_the_primary() {
 #[test]
 fn at_rest_a_lease_renewed_by_its_holder_asks_for_nothing() {
     let mut o = at_rest(V1, 0);
-    if let Some(l) = o.lease.as_mut() {
+    if let Some(l) = o.own.lease.as_mut() {
         l.renewed = Some(t(998));
     }
     let d = decide(&spec("16.3"), &ready(V1, 0), o);

@@ -18,7 +18,7 @@ use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key, promo
 use super::api::{BackupSpec, PostgresCluster, PostgresClusterSpec};
 use super::machine::Postgres;
 use super::observe::{
-    CronJobView, InSync, LeaseView, Observed, PodView, Requests, StatefulSetView,
+    CronJobView, InSync, LeaseView, Observed, Own, PgRequests, PodView, Requests, StatefulSetView,
 };
 use super::render;
 use super::state::{PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology};
@@ -76,14 +76,7 @@ fn uid(k: i32, image: &str) -> String {
 }
 
 fn pod(k: i32, image: &str, ready: bool, role: Option<Role>) -> PodView {
-    PodView {
-        uid: uid(k, image),
-        image: Some(image.to_owned()),
-        ready,
-        terminating: false,
-        role,
-        version: String::new(),
-    }
+    testing::pod(uid(k, image), image, ready, role)
 }
 
 /// Change the observed pod `k`, if there is one.
@@ -105,7 +98,6 @@ fn role_of(k: i32, primary: i32) -> Role {
 fn at_rest(image: &str, primary: i32) -> Observed {
     Observed {
         name: "pg".to_owned(),
-        in_sync: InSync::ALL,
         statefulset: Some(StatefulSetView {
             conforms: true,
             image: Some(image.to_owned()),
@@ -118,8 +110,12 @@ fn at_rest(image: &str, primary: i32) -> Observed {
         jobs: Vec::new(),
         cronjob: None,
         requests: Requests::default(),
-        lease: Some(lease_of(primary, image)),
-        job_results: BTreeMap::new(),
+        own: Own {
+            in_sync: InSync::ALL,
+            lease: Some(lease_of(primary, image)),
+            job_results: BTreeMap::new(),
+            requests: PgRequests::default(),
+        },
     }
 }
 
@@ -180,7 +176,7 @@ fn upgrade_switchover(step: SwitchStep) -> PgState {
 
 /// `o` once the Lease names `pg-1` (at `image`) and `pg-0` is labelled demoted.
 fn hand_over_to_1(o: &mut Observed, image: &str) {
-    o.lease = Some(lease_of(1, image));
+    o.own.lease = Some(lease_of(1, image));
     edit(o, 0, |p| p.role = Some(Role::Demoted));
 }
 

@@ -210,7 +210,7 @@ fn once_promoted_the_old_primary_loses_its_label_before_the_target_gets_it() {
 #[test]
 fn the_primary_label_does_not_move_while_the_old_primary_pod_is_unseen() {
     let mut o = upgrade_observed(&[1, 2], 0);
-    o.lease = Some(lease_of(1, V2));
+    o.own.lease = Some(lease_of(1, V2));
     o.pods.remove(&0);
     o.jobs = vec![promote_job(V2, 1, JobOutcome::Succeeded { at: t(10) })];
     let d = decide(&spec("16.4"), &upgrade_switchover(SwitchStep::Promote), o);
