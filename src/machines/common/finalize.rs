@@ -33,7 +33,7 @@ use chrono::{DateTime, Utc};
 
 use super::annotations::SKIP_FINAL_BACKUP;
 use super::backup::BackupKind;
-use super::jobs::{JobActions, JobOutcome, JobView, Purpose};
+use super::jobs::{self, JobActions, JobOutcome, JobView, Purpose};
 use super::observe::job_by_key;
 use super::retry::{Attempts, Backoff, JobStep, job_step, retry_time};
 use crate::engine::Decision;
@@ -208,35 +208,19 @@ pub struct Facts<'a> {
 }
 
 /// What the Finalizing state does.
+pub type Verdict = jobs::Verdict<Failure>;
+
+/// What the Finalizing state does about a failed attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Go to the finalized state.
-    Release {
-        /// The edge's reason.
-        reason: &'static str,
-        /// Why.
-        message: String,
-    },
-    /// Create the attempt's Job and wait.
-    Start {
-        /// The Job's key.
-        key: String,
-        /// What is happening.
-        message: String,
-    },
-    /// Wait for the running Job.
-    Wait {
-        /// What is happening.
-        message: String,
-    },
-    /// The attempt failed: stay Degraded until the backoff is over.
+pub enum Failure {
+    /// Stay Degraded until the backoff is over.
     Backoff {
         /// The failure and when it is retried.
         message: String,
         /// How long until the retry.
         wait: Duration,
     },
-    /// The attempt failed and the backoff is over: go to the next attempt.
+    /// The backoff is over: go to the next attempt.
     Retry {
         /// The next attempt.
         next: u32,
@@ -254,13 +238,13 @@ pub fn step(facts: Facts<'_>) -> Verdict {
 /// than its key.
 pub fn step_named(facts: Facts<'_>, job_name: Option<&str>) -> Verdict {
     if facts.skip {
-        return Verdict::Release {
+        return Verdict::Leave {
             reason: FINAL_BACKUP_SKIPPED,
             message: format!("final backup skipped ({SKIP_FINAL_BACKUP}=true)"),
         };
     }
     if !facts.configured {
-        return Verdict::Release {
+        return Verdict::Leave {
             reason: NO_BACKUP_POLICY,
             message: "backupPolicy was removed; no final backup".to_owned(),
         };
@@ -279,22 +263,25 @@ pub fn step_named(facts: Facts<'_>, job_name: Option<&str>) -> Verdict {
         },
         JobStep::Running => Verdict::Wait {
             message: format!("final backup Job {name} is running"),
+            recheck: None,
         },
-        JobStep::Succeeded => Verdict::Release {
+        JobStep::Succeeded => Verdict::Leave {
             reason: FINAL_BACKUP_SUCCEEDED,
             message: format!("final backup Job {name} succeeded"),
         },
-        JobStep::Backoff { failure, at, wait } => Verdict::Backoff {
+        JobStep::Backoff { failure, at, wait } => Verdict::Failed(Failure::Backoff {
             message: format!(
                 "final backup Job {name} {failure}; retrying at {}; set {SKIP_FINAL_BACKUP}=true to delete without it",
                 retry_time(at)
             ),
             wait,
-        },
-        JobStep::Retry { failure } | JobStep::Exhausted { failure } => Verdict::Retry {
-            next: facts.attempt.saturating_add(1),
-            message: format!("final backup Job {name} {failure}; trying again"),
-        },
+        }),
+        JobStep::Retry { failure } | JobStep::Exhausted { failure } => {
+            Verdict::Failed(Failure::Retry {
+                next: facts.attempt.saturating_add(1),
+                message: format!("final backup Job {name} {failure}; trying again"),
+            })
+        }
     }
 }
 
@@ -306,19 +293,20 @@ pub fn decision<S, A>(
     finalizing: impl FnOnce(u32) -> S,
     run: impl FnOnce(String) -> A,
 ) -> Decision<S, A> {
-    match verdict {
-        Verdict::Release { reason, message } => Decision::go(finalized(), reason, message),
-        Verdict::Start { key, message } => {
-            Decision::stay(FINAL_BACKUP_RUNNING, message).with_actions([run(key)])
-        }
-        Verdict::Wait { message } => Decision::stay(FINAL_BACKUP_RUNNING, message),
-        Verdict::Backoff { message, wait } => Decision::stay(FINAL_BACKUP_FAILED, message)
-            .degraded()
-            .requeue(wait),
-        Verdict::Retry { next, message } => {
-            Decision::go(finalizing(next), FINAL_BACKUP_RETRIED, message)
-        }
-    }
+    verdict.decision(
+        finalized,
+        FINAL_BACKUP_RUNNING,
+        Vec::new(),
+        run,
+        |failure| match failure {
+            Failure::Backoff { message, wait } => Decision::stay(FINAL_BACKUP_FAILED, message)
+                .degraded()
+                .requeue(wait),
+            Failure::Retry { next, message } => {
+                Decision::go(finalizing(next), FINAL_BACKUP_RETRIED, message)
+            }
+        },
+    )
 }
 
 /// A machine's whole Finalizing state at `attempt`, among its owned `jobs`: the
@@ -453,7 +441,7 @@ mod tests {
         let done = JobOutcome::Succeeded { at: now() };
         assert!(matches!(
             step(facts(Some(&done))),
-            Verdict::Release {
+            Verdict::Leave {
                 reason: FINAL_BACKUP_SUCCEEDED,
                 ..
             }
@@ -469,14 +457,17 @@ mod tests {
         };
         let v = step(facts(Some(&failed)));
         assert!(
-            matches!(&v, Verdict::Backoff { message, .. } if message.contains("BackoffLimitExceeded")),
+            matches!(&v, Verdict::Failed(Failure::Backoff { message, .. }) if message.contains("BackoffLimitExceeded")),
             "{v:?}"
         );
         let later = Facts {
             now: now() + chrono::Duration::seconds(10),
             ..facts(Some(&failed))
         };
-        assert!(matches!(step(later), Verdict::Retry { next: 2, .. }));
+        assert!(matches!(
+            step(later),
+            Verdict::Failed(Failure::Retry { next: 2, .. })
+        ));
     }
 
     #[test]
@@ -492,7 +483,7 @@ mod tests {
         };
         assert!(matches!(
             step(skip),
-            Verdict::Release {
+            Verdict::Leave {
                 reason: FINAL_BACKUP_SKIPPED,
                 ..
             }

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::meta::{JOB_KEY, JOB_PURPOSE, MAX_JOB_NAME, Owner, child_name};
+use crate::engine::Decision;
 
 /// What a Job is for: the value of [`JOB_PURPOSE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
@@ -281,6 +282,65 @@ impl RunOnce<'_> {
                 .owner
                 .child(job_name(&self.owner.name, self.key), labels),
             status: None,
+        }
+    }
+}
+
+/// What a state that runs one Job at a time does next: leave, start the Job, wait for it,
+/// or what it does about a failed attempt (`F`; [`std::convert::Infallible`] for a state
+/// that leaves on a failure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict<F> {
+    /// Go to the state this one leaves to.
+    Leave {
+        /// The edge's reason.
+        reason: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// Create the Job and wait.
+    Start {
+        /// The Job's key.
+        key: String,
+        /// What is happening.
+        message: String,
+    },
+    /// Wait for the running Job.
+    Wait {
+        /// What is happening.
+        message: String,
+        /// Look again this soon even without an event.
+        recheck: Option<std::time::Duration>,
+    },
+    /// The attempt failed.
+    Failed(F),
+}
+
+impl<F> Verdict<F> {
+    /// The decision: go to `leave()` on [`Verdict::Leave`]; stay for `running` with the
+    /// `upkeep` actions while the Job is started (by the action `run` makes of its key) or
+    /// waited for; and `failed` on a failure.
+    pub fn decision<S, A>(
+        self,
+        leave: impl FnOnce() -> S,
+        running: &'static str,
+        upkeep: Vec<A>,
+        run: impl FnOnce(String) -> A,
+        failed: impl FnOnce(F) -> Decision<S, A>,
+    ) -> Decision<S, A> {
+        match self {
+            Verdict::Leave { reason, message } => Decision::go(leave(), reason, message),
+            Verdict::Start { key, message } => Decision::stay(running, message)
+                .with_actions(upkeep)
+                .with_actions([run(key)]),
+            Verdict::Wait { message, recheck } => {
+                let stay = Decision::stay(running, message).with_actions(upkeep);
+                match recheck {
+                    Some(after) => stay.requeue(after),
+                    None => stay,
+                }
+            }
+            Verdict::Failed(failure) => failed(failure),
         }
     }
 }

@@ -28,7 +28,7 @@
 //! # Assumptions
 //! - The machine persists the token in its backing-up state, declares it in
 //!   [`crate::engine::Machine::acks`] under [`BACKUP_NOW`], and goes back to its ready
-//!   state on every [`Verdict::Back`].
+//!   state on every [`Verdict::Leave`](super::jobs::Verdict::Leave).
 //! - A Job is not deleted between its creation and the status write that follows it
 //!   (that window is one request long unless the operator crashes in it).
 //!
@@ -36,7 +36,9 @@
 
 use super::annotations::BACKUP_NOW;
 use super::backup::BackupKind;
-use super::jobs::{JobActions, JobOutcome, JobView, Purpose};
+use std::convert::Infallible;
+
+use super::jobs::{self, JobActions, JobOutcome, JobView, Purpose};
 use super::meta::short_hash;
 use super::observe::job_by_key;
 use crate::engine::Decision;
@@ -209,37 +211,14 @@ pub struct Facts<'a> {
 /// lost: the cache lags its own creation by a watch event, which may also be late.
 pub const UNSEEN_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// What the backing-up state does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Go back to the ready state.
-    Back {
-        /// [`BACKUP_SUCCEEDED`], [`BACKUP_FAILED`] or [`BACKUP_LOST`].
-        reason: &'static str,
-        /// Why.
-        message: String,
-    },
-    /// Create the token's Job and wait.
-    Start {
-        /// The Job's key.
-        key: String,
-        /// What is happening.
-        message: String,
-    },
-    /// Wait for the running Job.
-    Wait {
-        /// What is happening.
-        message: String,
-        /// Look again this soon even without an event.
-        recheck: Option<std::time::Duration>,
-    },
-}
+/// What the backing-up state does: a failed backup goes back too.
+pub type Verdict = jobs::Verdict<Infallible>;
 
 /// Decide the backing-up state.
 pub fn step(facts: Facts<'_>) -> Verdict {
     let Some((outcome, name)) = facts.job else {
         if !facts.created && !facts.configured {
-            return Verdict::Back {
+            return Verdict::Leave {
                 reason: BACKUP_LOST,
                 message: format!(
                     "{} was removed before the backup Job was created; no backup taken",
@@ -257,7 +236,7 @@ pub fn step(facts: Facts<'_>) -> Verdict {
             };
         }
         if facts.created {
-            return Verdict::Back {
+            return Verdict::Leave {
                 reason: BACKUP_LOST,
                 message: format!(
                     "the on-demand backup Job for {BACKUP_NOW}={} is gone before its outcome was read; it is not run again (set a new {BACKUP_NOW} token to take another backup)",
@@ -276,11 +255,11 @@ pub fn step(facts: Facts<'_>) -> Verdict {
             message: format!("on-demand backup Job {name} is running"),
             recheck: None,
         },
-        JobOutcome::Succeeded { .. } => Verdict::Back {
+        JobOutcome::Succeeded { .. } => Verdict::Leave {
             reason: BACKUP_SUCCEEDED,
             message: format!("on-demand backup Job {name} succeeded"),
         },
-        failed @ JobOutcome::Failed { .. } => Verdict::Back {
+        failed @ JobOutcome::Failed { .. } => Verdict::Leave {
             reason: BACKUP_FAILED,
             message: format!(
                 "on-demand backup Job {name} {}; set a new {BACKUP_NOW} token to try again",
@@ -298,19 +277,7 @@ pub fn decision<S, A>(
     upkeep: Vec<A>,
     run: impl FnOnce(String) -> A,
 ) -> Decision<S, A> {
-    match verdict {
-        Verdict::Back { reason, message } => Decision::go(back(), reason, message),
-        Verdict::Start { key, message } => Decision::stay(BACKUP_RUNNING, message)
-            .with_actions(upkeep)
-            .with_actions([run(key)]),
-        Verdict::Wait { message, recheck } => {
-            let stay = Decision::stay(BACKUP_RUNNING, message).with_actions(upkeep);
-            match recheck {
-                Some(after) => stay.requeue(after),
-                None => stay,
-            }
-        }
-    }
+    verdict.decision(back, BACKUP_RUNNING, upkeep, run, |never| match never {})
 }
 
 /// A machine's whole BackingUp state: [`step`] on `facts`, then [`decision`] with the
@@ -356,7 +323,7 @@ mod tests {
         ));
         assert!(matches!(
             step(facts(None)),
-            Verdict::Back {
+            Verdict::Leave {
                 reason: BACKUP_LOST,
                 ..
             }
@@ -408,7 +375,7 @@ mod tests {
         };
         assert!(matches!(
             step(unconfigured),
-            Verdict::Back {
+            Verdict::Leave {
                 reason: BACKUP_LOST,
                 ..
             }
@@ -416,7 +383,7 @@ mod tests {
         // The Job was created and is gone before its outcome was read: not run again.
         assert!(matches!(
             step(facts(None)),
-            Verdict::Back {
+            Verdict::Leave {
                 reason: BACKUP_LOST,
                 ..
             }
@@ -431,7 +398,7 @@ mod tests {
         };
         assert!(matches!(
             step(facts(Some((&done, "j")))),
-            Verdict::Back {
+            Verdict::Leave {
                 reason: BACKUP_SUCCEEDED,
                 ..
             }
@@ -485,7 +452,7 @@ mod tests {
         };
         assert!(matches!(
             step(facts(Some((&failed, "j")))),
-            Verdict::Back { reason: BACKUP_FAILED, message } if message.contains("BackoffLimitExceeded")
+            Verdict::Leave { reason: BACKUP_FAILED, message } if message.contains("BackoffLimitExceeded")
         ));
     }
 }
