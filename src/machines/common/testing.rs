@@ -66,6 +66,21 @@ pub fn pod<R>(uid: String, image: &str, ready: bool, role: R) -> PodView<R> {
     }
 }
 
+/// What `pick` yields for each of `actions` that matches its pattern, in order:
+/// `picked!(d.actions(), Action::DeletePod { ordinal, .. } => *ordinal)`.
+macro_rules! picked {
+    ($actions:expr, $pattern:pat => $picked:expr) => {
+        $actions
+            .iter()
+            .filter_map(|a| match a {
+                $pattern => Some($picked),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+}
+pub(crate) use picked;
+
 /// The state a decision goes to, if it transitions.
 pub fn target<S, A>(d: &Decision<S, A>) -> Option<&S> {
     match d {

@@ -27,7 +27,9 @@ use super::table::reason::*;
 use crate::engine::{Decision, Machine, World};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
-use crate::machines::common::testing::{self, failed, is_degraded, message, succeeded, t, target};
+use crate::machines::common::testing::{
+    self, failed, is_degraded, message, picked, succeeded, t, target,
+};
 
 fn with_backups(mut s: DistributedDBSpec) -> DistributedDBSpec {
     s.backup_policy = Some(policy());
@@ -93,13 +95,7 @@ fn upgrading(to: &str, ordinal: i32, step: UpgradeStep, pod_uid: &str) -> DdbSta
 }
 
 fn deletes(d: &Decision<DdbState, DdbAction>) -> Vec<(i32, String)> {
-    d.actions()
-        .iter()
-        .filter_map(|a| match a {
-            DdbAction::DeletePod { ordinal, uid } => Some((*ordinal, uid.clone())),
-            _ => None,
-        })
-        .collect()
+    picked!(d.actions(), DdbAction::DeletePod { ordinal, uid } => (*ordinal, uid.clone()))
 }
 
 fn world(observed: Observed) -> World<Observed> {

@@ -124,14 +124,8 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     let _ = reconcile(&s, &mut status, &o, false);
     let _ = reconcile(&s, &mut status, &o, false);
     let out = reconcile(&s, &mut status, &o, false);
-    let pruned: Vec<String> = out
-        .actions
-        .iter()
-        .filter_map(|a| match a {
-            DdbAction::DeleteJob { name, .. } => Some(name.clone()),
-            _ => None,
-        })
-        .collect();
+    let pruned: Vec<String> =
+        picked!(out.actions, DdbAction::DeleteJob { name, .. } => name.clone());
     assert_eq!(
         pruned,
         [format!("db-{}", keys[0]), format!("db-{}", keys[1])],

@@ -116,13 +116,7 @@ fn scaled_by_hand(replicas: i32) -> Observed {
 }
 
 fn statefulset_replicas_asked(d: &Decision<DdbState, DdbAction>) -> Vec<i32> {
-    d.actions()
-        .iter()
-        .filter_map(|a| match a {
-            DdbAction::EnsureStatefulSet(shape) => Some(shape.replicas),
-            _ => None,
-        })
-        .collect()
+    picked!(d.actions(), DdbAction::EnsureStatefulSet(shape) => shape.replicas)
 }
 
 #[test]

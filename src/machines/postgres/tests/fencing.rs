@@ -17,23 +17,11 @@ fn creating() -> PgState {
 }
 
 fn hand_overs(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {
-    d.actions()
-        .iter()
-        .filter_map(|a| match a {
-            PgAction::HandLease { holder, .. } => Some(holder.clone()),
-            _ => None,
-        })
-        .collect()
+    picked!(d.actions(), PgAction::HandLease { holder, .. } => holder.clone())
 }
 
 fn lease_creations(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {
-    d.actions()
-        .iter()
-        .filter_map(|a| match a {
-            PgAction::CreateLease { holder, .. } => Some(holder.clone()),
-            _ => None,
-        })
-        .collect()
+    picked!(d.actions(), PgAction::CreateLease { holder, .. } => holder.clone())
 }
 
 fn requeue(d: &Decision<PgState, PgAction>) -> Option<u64> {

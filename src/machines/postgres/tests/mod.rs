@@ -27,7 +27,9 @@ use crate::engine::machine::is_declared;
 use crate::engine::{Decision, Machine, Wait, World};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
-use crate::machines::common::testing::{self, failed, is_degraded, message, t, target, world_at};
+use crate::machines::common::testing::{
+    self, failed, is_degraded, message, picked, t, target, world_at,
+};
 
 const V1: &str = "postgres:16.3";
 const V2: &str = "postgres:16.4";
@@ -230,35 +232,13 @@ fn switching(step: SwitchStep, attempt: u32, cause: SwitchCause) -> PgState {
 }
 
 fn labels_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, Role)> {
-    d.actions()
-        .iter()
-        .filter_map(|a| match a {
-            PgAction::Label { ordinal, role, .. } => Some((*ordinal, *role)),
-            _ => None,
-        })
-        .collect()
+    picked!(d.actions(), PgAction::Label { ordinal, role, .. } => (*ordinal, *role))
 }
 
 fn deletes_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, String, DeleteCause)> {
-    d.actions()
-        .iter()
-        .filter_map(|a| match a {
-            PgAction::DeletePod {
-                ordinal,
-                uid,
-                cause,
-            } => Some((*ordinal, uid.clone(), *cause)),
-            _ => None,
-        })
-        .collect()
+    picked!(d.actions(), PgAction::DeletePod { ordinal, uid, cause } => (*ordinal, uid.clone(), *cause))
 }
 
 fn promotes_in(d: &Decision<PgState, PgAction>) -> Vec<i32> {
-    d.actions()
-        .iter()
-        .filter_map(|a| match a {
-            PgAction::RunPromote { target, .. } => Some(*target),
-            _ => None,
-        })
-        .collect()
+    picked!(d.actions(), PgAction::RunPromote { target, .. } => *target)
 }

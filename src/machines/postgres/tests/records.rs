@@ -22,13 +22,7 @@ fn runs_backup(out: &Outcome<Postgres>) -> bool {
 }
 
 fn deleted_jobs(actions: &[PgAction]) -> Vec<String> {
-    let mut names: Vec<String> = actions
-        .iter()
-        .filter_map(|a| match a {
-            PgAction::DeleteJob { name, .. } => Some(name.clone()),
-            _ => None,
-        })
-        .collect();
+    let mut names: Vec<String> = picked!(actions, PgAction::DeleteJob { name, .. } => name.clone());
     names.sort();
     names
 }
