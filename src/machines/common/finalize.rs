@@ -339,7 +339,7 @@ pub fn finalizing<S: States, A: JobActions>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machines::common::jobs::impl_job_actions;
+    use crate::machines::common::jobs::JobAction;
     use crate::machines::common::testing;
 
     /// A machine's deletion states, and a state before deletion.
@@ -351,13 +351,8 @@ mod tests {
     }
     impl_states!(State);
 
-    /// A machine's Job actions.
-    #[derive(Debug, Clone, PartialEq)]
-    enum Action {
-        RunBackup { key: String, kind: BackupKind },
-        DeleteJob { name: String, uid: String },
-    }
-    impl_job_actions!(Action);
+    /// A machine's actions: its Job actions alone.
+    type Action = JobAction;
 
     /// Bug 8 of issue 11: final-backup retries keep counting attempts but keep only the
     /// latest few Jobs.
@@ -378,7 +373,7 @@ mod tests {
             .iter()
             .filter_map(|a| match a {
                 Action::DeleteJob { name, .. } => Some(name.as_str()),
-                Action::RunBackup { .. } => None,
+                _ => None,
             })
             .collect();
         pruned.sort_unstable();

@@ -6,8 +6,30 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::Resource;
 use serde::Serialize;
 
-use super::backup::cronjob_name;
+use super::backup::{BackupKind, cronjob_name};
+use super::jobs::JobAction;
 use crate::driver::{Error, Op};
+
+/// The requests of a [`JobAction`] of the owner `owner`: a backup Job as `backup_job`
+/// renders it for its key and kind, the CronJob as `cronjob` renders it (either `None`
+/// when the spec no longer configures it: nothing is created or applied), and deletes
+/// preconditioned on the observed UIDs.
+///
+/// # Errors
+/// What the renderers return, or [`Error::Serde`] if an object does not serialize.
+pub fn job_action(
+    action: &JobAction,
+    owner: &str,
+    backup_job: impl FnOnce(&str, BackupKind) -> Result<Option<Job>, Error>,
+    cronjob: impl FnOnce() -> Result<Option<CronJob>, Error>,
+) -> Result<Vec<Op>, Error> {
+    match action {
+        JobAction::RunBackup { key, kind } => create_some(backup_job(key, *kind)?),
+        JobAction::EnsureCronJob => apply_some(cronjob()?),
+        JobAction::DeleteCronJob { uid } => Ok(delete_cronjob(owner, uid)),
+        JobAction::DeleteJob { name, uid } => Ok(delete_job(name, uid)),
+    }
+}
 
 /// Create `object` if absent, when there is one to create (a Job the spec no longer
 /// configures renders as `None`: nothing is created).

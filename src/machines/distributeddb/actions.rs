@@ -3,7 +3,7 @@
 
 use super::api::{DistributedDBSpec, Hook};
 use super::state::DdbState;
-use crate::machines::common::backup::BackupKind;
+pub use crate::machines::common::jobs::JobAction;
 use crate::machines::common::meta::short_hash;
 
 /// Both hooks, for messages and Job keys.
@@ -74,20 +74,6 @@ pub enum DdbAction {
         /// The image it is upgraded to (the hook's default image).
         to: String,
     },
-    /// Create a backup Job (if absent).
-    RunBackup {
-        /// The Job's key.
-        key: String,
-        /// On demand or final.
-        kind: BackupKind,
-    },
-    /// Apply the scheduled-backup CronJob.
-    EnsureCronJob,
-    /// Delete the scheduled-backup CronJob.
-    DeleteCronJob {
-        /// Its UID.
-        uid: String,
-    },
     /// Grow pod `ordinal`'s volume claim to `size`.
     ExpandVolume {
         /// The ordinal.
@@ -95,16 +81,16 @@ pub enum DdbAction {
         /// The new size.
         size: String,
     },
-    /// Delete a finished Job (hook Jobs are pruned once the cluster is at rest).
-    DeleteJob {
-        /// Its name.
-        name: String,
-        /// Its UID.
-        uid: String,
-    },
+    /// Run a backup Job, keep the backup CronJob as the spec wants it, or delete a
+    /// finished Job (hook Jobs are pruned once the cluster is at rest).
+    Jobs(JobAction),
 }
 
-crate::machines::common::jobs::impl_job_actions!(DdbAction);
+impl From<JobAction> for DdbAction {
+    fn from(action: JobAction) -> Self {
+        DdbAction::Jobs(action)
+    }
+}
 
 /// The key of the hook Job for `phase` of pod `ordinal` (with `pod_uid`) moving to `to`.
 pub fn hook_key(phase: HookPhase, ordinal: i32, to: &str, pod_uid: &str, attempt: u32) -> String {

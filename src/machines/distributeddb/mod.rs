@@ -135,20 +135,20 @@ impl Operator for DistributedDb {
                 from,
                 to,
             } => ops::create_some(render::hook_job(object, *phase, *ordinal, key, from, to)?)?,
-            DdbAction::RunBackup { key, kind } => {
-                ops::create_some(render::backup_job(object, key, *kind)?)?
-            }
-            DdbAction::EnsureCronJob => {
-                let policy = object.spec.backup_policy.as_ref();
-                ops::apply_some(policy.map(|p| render::cronjob(object, p)).transpose()?)?
-            }
-            DdbAction::DeleteCronJob { uid } => ops::delete_cronjob(&name, uid),
+            DdbAction::Jobs(action) => ops::job_action(
+                action,
+                &name,
+                |key, kind| Ok(render::backup_job(object, key, kind)?),
+                || {
+                    let policy = object.spec.backup_policy.as_ref();
+                    Ok(policy.map(|p| render::cronjob(object, p)).transpose()?)
+                },
+            )?,
             DdbAction::ExpandVolume { ordinal, size } => {
                 vec![Op::apply(&render::volume_expansion(
                     object, *ordinal, size,
                 ))?]
             }
-            DdbAction::DeleteJob { name, uid } => ops::delete_job(name, uid),
         })
     }
 

@@ -2,7 +2,7 @@
 //! labelled with, and the names actions carry.
 
 use super::api::PostgresClusterSpec;
-use crate::machines::common::backup::BackupKind;
+pub use crate::machines::common::jobs::JobAction;
 use crate::machines::common::meta::short_hash;
 
 /// A role a pod is labelled with.
@@ -125,30 +125,16 @@ pub enum PgAction {
         /// The image the Job runs (the cluster's: it has `psql`).
         image: String,
     },
-    /// Create a backup Job (if absent).
-    RunBackup {
-        /// The Job's key.
-        key: String,
-        /// On demand or final.
-        kind: BackupKind,
-    },
-    /// Apply the scheduled-backup CronJob.
-    EnsureCronJob,
-    /// Delete the scheduled-backup CronJob.
-    DeleteCronJob {
-        /// Its UID.
-        uid: String,
-    },
-    /// Delete a finished Job (promote Jobs are pruned at rest).
-    DeleteJob {
-        /// Its name.
-        name: String,
-        /// Its UID.
-        uid: String,
-    },
+    /// Run a backup Job, keep the backup CronJob as the spec wants it, or delete a
+    /// finished Job (promote Jobs are pruned at rest).
+    Jobs(JobAction),
 }
 
-crate::machines::common::jobs::impl_job_actions!(PgAction);
+impl From<JobAction> for PgAction {
+    fn from(action: JobAction) -> Self {
+        PgAction::Jobs(action)
+    }
+}
 
 /// The key of the promote Job of `attempt` against the pod `target` with `uid`.
 pub fn promote_key(target: i32, uid: &str, attempt: u32) -> String {

@@ -164,12 +164,12 @@ impl Operator for Postgres {
             PgAction::RunSurvey { key, hosts, image } => {
                 vec![Op::create(&render::survey_job(object, key, hosts, image)?)?]
             }
-            PgAction::RunBackup { key, kind } => {
-                ops::create_some(render::backup_job(object, key, *kind)?)?
-            }
-            PgAction::EnsureCronJob => ops::apply_some(render::cronjob(object)?)?,
-            PgAction::DeleteCronJob { uid } => ops::delete_cronjob(&name, uid),
-            PgAction::DeleteJob { name, uid } => ops::delete_job(name, uid),
+            PgAction::Jobs(action) => ops::job_action(
+                action,
+                &name,
+                |key, kind| Ok(render::backup_job(object, key, kind)?),
+                || Ok(render::cronjob(object)?),
+            )?,
         })
     }
 

@@ -24,6 +24,7 @@ use super::api::DistributedDBSpec;
 use super::observe::{HookRequests, Observed};
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use crate::engine::Decision;
+use crate::machines::common::jobs;
 use crate::machines::common::replace;
 
 pub(crate) type D = Decision<DdbState, DdbAction>;
@@ -159,12 +160,9 @@ pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> V
     {
         actions.push(DdbAction::EnsureStatefulSet(step));
     }
-    match (&spec.backup_policy, &o.cronjob) {
-        (Some(_), Some(c)) if c.in_sync => {}
-        (Some(_), _) => actions.push(DdbAction::EnsureCronJob),
-        (None, Some(c)) => actions.push(DdbAction::DeleteCronJob { uid: c.uid.clone() }),
-        (None, None) => {}
-    }
+    actions.extend(
+        jobs::cronjob_upkeep(spec.backup_policy.is_some(), o.cronjob.as_ref()).map(DdbAction::Jobs),
+    );
     actions
 }
 

@@ -40,7 +40,7 @@ use std::fmt;
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
-use super::actions::{DdbAction, HookPhase, backup_key, hook_key};
+use super::actions::{DdbAction, HookPhase, JobAction, backup_key, hook_key};
 use super::api::DistributedDBSpec;
 use super::fixtures::{self, policy};
 use super::machine::DistributedDb;

@@ -174,7 +174,7 @@ impl WorldModel<DistributedDb> for Cluster {
                     self.add_job(Some(key.clone()), Purpose::Hook);
                 }
             }
-            DdbAction::RunBackup { key, kind } => {
+            DdbAction::Jobs(JobAction::RunBackup { key, kind }) => {
                 if self.spec.backup_policy.is_some() {
                     let purpose = match kind {
                         BackupKind::Final => Purpose::FinalBackup,
@@ -183,7 +183,7 @@ impl WorldModel<DistributedDb> for Cluster {
                     self.add_job(Some(key.clone()), purpose);
                 }
             }
-            DdbAction::EnsureCronJob => {
+            DdbAction::Jobs(JobAction::EnsureCronJob) => {
                 if self.spec.backup_policy.is_some() {
                     let uid = match &self.cron {
                         Some((uid, _)) => uid.clone(),
@@ -192,13 +192,15 @@ impl WorldModel<DistributedDb> for Cluster {
                     self.cron = Some((uid, true));
                 }
             }
-            DdbAction::DeleteCronJob { uid } => {
+            DdbAction::Jobs(JobAction::DeleteCronJob { uid }) => {
                 if self.cron.as_ref().is_some_and(|(u, _)| u == uid) {
                     self.cron = None;
                 }
             }
             DdbAction::ExpandVolume { .. } => {}
-            DdbAction::DeleteJob { uid, .. } => self.jobs.retain(|j| j.uid != *uid),
+            DdbAction::Jobs(JobAction::DeleteJob { uid, .. }) => {
+                self.jobs.retain(|j| j.uid != *uid)
+            }
         }
         self.refresh();
     }

@@ -28,7 +28,7 @@ fn a_drifted_or_deleted_statefulset_is_restored_at_the_version() {
 #[test]
 fn the_cronjob_follows_the_backup_policy() {
     let d = decide(&with_backups(spec("db:1")), &ready("db:1"), at_rest("db:1"));
-    assert_eq!(d.actions(), &[DdbAction::EnsureCronJob]);
+    assert_eq!(d.actions(), &[DdbAction::Jobs(JobAction::EnsureCronJob)]);
     let mut o = at_rest("db:1");
     o.cronjob = Some(CronJobView {
         uid: "cj".to_owned(),
@@ -37,9 +37,9 @@ fn the_cronjob_follows_the_backup_policy() {
     let d = decide(&spec("db:1"), &ready("db:1"), o);
     assert_eq!(
         d.actions(),
-        &[DdbAction::DeleteCronJob {
+        &[DdbAction::Jobs(JobAction::DeleteCronJob {
             uid: "cj".to_owned()
-        }]
+        })]
     );
 }
 

@@ -18,10 +18,10 @@ fn backup_now_runs_one_backup_per_token() {
     let key = backup_key("t1");
     assert_eq!(
         d.actions(),
-        &[DdbAction::RunBackup {
+        &[DdbAction::Jobs(JobAction::RunBackup {
             key: key.clone(),
             kind: BackupKind::OnDemand
-        }]
+        })]
     );
     let served = |o: Observed| World {
         acks: [(
@@ -117,10 +117,10 @@ fn the_finalizer_is_held_until_the_final_backup_succeeds() {
     let d = deleting(&s, &state, at_rest("db:1"));
     assert_eq!(
         d.actions(),
-        &[DdbAction::RunBackup {
+        &[DdbAction::Jobs(JobAction::RunBackup {
             key: "final-backup-1".to_owned(),
             kind: BackupKind::Final
-        }]
+        })]
     );
     let mut o = at_rest("db:1");
     o.jobs
@@ -145,9 +145,9 @@ fn nothing_but_the_final_backup_is_created_while_deleting() {
     let d = deleting(&s, &state, o);
     assert!(d.actions().iter().all(|a| matches!(
         a,
-        DdbAction::RunBackup {
+        DdbAction::Jobs(JobAction::RunBackup {
             kind: BackupKind::Final,
             ..
-        }
+        })
     )));
 }

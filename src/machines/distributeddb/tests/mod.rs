@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use kube::CustomResourceExt;
 
-use super::actions::{DdbAction, HookPhase, Shape, backup_key, hook_key};
+use super::actions::{DdbAction, HookPhase, JobAction, Shape, backup_key, hook_key};
 use super::api::{DistributedDB, DistributedDBSpec};
 use super::fixtures::{policy, with_hooks};
 use super::machine::DistributedDb;

@@ -27,7 +27,7 @@ fn state_of(out: &Outcome<DistributedDb>) -> Option<&DdbState> {
 fn runs_backup(out: &Outcome<DistributedDb>) -> bool {
     out.actions
         .iter()
-        .any(|a| matches!(a, DdbAction::RunBackup { .. }))
+        .any(|a| matches!(a, DdbAction::Jobs(JobAction::RunBackup { .. })))
 }
 
 fn with_token(mut o: Observed, token: &str) -> Observed {
@@ -125,7 +125,7 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     let _ = reconcile(&s, &mut status, &o, false);
     let out = reconcile(&s, &mut status, &o, false);
     let pruned: Vec<String> =
-        picked!(out.actions, DdbAction::DeleteJob { name, .. } => name.clone());
+        picked!(out.actions, DdbAction::Jobs(JobAction::DeleteJob { name, .. }) => name.clone());
     assert_eq!(
         pruned,
         [format!("db-{}", keys[0]), format!("db-{}", keys[1])],

@@ -26,6 +26,7 @@ use super::observe::{Observed, PodView};
 use super::state::{PgState, PodRef, Switchover, Topology};
 use super::table::reason::RESTORING;
 use crate::engine::Decision;
+use crate::machines::common::jobs;
 
 pub(crate) type D = Decision<PgState, PgAction>;
 
@@ -156,12 +157,7 @@ pub(crate) fn objects(
         });
     }
     let scheduled = spec.backup.is_some() && spec.backup_schedule.is_some();
-    match (scheduled, &o.cronjob) {
-        (true, Some(c)) if c.in_sync => {}
-        (true, _) => actions.push(PgAction::EnsureCronJob),
-        (false, Some(c)) => actions.push(PgAction::DeleteCronJob { uid: c.uid.clone() }),
-        (false, None) => {}
-    }
+    actions.extend(jobs::cronjob_upkeep(scheduled, o.cronjob.as_ref()).map(PgAction::Jobs));
     actions
 }
 

@@ -77,7 +77,7 @@ use std::fmt;
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
-use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key};
+use super::actions::{DeleteCause, JobAction, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::machine::Postgres;
 use super::observe::{

@@ -244,7 +244,7 @@ where
                     });
                 }
             }
-            PgAction::RunBackup { key, kind } => {
+            PgAction::Jobs(JobAction::RunBackup { key, kind }) => {
                 if self.backup && !self.jobs.iter().any(|j| &j.key == key) {
                     if *kind == BackupKind::OnDemand && !self.backup_keys.insert(key.clone()) {
                         self.violations.push(format!(
@@ -264,7 +264,7 @@ where
                     });
                 }
             }
-            PgAction::EnsureCronJob => {
+            PgAction::Jobs(JobAction::EnsureCronJob) => {
                 if self.backup && SCHEDULES[self.schedule].is_some() {
                     let uid = match self.cronjob {
                         Some((uid, _)) => uid,
@@ -273,12 +273,14 @@ where
                     self.cronjob = Some((uid, SCHEDULES[self.schedule]));
                 }
             }
-            PgAction::DeleteCronJob { uid } => {
+            PgAction::Jobs(JobAction::DeleteCronJob { uid }) => {
                 if self.cronjob.map(|(u, _)| u.to_string()).as_ref() == Some(uid) {
                     self.cronjob = None;
                 }
             }
-            PgAction::DeleteJob { uid, .. } => self.jobs.retain(|j| &j.uid.to_string() != uid),
+            PgAction::Jobs(JobAction::DeleteJob { uid, .. }) => {
+                self.jobs.retain(|j| &j.uid.to_string() != uid)
+            }
             PgAction::CreateLease { holder, at } => {
                 if self.lease.is_none() {
                     self.lease = Some(ModelLease {

@@ -126,21 +126,21 @@ fn scaling_above_the_primary_goes_straight_to_scaling() {
 fn the_cronjob_is_created_updated_and_deleted_as_the_schedule_changes() {
     let scheduled = with_backups(spec("16.3"), Some("0 3 * * *"));
     let d = decide(&scheduled, &ready(V1, 0), at_rest(V1, 0));
-    assert_eq!(d.actions(), &[PgAction::EnsureCronJob]);
+    assert_eq!(d.actions(), &[PgAction::Jobs(JobAction::EnsureCronJob)]);
     let mut o = at_rest(V1, 0);
     o.cronjob = Some(CronJobView {
         uid: "cj".to_owned(),
         in_sync: false,
     });
     let d = decide(&scheduled, &ready(V1, 0), o.clone());
-    assert_eq!(d.actions(), &[PgAction::EnsureCronJob]);
+    assert_eq!(d.actions(), &[PgAction::Jobs(JobAction::EnsureCronJob)]);
     let unscheduled = with_backups(spec("16.3"), None);
     let d = decide(&unscheduled, &ready(V1, 0), o);
     assert_eq!(
         d.actions(),
-        &[PgAction::DeleteCronJob {
+        &[PgAction::Jobs(JobAction::DeleteCronJob {
             uid: "cj".to_owned()
-        }]
+        })]
     );
 }
 
@@ -154,10 +154,10 @@ fn an_on_demand_backup_runs_once_per_token() {
     // The Job is created by the transition that persists BackingUp (and acks the token).
     assert_eq!(
         d.actions(),
-        &[PgAction::RunBackup {
+        &[PgAction::Jobs(JobAction::RunBackup {
             key: backup_key("t1"),
             kind: BackupKind::OnDemand
-        }]
+        })]
     );
     let backing_up = PgState::BackingUp {
         cluster: cluster(V1, 0),

@@ -28,10 +28,10 @@ fn deletion_takes_a_final_backup_before_the_finalizer_goes() {
     let d = deleting(&s, &finalizing, at_rest(V1, 0));
     assert_eq!(
         d.actions(),
-        &[PgAction::RunBackup {
+        &[PgAction::Jobs(JobAction::RunBackup {
             key: "final-backup-1".to_owned(),
             kind: BackupKind::Final
-        }]
+        })]
     );
     let mut o = at_rest(V1, 0);
     o.jobs = vec![job("final-backup-1", Purpose::FinalBackup, failed(1000))];

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use kube::ResourceExt;
 
-use super::actions::{DeleteCause, PgAction, Role, ServiceKind, backup_key, promote_key};
+use super::actions::{
+    DeleteCause, JobAction, PgAction, Role, ServiceKind, backup_key, promote_key,
+};
 use super::api::{BackupSpec, PostgresCluster, PostgresClusterSpec};
 use super::machine::Postgres;
 use super::observe::{

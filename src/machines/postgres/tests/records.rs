@@ -18,11 +18,12 @@ fn reconcile(
 fn runs_backup(out: &Outcome<Postgres>) -> bool {
     out.actions
         .iter()
-        .any(|a| matches!(a, PgAction::RunBackup { .. }))
+        .any(|a| matches!(a, PgAction::Jobs(JobAction::RunBackup { .. })))
 }
 
 fn deleted_jobs(actions: &[PgAction]) -> Vec<String> {
-    let mut names: Vec<String> = picked!(actions, PgAction::DeleteJob { name, .. } => name.clone());
+    let mut names: Vec<String> =
+        picked!(actions, PgAction::Jobs(JobAction::DeleteJob { name, .. }) => name.clone());
     names.sort();
     names
 }
