@@ -40,7 +40,7 @@ use std::convert::Infallible;
 
 use super::jobs::{self, JobActions, JobOutcome, JobView, Purpose};
 use super::meta::short_hash;
-use super::observe::job_by_key;
+use super::observe::{Observed, job_by_key};
 use crate::engine::Decision;
 
 /// Edge reason: an on-demand backup was requested.
@@ -127,6 +127,16 @@ pub fn request(
             token: token.to_owned(),
         }
     }
+}
+
+/// [`request`] for the token `o` observes, against the Jobs it observes.
+pub fn requested<R, M>(o: &Observed<R, M>, served: Option<&str>, configured: bool) -> Request {
+    request(
+        o.requests.backup_now.as_deref(),
+        served,
+        |key| o.job(key).is_some(),
+        configured,
+    )
 }
 
 impl Request {

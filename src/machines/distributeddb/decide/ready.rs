@@ -178,16 +178,12 @@ fn backup(
     served: Option<&str>,
     o: &Observed,
 ) -> ControlFlow<D, Option<String>> {
-    match on_demand::request(
-        o.requests.backup_now.as_deref(),
-        served,
-        |key| o.job(key).is_some(),
-        spec.backup_policy.is_some(),
-    )
-    .start(|request| DdbState::BackingUp {
-        version: version.to_owned(),
-        replicas,
-        request,
+    match on_demand::requested(o, served, spec.backup_policy.is_some()).start(|request| {
+        DdbState::BackingUp {
+            version: version.to_owned(),
+            replicas,
+            request,
+        }
     }) {
         Ok(go) => ControlFlow::Break(go),
         // Reported Degraded (once every pod is Ready), until the annotation goes.

@@ -92,13 +92,7 @@ fn backup(
     o: &Observed,
     actions: &[PgAction],
 ) -> ControlFlow<D> {
-    match on_demand::request(
-        o.requests.backup_now.as_deref(),
-        served,
-        |key| o.job(key).is_some(),
-        spec.backup.is_some(),
-    )
-    .start(|request| PgState::BackingUp {
+    match on_demand::requested(o, served, spec.backup.is_some()).start(|request| PgState::BackingUp {
         cluster: cluster.clone(),
         request,
     }) {
