@@ -52,14 +52,14 @@ pub fn assert_declared<M: Machine>(from: &M::State, d: &Decision<M::State, M::Ac
     }
 }
 
-/// Pod `uid` running `image` as observed: `ready` or not, not terminating, of no known
-/// creation time or version, its role label read as `role`.
-pub fn pod<R>(uid: String, image: &str, ready: bool, role: R) -> PodView<R> {
+/// Pod `uid` running `image` as observed: `ready` or not, `terminating` or not, of no
+/// known creation time or version, its role label read as `role`.
+pub fn pod<R>(uid: String, image: &str, ready: bool, terminating: bool, role: R) -> PodView<R> {
     PodView {
         uid,
         image: Some(image.to_owned()),
         ready,
-        terminating: false,
+        terminating,
         created: None,
         version: String::new(),
         role,

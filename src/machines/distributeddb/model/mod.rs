@@ -44,9 +44,7 @@ use super::actions::{DdbAction, HookPhase, JobAction, backup_key, hook_key};
 use super::api::DistributedDBSpec;
 use super::fixtures::{self, policy};
 use super::machine::DistributedDb;
-use super::observe::{
-    CronJobView, HookRequests, Observed, Own, PodView, Requests, StatefulSetView,
-};
+use super::observe::{CronJobView, HookRequests, Observed, Own, Requests, StatefulSetView};
 use super::state::DdbState;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,

@@ -75,10 +75,7 @@ impl WorldModel<DistributedDb> for Cluster {
                 .map(|(k, p)| {
                     (
                         *k,
-                        PodView {
-                            terminating: p.terminating,
-                            ..testing::pod(p.uid.clone(), &p.image, p.ready, ())
-                        },
+                        testing::pod(p.uid.clone(), &p.image, p.ready, p.terminating, ()),
                     )
                 })
                 .collect(),

@@ -45,7 +45,7 @@ fn uid(k: i32, image: &str) -> String {
 }
 
 fn pod(k: i32, image: &str, ready: bool) -> PodView {
-    testing::pod(uid(k, image), image, ready, ())
+    testing::pod(uid(k, image), image, ready, false, ())
 }
 
 /// Three pods Ready at `image`, every owned object in place.

@@ -81,7 +81,7 @@ use super::actions::{DeleteCause, JobAction, PgAction, Role, ServiceKind, backup
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::machine::Postgres;
 use super::observe::{
-    CronJobView, InSync, LeaseView, Observed, Own, PgRequests, PodView, Requests, StatefulSetView,
+    CronJobView, InSync, LeaseView, Observed, Own, PgRequests, Requests, StatefulSetView,
 };
 use super::state::PgState;
 use crate::engine::Machine;

@@ -96,10 +96,7 @@ where
                 .map(|(k, p)| {
                     (
                         *k,
-                        PodView {
-                            terminating: p.terminating,
-                            ..testing::pod(p.uid.to_string(), &p.image, p.ready, p.role)
-                        },
+                        testing::pod(p.uid.to_string(), &p.image, p.ready, p.terminating, p.role),
                     )
                 })
                 .collect(),

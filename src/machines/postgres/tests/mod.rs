@@ -80,7 +80,7 @@ fn uid(k: i32, image: &str) -> String {
 }
 
 fn pod(k: i32, image: &str, ready: bool, role: Option<Role>) -> PodView {
-    testing::pod(uid(k, image), image, ready, role)
+    testing::pod(uid(k, image), image, ready, false, role)
 }
 
 /// Change the observed pod `k`, if there is one.
