@@ -16,6 +16,11 @@ pub fn t(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
 }
 
+/// The model checks' clock starts here; their failed Jobs failed at this time.
+pub fn epoch() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_767_225_600, 0).unwrap_or_default()
+}
+
 /// A world observing `observed`, not deleting, at `now`, in a state entered at
 /// `entered` (both [`t`] seconds), with no request taken on.
 pub fn world_at<O>(observed: O, now: i64, entered: i64) -> World<O> {

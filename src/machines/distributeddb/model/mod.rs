@@ -37,7 +37,6 @@ mod world;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
 
 use super::actions::{DdbAction, HookPhase, JobAction, backup_key, hook_key};
@@ -52,7 +51,7 @@ use crate::engine::check::{
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::meta::short_hash;
-use crate::machines::common::testing;
+use crate::machines::common::testing::{self, epoch};
 
 const IMAGES: [&str; 3] = ["db:1", "db:2", "db:3"];
 /// How many moves back a reconcile may read the world (the harness's staleness bound is
@@ -61,13 +60,6 @@ const STALE_TICKS: u64 = 3;
 
 /// The image a rogue edit puts into the StatefulSet template.
 const ROGUE: &str = "db:0";
-
-/// The harness's clock starts here; failed Jobs failed at this time.
-fn epoch() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
-        .single()
-        .unwrap_or_default()
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Pod {

@@ -90,7 +90,7 @@ use crate::engine::check::{
 };
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
-use crate::machines::common::testing;
+use crate::machines::common::testing::{self, epoch};
 
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
 const MAX_PODS: i32 = 3;
@@ -99,12 +99,6 @@ const SCHEDULES: [Option<&str>; 3] = [None, Some("0 3 * * *"), Some("30 4 * * *"
 /// it never looks expired (later than any clock a run reaches).
 fn renewing() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2100, 1, 1, 0, 0, 0)
-        .single()
-        .unwrap_or_default()
-}
-
-fn epoch() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
         .single()
         .unwrap_or_default()
 }
