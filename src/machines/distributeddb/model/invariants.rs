@@ -125,22 +125,40 @@ impl Cluster {
     }
 }
 
+/// The machine asks for the StatefulSet at `image` with `replicas`.
+fn ask_statefulset(world: &mut Cluster, image: &str, replicas: i32) {
+    world.apply(&DdbAction::EnsureStatefulSet(Shape {
+        image: image.to_owned(),
+        replicas,
+        claim_size: "1Gi".to_owned(),
+    }));
+}
+
+/// The UID of the world's pod `k` (empty without one).
+fn pod_uid(world: &Cluster, k: i32) -> String {
+    world
+        .pods
+        .get(&k)
+        .map(|p| p.uid.clone())
+        .unwrap_or_default()
+}
+
+/// Why the world breaks an invariant (empty if it does not).
+fn violation(world: &Cluster) -> String {
+    world
+        .invariants(&DdbState::Creating)
+        .err()
+        .unwrap_or_default()
+}
+
 #[test]
 fn the_model_catches_a_delete_of_an_upgraded_pod() {
     // The invariants are only as good as their teeth: deleting the replacement of a
     // pod that was just upgraded is reported.
     let mut world = Cluster::new(1, None, false);
-    world.apply(&DdbAction::EnsureStatefulSet(Shape {
-        image: "db:1".to_owned(),
-        replicas: 1,
-        claim_size: "1Gi".to_owned(),
-    }));
+    ask_statefulset(&mut world, "db:1", 1);
     world.settle();
-    let uid = world
-        .pods
-        .get(&0)
-        .map(|p| p.uid.clone())
-        .unwrap_or_default();
+    let uid = pod_uid(&world, 0);
     world.apply(&DdbAction::DeletePod { ordinal: 0, uid });
     assert!(world.invariants(&DdbState::Creating).is_err());
 }
@@ -148,28 +166,13 @@ fn the_model_catches_a_delete_of_an_upgraded_pod() {
 #[test]
 fn the_model_catches_a_delete_before_the_pre_hook() {
     let mut world = Cluster::new(2, Some(0), false);
-    world.apply(&DdbAction::EnsureStatefulSet(Shape {
-        image: "db:1".to_owned(),
-        replicas: 2,
-        claim_size: "1Gi".to_owned(),
-    }));
+    ask_statefulset(&mut world, "db:1", 2);
     world.settle();
     world.edit_spec(&Edit::Image(1));
-    world.apply(&DdbAction::EnsureStatefulSet(Shape {
-        image: "db:2".to_owned(),
-        replicas: 2,
-        claim_size: "1Gi".to_owned(),
-    }));
-    let uid = world
-        .pods
-        .get(&1)
-        .map(|p| p.uid.clone())
-        .unwrap_or_default();
+    ask_statefulset(&mut world, "db:2", 2);
+    let uid = pod_uid(&world, 1);
     world.apply(&DdbAction::DeletePod { ordinal: 1, uid });
-    let why = world
-        .invariants(&DdbState::Creating)
-        .err()
-        .unwrap_or_default();
+    let why = violation(&world);
     assert!(why.contains("before its pre-hook succeeded"), "{why}");
 }
 
@@ -182,17 +185,10 @@ fn hook_keys_in_the_model_match_the_machine() {
 #[test]
 fn the_model_catches_two_members_removed_at_once() {
     let mut world = Cluster::existing(3, None, false);
-    world.apply(&DdbAction::EnsureStatefulSet(Shape {
-        image: "db:1".to_owned(),
-        replicas: 1,
-        claim_size: "1Gi".to_owned(),
-    }));
+    ask_statefulset(&mut world, "db:1", 1);
     world.sts_observes();
     world.sts_creates_pods();
-    let why = world
-        .invariants(&DdbState::Creating)
-        .err()
-        .unwrap_or_default();
+    let why = violation(&world);
     assert!(why.contains("also taken down"), "{why}");
 }
 
@@ -200,13 +196,8 @@ fn the_model_catches_two_members_removed_at_once() {
 fn the_model_catches_a_delete_while_another_pod_is_drained() {
     let mut world = Cluster::existing(3, Some(0), false);
     world.edit_spec(&Edit::Image(1));
-    world.apply(&DdbAction::EnsureStatefulSet(Shape {
-        image: "db:2".to_owned(),
-        replicas: 3,
-        claim_size: "1Gi".to_owned(),
-    }));
-    let uid = |w: &Cluster, k| w.pods.get(&k).map(|p| p.uid.clone()).unwrap_or_default();
-    let key = hook_key(HookPhase::Pre, 2, "db:2", &uid(&world, 2), 1);
+    ask_statefulset(&mut world, "db:2", 3);
+    let key = hook_key(HookPhase::Pre, 2, "db:2", &pod_uid(&world, 2), 1);
     world.apply(&DdbAction::RunHook {
         phase: HookPhase::Pre,
         ordinal: 2,
@@ -216,14 +207,8 @@ fn the_model_catches_a_delete_while_another_pod_is_drained() {
     });
     world.step_environment(&Move::JobFinishes(0, true));
     world.step_environment(&Move::PodFails(0));
-    let pod0 = uid(&world, 0);
-    world.apply(&DdbAction::DeletePod {
-        ordinal: 0,
-        uid: pod0,
-    });
-    let why = world
-        .invariants(&DdbState::Creating)
-        .err()
-        .unwrap_or_default();
+    let uid = pod_uid(&world, 0);
+    world.apply(&DdbAction::DeletePod { ordinal: 0, uid });
+    let why = violation(&world);
     assert!(why.contains("drained by its pre-hook"), "{why}");
 }
