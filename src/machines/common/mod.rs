@@ -3,20 +3,25 @@
 //!
 //! - [`meta`]: the identity of owned objects: standard labels, owner references, stable
 //!   hashes and deterministic child names.
-//! - [`observe`]: reading owned pods, Jobs and the backup CronJob, and the drift check.
+//! - [`observe`]: the [`observe::Observed`] every machine's observation is (name,
+//!   StatefulSet, pods, Jobs, backup CronJob, backup requests, and the machine's own
+//!   part), how it is read, and the drift check.
 //! - [`quantity`]: Kubernetes quantities, parsed and compared exactly.
 //! - [`storage`]: the data volume claim template of every machine's StatefulSet.
 //! - [`subset`]: the semantic drift check: is the object we would apply already
 //!   contained in the live one? API-server defaults never count as drift.
 //! - [`env`]: container environment variables (plain, from a Secret, from a pod field).
-//! - [`jobs`]: run-once Jobs with deterministic names, and reading a Job's outcome.
+//! - [`jobs`]: run-once Jobs with deterministic names, reading a Job's outcome, the
+//!   [`jobs::JobAction`]s every machine takes, and the [`jobs::Verdict`] of a state that
+//!   runs one Job at a time.
 //! - [`retry`]: backoff and attempt bookkeeping for a step that runs a Job which may fail.
 //! - [`backup`]: the backup container (S3 settings, credentials only through
 //!   `secretKeyRef`) and the scheduled-backup CronJob.
 //! - [`cron`]: the CEL rule every backup schedule is validated with.
 //! - [`finalize`]: the final-backup sub-machine every Finalizing state runs.
 //! - [`on_demand`]: the on-demand backup sub-machine every `backup-now` request runs.
-//! - [`ops`]: the requests every machine renders the same way from its Job actions.
+//! - [`ops`]: the requests every machine renders the same way from its
+//!   [`jobs::JobAction`]s.
 //! - [`annotations`]: the documented escape hatches users set on a custom resource.
 //!
 //! # Guarantees
