@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::scenarios::config;
 use super::*;
-use crate::engine::check::{check_scenario, try_check_machine};
+use crate::engine::check::{CheckReport, Counterexample, check_scenario, try_check_machine};
 use crate::engine::{Decision, Edge, World as Seen};
 use crate::machines::postgres::state::{PgKind, SwitchStep};
 
@@ -124,6 +124,23 @@ type PromoteBeforeFenced = Planted<TakeTheHolderForFenced>;
 /// Choose the failover target by ordinal.
 type ChooseByOrdinal = Planted<ReadEveryPositionAsEqual>;
 
+/// What Postgres as it is does in the scenario (`world` and its `events`): every
+/// invariant holds.
+fn passes((world, events): (World, Vec<Event<Move, Edit>>)) -> CheckReport {
+    check_scenario::<Postgres, World>(&config(), world, &events)
+        .unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// How the machine `M` with a planted bug fails in the scenario (`world` and its
+/// `events`).
+fn found<M>((world, events): (World, Vec<Event<Move, Edit>>)) -> Box<Counterexample>
+where
+    M: Machine,
+    World: WorldModel<M, Move = Move, Edit = Edit>,
+{
+    check_scenario::<M, World>(&config(), world, &events).expect_err("the planted bug is found")
+}
+
 /// A running cluster of three pods (pod 0 primary), and `events` after three quiet
 /// reconciles.
 fn running_three(events: Vec<Event<Move, Edit>>) -> (World, Vec<Event<Move, Edit>>) {
@@ -163,9 +180,7 @@ fn lagging_replica_failover() -> (World, Vec<Event<Move, Edit>>) {
 
 #[test]
 fn a_failover_promotes_the_replica_that_received_the_most() {
-    let (world, events) = lagging_replica_failover();
-    let report = check_scenario::<Postgres, World>(&config(), world, &events)
-        .unwrap_or_else(|failure| panic!("{failure}"));
+    let report = passes(lagging_replica_failover());
     assert!(
         report
             .trace
@@ -178,9 +193,7 @@ fn a_failover_promotes_the_replica_that_received_the_most() {
 
 #[test]
 fn the_model_check_finds_a_failover_that_chooses_by_ordinal() {
-    let (world, events) = lagging_replica_failover();
-    let failure = check_scenario::<ChooseByOrdinal, World>(&config(), world, &events)
-        .expect_err("the planted bug is found");
+    let failure = found::<ChooseByOrdinal>(lagging_replica_failover());
     assert!(
         failure.reason.contains("failover promoted pod 1"),
         "the most-advanced invariant fails:\n{failure}"
@@ -209,9 +222,7 @@ fn lingering_primary_failover() -> (World, Vec<Event<Move, Edit>>) {
 
 #[test]
 fn a_failover_waits_for_a_lingering_primary() {
-    let (world, events) = lingering_primary_failover();
-    let report = check_scenario::<Postgres, World>(&config(), world, &events)
-        .unwrap_or_else(|failure| panic!("{failure}"));
+    let report = passes(lingering_primary_failover());
     assert!(
         report
             .transitions
@@ -221,9 +232,7 @@ fn a_failover_waits_for_a_lingering_primary() {
 
 #[test]
 fn the_model_check_finds_a_promotion_before_the_old_primary_is_fenced() {
-    let (world, events) = lingering_primary_failover();
-    let failure = check_scenario::<PromoteBeforeFenced, World>(&config(), world, &events)
-        .expect_err("the planted bug is found");
+    let failure = found::<PromoteBeforeFenced>(lingering_primary_failover());
     assert!(
         failure.reason.contains("still runs a writable server")
             || failure.reason.contains("all run a writable server"),
