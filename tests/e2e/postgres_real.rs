@@ -1403,19 +1403,7 @@ async fn backup_to_s3_and_restore() {
     }
     let s3 = s3_env();
     let bucket = "pg-backups";
-    let mb = Command::new("bash")
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/images/backup/s3"))
-        .args(["mb", bucket])
-        .env("S3_ENDPOINT", &s3["S3_HOST_ENDPOINT"])
-        .env("AWS_ACCESS_KEY_ID", &s3["AWS_ACCESS_KEY_ID"])
-        .env("AWS_SECRET_ACCESS_KEY", &s3["AWS_SECRET_ACCESS_KEY"])
-        .output()
-        .expect("run the s3 helper");
-    assert!(
-        mb.status.success(),
-        "s3 mb {bucket}: {}",
-        String::from_utf8_lossy(&mb.stderr)
-    );
+    s3_cli(&s3, &["mb", bucket]);
     let mut real = Real::new("pgreal-bk").await;
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "s3-real"},
@@ -1465,8 +1453,125 @@ async fn backup_to_s3_and_restore() {
     // Restore into a new cluster with restore.sh (the `latest` pointer of `pg`).
     let target = "pg2";
     real.cluster(target, 1, json!({})).await;
-    let restore: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "restore"},
+    let log = restore(&real, "restore", target, name, None, &s3, bucket, &prefix).await;
+    let (ok, out) = real.psql_on(&format!("{target}-0"), "SELECT count(*), sum(id) FROM acks");
+    assert!(
+        ok && out.trim() == "100|5050",
+        "rows in {target} after the restore: {out}\n{log}"
+    );
+    eprintln!(
+        "(e) restored into {target}: {}",
+        log.lines().last().unwrap_or_default()
+    );
+
+    // (e') The final backup on delete: 50 more rows, then `pg` deleted. While the object
+    // still exists (its finalizer held), a new dump appears in S3 and `latest` names it.
+    let (ok, out) = real.psql_rw(
+        name,
+        "INSERT INTO acks (id) SELECT g FROM generate_series(101, 150) g",
+    );
+    assert!(ok, "{out}");
+    let dumps = |s3ls: &str| -> BTreeSet<String> {
+        s3ls.lines()
+            .filter(|k| k.ends_with(".dump"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let before = dumps(&s3_cli(&s3, &["ls", bucket, &format!("{prefix}/{name}/")]));
+    assert_eq!(before.len(), 1, "dumps before the delete: {before:?}");
+    real.pg
+        .api
+        .delete(name, &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the cluster");
+    let deleted_at = now_epoch();
+    let deadline = std::time::Instant::now() + SLOW;
+    let (final_key, seen_at) = loop {
+        let listed = dumps(&s3_cli(&s3, &["ls", bucket, &format!("{prefix}/{name}/")]));
+        let fresh: Vec<&String> = listed.difference(&before).collect();
+        if let [key] = fresh[..] {
+            let seen_at = now_epoch();
+            // Listed, and the object is still there afterwards: it existed while the
+            // final backup's object did.
+            let still = real.pg.api.get_opt(name).await.expect("get the cluster");
+            assert!(
+                still
+                    .as_ref()
+                    .is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+                "{name} was gone (finalizer released) by the time its final backup {key} was listed"
+            );
+            break (key.clone(), seen_at);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no final backup of {name} in s3://{bucket}/{prefix}/{name}/ after {SLOW:?}: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    // The finalizer is released afterwards, and `latest` names the final dump.
+    let pgs = real.pg.api.clone();
+    let deadline = tokio::time::Instant::now() + SLOW;
+    while pgs.get_opt(name).await.expect("get the cluster").is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} still exists {SLOW:?} after its final backup"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let gone_at = now_epoch();
+    let latest = s3_cli(
+        &s3,
+        &[
+            "get",
+            &format!("{bucket}/{prefix}/{name}/latest"),
+            "/dev/stdout",
+        ],
+    );
+    assert_eq!(
+        latest.trim(),
+        final_key,
+        "latest does not name the final backup"
+    );
+    eprintln!(
+        "(e') deleted {name}: final backup {final_key} listed after {:.1}s, object gone after {:.1}s",
+        seen_at - deleted_at,
+        gone_at - deleted_at
+    );
+    // ... and it restores: all 150 rows (restore.sh replaces the 100-row table).
+    let log = restore(
+        &real,
+        "restore-final",
+        target,
+        name,
+        Some(&final_key),
+        &s3,
+        bucket,
+        &prefix,
+    )
+    .await;
+    let (ok, out) = real.psql_on(&format!("{target}-0"), "SELECT count(*), sum(id) FROM acks");
+    assert!(
+        ok && out.trim() == "150|11325",
+        "rows in {target} after restoring the final backup: {out}\n{log}"
+    );
+    real.finish().await;
+}
+
+/// Run restore.sh in pod `pod` (the image and scripts of cluster `target`) into
+/// `target`: the dump `key`, or the `latest` one of cluster `source`; its log.
+#[allow(clippy::too_many_arguments)] // One call site per restore; a struct would only rename them.
+async fn restore(
+    real: &Real,
+    pod: &str,
+    target: &str,
+    source: &str,
+    key: Option<&str>,
+    s3: &BTreeMap<String, String>,
+    bucket: &str,
+    prefix: &str,
+) -> String {
+    let object: Pod = serde_json::from_value(json!({
+        "metadata": {"name": pod},
         "spec": {
             "restartPolicy": "Never",
             "containers": [{
@@ -1476,7 +1581,8 @@ async fn backup_to_s3_and_restore() {
                 "env": [
                     {"name": "TARGET_HOST", "value": format!("{target}-rw")},
                     {"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {"name": format!("{target}-credentials"), "key": "superuserPassword"}}},
-                    {"name": "CLUSTER_NAME", "value": name},
+                    {"name": "CLUSTER_NAME", "value": source},
+                    {"name": "RESTORE_KEY", "value": key.unwrap_or_default()},
                     {"name": "S3_ENDPOINT", "value": s3["S3_ENDPOINT"]},
                     {"name": "S3_BUCKET", "value": bucket},
                     {"name": "S3_PREFIX", "value": prefix},
@@ -1490,38 +1596,42 @@ async fn backup_to_s3_and_restore() {
     }))
     .expect("a Pod");
     let pods: Api<Pod> = real.pg.env.api();
-    pods.create(&PostParams::default(), &restore)
+    pods.create(&PostParams::default(), &object)
         .await
-        .expect("create the restore pod");
-    let done = until(
-        &pods,
-        "restore",
-        "the restore pod to finish",
-        SLOW,
-        |p: &Pod| {
-            matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
-        },
-    )
+        .unwrap_or_else(|e| panic!("create the restore pod {pod}: {e}"));
+    let done = until(&pods, pod, "the restore pod to finish", SLOW, |p: &Pod| {
+        matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+    })
     .await;
-    let (_, log) = real.kubectl(&["logs", "restore"]);
+    let (_, log) = real.kubectl(&["logs", pod]);
     assert_eq!(
         done.status.and_then(|s| s.phase).as_deref(),
         Some("Succeeded"),
         "restore.sh failed:\n{log}"
     );
-    let (ok, out) = real.psql_on(&format!("{target}-0"), "SELECT count(*), sum(id) FROM acks");
+    log
+}
+
+/// `tools/images/backup/s3 ARGS...` against the in-cluster S3 from this machine; its
+/// stdout.
+fn s3_cli(s3: &BTreeMap<String, String>, args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/images/backup/s3"))
+        .args(args)
+        .env("S3_ENDPOINT", &s3["S3_HOST_ENDPOINT"])
+        .env("AWS_ACCESS_KEY_ID", &s3["AWS_ACCESS_KEY_ID"])
+        .env("AWS_SECRET_ACCESS_KEY", &s3["AWS_SECRET_ACCESS_KEY"])
+        .output()
+        .expect("run the s3 helper");
     assert!(
-        ok && out.trim() == "100|5050",
-        "rows in {target} after the restore: {out}\n{log}"
+        out.status.success(),
+        "s3 {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    eprintln!(
-        "(e) restored into {target}: {}",
-        log.lines().last().unwrap_or_default()
-    );
-    real.finish().await;
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `tools/node/s3.sh`'s environment (it deploys the in-cluster S3 server if needed).
