@@ -13,10 +13,19 @@
 //!   promoted; the only acknowledged commits the new primary may lack are the old
 //!   primary's last ones that no standby had received (asynchronous replication); the
 //!   old primary rejoins as a standby through `pg_rewind`.
+//! - [`failover_never_promotes_a_lagging_replica`]: replay paused on one replica; the
+//!   other one is promoted.
+//! - [`failover_with_the_primary_cut_off_from_the_api`]: the primary's pod cut off from
+//!   the API server (`tools/node/api-cut.sh`) and held Terminating: it fences itself
+//!   within `T + R + 1` s of its last renewal (a writer on its pod IP sees it), the Lease
+//!   moves only after `renewTime + L + S`, to the most advanced standby, no commit is
+//!   acknowledged by two servers, and it rejoins through `pg_rewind`.
 //! - [`status_wipe_moves_no_role`]: `.status` wiped after a switchover: no role label
 //!   moves, no pod restarts, Ready again (needs the operator side of fencing, issue 12).
 //! - [`backup_to_s3_and_restore`]: an on-demand backup lands in the in-cluster S3
-//!   (`tools/node/s3.sh`) and restores into a new cluster.
+//!   (`tools/node/s3.sh`) and restores into a new cluster; then the cluster is deleted
+//!   and its final backup appears in S3 before the finalizer is released, and restores.
+//! - [`lease_agent_against_the_api_server`]: the pod side of fencing alone.
 //!
 //! Volumes: the cluster's hostpath provisioner makes root-owned 0750 directories and the
 //! kubelet applies no `fsGroup` to hostPath volumes, so PostgreSQL (uid 999) could not
@@ -1395,7 +1404,9 @@ async fn status_wipe_moves_no_role() {
     real.finish().await;
 }
 
-/// (e) An on-demand backup to the in-cluster S3, restored into a new cluster.
+/// (e) An on-demand backup to the in-cluster S3, restored into a new cluster; (e') the
+/// final backup on delete: the dump appears while the deleted object still exists, the
+/// finalizer is released after it, and it restores with every row.
 #[tokio::test]
 async fn backup_to_s3_and_restore() {
     if !real_node() {
