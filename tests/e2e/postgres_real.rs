@@ -929,8 +929,9 @@ const HOLD: &str = "lockstep.dev/e2e-hold";
 /// - no commit is accepted by two servers: every acknowledged direct commit precedes
 ///   the hand-over, and the acknowledged commits the new primary lacks are a tail of the
 ///   old primary's (asynchronous replication), all sent before the hand-over;
-/// - the rule removed, the old server (its pod still held, in its grace period) rejoins
-///   as a standby through pg_rewind; released, its recreated pod streams.
+/// - the rule removed and the pod released, the old server's data rejoins as a standby
+///   through pg_rewind (in the held container's grace period, or in the recreated pod)
+///   and streams.
 #[tokio::test]
 async fn failover_with_the_primary_cut_off_from_the_api() {
     use k8s_openapi::api::coordination::v1::Lease;
@@ -1188,31 +1189,12 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
         "{old}'s previous container did not fence for want of renewals:\n{fenced_log}"
     );
 
-    // Rule removed: the old server's pod, still held Terminating and within its grace
-    // period, rejoins as a standby through pg_rewind (it needs no API access for that:
-    // its role label comes through the downward API).
+    // Rule removed and pod released: its container may rejoin as a standby (pg_rewind)
+    // within its grace period - it needs no API access for that, its role label comes
+    // through the downward API - and the pod recreated on the same volume rejoins (or
+    // finds the rewound standby). The held container's log is read until the pod is
+    // replaced (the kubelet drops it once the container is gone).
     api_cut("del", &old_ip);
-    let deadline = std::time::Instant::now() + SLOW;
-    let rejoin_log = loop {
-        let (_, log) = real.kubectl(&["logs", &old, "-c", "postgres"]);
-        if log.contains("pg_rewind completed") || log.contains("no rewind required") {
-            break log;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{old} did not rejoin through pg_rewind:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    eprintln!(
-        "(c'') {old} rejoined: {}",
-        rejoin_log
-            .lines()
-            .filter(|l| l.contains("rewind"))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
-    // Released: the StatefulSet recreates the pod on the rewound data, and it streams.
     pods.patch(
         &old,
         &PatchParams::default(),
@@ -1220,14 +1202,28 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
     )
     .await
     .expect("release the old primary's pod");
-    until(
-        &pods,
-        &old,
-        "the old primary's pod recreated",
-        SLOW,
-        move |p: &Pod| p.uid().as_deref() != Some(old_uid.as_str()),
-    )
-    .await;
+    let deadline = std::time::Instant::now() + SLOW;
+    let mut held_log = String::new();
+    loop {
+        let current = pods.get_opt(&old).await.expect("get the old primary's pod");
+        if current
+            .as_ref()
+            .is_some_and(|p| p.uid().as_deref() != Some(old_uid.as_str()))
+        {
+            break;
+        }
+        if current.is_some() {
+            let (ok, log) = real.kubectl(&["logs", &old, "-c", "postgres"]);
+            if ok && log.len() >= held_log.len() {
+                held_log = log;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{old} was not recreated after its release"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     real.all_ready(name).await;
     let roles = real.roles(name).await;
     let replicas: Vec<String> = roles
@@ -1240,6 +1236,24 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
         "{old} is not a replica again: {roles:?}"
     );
     standbys_become(&real, name, &replicas).await;
+    let (_, new_log) = real.kubectl(&["logs", &old, "-c", "postgres"]);
+    let rewound = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("rewind"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    eprintln!(
+        "(c'') {old} rejoined; held container: {}; recreated pod: {}",
+        rewound(&held_log),
+        rewound(&new_log)
+    );
+    assert!(
+        [&held_log, &new_log]
+            .iter()
+            .any(|l| l.contains("pg_rewind completed") || l.contains("no rewind required")),
+        "{old} did not rejoin through pg_rewind:\nheld container:\n{held_log}\nrecreated pod:\n{new_log}"
+    );
     real.finish().await;
 }
 
