@@ -179,6 +179,13 @@ pub(crate) trait WorldModel<M: Machine>: Clone + Debug + 'static {
     /// Make everything pending happen and clear failures, so that a correct machine can
     /// finish. Must be idempotent.
     fn settle(&mut self);
+
+    /// The clock the machine reads now says `now`: told before the first event and after
+    /// every advance, for worlds whose behaviour depends on time (a server that stops by
+    /// a deadline). Others ignore it.
+    fn clock(&mut self, now: DateTime<Utc>) {
+        let _ = now;
+    }
 }
 
 /// How a generated sequence is checked.
@@ -786,6 +793,7 @@ impl<'c, M: Machine, W: WorldModel<M>> Sim<'c, M, W> {
             report: CheckReport::default(),
             _machine: PhantomData,
         };
+        sim.world.clock(sim.now);
         sim.snapshot();
         sim
     }
@@ -869,6 +877,7 @@ impl<'c, M: Machine, W: WorldModel<M>> Sim<'c, M, W> {
             }
             Event::Tick(secs) => {
                 self.now += chrono::Duration::seconds(i64::from(*secs));
+                self.world.clock(self.now);
                 Ok(())
             }
         }
@@ -1104,6 +1113,7 @@ impl<'c, M: Machine, W: WorldModel<M>> Sim<'c, M, W> {
                     Some(after) if after > Duration::ZERO => {
                         self.now += chrono::Duration::from_std(after)
                             .map_err(|e| format!("requeue out of range: {e}"))?;
+                        self.world.clock(self.now);
                         self.log(|| {
                             format!("    idle; clock +{}s to the requeue", after.as_secs())
                         });

@@ -207,6 +207,9 @@ class ControlPlane:
         env = dict(os.environ)
         env["LOCKSTEP_CLUSTER_DIR"] = self.dir
         env["LOCKSTEP_KWOK_NODES"] = str(self.nodes)
+        # Scale runs on KWOK nodes only; the real node (on by default) costs memory and
+        # CPU the operator's figures must not share.
+        env.setdefault("LOCKSTEP_REAL_NODE", "0")
         return env
 
     def up(self) -> Cluster:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import socket
 import ssl
 import threading
@@ -31,14 +32,14 @@ class Cluster:
 
     def __init__(self, cluster_dir: str):
         self.dir = cluster_dir
-        ports = {}
-        with open(os.path.join(cluster_dir, "ports.env"), encoding="utf-8") as f:
-            for line in f:
-                if "=" in line:
-                    k, v = line.strip().split("=", 1)
-                    ports[k] = v
-        self.host = "127.0.0.1"
-        self.port = int(ports["APISERVER_PORT"])
+        # The API server's address as the cluster's kubeconfig names it: loopback, or the
+        # node network's host address when the cluster has a real node.
+        with open(os.path.join(cluster_dir, "kubeconfig"), encoding="utf-8") as f:
+            server = re.search(r"server:\s*https://([^:/\s]+):(\d+)", f.read())
+        if server is None:
+            raise ValueError(f"no https server in {cluster_dir}/kubeconfig")
+        self.host = server.group(1)
+        self.port = int(server.group(2))
         pki = os.path.join(cluster_dir, "pki")
         self.ca = os.path.join(pki, "ca.crt")
         self.cert = os.path.join(pki, "admin.crt")

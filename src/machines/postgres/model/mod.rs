@@ -40,8 +40,9 @@
 //!     start as a primary holding the Lease, or its promotion, until its agent fences it
 //!     or its pod is gone).
 //! 11. The Lease changes holder only while its old holder runs no writable server (a
-//!     writable holder renews, so only its release, its pod's end or a person can end
-//!     its tenure).
+//!     writable holder renews, so only its release, its pod's end, a person, or - cut
+//!     off from the API server - its own fence by `T + R + 1` after its last renewal,
+//!     before `renewTime + L + S` on the operator's clock, can end its tenure).
 //! 12. **A failover promotes the most advanced available replica**: no other Ready
 //!     standby (besides the old primary) has received more WAL than the one promoted.
 //!     A planned switchover's target first receives everything (`promote.sh`'s
@@ -54,14 +55,27 @@
 //! ([`Move::Terminated`] ends them), commits and replication ([`Move::Write`],
 //! [`Move::Replicate`]) so that standbys stand at different WAL positions, and the survey
 //! Job reporting them. Lost status is the world's initial state (a running cluster, the
-//! machine in `Creating`), with the primary moved in a scenario. Not modelled: a
-//! partitioned holder that stops renewing while its server runs (the model's writable
-//! holder always renews; the pod side's self-fencing within `T` is tested by the pod
-//! scripts' tests), and clock skew (the expiry arithmetic is unit-tested).
+//! machine in `Creating`), with the primary moved in a scenario.
+//!
+//! Partitions and clocks: the world keeps the true time (the operator's clock, told by
+//! the harness: [`WorldModel::clock`]). A writable Lease holder can be cut off from the
+//! API server ([`Move::Partition`]): alive, writable, replicating, unable to renew,
+//! read the Lease or its label. The Lease keeps the `renewTime` of its last renewal,
+//! written by the pod's clock, which runs `skew` seconds from the operator's
+//! ([`Move::ClockSkew`]: `-S`, `0` or `+S`, `S` = `spec.fencing.clockSkewSeconds`). Its
+//! agent fences it ([`Move::AgentTick`]) once `T` has passed since that renewal, and at
+//! the latest `T + R + 1` after it ([`World::clock_to`]); [`Move::Heal`] ends the cut.
+//! The model's `S` (30 s) exceeds the slack `L - (T + R + 1)` (5 s at the default
+//! `L` = 15 s), so that an operator leaving `S` out of its expiry is unsafe here.
+//! Not modelled: a *standby* cut off from the API server and then promoted (its agent
+//! could not see a Lease that moved on; a fenced cut-off pod is modelled as reaching
+//! the API server again when its container restarts), and a pod whose clock runs at a
+//! different rate (the agent counts `T` on a monotonic clock).
 //!
 //! Planted bugs the check must find ([`planted`]): a failover or switchover that hands
-//! the Lease over before the old primary is fenced, and a failover that chooses by
-//! ordinal.
+//! the Lease over before the old primary is fenced, a failover that chooses by ordinal,
+//! and an operator that expires the Lease at `renewTime + L`, leaving the clock skew out
+//! (found by its scenario: a partitioned holder whose clock runs `S` behind).
 //!
 //! Bounded liveness (convergence to `Ready` at the spec with every pod Ready and labelled,
 //! then a quiet reconcile) is checked by the harness itself.
@@ -95,6 +109,16 @@ use crate::machines::common::testing::{self, epoch};
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
 const MAX_PODS: i32 = 3;
 const SCHEDULES: [Option<&str>; 3] = [None, Some("0 3 * * *"), Some("30 4 * * *")];
+/// `L`: `spec.fencing.leaseDurationSeconds` (the default).
+const LEASE_SECONDS: i64 = 15;
+/// `S`: `spec.fencing.clockSkewSeconds`. Larger than the default so that it exceeds
+/// the slack `L - (T + R + 1)` = 5 s of the default `L`: an operator that leaves `S`
+/// out of its expiry is then unsafe, and the check must find it.
+const SKEW_SECONDS: i64 = 30;
+/// `T`: a holder that has not renewed for this long fences itself.
+const FENCE_SECONDS: i64 = LEASE_SECONDS / 2;
+/// `R`: how often the agent looks (and renews).
+const RENEW_SECONDS: i64 = crate::machines::postgres::api::FencingSpec::RENEW_SECONDS;
 /// The renewal time a renewing holder's Lease shows: it renews every `R` seconds, so
 /// it never looks expired (later than any clock a run reaches).
 fn renewing() -> DateTime<Utc> {
@@ -121,6 +145,12 @@ struct Pod {
     /// Deleted but lingering (a failed primary on an unreachable node): its server may
     /// still run until [`Move::Terminated`].
     terminating: bool,
+    /// Cut off from the API server ([`Move::Partition`]) while it ran a writable server
+    /// holding the Lease: since its last successful renewal began at this instant (true
+    /// time). Its server stays writable and replicating, but it cannot renew, nor read
+    /// the Lease or its label; its agent fences it once `T` has passed on its own
+    /// (monotonic) clock, and at the latest by `T + R + 1` ([`World::clock_to`]).
+    cut: Option<DateTime<Utc>>,
 }
 
 /// The primary Lease. Its holder renews it while it runs a writable server (then it never
@@ -184,6 +214,10 @@ pub(super) struct World {
     cronjob: Option<(u64, Option<&'static str>)>,
     lease: Option<ModelLease>,
     next_uid: u64,
+    /// The true time: the operator's clock ([`WorldModel::clock`]).
+    now: DateTime<Utc>,
+    /// How far the pods' clocks are ahead of the operator's, in seconds (within `±S`).
+    skew: i64,
     // PostgreSQL.
     db_primary: i32,
     /// The head of the writable timeline (acknowledged commits).
@@ -212,23 +246,25 @@ impl fmt::Debug for World {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "spec v{} x{}{}{}; sts {:?}; db primary {}; pods [",
+            "spec v{} x{}{}{}; sts {:?}; db primary {}; skew {}s; pods [",
             VERSIONS[self.version],
             self.replicas,
             if self.backup { " +backup" } else { "" },
             SCHEDULES[self.schedule].map_or(String::new(), |s| format!(" @'{s}'")),
             self.sts,
-            self.db_primary
+            self.db_primary,
+            self.skew
         )?;
         for (k, p) in &self.pods {
             write!(
                 f,
-                " {k}:uid{} {}{}{}{}{}",
+                " {k}:uid{} {}{}{}{}{}{}",
                 p.uid,
                 p.image.trim_start_matches("postgres:"),
                 if p.ready { " ready" } else { "" },
                 if p.writable { " W" } else { "" },
                 if p.terminating { " terminating" } else { "" },
+                if p.cut.is_some() { " cut" } else { "" },
                 match p.role {
                     Some(Role::Primary) => " P",
                     Some(Role::Replica) => " R",
@@ -295,6 +331,16 @@ pub(super) enum Move {
     Replicate(i32),
     /// Someone clears the Lease's holder (an edit by hand).
     LeaseCleared,
+    /// The pod loses its path to the API server (a partition, or an `nft` rule as in the
+    /// real-PostgreSQL e2e). Only a writable Lease holder is affected: it is alive and
+    /// writable and keeps replicating, but can no longer renew.
+    Partition(i32),
+    /// The pod reaches the API server again.
+    Heal(i32),
+    /// The pods' clocks move to `sign × S` seconds from the operator's (within the
+    /// bound `spec.fencing.clockSkewSeconds` the operator allows for). A holder's
+    /// `renewTime` is written by its own clock.
+    ClockSkew(i8),
 }
 
 impl World {
@@ -319,6 +365,7 @@ impl World {
                     writable: false,
                     starts_primary: false,
                     terminating: false,
+                    cut: None,
                 },
             );
         }
@@ -505,6 +552,8 @@ impl World {
             cronjob: None,
             lease: None,
             next_uid: 0,
+            now: epoch(),
+            skew: 0,
             db_primary: 0,
             wal: 0,
             received: BTreeMap::new(),
@@ -537,6 +586,7 @@ impl World {
                     writable: k == 0,
                     starts_primary: k == 0,
                     terminating: false,
+                    cut: None,
                 },
             );
         }
@@ -561,6 +611,10 @@ impl World {
         self.adopt_hatch = true;
         let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
         self.pods.retain(|k, p| *k < n && !p.terminating);
+        // Partitions heal (a cut holder still writable renews again).
+        for p in self.pods.values_mut() {
+            p.cut = None;
+        }
         for k in 0..n {
             self.recreate(k);
         }

@@ -302,6 +302,21 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             .concat(),
         ),
         (
+            // The primary stops being Ready while a replica is added.
+            "Scaling -> PrimaryLost (PrimaryNotReady)",
+            running(2, false),
+            [
+                adopt(),
+                vec![
+                    Event::Edit(Edit::Replicas(3)),
+                    r(),
+                    env(BecomesUnready(0)),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
             // Deleted while scaling.
             "Scaling -> Finalizing (DeletionRequested)",
             running(3, true),

@@ -31,9 +31,18 @@ impl World {
     /// The agent of pod `k` looks at its label and the Lease.
     pub(super) fn agent_tick(&mut self, k: i32) {
         let holder = self.lease.as_ref().and_then(|l| l.holder);
+        let now = self.now;
         let Some(p) = self.pods.get_mut(&k) else {
             return;
         };
+        if let Some(since) = p.cut {
+            // Cut off, it sees neither the Lease nor its label: it fences only for want
+            // of a renewal, once T has passed since the last one began.
+            if p.writable && now >= since + chrono::Duration::seconds(FENCE_SECONDS) {
+                self.fence_cut(k);
+            }
+            return;
+        }
         let me = Some((k, p.uid));
         if p.writable && (p.role != Some(Role::Primary) || holder != me) {
             p.writable = false;
@@ -70,8 +79,20 @@ impl World {
         }
     }
 
-    /// Whether the Lease's holder runs a writable server (and so renews it).
+    /// Whether the Lease's holder runs a writable server and reaches the API server (and
+    /// so renews it).
     pub(super) fn holder_renews(&self) -> bool {
+        self.holder_writable()
+            && self
+                .lease
+                .as_ref()
+                .and_then(|l| l.holder)
+                .and_then(|(k, _)| self.pods.get(&k))
+                .is_some_and(|p| p.cut.is_none())
+    }
+
+    /// Whether the Lease's holder runs a writable server (renewing or cut off).
+    pub(super) fn holder_writable(&self) -> bool {
         self.lease
             .as_ref()
             .and_then(|l| l.holder)
@@ -80,6 +101,68 @@ impl World {
                     .get(&k)
                     .is_some_and(|p| p.uid == uid && p.writable)
             })
+    }
+
+    /// Pod `k` loses its path to the API server. A writable holder's last renewal began
+    /// now: the Lease keeps the `renewTime` it wrote then, by its own clock.
+    pub(super) fn partition(&mut self, k: i32) {
+        if !self.holder_renews()
+            || self.lease.as_ref().and_then(|l| l.holder).map(|(h, _)| h) != Some(k)
+        {
+            return;
+        }
+        let now = self.now;
+        if let Some(p) = self.pods.get_mut(&k) {
+            p.cut = Some(now);
+        }
+        let renewed = now + chrono::Duration::seconds(self.skew);
+        if let Some(l) = self.lease.as_mut() {
+            l.renewed = renewed;
+            l.version += 1;
+        }
+    }
+
+    /// Pod `k` reaches the API server again; a holder still writable renews at once.
+    pub(super) fn heal(&mut self, k: i32) {
+        if let Some(p) = self.pods.get_mut(&k).filter(|p| p.cut.is_some()) {
+            p.cut = None;
+            if let Some(l) = self.lease.as_mut() {
+                l.version += 1;
+            }
+        }
+    }
+
+    /// A cut-off pod's agent stops its server (`pg_ctl stop -m immediate`, exit 5): it
+    /// cannot release the Lease. Its container restarts; the model lets the restarted
+    /// one reach the API server (it waits for the Lease before it serves as a primary
+    /// again, so nothing it does then can make a second writable server).
+    pub(super) fn fence_cut(&mut self, k: i32) {
+        if let Some(p) = self.pods.get_mut(&k) {
+            p.writable = false;
+            p.starts_primary = true;
+            p.cut = None;
+        }
+    }
+
+    /// The operator's clock reads `now` (the true time). A cut-off holder that has not
+    /// fenced yet does by `T + R + 1` after its last renewal began: its agent checks
+    /// every `R` and stops its server within a second.
+    pub(super) fn clock_to(&mut self, now: DateTime<Utc>) {
+        self.now = now;
+        let late: Vec<i32> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.writable)
+            .filter(|(_, p)| {
+                p.cut.is_some_and(|since| {
+                    now >= since + chrono::Duration::seconds(FENCE_SECONDS + RENEW_SECONDS + 1)
+                })
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in late {
+            self.fence_cut(k);
+        }
     }
 
     /// The operator hands the Lease over at `at`: its old holder must be certainly
@@ -93,7 +176,7 @@ impl World {
         let Some(l) = self.lease.clone() else {
             return;
         };
-        if self.holder_renews()
+        if self.holder_writable()
             && let Some((k, _)) = l.holder.filter(|h| Some(*h) != holder)
         {
             self.violations.push(format!(

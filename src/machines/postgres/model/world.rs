@@ -50,7 +50,10 @@ where
                 None
             },
             backup: self.backup.then(World::spec_backup),
-            fencing: Default::default(),
+            fencing: crate::machines::postgres::api::FencingSpec {
+                lease_duration_seconds: LEASE_SECONDS,
+                clock_skew_seconds: SKEW_SECONDS,
+            },
         }
     }
 
@@ -147,7 +150,7 @@ where
                     } else {
                         l.renewed
                     }),
-                    duration: 15,
+                    duration: LEASE_SECONDS,
                     transitions: l.transitions,
                     released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
                     uid: "lease".to_owned(),
@@ -323,6 +326,9 @@ where
             2 => (0..MAX_PODS).prop_map(Move::Terminated),
             3 => Just(Move::Write),
             3 => (0..MAX_PODS).prop_map(Move::Replicate),
+            1 => (0..MAX_PODS).prop_map(Move::Partition),
+            1 => (0..MAX_PODS).prop_map(Move::Heal),
+            1 => (-1i8..=1).prop_map(Move::ClockSkew),
         ]
         .boxed()
     }
@@ -363,6 +369,9 @@ where
             Move::RequestBackup => {}
             Move::SkipFinalBackup => self.skip_final = true,
             Move::AgentTick(k) => self.agent_tick(k),
+            Move::Partition(k) => self.partition(k),
+            Move::Heal(k) => self.heal(k),
+            Move::ClockSkew(sign) => self.skew = i64::from(sign) * SKEW_SECONDS,
             Move::Write => self.write(),
             Move::Replicate(k) => self.replicate(k),
             Move::Terminated(k) => {
@@ -376,7 +385,10 @@ where
                 // renewal time (its last hand-over) is no later than any renewal of a
                 // server still writable.
                 if let Some((k, uid)) = self.lease.as_ref().and_then(|l| l.holder)
-                    && let Some(p) = self.pods.get_mut(&k).filter(|p| p.uid == uid && p.writable)
+                    && let Some(p) = self
+                        .pods
+                        .get_mut(&k)
+                        .filter(|p| p.uid == uid && p.writable && p.cut.is_none())
                 {
                     p.writable = false;
                     p.starts_primary = true;
@@ -505,6 +517,10 @@ where
                 .iter()
                 .any(|j| matches!(j.kind, JobKind::Promote { .. }))
             && token_served
+    }
+
+    fn clock(&mut self, now: DateTime<Utc>) {
+        self.clock_to(now);
     }
 
     fn settle(&mut self) {

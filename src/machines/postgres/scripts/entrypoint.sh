@@ -675,6 +675,22 @@ agent_tick() {
 	fi
 }
 
+# The pause before the next round: R, or less when a guarded writable server's fence
+# deadline (T after its last renewal) comes sooner, so that the round that fences starts
+# at the deadline instead of up to R + 1 s (a failed request's bound) past it.
+tick_seconds() {
+	local left
+	if [[ -n "$LEASE_NAME" && -n "$WRITABLE_SINCE_CS" && -z "$STOPPING" ]]; then
+		left=$((${LAST_RENEW_CS:-$WRITABLE_SINCE_CS} + FENCE_SECONDS * 100 + 1 - $(mono_cs)))
+		if ((left < RENEW_SECONDS * 100)); then
+			((left > 0)) || left=1
+			printf '%d.%02d' $((left / 100)) $((left % 100))
+			return
+		fi
+	fi
+	printf '%s' "$RENEW_SECONDS"
+}
+
 # A standby that has not streamed for STANDBY_STALL_SECONDS while a writable primary
 # answers at PRIMARY_HOST (typically: it received WAL of the old primary past the
 # point where the new one was promoted, so it cannot follow the new timeline) stops
@@ -720,7 +736,7 @@ supervise() {
 		if [[ -z "$STOPPING" ]]; then
 			agent_tick
 		fi
-		sleep "$RENEW_SECONDS" &
+		sleep "$(tick_seconds)" &
 		sleeper=$!
 		finished=
 		code=0
