@@ -28,6 +28,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# A process started with SIGINT and SIGQUIT ignored (a background job of a
+# non-interactive shell, `cmd &` in a script) passes that on to its children, and bash
+# cannot trap a signal ignored on entry: entrypoint.sh then never saw the harness's
+# "fast" stop (SIGINT) and every stop waited out its timeout (the suite took 38 min
+# instead of 4). The suite's children get the default dispositions instead.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
 SCRIPTS_SRC = REPO / "src" / "machines" / "postgres" / "scripts"
 # Every script of the ConfigMap, lib.sh included (the others source it).
 SCRIPT_NAMES = tuple(sorted(p.name for p in SCRIPTS_SRC.glob("*.sh")))
