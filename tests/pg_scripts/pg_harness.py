@@ -197,6 +197,16 @@ class Pod:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"{self.name} did not exit in {timeout}s:\n{self.log_tail()}") from None
 
+    def set_role(self, role: str):
+        """What the kubelet does to the downward-API file when the role label changes."""
+        text = self.labels.read_text()
+        lines = [l for l in text.splitlines() if not l.startswith("lockstep.dev/role=")]
+        lines.append(f'lockstep.dev/role="{role}"')
+        tmp = self.labels.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.chmod(0o644)
+        os.replace(tmp, self.labels)
+
     def stop(self, mode="fast", timeout=DEFAULT_TIMEOUT):
         """fast = SIGINT (clean shutdown), immediate = SIGQUIT (crash-like)."""
         if self.proc is not None and self.proc.poll() is None:

@@ -138,14 +138,7 @@ def lease_env(env: Env, lease: LeaseServer, uid: str, **over) -> dict:
 
 
 def set_role(pod, role: str):
-    """What the kubelet does to the downward-API file when the label changes."""
-    text = pod.labels.read_text()
-    lines = [l for l in text.splitlines() if not l.startswith("lockstep.dev/role=")]
-    lines.append(f'lockstep.dev/role="{role}"')
-    tmp = pod.labels.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.chmod(0o644)
-    os.replace(tmp, pod.labels)
+    pod.set_role(role)
 
 
 def writable(pod) -> bool:
@@ -266,18 +259,57 @@ def test_demotion_stops_cleanly_and_releases_the_lease(env, lease):
     wait_until(lambda: replica.try_sql("SELECT count(*) FROM items") == "50", timeout=30, what="rows on the standby")
 
 
-def test_a_standby_promoted_while_running_renews_when_it_holds_the_lease(env, lease):
+def test_a_standby_labelled_primary_promotes_itself_once_it_holds_the_lease(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
     old = env.pod("pg-0").start("primary", **lease_env(env, lease, UID0))
     new = env.pod("pg-1").start("replica", primary=old, **lease_env(env, lease, UID1))
+    old.sql("CREATE TABLE items (v text)")
+    old.sql("INSERT INTO items VALUES ('acknowledged')")
     set_role(old, "demoted")
     assert old.wait_exit(timeout=60) == 0
-    # The operator's hand-over: the lease to the target, then pg_promote (labels follow).
-    lease.set_holder(f"pg-1/{UID1}")
-    assert new.sql("SELECT pg_promote(true, 30)") == "t"
+    # Labelled primary while the Lease names nobody (released): it stays a standby.
+    set_role(new, "primary")
+    time.sleep(3)  # three agent rounds (R = 1 s)
+    assert new.in_recovery() is True
+    # The operator's hand-over: the agent renews the Lease, then promotes its server.
     n = lease.renewals
-    wait_until(lambda: lease.renewals >= n + 2, timeout=20, what="renewals by the promoted standby")
+    lease.set_holder(f"pg-1/{UID1}")
+    wait_until(lambda: writable(new), timeout=30, what="the standby to promote itself")
+    assert lease.renewals > n
+    assert "holding lease pg-primary: promoting this standby" in new.log_text()
+    wait_until(lambda: lease.renewals >= n + 3, timeout=20, what="renewals by the promoted standby")
     assert new.proc.poll() is None and writable(new)
+    assert new.sql("SELECT count(*) FROM items") == "1"
+
+
+def test_a_standby_labelled_primary_does_not_promote_while_it_cannot_renew(env, lease):
+    primary = env.pod("pg-0").start("primary")  # without a Lease of its own
+    standby = env.pod("pg-1").start("replica", primary=primary, **lease_env(env, lease, UID1))
+    lease.set_holder(f"pg-1/{UID1}")
+    lease.down = True  # the pod is cut off from the API server
+    set_role(standby, "primary")
+    time.sleep(4)
+    assert standby.in_recovery() is True and standby.proc.poll() is None
+    assert "promoting this standby" not in standby.log_text()
+    lease.down = False
+    wait_until(lambda: writable(standby), timeout=30, what="the promotion once it can renew")
+
+
+def test_a_standby_promoted_from_outside_while_cut_off_is_fenced_at_once(env, lease):
+    # A late pg_promote (someone else's) reaches a standby that cannot read the Lease:
+    # its agent never renewed for a writable server, so it fences it at its next round
+    # instead of allowing it T seconds.
+    primary = env.pod("pg-0").start("primary")
+    rogue = env.pod("pg-1").start("replica", primary=primary, **lease_env(env, lease, UID1))
+    lease.set_holder(f"pg-1/{UID1}")  # it was chosen once; the Lease may have moved since
+    lease.down = True
+    t0 = time.monotonic()
+    assert rogue.sql("SELECT pg_promote(true, 30)") == "t"
+    assert rogue.wait_exit(timeout=30) == 5
+    took = time.monotonic() - t0
+    assert took < 1 + 1 + 5, f"fencing took {took:.1f}s"  # R + a request + the stop
+    assert "FENCING: writable without a lease renewal by this pod" in rogue.log_text()
+    assert rogue.try_sql("SELECT 1") is None
 
 
 def test_a_standby_promoted_without_the_lease_is_fenced(env, lease):
@@ -354,8 +386,8 @@ def test_survey_reports_positions_and_omits_the_unreachable(env):
 
 
 def test_a_promote_target_labelled_demoted_keeps_running_an_old_primary_stops(env):
-    # Without a Lease, as the operator runs today: the switchover target is labelled
-    # demoted while its promote Job runs; only the old primary stops on `demoted`.
+    # Without a Lease (fencing off): a server promoted from outside while labelled
+    # demoted keeps running; only one that served as the primary stops on `demoted`.
     old = env.pod("pg-0").start("primary")
     new = env.pod("pg-1").start("replica", primary=old)
     set_role(new, "demoted")

@@ -102,7 +102,9 @@ pub enum PgAction {
         /// Why.
         cause: DeleteCause,
     },
-    /// Create the promote Job (if absent) against pod `target`.
+    /// Create the promote Job (if absent) against pod `target`: it waits until the
+    /// target's agent has promoted its server (the target holds the Lease and is
+    /// labelled primary), then checkpoints it.
     RunPromote {
         /// The Job's key.
         key: String,
@@ -110,10 +112,6 @@ pub enum PgAction {
         target: i32,
         /// The image the Job runs (the cluster's: it has `psql`).
         image: String,
-        /// In a planned switchover, the old primary: its client sessions are ended and
-        /// the target must replay all it wrote before it is promoted. `None` in a
-        /// failover.
-        old_primary: Option<i32>,
     },
     /// Create the survey Job (if absent): `survey.sh` reads the WAL positions of the
     /// standbys at `hosts` and reports them in its termination message.

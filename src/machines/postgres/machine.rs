@@ -45,9 +45,11 @@
 //! The holder's agent (in the entrypoint, `scripts/README.md`) renews it every `R` = 2 s
 //! with its own clock as `renewTime`, and stops its server at once (`pg_ctl stop -m
 //! immediate`) when the Lease names someone else or nobody, when its role label is not
-//! `primary`, or when no renewal succeeded for `T` = ⌊L/2⌋ seconds; a server stopped on
-//! purpose (a demotion) releases the Lease (`lockstep.dev/released-by`). A pod starts a
-//! writable server only while it holds the Lease. The operator is the only one who hands
+//! `primary`, when it never renewed, or when no renewal succeeded for `T` = ⌊L/2⌋
+//! seconds; a server stopped on purpose (a demotion) releases the Lease
+//! (`lockstep.dev/released-by`). A pod starts a writable server, or promotes its running
+//! standby, only right after a renewal of its own, while it holds the Lease and is
+//! labelled `primary`: nobody promotes a server from outside. The operator is the only one who hands
 //! the Lease to a new holder, with a merge patch fenced on the Lease's resourceVersion as
 //! read, and only once the current holder is **certainly fenced**: it released the Lease,
 //! or its pod (that UID) is no longer observed, or `renewTime + L + S` has passed on the
@@ -66,15 +68,16 @@
 //!    again at the expiry; Degraded with a Warning Event past `L + S` + 30 s), then
 //!    hands the Lease to the target in the transition to `Promote` (a target that is no
 //!    longer a Ready replica is replaced first);
-//! 4. `Promote`: the target, holding the Lease, is labelled `primary` (its agent would
-//!    stop a promoted server labelled otherwise; the old primary is `demoted`, so `-rw`
-//!    selects at most one pod), and once the label is observed the promote Job
-//!    (`promote.sh`: `pg_promote()` over the network) runs against it. In a planned
-//!    switchover it first waits until the target has replayed all the old primary
-//!    wrote, so no acknowledged commit is lost. A failed attempt is retried with backoff
-//!    as a new Job, and a target that is no longer Ready is replaced by another Ready one
-//!    (back to `Fence`: the Lease names the previous target). If the Lease no longer
-//!    names the target, back to `Fence` (`LeaseLost`);
+//! 4. `Promote`: the target, holding the Lease, is labelled `primary` (the old primary
+//!    is `demoted`, so `-rw` selects at most one pod). Its agent then promotes its own
+//!    server, right after a renewal of the Lease of its own; once the label is observed
+//!    the promote Job (`promote.sh`) waits for that promotion and checkpoints. The Job
+//!    promotes nothing, so a Job that outlives the operator's interest in its target
+//!    cannot make a second writable server. A failed attempt is retried with backoff as
+//!    a new Job, and a target that is no longer Ready is replaced by another Ready one
+//!    (back to `Fence`: the Lease names the previous target, which is relabelled
+//!    `demoted` and stops, or, cut off, stops by itself before its Lease expires). If the
+//!    Lease no longer names the target, back to `Fence` (`LeaseLost`);
 //! 5. once the Job succeeded, one transition carries both label moves, the old primary
 //!    to `demoted` (`replica` if it was already recreated) first and then the target to
 //!    `primary`. The old primary is labelled `replica` only once it has restarted: a new
@@ -121,7 +124,9 @@
 //!   operator and a lost status, given the assumptions below: a server is writable only
 //!   while its pod holds the Lease and is labelled `primary` and renews within `T`; the
 //!   Lease changes holder only by the operator's fenced hand-over, made only once the old
-//!   holder is certainly fenced; a promotion runs only against the Lease's holder.
+//!   holder is certainly fenced; a server is promoted only by its own agent, right after
+//!   it renewed the Lease (the promote Job only waits), so a promotion that comes late
+//!   cannot make a second writable server.
 //! - **At most one pod carries the primary label.** A pod is labelled `primary` only if
 //!   the persisted state names it, or mid-switchover if it holds the Lease (after the old
 //!   primary was labelled `demoted`); the last transition labels the old primary
@@ -130,11 +135,14 @@
 //! - **No pod labelled `replica` is writable** (`-ro` never routes to a primary): a pod
 //!   that is or may be a primary (labelled `primary` or `demoted`) is labelled `demoted`
 //!   until it is recreated.
-//! - **A replica that is not Ready is never promoted**: the Lease is handed, and the
-//!   promote Job created, only for a target observed Ready with the UID the intent
+//! - **A replica that is not Ready is never chosen**: the Lease is handed, and the
+//!   target labelled `primary`, only for a target observed Ready with the UID the intent
 //!   recorded.
-//! - **A planned switchover loses no acknowledged commit**: the target replays all the
-//!   old primary wrote before it is promoted.
+//! - **A planned switchover loses no acknowledged commit the target received**: the old
+//!   primary stops cleanly before the Lease moves (its walsenders send all WAL to
+//!   connected standbys before it exits), and a promoting standby replays all it
+//!   received. A target that was not streaming when the old primary stopped misses
+//!   what it did not receive (the model checks that no Ready standby had more).
 //! - **A failover promotes the most advanced available replica**: among the Ready
 //!   standbys a survey read after the old primary was certainly fenced, the one that
 //!   received the most WAL.
@@ -166,8 +174,10 @@
 //! - **The pods do their part** (`scripts/README.md`): the holder renews with its own
 //!   clock taken before the request, measures `T` on a monotonic clock, stops its server
 //!   at once (bounded, then SIGKILL) when it must, releases the Lease only after its
-//!   server is down, and starts a writable server only while it holds the Lease and is
-//!   labelled `primary`. A pod that restarts with a changed `spec.fencing` uses the new
+//!   server is down, and starts or promotes a writable server only right after a
+//!   renewal of its own, while it holds the Lease and is labelled `primary`. Nobody
+//!   else calls `pg_promote()` (one who does makes a server the agent fences within
+//!   `R + 1` s). A pod that restarts with a changed `spec.fencing` uses the new
 //!   values; the operator waits for the larger of the Lease's and the spec's `L`.
 //! - **A pod that is gone is down**: a pod object deleted and absent (its UID no longer
 //!   observed) no longer runs a server (the kubelet killed its containers before the

@@ -147,18 +147,9 @@ impl Operator for Postgres {
                 )]
             }
             PgAction::DeletePod { ordinal, uid, .. } => vec![Op::delete::<Pod>(pod(*ordinal), uid)],
-            PgAction::RunPromote {
-                key,
-                target,
-                image,
-                old_primary,
-            } => {
+            PgAction::RunPromote { key, target, image } => {
                 vec![Op::create(&render::promote_job(
-                    object,
-                    key,
-                    *target,
-                    image,
-                    *old_primary,
+                    object, key, *target, image,
                 )?)?]
             }
             PgAction::RunSurvey { key, hosts, image } => {

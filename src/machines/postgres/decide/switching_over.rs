@@ -422,14 +422,13 @@ pub(crate) fn promote(
                 format!("{what}: promoting {name} ({})", attempts.describe()),
                 actions,
             )
-            // It holds the Lease: labelled `primary` (by the upkeep) before it becomes
-            // writable, since its agent fences a writable server labelled otherwise; the
+            // It holds the Lease and is labelled `primary` (by the upkeep): its agent
+            // promotes it after a renewal of its own, and the Job waits for that; the
             // old primary is `demoted` since the Demote step, so `-rw` selects one pod.
             .with_actions([PgAction::RunPromote {
                 key,
                 target: t,
                 image: s.cluster.image.clone(),
-                old_primary: (s.cause != SwitchCause::Failover).then_some(s.cluster.primary),
             }]),
             Some(p) if p.uid == s.target.uid => {
                 retarget(s, o, below, what, format!("{name} is not Ready"), actions)

@@ -4,9 +4,10 @@
 //! The world is the StatefulSet and its pods (with their role labels), the PostgreSQL
 //! timeline (which ordinal's data is the writable primary), the Jobs (promotions and
 //! backups run when the environment says so), the CronJob and the simple owned objects.
-//! The environment recreates, readies, unreadies and evicts pods, finishes Jobs (a
-//! promote Job promotes its target only if the target is Ready then, as `promote.sh` can
-//! only promote a server that accepts connections), drifts objects, and the user edits
+//! The environment recreates, readies, unreadies and evicts pods, runs each pod's agent
+//! (a Ready standby labelled primary that holds the Lease promotes itself), finishes
+//! Jobs (a promote Job succeeds only once its target is writable: it waits, it promotes
+//! nothing), drifts objects, and the user edits
 //! the version, the replica count and the schedule, requests backups and sets the
 //! skip-final-backup annotation.
 //!
@@ -18,12 +19,9 @@
 //!    that started labelled `primary` or was promoted runs as a primary until it is
 //!    deleted, and meanwhile is labelled `primary` or `demoted`, except while the object
 //!    is being deleted.
-//! 4. A promotion only ever promotes a Ready replica. In this world, as with
-//!    `promote.sh`, a promote Job can only promote a server that accepts connections
-//!    (what the readiness probe measures), and the machine creates one only for a target
-//!    it *observes* Ready (unit-tested). Checking the target's readiness when the Job is
-//!    created instead fails here, through a cache one event stale: the observe/act race
-//!    is inherent, and the Job is the real guard.
+//! 4. A running standby is promoted only while Ready: its agent promotes it only while
+//!    the server accepts connections (what the readiness probe measures), and the
+//!    machine labels a target `primary` only once it *observes* it Ready (unit-tested).
 //! 5. The serving primary is never deleted for an upgrade while it has replicas.
 //! 6. Replicas are upgraded before the primary: within one upgrade round (one template
 //!    image), the pod that was primary when the round began is deleted for the upgrade
@@ -43,10 +41,10 @@
 //!     writable holder renews, so only its release, its pod's end, a person, or - cut
 //!     off from the API server - its own fence by `T + R + 1` after its last renewal,
 //!     before `renewTime + L + S` on the operator's clock, can end its tenure).
-//! 12. **A failover promotes the most advanced available replica**: no other Ready
-//!     standby (besides the old primary) has received more WAL than the one promoted.
-//!     A planned switchover's target first receives everything (`promote.sh`'s
-//!     catch-up), so it loses no acknowledged write by construction.
+//! 12. **A promotion takes the most advanced available replica**: no other Ready
+//!     standby (besides the old primary) has received more WAL than the one promoted,
+//!     in a failover (the survey) and in a planned switchover (a clean stop of the old
+//!     primary sends every Ready standby all it wrote).
 //!
 //! Fencing in this world: the primary Lease (holder, renewal, release, edits by hand),
 //! each pod's agent ([`Move::AgentTick`]: a writable server no longer labelled primary
@@ -67,9 +65,11 @@
 //! the latest `T + R + 1` after it ([`World::clock_to`]); [`Move::Heal`] ends the cut.
 //! The model's `S` (30 s) exceeds the slack `L - (T + R + 1)` (5 s at the default
 //! `L` = 15 s), so that an operator leaving `S` out of its expiry is unsafe here.
-//! Not modelled: a *standby* cut off from the API server and then promoted (its agent
-//! could not see a Lease that moved on; a fenced cut-off pod is modelled as reaching
-//! the API server again when its container restarts), and a pod whose clock runs at a
+//! A standby cut off from the API server is never promoted: only its own agent promotes
+//! it, right after a renewal it could not make (a fenced cut-off pod is modelled as
+//! reaching the API server again when its container restarts). Not modelled: a
+//! `pg_promote()` from outside (nothing in Lockstep sends one; the agent fences such a
+//! server at its next round, `scripts/README.md`), and a pod whose clock runs at a
 //! different rate (the agent counts `T` on a monotonic clock).
 //!
 //! Planted bugs the check must find ([`planted`]): a failover or switchover that hands
@@ -145,11 +145,12 @@ struct Pod {
     /// Deleted but lingering (a failed primary on an unreachable node): its server may
     /// still run until [`Move::Terminated`].
     terminating: bool,
-    /// Cut off from the API server ([`Move::Partition`]) while it ran a writable server
-    /// holding the Lease: since its last successful renewal began at this instant (true
-    /// time). Its server stays writable and replicating, but it cannot renew, nor read
-    /// the Lease or its label; its agent fences it once `T` has passed on its own
-    /// (monotonic) clock, and at the latest by `T + R + 1` ([`World::clock_to`]).
+    /// Cut off from the API server ([`Move::Partition`]) since this instant (true time;
+    /// for a writable Lease holder, when its last successful renewal began). It cannot
+    /// renew, nor read the Lease or its label: a writable server stays writable and
+    /// replicating until its agent fences it once `T` has passed on its own (monotonic)
+    /// clock, at the latest by `T + R + 1` ([`World::clock_to`]); a standby is not
+    /// promoted.
     cut: Option<DateTime<Utc>>,
 }
 
@@ -168,10 +169,9 @@ struct ModelLease {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum JobKind {
-    /// `planned`: a switchover's (the target first replays all the old primary wrote).
+    /// Waits for the target's agent to promote it (`promote.sh` promotes nothing).
     Promote {
         target: i32,
-        planned: bool,
     },
     /// A failover's survey of the standbys at these ordinals.
     Survey {
@@ -332,8 +332,9 @@ pub(super) enum Move {
     /// Someone clears the Lease's holder (an edit by hand).
     LeaseCleared,
     /// The pod loses its path to the API server (a partition, or an `nft` rule as in the
-    /// real-PostgreSQL e2e). Only a writable Lease holder is affected: it is alive and
-    /// writable and keeps replicating, but can no longer renew.
+    /// real-PostgreSQL e2e). A writable Lease holder stays alive and writable and keeps
+    /// replicating, but can no longer renew; a standby can no longer renew either, so it
+    /// is not promoted while cut off.
     Partition(i32),
     /// The pod reaches the API server again.
     Heal(i32),
@@ -376,13 +377,9 @@ impl World {
             return;
         };
         let succeeded = match job.kind {
-            JobKind::Promote { target, planned } => {
-                let ready = self.pods.get(&target).is_some_and(|p| p.ready);
-                if ok && ready {
-                    self.promote(target, planned);
-                }
-                ok && ready
-            }
+            // It succeeds once the target's agent promoted it, and fails at its
+            // deadline otherwise.
+            JobKind::Promote { target } => ok && self.pods.get(&target).is_some_and(|p| p.writable),
             JobKind::Survey { ref hosts } => {
                 // Every standby that answers reports the WAL it received (and replayed).
                 let answers: Vec<String> = hosts
@@ -416,33 +413,27 @@ impl World {
         }
     }
 
-    /// `pg_promote()` on `target`: its data becomes the writable timeline. A planned
-    /// switchover's target first replays everything the old primary wrote; a failover's
-    /// must be the most advanced of the standbys that are Ready.
-    fn promote(&mut self, target: i32, planned: bool) {
-        if planned {
-            self.received.insert(target, self.wal);
-        } else {
-            let mine = self.received.get(&target).copied().unwrap_or(0);
-            if let Some((k, theirs)) = self
-                .pods
-                .iter()
-                .filter(|(k, p)| {
-                    **k != target
-                        && **k != self.db_primary
-                        && p.ready
-                        && !p.terminating
-                        && !p.writable
-                })
-                .map(|(k, _)| (*k, self.received.get(k).copied().unwrap_or(0)))
-                .find(|(_, theirs)| *theirs > mine)
-            {
-                self.violations.push(format!(
-                    "failover promoted pod {target} at WAL {mine} while pod {k} had received {theirs}"
-                ));
-            }
+    /// `target`'s data becomes the writable timeline: promoted by its own agent while it
+    /// runs (`running`: it must be Ready), or locally as its container starts labelled
+    /// primary. It must be the most advanced of the standbys that are Ready (in a
+    /// planned switchover every standby Ready when the old primary stopped cleanly
+    /// received everything: [`World::agent_tick`]).
+    pub(super) fn promote(&mut self, target: i32, running: bool) {
+        let mine = self.received.get(&target).copied().unwrap_or(0);
+        if let Some((k, theirs)) = self
+            .pods
+            .iter()
+            .filter(|(k, p)| {
+                **k != target && **k != self.db_primary && p.ready && !p.terminating && !p.writable
+            })
+            .map(|(k, _)| (*k, self.received.get(k).copied().unwrap_or(0)))
+            .find(|(_, theirs)| *theirs > mine)
+        {
+            self.violations.push(format!(
+                "promoted pod {target} at WAL {mine} while pod {k} had received {theirs}"
+            ));
         }
-        if !self.pods.get(&target).is_some_and(|p| p.ready) {
+        if running && !self.pods.get(&target).is_some_and(|p| p.ready) {
             self.violations
                 .push(format!("promoted pod {target}, which is not Ready"));
         }
@@ -454,17 +445,9 @@ impl World {
             // over, so the order no longer binds it.
             self.round_primary = None;
         }
-        // The old primary's server keeps running until its agent fences it. A promoted
-        // server that does not hold the Lease (the promote Job reached a pod recreated
-        // under the target's name) is fenced by its own agent at once; its container
-        // restarts and starts writable once it is labelled primary and holds the Lease.
-        let holder = self.lease.as_ref().and_then(|l| l.holder);
+        // The old primary's server keeps running until its agent fences it.
         if let Some(p) = self.pods.get_mut(&target) {
-            if holder == Some((target, p.uid)) {
-                p.writable = true;
-            } else {
-                p.starts_primary = true;
-            }
+            p.writable = true;
         }
         self.db_primary = target;
         // The new timeline continues from what the target has.

@@ -44,8 +44,15 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
         ]
     };
     // ... then on to its promote Job: the most advanced standby chosen; the Lease handed
-    // to it; pod 0 back; the target labelled primary; the promote Job created.
-    let to_promote = || [surveyed(true), vec![r(), env(Recreate(0)), r(), r()]].concat();
+    // to it; pod 0 back; the target labelled primary; the promote Job created; the
+    // target's agent promotes it.
+    let to_promote = || {
+        [
+            surveyed(true),
+            vec![r(), env(Recreate(0)), r(), r(), env(AgentTick(1))],
+        ]
+        .concat()
+    };
     // Ready, then an on-demand backup begins.
     let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
     vec![

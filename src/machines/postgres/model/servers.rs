@@ -14,21 +14,37 @@ impl World {
             .collect()
     }
 
-    /// A pod labelled primary before it started starts writable once it holds the Lease.
+    /// A pod labelled primary before it started starts writable once it holds the Lease
+    /// (standby data is promoted locally first: the entrypoint's `promote_local_standby`).
     pub(super) fn start_primaries(&mut self) {
         let holder = self.lease.as_ref().and_then(|l| l.holder);
-        for (k, p) in &mut self.pods {
-            if p.starts_primary
-                && !p.writable
-                && p.role == Some(Role::Primary)
-                && holder == Some((*k, p.uid))
-            {
-                p.writable = true;
+        let starting: Vec<i32> = self
+            .pods
+            .iter()
+            .filter(|(k, p)| {
+                p.starts_primary
+                    && !p.writable
+                    && p.role == Some(Role::Primary)
+                    && holder == Some((**k, p.uid))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in starting {
+            if k == self.db_primary {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.writable = true;
+                }
+            } else {
+                self.promote(k, false);
             }
         }
     }
 
-    /// The agent of pod `k` looks at its label and the Lease.
+    /// The agent of pod `k` looks at its label and the Lease: a writable server that is
+    /// no longer labelled primary or no longer holds the Lease stops (cleanly, sending
+    /// every standby that is Ready all it wrote, when it still held the Lease and
+    /// releases it; at once otherwise); a Ready standby labelled primary that holds the
+    /// Lease renews it and promotes itself.
     pub(super) fn agent_tick(&mut self, k: i32) {
         let holder = self.lease.as_ref().and_then(|l| l.holder);
         let now = self.now;
@@ -49,15 +65,38 @@ impl World {
             // Its container restarts: labelled primary and holding the Lease, it starts
             // writable again; otherwise it rejoins as a standby.
             p.starts_primary = true;
-            if holder == me
-                && let Some(l) = self.lease.as_mut()
-            {
-                l.holder = None;
-                l.released_by = me;
-                l.version += 1;
+            if holder == me {
+                // A clean stop: the walsenders send everything to connected standbys.
+                self.clean_stop_replicates();
+                if let Some(l) = self.lease.as_mut() {
+                    l.holder = None;
+                    l.released_by = me;
+                    l.version += 1;
+                }
             }
+        } else if !p.writable
+            && !p.terminating
+            && p.ready
+            && p.role == Some(Role::Primary)
+            && holder == me
+        {
+            self.promote(k, true);
         }
         self.start_primaries();
+    }
+
+    /// Every standby that is Ready receives all that was written (a clean stop of the
+    /// writable server).
+    fn clean_stop_replicates(&mut self) {
+        let standbys: Vec<i32> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.ready && !p.writable && !p.terminating)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in standbys {
+            self.received.insert(k, self.wal);
+        }
     }
 
     /// A client commits on the writable server, if there is exactly one.
@@ -104,11 +143,20 @@ impl World {
     }
 
     /// Pod `k` loses its path to the API server. A writable holder's last renewal began
-    /// now: the Lease keeps the `renewTime` it wrote then, by its own clock.
+    /// now: the Lease keeps the `renewTime` it wrote then, by its own clock. A standby
+    /// cut off can no longer renew, so its agent never promotes it.
     pub(super) fn partition(&mut self, k: i32) {
         if !self.holder_renews()
             || self.lease.as_ref().and_then(|l| l.holder).map(|(h, _)| h) != Some(k)
         {
+            let now = self.now;
+            if let Some(p) = self
+                .pods
+                .get_mut(&k)
+                .filter(|p| !p.writable && p.cut.is_none())
+            {
+                p.cut = Some(now);
+            }
             return;
         }
         let now = self.now;

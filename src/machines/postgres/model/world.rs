@@ -210,21 +210,13 @@ where
                     self.delete_pod(*ordinal, uid, *cause);
                 }
             }
-            PgAction::RunPromote {
-                key,
-                target,
-                old_primary,
-                ..
-            } => {
+            PgAction::RunPromote { key, target, .. } => {
                 if !self.jobs.iter().any(|j| &j.key == key) {
                     let uid = self.new_uid();
                     self.jobs.push(Job {
                         key: key.clone(),
                         uid,
-                        kind: JobKind::Promote {
-                            target: *target,
-                            planned: old_primary.is_some(),
-                        },
+                        kind: JobKind::Promote { target: *target },
                         done: None,
                         result: None,
                     });

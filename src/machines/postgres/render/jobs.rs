@@ -43,8 +43,8 @@ fn job_container(name: &str, image: String, script: &str, env: Vec<EnvVar>) -> C
 }
 
 /// The promote Job `key`: `promote.sh` against pod `target`, with the server's image.
-/// With `old_primary` (a planned switchover) the script first ends that pod's client
-/// sessions and waits for the target to replay everything it wrote.
+/// It promotes nothing: it waits until the target's own agent has promoted it (once the
+/// pod holds the primary Lease and is labelled primary), then checkpoints it.
 ///
 /// # Errors
 /// [`Error`] if the owner has no UID.
@@ -53,7 +53,6 @@ pub fn promote_job(
     key: &str,
     target: i32,
     image: &str,
-    old_primary: Option<i32>,
 ) -> Result<Job, Error> {
     let mut env = vec![
         plain("TARGET_HOST", pod_host(pg, target)),
@@ -64,15 +63,8 @@ pub fn promote_job(
         "PROMOTE_DEADLINE_SECONDS",
         PROMOTE_DEADLINE_SECONDS.to_string(),
     ));
-    if let Some(old) = old_primary {
-        env.extend([
-            plain("OLD_PRIMARY_HOST", pod_host(pg, old)),
-            plain("OLD_PRIMARY_PORT", PORT.to_string()),
-            plain("CATCHUP_SECONDS", CATCHUP_SECONDS.to_string()),
-        ]);
-    }
     let container = job_container("promote", image.to_owned(), "promote.sh", env);
-    let deadline = PROMOTE_DEADLINE_SECONDS + CATCHUP_SECONDS + 60;
+    let deadline = PROMOTE_DEADLINE_SECONDS + 60;
     instance_job(pg, key, "promote", container, deadline)
 }
 

@@ -84,10 +84,8 @@ pub const PODINFO_PATH: &str = "/etc/lockstep/podinfo";
 pub const PORT: i32 = 5432;
 /// The uid and gid of `postgres` in the official images.
 pub const POSTGRES_UID: i64 = 999;
-/// How long `promote.sh` keeps trying.
+/// How long `promote.sh` waits for the target's agent to promote it.
 pub const PROMOTE_DEADLINE_SECONDS: i64 = 120;
-/// How long `promote.sh` waits for the target to replay the old primary's WAL.
-pub const CATCHUP_SECONDS: i64 = 60;
 
 /// The pod scripts, shipped verbatim in the scripts ConfigMap (`lib.sh` first: the
 /// others source it from their own directory).

@@ -29,17 +29,22 @@
 #   - A pod labelled primary starts a writable server only after the Lease names
 #     it and one renewal by this pod succeeded (it rejoins as a standby if the
 #     label turns replica/demoted meanwhile).
-#   - While the server is writable, every LOCKSTEP_RENEW_SECONDS (R) the agent
-#     GETs the Lease and PUTs it back with renewTime = now (resourceVersion
-#     precondition). It FENCES at once - `pg_ctl stop -m immediate`, SIGKILL of
-#     the postmaster and its children if that is not done within 5 s, exit 5 -
-#     when the Lease names another holder or none, when the role label is
-#     neither primary, replica (labels follow the Lease) nor demoted, or when no
-#     renewal has succeeded for LOCKSTEP_FENCE_SECONDS (T) of monotonic time
-#     (/proc/uptime), counted from the start of the last successful request.
-#   - Labelled `demoted` after it served as the primary (started as one, or was
-#     labelled primary while writable; a promote target labelled demoted until
-#     the operator labels it primary keeps running): a clean
+#   - A running standby labelled primary promotes ITSELF (pg_promote) once the
+#     Lease names it, right after a renewal of its own succeeded; the operator's
+#     promote Job only waits for that (promote.sh). No one else promotes a
+#     server: a late or stray pg_promote from outside makes a writable server
+#     this agent never renewed for, which it fences at once.
+#   - While the server is writable (or asked to promote), every
+#     LOCKSTEP_RENEW_SECONDS (R) the agent GETs the Lease and PUTs it back with
+#     renewTime = now (resourceVersion precondition). It FENCES at once -
+#     `pg_ctl stop -m immediate`, SIGKILL of the postmaster and its children if
+#     that is not done within 5 s, exit 5 - when the Lease names another holder
+#     or none, when the role label is neither primary, replica (labels follow the
+#     Lease) nor demoted, when it never renewed, or when no renewal has succeeded
+#     for LOCKSTEP_FENCE_SECONDS (T) of monotonic time (/proc/uptime), counted
+#     from the start of the last successful request.
+#   - Labelled `demoted` after it served as the primary (started as one,
+#     promoted itself, or was labelled primary while writable): a clean
 #     `pg_ctl stop -m fast` (walsenders send all WAL to connected standbys
 #     before the server exits), then the Lease is released: holderIdentity
 #     cleared and annotation lockstep.dev/released-by = "$POD_NAME/$POD_UID".
@@ -47,7 +52,8 @@
 #     stops cleanly on a forwarded signal (pod deletion) releases it too, and so
 #     does a container that starts as a standby while the Lease still names it.
 #   - Without LOCKSTEP_LEASE_NAME (an operator that renders no Lease) there is
-#     no lease check; a writable server labelled `demoted` still stops cleanly.
+#     no lease check: a standby labelled primary promotes itself, and a writable
+#     server labelled `demoted` still stops cleanly.
 #
 # `entrypoint.sh --liveness` is the liveness probe command: while the
 # entrypoint prepares (bootstrap, clone, rewind, waiting for the Lease) it
@@ -614,34 +620,72 @@ demote() {
 	exit 0
 }
 
+# promote_if_chosen ROLE: a standby labelled primary promotes itself once the Lease
+# names this pod, right after a renewal of its own succeeded (Patroni's rule: only the
+# holder of the leader key promotes, and only while it can renew it). From the request
+# on, the server is guarded like a writable one: fenced T after that renewal unless it
+# renews again, so it is never writable past renewTime + T + R + 1, before the operator
+# may hand the Lease to anyone else (renewTime + L + S). Nothing else promotes a
+# running server: one found writable without a renewal by this agent is fenced at once.
+PROMOTE_SENT=
+promote_if_chosen() {
+	[[ "$1" == primary ]] || return 0
+	if [[ -n "$LEASE_NAME" ]]; then
+		local t0
+		t0=$(mono_cs)
+		lease_read || return 0
+		[[ "$LEASE_HOLDER" == "$ME" ]] || return 0
+		if ! lease_write renew; then
+			log "renewing lease $LEASE_NAME before promoting failed (conflict or API error); retrying"
+			return 0
+		fi
+		LAST_RENEW_CS=$t0
+	fi
+	log "labelled primary${LEASE_NAME:+ and holding lease $LEASE_NAME}: promoting this standby"
+	GUARDED=1
+	SERVED_AS_PRIMARY=1
+	request_promotion
+}
+
+# request_promotion: ask the local standby to promote (pg_promote without waiting: the
+# agent keeps its rounds, and with them its renewals, while the server finishes
+# recovery). Repeated on the next round if the request did not get through.
+request_promotion() {
+	local out
+	if out=$(psql -X -A -t -q -h "$PG_SOCKET_DIR" -p "$PGPORT" -U "$POSTGRES_USER" -d postgres 		-c 'SELECT pg_promote(wait => false)' 2>&1) && [[ "$out" == t ]]; then
+		PROMOTE_SENT=1
+	else
+		log "pg_promote did not get through (${out//$'\n'/ }); asking again next round"
+	fi
+}
+
 # One round of the agent while postgres runs.
-WRITABLE_SINCE_CS=
+GUARDED=
 agent_tick() {
 	local writable role t0
 	writable=$(psql -X -A -t -q -h "$PG_SOCKET_DIR" -p "$PGPORT" -U "$POSTGRES_USER" -d postgres \
 		-c 'SELECT NOT pg_is_in_recovery()' 2>/dev/null) || writable=unknown
 	if [[ "$writable" == unknown ]]; then
-		# Not answering (starting, busy): a server started as a primary, or seen
-		# writable, is guarded as writable; a standby cannot have become one unseen
-		# (promotion is a request the agent's query would also get through).
-		[[ -n "$WRITABLE_SINCE_CS" || "$STARTED_AS" == primary ]] || return 0
-		writable=t
+		# Not answering (starting, busy): a server started as a primary, seen writable
+		# or asked to promote is guarded as writable; a standby cannot have become one
+		# unseen (promotion is a request the agent's query would also get through).
+		[[ -n "$GUARDED" || "$STARTED_AS" == primary ]] || return 0
 	else
 		printf 'running\n' >"$PHASE_FILE" 2>/dev/null || true
 	fi
-	# A standby cannot write: nothing to guard; but check that it follows.
-	if [[ "$writable" == f ]]; then
-		WRITABLE_SINCE_CS=
-		standby_check
-		return 0
-	fi
-	[[ -n "$WRITABLE_SINCE_CS" ]] || WRITABLE_SINCE_CS=$(mono_cs)
 	role=$(role_from_file 2>/dev/null || true)
 	[[ -n "${LOCKSTEP_ROLE:-}" ]] && role=$LOCKSTEP_ROLE
+	# A standby cannot write: nothing to guard; but check that it follows, and promote
+	# it when it is chosen.
+	if [[ "$writable" == f && -z "$GUARDED" ]]; then
+		standby_check
+		promote_if_chosen "$role"
+		return 0
+	fi
+	GUARDED=1
 	# `demoted` orders a demotion only of a server that served as the primary (started
-	# as one, or labelled primary while writable): a promote target is labelled
-	# demoted from its promote Job's creation until the operator labels it primary,
-	# and must keep running.
+	# as one, promoted itself, or labelled primary while writable); a server promoted by
+	# someone else without a Lease is left to its label.
 	if [[ "$role" == primary && -z "$SERVED_AS_PRIMARY" ]]; then
 		SERVED_AS_PRIMARY=1
 		log "labelled primary while writable: serving as the primary"
@@ -662,15 +706,19 @@ agent_tick() {
 		esac
 		if lease_write renew; then
 			LAST_RENEW_CS=$t0
+			# Still recovering after a promotion request that did not get through.
+			[[ "$writable" != f || -n "$PROMOTE_SENT" || "$role" != primary ]] || request_promotion
 		else
 			log "renewing lease $LEASE_NAME failed (conflict or API error)"
 		fi
 	fi
-	# No renewal for T seconds - counted from the start of the last successful one, or
-	# from when this server was first seen writable if it never renewed (a standby
-	# promoted while running) - fences.
-	local since=${LAST_RENEW_CS:-$WRITABLE_SINCE_CS}
-	if (($(mono_cs) - since > FENCE_SECONDS * 100)); then
+	# No renewal by this agent for T seconds, counted from the start of the last
+	# successful one, fences; a server that became writable without any (promoted by
+	# someone else, while the Lease could not be read) at once.
+	if [[ -z "$LAST_RENEW_CS" ]]; then
+		fence "writable without a lease renewal by this pod (promoted by someone else)"
+	fi
+	if (($(mono_cs) - LAST_RENEW_CS > FENCE_SECONDS * 100)); then
 		fence "no lease renewal for more than ${FENCE_SECONDS}s"
 	fi
 }
@@ -680,8 +728,8 @@ agent_tick() {
 # at the deadline instead of up to R + 1 s (a failed request's bound) past it.
 tick_seconds() {
 	local left
-	if [[ -n "$LEASE_NAME" && -n "$WRITABLE_SINCE_CS" && -z "$STOPPING" ]]; then
-		left=$((${LAST_RENEW_CS:-$WRITABLE_SINCE_CS} + FENCE_SECONDS * 100 + 1 - $(mono_cs)))
+	if [[ -n "$LEASE_NAME" && -n "$GUARDED" && -n "$LAST_RENEW_CS" && -z "$STOPPING" ]]; then
+		left=$((LAST_RENEW_CS + FENCE_SECONDS * 100 + 1 - $(mono_cs)))
 		if ((left < RENEW_SECONDS * 100)); then
 			((left > 0)) || left=1
 			printf '%d.%02d' $((left / 100)) $((left % 100))

@@ -173,17 +173,12 @@ fn backup_jobs_run_backup_sh_against_the_primary_with_secrets_by_reference() {
 #[test]
 fn the_promote_job_targets_the_pod_by_its_stable_name() {
     let pg = object(spec("16.3"));
-    let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1, Some(0)).expect("renders");
+    let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1).expect("renders");
     let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
     let env = env_of(&pod.containers[0]);
     let plain = |k: &str| env.get(k).and_then(|e| e.value.clone());
     assert_eq!(plain("TARGET_HOST").as_deref(), Some("pg-1.pg.db.svc"));
-    assert_eq!(plain("OLD_PRIMARY_HOST").as_deref(), Some("pg-0.pg.db.svc"));
     assert_eq!(pod.containers[0].image.as_deref(), Some(V1));
-    // A failover does not wait for the old primary.
-    let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1, None).expect("renders");
-    let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
-    assert!(!env_of(&pod.containers[0]).contains_key("OLD_PRIMARY_HOST"));
 }
 
 #[test]

@@ -161,13 +161,11 @@ fn once_the_target_holds_the_lease_it_alone_is_labelled_primary_and_then_promote
     assert_eq!(d.reason(), PROMOTING);
     assert!(labels_in(&d).is_empty());
     assert_eq!(promotes_in(&d), vec![1]);
-    assert!(d.actions().iter().any(|a| matches!(
-        a,
-        PgAction::RunPromote {
-            old_primary: Some(0),
-            ..
-        }
-    )));
+    assert!(
+        d.actions()
+            .iter()
+            .any(|a| matches!(a, PgAction::RunPromote { target: 1, .. }))
+    );
 }
 
 #[test]
