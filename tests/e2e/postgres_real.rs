@@ -57,7 +57,7 @@ use tokio::task::JoinHandle;
 use lockstep::engine::conditions;
 use lockstep::machines::postgres::{Postgres, PostgresCluster};
 
-use crate::support::{Env, Fixture, InProcessOperator, kubeconfig_path};
+use crate::support::{Env, Fixture, InProcessOperator, kubeconfig_path, wait_for_all_within};
 
 const ROLE: &str = "lockstep.dev/role";
 /// The first image (`tools/images/build.sh --name postgres-15`).
@@ -244,30 +244,19 @@ impl Real {
         pg
     }
 
-    /// Every instance pod of `name` Ready (PostgreSQL answers `pg_isready`), polled
+    /// Every instance pod of `name` Ready (PostgreSQL answers `pg_isready`), watched
     /// with a deadline.
     async fn all_ready(&self, name: &str) {
         let pods: Api<Pod> = self.pg.env.api();
         let selector = format!("app.kubernetes.io/instance={name},lockstep.dev/component=database");
-        let deadline = tokio::time::Instant::now() + SLOW;
-        loop {
-            let list = pods
-                .list(&kube::api::ListParams::default().labels(&selector))
-                .await
-                .expect("list pods");
-            if !list.items.is_empty() && list.items.iter().all(pod_ready) {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "instances of {name} not all Ready after {SLOW:?}: {:?}",
-                list.items
-                    .iter()
-                    .map(|p| (p.name_any(), pod_ready(p)))
-                    .collect::<Vec<_>>()
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        wait_for_all_within(
+            &pods,
+            &selector,
+            &format!("every instance of {name} Ready"),
+            SLOW,
+            |pods: &[Pod]| !pods.is_empty() && pods.iter().all(pod_ready),
+        )
+        .await;
     }
 
     /// Every instance: its role label, UID and container restarts.
@@ -1535,14 +1524,13 @@ async fn backup_to_s3_and_restore() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     // The finalizer is released afterwards, and `latest` names the final dump.
-    let pgs = real.pg.api.clone();
-    let deadline = tokio::time::Instant::now() + SLOW;
-    while pgs.get_opt(name).await.expect("get the cluster").is_some() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} still exists {SLOW:?} after its final backup"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
+    let gone = await_condition(real.pg.api.clone(), name, |o: Option<&PostgresCluster>| {
+        o.is_none()
+    });
+    match tokio::time::timeout(SLOW, gone).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => panic!("the watch failed while waiting for {name} to go: {e}"),
+        Err(_) => panic!("{name} still exists {SLOW:?} after its final backup"),
     }
     let gone_at = now_epoch();
     let latest = s3_cli(

@@ -230,13 +230,28 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + serde::Serialize + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
+    wait_for_all_within(api, selector, what, DEADLINE, condition).await
+}
+
+/// [`wait_for_all`] with a deadline of its own (real pods take longer than KWOK's).
+pub async fn wait_for_all_within<K>(
+    api: &Api<K>,
+    selector: &str,
+    what: &str,
+    deadline: Duration,
+    condition: impl Fn(&[K]) -> bool,
+) -> Vec<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + serde::Serialize + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
     let (reader, writer) = kube::runtime::reflector::store::<K>();
     let stream = kube::runtime::reflector(
         writer,
         watcher(api.clone(), watcher::Config::default().labels(selector)),
     );
     let mut stream = std::pin::pin!(stream);
-    let waited = tokio::time::timeout(DEADLINE, async {
+    let waited = tokio::time::timeout(deadline, async {
         let mut listed = false;
         while let Some(event) = stream.next().await {
             match event {
@@ -271,7 +286,7 @@ where
                 })
                 .collect();
             panic!(
-                "timed out after {DEADLINE:?} waiting for {what} ({selector}); last seen: {last:#?}"
+                "timed out after {deadline:?} waiting for {what} ({selector}); last seen: {last:#?}"
             )
         }
     }

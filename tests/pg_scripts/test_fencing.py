@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -104,6 +105,13 @@ class LeaseServer:
         with self.lock:
             self.lease["spec"]["holderIdentity"] = holder
             self.lease["spec"]["renewTime"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+            rv = int(self.lease["metadata"]["resourceVersion"]) + 1
+            self.lease["metadata"]["resourceVersion"] = str(rv)
+
+    def drop_annotation(self, key: str):
+        """What `kubectl annotate lease <name> <key>-` does."""
+        with self.lock:
+            self.lease["metadata"].setdefault("annotations", {}).pop(key, None)
             rv = int(self.lease["metadata"]["resourceVersion"]) + 1
             self.lease["metadata"]["resourceVersion"] = str(rv)
 
@@ -251,10 +259,12 @@ def test_demotion_stops_cleanly_and_releases_the_lease(env, lease):
     assert old.wait_exit(timeout=60) == 0
     log = old.log_text()
     assert "labelled demoted while writable: stopping cleanly" in log
-    assert f"lease pg-primary released (lockstep.dev/released-by=pg-0/{UID0})" in log
+    assert f"lease pg-primary released (lockstep.dev/released-by=pg-0/{UID0}, lockstep.dev/released-lsn=" in log
     got = lease.get()
     assert got["spec"]["holderIdentity"] == ""
     assert got["metadata"]["annotations"]["lockstep.dev/released-by"] == f"pg-0/{UID0}"
+    # Its last WAL position (the shutdown checkpoint), for whoever promotes next.
+    assert re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", got["metadata"]["annotations"]["lockstep.dev/released-lsn"])
     # The clean stop sent every acknowledged commit to the standby.
     wait_until(lambda: replica.try_sql("SELECT count(*) FROM items") == "50", timeout=30, what="rows on the standby")
 
@@ -280,6 +290,31 @@ def test_a_standby_labelled_primary_promotes_itself_once_it_holds_the_lease(env,
     wait_until(lambda: lease.renewals >= n + 3, timeout=20, what="renewals by the promoted standby")
     assert new.proc.poll() is None and writable(new)
     assert new.sql("SELECT count(*) FROM items") == "1"
+    # Past the old primary's last WAL, the new primary drops the annotation.
+    assert "lockstep.dev/released-lsn" not in lease.get()["metadata"]["annotations"]
+
+
+def test_a_target_that_missed_the_old_primarys_last_wal_does_not_promote(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    old = env.pod("pg-0").start("primary", **lease_env(env, lease, UID0))
+    new = env.pod("pg-1").start("replica", primary=old, **lease_env(env, lease, UID1))
+    old.sql("CREATE TABLE items (v text)")
+    wait_until(lambda: new.try_sql("SELECT count(*) FROM items") == "0", timeout=30, what="the table on the standby")
+    new.stop()  # disconnected: it misses what follows
+    old.sql("INSERT INTO items VALUES ('acknowledged')")
+    set_role(old, "demoted")
+    assert old.wait_exit(timeout=60) == 0
+    lsn = lease.get()["metadata"]["annotations"]["lockstep.dev/released-lsn"]
+    new.start("replica", primary=old, **lease_env(env, lease, UID1))  # nobody to catch up from
+    lease.set_holder(f"pg-1/{UID1}")
+    set_role(new, "primary")
+    wait_until(lambda: f"has received up to {lsn}" in new.log_text(), timeout=30, what="the agent to hold back")
+    time.sleep(3)  # three agent rounds (R = 1 s)
+    assert new.in_recovery() is True
+    # The escape hatch: a person accepts the loss by removing the annotation.
+    lease.drop_annotation("lockstep.dev/released-lsn")
+    wait_until(lambda: writable(new), timeout=30, what="the promotion without it")
+    assert new.sql("SELECT count(*) FROM items") == "0"
 
 
 def test_a_standby_labelled_primary_does_not_promote_while_it_cannot_renew(env, lease):

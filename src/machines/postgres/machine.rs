@@ -138,11 +138,13 @@
 //! - **A replica that is not Ready is never chosen**: the Lease is handed, and the
 //!   target labelled `primary`, only for a target observed Ready with the UID the intent
 //!   recorded.
-//! - **A planned switchover loses no acknowledged commit the target received**: the old
-//!   primary stops cleanly before the Lease moves (its walsenders send all WAL to
-//!   connected standbys before it exits), and a promoting standby replays all it
-//!   received. A target that was not streaming when the old primary stopped misses
-//!   what it did not receive (the model checks that no Ready standby had more).
+//! - **A planned switchover loses no acknowledged commit**: the old primary stops
+//!   cleanly before the Lease moves (its walsenders send all WAL to connected standbys
+//!   before it exits) and releases the Lease with its last position
+//!   (`lockstep.dev/released-lsn`); the target's agent promotes only once it has
+//!   received up to it. A target that missed it (not streaming then, and nobody has it
+//!   now) holds the switchover Degraded (`PromotionExhausted` after its retries) until a
+//!   person removes the annotation, accepting the loss.
 //! - **A failover promotes the most advanced available replica**: among the Ready
 //!   standbys a survey read after the old primary was certainly fenced, the one that
 //!   received the most WAL.

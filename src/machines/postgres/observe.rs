@@ -131,6 +131,10 @@ impl LeaseView {
 /// The Lease annotation a holder writes when it stopped its server on purpose and
 /// cleared `holderIdentity`: `<pod-name>/<pod-uid>`.
 pub const RELEASED_BY: &str = "lockstep.dev/released-by";
+/// The Lease annotation a primary that stopped cleanly on demotion leaves: its last WAL
+/// position, which the next primary's agent must have received before it promotes
+/// (written and read by the pods; named here for messages).
+pub const RELEASED_LSN: &str = "lockstep.dev/released-lsn";
 
 /// `<pod-name>/<pod-uid>`: how a Lease names its holder.
 pub fn holder_identity(pod: &str, uid: &str) -> String {

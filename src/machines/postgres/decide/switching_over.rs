@@ -11,7 +11,7 @@ use crate::machines::common::annotations::RETRY_PROMOTE;
 use crate::machines::common::retry::{Attempts, JobStep, backoff_stay, run_once_step};
 use crate::machines::postgres::actions::{DeleteCause, PgAction, Role, promote_key, survey_key};
 use crate::machines::postgres::api::PostgresClusterSpec;
-use crate::machines::postgres::observe::{Observed, holder_identity};
+use crate::machines::postgres::observe::{Observed, RELEASED_LSN, holder_identity};
 use crate::machines::postgres::state::{
     PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology,
 };
@@ -481,8 +481,9 @@ pub(crate) fn promote(
             _ => stay(
                 PROMOTION_EXHAUSTED,
                 format!(
-                    "{what}: promote Job {job_name} {failure} ({}); set {RETRY_PROMOTE}=<new token> to try again",
-                    attempts.describe()
+                    "{what}: promote Job {job_name} {failure} ({}); set {RETRY_PROMOTE}=<new token> to try again (a target whose log says it has not received the old primary's last WAL is promoted without it once {RELEASED_LSN} is removed from the Lease {})",
+                    attempts.describe(),
+                    format!("{}-primary", o.name)
                 ),
                 actions,
             )

@@ -163,6 +163,10 @@ struct ModelLease {
     holder: Option<(i32, u64)>,
     renewed: DateTime<Utc>,
     released_by: Option<(i32, u64)>,
+    /// The WAL position a primary stopped cleanly at on demotion (the annotation
+    /// `lockstep.dev/released-lsn`): nobody promotes before receiving it. Kept by the
+    /// operator's hand-overs; dropped by the next primary once writable.
+    released_lsn: Option<u64>,
     transitions: i32,
     version: u64,
 }
@@ -420,6 +424,16 @@ impl World {
     /// received everything: [`World::agent_tick`]).
     pub(super) fn promote(&mut self, target: i32, running: bool) {
         let mine = self.received.get(&target).copied().unwrap_or(0);
+        if let Some(x) = self.lease.as_ref().and_then(|l| l.released_lsn)
+            && mine < x
+        {
+            self.violations.push(format!(
+                "promoted pod {target} at WAL {mine}, short of the {x} a primary acknowledged before it stopped cleanly for a switchover"
+            ));
+        }
+        if let Some(l) = self.lease.as_mut() {
+            l.released_lsn = None;
+        }
         if let Some((k, theirs)) = self
             .pods
             .iter()
@@ -578,6 +592,7 @@ impl World {
             holder,
             renewed: epoch(),
             released_by: None,
+            released_lsn: None,
             transitions: 0,
             version: 1,
         });
@@ -592,6 +607,15 @@ impl World {
         self.retry_promote = true;
         // A user who finds an adoption ambiguous names the primary.
         self.adopt_hatch = true;
+        // A user who finds a promotion held back short of the position the old primary
+        // stopped at (nobody has it) removes it from the Lease, accepting the loss.
+        let held_back = self
+            .pods
+            .iter()
+            .any(|(k, p)| p.role == Some(Role::Primary) && !p.writable && !self.caught_up(*k));
+        if held_back && let Some(l) = self.lease.as_mut() {
+            l.released_lsn = None;
+        }
         let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
         self.pods.retain(|k, p| *k < n && !p.terminating);
         // Partitions heal (a cut holder still writable renews again).

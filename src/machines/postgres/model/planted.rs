@@ -423,3 +423,50 @@ fn a_target_cut_off_before_it_promotes_is_never_promoted_once_the_lease_moved_on
     );
     assert!(trace.contains("primary: 2"), "{trace}");
 }
+
+/// A planned switchover (pod 2 must go: a scale-down) whose target, pod 0, is not Ready
+/// when the old primary stops cleanly, so it misses the old primary's last commits, and
+/// is Ready again when the Lease is handed to it: it does not promote short of the
+/// position the old primary released the Lease at.
+#[test]
+fn a_switchover_target_that_missed_the_old_primarys_last_commits_does_not_promote() {
+    use Move::*;
+    let r = || Event::Reconcile(Reconcile::FRESH);
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    world.primary_moved_to(2);
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        r(),
+        Event::Edit(Edit::Replicas(2)),
+        r(),
+        r(),
+        r(),
+        env(BecomesUnready(0)),
+        env(BecomesUnready(1)),
+        env(Write),
+        env(AgentTick(2)),
+        env(BecomesReady(0)),
+        env(BecomesReady(1)),
+        r(),
+        r(),
+        r(),
+        env(AgentTick(0)),
+        env(AgentTick(1)),
+    ];
+    let report = check_scenario::<Postgres, World>(&config(), world, &events)
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    let trace = report.trace.join("\n");
+    // Held back, its promote Job failed; once a person removed the position from the
+    // Lease (the settling world's escape hatch), it was promoted.
+    let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
+    assert!(at("(PromotionRetried)").is_some(), "{trace}");
+    assert!(
+        at("(PromotionRetried)") < at("(SwitchoverCompleted)")
+            && at("(SwitchoverCompleted)").is_some(),
+        "{trace}"
+    );
+}

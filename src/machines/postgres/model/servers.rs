@@ -34,10 +34,21 @@ impl World {
                 if let Some(p) = self.pods.get_mut(&k) {
                     p.writable = true;
                 }
-            } else {
+            } else if self.caught_up(k) {
                 self.promote(k, false);
+            } else if let Some(p) = self.pods.get_mut(&k) {
+                // Standby data behind the released position: it starts as a standby, and
+                // its agent promotes it once it has caught up.
+                p.starts_primary = false;
             }
         }
+    }
+
+    /// Whether pod `k` has received all a primary that stopped cleanly on demotion
+    /// wrote (the Lease's released position), if one did.
+    pub(super) fn caught_up(&self, k: i32) -> bool {
+        let released = self.lease.as_ref().and_then(|l| l.released_lsn);
+        released.is_none_or(|x| self.received.get(&k).copied().unwrap_or(0) >= x)
     }
 
     /// The agent of pod `k` looks at its label and the Lease: a writable server that is
@@ -68,9 +79,11 @@ impl World {
             if holder == me {
                 // A clean stop: the walsenders send everything to connected standbys.
                 self.clean_stop_replicates();
+                let wal = self.wal;
                 if let Some(l) = self.lease.as_mut() {
                     l.holder = None;
                     l.released_by = me;
+                    l.released_lsn = Some(wal);
                     l.version += 1;
                 }
             }
@@ -79,6 +92,7 @@ impl World {
             && p.ready
             && p.role == Some(Role::Primary)
             && holder == me
+            && self.caught_up(k)
         {
             self.promote(k, true);
         }
@@ -235,6 +249,7 @@ impl World {
             holder,
             renewed: at,
             released_by: None,
+            released_lsn: l.released_lsn,
             transitions,
             version: l.version + 1,
         });

@@ -279,6 +279,7 @@ where
                         holder: holder.as_deref().and_then(parse_holder),
                         renewed: *at,
                         released_by: None,
+                        released_lsn: None,
                         transitions: 0,
                         version: 1,
                     });

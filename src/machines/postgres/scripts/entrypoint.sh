@@ -493,29 +493,43 @@ api() {
 	fi
 }
 
-# lease_read: GET the Lease into LEASE_JSON and LEASE_HOLDER; status 1 on failure.
+# lease_read: GET the Lease into LEASE_JSON, LEASE_HOLDER and RELEASED_LSN (the
+# annotation lockstep.dev/released-lsn: the last WAL position of a primary that stopped
+# cleanly on demotion, which whoever promotes next must have received); status 1 on
+# failure.
+RELEASED_LSN=
 lease_read() {
 	local out code
 	out=$(api GET "$LEASE_URL" 2>/dev/null) || return 1
 	code=${out##*$'\n'}
 	[[ "$code" == 200 ]] || return 1
 	LEASE_JSON=${out%$'\n'*}
-	LEASE_HOLDER=$(printf '%s' "$LEASE_JSON" | perl -MJSON::PP -0777 -ne 'my $l = decode_json($_); print $l->{spec}{holderIdentity} // ""') || return 1
+	local fields
+	fields=$(printf '%s' "$LEASE_JSON" | perl -MJSON::PP -0777 -ne 'my $l = decode_json($_);
+		print(($l->{spec}{holderIdentity} // ""), "\t", ($l->{metadata}{annotations}{"lockstep.dev/released-lsn"} // ""))') || return 1
+	# A tab between the two (neither holds one; $(...) would eat a trailing newline).
+	LEASE_HOLDER=${fields%%$'\t'*}
+	RELEASED_LSN=${fields#*$'\t'}
 }
 
-# lease_write MODE: PUT LEASE_JSON back (its resourceVersion is the precondition: a 409
-# fails) with renewTime = now (MODE renew) or without holder and with the
-# released-by annotation (MODE release). Status 0 iff the API server accepted it.
+# lease_write MODE [LSN]: PUT LEASE_JSON back (its resourceVersion is the precondition:
+# a 409 fails) with renewTime = now (MODE renew; MODE renew-writable also drops the
+# released-lsn annotation: this server has moved past it) or without holder and with
+# the released-by annotation, and the released-lsn annotation if LSN is given (MODE
+# release). Status 0 iff the API server accepted it.
 lease_write() {
-	local mode=$1 now body out
+	local mode=$1 lsn=${2:-} now body out
 	now=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)
-	body=$(printf '%s' "$LEASE_JSON" | MODE="$mode" NOW="$now" ME="$ME" perl -MJSON::PP -0777 -ne '
+	body=$(printf '%s' "$LEASE_JSON" | MODE="$mode" NOW="$now" ME="$ME" LSN="$lsn" perl -MJSON::PP -0777 -ne '
 		my $l = decode_json($_);
-		if ($ENV{MODE} eq "renew") {
+		if ($ENV{MODE} =~ /^renew/) {
 			$l->{spec}{renewTime} = $ENV{NOW};
+			delete $l->{metadata}{annotations}{"lockstep.dev/released-lsn"}
+				if $ENV{MODE} eq "renew-writable" && $l->{metadata}{annotations};
 		} else {
 			$l->{spec}{holderIdentity} = "";
 			$l->{metadata}{annotations}{"lockstep.dev/released-by"} = $ENV{ME};
+			$l->{metadata}{annotations}{"lockstep.dev/released-lsn"} = $ENV{LSN} if $ENV{LSN} ne "";
 		}
 		print encode_json($l)') || return 1
 	out=$(api PUT "$LEASE_URL" "$body" 2>/dev/null) || return 1
@@ -590,15 +604,16 @@ fence() {
 	exit 5
 }
 
-# release_lease: after a clean stop, hand the Lease back if this pod still holds it.
+# release_lease [LSN]: after a clean stop, hand the Lease back if this pod still holds
+# it (with LSN, the stopped primary's last WAL position, for whoever promotes next).
 release_lease() {
 	[[ -n "$LEASE_NAME" ]] || return 0
 	local attempt
 	for attempt in 1 2 3 4 5; do
 		lease_read || { sleep 1; continue; }
 		[[ "$LEASE_HOLDER" == "$ME" ]] || return 0
-		if lease_write release; then
-			log "lease $LEASE_NAME released (lockstep.dev/released-by=$ME)"
+		if lease_write release "${1:-}"; then
+			log "lease $LEASE_NAME released (lockstep.dev/released-by=$ME${1:+, lockstep.dev/released-lsn=$1})"
 			return 0
 		fi
 		sleep 1
@@ -614,7 +629,11 @@ demote() {
 		fence "clean stop on demotion failed"
 	fi
 	wait "$PG_PID" 2>/dev/null || true
-	release_lease
+	# The shutdown checkpoint is the last record this primary wrote: the next primary
+	# must have received up to it (a planned switchover loses no acknowledged commit).
+	local lsn
+	lsn=$(pg_controldata -D "$PGDATA" 2>/dev/null | sed -n 's/^Latest checkpoint location: *//p') || lsn=
+	release_lease "$lsn"
 	printf 'demoted\n' >"$PHASE_FILE" 2>/dev/null || true
 	log "stopped after demotion; exiting so the container restarts as a standby"
 	exit 0
@@ -635,6 +654,7 @@ promote_if_chosen() {
 		t0=$(mono_cs)
 		lease_read || return 0
 		[[ "$LEASE_HOLDER" == "$ME" ]] || return 0
+		caught_up "$RELEASED_LSN" || return 0
 		if ! lease_write renew; then
 			log "renewing lease $LEASE_NAME before promoting failed (conflict or API error); retrying"
 			return 0
@@ -645,6 +665,30 @@ promote_if_chosen() {
 	GUARDED=1
 	SERVED_AS_PRIMARY=1
 	request_promotion
+}
+
+# caught_up LSN: whether this standby has received (or replayed) WAL up to LSN, the last
+# position of a primary that stopped cleanly on demotion (none: yes). Until it has, it
+# does not promote: promoting would discard commits that primary acknowledged. Logged
+# once per LSN, with the escape hatch: removing the annotation from the Lease promotes
+# without them.
+CATCHUP_LOGGED=
+caught_up() {
+	[[ -n "$1" ]] || return 0
+	local out
+	if [[ ! "$1" =~ ^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$ ]]; then
+		[[ "$CATCHUP_LOGGED" == "$1" ]] || log "the Lease's lockstep.dev/released-lsn '$1' is not an LSN: not promoting (remove it to promote)"
+		CATCHUP_LOGGED=$1
+		return 1
+	fi
+	out=$(psql -X -A -t -q -h "$PG_SOCKET_DIR" -p "$PGPORT" -U "$POSTGRES_USER" -d postgres -c \
+		"SELECT pg_wal_lsn_diff(greatest(coalesce(pg_last_wal_receive_lsn(), '0/0'), coalesce(pg_last_wal_replay_lsn(), '0/0')), '$1') >= 0" 2>/dev/null) || out=
+	[[ "$out" != t ]] || return 0
+	if [[ "$CATCHUP_LOGGED" != "$1" ]]; then
+		CATCHUP_LOGGED=$1
+		log "chosen to promote, but not promoting before this standby has received up to $1, the last WAL of the primary that stopped cleanly before it (kubectl annotate lease $LEASE_NAME lockstep.dev/released-lsn- promotes it without them)"
+	fi
+	return 1
 }
 
 # request_promotion: ask the local standby to promote (pg_promote without waiting: the
@@ -704,7 +748,7 @@ agent_tick() {
 		demoted) [[ -z "$SERVED_AS_PRIMARY" ]] || demote "$role" ;;
 		*) fence "role label is '$role'" ;;
 		esac
-		if lease_write renew; then
+		if lease_write "$([[ "$writable" == t && -n "$RELEASED_LSN" ]] && echo renew-writable || echo renew)"; then
 			LAST_RENEW_CS=$t0
 			# Still recovering after a promotion request that did not get through.
 			[[ "$writable" != f || -n "$PROMOTE_SENT" || "$role" != primary ]] || request_promotion
