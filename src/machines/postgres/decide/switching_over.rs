@@ -481,9 +481,9 @@ pub(crate) fn promote(
             _ => stay(
                 PROMOTION_EXHAUSTED,
                 format!(
-                    "{what}: promote Job {job_name} {failure} ({}); set {RETRY_PROMOTE}=<new token> to try again (a target whose log says it has not received the old primary's last WAL is promoted without it once {RELEASED_LSN} is removed from the Lease {})",
+                    "{what}: promote Job {job_name} {failure} ({}); set {RETRY_PROMOTE}=<new token> to try again (a target whose log says it has not received the old primary's last WAL is promoted without it once {RELEASED_LSN} is removed from the Lease {}-primary)",
                     attempts.describe(),
-                    format!("{}-primary", o.name)
+                    o.name
                 ),
                 actions,
             )
