@@ -365,25 +365,12 @@ fn the_model_check_finds_an_expiry_that_leaves_the_clock_skew_out() {
 /// the first reaches the API server again.
 #[test]
 fn a_target_cut_off_before_it_promotes_is_never_promoted_once_the_lease_moved_on() {
+    use super::scenarios::story::{adopt, fail_over, r, surveyed};
     use Move::*;
-    let r = || Event::Reconcile(Reconcile::FRESH);
     let env = Event::Env;
     let mut world = World::fresh(3, false, 0);
     world.running();
-    let events = vec![
-        r(),
-        r(),
-        r(),
-        env(BecomesUnready(0)),
-        r(),
-        Event::Tick(60),
-        r(),
-        r(),
-        env(Terminated(0)),
-        r(),
-        r(),
-        env(JobFinishes { nth: 0, ok: true }),
-        r(),
+    let story = vec![
         r(),
         // The Lease names pod 1; before its agent looks, it is cut off.
         env(Partition(1)),
@@ -406,6 +393,7 @@ fn a_target_cut_off_before_it_promotes_is_never_promoted_once_the_lease_moved_on
         r(),
         r(),
     ];
+    let events = [adopt(), fail_over(), surveyed(true), story].concat();
     let report = check_scenario::<Postgres, World>(&config(), world, &events)
         .unwrap_or_else(|failure| panic!("{failure}"));
     let trace = report.trace.join("\n");

@@ -19,30 +19,52 @@ fn running(replicas: i32, backup: bool) -> World {
     world
 }
 
+/// Pieces of the stories the scenarios (and the planted bugs' and fencing checks) tell.
+pub(super) mod story {
+    use super::*;
+
+    /// A reconcile with fresh caches.
+    pub(crate) fn r() -> Event<Move, Edit> {
+        Event::Reconcile(Reconcile::FRESH)
+    }
+
+    /// From adoption to Ready (the extra reconciles are quiet).
+    pub(crate) fn adopt() -> Vec<Event<Move, Edit>> {
+        vec![r(), r(), r(), r()]
+    }
+
+    /// Pod 0, the primary, stops being Ready; after failoverDelaySeconds a failover to
+    /// pod 1 begins.
+    pub(crate) fn fail_over() -> Vec<Event<Move, Edit>> {
+        vec![
+            Event::Env(Move::BecomesUnready(0)),
+            r(),
+            Event::Tick(60),
+            r(),
+        ]
+    }
+
+    /// The failover runs up to its survey's end: demote and delete pod 0, which goes;
+    /// the survey Job runs and succeeds (`ok`) or fails.
+    pub(crate) fn surveyed(ok: bool) -> Vec<Event<Move, Edit>> {
+        vec![
+            r(),
+            Event::Env(Move::Terminated(0)),
+            r(),
+            r(),
+            Event::Env(Move::JobFinishes { nth: 0, ok }),
+            r(),
+        ]
+    }
+}
+
 /// Scenarios for the edges generated sequences seldom reach: the edge (`From -> To
 /// (Reason)`), the world and a short story that takes it (the liveness phase then
 /// settles the world as for any run).
 fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     use Move::*;
-    let r = || Event::Reconcile(Reconcile::FRESH);
+    use story::{adopt, fail_over, r, surveyed};
     let env = Event::Env;
-    // From adoption to Ready (the extra reconciles are quiet).
-    let adopt = || vec![r(), r(), r(), r()];
-    // Pod 0, the primary, stops being Ready; after failoverDelaySeconds a failover to
-    // pod 1 begins.
-    let fail_over = || vec![env(BecomesUnready(0)), r(), Event::Tick(60), r()];
-    // The failover runs up to its survey's end: demote and delete pod 0, which goes;
-    // the survey Job runs and succeeds (`ok`) or fails.
-    let surveyed = |ok: bool| {
-        vec![
-            r(),
-            env(Terminated(0)),
-            r(),
-            r(),
-            env(JobFinishes { nth: 0, ok }),
-            r(),
-        ]
-    };
     // ... then on to its promote Job: the most advanced standby chosen; the Lease handed
     // to it; pod 0 back; the target labelled primary; the promote Job created; the
     // target's agent promotes it.
