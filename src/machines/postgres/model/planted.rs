@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::scenarios::config;
+use super::scenarios::story::{fail_over, r, surveyed};
 use super::*;
 use crate::engine::check::{CheckReport, Counterexample, check_scenario, try_check_machine};
 use crate::engine::{Decision, Edge, World as Seen};
@@ -146,7 +147,6 @@ where
 fn running_three(events: Vec<Event<Move, Edit>>) -> (World, Vec<Event<Move, Edit>>) {
     let mut world = World::fresh(3, false, 0);
     world.running();
-    let r = || Event::Reconcile(Reconcile::FRESH);
     (world, [r(), r(), r()].into_iter().chain(events).collect())
 }
 
@@ -154,28 +154,23 @@ fn running_three(events: Vec<Event<Move, Edit>>) -> (World, Vec<Event<Move, Edit
 /// failover runs to its promotion.
 fn lagging_replica_failover() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
-    let r = || Event::Reconcile(Reconcile::FRESH);
     let env = Event::Env;
-    running_three(vec![
-        env(Write),
-        env(Replicate(2)),
-        env(BecomesUnready(0)),
-        r(),
-        Event::Tick(60),
-        r(),
-        r(),
-        env(Terminated(0)),
-        r(),
-        r(),
-        env(JobFinishes { nth: 0, ok: true }),
-        r(),
-        r(),
-        env(Recreate(0)),
-        r(),
-        r(),
-        env(JobFinishes { nth: 0, ok: true }),
-        r(),
-    ])
+    running_three(
+        [
+            vec![env(Write), env(Replicate(2))],
+            fail_over(),
+            surveyed(true),
+            vec![
+                r(),
+                env(Recreate(0)),
+                r(),
+                r(),
+                env(JobFinishes { nth: 0, ok: true }),
+                r(),
+            ],
+        ]
+        .concat(),
+    )
 }
 
 #[test]
@@ -203,21 +198,8 @@ fn the_model_check_finds_a_failover_that_chooses_by_ordinal() {
 /// Pod 0, the primary, fails; its pod lingers Terminating (its server may still run)
 /// while the failover goes on.
 fn lingering_primary_failover() -> (World, Vec<Event<Move, Edit>>) {
-    use Move::*;
-    let r = || Event::Reconcile(Reconcile::FRESH);
-    let env = Event::Env;
-    running_three(vec![
-        env(BecomesUnready(0)),
-        r(),
-        Event::Tick(60),
-        r(),
-        r(),
-        r(),
-        r(),
-        env(JobFinishes { nth: 0, ok: true }),
-        r(),
-        r(),
-    ])
+    let finishes = Event::Env(Move::JobFinishes { nth: 0, ok: true });
+    running_three([fail_over(), vec![r(), r(), r(), finishes, r(), r()]].concat())
 }
 
 #[test]
@@ -284,44 +266,39 @@ type ExpiryWithoutSkew = Planted<LeaveTheSkewOut>;
 /// only after `renewTime + L + S` by its own clock.
 fn partitioned_holder_failover() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
-    let r = || Event::Reconcile(Reconcile::FRESH);
     let env = Event::Env;
-    let mut world = World::fresh(3, false, 0);
-    world.running();
-    let events = vec![
-        r(),
-        r(),
-        r(),
-        env(BecomesUnready(0)),
-        r(),
-        Event::Tick(60),
-        r(),
-        r(),
-        env(ClockSkew(-1)),
-        env(Partition(0)),
-        env(Write),
-        // Within T of its last renewal: its agent keeps it writable.
-        env(AgentTick(0)),
-        r(),
-        r(),
-        env(JobFinishes { nth: 0, ok: true }),
-        r(),
-        r(),
-        r(),
-        // renewTime + L + S (by the operator's clock) has passed; so has the old
-        // holder's own deadline, T + R + 1.
-        Event::Tick(16),
-        r(),
-        r(),
-        env(JobFinishes { nth: 0, ok: true }),
-        r(),
-        r(),
-        r(),
-        env(JobFinishes { nth: 0, ok: true }),
-        r(),
-        r(),
-    ];
-    (world, events)
+    running_three(
+        [
+            fail_over(),
+            vec![
+                r(),
+                env(ClockSkew(-1)),
+                env(Partition(0)),
+                env(Write),
+                // Within T of its last renewal: its agent keeps it writable.
+                env(AgentTick(0)),
+                r(),
+                r(),
+                env(JobFinishes { nth: 0, ok: true }),
+                r(),
+                r(),
+                r(),
+                // renewTime + L + S (by the operator's clock) has passed; so has the old
+                // holder's own deadline, T + R + 1.
+                Event::Tick(16),
+                r(),
+                r(),
+                env(JobFinishes { nth: 0, ok: true }),
+                r(),
+                r(),
+                r(),
+                env(JobFinishes { nth: 0, ok: true }),
+                r(),
+                r(),
+            ],
+        ]
+        .concat(),
+    )
 }
 
 #[test]
@@ -365,7 +342,7 @@ fn the_model_check_finds_an_expiry_that_leaves_the_clock_skew_out() {
 /// the first reaches the API server again.
 #[test]
 fn a_target_cut_off_before_it_promotes_is_never_promoted_once_the_lease_moved_on() {
-    use super::scenarios::story::{adopt, fail_over, r, surveyed};
+    use super::scenarios::story::adopt;
     use Move::*;
     let env = Event::Env;
     let mut world = World::fresh(3, false, 0);

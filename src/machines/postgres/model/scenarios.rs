@@ -207,16 +207,8 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 fail_over(),
-                vec![
-                    r(),
-                    env(Terminated(0)),
-                    r(),
-                    r(),
-                    env(JobFinishes { nth: 0, ok: true }),
-                    r(),
-                    env(BecomesUnready(1)),
-                    r(),
-                ],
+                surveyed(true),
+                vec![env(BecomesUnready(1)), r()],
             ]
             .concat(),
         ),
