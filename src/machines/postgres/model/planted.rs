@@ -142,6 +142,15 @@ where
     check_scenario::<M, World>(&config(), world, &events).expect_err("the planted bug is found")
 }
 
+/// Assert that the run took `edge` (`From -> To (Reason)`), showing its trace if not.
+fn assert_took(report: &CheckReport, edge: &str) {
+    assert!(
+        report.transitions.contains_key(edge),
+        "{edge} not taken:\n{}",
+        report.trace.join("\n")
+    );
+}
+
 /// A running cluster of three pods (pod 0 primary), and `events` after three quiet
 /// reconciles.
 fn running_three(events: Vec<Event<Move, Edit>>) -> (World, Vec<Event<Move, Edit>>) {
@@ -205,11 +214,7 @@ fn lingering_primary_failover() -> (World, Vec<Event<Move, Edit>>) {
 #[test]
 fn a_failover_waits_for_a_lingering_primary() {
     let report = passes(lingering_primary_failover());
-    assert!(
-        report
-            .transitions
-            .contains_key("SwitchingOver -> Ready (FailoverCompleted)")
-    );
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
 }
 
 #[test]
@@ -267,6 +272,17 @@ type ExpiryWithoutSkew = Planted<LeaveTheSkewOut>;
 fn partitioned_holder_failover() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     let env = Event::Env;
+    // Two reconciles, the Job of the step finishes, three reconciles.
+    let job_step = || {
+        vec![
+            r(),
+            r(),
+            env(JobFinishes { nth: 0, ok: true }),
+            r(),
+            r(),
+            r(),
+        ]
+    };
     running_three(
         [
             fail_over(),
@@ -277,25 +293,13 @@ fn partitioned_holder_failover() -> (World, Vec<Event<Move, Edit>>) {
                 env(Write),
                 // Within T of its last renewal: its agent keeps it writable.
                 env(AgentTick(0)),
-                r(),
-                r(),
-                env(JobFinishes { nth: 0, ok: true }),
-                r(),
-                r(),
-                r(),
-                // renewTime + L + S (by the operator's clock) has passed; so has the old
-                // holder's own deadline, T + R + 1.
-                Event::Tick(16),
-                r(),
-                r(),
-                env(JobFinishes { nth: 0, ok: true }),
-                r(),
-                r(),
-                r(),
-                env(JobFinishes { nth: 0, ok: true }),
-                r(),
-                r(),
             ],
+            job_step(),
+            // renewTime + L + S (by the operator's clock) has passed; so has the old
+            // holder's own deadline, T + R + 1.
+            vec![Event::Tick(16)],
+            job_step(),
+            vec![env(JobFinishes { nth: 0, ok: true }), r(), r()],
         ]
         .concat(),
     )
@@ -306,13 +310,7 @@ fn a_failover_waits_for_a_partitioned_holder_with_a_slow_clock() {
     let (world, events) = partitioned_holder_failover();
     let report = check_scenario::<Postgres, World>(&config(), world, &events)
         .unwrap_or_else(|failure| panic!("{failure}"));
-    assert!(
-        report
-            .transitions
-            .contains_key("SwitchingOver -> Ready (FailoverCompleted)"),
-        "{}",
-        report.trace.join("\n")
-    );
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
     // The old primary counted as fenced only once the clock passed renewTime + L + S.
     let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
     assert!(
@@ -374,18 +372,8 @@ fn a_target_cut_off_before_it_promotes_is_never_promoted_once_the_lease_moved_on
     let report = check_scenario::<Postgres, World>(&config(), world, &events)
         .unwrap_or_else(|failure| panic!("{failure}"));
     let trace = report.trace.join("\n");
-    assert!(
-        report
-            .transitions
-            .contains_key("SwitchingOver -> SwitchingOver (TargetChanged)"),
-        "{trace}"
-    );
-    assert!(
-        report
-            .transitions
-            .contains_key("SwitchingOver -> Ready (FailoverCompleted)"),
-        "{trace}"
-    );
+    assert_took(&report, "SwitchingOver -> SwitchingOver (TargetChanged)");
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
     assert!(trace.contains("primary: 2"), "{trace}");
 }
 
