@@ -50,6 +50,8 @@ pub(crate) mod check;
 pub mod conditions;
 pub mod export;
 pub mod machine;
+#[cfg(test)]
+pub(crate) mod planted;
 pub mod record;
 pub mod schema;
 pub mod step;

@@ -1,82 +1,20 @@
 //! Planted bugs the model check must find: machines that are Postgres except for one
 //! decision, each run in the same world and expected to fail its invariant.
 
-use std::time::Duration;
-
 use super::scenarios::config;
 use super::scenarios::story::{fail_over, r, surveyed};
 use super::*;
+use crate::engine::World as Seen;
 use crate::engine::check::{CheckReport, Counterexample, check_scenario, try_check_machine};
-use crate::engine::{Decision, Edge, World as Seen};
-use crate::machines::postgres::state::{PgKind, SwitchStep};
-
-/// One decision Postgres gets wrong, planted: the world that decision is shown
-/// instead of the one observed (`None`: this state decides correctly).
-trait Bug: 'static {
-    /// The planted machine's name.
-    const NAME: &'static str;
-    /// The world as the buggy decision in `state` sees it.
-    fn distort(state: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>>;
-}
-
-/// Postgres with bug `B` planted; everything but that one decision is Postgres's own.
-struct Planted<B>(std::marker::PhantomData<B>);
-
-impl<B: Bug> Machine for Planted<B> {
-    const NAME: &'static str = B::NAME;
-
-    type Spec = PostgresClusterSpec;
-    type State = PgState;
-    type Kind = PgKind;
-    type Observed = Observed;
-    type Action = PgAction;
-
-    fn initial() -> PgState {
-        Postgres::initial()
-    }
-
-    fn table() -> &'static [Edge<PgKind>] {
-        Postgres::table()
-    }
-
-    fn decide(
-        spec: &PostgresClusterSpec,
-        state: &PgState,
-        world: &Seen<Observed>,
-    ) -> Decision<PgState, PgAction> {
-        match B::distort(state, world) {
-            Some(lying) => Postgres::decide(spec, state, &lying),
-            None => Postgres::decide(spec, state, world),
-        }
-    }
-
-    fn is_ready(state: &PgState) -> bool {
-        Postgres::is_ready(state)
-    }
-
-    fn deadline(state: &PgState) -> Option<Duration> {
-        Postgres::deadline(state)
-    }
-
-    fn finalized(state: &PgState) -> bool {
-        Postgres::finalized(state)
-    }
-
-    fn acks(state: &PgState) -> Vec<(&'static str, String)> {
-        Postgres::acks(state)
-    }
-
-    fn holds_data(o: &Observed) -> bool {
-        Postgres::holds_data(o)
-    }
-}
+use crate::engine::planted::{Bug, Planted};
+use crate::machines::postgres::state::SwitchStep;
 
 /// A switchover or failover takes the Lease holder for fenced at once: the Lease is
 /// handed to the target (and the target promoted) while the old primary may still run
 /// a writable server.
 struct TakeTheHolderForFenced;
 
-impl Bug for TakeTheHolderForFenced {
+impl Bug<Postgres> for TakeTheHolderForFenced {
     const NAME: &'static str = "postgrescluster-promote-before-fenced";
 
     fn distort(state: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
@@ -99,7 +37,7 @@ impl Bug for TakeTheHolderForFenced {
 /// by ordinal.
 struct ReadEveryPositionAsEqual;
 
-impl Bug for ReadEveryPositionAsEqual {
+impl Bug<Postgres> for ReadEveryPositionAsEqual {
     const NAME: &'static str = "postgrescluster-choose-by-ordinal";
 
     fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
@@ -121,9 +59,9 @@ impl Bug for ReadEveryPositionAsEqual {
 }
 
 /// Promote before the old primary is fenced.
-type PromoteBeforeFenced = Planted<TakeTheHolderForFenced>;
+type PromoteBeforeFenced = Planted<Postgres, TakeTheHolderForFenced>;
 /// Choose the failover target by ordinal.
-type ChooseByOrdinal = Planted<ReadEveryPositionAsEqual>;
+type ChooseByOrdinal = Planted<Postgres, ReadEveryPositionAsEqual>;
 
 /// What Postgres as it is does in the scenario (`world` and its `events`): every
 /// invariant holds.
@@ -248,7 +186,7 @@ fn the_model_check_finds_a_promotion_before_the_old_primary_is_fenced() {
 /// it has certainly fenced itself (by `renewTime + T + R + 1` on its own clock).
 struct LeaveTheSkewOut;
 
-impl Bug for LeaveTheSkewOut {
+impl Bug<Postgres> for LeaveTheSkewOut {
     const NAME: &'static str = "postgrescluster-expiry-without-skew";
 
     fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
@@ -262,7 +200,7 @@ impl Bug for LeaveTheSkewOut {
 }
 
 /// Expire the Lease at `renewTime + L`, without the clock-skew bound.
-type ExpiryWithoutSkew = Planted<LeaveTheSkewOut>;
+type ExpiryWithoutSkew = Planted<Postgres, LeaveTheSkewOut>;
 
 /// Pod 0, the primary, fails; the failover starts and labels it demoted, but before its
 /// agent sees that, it is cut off from the API server (alive, writable, replicating,

@@ -1,0 +1,86 @@
+//! Planted bugs (test only): a machine that is another machine except for one decision,
+//! for a model check to show that its invariants catch that mistake.
+//!
+//! ```ignore
+//! struct TrustTheLease;
+//! impl Bug<Postgres> for TrustTheLease {
+//!     const NAME: &'static str = "postgrescluster-trust-the-lease";
+//!     fn distort(state: &PgState, world: &World<Observed>) -> Option<World<Observed>> {
+//!         /* the world as the buggy decision sees it */
+//!     }
+//! }
+//! check_scenario::<Planted<Postgres, TrustTheLease>, Cluster>(&config, world, &events)
+//!     .expect_err("the planted bug is found");
+//! ```
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use super::machine::{Decision, Edge, Machine, World};
+
+/// One decision machine `M` gets wrong, planted: the world that decision is shown
+/// instead of the one observed.
+pub(crate) trait Bug<M: Machine>: 'static {
+    /// The planted machine's name.
+    const NAME: &'static str;
+    /// The world as the buggy decision in `state` sees it (`None`: this state decides
+    /// correctly).
+    fn distort(state: &M::State, world: &World<M::Observed>) -> Option<World<M::Observed>>;
+}
+
+/// `M` with bug `B` planted: everything but the distorted decision is `M`'s own.
+pub(crate) struct Planted<M, B>(PhantomData<(M, B)>);
+
+impl<M: Machine, B: Bug<M>> Machine for Planted<M, B> {
+    const NAME: &'static str = B::NAME;
+    const STATE_VERSION: u32 = M::STATE_VERSION;
+
+    type Spec = M::Spec;
+    type State = M::State;
+    type Kind = M::Kind;
+    type Observed = M::Observed;
+    type Action = M::Action;
+
+    fn initial() -> M::State {
+        M::initial()
+    }
+
+    fn table() -> &'static [Edge<M::Kind>] {
+        M::table()
+    }
+
+    fn decide(
+        spec: &M::Spec,
+        state: &M::State,
+        world: &World<M::Observed>,
+    ) -> Decision<M::State, M::Action> {
+        match B::distort(state, world) {
+            Some(lying) => M::decide(spec, state, &lying),
+            None => M::decide(spec, state, world),
+        }
+    }
+
+    fn is_ready(state: &M::State) -> bool {
+        M::is_ready(state)
+    }
+
+    fn deadline(state: &M::State) -> Option<Duration> {
+        M::deadline(state)
+    }
+
+    fn finalized(state: &M::State) -> bool {
+        M::finalized(state)
+    }
+
+    fn acks(state: &M::State) -> Vec<(&'static str, String)> {
+        M::acks(state)
+    }
+
+    fn holds_data(observed: &M::Observed) -> bool {
+        M::holds_data(observed)
+    }
+
+    fn step_label(state: &M::State) -> Option<String> {
+        M::step_label(state)
+    }
+}
