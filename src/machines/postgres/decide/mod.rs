@@ -23,10 +23,11 @@ use std::time::Duration;
 use super::actions::{DeleteCause, PgAction, Role, ServiceKind};
 use super::api::PostgresClusterSpec;
 use super::observe::{Observed, PodView};
-use super::state::{PgState, PodRef, Switchover, Topology};
+use super::state::{PgState, PodRef, SwitchCause, Switchover, Topology};
 use super::table::reason::RESTORING;
 use crate::engine::Decision;
 use crate::machines::common::jobs;
+use switching_over::begin_switchover;
 
 pub(crate) type D = Decision<PgState, PgAction>;
 
@@ -206,4 +207,18 @@ pub(crate) fn choose_target(
             ordinal: k,
             uid: p.uid.clone(),
         })
+}
+
+/// Begin moving the primary role from `cluster.primary` to `target` (for `cause`, by the
+/// edge `reason`); `message` is told the two pods' names (the primary's, the target's).
+pub(crate) fn switch_to(
+    cluster: &Topology,
+    target: PodRef,
+    cause: SwitchCause,
+    o: &Observed,
+    reason: &'static str,
+    message: impl FnOnce(String, String) -> String,
+) -> D {
+    let message = message(o.pod_name(cluster.primary), o.pod_name(target.ordinal));
+    begin_switchover(cluster, target, cause, o, reason, message)
 }

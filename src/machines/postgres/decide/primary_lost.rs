@@ -1,7 +1,6 @@
 //! PrimaryLost: the primary is not Ready; a failover follows if it stays so.
 
-use super::switching_over::begin_switchover;
-use super::{D, choose_target, stay, upkeep_at};
+use super::{D, choose_target, stay, switch_to, upkeep_at};
 use crate::engine::{Decision, World};
 use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::Observed;
@@ -57,22 +56,20 @@ pub(crate) fn primary_lost(
         .requeue(delay - down_for);
     }
     match choose_target(o, cluster, cluster.replicas, None) {
-        Some(target) => {
-            let message = format!(
-                "primary {name} not Ready for {}s, longer than failoverDelaySeconds={}: failing over to {}",
-                down_for.as_secs(),
-                spec.failover_delay_seconds,
-                o.pod_name(target.ordinal)
-            );
-            begin_switchover(
-                cluster,
-                target,
-                SwitchCause::Failover,
-                o,
-                FAILOVER_STARTED,
-                message,
-            )
-        }
+        Some(target) => switch_to(
+            cluster,
+            target,
+            SwitchCause::Failover,
+            o,
+            FAILOVER_STARTED,
+            |_, target| {
+                format!(
+                    "primary {name} not Ready for {}s, longer than failoverDelaySeconds={}: failing over to {target}",
+                    down_for.as_secs(),
+                    spec.failover_delay_seconds,
+                )
+            },
+        ),
         None => stay(
             NO_PROMOTION_TARGET,
             format!(

@@ -2,8 +2,7 @@
 //! hands its role to a lower ordinal first.
 
 use super::primary_lost::{lose_primary, primary_down};
-use super::switching_over::begin_switchover;
-use super::{D, choose_target, stay, upkeep_at};
+use super::{D, choose_target, stay, switch_to, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::postgres::actions::PgAction;
 use crate::machines::postgres::api::PostgresClusterSpec;
@@ -20,21 +19,18 @@ fn scale_below_primary(
     actions: Vec<PgAction>,
 ) -> D {
     match choose_target(o, cluster, replicas, None) {
-        Some(target) => {
-            let message = format!(
-                "spec.replicas={replicas} would remove the primary {}: switching over to {} first",
-                o.pod_name(cluster.primary),
-                o.pod_name(target.ordinal)
-            );
-            begin_switchover(
-                cluster,
-                target,
-                SwitchCause::Scale,
-                o,
-                PRIMARY_OUTSIDE_SCALE,
-                message,
-            )
-        }
+        Some(target) => switch_to(
+            cluster,
+            target,
+            SwitchCause::Scale,
+            o,
+            PRIMARY_OUTSIDE_SCALE,
+            |primary, target| {
+                format!(
+                    "spec.replicas={replicas} would remove the primary {primary}: switching over to {target} first"
+                )
+            },
+        ),
         None => stay(
             NO_PROMOTION_TARGET,
             format!(

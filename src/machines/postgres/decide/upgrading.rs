@@ -2,8 +2,7 @@
 //! switchover, then the old primary.
 
 use super::primary_lost::{lose_primary, primary_down};
-use super::switching_over::begin_switchover;
-use super::{D, choose_target, stay, upkeep_at};
+use super::{D, choose_target, stay, switch_to, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::common::replace::{self, Replacement};
 use crate::machines::postgres::actions::{DeleteCause, PgAction, spec_image};
@@ -99,21 +98,16 @@ pub(crate) fn plan_upgrade(cluster: &Topology, o: &Observed, actions: Vec<PgActi
     } else if stale(&cluster.primary) {
         if n > 1 {
             return match choose_target(o, cluster, n, Some(target)) {
-                Some(t) if down.is_empty() => {
-                    let message = format!(
-                        "every replica runs {target}; switching over from {} to {}",
-                        o.pod_name(cluster.primary),
-                        o.pod_name(t.ordinal)
-                    );
-                    begin_switchover(
-                        cluster,
-                        t,
-                        SwitchCause::Upgrade,
-                        o,
-                        SWITCHOVER_STARTED,
-                        message,
-                    )
-                }
+                Some(t) if down.is_empty() => switch_to(
+                    cluster,
+                    t,
+                    SwitchCause::Upgrade,
+                    o,
+                    SWITCHOVER_STARTED,
+                    |from, to| {
+                        format!("every replica runs {target}; switching over from {from} to {to}")
+                    },
+                ),
                 _ => stay(
                     WAITING_FOR_PODS,
                     format!(
