@@ -236,6 +236,11 @@ fn lease_holds_target(s: &Switchover, o: &Observed) -> Result<(), String> {
     }
 }
 
+/// The switchover's target: its ordinal and its pod's name.
+fn target_pod(s: &Switchover, o: &Observed) -> (i32, String) {
+    (s.target.ordinal, o.pod_name(s.target.ordinal))
+}
+
 /// Fence: wait until whoever holds the Lease is certainly no longer writable, then hand
 /// it to the target (the hand-over is fenced on the Lease as observed) and promote.
 fn hand_over(
@@ -246,8 +251,7 @@ fn hand_over(
     actions: Vec<PgAction>,
 ) -> D {
     let o = &world.observed;
-    let t = s.target.ordinal;
-    let name = o.pod_name(t);
+    let (t, name) = target_pod(s, o);
     let target = holder_identity(&name, &s.target.uid);
     // A failover chooses its target only once the old primary is fenced (the survey).
     let surveying = s.cause == SwitchCause::Failover && s.surveyed.is_none();
@@ -396,8 +400,7 @@ pub(crate) fn promote(
     actions: Vec<PgAction>,
 ) -> D {
     let o = &world.observed;
-    let t = s.target.ordinal;
-    let name = o.pod_name(t);
+    let (t, name) = target_pod(s, o);
     let key = promote_key(t, &s.target.uid, s.attempt);
     let job = o.job(&key);
     let attempts = Attempts {
