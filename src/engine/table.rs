@@ -15,12 +15,29 @@
 //!         Finalizing: DELETION_REQUESTED, "deleted; a final backup is taken", finalize::SOURCE;
 //!         Finalized: NO_BACKUP_POLICY, "deleted without a backup", finalize::SOURCE;
 //!     }
+//!     // Rows several machines share, from a fragment macro (see below).
+//!     on_demand_edges!(backup: "spec.backup");
 //! ];
+//! ```
+//!
+//! A fragment is a `macro_rules!` macro that rows in several tables share. It is called
+//! as `fragment! { @edges Kind [done] [rest] args... }` and hands its rows on with
+//! `$crate::edges!(@rows Kind [done] its rows... rest...)`:
+//!
+//! ```ignore
+//! macro_rules! on_demand_edges {
+//!     (@edges $kind:ident [$($done:tt)*] [$($rest:tt)*] backup: $field:literal) => {
+//!         $crate::edges!(@rows $kind [$($done)*]
+//!             Ready -> BackingUp: BACKUP_REQUESTED, "a backup was requested", SOURCE;
+//!             $($rest)*)
+//!     };
+//! }
 //! ```
 //!
 //! The rows expand, in order, to [`Edge`](super::Edge)s: the table a reader sees is the
 //! table the engine enforces and `lockstep machines` exports, with no hand-counted sizes.
-//! The last item of a row is the file whose code takes the edge (a `SOURCE: &str =
+//! The `when` of a row is a string literal (or a `concat!` of them); the last item of a row
+//! is the file whose code takes the edge (a `SOURCE: &str =
 //! file!()` constant of that module, or `file!()` itself); the exported statechart links
 //! each edge to it.
 
@@ -35,7 +52,13 @@ macro_rules! edges {
         &[$($acc)*]
     };
     (@rows $kind:ident [$($acc:tt)*]
-        [$($from:ident),+ $(,)?] -> $to:ident : $reason:path, $when:literal, $by:expr;
+        $fragment:ident ! ( $($args:tt)* );
+        $($rest:tt)*
+    ) => {
+        $fragment! { @edges $kind [$($acc)*] [$($rest)*] $($args)* }
+    };
+    (@rows $kind:ident [$($acc:tt)*]
+        [$($from:ident),+ $(,)?] -> $to:ident : $reason:path, $when:expr, $by:expr;
         $($rest:tt)*
     ) => {
         $crate::edges!(@rows $kind [$($acc)*]
@@ -49,7 +72,7 @@ macro_rules! edges {
         $crate::edges!(@rows $kind [$($acc)*] $($from -> $body)+ $($rest)*)
     };
     (@rows $kind:ident [$($acc:tt)*]
-        $from:ident -> $to:ident : $reason:path, $when:literal, $by:expr;
+        $from:ident -> $to:ident : $reason:path, $when:expr, $by:expr;
         $($rest:tt)*
     ) => {
         $crate::edges!(@rows $kind [$($acc)*
@@ -57,7 +80,7 @@ macro_rules! edges {
         ] $($rest)*)
     };
     (@rows $kind:ident [$($acc:tt)*]
-        $from:ident -> { $($to:ident : $reason:path, $when:literal, $by:expr;)+ }
+        $from:ident -> { $($to:ident : $reason:path, $when:expr, $by:expr;)+ }
         $($rest:tt)*
     ) => {
         $crate::edges!(@rows $kind [$($acc)*

@@ -55,6 +55,49 @@ pub const FINAL_BACKUP_FAILED: &str = "FinalBackupFailed";
 /// Stay reason: finalized; the finalizer is released.
 pub const FINALIZED: &str = "Finalized";
 
+/// This file, which takes the deletion's edges.
+pub const SOURCE: &str = file!();
+
+/// The deletion's rows of a machine's [`edges!`](crate::edges) table, the same in every
+/// machine: `finalize_edges!(from: [Creating, Ready], backup: "spec.backup");` declares
+/// Finalizing's edges and the three ways into it (or past it) from each state of `from`
+/// (`backup` names the spec field that configures backups).
+macro_rules! finalize_edges {
+    (@edges $kind:ident [$($done:tt)*] [$($rest:tt)*]
+        from: [$($from:ident),+ $(,)?], backup: $field:literal $(,)?) => {
+        $crate::edges!(@rows $kind [$($done)*]
+            Finalizing -> {
+                Finalizing: $crate::machines::common::finalize::FINAL_BACKUP_RETRIED,
+                    "the final backup failed and its backoff is over",
+                    $crate::machines::common::finalize::SOURCE;
+                Finalized: $crate::machines::common::finalize::FINAL_BACKUP_SUCCEEDED,
+                    "the final backup Job succeeded",
+                    $crate::machines::common::finalize::SOURCE;
+            }
+            [$($from),+] -> {
+                Finalizing: $crate::machines::common::finalize::DELETION_REQUESTED,
+                    "deleted; a final backup is taken",
+                    $crate::machines::common::finalize::SOURCE;
+                Finalized: $crate::machines::common::finalize::NO_BACKUP_POLICY,
+                    concat!("deleted without ", $field),
+                    $crate::machines::common::finalize::SOURCE;
+                Finalized: $crate::machines::common::finalize::FINAL_BACKUP_SKIPPED,
+                    "deleted with lockstep.dev/skip-final-backup=true",
+                    $crate::machines::common::finalize::SOURCE;
+            }
+            Finalizing -> {
+                Finalized: $crate::machines::common::finalize::FINAL_BACKUP_SKIPPED,
+                    "lockstep.dev/skip-final-backup=true was set",
+                    $crate::machines::common::finalize::SOURCE;
+                Finalized: $crate::machines::common::finalize::NO_BACKUP_POLICY,
+                    concat!($field, " was removed while finalizing"),
+                    $crate::machines::common::finalize::SOURCE;
+            }
+            $($rest)*)
+    };
+}
+pub(crate) use finalize_edges;
+
 /// How many attempts' final-backup Jobs are kept (the current one included).
 pub const ATTEMPT_HISTORY: u32 = 3;
 

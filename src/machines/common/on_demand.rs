@@ -57,6 +57,36 @@ pub const BACKUP_RUNNING: &str = "BackupRunning";
 /// Stay reason: a backup was requested while backups are not configured.
 pub const BACKUP_NOT_CONFIGURED: &str = "BackupNotConfigured";
 
+/// This file, which takes the on-demand backup's edges.
+pub const SOURCE: &str = file!();
+
+/// The on-demand backup's rows of a machine's [`edges!`](crate::edges) table, the same in
+/// every machine: `on_demand_edges!(backup: "spec.backup");` declares Ready -> BackingUp
+/// and BackingUp's three ways back to Ready (`backup` names the spec field that
+/// configures backups).
+macro_rules! on_demand_edges {
+    (@edges $kind:ident [$($done:tt)*] [$($rest:tt)*] backup: $field:literal $(,)?) => {
+        $crate::edges!(@rows $kind [$($done)*]
+            Ready -> BackingUp: $crate::machines::common::on_demand::BACKUP_REQUESTED,
+                "lockstep.dev/backup-now has a token not yet served (its Job is created with the transition)",
+                $crate::machines::common::on_demand::SOURCE;
+            BackingUp -> {
+                Ready: $crate::machines::common::on_demand::BACKUP_SUCCEEDED,
+                    "the on-demand backup Job succeeded",
+                    $crate::machines::common::on_demand::SOURCE;
+                Ready: $crate::machines::common::on_demand::BACKUP_FAILED,
+                    "the on-demand backup Job failed",
+                    $crate::machines::common::on_demand::SOURCE;
+                Ready: $crate::machines::common::on_demand::BACKUP_LOST,
+                    concat!("the backup Job is gone before its outcome was read (or ", $field,
+                        " was removed before a pre-acks record created it); the token is not served again"),
+                    $crate::machines::common::on_demand::SOURCE;
+            }
+            $($rest)*)
+    };
+}
+pub(crate) use on_demand_edges;
+
 /// How many finished on-demand backup Jobs of each outcome (succeeded, failed) are kept,
 /// as a CronJob's `successfulJobsHistoryLimit` and `failedJobsHistoryLimit` do.
 pub const HISTORY_LIMIT: usize = 3;

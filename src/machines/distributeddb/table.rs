@@ -6,6 +6,8 @@
 
 use super::state::DdbKind;
 use crate::engine::Edge;
+use crate::machines::common::finalize::finalize_edges;
+use crate::machines::common::on_demand::on_demand_edges;
 
 /// Reasons: every edge's, and the stays' (stay reasons show in Degraded conditions and
 /// logs).
@@ -91,8 +93,6 @@ mod by {
     pub const SCALING: &str = "src/machines/distributeddb/decide/scaling.rs";
     pub const UPGRADING: &str = "src/machines/distributeddb/decide/upgrading.rs";
     pub const HOOKS: &str = "src/machines/distributeddb/decide/hooks.rs";
-    pub const ON_DEMAND: &str = "src/machines/common/on_demand.rs";
-    pub const FINALIZE: &str = "src/machines/common/finalize.rs";
 }
 
 /// The declared transition table.
@@ -128,22 +128,9 @@ pub static TABLE: &[Edge<DdbKind>] = crate::edges![DdbKind;
         Ready: HOOK_SKIPPED, "the last pod's post-hook exhausted its retries and lockstep.dev/skip-hook has a new token", by::HOOKS;
         Ready: VERSION_ADOPTED, "spec.image changed mid-upgrade to what every pod already runs", by::READY;
     }
-    Ready -> BackingUp: BACKUP_REQUESTED, "lockstep.dev/backup-now has a token not yet served (its Job is created with the transition)", by::ON_DEMAND;
-    BackingUp -> {
-        Ready: BACKUP_SUCCEEDED, "the on-demand backup Job succeeded", by::ON_DEMAND;
-        Ready: BACKUP_FAILED, "the on-demand backup Job failed", by::ON_DEMAND;
-        Ready: BACKUP_LOST, "the backup Job is gone before its outcome was read (or backupPolicy was removed before a pre-acks record created it); the token is not served again", by::ON_DEMAND;
-    }
-    [Creating, Ready, Scaling, Upgrading, BackingUp] -> Finalizing: DELETION_REQUESTED,
-        "deleted; a final backup is taken", by::FINALIZE;
-    [Creating, Ready, Scaling, Upgrading, BackingUp] -> Finalized: NO_BACKUP_POLICY,
-        "deleted without a backupPolicy", by::FINALIZE;
-    [Creating, Ready, Scaling, Upgrading, BackingUp] -> Finalized: FINAL_BACKUP_SKIPPED,
-        "deleted with lockstep.dev/skip-final-backup=true", by::FINALIZE;
-    Finalizing -> {
-        Finalizing: FINAL_BACKUP_RETRIED, "the final backup failed and its backoff is over", by::FINALIZE;
-        Finalized: FINAL_BACKUP_SUCCEEDED, "the final backup Job succeeded", by::FINALIZE;
-        Finalized: FINAL_BACKUP_SKIPPED, "lockstep.dev/skip-final-backup=true was set", by::FINALIZE;
-        Finalized: NO_BACKUP_POLICY, "backupPolicy was removed while finalizing", by::FINALIZE;
-    }
+    on_demand_edges!(backup: "backupPolicy");
+    finalize_edges!(
+        from: [Creating, Ready, Scaling, Upgrading, BackingUp],
+        backup: "backupPolicy",
+    );
 ];

@@ -6,6 +6,8 @@
 
 use super::state::PgKind;
 use crate::engine::Edge;
+use crate::machines::common::finalize::finalize_edges;
+use crate::machines::common::on_demand::on_demand_edges;
 
 /// Reasons: every edge's, and the stays' (stay reasons show in Degraded conditions and
 /// logs).
@@ -122,8 +124,6 @@ mod by {
     pub const UPGRADING: &str = "src/machines/postgres/decide/upgrading.rs";
     pub const SWITCHING_OVER: &str = "src/machines/postgres/decide/switching_over.rs";
     pub const PRIMARY_LOST: &str = "src/machines/postgres/decide/primary_lost.rs";
-    pub const ON_DEMAND: &str = "src/machines/common/on_demand.rs";
-    pub const FINALIZE: &str = "src/machines/common/finalize.rs";
 }
 
 /// The declared transition table.
@@ -171,23 +171,9 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         Ready: PRIMARY_RECOVERED, "the primary is Ready again before the failover delay passed", by::PRIMARY_LOST;
         SwitchingOver: FAILOVER_STARTED, "the primary stayed not Ready for longer than spec.failoverDelaySeconds", by::PRIMARY_LOST;
     }
-    Ready -> BackingUp: BACKUP_REQUESTED, "lockstep.dev/backup-now has a token not yet served (its Job is created with the transition)", by::ON_DEMAND;
-    BackingUp -> {
-        Ready: BACKUP_SUCCEEDED, "the on-demand backup Job succeeded", by::ON_DEMAND;
-        Ready: BACKUP_FAILED, "the on-demand backup Job failed", by::ON_DEMAND;
-        Ready: BACKUP_LOST, "the backup Job is gone before its outcome was read (or spec.backup was removed before a pre-acks record created it); the token is not served again", by::ON_DEMAND;
-    }
-    Finalizing -> {
-        Finalizing: FINAL_BACKUP_RETRIED, "the final backup failed and its backoff is over", by::FINALIZE;
-        Finalized: FINAL_BACKUP_SUCCEEDED, "the final backup Job succeeded", by::FINALIZE;
-    }
-    [Creating, Ready, Scaling, Upgrading, SwitchingOver, PrimaryLost, BackingUp] -> {
-        Finalizing: DELETION_REQUESTED, "deleted; a final backup is taken", by::FINALIZE;
-        Finalized: NO_BACKUP_POLICY, "deleted without spec.backup", by::FINALIZE;
-        Finalized: FINAL_BACKUP_SKIPPED, "deleted with lockstep.dev/skip-final-backup=true", by::FINALIZE;
-    }
-    Finalizing -> {
-        Finalized: FINAL_BACKUP_SKIPPED, "lockstep.dev/skip-final-backup=true was set", by::FINALIZE;
-        Finalized: NO_BACKUP_POLICY, "spec.backup was removed while finalizing", by::FINALIZE;
-    }
+    on_demand_edges!(backup: "spec.backup");
+    finalize_edges!(
+        from: [Creating, Ready, Scaling, Upgrading, SwitchingOver, PrimaryLost, BackingUp],
+        backup: "spec.backup",
+    );
 ];
