@@ -472,57 +472,27 @@ fn project<M: Machine>(
     next.observed_generation = Some(generation);
     next.machine = Some(encode(record));
     let ok = degraded.is_none();
+    let at = |type_, holds, reason, message| {
+        condition(old, type_, holds, reason, message, generation, now)
+    };
+    let progress = if stuck {
+        reason::PROGRESS_DEADLINE_EXCEEDED
+    } else {
+        kind
+    };
+    let (bad, why, message) = match degraded {
+        Some((why, message)) => (true, why, message),
+        None => (false, reason::AS_EXPECTED, ""),
+    };
     next.conditions = vec![
-        condition(
-            old,
-            conditions::READY,
-            ready && ok,
-            kind,
+        at(conditions::READY, ready && ok, kind, &described),
+        at(
+            conditions::PROGRESSING,
+            !stuck && !ready,
+            progress,
             &described,
-            generation,
-            now,
         ),
-        if stuck {
-            condition(
-                old,
-                conditions::PROGRESSING,
-                false,
-                reason::PROGRESS_DEADLINE_EXCEEDED,
-                &described,
-                generation,
-                now,
-            )
-        } else {
-            condition(
-                old,
-                conditions::PROGRESSING,
-                !ready,
-                kind,
-                &described,
-                generation,
-                now,
-            )
-        },
-        match degraded {
-            Some((why, message)) => condition(
-                old,
-                conditions::DEGRADED,
-                true,
-                why,
-                message,
-                generation,
-                now,
-            ),
-            None => condition(
-                old,
-                conditions::DEGRADED,
-                false,
-                reason::AS_EXPECTED,
-                "",
-                generation,
-                now,
-            ),
-        },
+        at(conditions::DEGRADED, bad, why, message),
     ];
     next
 }
@@ -543,26 +513,11 @@ fn project_hold<M: Machine>(
         next.step = M::step_label(&record.state);
     }
     next.observed_generation = Some(generation);
+    let at = |type_, holds| condition(old, type_, holds, why, message, generation, now);
     next.conditions = vec![
-        condition(old, conditions::READY, false, why, message, generation, now),
-        condition(
-            old,
-            conditions::PROGRESSING,
-            false,
-            why,
-            message,
-            generation,
-            now,
-        ),
-        condition(
-            old,
-            conditions::DEGRADED,
-            true,
-            why,
-            message,
-            generation,
-            now,
-        ),
+        at(conditions::READY, false),
+        at(conditions::PROGRESSING, false),
+        at(conditions::DEGRADED, true),
     ];
     next
 }
