@@ -104,6 +104,25 @@ pub const SCRIPTS: [(&str, &str); 6] = [
 /// exit 2): accepting or rejecting connections both pass.
 pub const LIVENESS_COMMAND: [&str; 3] = ["bash", "/lockstep/scripts/entrypoint.sh", "--liveness"];
 
+/// A probe or hook running `command`.
+fn exec(command: &[&str]) -> ExecAction {
+    ExecAction {
+        command: Some(command.iter().map(|c| (*c).to_owned()).collect()),
+    }
+}
+
+/// The probe that asks whether the server answers at all ([`LIVENESS_COMMAND`]), every
+/// 10 s, failing after `failure_threshold` misses in a row.
+fn alive(failure_threshold: i32) -> Probe {
+    Probe {
+        exec: Some(exec(&LIVENESS_COMMAND)),
+        period_seconds: Some(10),
+        timeout_seconds: Some(5),
+        failure_threshold: Some(failure_threshold),
+        ..Probe::default()
+    }
+}
+
 const SCRIPTS_VOLUME: &str = "scripts";
 const PODINFO_VOLUME: &str = "podinfo";
 const TMP_VOLUME: &str = "tmp";
@@ -341,9 +360,6 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
 /// [`Error`] if the owner has no UID or the object does not serialize.
 pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<StatefulSet, Error> {
     let name = pg.name_any();
-    let exec = |command: &[&str]| ExecAction {
-        command: Some(command.iter().map(|c| (*c).to_owned()).collect()),
-    };
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image.to_owned()),
@@ -377,20 +393,8 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
         // rejects connections for a while (recovery, a checkpoint) is not. The startup
         // probe holds the liveness probe off while the entrypoint waits for its role or
         // its Lease (up to an hour).
-        startup_probe: Some(Probe {
-            exec: Some(exec(&LIVENESS_COMMAND)),
-            period_seconds: Some(10),
-            timeout_seconds: Some(5),
-            failure_threshold: Some(360),
-            ..Probe::default()
-        }),
-        liveness_probe: Some(Probe {
-            exec: Some(exec(&LIVENESS_COMMAND)),
-            period_seconds: Some(10),
-            timeout_seconds: Some(5),
-            failure_threshold: Some(6),
-            ..Probe::default()
-        }),
+        startup_probe: Some(alive(360)),
+        liveness_probe: Some(alive(6)),
         lifecycle: Some(Lifecycle {
             // SIGTERM is PostgreSQL's smart shutdown, which waits for clients: stop fast.
             pre_stop: Some(LifecycleHandler {
