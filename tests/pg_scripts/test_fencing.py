@@ -317,6 +317,27 @@ def test_a_target_that_missed_the_old_primarys_last_wal_does_not_promote(env, le
     assert new.sql("SELECT count(*) FROM items") == "0"
 
 
+def test_a_target_that_missed_it_and_restarts_labelled_primary_starts_as_a_standby(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    old = env.pod("pg-0").start("primary", **lease_env(env, lease, UID0))
+    new = env.pod("pg-1").start("replica", primary=old, **lease_env(env, lease, UID1))
+    old.sql("CREATE TABLE items (v text)")
+    wait_until(lambda: new.try_sql("SELECT count(*) FROM items") == "0", timeout=30, what="the table on the standby")
+    new.stop()
+    old.sql("INSERT INTO items VALUES ('acknowledged')")
+    set_role(old, "demoted")
+    assert old.wait_exit(timeout=60) == 0
+    lease.set_holder(f"pg-1/{UID1}")
+    # Its container starts labelled primary, holding the Lease, with standby data short of
+    # the released position: no local promotion, a standby that keeps the Lease.
+    new.start("primary", primary=old, **lease_env(env, lease, UID1))
+    assert new.in_recovery() is True
+    assert "starting as a standby, promoted once it has received it" in new.log_text()
+    assert lease.get()["spec"]["holderIdentity"] == f"pg-1/{UID1}"
+    lease.drop_annotation("lockstep.dev/released-lsn")
+    wait_until(lambda: writable(new), timeout=30, what="the promotion without it")
+
+
 def test_a_standby_labelled_primary_does_not_promote_while_it_cannot_renew(env, lease):
     primary = env.pod("pg-0").start("primary")  # without a Lease of its own
     standby = env.pod("pg-1").start("replica", primary=primary, **lease_env(env, lease, UID1))

@@ -696,7 +696,8 @@ caught_up() {
 # recovery). Repeated on the next round if the request did not get through.
 request_promotion() {
 	local out
-	if out=$(psql -X -A -t -q -h "$PG_SOCKET_DIR" -p "$PGPORT" -U "$POSTGRES_USER" -d postgres 		-c 'SELECT pg_promote(wait => false)' 2>&1) && [[ "$out" == t ]]; then
+	if out=$(psql -X -A -t -q -h "$PG_SOCKET_DIR" -p "$PGPORT" -U "$POSTGRES_USER" -d postgres \
+		-c 'SELECT pg_promote(wait => false)' 2>&1) && [[ "$out" == t ]]; then
 		PROMOTE_SENT=1
 	else
 		log "pg_promote did not get through (${out//$'\n'/ }); asking again next round"
@@ -873,6 +874,15 @@ main() {
 		log "the role label changed while waiting for the lease: starting as a standby"
 		role=replica
 	fi
+	# Standby data, and the Lease carries the last position of a primary that stopped
+	# cleanly before this one: start as a standby, keeping the Lease; the agent promotes
+	# it once it has received that position (promote_if_chosen).
+	local keep_lease=
+	if [[ "$role" == primary && -n "$RELEASED_LSN" ]] && has_data && is_standby_data; then
+		log "standby data, and the Lease names $RELEASED_LSN as the last position of the primary before: starting as a standby, promoted once it has received it"
+		role=replica
+		keep_lease=1
+	fi
 	if [[ "$role" == primary ]]; then
 		if ! has_data; then
 			bootstrap_primary
@@ -887,7 +897,7 @@ main() {
 		require PRIMARY_HOST
 		# No server of this container has run yet: if the Lease still names this pod
 		# (it was fenced, or demoted while not running), say that it is down.
-		release_lease
+		[[ -n "$keep_lease" ]] || release_lease
 		if ! has_data; then
 			clone_from_primary
 		else
