@@ -45,6 +45,10 @@
 //!     standby (besides the old primary) has received more WAL than the one promoted,
 //!     in a failover (the survey) and in a planned switchover (a clean stop of the old
 //!     primary sends every Ready standby all it wrote).
+//! 13. **A planned switchover loses no acknowledged write**: no promotion falls short
+//!     of the position a primary that stopped cleanly on demotion released the Lease at
+//!     (the agent's gate; only a person removing that position from the Lease, the
+//!     settling world's escape hatch, accepts a loss).
 //!
 //! Fencing in this world: the primary Lease (holder, renewal, release, edits by hand),
 //! each pod's agent ([`Move::AgentTick`]: a writable server no longer labelled primary
