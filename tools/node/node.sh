@@ -98,12 +98,12 @@ EOF
   setsid unshare --mount --net --propagation private -- \
     bash -c 'exec -a lockstep-node-holder sleep infinity' </dev/null >/dev/null 2>&1 &
   echo $! >"$PIDS/node-holder.pid"
-  local i
-  for i in $(seq 1 100); do
-    node_pid_alive node-holder && break
+  # Deadlines in seconds, not a count of tries: a loaded machine starts processes slowly.
+  local deadline=$((SECONDS + 30))
+  until node_pid_alive node-holder || ((SECONDS >= deadline)); do
     sleep 0.05
   done
-  node_pid_alive node-holder || { log "ERROR: the node's namespace holder did not start"; return 1; }
+  node_pid_alive node-holder || { log "ERROR: the node's namespace holder did not start within 30 s"; return 1; }
   local h
   h="$(cat "$PIDS/node-holder.pid")"
   ip link add "$NODE_IFACE" type veth peer name eth0 netns "$h"
@@ -360,18 +360,20 @@ node_ctr() {
   in_node "$(cat "$NODE_STATE/bin-dir")/ctr" --address /run/containerd/containerd.sock -n k8s.io "$@"
 }
 
-# node_start_containerd: containerd, waiting for its socket.
+# node_start_containerd: containerd, waiting for its socket (up to
+# LOCKSTEP_NODE_START_SECONDS, 120: on a loaded 2-core machine it once took more than 20).
 node_start_containerd() {
   local bin
   bin="$(cat "$NODE_STATE/bin-dir")"
   node_start_proc node-containerd "$bin/containerd" --config "$NODE_STATE/etc/containerd.toml"
-  local i
-  for i in $(seq 1 200); do
+  local wait=${LOCKSTEP_NODE_START_SECONDS:-120}
+  local deadline=$((SECONDS + wait))
+  while ((SECONDS < deadline)); do
     node_ctr version >/dev/null 2>&1 && return 0
     node_pid_alive node-containerd || break
-    sleep 0.1
+    sleep 0.2
   done
-  log "ERROR: containerd did not come up"
+  log "ERROR: containerd did not come up within ${wait} s"
   tail -n 20 "$LOGS/node-containerd.log" >&2
   return 1
 }
