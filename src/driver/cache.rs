@@ -38,6 +38,7 @@ use k8s_openapi::api::core::v1::{
     PodCondition, PodSpec, PodStatus, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
@@ -108,10 +109,15 @@ impl Project for PodDisruptionBudget {
 }
 
 impl Project for Pod {
-    /// Keeps metadata, each container's name and image, and the Ready condition's type
-    /// and status: what readiness, images, ordinals and roles are read from.
+    /// Keeps, of the metadata, what identifies the pod and what is read of it (name,
+    /// namespace, UID, creation and deletion timestamps, Lockstep's and the Job
+    /// controller's labels, the owner references' kind, name, UID and controller
+    /// flag); each container's name and image; the Ready condition's type and status:
+    /// what readiness, images, ordinals and roles are read from. Annotations and the
+    /// labels other controllers add (`controller-revision-hash`, `pod-index`, …) are
+    /// dropped.
     fn project(&mut self) {
-        self.meta_mut().managed_fields = None;
+        slim_metadata(self.meta_mut());
         self.spec = self.spec.take().map(|spec| PodSpec {
             containers: spec
                 .containers
@@ -146,6 +152,32 @@ impl Project for Pod {
                 .map(|statuses| statuses.into_iter().map(terminated_only).collect()),
             ..PodStatus::default()
         });
+    }
+}
+
+/// Reduce the metadata of an object Lockstep reads only by name, labels, owner and
+/// version (pods, claims) to those: no managedFields, annotations, finalizers,
+/// `generateName` or `generation`; only the labels Lockstep sets or reads
+/// (`app.kubernetes.io/*`, `lockstep.dev/*`, [`JOB_NAME_LABEL`]); owner references
+/// without `apiVersion` and `blockOwnerDeletion`.
+fn slim_metadata(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    meta.generation = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|key, _| {
+            key.starts_with("app.kubernetes.io/")
+                || key.starts_with("lockstep.dev/")
+                || key == JOB_NAME_LABEL
+        });
+    }
+    if let Some(references) = meta.owner_references.as_mut() {
+        for reference in references {
+            reference.api_version = String::new();
+            reference.block_owner_deletion = None;
+        }
     }
 }
 
@@ -201,9 +233,12 @@ impl Project for Job {
 }
 
 impl Project for PersistentVolumeClaim {
-    /// Keeps metadata, the requested resources and the phase (bound or not).
+    /// Keeps the metadata [`slim_metadata`] keeps, the requested resources and the
+    /// phase (bound or not). The binding annotations, the protection finalizer and the
+    /// creation time are never read.
     fn project(&mut self) {
-        self.meta_mut().managed_fields = None;
+        slim_metadata(self.meta_mut());
+        self.meta_mut().creation_timestamp = None;
         self.spec = self.spec.take().map(|spec| PersistentVolumeClaimSpec {
             resources: spec.resources,
             ..PersistentVolumeClaimSpec::default()
@@ -800,5 +835,83 @@ pub(crate) mod tests {
         let status = stored.status.as_ref().expect("status");
         assert!(status.container_statuses.is_none());
         assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn a_pod_keeps_of_its_metadata_what_is_read_and_lockstep_s_labels() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-1", "namespace": "ns", "uid": "u1",
+                "generateName": "db-", "generation": 1,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "deletionTimestamp": "2026-01-01T00:01:00Z",
+                "annotations": {"lockstep.dev/kwok-ready-delay-ms": "2000"},
+                "finalizers": ["example.com/f"],
+                "labels": {"app.kubernetes.io/name": "beacon",
+                    "app.kubernetes.io/instance": "db", "lockstep.dev/role": "primary",
+                    "controller-revision-hash": "db-7c9fb687d5",
+                    "statefulset.kubernetes.io/pod-name": "db-1",
+                    "apps.kubernetes.io/pod-index": "1"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "name": "db", "uid": "s1", "controller": true,
+                    "blockOwnerDeletion": true}]}
+        }))
+        .expect("a pod");
+        let s = Owned::<Pod>::from_objects("beacon", vec![pod]);
+        let stored = s.of(Some("ns"), "db");
+        let meta = &stored[0].metadata;
+        assert_eq!(meta.uid.as_deref(), Some("u1"));
+        assert!(meta.creation_timestamp.is_some() && meta.deletion_timestamp.is_some());
+        assert!(meta.annotations.is_none() && meta.finalizers.is_none());
+        assert!(meta.generate_name.is_none() && meta.generation.is_none());
+        let labels: Vec<&str> = meta.labels.iter().flatten().map(|(k, _)| &**k).collect();
+        assert_eq!(
+            labels,
+            [
+                "app.kubernetes.io/instance",
+                "app.kubernetes.io/name",
+                "lockstep.dev/role"
+            ]
+        );
+        let owner = &meta.owner_references.as_ref().expect("an owner")[0];
+        assert_eq!(
+            (&*owner.kind, &*owner.name, &*owner.uid, owner.controller),
+            ("StatefulSet", "db", "s1", Some(true))
+        );
+        assert_eq!(
+            crate::machines::common::observe::ordinal_of(&stored[0], "db"),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn a_claim_keeps_its_name_labels_size_and_phase_only() {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "data-db-0", "namespace": "ns", "uid": "c1",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+                "finalizers": ["kubernetes.io/pvc-protection"],
+                "labels": {"app.kubernetes.io/name": "beacon",
+                    "app.kubernetes.io/instance": "db"}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-1",
+                "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}
+        }))
+        .expect("a claim");
+        let s = Owned::<PersistentVolumeClaim>::from_objects("beacon", vec![pvc]);
+        let stored = s.of(Some("ns"), "db");
+        let pvc = &stored[0];
+        assert_eq!(pvc.metadata.uid.as_deref(), Some("c1"));
+        assert!(pvc.metadata.annotations.is_none() && pvc.metadata.finalizers.is_none());
+        assert!(pvc.metadata.creation_timestamp.is_none());
+        let spec = pvc.spec.as_ref().expect("spec");
+        assert!(spec.volume_name.is_none() && spec.access_modes.is_none());
+        let size = spec.resources.as_ref().and_then(|r| r.requests.as_ref());
+        assert_eq!(
+            size.and_then(|r| r.get("storage")).map(|q| &*q.0),
+            Some("1Gi")
+        );
+        let status = pvc.status.as_ref().expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Bound"));
+        assert!(status.capacity.is_none());
     }
 }

@@ -9,11 +9,19 @@
 //! 200 clusters: 5.7 MiB live, several times that resident).
 //!
 //! # Guarantees
-//! - [`tune_allocator`]: at most two arenas, so freed memory is reused across threads.
+//! - [`tune_allocator`]: one arena (the main heap) for every thread, so memory freed
+//!   by one thread is reused by the others and no second heap keeps its own free pages
+//!   and partly used pages; unless `MALLOC_ARENA_MAX` is set in the environment, which
+//!   glibc then applies as given (for comparisons).
 //! - [`give_back_periodically`]: every [`TRIM_PERIOD`], whole free pages of every arena
 //!   are returned (`malloc_trim`, milliseconds; nothing live moves).
 //!
 //! Both do nothing where the C library is not glibc.
+//!
+//! # Assumptions
+//! - The operator's threads (the runtime's workers, two on a 2-core machine) spend
+//!   most of their time parked; one arena's lock is not contended enough to matter
+//!   (its CPU per reconcile is measured by `make bench`).
 
 use std::time::Duration;
 
@@ -22,14 +30,21 @@ use tokio_util::sync::CancellationToken;
 /// How often freed memory is returned to the system.
 pub const TRIM_PERIOD: Duration = Duration::from_secs(30);
 
-/// Limit glibc to two malloc arenas. Call it before the runtime starts threads (arenas
-/// are created on a thread's first allocation).
+/// The environment variable through which glibc takes the arena limit itself.
+pub const ARENA_MAX_ENV: &str = "MALLOC_ARENA_MAX";
+
+/// Limit glibc to one malloc arena, unless [`ARENA_MAX_ENV`] says otherwise. Call it
+/// before the runtime starts threads (arenas are created on a thread's first
+/// allocation).
 pub fn tune_allocator() {
+    if std::env::var_os(ARENA_MAX_ENV).is_some() {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `mallopt` takes plain integers and only changes the allocator's tunables;
     // called before any other thread exists.
     unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 

@@ -520,6 +520,10 @@ class Phases:
             "rss_peak_mib": round(peak / 1024, 1),
             "rss_end_mib": round((rss_end or 0) / 1024, 1),
             "vm_hwm_mib": round((status_kib(pid, "VmHWM") or 0) / 1024, 1) if pid else None,
+            # VmRSS = RssAnon (heap, stacks) + RssFile (the binary's code and data
+            # mapped from the file, and shared libraries).
+            "rss_anon_end_mib": round((status_kib(pid, "RssAnon") or 0) / 1024, 1) if pid else None,
+            "rss_file_end_mib": round((status_kib(pid, "RssFile") or 0) / 1024, 1) if pid else None,
             "cpu_s": round(cpu, 3),
             "cpu_ms_per_cluster": round(1000 * cpu / self.n, 2),
             "transitions": int(trans),
@@ -536,7 +540,8 @@ class Phases:
         self.results.append(result)
         log(
             f"N={self.n} {name}: {seconds:.1f} s{'' if complete else ' (INCOMPLETE: ' + detail + ')'}, "
-            f"RSS peak {result['rss_peak_mib']} MiB end {result['rss_end_mib']} MiB, "
+            f"RSS peak {result['rss_peak_mib']} MiB end {result['rss_end_mib']} MiB "
+            f"(anon {result['rss_anon_end_mib']}, file {result['rss_file_end_mib']}), "
             f"CPU {cpu:.2f} s, {int(trans)} transitions, {writes} writes"
         )
         return result
