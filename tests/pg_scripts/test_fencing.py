@@ -294,17 +294,24 @@ def test_a_standby_labelled_primary_promotes_itself_once_it_holds_the_lease(env,
     assert "lockstep.dev/released-lsn" not in lease.get()["metadata"]["annotations"]
 
 
-def test_a_target_that_missed_the_old_primarys_last_wal_does_not_promote(env, lease):
+def missed_the_last_commit(env, lease):
+    """A primary and a standby (both with the Lease agent); the standby is stopped (it
+    misses what follows), the primary commits a row and is demoted: it stops cleanly and
+    releases the Lease with its last position. Returns (old, new, that position)."""
     lease.set_holder(f"pg-0/{UID0}")
     old = env.pod("pg-0").start("primary", **lease_env(env, lease, UID0))
     new = env.pod("pg-1").start("replica", primary=old, **lease_env(env, lease, UID1))
     old.sql("CREATE TABLE items (v text)")
     wait_until(lambda: new.try_sql("SELECT count(*) FROM items") == "0", timeout=30, what="the table on the standby")
-    new.stop()  # disconnected: it misses what follows
+    new.stop()
     old.sql("INSERT INTO items VALUES ('acknowledged')")
     set_role(old, "demoted")
     assert old.wait_exit(timeout=60) == 0
-    lsn = lease.get()["metadata"]["annotations"]["lockstep.dev/released-lsn"]
+    return old, new, lease.get()["metadata"]["annotations"]["lockstep.dev/released-lsn"]
+
+
+def test_a_target_that_missed_the_old_primarys_last_wal_does_not_promote(env, lease):
+    old, new, lsn = missed_the_last_commit(env, lease)
     new.start("replica", primary=old, **lease_env(env, lease, UID1))  # nobody to catch up from
     lease.set_holder(f"pg-1/{UID1}")
     set_role(new, "primary")
@@ -318,15 +325,7 @@ def test_a_target_that_missed_the_old_primarys_last_wal_does_not_promote(env, le
 
 
 def test_a_target_that_missed_it_and_restarts_labelled_primary_starts_as_a_standby(env, lease):
-    lease.set_holder(f"pg-0/{UID0}")
-    old = env.pod("pg-0").start("primary", **lease_env(env, lease, UID0))
-    new = env.pod("pg-1").start("replica", primary=old, **lease_env(env, lease, UID1))
-    old.sql("CREATE TABLE items (v text)")
-    wait_until(lambda: new.try_sql("SELECT count(*) FROM items") == "0", timeout=30, what="the table on the standby")
-    new.stop()
-    old.sql("INSERT INTO items VALUES ('acknowledged')")
-    set_role(old, "demoted")
-    assert old.wait_exit(timeout=60) == 0
+    old, new, _ = missed_the_last_commit(env, lease)
     lease.set_holder(f"pg-1/{UID1}")
     # Its container starts labelled primary, holding the Lease, with standby data short of
     # the released position: no local promotion, a standby that keeps the Lease.
