@@ -582,6 +582,22 @@ fn streaming_standbys(real: &Real, name: &str) -> BTreeSet<String> {
     out.lines().map(str::to_owned).collect()
 }
 
+/// After a failover from `old` to `new`: `old` is labelled `replica` again, and every
+/// replica streams from `new`.
+async fn rejoined_as_a_replica(real: &Real, name: &str, old: &str, new: &str) {
+    let roles = real.roles(name).await;
+    let replicas: Vec<String> = roles
+        .iter()
+        .filter(|(pod, (role, _, _))| role == "replica" && pod.as_str() != new)
+        .map(|(pod, _)| pod.clone())
+        .collect();
+    assert!(
+        replicas.iter().any(|r| r == old),
+        "{old} is not a replica again: {roles:?}"
+    );
+    standbys_become(real, name, &replicas).await;
+}
+
 async fn standbys_become(real: &Real, name: &str, want: &[String]) {
     let want: BTreeSet<String> = want.iter().cloned().collect();
     let deadline = tokio::time::Instant::now() + SLOW;
@@ -836,17 +852,7 @@ async fn failover_after_the_primary_dies() {
         "acknowledged commits lost outside the asynchronous window: {lost:?} (last old {last_old}, first new {first_new})"
     );
     // The old primary's pod rejoined as a standby of the new one, via pg_rewind.
-    let roles = real.roles(name).await;
-    let replicas: Vec<String> = roles
-        .iter()
-        .filter(|(pod, (role, _, _))| role == "replica" && **pod != new)
-        .map(|(pod, _)| pod.clone())
-        .collect();
-    assert!(
-        replicas.contains(&old),
-        "{old} is not a replica again: {roles:?}"
-    );
-    standbys_become(&real, name, &replicas).await;
+    rejoined_as_a_replica(&real, name, &old, &new).await;
     let (_, logs) = real.kubectl(&["logs", &old, "-c", "postgres"]);
     assert!(
         logs.contains("pg_rewind completed") || logs.contains("no rewind required"),
@@ -1215,17 +1221,7 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     real.all_ready(name).await;
-    let roles = real.roles(name).await;
-    let replicas: Vec<String> = roles
-        .iter()
-        .filter(|(pod, (role, _, _))| role == "replica" && **pod != new)
-        .map(|(pod, _)| pod.clone())
-        .collect();
-    assert!(
-        replicas.contains(&old),
-        "{old} is not a replica again: {roles:?}"
-    );
-    standbys_become(&real, name, &replicas).await;
+    rejoined_as_a_replica(&real, name, &old, &new).await;
     let (_, new_log) = real.kubectl(&["logs", &old, "-c", "postgres"]);
     let rewound = |log: &str| {
         log.lines()
