@@ -55,6 +55,11 @@ const NAME: &str = "ledger";
 const FROM: &str = "registry.example/db:1";
 const TO: &str = "registry.example/db:2";
 const TOKEN: &str = "first";
+/// The test's own finalizer: it holds the deleted object until the test has read the
+/// version the operators left when they released theirs.
+const HELD: &str = "test.lockstep.dev/read-the-last-version";
+/// The operators' finalizer.
+const LOCKSTEP_FINALIZER: &str = <DistributedDb as lockstep::driver::Operator>::FINALIZER;
 /// Crash runs at once (each is an operator and a namespace; the machine has 2 cores).
 const PARALLEL: usize = 6;
 
@@ -221,6 +226,40 @@ struct Seen {
     terminated: BTreeSet<String>,
 }
 
+impl Seen {
+    /// A version of the DistributedDB: the transitions of its history not seen yet.
+    fn saw(&mut self, db: DistributedDB) {
+        let history = db
+            .status
+            .as_ref()
+            .and_then(|s| s.engine.machine.as_ref())
+            .map(RawRecord::to_value)
+            .and_then(|m| m.get("history").and_then(Value::as_array).cloned())
+            .unwrap_or_default();
+        for entry in history {
+            let field = |k: &str| {
+                entry
+                    .get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let id = format!(
+                "{}|{}|{}|{}",
+                field("from"),
+                field("to"),
+                field("reason"),
+                field("at")
+            );
+            if self.entries.insert(id) {
+                let t = format!("{} → {} ({})", field("from"), field("to"), field("reason"));
+                self.transitions.push(t);
+            }
+        }
+        self.last = Some(db);
+    }
+}
+
 struct Observer {
     seen: Arc<Mutex<Seen>>,
     _task: AbortOnDrop,
@@ -253,40 +292,7 @@ impl Observer {
                         | watcher::Event::InitApply(db)
                         | watcher::Event::Delete(db) => db,
                     };
-                    let mut seen = seen.lock().expect("what was seen");
-                    let history = db
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.engine.machine.as_ref())
-                        .map(RawRecord::to_value)
-                        .and_then(|m| m.get("history").and_then(Value::as_array).cloned())
-                        .unwrap_or_default();
-                    for entry in history {
-                        let field = |k: &str| {
-                            entry
-                                .get(k)
-                                .and_then(Value::as_str)
-                                .unwrap_or("")
-                                .to_owned()
-                        };
-                        let id = format!(
-                            "{}|{}|{}|{}",
-                            field("from"),
-                            field("to"),
-                            field("reason"),
-                            field("at")
-                        );
-                        if seen.entries.insert(id) {
-                            let t = format!(
-                                "{} → {} ({})",
-                                field("from"),
-                                field("to"),
-                                field("reason")
-                            );
-                            seen.transitions.push(t);
-                        }
-                    }
-                    seen.last = Some(db);
+                    seen.lock().expect("what was seen").saw(db);
                 }
             })
         };
@@ -653,11 +659,50 @@ async fn lifecycle(world: &World, faults: Faults) -> (Effects, Option<Distribute
         .expect("what was seen")
         .terminated
         .clone();
+    // The test holds the object with a finalizer of its own, so that the version the
+    // operators leave when they release theirs is read for certain (a watch that
+    // relists at that moment would never see it: the object would already be gone).
+    world
+        .api
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::<()>::Json(json_patch::Patch(vec![json_patch::PatchOperation::Add(
+                json_patch::AddOperation {
+                    path: json_patch::jsonptr::PointerBuf::parse("/metadata/finalizers/-")
+                        .expect("a pointer"),
+                    value: json!(HELD),
+                },
+            )])),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("hold {NAME}: {e}"));
     world
         .api
         .delete(NAME, &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("delete {NAME}: {e}"));
+    let released = wait_for(
+        &world.api,
+        NAME,
+        "the operators to release their finalizer",
+        |db: Option<&DistributedDB>| {
+            db.is_some_and(|db| !db.finalizers().iter().any(|f| f == LOCKSTEP_FINALIZER))
+        },
+    )
+    .await;
+    if let Some(db) = released {
+        observer.seen.lock().expect("what was seen").saw(db);
+    }
+    world
+        .api
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("let {NAME} go: {e}"));
     wait_gone(
         &world.api,
         NAME,
