@@ -421,57 +421,6 @@ impl World {
         }
     }
 
-    /// `target`'s data becomes the writable timeline: promoted by its own agent while it
-    /// runs (`running`: it must be Ready), or locally as its container starts labelled
-    /// primary. It must be the most advanced of the standbys that are Ready (in a
-    /// planned switchover every standby Ready when the old primary stopped cleanly
-    /// received everything: [`World::agent_tick`]).
-    pub(super) fn promote(&mut self, target: i32, running: bool) {
-        let mine = self.received.get(&target).copied().unwrap_or(0);
-        if let Some(x) = self.lease.as_ref().and_then(|l| l.released_lsn)
-            && mine < x
-        {
-            self.violations.push(format!(
-                "promoted pod {target} at WAL {mine}, short of the {x} a primary acknowledged before it stopped cleanly for a switchover"
-            ));
-        }
-        if let Some(l) = self.lease.as_mut() {
-            l.released_lsn = None;
-        }
-        if let Some((k, theirs)) = self
-            .pods
-            .iter()
-            .filter(|(k, p)| {
-                **k != target && **k != self.db_primary && p.ready && !p.terminating && !p.writable
-            })
-            .map(|(k, _)| (*k, self.received.get(k).copied().unwrap_or(0)))
-            .find(|(_, theirs)| *theirs > mine)
-        {
-            self.violations.push(format!(
-                "promoted pod {target} at WAL {mine} while pod {k} had received {theirs}"
-            ));
-        }
-        if running && !self.pods.get(&target).is_some_and(|p| p.ready) {
-            self.violations
-                .push(format!("promoted pod {target}, which is not Ready"));
-        }
-
-        let old = self.db_primary;
-        let old_serving = self.pods.get(&old).is_some_and(|p| p.ready);
-        if !old_serving {
-            // A failover: the round's primary lost its role by failing, not by handing it
-            // over, so the order no longer binds it.
-            self.round_primary = None;
-        }
-        // The old primary's server keeps running until its agent fences it.
-        if let Some(p) = self.pods.get_mut(&target) {
-            p.writable = true;
-        }
-        self.db_primary = target;
-        // The new timeline continues from what the target has.
-        self.wal = self.received.get(&target).copied().unwrap_or(0);
-    }
-
     fn delete_pod(&mut self, k: i32, uid: u64, cause: DeleteCause) {
         if self.pods.get(&k).map(|p| p.uid) != Some(uid) {
             return; // NotFound or a failed UID precondition: a no-op.
