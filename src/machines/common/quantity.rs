@@ -27,26 +27,7 @@ impl Quantity {
         if whole.is_empty() && frac.is_empty() || frac.contains('.') {
             return None;
         }
-        let (mut dec_exp, bin_exp): (i32, u32) = match suffix {
-            "" => (0, 0),
-            "Ki" => (0, 10),
-            "Mi" => (0, 20),
-            "Gi" => (0, 30),
-            "Ti" => (0, 40),
-            "Pi" => (0, 50),
-            "Ei" => (0, 60),
-            "n" => (-9, 0),
-            "u" => (-6, 0),
-            "m" => (-3, 0),
-            "k" => (3, 0),
-            "M" => (6, 0),
-            "G" => (9, 0),
-            "T" => (12, 0),
-            "P" => (15, 0),
-            "E" => (18, 0),
-            s if s.starts_with(['e', 'E']) => (s[1..].parse::<i32>().ok()?, 0),
-            _ => return None,
-        };
+        let (mut dec_exp, bin_exp) = exponents(suffix)?;
         let mut mantissa: i128 = 0;
         for d in whole.bytes().chain(frac.bytes()) {
             mantissa = mantissa
@@ -64,6 +45,23 @@ impl Quantity {
         value = value.checked_mul(1i128.checked_shl(bin_exp)?)?;
         Some(Quantity(if negative { -value } else { value }))
     }
+}
+
+/// The decimal suffixes, from nano (10^-9) to exa (10^18), each 10^3 times the one before.
+const DECIMAL: [&str; 10] = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"];
+/// The binary suffixes, from kibi (2^10) to exbi (2^60), each 2^10 times the one before.
+const BINARY: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+
+/// The powers of ten and of two a suffix stands for (`e3` and `E3` are 10^3, `E` alone
+/// is exa); `None` if it is not a suffix.
+fn exponents(suffix: &str) -> Option<(i32, u32)> {
+    if let Some(i) = DECIMAL.iter().position(|s| *s == suffix) {
+        return Some((3 * i as i32 - 9, 0));
+    }
+    if let Some(i) = BINARY.iter().position(|s| *s == suffix) {
+        return Some((0, 10 * (i as u32 + 1)));
+    }
+    Some((suffix.strip_prefix(['e', 'E'])?.parse().ok()?, 0))
 }
 
 /// Compare two quantities; `None` if either is not one.
@@ -87,6 +85,28 @@ mod tests {
         assert!(same("1e3", "1k"));
         assert!(same("1.5Gi", "1536Mi"));
         assert!(!same("1G", "1Gi"));
+    }
+
+    #[test]
+    fn each_suffix_is_a_thousand_or_1024_times_the_one_before() {
+        for pair in DECIMAL.windows(2) {
+            assert!(
+                same(&format!("1000{}", pair[0]), &format!("1{}", pair[1])),
+                "{pair:?}"
+            );
+        }
+        assert!(same("1n", "0.000000001") && same("1E", "1e18") && same("1E", "1000P"));
+        assert!(same("1Ki", "1024"));
+        for pair in BINARY.windows(2) {
+            assert!(
+                same(&format!("1024{}", pair[0]), &format!("1{}", pair[1])),
+                "{pair:?}"
+            );
+        }
+        assert_eq!(
+            Quantity::parse("1Ei"),
+            Quantity::parse("1152921504606846976")
+        );
     }
 
     #[test]

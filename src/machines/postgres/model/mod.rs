@@ -358,6 +358,23 @@ impl World {
         self.next_uid
     }
 
+    /// Creates Job `key` unless one of that name exists (the API server's
+    /// AlreadyExists); whether it did.
+    fn create_job(&mut self, key: &str, kind: JobKind) -> bool {
+        if self.jobs.iter().any(|j| j.key == key) {
+            return false;
+        }
+        let uid = self.new_uid();
+        self.jobs.push(Job {
+            key: key.to_owned(),
+            uid,
+            kind,
+            done: None,
+            result: None,
+        });
+        true
+    }
+
     fn recreate(&mut self, k: i32) {
         let Some((image, replicas)) = self.sts.clone() else {
             return;

@@ -211,49 +211,26 @@ where
                 }
             }
             PgAction::RunPromote { key, target, .. } => {
-                if !self.jobs.iter().any(|j| &j.key == key) {
-                    let uid = self.new_uid();
-                    self.jobs.push(Job {
-                        key: key.clone(),
-                        uid,
-                        kind: JobKind::Promote { target: *target },
-                        done: None,
-                        result: None,
-                    });
-                }
+                self.create_job(key, JobKind::Promote { target: *target });
             }
             PgAction::RunSurvey { key, hosts, .. } => {
-                if !self.jobs.iter().any(|j| &j.key == key) {
-                    let uid = self.new_uid();
-                    self.jobs.push(Job {
-                        key: key.clone(),
-                        uid,
-                        kind: JobKind::Survey {
-                            hosts: hosts.clone(),
-                        },
-                        done: None,
-                        result: None,
-                    });
-                }
+                let hosts = hosts.clone();
+                self.create_job(key, JobKind::Survey { hosts });
             }
             PgAction::Jobs(JobAction::RunBackup { key, kind }) => {
-                if self.backup && !self.jobs.iter().any(|j| &j.key == key) {
-                    if *kind == BackupKind::OnDemand && !self.backup_keys.insert(key.clone()) {
-                        self.violations.push(format!(
-                            "on-demand backup Job {key} created a second time: a token ran two backups"
-                        ));
-                    }
-                    let uid = self.new_uid();
-                    self.jobs.push(Job {
-                        key: key.clone(),
-                        uid,
-                        kind: match kind {
-                            BackupKind::Final => JobKind::Final,
-                            BackupKind::OnDemand | BackupKind::Scheduled => JobKind::Backup,
-                        },
-                        done: None,
-                        result: None,
-                    });
+                let job = match kind {
+                    BackupKind::Final => JobKind::Final,
+                    BackupKind::OnDemand | BackupKind::Scheduled => JobKind::Backup,
+                };
+                let on_demand = *kind == BackupKind::OnDemand;
+                if self.backup
+                    && self.create_job(key, job)
+                    && on_demand
+                    && !self.backup_keys.insert(key.clone())
+                {
+                    self.violations.push(format!(
+                        "on-demand backup Job {key} created a second time: a token ran two backups"
+                    ));
                 }
             }
             PgAction::Jobs(JobAction::EnsureCronJob) => {
