@@ -31,7 +31,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 
 use super::actions::{HookPhase, Shape};
-use super::api::{BackupPolicy, DistributedDB};
+use super::api::{BackupPolicy, DbPort, DistributedDB};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};
@@ -84,22 +84,30 @@ pub fn service(db: &DistributedDB) -> Result<Service, Error> {
             cluster_ip: Some("None".to_owned()),
             publish_not_ready_addresses: Some(true),
             selector: Some(selector(db)),
-            ports: Some(
-                db.spec
-                    .ports
-                    .iter()
-                    .map(|p| ServicePort {
-                        name: Some(p.name.clone()),
-                        port: p.port,
-                        ..ServicePort::default()
-                    })
-                    .collect(),
-            ),
+            ports: Some(db.spec.ports.iter().map(service_port).collect()),
             ..ServiceSpec::default()
         }),
         status: None,
     };
     with_applied_hash(svc, |s| &mut s.metadata)
+}
+
+/// The headless Service's port for a declared port.
+fn service_port(p: &DbPort) -> ServicePort {
+    ServicePort {
+        name: Some(p.name.clone()),
+        port: p.port,
+        ..ServicePort::default()
+    }
+}
+
+/// The container's port for a declared port (the same name and number).
+fn container_port(p: &DbPort) -> ContainerPort {
+    ContainerPort {
+        name: Some(p.name.clone()),
+        container_port: p.port,
+        ..ContainerPort::default()
+    }
 }
 
 /// The StatefulSet holding `shape`.
@@ -120,16 +128,7 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(shape.image.clone()),
-        ports: Some(
-            spec.ports
-                .iter()
-                .map(|p| ContainerPort {
-                    name: Some(p.name.clone()),
-                    container_port: p.port,
-                    ..ContainerPort::default()
-                })
-                .collect(),
-        ),
+        ports: Some(spec.ports.iter().map(container_port).collect()),
         env: Some(env),
         resources: spec.resources.clone(),
         readiness_probe: spec.readiness_probe.clone(),
