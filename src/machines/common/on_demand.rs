@@ -36,6 +36,7 @@
 
 use super::annotations::BACKUP_NOW;
 use super::backup::BackupKind;
+use crate::engine::World;
 use std::convert::Infallible;
 
 use super::jobs::{self, JobActions, JobOutcome, JobView, Purpose};
@@ -245,6 +246,27 @@ pub struct Facts<'a> {
     /// How long the backing-up state has lasted: a Job created moments ago may not be
     /// in the cache yet ([`UNSEEN_GRACE`]).
     pub in_state: std::time::Duration,
+}
+
+impl<'a> Facts<'a> {
+    /// What the backing-up state sees of `world` while it serves `token`: whether the
+    /// record acks it, the token's Job, and how long the state has lasted. `configured`
+    /// says whether the spec field `field` still configures backups.
+    pub fn of<R, M>(
+        world: &'a World<Observed<R, M>>,
+        token: &'a str,
+        configured: bool,
+        field: &'a str,
+    ) -> Self {
+        Facts {
+            token,
+            created: world.acked(BACKUP_NOW) == Some(token),
+            configured,
+            field,
+            job: job(&world.observed.jobs, token),
+            in_state: world.in_state_for(),
+        }
+    }
 }
 
 /// How long a Job the record says was created may go unobserved before it counts as

@@ -137,15 +137,7 @@ impl Machine for DistributedDb {
                 version,
                 replicas,
                 request,
-            } => backing_up(
-                spec,
-                version,
-                *replicas,
-                request,
-                world.acked(BACKUP_NOW),
-                world.in_state_for(),
-                o,
-            ),
+            } => backing_up(spec, version, *replicas, request, world),
             DdbState::Finalizing { .. } | DdbState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
             }

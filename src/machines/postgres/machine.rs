@@ -297,14 +297,7 @@ impl Machine for Postgres {
             PgState::Upgrading { cluster, pod } => upgrading(spec, cluster, pod.as_ref(), o),
             PgState::SwitchingOver(s) => switching_over(spec, s, world),
             PgState::PrimaryLost { cluster } => primary_lost(spec, cluster, world),
-            PgState::BackingUp { cluster, request } => backing_up(
-                spec,
-                cluster,
-                request,
-                world.acked(BACKUP_NOW),
-                world.in_state_for(),
-                o,
-            ),
+            PgState::BackingUp { cluster, request } => backing_up(spec, cluster, request, world),
             PgState::Finalizing { .. } | PgState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
             }

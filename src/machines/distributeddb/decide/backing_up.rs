@@ -2,6 +2,7 @@
 //! [`crate::machines::common::on_demand`]).
 
 use super::{D, shape_at, upkeep};
+use crate::engine::World;
 use crate::machines::common::on_demand;
 use crate::machines::distributeddb::api::DistributedDBSpec;
 use crate::machines::distributeddb::observe::Observed;
@@ -12,23 +13,15 @@ pub(crate) fn backing_up(
     version: &str,
     replicas: i32,
     request: &str,
-    served: Option<&str>,
-    in_state: std::time::Duration,
-    o: &Observed,
+    world: &World<Observed>,
 ) -> D {
+    let o = &world.observed;
     let back = DdbState::Ready {
         version: version.to_owned(),
         replicas,
     };
     let shape = shape_at(spec, version, replicas, o);
     let actions = upkeep(spec, &shape, o);
-    let facts = on_demand::Facts {
-        token: request,
-        created: served == Some(request),
-        configured: spec.backup_policy.is_some(),
-        field: "backupPolicy",
-        job: on_demand::job(&o.jobs, request),
-        in_state,
-    };
+    let facts = on_demand::Facts::of(world, request, spec.backup_policy.is_some(), "backupPolicy");
     on_demand::backing_up(facts, back, actions)
 }

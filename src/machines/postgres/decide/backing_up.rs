@@ -3,6 +3,7 @@
 
 use super::primary_lost::{lose_primary, primary_down};
 use super::{D, upkeep_at};
+use crate::engine::World;
 use crate::machines::common::on_demand;
 use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::Observed;
@@ -12,10 +13,9 @@ pub(crate) fn backing_up(
     spec: &PostgresClusterSpec,
     cluster: &Topology,
     request: &str,
-    served: Option<&str>,
-    in_state: std::time::Duration,
-    o: &Observed,
+    world: &World<Observed>,
 ) -> D {
+    let o = &world.observed;
     let back = PgState::Ready {
         cluster: cluster.clone(),
     };
@@ -23,13 +23,6 @@ pub(crate) fn backing_up(
     if primary_down(cluster, o) {
         return lose_primary(cluster, o);
     }
-    let facts = on_demand::Facts {
-        token: request,
-        created: served == Some(request),
-        configured: spec.backup.is_some(),
-        field: "spec.backup",
-        job: on_demand::job(&o.jobs, request),
-        in_state,
-    };
+    let facts = on_demand::Facts::of(world, request, spec.backup.is_some(), "spec.backup");
     on_demand::backing_up(facts, back, actions)
 }
