@@ -84,6 +84,7 @@
 //! Bounded liveness (convergence to `Ready` at the spec with every pod Ready and labelled,
 //! then a quiet reconcile) is checked by the harness itself.
 
+mod jobs;
 mod planted;
 mod scenarios;
 mod servers;
@@ -109,6 +110,7 @@ use crate::engine::check::{
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{self, epoch};
+use jobs::{Job, JobKind};
 
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
 const MAX_PODS: i32 = 3;
@@ -173,31 +175,6 @@ struct ModelLease {
     released_lsn: Option<u64>,
     transitions: i32,
     version: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum JobKind {
-    /// Waits for the target's agent to promote it (`promote.sh` promotes nothing).
-    Promote {
-        target: i32,
-    },
-    /// A failover's survey of the standbys at these ordinals.
-    Survey {
-        hosts: Vec<i32>,
-    },
-    Backup,
-    Final,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Job {
-    key: String,
-    uid: u64,
-    kind: JobKind,
-    /// `None` while running; `Some(succeeded)` once finished.
-    done: Option<bool>,
-    /// A survey's result (its pod's termination message).
-    result: Option<String>,
 }
 
 /// The simulated cluster.
@@ -358,23 +335,6 @@ impl World {
         self.next_uid
     }
 
-    /// Creates Job `key` unless one of that name exists (the API server's
-    /// AlreadyExists); whether it did.
-    fn create_job(&mut self, key: &str, kind: JobKind) -> bool {
-        if self.jobs.iter().any(|j| j.key == key) {
-            return false;
-        }
-        let uid = self.new_uid();
-        self.jobs.push(Job {
-            key: key.to_owned(),
-            uid,
-            kind,
-            done: None,
-            result: None,
-        });
-        true
-    }
-
     fn recreate(&mut self, k: i32) {
         let Some((image, replicas)) = self.sts.clone() else {
             return;
@@ -394,47 +354,6 @@ impl World {
                     cut: None,
                 },
             );
-        }
-    }
-
-    fn finish(&mut self, index: usize, ok: bool) {
-        let Some(job) = self.jobs.get(index).cloned() else {
-            return;
-        };
-        let succeeded = match job.kind {
-            // It succeeds once the target's agent promoted it, and fails at its
-            // deadline otherwise.
-            JobKind::Promote { target } => ok && self.pods.get(&target).is_some_and(|p| p.writable),
-            JobKind::Survey { ref hosts } => {
-                // Every standby that answers reports the WAL it received (and replayed).
-                let answers: Vec<String> = hosts
-                    .iter()
-                    .filter(|k| {
-                        self.pods
-                            .get(k)
-                            .is_some_and(|p| !p.terminating && !p.writable && p.ready)
-                    })
-                    .map(|k| {
-                        let lsn = format!("0/{:X}", self.received.get(k).copied().unwrap_or(0));
-                        format!(
-                            "\"pg-{k}\": {{\"receive\": \"{lsn}\", \"replay\": \"{lsn}\", \"inRecovery\": true}}"
-                        )
-                    })
-                    .collect();
-                let answered = ok && !answers.is_empty();
-                if let Some(j) = self.jobs.get_mut(index) {
-                    j.result = answered.then(|| format!("{{{}}}", answers.join(", ")));
-                }
-                answered
-            }
-            JobKind::Backup => ok,
-            JobKind::Final => {
-                self.final_backup_succeeded |= ok;
-                ok
-            }
-        };
-        if let Some(j) = self.jobs.get_mut(index) {
-            j.done = Some(succeeded);
         }
     }
 

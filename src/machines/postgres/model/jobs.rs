@@ -1,0 +1,89 @@
+//! The model's run-once Jobs: created once per key (the API server's AlreadyExists), and
+//! finished by the environment with what the real Job's pod would report.
+
+use super::World;
+
+/// What a Job does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum JobKind {
+    /// Waits for the target's agent to promote it (`promote.sh` promotes nothing).
+    Promote { target: i32 },
+    /// A failover's survey of the standbys at these ordinals.
+    Survey { hosts: Vec<i32> },
+    /// A scheduled or on-demand backup.
+    Backup,
+    /// The final backup before deletion.
+    Final,
+}
+
+/// A Job of the model, by its deterministic key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Job {
+    pub(super) key: String,
+    pub(super) uid: u64,
+    pub(super) kind: JobKind,
+    /// `None` while running; `Some(succeeded)` once finished.
+    pub(super) done: Option<bool>,
+    /// A survey's result (its pod's termination message).
+    pub(super) result: Option<String>,
+}
+
+impl World {
+    /// Creates Job `key` unless one of that name exists (the API server's
+    /// AlreadyExists); whether it did.
+    pub(super) fn create_job(&mut self, key: &str, kind: JobKind) -> bool {
+        if self.jobs.iter().any(|j| j.key == key) {
+            return false;
+        }
+        let uid = self.new_uid();
+        self.jobs.push(Job {
+            key: key.to_owned(),
+            uid,
+            kind,
+            done: None,
+            result: None,
+        });
+        true
+    }
+
+    pub(super) fn finish(&mut self, index: usize, ok: bool) {
+        let Some(job) = self.jobs.get(index).cloned() else {
+            return;
+        };
+        let succeeded = match job.kind {
+            // It succeeds once the target's agent promoted it, and fails at its
+            // deadline otherwise.
+            JobKind::Promote { target } => ok && self.pods.get(&target).is_some_and(|p| p.writable),
+            JobKind::Survey { ref hosts } => {
+                // Every standby that answers reports the WAL it received (and replayed).
+                let answers: Vec<String> = hosts
+                    .iter()
+                    .filter(|k| {
+                        self.pods
+                            .get(k)
+                            .is_some_and(|p| !p.terminating && !p.writable && p.ready)
+                    })
+                    .map(|k| {
+                        let lsn = format!("0/{:X}", self.received.get(k).copied().unwrap_or(0));
+                        format!(
+                            "\"pg-{k}\": {{\"receive\": \"{lsn}\", \"replay\": \"{lsn}\", \"inRecovery\": true}}"
+                        )
+                    })
+                    .collect();
+                let answered = ok && !answers.is_empty();
+                if let Some(j) = self.jobs.get_mut(index) {
+                    j.result = answered.then(|| format!("{{{}}}", answers.join(", ")));
+                }
+                answered
+            }
+            JobKind::Backup => ok,
+            JobKind::Final => {
+                self.final_backup_succeeded |= ok;
+                ok
+            }
+        };
+        if let Some(j) = self.jobs.get_mut(index) {
+            j.done = Some(succeeded);
+        }
+    }
+}
