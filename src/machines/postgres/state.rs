@@ -194,3 +194,46 @@ impl PgState {
 }
 
 crate::machines::common::finalize::impl_states!(PgState);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::MachineRecord;
+
+    /// A record as the operator writes it today (keys in the order it writes them).
+    const SWITCHING_OVER: &str = r#"{"state":{"name":"SwitchingOver","cluster":{"image":"postgres:16","replicas":3,"primary":0},"oldUid":"u0","target":{"ordinal":1,"uid":"u1"},"step":"Promote","attempt":5,"cause":"Failover","roundStart":4,"retryAck":"t1","surveyAttempt":2,"surveyed":[{"ordinal":1,"receive":"0/3000060","replay":"0/3000060"}]},"enteredAt":"2026-11-29T18:00:00Z","stateVersion":1,"history":[]}"#;
+
+    fn switchover(record: &MachineRecord<PgState>) -> &Switchover {
+        match &record.state {
+            PgState::SwitchingOver(s) => s,
+            other => panic!("a switchover: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_record_written_today_decodes_and_encodes_to_the_same_bytes() {
+        let record: MachineRecord<PgState> =
+            serde_json::from_str(SWITCHING_OVER).expect("today's record decodes");
+        let s = switchover(&record);
+        assert_eq!((s.attempt, s.round_start), (5, 4));
+        assert_eq!(s.retry_ack.as_deref(), Some("t1"));
+        assert_eq!(
+            serde_json::to_string(&record).ok().as_deref(),
+            Some(SWITCHING_OVER)
+        );
+    }
+
+    #[test]
+    fn a_record_from_before_the_retry_budget_starts_at_round_one() {
+        let old = SWITCHING_OVER.replace(r#""roundStart":4,"retryAck":"t1","#, "");
+        let record: MachineRecord<PgState> =
+            serde_json::from_str(&old).expect("a record without roundStart decodes");
+        let s = switchover(&record);
+        assert_eq!((s.round_start, s.retry_ack.as_deref()), (1, None));
+        let written = old.replace(
+            r#""cause":"Failover","#,
+            r#""cause":"Failover","roundStart":1,"#,
+        );
+        assert_eq!(serde_json::to_string(&record).ok(), Some(written));
+    }
+}
