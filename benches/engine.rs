@@ -158,8 +158,7 @@ fn db_mid_upgrade() -> (DdbState, ddb::Observed) {
         step: UpgradeStep::Restart,
         pod_uid: db_uid(1, DB_FROM),
         attempt: 1,
-        round_start: 1,
-        retry_ack: None,
+        budget: lockstep::machines::common::retry::RetryBudget::begin(None),
         skip_ack: None,
         drained: true,
     });

@@ -4,6 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strum::EnumDiscriminants;
 
+use crate::machines::common::retry::RetryBudget;
+
 /// The persisted state of a DistributedDB (`status.machine.state`). Its CRD schema is
 /// derived from this enum ([`crate::engine::schema`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, EnumDiscriminants)]
@@ -80,11 +82,9 @@ pub struct Upgrade {
     pub pod_uid: String,
     /// The hook attempt, from 1.
     pub attempt: u32,
-    /// The attempt the current retry budget began with.
-    pub round_start: u32,
-    /// The last `retry-hook` token acted on (or present when the upgrade began).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_ack: Option<String>,
+    /// The hook's retry budget, renewed by a `retry-hook` token.
+    #[serde(flatten)]
+    pub budget: RetryBudget,
     /// The last `skip-hook` token acted on (or present when the upgrade began).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_ack: Option<String>,
@@ -124,8 +124,8 @@ mod tests {
         let DdbState::Upgrading(u) = &record.state else {
             panic!("an upgrade: {:?}", record.state);
         };
-        assert_eq!((u.attempt, u.round_start), (5, 4));
-        assert_eq!(u.retry_ack.as_deref(), Some("r1"));
+        assert_eq!((u.attempt, u.budget.round_start), (5, 4));
+        assert_eq!(u.budget.retry_ack.as_deref(), Some("r1"));
         assert_eq!(
             serde_json::to_string(&record).ok().as_deref(),
             Some(UPGRADING)

@@ -4,6 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strum::EnumDiscriminants;
 
+use crate::machines::common::retry::RetryBudget;
+
 /// What a settled cluster is: the image its instances run, how many there are, and which
 /// ordinal is the primary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -84,13 +86,9 @@ pub struct Switchover {
     pub attempt: u32,
     /// Why.
     pub cause: SwitchCause,
-    /// The attempt the current retry budget began with (a `retry-promote` token starts
-    /// a new one).
-    #[serde(default = "first_attempt")]
-    pub round_start: u32,
-    /// The last `retry-promote` token acted on (or present when the switchover began).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_ack: Option<String>,
+    /// The promote Job's retry budget, renewed by a `retry-promote` token.
+    #[serde(flatten)]
+    pub budget: RetryBudget,
     /// Failover: the survey attempt, from 1 (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survey_attempt: Option<u32>,
@@ -98,10 +96,6 @@ pub struct Switchover {
     /// the choice, before the Lease is handed to it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub surveyed: Option<Vec<Surveyed>>,
-}
-
-fn first_attempt() -> u32 {
-    1
 }
 
 /// The persisted state of a PostgresCluster (`status.machine.state`). Its CRD schema is
@@ -215,8 +209,8 @@ mod tests {
         let record: MachineRecord<PgState> =
             serde_json::from_str(SWITCHING_OVER).expect("today's record decodes");
         let s = switchover(&record);
-        assert_eq!((s.attempt, s.round_start), (5, 4));
-        assert_eq!(s.retry_ack.as_deref(), Some("t1"));
+        assert_eq!((s.attempt, s.budget.round_start), (5, 4));
+        assert_eq!(s.budget.retry_ack.as_deref(), Some("t1"));
         assert_eq!(
             serde_json::to_string(&record).ok().as_deref(),
             Some(SWITCHING_OVER)
@@ -229,7 +223,7 @@ mod tests {
         let record: MachineRecord<PgState> =
             serde_json::from_str(&old).expect("a record without roundStart decodes");
         let s = switchover(&record);
-        assert_eq!((s.round_start, s.retry_ack.as_deref()), (1, None));
+        assert_eq!(s.budget, RetryBudget::begin(None));
         let written = old.replace(
             r#""cause":"Failover","#,
             r#""cause":"Failover","roundStart":1,"#,

@@ -87,8 +87,7 @@ fn upgrading(to: &str, ordinal: i32, step: UpgradeStep, pod_uid: &str) -> DdbSta
         step,
         pod_uid: pod_uid.to_owned(),
         attempt: 1,
-        round_start: 1,
-        retry_ack: None,
+        budget: crate::machines::common::retry::RetryBudget::begin(None),
         skip_ack: None,
         drained: false,
     })
