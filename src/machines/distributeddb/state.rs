@@ -12,13 +12,7 @@ use crate::machines::common::retry::RetryBudget;
 #[strum_discriminants(
     name(DdbKind),
     vis(pub),
-    derive(
-        strum::IntoStaticStr,
-        strum::EnumIter,
-        strum::Display,
-        Hash,
-        JsonSchema
-    ),
+    derive(strum::IntoStaticStr, strum::EnumIter),
     doc = "The kind of a [`DdbState`]: its variant without data."
 )]
 #[serde(tag = "name", rename_all_fields = "camelCase")]

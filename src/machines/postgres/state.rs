@@ -104,13 +104,7 @@ pub struct Switchover {
 #[strum_discriminants(
     name(PgKind),
     vis(pub),
-    derive(
-        strum::IntoStaticStr,
-        strum::EnumIter,
-        strum::Display,
-        Hash,
-        JsonSchema
-    ),
+    derive(strum::IntoStaticStr, strum::EnumIter),
     doc = "The kind of a [`PgState`]: its variant without data."
 )]
 #[serde(tag = "name", rename_all_fields = "camelCase")]
