@@ -67,6 +67,7 @@ use k8s_openapi::api::core::v1::{Affinity, EnvVar, Probe, ResourceRequirements, 
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
 use super::state::DdbState;
 use crate::engine::EngineStatus;
@@ -398,24 +399,21 @@ fn split_url(url: &str) -> (&str, &str) {
 }
 
 /// The observed state of a DistributedDB.
+#[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct DistributedDBStatus {
     /// Phase, step, conditions, observedGeneration and the machine record.
     #[serde(flatten)]
     pub engine: EngineStatus<DdbState>,
     /// The image every pod ran when the cluster last came to rest (set when an upgrade
     /// finishes with the last pod).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Database pods that exist.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
     /// Database pods that are Ready.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
     /// The most recent backup that finished (scheduled, on demand or final).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<LastBackup>,
 }
 
@@ -433,7 +431,21 @@ pub struct LastBackup {
 
 #[cfg(test)]
 mod tests {
-    use super::BackupPolicy;
+    use super::{BackupPolicy, DistributedDBStatus};
+
+    #[test]
+    fn a_status_is_written_as_today_with_absent_fields_left_out() {
+        let today = r#"{"phase":"Ready","conditions":[],"version":"db:1","readyReplicas":3}"#;
+        let status: DistributedDBStatus = serde_json::from_str(today).expect("today's status");
+        assert_eq!(status.ready_replicas, Some(3));
+        assert_eq!(serde_json::to_string(&status).ok().as_deref(), Some(today));
+        let empty: DistributedDBStatus = serde_json::from_str("{}").expect("an empty status");
+        assert_eq!(empty, DistributedDBStatus::default());
+        assert_eq!(
+            serde_json::to_string(&empty).ok().as_deref(),
+            Some(r#"{"conditions":[]}"#)
+        );
+    }
 
     fn seed_policy(endpoint: &str, bucket: &str) -> BackupPolicy {
         serde_json::from_value(serde_json::json!({

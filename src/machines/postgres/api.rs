@@ -48,6 +48,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
 use super::state::PgState;
 use crate::engine::EngineStatus;
@@ -310,29 +311,25 @@ pub struct BackupSpec {
 }
 
 /// The observed state of a PostgresCluster.
+#[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct PostgresClusterStatus {
     /// Phase, step, conditions, observedGeneration and the machine record.
     #[serde(flatten)]
     pub engine: EngineStatus<PgState>,
     /// The pod labelled `lockstep.dev/role=primary`: the one `<name>-rw` selects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_pod: Option<String>,
     /// The pods labelled `lockstep.dev/role=replica`: the ones `<name>-ro` selects.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub replica_pods: Vec<String>,
     /// While a switchover or failover runs: the pod being promoted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_primary: Option<String>,
     /// The image every instance ran when the cluster last came to rest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// When the most recent successful backup (scheduled, on demand or final) finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup_time: Option<DateTime<Utc>>,
     /// The most recent failover.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failover: Option<FailoverRecord>,
 }
 
@@ -344,4 +341,23 @@ pub struct FailoverRecord {
     pub time: DateTime<Utc>,
     /// What happened and why.
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PostgresClusterStatus;
+
+    #[test]
+    fn a_status_is_written_as_today_with_absent_fields_left_out() {
+        let today = r#"{"phase":"Ready","observedGeneration":2,"conditions":[],"primaryPod":"pg-0","replicaPods":["pg-1"],"image":"postgres:16"}"#;
+        let status: PostgresClusterStatus = serde_json::from_str(today).expect("today's status");
+        assert_eq!(status.replica_pods, ["pg-1"]);
+        assert_eq!(serde_json::to_string(&status).ok().as_deref(), Some(today));
+        let empty: PostgresClusterStatus = serde_json::from_str("{}").expect("an empty status");
+        assert_eq!(empty, PostgresClusterStatus::default());
+        assert_eq!(
+            serde_json::to_string(&empty).ok().as_deref(),
+            Some(r#"{"conditions":[]}"#)
+        );
+    }
 }
