@@ -88,6 +88,7 @@ fn version_rule() -> String {
 /// A PostgreSQL cluster: one primary and streaming replicas in a StatefulSet, with
 /// switchover on upgrades, failover when the primary stays down, scheduled and on-demand
 /// backups to S3, and a final backup before it is deleted.
+#[skip_serializing_none]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[kube(
     group = "lockstep.dev",
@@ -148,7 +149,6 @@ pub struct PostgresClusterSpec {
     pub version: String,
     /// The server image, overriding `postgres:<version>`. It must run the major of
     /// `version` and provide bash and the server binaries (the official images do).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
     /// Instances: one primary and `replicas - 1` streaming replicas.
@@ -166,10 +166,8 @@ pub struct PostgresClusterSpec {
     )]
     pub storage_size: String,
     /// The StorageClass of the volumes (default: the cluster's default class). Immutable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
     /// Resources of the PostgreSQL container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// How long the primary may be not Ready before a Ready replica is promoted in its
     /// place.
@@ -179,16 +177,13 @@ pub struct PostgresClusterSpec {
     /// The Secret holding the superuser's and the replication role's passwords (keys
     /// `superuserPassword` and `replicationPassword`). Without it Lockstep generates
     /// `<name>-credentials`. Immutable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub credentials_secret: Option<String>,
     /// A database created at bootstrap; backups dump it (default: `postgres`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), regex(pattern = "^[A-Za-z_][A-Za-z0-9_]*$"))]
     pub database: Option<String>,
     /// When scheduled backups run: five cron fields (`0 3 * * *`) or a macro (`@daily`).
     /// Needs `backup`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     #[x_kube(
         validation = Rule::new(CRON_RULE).message(
@@ -200,7 +195,6 @@ pub struct PostgresClusterSpec {
     pub backup_schedule: Option<String>,
     /// Where backups go and how they run. Without it there are no backups, and deletion
     /// takes no final backup.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSpec>,
     /// How the one writable server is fenced: the primary Lease's duration and the
     /// clock-skew bound the operator allows for (see the machine's `# Assumptions`).
@@ -269,6 +263,7 @@ impl FencingSpec {
 }
 
 /// The backup destination and the backup Jobs' pod.
+#[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupSpec {
@@ -279,10 +274,8 @@ pub struct BackupSpec {
     #[schemars(length(min = 1, max = 63))]
     pub bucket: String,
     /// The key prefix within the bucket; dumps go to `<prefix>/<cluster>/<time>.dump`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// The signing region (default `us-east-1`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// Virtual-hosted-style addressing (`bucket.host`) instead of path style.
     #[serde(default)]
