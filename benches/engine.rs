@@ -133,8 +133,10 @@ fn db_at_rest(image: &str) -> ddb::Observed {
         requests: ddb::Requests::default(),
         own: ddb::Own {
             service_in_sync: true,
-            claim_size: Some("1Gi".to_owned()),
-            volumes: BTreeMap::new(),
+            volumes: ddb::Volumes {
+                template_size: Some("1Gi".to_owned()),
+                claims: BTreeMap::new(),
+            },
             requests: ddb::HookRequests::default(),
         },
     }

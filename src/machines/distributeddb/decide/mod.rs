@@ -208,9 +208,8 @@ pub(crate) fn shape_at(
         replicas,
         claim_size: o
             .own
-            .claim_size
-            .as_deref()
-            .unwrap_or(&spec.storage.size)
+            .volumes
+            .template_size_or(&spec.storage.size)
             .to_owned(),
     }
 }

@@ -64,8 +64,10 @@ fn at_rest(image: &str) -> Observed {
         requests: Requests::default(),
         own: Own {
             service_in_sync: true,
-            claim_size: Some("1Gi".to_owned()),
-            volumes: BTreeMap::new(),
+            volumes: crate::machines::distributeddb::observe::Volumes {
+                template_size: Some("1Gi".to_owned()),
+                claims: BTreeMap::new(),
+            },
             requests: HookRequests::default(),
         },
     }
