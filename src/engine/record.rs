@@ -213,3 +213,33 @@ impl<'de> Deserialize<'de> for RawRecord {
 fn record_schema<S: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     generator.subschema_for::<MachineRecord<S>>()
 }
+
+/// Checks that a kind's status type (which embeds [`EngineStatus`]) reads and writes
+/// today's status JSON.
+#[cfg(test)]
+pub(crate) fn assert_status_as_today<T>(today: &str)
+where
+    T: Serialize + serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
+{
+    let status: T = serde_json::from_str(today).expect("today's status decodes");
+    assert_eq!(serde_json::to_string(&status).ok().as_deref(), Some(today));
+    // Every field may be absent; absent ones are not written.
+    let empty: T = serde_json::from_str("{}").expect("an empty status decodes");
+    assert_eq!(empty, T::default());
+    assert_eq!(
+        serde_json::to_string(&empty).ok().as_deref(),
+        Some(r#"{"conditions":[]}"#)
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engine_status_is_written_as_today() {
+        assert_status_as_today::<EngineStatus<String>>(
+            r#"{"phase":"Ready","step":"3/3","observedGeneration":2,"conditions":[],"machine":{"state":"x"}}"#,
+        );
+    }
+}
