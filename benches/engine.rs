@@ -133,8 +133,10 @@ fn db_at_rest(image: &str) -> ddb::Observed {
         requests: ddb::Requests::default(),
         own: ddb::Own {
             service_in_sync: true,
-            claim_size: Some("1Gi".to_owned()),
-            volumes: BTreeMap::new(),
+            volumes: ddb::Volumes {
+                template_size: Some("1Gi".to_owned()),
+                claims: BTreeMap::new(),
+            },
             requests: ddb::HookRequests::default(),
         },
     }
@@ -158,8 +160,7 @@ fn db_mid_upgrade() -> (DdbState, ddb::Observed) {
         step: UpgradeStep::Restart,
         pod_uid: db_uid(1, DB_FROM),
         attempt: 1,
-        round_start: 1,
-        retry_ack: None,
+        budget: lockstep::machines::common::retry::RetryBudget::begin(None),
         skip_ack: None,
         drained: true,
     });

@@ -24,6 +24,7 @@ use std::marker::PhantomData;
 use chrono::{DateTime, Utc};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
 /// How many transitions the persisted history keeps.
 pub const HISTORY_LIMIT: usize = 10;
@@ -99,23 +100,19 @@ pub struct Condition {
 /// newer operator, or edited by hand) never fails deserialization of the whole object:
 /// the engine decodes it and, on failure, holds and reports `Degraded`. Its schema is the
 /// typed [`MachineRecord`] schema.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct EngineStatus<S: JsonSchema> {
     /// The current state's kind, for printer columns.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Progress within the phase (for example `2/PreHook`), for printer columns.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
     /// The generation of the spec the status reflects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Ready, Progressing and Degraded, projected from the machine.
-    #[serde(default)]
     pub conditions: Vec<Condition>,
     /// The persisted machine record.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "record_schema::<S>")]
     pub machine: Option<RawRecord>,
     #[serde(skip)]
@@ -215,4 +212,34 @@ impl<'de> Deserialize<'de> for RawRecord {
 
 fn record_schema<S: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     generator.subschema_for::<MachineRecord<S>>()
+}
+
+/// Checks that a kind's status type (which embeds [`EngineStatus`]) reads and writes
+/// today's status JSON.
+#[cfg(test)]
+pub(crate) fn assert_status_as_today<T>(today: &str)
+where
+    T: Serialize + serde::de::DeserializeOwned + Default + PartialEq + std::fmt::Debug,
+{
+    let status: T = serde_json::from_str(today).expect("today's status decodes");
+    assert_eq!(serde_json::to_string(&status).ok().as_deref(), Some(today));
+    // Every field may be absent; absent ones are not written.
+    let empty: T = serde_json::from_str("{}").expect("an empty status decodes");
+    assert_eq!(empty, T::default());
+    assert_eq!(
+        serde_json::to_string(&empty).ok().as_deref(),
+        Some(r#"{"conditions":[]}"#)
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engine_status_is_written_as_today() {
+        assert_status_as_today::<EngineStatus<String>>(
+            r#"{"phase":"Ready","step":"3/3","observedGeneration":2,"conditions":[],"machine":{"state":"x"}}"#,
+        );
+    }
 }

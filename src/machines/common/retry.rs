@@ -9,7 +9,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
+use super::annotations;
 use super::jobs::{JobOutcome, JobView};
 use crate::engine::Decision;
 
@@ -96,6 +99,69 @@ impl Attempts {
             ),
             None => format!("attempt {}", self.attempt),
         }
+    }
+}
+
+/// The retry budget of a Job step that a user can renew with a retry token (an
+/// annotation such as `lockstep.dev/retry-hook`): where the current round began and the
+/// last token acted on. A state holds it with `#[serde(flatten)]` beside its `attempt`,
+/// so the record keeps `roundStart` and `retryAck` at the state's own level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryBudget {
+    /// The attempt the current retry budget began with (a new retry token starts a new
+    /// one; absent in records written before it existed: 1).
+    #[serde(default = "first_attempt")]
+    pub round_start: u32,
+    /// The last retry token acted on (or present when the step began).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_ack: Option<String>,
+}
+
+fn first_attempt() -> u32 {
+    1
+}
+
+impl RetryBudget {
+    /// A first round, from attempt 1. The retry token already `present` is acknowledged,
+    /// so that only a new one acts.
+    pub fn begin(present: Option<String>) -> Self {
+        RetryBudget {
+            round_start: 1,
+            retry_ack: present,
+        }
+    }
+
+    /// A fresh round from attempt 1 (the step moved on), the acknowledged token kept.
+    pub fn restart(&self) -> Self {
+        RetryBudget {
+            round_start: 1,
+            retry_ack: self.retry_ack.clone(),
+        }
+    }
+
+    /// The attempt numbers of `attempt` in this budget, with `retry_limit` retries a
+    /// round.
+    pub fn attempts(&self, attempt: u32, retry_limit: Option<u32>) -> Attempts {
+        Attempts {
+            attempt,
+            round_start: self.round_start,
+            retry_limit,
+        }
+    }
+
+    /// Once the budget is spent at `attempt`: if `requested` is a retry token not yet
+    /// acted on, the next attempt and the round it begins (acknowledging the token).
+    pub fn renewed(&self, attempt: u32, requested: Option<&str>) -> Option<(u32, Self)> {
+        if !annotations::is_new_token(requested, self.retry_ack.as_deref()) {
+            return None;
+        }
+        let next = attempt.saturating_add(1);
+        let round = RetryBudget {
+            round_start: next,
+            retry_ack: requested.map(str::to_owned),
+        };
+        Some((next, round))
     }
 }
 
@@ -226,6 +292,21 @@ mod tests {
             job_step(Some(&failed(0)), new_round, &b, at(1000)),
             JobStep::Retry { .. }
         ));
+    }
+
+    #[test]
+    fn a_retry_token_renews_a_spent_budget_once() {
+        let budget = RetryBudget::begin(Some("old".to_owned()));
+        assert_eq!(budget.renewed(4, Some("old")), None, "present at the start");
+        assert_eq!(budget.renewed(4, None), None);
+        let (next, round) = budget
+            .renewed(4, Some("new"))
+            .unwrap_or((0, budget.clone()));
+        assert_eq!(next, 5);
+        assert_eq!(round.attempts(next, Some(3)).failures_in_round(), 1);
+        assert_eq!(round.retry_ack.as_deref(), Some("new"));
+        assert_eq!(round.renewed(8, Some("new")), None, "acted on once");
+        assert_eq!(round.restart(), RetryBudget::begin(Some("new".to_owned())));
     }
 
     #[test]

@@ -67,6 +67,7 @@ use k8s_openapi::api::core::v1::{Affinity, EnvVar, Probe, ResourceRequirements, 
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
 use super::state::DdbState;
 use crate::engine::EngineStatus;
@@ -102,6 +103,7 @@ fn default_backup_timeout() -> i64 {
 /// A DistributedDB cluster: a StatefulSet of database pods upgraded one ordinal at a
 /// time with hooks, backed up on a schedule and on demand, and backed up once more
 /// before it is deleted.
+#[skip_serializing_none]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[kube(
     group = "lockstep.dev",
@@ -136,13 +138,10 @@ pub struct DistributedDBSpec {
     /// The volume each pod gets.
     pub storage: Storage,
     /// Scheduled, on-demand and final backups. Without it, no backups are taken.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_policy: Option<BackupPolicy>,
     /// Hooks run around each pod's replacement during an upgrade.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradePolicy>,
     /// Resources of the database container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// The ports the database listens on; the headless Service exposes the same (at
     /// most 16).
@@ -159,18 +158,15 @@ pub struct DistributedDBSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_annotations: BTreeMap<String, String>,
     /// Where the database pods, and the hook and backup pods, are scheduled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
     /// The database container's readiness probe: a pod counts as Ready (at creation,
     /// after each replacement in an upgrade) only once it passes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(ONE_HANDLER_RULE).message(
         "readinessProbe must set exactly one of exec, httpGet, tcpSocket or grpc"
     ))]
     pub readiness_probe: Option<Probe>,
     /// The database container's liveness probe: the kubelet restarts the container
     /// when it fails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(
         validation = Rule::new(ONE_HANDLER_RULE).message(
             "livenessProbe must set exactly one of exec, httpGet, tcpSocket or grpc"
@@ -186,6 +182,7 @@ const ONE_HANDLER_RULE: &str = "[has(self.exec), has(self.httpGet), has(self.tcp
 
 /// Where pods are scheduled: the core/v1 fields of the same names, copied into the pod
 /// template of the database pods and of the hook, backup and scheduled-backup Jobs.
+#[skip_serializing_none]
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Placement {
@@ -205,11 +202,11 @@ pub struct Placement {
     )]
     pub tolerations: Vec<Toleration>,
     /// Node and pod (anti-)affinity (pod `affinity`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
 }
 
 /// Persistent storage of each pod.
+#[skip_serializing_none]
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[x_kube(validation = Rule::new(
     "has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)"
@@ -219,7 +216,6 @@ pub struct Placement {
 #[serde(rename_all = "camelCase")]
 pub struct Storage {
     /// The StorageClass of the volumes (default: the cluster's default class). Immutable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
     /// The size of each volume, such as `10Gi`. It may grow (the volumes are expanded,
     /// which needs a StorageClass with `allowVolumeExpansion`) but never shrink.
@@ -249,15 +245,14 @@ pub struct DbPort {
 }
 
 /// Upgrade hooks.
+#[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradePolicy {
     /// Runs before each pod is replaced (for example, to move leadership away from it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_hook: Option<Hook>,
     /// Runs after each replaced pod is Ready at the new image (for example, to verify it
     /// rejoined), before the next pod is touched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_hook: Option<Hook>,
 }
 
@@ -265,11 +260,11 @@ pub struct UpgradePolicy {
 ///
 /// It gets `TARGET_POD`, `TARGET_ORDINAL`, `TARGET_HOST` (the pod's stable DNS name),
 /// `FROM_IMAGE`, `TO_IMAGE` and `HOOK` (`pre` or `post`) in its environment.
+#[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Hook {
     /// The image (default: the image being upgraded to).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// The entrypoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -298,6 +293,7 @@ pub struct Hook {
 }
 
 /// Where and when backups are taken.
+#[skip_serializing_none]
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[x_kube(
     validation = Rule::new(
@@ -334,11 +330,9 @@ pub struct BackupPolicy {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub bucket: String,
     /// The key prefix within the bucket.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// How many backups to keep under the prefix (passed to the image as
     /// `BACKUP_RETENTION`; pruning is the image's job).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub retention: Option<i32>,
     /// The backup container's image (default: `spec.image`, the database's own image,
@@ -398,24 +392,21 @@ fn split_url(url: &str) -> (&str, &str) {
 }
 
 /// The observed state of a DistributedDB.
+#[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct DistributedDBStatus {
     /// Phase, step, conditions, observedGeneration and the machine record.
     #[serde(flatten)]
     pub engine: EngineStatus<DdbState>,
     /// The image every pod ran when the cluster last came to rest (set when an upgrade
     /// finishes with the last pod).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Database pods that exist.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
     /// Database pods that are Ready.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
     /// The most recent backup that finished (scheduled, on demand or final).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<LastBackup>,
 }
 
@@ -433,7 +424,14 @@ pub struct LastBackup {
 
 #[cfg(test)]
 mod tests {
-    use super::BackupPolicy;
+    use super::{BackupPolicy, DistributedDBStatus};
+
+    #[test]
+    fn a_status_is_written_as_today() {
+        crate::engine::record::assert_status_as_today::<DistributedDBStatus>(
+            r#"{"phase":"Ready","conditions":[],"version":"db:1","readyReplicas":3}"#,
+        );
+    }
 
     fn seed_policy(endpoint: &str, bucket: &str) -> BackupPolicy {
         serde_json::from_value(serde_json::json!({

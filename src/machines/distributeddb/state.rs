@@ -4,19 +4,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strum::EnumDiscriminants;
 
+use crate::machines::common::retry::RetryBudget;
+
 /// The persisted state of a DistributedDB (`status.machine.state`). Its CRD schema is
 /// derived from this enum ([`crate::engine::schema`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, EnumDiscriminants)]
 #[strum_discriminants(
     name(DdbKind),
     vis(pub),
-    derive(
-        strum::IntoStaticStr,
-        strum::EnumIter,
-        strum::Display,
-        Hash,
-        JsonSchema
-    ),
+    derive(strum::IntoStaticStr, strum::EnumIter),
     doc = "The kind of a [`DdbState`]: its variant without data."
 )]
 #[serde(tag = "name", rename_all_fields = "camelCase")]
@@ -80,11 +76,9 @@ pub struct Upgrade {
     pub pod_uid: String,
     /// The hook attempt, from 1.
     pub attempt: u32,
-    /// The attempt the current retry budget began with.
-    pub round_start: u32,
-    /// The last `retry-hook` token acted on (or present when the upgrade began).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_ack: Option<String>,
+    /// The hook's retry budget, renewed by a `retry-hook` token.
+    #[serde(flatten)]
+    pub budget: RetryBudget,
     /// The last `skip-hook` token acted on (or present when the upgrade began).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_ack: Option<String>,
@@ -108,3 +102,32 @@ pub enum UpgradeStep {
 }
 
 crate::machines::common::finalize::impl_states!(DdbState);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::MachineRecord;
+
+    /// A record as the operator writes it today (keys in the order it writes them).
+    const UPGRADING: &str = r#"{"state":{"name":"Upgrading","from":"db:1","to":"db:2","replicas":3,"ordinal":2,"step":"PreHook","podUid":"u2","attempt":5,"roundStart":4,"retryAck":"r1","skipAck":"s1","drained":true},"enteredAt":"2026-11-29T18:00:00Z","stateVersion":1,"history":[]}"#;
+
+    #[test]
+    fn a_record_written_today_decodes_and_encodes_to_the_same_bytes() {
+        let record: MachineRecord<DdbState> =
+            serde_json::from_str(UPGRADING).expect("today's record decodes");
+        let DdbState::Upgrading(u) = &record.state else {
+            panic!("an upgrade: {:?}", record.state);
+        };
+        assert_eq!((u.attempt, u.budget.round_start), (5, 4));
+        assert_eq!(u.budget.retry_ack.as_deref(), Some("r1"));
+        assert_eq!(
+            serde_json::to_string(&record).ok().as_deref(),
+            Some(UPGRADING)
+        );
+        // Without a retry token acted on, `retryAck` is absent both ways.
+        let fresh = UPGRADING.replace(r#""retryAck":"r1","#, "");
+        let record: MachineRecord<DdbState> =
+            serde_json::from_str(&fresh).expect("a record without retryAck decodes");
+        assert_eq!(serde_json::to_string(&record).ok(), Some(fresh));
+    }
+}

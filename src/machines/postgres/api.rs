@@ -48,6 +48,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
 use super::state::PgState;
 use crate::engine::EngineStatus;
@@ -87,6 +88,7 @@ fn version_rule() -> String {
 /// A PostgreSQL cluster: one primary and streaming replicas in a StatefulSet, with
 /// switchover on upgrades, failover when the primary stays down, scheduled and on-demand
 /// backups to S3, and a final backup before it is deleted.
+#[skip_serializing_none]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[kube(
     group = "lockstep.dev",
@@ -147,7 +149,6 @@ pub struct PostgresClusterSpec {
     pub version: String,
     /// The server image, overriding `postgres:<version>`. It must run the major of
     /// `version` and provide bash and the server binaries (the official images do).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
     /// Instances: one primary and `replicas - 1` streaming replicas.
@@ -165,10 +166,8 @@ pub struct PostgresClusterSpec {
     )]
     pub storage_size: String,
     /// The StorageClass of the volumes (default: the cluster's default class). Immutable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
     /// Resources of the PostgreSQL container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// How long the primary may be not Ready before a Ready replica is promoted in its
     /// place.
@@ -178,16 +177,13 @@ pub struct PostgresClusterSpec {
     /// The Secret holding the superuser's and the replication role's passwords (keys
     /// `superuserPassword` and `replicationPassword`). Without it Lockstep generates
     /// `<name>-credentials`. Immutable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub credentials_secret: Option<String>,
     /// A database created at bootstrap; backups dump it (default: `postgres`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), regex(pattern = "^[A-Za-z_][A-Za-z0-9_]*$"))]
     pub database: Option<String>,
     /// When scheduled backups run: five cron fields (`0 3 * * *`) or a macro (`@daily`).
     /// Needs `backup`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     #[x_kube(
         validation = Rule::new(CRON_RULE).message(
@@ -199,7 +195,6 @@ pub struct PostgresClusterSpec {
     pub backup_schedule: Option<String>,
     /// Where backups go and how they run. Without it there are no backups, and deletion
     /// takes no final backup.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSpec>,
     /// How the one writable server is fenced: the primary Lease's duration and the
     /// clock-skew bound the operator allows for (see the machine's `# Assumptions`).
@@ -268,6 +263,7 @@ impl FencingSpec {
 }
 
 /// The backup destination and the backup Jobs' pod.
+#[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupSpec {
@@ -278,10 +274,8 @@ pub struct BackupSpec {
     #[schemars(length(min = 1, max = 63))]
     pub bucket: String,
     /// The key prefix within the bucket; dumps go to `<prefix>/<cluster>/<time>.dump`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// The signing region (default `us-east-1`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
     /// Virtual-hosted-style addressing (`bucket.host`) instead of path style.
     #[serde(default)]
@@ -310,29 +304,25 @@ pub struct BackupSpec {
 }
 
 /// The observed state of a PostgresCluster.
+#[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct PostgresClusterStatus {
     /// Phase, step, conditions, observedGeneration and the machine record.
     #[serde(flatten)]
     pub engine: EngineStatus<PgState>,
     /// The pod labelled `lockstep.dev/role=primary`: the one `<name>-rw` selects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_pod: Option<String>,
     /// The pods labelled `lockstep.dev/role=replica`: the ones `<name>-ro` selects.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub replica_pods: Vec<String>,
     /// While a switchover or failover runs: the pod being promoted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_primary: Option<String>,
     /// The image every instance ran when the cluster last came to rest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// When the most recent successful backup (scheduled, on demand or final) finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup_time: Option<DateTime<Utc>>,
     /// The most recent failover.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failover: Option<FailoverRecord>,
 }
 
@@ -344,4 +334,16 @@ pub struct FailoverRecord {
     pub time: DateTime<Utc>,
     /// What happened and why.
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PostgresClusterStatus;
+
+    #[test]
+    fn a_status_is_written_as_today() {
+        crate::engine::record::assert_status_as_today::<PostgresClusterStatus>(
+            r#"{"phase":"Ready","observedGeneration":2,"conditions":[],"primaryPod":"pg-0","replicaPods":["pg-1"],"image":"postgres:16"}"#,
+        );
+    }
 }

@@ -4,6 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strum::EnumDiscriminants;
 
+use crate::machines::common::retry::RetryBudget;
+
 /// What a settled cluster is: the image its instances run, how many there are, and which
 /// ordinal is the primary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -84,13 +86,9 @@ pub struct Switchover {
     pub attempt: u32,
     /// Why.
     pub cause: SwitchCause,
-    /// The attempt the current retry budget began with (a `retry-promote` token starts
-    /// a new one).
-    #[serde(default = "first_attempt")]
-    pub round_start: u32,
-    /// The last `retry-promote` token acted on (or present when the switchover began).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_ack: Option<String>,
+    /// The promote Job's retry budget, renewed by a `retry-promote` token.
+    #[serde(flatten)]
+    pub budget: RetryBudget,
     /// Failover: the survey attempt, from 1 (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survey_attempt: Option<u32>,
@@ -100,23 +98,13 @@ pub struct Switchover {
     pub surveyed: Option<Vec<Surveyed>>,
 }
 
-fn first_attempt() -> u32 {
-    1
-}
-
 /// The persisted state of a PostgresCluster (`status.machine.state`). Its CRD schema is
 /// derived from this enum ([`crate::engine::schema`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, EnumDiscriminants)]
 #[strum_discriminants(
     name(PgKind),
     vis(pub),
-    derive(
-        strum::IntoStaticStr,
-        strum::EnumIter,
-        strum::Display,
-        Hash,
-        JsonSchema
-    ),
+    derive(strum::IntoStaticStr, strum::EnumIter),
     doc = "The kind of a [`PgState`]: its variant without data."
 )]
 #[serde(tag = "name", rename_all_fields = "camelCase")]
@@ -194,3 +182,46 @@ impl PgState {
 }
 
 crate::machines::common::finalize::impl_states!(PgState);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::MachineRecord;
+
+    /// A record as the operator writes it today (keys in the order it writes them).
+    const SWITCHING_OVER: &str = r#"{"state":{"name":"SwitchingOver","cluster":{"image":"postgres:16","replicas":3,"primary":0},"oldUid":"u0","target":{"ordinal":1,"uid":"u1"},"step":"Promote","attempt":5,"cause":"Failover","roundStart":4,"retryAck":"t1","surveyAttempt":2,"surveyed":[{"ordinal":1,"receive":"0/3000060","replay":"0/3000060"}]},"enteredAt":"2026-11-29T18:00:00Z","stateVersion":1,"history":[]}"#;
+
+    fn switchover(record: &MachineRecord<PgState>) -> &Switchover {
+        match &record.state {
+            PgState::SwitchingOver(s) => s,
+            other => panic!("a switchover: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_record_written_today_decodes_and_encodes_to_the_same_bytes() {
+        let record: MachineRecord<PgState> =
+            serde_json::from_str(SWITCHING_OVER).expect("today's record decodes");
+        let s = switchover(&record);
+        assert_eq!((s.attempt, s.budget.round_start), (5, 4));
+        assert_eq!(s.budget.retry_ack.as_deref(), Some("t1"));
+        assert_eq!(
+            serde_json::to_string(&record).ok().as_deref(),
+            Some(SWITCHING_OVER)
+        );
+    }
+
+    #[test]
+    fn a_record_from_before_the_retry_budget_starts_at_round_one() {
+        let old = SWITCHING_OVER.replace(r#""roundStart":4,"retryAck":"t1","#, "");
+        let record: MachineRecord<PgState> =
+            serde_json::from_str(&old).expect("a record without roundStart decodes");
+        let s = switchover(&record);
+        assert_eq!(s.budget, RetryBudget::begin(None));
+        let written = old.replace(
+            r#""cause":"Failover","#,
+            r#""cause":"Failover","roundStart":1,"#,
+        );
+        assert_eq!(serde_json::to_string(&record).ok(), Some(written));
+    }
+}

@@ -4,7 +4,7 @@ use super::{D, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
 use crate::machines::common::jobs::JobView;
-use crate::machines::common::retry::{Attempts, JobStep, backoff_stay, run_once_step};
+use crate::machines::common::retry::{JobStep, backoff_stay, run_once_step};
 use crate::machines::distributeddb::actions::DdbAction;
 use crate::machines::distributeddb::actions::HookPhase;
 use crate::machines::distributeddb::api::Hook;
@@ -28,11 +28,10 @@ pub(crate) fn hook_step(
     let o = &world.observed;
     let name = o.pod_name(u.ordinal);
     let what = phase.describe();
-    let attempts = Attempts {
-        attempt: u.attempt,
-        round_start: u.round_start,
-        retry_limit: Some(u32::try_from(hook.retry_limit).unwrap_or(0)),
-    };
+    let attempts = u.budget.attempts(
+        u.attempt,
+        Some(u32::try_from(hook.retry_limit).unwrap_or(0)),
+    );
     let (step, job_name) = run_once_step(job, &key, attempts, world.now);
     match step {
         JobStep::Start => stay(
@@ -76,13 +75,11 @@ pub(crate) fn hook_step(
         ),
         JobStep::Exhausted { failure } => {
             let r = &o.own.requests;
-            if annotations::is_new_token(r.retry_hook.as_deref(), u.retry_ack.as_deref()) {
-                let next = u.attempt.saturating_add(1);
+            if let Some((attempt, budget)) = u.budget.renewed(u.attempt, r.retry_hook.as_deref()) {
                 return Decision::go(
                     DdbState::Upgrading(Upgrade {
-                        attempt: next,
-                        round_start: next,
-                        retry_ack: r.retry_hook.clone(),
+                        attempt,
+                        budget,
                         ..u.clone()
                     }),
                     HOOK_RETRY_REQUESTED,

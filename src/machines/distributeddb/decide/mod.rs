@@ -26,6 +26,7 @@ use super::state::{DdbState, Upgrade, UpgradeStep};
 use crate::engine::Decision;
 use crate::machines::common::jobs;
 use crate::machines::common::replace;
+use crate::machines::common::retry::RetryBudget;
 
 pub(crate) type D = Decision<DdbState, DdbAction>;
 
@@ -61,8 +62,7 @@ impl Upgrade {
             step: UpgradeStep::PreHook,
             pod_uid,
             attempt: 1,
-            round_start: 1,
-            retry_ack: requests.retry_hook.clone(),
+            budget: RetryBudget::begin(requests.retry_hook.clone()),
             skip_ack: requests.skip_hook.clone(),
             drained: false,
         }
@@ -75,7 +75,7 @@ impl Upgrade {
             step: UpgradeStep::PreHook,
             pod_uid,
             attempt: 1,
-            round_start: 1,
+            budget: self.budget.restart(),
             drained: false,
             ..self.clone()
         }
@@ -208,9 +208,8 @@ pub(crate) fn shape_at(
         replicas,
         claim_size: o
             .own
-            .claim_size
-            .as_deref()
-            .unwrap_or(&spec.storage.size)
+            .volumes
+            .template_size_or(&spec.storage.size)
             .to_owned(),
     }
 }

@@ -12,7 +12,6 @@ use crate::engine::Decision;
 use crate::machines::common::annotations;
 use crate::machines::common::jobs::{self, JobActions, Purpose};
 use crate::machines::common::on_demand;
-use crate::machines::common::quantity;
 use crate::machines::distributeddb::actions::{DdbAction, Shape};
 use crate::machines::distributeddb::api::DistributedDBSpec;
 use crate::machines::distributeddb::observe::Observed;
@@ -201,15 +200,14 @@ fn grow_volumes(
     replicas: i32,
     o: &Observed,
 ) -> impl Iterator<Item = DdbAction> {
-    o.own.volumes.iter().filter_map(move |(k, v)| {
-        let smaller = v.requested.as_deref().is_some_and(|r| {
-            quantity::compare(r, &spec.storage.size) == Some(std::cmp::Ordering::Less)
-        });
-        (*k < replicas && smaller).then(|| DdbAction::ExpandVolume {
-            ordinal: *k,
-            size: spec.storage.size.clone(),
+    let size = &spec.storage.size;
+    o.own
+        .volumes
+        .smaller_than(size, replicas)
+        .map(|ordinal| DdbAction::ExpandVolume {
+            ordinal,
+            size: size.clone(),
         })
-    })
 }
 
 /// At rest, the finished hook Jobs of past upgrades go.

@@ -181,7 +181,7 @@ fn to_upgrade(u: &Upgrade, step: UpgradeStep, pod_uid: &str) -> Upgrade {
         step,
         pod_uid: pod_uid.to_owned(),
         attempt: 1,
-        round_start: 1,
+        budget: u.budget.restart(),
         drained: false,
         ..u.clone()
     }

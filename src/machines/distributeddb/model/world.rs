@@ -106,8 +106,10 @@ impl WorldModel<DistributedDb> for Cluster {
             requests: self.requests.clone(),
             own: Own {
                 service_in_sync: self.service == Some(true),
-                claim_size: self.sts.as_ref().map(|_| "1Gi".to_owned()),
-                volumes: BTreeMap::new(),
+                volumes: crate::machines::distributeddb::observe::Volumes {
+                    template_size: self.sts.as_ref().map(|_| "1Gi".to_owned()),
+                    claims: BTreeMap::new(),
+                },
                 requests: self.hook_requests.clone(),
             },
         }

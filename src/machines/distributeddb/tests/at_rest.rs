@@ -80,13 +80,13 @@ fn volumes_grow_when_the_storage_size_grows() {
     let mut s = spec("db:1");
     s.storage.size = "2Gi".to_owned();
     let mut o = at_rest("db:1");
-    o.own.volumes.insert(
+    o.own.volumes.claims.insert(
         0,
         crate::machines::distributeddb::observe::VolumeView {
             requested: Some("1Gi".to_owned()),
         },
     );
-    o.own.volumes.insert(
+    o.own.volumes.claims.insert(
         1,
         crate::machines::distributeddb::observe::VolumeView {
             requested: Some("2048Mi".to_owned()),

@@ -64,8 +64,10 @@ fn at_rest(image: &str) -> Observed {
         requests: Requests::default(),
         own: Own {
             service_in_sync: true,
-            claim_size: Some("1Gi".to_owned()),
-            volumes: BTreeMap::new(),
+            volumes: crate::machines::distributeddb::observe::Volumes {
+                template_size: Some("1Gi".to_owned()),
+                claims: BTreeMap::new(),
+            },
             requests: HookRequests::default(),
         },
     }
@@ -87,8 +89,7 @@ fn upgrading(to: &str, ordinal: i32, step: UpgradeStep, pod_uid: &str) -> DdbSta
         step,
         pod_uid: pod_uid.to_owned(),
         attempt: 1,
-        round_start: 1,
-        retry_ack: None,
+        budget: crate::machines::common::retry::RetryBudget::begin(None),
         skip_ack: None,
         drained: false,
     })

@@ -162,7 +162,7 @@ fn a_lost_record_while_deleting_releases_when_nothing_was_created() {
     let mut o = at_rest("db:1");
     o.statefulset = None;
     o.pods.clear();
-    o.own.volumes.clear();
+    o.own.volumes.claims.clear();
     let out = reconcile(&s, &mut status, &o, true);
     assert!(out.release_finalizer);
     assert!(out.actions.is_empty());

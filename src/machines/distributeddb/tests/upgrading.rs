@@ -237,7 +237,7 @@ fn an_exhausted_hook_waits_for_the_retry_annotation() {
     let Some(DdbState::Upgrading(next)) = target(&d) else {
         panic!("{d:?}")
     };
-    assert_eq!((next.attempt, next.round_start), (2, 2));
+    assert_eq!((next.attempt, next.budget.round_start), (2, 2));
     // The same token, seen again at the next failure, asks for nothing more.
     let key2 = hook_key(HookPhase::Pre, 2, "db:2", &uid(2, "db:1"), 2);
     o.jobs.push(job(&key2, Purpose::Hook, failed(0)));
@@ -251,7 +251,7 @@ fn a_stale_retry_token_from_before_the_upgrade_is_not_acted_on() {
     o.own.requests.retry_hook = Some("old".to_owned());
     let d = decide(&spec("db:2"), &ready("db:1"), o);
     assert!(
-        matches!(target(&d), Some(DdbState::Upgrading(u)) if u.retry_ack.as_deref() == Some("old"))
+        matches!(target(&d), Some(DdbState::Upgrading(u)) if u.budget.retry_ack.as_deref() == Some("old"))
     );
 }
 

@@ -8,7 +8,7 @@ use super::survey::{describe, most_advanced, parse};
 use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::RETRY_PROMOTE;
-use crate::machines::common::retry::{Attempts, JobStep, backoff_stay, run_once_step};
+use crate::machines::common::retry::{Attempts, JobStep, RetryBudget, backoff_stay, run_once_step};
 use crate::machines::postgres::actions::{DeleteCause, PgAction, Role, promote_key, survey_key};
 use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::{Observed, RELEASED_LSN, holder_identity};
@@ -37,8 +37,7 @@ pub(crate) fn begin_switchover(
             step: SwitchStep::Demote,
             attempt: 1,
             cause,
-            round_start: 1,
-            retry_ack: o.own.requests.retry_promote.clone(),
+            budget: RetryBudget::begin(o.own.requests.retry_promote.clone()),
             survey_attempt: None,
             surveyed: None,
         }),
@@ -376,7 +375,7 @@ pub(crate) fn retarget(
                     // The Lease may name the previous target: it is fenced first.
                     step: SwitchStep::Fence,
                     attempt: 1,
-                    round_start: 1,
+                    budget: s.budget.restart(),
                     ..s.clone()
                 }),
                 TARGET_CHANGED,
@@ -403,11 +402,7 @@ pub(crate) fn promote(
     let (t, name) = target_pod(s, o);
     let key = promote_key(t, &s.target.uid, s.attempt);
     let job = o.job(&key);
-    let attempts = Attempts {
-        attempt: s.attempt,
-        round_start: s.round_start,
-        retry_limit: Some(PROMOTE_RETRY_LIMIT),
-    };
+    let attempts = s.budget.attempts(s.attempt, Some(PROMOTE_RETRY_LIMIT));
     let (step, job_name) = run_once_step(job, &key, attempts, world.now);
     match step {
         JobStep::Start => match o.pods.get(&t) {
@@ -465,14 +460,16 @@ pub(crate) fn promote(
             PROMOTION_RETRIED,
             format!("{what}: promote Job {job_name} {failure}; trying again"),
         ),
-        JobStep::Exhausted { failure } => match &o.own.requests.retry_promote {
-            Some(token) if s.retry_ack.as_ref() != Some(token) => {
-                let next = s.attempt.saturating_add(1);
+        JobStep::Exhausted { failure } => match s
+            .budget
+            .renewed(s.attempt, o.own.requests.retry_promote.as_deref())
+        {
+            Some((attempt, budget)) => {
+                let token = budget.retry_ack.clone().unwrap_or_default();
                 Decision::go(
                     PgState::SwitchingOver(Switchover {
-                        attempt: next,
-                        round_start: next,
-                        retry_ack: Some(token.clone()),
+                        attempt,
+                        budget,
                         ..s.clone()
                     }),
                     PROMOTION_RETRIED,
@@ -481,7 +478,7 @@ pub(crate) fn promote(
                     ),
                 )
             }
-            _ => stay(
+            None => stay(
                 PROMOTION_EXHAUSTED,
                 format!(
                     "{what}: promote Job {job_name} {failure} ({}); set {RETRY_PROMOTE}=<new token> to try again (a target whose log says it has not received the old primary's last WAL is promoted without it once {RELEASED_LSN} is removed from the Lease {}-primary)",

@@ -158,8 +158,7 @@ fn failover_at(step: SwitchStep) -> PgState {
         step,
         attempt: 1,
         cause: SwitchCause::Failover,
-        round_start: 1,
-        retry_ack: None,
+        budget: crate::machines::common::retry::RetryBudget::begin(None),
         survey_attempt: None,
         surveyed: None,
     })
@@ -226,8 +225,7 @@ fn switching(step: SwitchStep, attempt: u32, cause: SwitchCause) -> PgState {
         step,
         attempt,
         cause,
-        round_start: 1,
-        retry_ack: None,
+        budget: crate::machines::common::retry::RetryBudget::begin(None),
         survey_attempt: None,
         surveyed: None,
     })
