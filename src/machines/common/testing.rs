@@ -3,13 +3,14 @@
 //! the engine.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 
 use chrono::{DateTime, Utc};
 
-use super::jobs::{JobOutcome, JobView, Purpose};
+use super::jobs::{JobAction, JobOutcome, JobView, Purpose};
 use super::observe::PodView;
 use crate::engine::machine::is_declared;
-use crate::engine::{Decision, EngineStatus, Health, Input, Machine, Outcome, World, step};
+use crate::engine::{Decision, EngineStatus, Health, Input, Machine, Outcome, Wait, World, step};
 
 /// The test clock: `secs` seconds after a fixed instant.
 pub fn t(secs: i64) -> DateTime<Utc> {
@@ -179,4 +180,164 @@ pub fn current<M: Machine>(status: &EngineStatus<M::State>) -> Option<M::State> 
         .ok()
         .flatten()
         .map(|r| r.state)
+}
+
+/// `d` transitions to `to`, for `reason`.
+pub fn assert_goes<S: Debug + PartialEq, A: Debug>(d: &Decision<S, A>, reason: &str, to: &S) {
+    assert_eq!(d.reason(), reason, "{d:?}");
+    assert_eq!(target(d), Some(to), "{d:?}");
+}
+
+/// `d` stays where it is, for `reason`.
+pub fn assert_stays<S: Debug, A: Debug>(d: &Decision<S, A>, reason: &str) {
+    assert!(target(d).is_none(), "{d:?}");
+    assert_eq!(d.reason(), reason, "{d:?}");
+}
+
+/// `d` stays, Degraded, for `reason`.
+pub fn assert_degraded<S: Debug, A: Debug>(d: &Decision<S, A>, reason: &str) {
+    assert!(is_degraded(d), "{d:?}");
+    assert_eq!(d.reason(), reason, "{d:?}");
+}
+
+/// `d`'s message says each of `words`.
+pub fn assert_says<S, A>(d: &Decision<S, A>, words: &[&str]) {
+    for word in words {
+        assert!(message(d).contains(word), "{word:?} in {:?}", message(d));
+    }
+}
+
+/// Whether one of `d`'s actions is `wanted`.
+pub fn has_action<S, A>(d: &Decision<S, A>, wanted: impl Fn(&A) -> bool) -> bool {
+    d.actions().iter().any(wanted)
+}
+
+/// When a stay looks again (`None` for a transition).
+pub fn wait_of<S, A>(d: &Decision<S, A>) -> Option<Wait> {
+    match d {
+        Decision::Stay { wait, .. } => Some(*wait),
+        Decision::Go { .. } => None,
+    }
+}
+
+/// A stay's requeue, in seconds, if it polls.
+pub fn requeue_secs<S, A>(d: &Decision<S, A>) -> Option<u64> {
+    match wait_of(d) {
+        Some(Wait::Requeue(w)) => Some(w.as_secs()),
+        _ => None,
+    }
+}
+
+/// `M`'s decision while its object is being deleted, at `now` in a state entered at
+/// `entered`; a transition it takes must be declared.
+pub fn decide_deleting<M: Machine>(
+    spec: &M::Spec,
+    state: &M::State,
+    o: M::Observed,
+    now: i64,
+    entered: i64,
+) -> Decision<M::State, M::Action> {
+    let w = World {
+        deleting: true,
+        ..world_at(o, now, entered)
+    };
+    let d = M::decide(spec, state, &w);
+    assert_declared::<M>(state, &d);
+    d
+}
+
+/// `M`'s decision at `t(1000)` in a state entered at `t(0)` with the request annotation
+/// `annotation` already taken on as `token`.
+pub fn decide_acked<M: Machine>(
+    spec: &M::Spec,
+    state: &M::State,
+    o: M::Observed,
+    (annotation, token): (&str, &str),
+) -> Decision<M::State, M::Action> {
+    let w = World {
+        acks: [(annotation.to_owned(), token.to_owned())].into(),
+        ..world_at(o, 1000, 0)
+    };
+    let d = M::decide(spec, state, &w);
+    assert_declared::<M>(state, &d);
+    d
+}
+
+/// A machine action that may be one on Jobs, for the helpers that pick those out.
+pub trait OnJobs {
+    /// The Job action this is, if it is one.
+    fn on_jobs(&self) -> Option<&JobAction>;
+}
+
+/// Whether `actions` start a backup Job.
+pub fn runs_backup<A: OnJobs>(actions: &[A]) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a.on_jobs(), Some(JobAction::RunBackup { .. })))
+}
+
+/// The Jobs `actions` delete, by name, sorted.
+pub fn deleted_jobs<A: OnJobs>(actions: &[A]) -> Vec<String> {
+    let mut names: Vec<String> = actions
+        .iter()
+        .filter_map(|a| match a.on_jobs() {
+            Some(JobAction::DeleteJob { name, .. }) => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Whole reconciles of `M` through the engine, its status carried from one to the next.
+pub struct Reconciles<M: Machine> {
+    spec: M::Spec,
+    /// The status as the last reconcile wrote it.
+    pub status: EngineStatus<M::State>,
+    deleting: bool,
+}
+
+impl<M: Machine> Reconciles<M> {
+    /// From a record that holds `state`.
+    pub fn from(spec: M::Spec, state: &M::State) -> Self {
+        Self {
+            spec,
+            status: status_in(state),
+            deleting: false,
+        }
+    }
+
+    /// From a status whose record was lost, the object being deleted.
+    pub fn deleting_without_a_record(spec: M::Spec) -> Self {
+        Self {
+            spec,
+            status: EngineStatus::default(),
+            deleting: true,
+        }
+    }
+
+    /// One reconcile at `t(1000)`.
+    pub fn once(&mut self, o: &M::Observed) -> Outcome<M> {
+        self.once_at(o, 1000)
+    }
+
+    /// One reconcile at `t(secs)`.
+    pub fn once_at(&mut self, o: &M::Observed, secs: i64) -> Outcome<M> {
+        reconcile_at::<M>(&self.spec, &mut self.status, o, self.deleting, secs)
+    }
+
+    /// How many of `n` reconciles at `t(1000)` start a backup Job.
+    pub fn backups_in(&mut self, n: usize, o: &M::Observed) -> usize
+    where
+        M::Action: OnJobs,
+    {
+        (0..n)
+            .filter(|_| runs_backup(&self.once(o).actions))
+            .count()
+    }
+
+    /// The state the record holds, if it decodes.
+    pub fn current(&self) -> Option<M::State> {
+        current::<M>(&self.status)
+    }
 }
