@@ -7,8 +7,12 @@ use std::fmt::Debug;
 
 use chrono::{DateTime, Utc};
 
+use super::annotations::BACKUP_NOW;
+use super::backup::BackupKind;
+use super::finalize::{FINAL_BACKUP_FAILED, FINAL_BACKUP_SKIPPED};
 use super::jobs::{JobAction, JobOutcome, JobView, Purpose};
 use super::observe::PodView;
+use super::on_demand::{BACKUP_REQUESTED, BACKUP_SUCCEEDED};
 use crate::engine::machine::is_declared;
 use crate::engine::{Decision, EngineStatus, Health, Input, Machine, Outcome, Wait, World, step};
 
@@ -228,18 +232,16 @@ pub fn requeue_secs<S, A>(d: &Decision<S, A>) -> Option<u64> {
     }
 }
 
-/// `M`'s decision while its object is being deleted, at `now` in a state entered at
-/// `entered`; a transition it takes must be declared.
+/// `M`'s decision at `t(1000)`, in a state entered at `t(0)`, while its object is being
+/// deleted; a transition it takes must be declared.
 pub fn decide_deleting<M: Machine>(
     spec: &M::Spec,
     state: &M::State,
     o: M::Observed,
-    now: i64,
-    entered: i64,
 ) -> Decision<M::State, M::Action> {
     let w = World {
         deleting: true,
-        ..world_at(o, now, entered)
+        ..world_at(o, 1000, 0)
     };
     let d = M::decide(spec, state, &w);
     assert_declared::<M>(state, &d);
@@ -276,17 +278,23 @@ pub fn runs_backup<A: OnJobs>(actions: &[A]) -> bool {
         .any(|a| matches!(a.on_jobs(), Some(JobAction::RunBackup { .. })))
 }
 
-/// The Jobs `actions` delete, by name, sorted.
+/// The Jobs `actions` delete, by name, in order.
 pub fn deleted_jobs<A: OnJobs>(actions: &[A]) -> Vec<String> {
-    let mut names: Vec<String> = actions
+    actions
         .iter()
         .filter_map(|a| match a.on_jobs() {
             Some(JobAction::DeleteJob { name, .. }) => Some(name.clone()),
             _ => None,
         })
-        .collect();
-    names.sort();
-    names
+        .collect()
+}
+
+/// The one action of `actions`, if there is exactly one and it is on Jobs.
+pub fn only_job_action<A: OnJobs>(actions: &[A]) -> Option<&JobAction> {
+    match actions {
+        [one] => one.on_jobs(),
+        _ => None,
+    }
 }
 
 /// Whole reconciles of `M` through the engine, its status carried from one to the next.
@@ -331,13 +339,100 @@ impl<M: Machine> Reconciles<M> {
     where
         M::Action: OnJobs,
     {
-        (0..n)
-            .filter(|_| runs_backup(&self.once(o).actions))
-            .count()
+        self.backups_playing(n, &mut o.clone(), |_| {})
+    }
+
+    /// How many of `n` reconciles at `t(1000)` start a backup Job, `started` playing the
+    /// Job controller: it changes what is seen after each reconcile that started one.
+    pub fn backups_playing(
+        &mut self,
+        n: usize,
+        o: &mut M::Observed,
+        started: impl Fn(&mut M::Observed),
+    ) -> usize
+    where
+        M::Action: OnJobs,
+    {
+        let mut backups = 0;
+        for _ in 0..n {
+            if runs_backup(&self.once(o).actions) {
+                backups += 1;
+                started(o);
+            }
+        }
+        backups
     }
 
     /// The state the record holds, if it decodes.
     pub fn current(&self) -> Option<M::State> {
         current::<M>(&self.status)
     }
+}
+
+/// What a machine observes in the steps of a backup contract, in order.
+pub struct Seen<O> {
+    /// Before the step's Job ran: at rest (final backup) or with the token (on demand).
+    pub before: O,
+    /// Once the step's Job finished: failed (final backup) or succeeded (on demand).
+    pub finished: O,
+    /// Then: the skip annotation set (final backup), or the Job pruned (on demand).
+    pub after: O,
+}
+
+/// The final-backup contract, checked on `M` through its own `decide`: from
+/// `finalizing` (attempt 1) deletion runs the Job `final-backup-1` and nothing else;
+/// once that Job failed the finalizer is held, Degraded, naming the Job's reason; with
+/// the skip annotation the machine goes to `finalized`.
+pub fn assert_final_backup_holds_the_finalizer<M: Machine>(
+    spec: &M::Spec,
+    finalizing: &M::State,
+    finalized: &M::State,
+    seen: Seen<M::Observed>,
+) where
+    M::Action: OnJobs,
+{
+    let d = decide_deleting::<M>(spec, finalizing, seen.before);
+    let first = JobAction::RunBackup {
+        key: "final-backup-1".to_owned(),
+        kind: BackupKind::Final,
+    };
+    assert_eq!(only_job_action(d.actions()), Some(&first), "{d:?}");
+    let d = decide_deleting::<M>(spec, finalizing, seen.finished);
+    assert_degraded(&d, FINAL_BACKUP_FAILED);
+    assert_says(&d, &["BackoffLimitExceeded"]);
+    assert!(!M::finalized(finalizing));
+    let d = decide_deleting::<M>(spec, finalizing, seen.after);
+    assert_goes(&d, FINAL_BACKUP_SKIPPED, finalized);
+}
+
+/// The on-demand backup contract, checked on `M` through its own `decide`: at rest
+/// (`ready`), the `backup-now` token `t1` starts BackingUp, the transition itself running
+/// the token's one on-demand backup Job; once it succeeded, BackingUp ends; back at
+/// rest, the served token asks for nothing more (`serving`), Job or no Job. Returns the
+/// BackingUp state it went to.
+pub fn assert_a_token_runs_one_backup<M: Machine>(
+    spec: &M::Spec,
+    ready: &M::State,
+    serving: &str,
+    seen: Seen<M::Observed>,
+) -> M::State
+where
+    M::Action: OnJobs,
+{
+    let d = decide_at::<M>(spec, ready, seen.before, 1000, 0);
+    assert_eq!(d.reason(), BACKUP_REQUESTED, "{d:?}");
+    let backing_up = target(&d).cloned().unwrap_or_else(|| panic!("{d:?}"));
+    // The Job is created by the transition that persists BackingUp (and acks the token).
+    let run = JobAction::RunBackup {
+        key: super::on_demand::key("t1"),
+        kind: BackupKind::OnDemand,
+    };
+    assert_eq!(only_job_action(d.actions()), Some(&run), "{d:?}");
+    let served = (BACKUP_NOW, "t1");
+    let d = decide_acked::<M>(spec, &backing_up, seen.finished.clone(), served);
+    assert_eq!(d.reason(), BACKUP_SUCCEEDED, "{d:?}");
+    for o in [seen.finished, seen.after] {
+        assert_eq!(decide_acked::<M>(spec, ready, o, served).reason(), serving);
+    }
+    backing_up
 }

@@ -146,45 +146,30 @@ fn the_cronjob_is_created_updated_and_deleted_as_the_schedule_changes() {
 
 #[test]
 fn an_on_demand_backup_runs_once_per_token() {
-    let s = with_backups(spec("16.3"), None);
-    let mut o = at_rest(V1, 0);
-    o.requests.backup_now = Some("t1".to_owned());
-    let d = decide(&s, &ready(V1, 0), o.clone());
-    assert_eq!(d.reason(), BACKUP_REQUESTED);
-    // The Job is created by the transition that persists BackingUp (and acks the token).
-    assert_eq!(
-        d.actions(),
-        &[PgAction::Jobs(JobAction::RunBackup {
-            key: backup_key("t1"),
-            kind: BackupKind::OnDemand
-        })]
-    );
-    let backing_up = PgState::BackingUp {
-        cluster: cluster(V1, 0),
-        request: "t1".to_owned(),
-    };
-    let served = |o: Observed| World {
-        acks: [(
-            crate::machines::common::annotations::BACKUP_NOW.to_owned(),
-            "t1".to_owned(),
-        )]
-        .into(),
-        ..world_at(o, 1000, 0)
-    };
-    o.jobs = vec![job(
+    let mut asked = at_rest(V1, 0);
+    asked.requests.backup_now = Some("t1".to_owned());
+    let mut succeeded = asked.clone();
+    succeeded.jobs = vec![job(
         &backup_key("t1"),
         Purpose::Backup,
         JobOutcome::Succeeded { at: t(5) },
     )];
-    let d = Postgres::decide(&s, &backing_up, &served(o.clone()));
-    assert_eq!(d.reason(), BACKUP_SUCCEEDED);
     // The token is served: leaving the annotation in place asks for nothing more, whether
     // its Job is still there or was pruned.
-    let d = Postgres::decide(&s, &ready(V1, 0), &served(o.clone()));
-    assert_eq!(d.reason(), SERVING);
-    o.jobs.clear();
-    let d = Postgres::decide(&s, &ready(V1, 0), &served(o));
-    assert_eq!(d.reason(), SERVING);
+    let pruned = asked.clone();
+    let s = with_backups(spec("16.3"), None);
+    let seen = testing::Seen {
+        before: asked,
+        finished: succeeded,
+        after: pruned,
+    };
+    let backing_up =
+        testing::assert_a_token_runs_one_backup::<Postgres>(&s, &ready(V1, 0), SERVING, seen);
+    let expected = PgState::BackingUp {
+        cluster: cluster(V1, 0),
+        request: "t1".to_owned(),
+    };
+    assert_eq!(backing_up, expected);
 }
 
 #[test]

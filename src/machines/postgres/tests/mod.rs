@@ -30,7 +30,8 @@ use crate::engine::{Decision, Machine, Wait, World};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{
-    self, failed, is_degraded, message, picked, t, target, world_at,
+    self, assert_degraded, assert_goes, assert_says, assert_stays, failed, has_action, is_degraded,
+    message, picked, requeue_secs, t, target, wait_of, world_at,
 };
 
 const V1: &str = "postgres:16.3";
@@ -243,4 +244,13 @@ fn deletes_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, String, DeleteCause)
 
 fn promotes_in(d: &Decision<PgState, PgAction>) -> Vec<i32> {
     picked!(d.actions(), PgAction::RunPromote { target, .. } => *target)
+}
+
+impl testing::OnJobs for PgAction {
+    fn on_jobs(&self) -> Option<&JobAction> {
+        match self {
+            PgAction::Jobs(action) => Some(action),
+            _ => None,
+        }
+    }
 }
