@@ -52,8 +52,7 @@ fn a_ready_cluster_with_a_pod_down_is_reported_degraded_naming_the_pod() {
     o.pods.insert(1, pod(1, "db:1", false));
     let d = decide(&spec("db:1"), &ready("db:1"), o);
     assert!(target(&d).is_none(), "a pod down at rest moves no state");
-    assert_eq!(d.reason(), PODS_NOT_READY);
-    assert!(is_degraded(&d));
+    assert_degraded(&d, PODS_NOT_READY);
     assert!(message(&d).contains("db-1"), "{}", message(&d));
 }
 

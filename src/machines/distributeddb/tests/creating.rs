@@ -26,8 +26,7 @@ fn creating_creates_the_service_and_the_statefulset_first() {
 #[test]
 fn creating_becomes_ready_when_every_pod_is_ready_at_the_image() {
     let d = decide(&spec("db:1"), &DdbState::Creating, at_rest("db:1"));
-    assert_eq!(target(&d), Some(&ready("db:1")));
-    assert_eq!(d.reason(), ALL_REPLICAS_READY);
+    assert_goes(&d, ALL_REPLICAS_READY, &ready("db:1"));
 }
 
 #[test]

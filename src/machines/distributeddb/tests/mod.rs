@@ -24,7 +24,7 @@ use super::observe::{
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use super::table::TABLE;
 use super::table::reason::*;
-use crate::engine::{Decision, Machine, Wait, World};
+use crate::engine::{Decision, Wait};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{
@@ -97,10 +97,6 @@ fn upgrading(to: &str, ordinal: i32, step: UpgradeStep, pod_uid: &str) -> DdbSta
 
 fn deletes(d: &Decision<DdbState, DdbAction>) -> Vec<(i32, String)> {
     picked!(d.actions(), DdbAction::DeletePod { ordinal, uid } => (*ordinal, uid.clone()))
-}
-
-fn world(observed: Observed) -> World<Observed> {
-    testing::world_at(observed, 1000, 0)
 }
 
 /// Decide with the persisted state entered `secs` seconds ago.

@@ -53,8 +53,7 @@ fn creation_labels_pod_0_primary_and_every_other_pod_replica() {
 #[test]
 fn creation_completes_once_every_instance_is_ready_with_its_role() {
     let d = decide(&spec("16.3"), &Postgres::initial(), at_rest(V1, 0));
-    assert_eq!(d.reason(), CLUSTER_CREATED);
-    assert_eq!(target(&d), Some(&ready(V1, 0)));
+    assert_goes(&d, CLUSTER_CREATED, &ready(V1, 0));
 }
 
 #[test]
@@ -99,24 +98,19 @@ fn a_stray_primary_label_is_removed_before_the_primary_is_labelled() {
 
 #[test]
 fn scaling_below_the_primary_hands_the_role_to_a_lower_ordinal_first() {
-    let mut s = spec("16.3");
-    s.replicas = 2;
-    let d = decide(&s, &ready(V1, 2), at_rest(V1, 2));
+    let d = decide(&scaled_to(2), &ready(V1, 2), at_rest(V1, 2));
     assert_eq!(d.reason(), PRIMARY_OUTSIDE_SCALE);
     assert!(matches!(
         target(&d),
         Some(PgState::SwitchingOver(sw)) if sw.target.ordinal == 0 && sw.cause == SwitchCause::Scale
     ));
-    s.replicas = 3;
-    let d = decide(&s, &ready(V1, 0), at_rest(V1, 0));
+    let d = decide(&scaled_to(3), &ready(V1, 0), at_rest(V1, 0));
     assert_eq!(d.reason(), SERVING);
 }
 
 #[test]
 fn scaling_above_the_primary_goes_straight_to_scaling() {
-    let mut s = spec("16.3");
-    s.replicas = 5;
-    let d = decide(&s, &ready(V1, 0), at_rest(V1, 0));
+    let d = decide(&scaled_to(5), &ready(V1, 0), at_rest(V1, 0));
     assert_eq!(d.reason(), REPLICAS_CHANGED);
 }
 
@@ -177,6 +171,5 @@ fn a_backup_without_a_destination_is_reported_not_attempted() {
     let mut o = at_rest(V1, 0);
     o.requests.backup_now = Some("t1".to_owned());
     let d = decide(&spec("16.3"), &ready(V1, 0), o);
-    assert_eq!(d.reason(), BACKUP_NOT_CONFIGURED);
-    assert!(is_degraded(&d));
+    assert_degraded(&d, BACKUP_NOT_CONFIGURED);
 }
