@@ -6,11 +6,15 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::annotations::BACKUP_NOW;
 use super::backup::BackupKind;
 use super::finalize::{FINAL_BACKUP_FAILED, FINAL_BACKUP_SKIPPED};
 use super::jobs::{JobAction, JobOutcome, JobView, Purpose};
+use super::meta::Owner;
 use super::observe::PodView;
 use super::on_demand::{BACKUP_REQUESTED, BACKUP_SUCCEEDED};
 use crate::engine::machine::is_declared;
@@ -435,4 +439,73 @@ where
         assert_eq!(decide_acked::<M>(spec, ready, o, served).reason(), serving);
     }
     backing_up
+}
+
+/// `job` runs once: it never retries by itself (`backoffLimit: 0`) and is stopped after
+/// `deadline` seconds.
+pub fn assert_runs_once(job: &Job, deadline: i64) {
+    let spec = job.spec.as_ref();
+    assert_eq!(spec.and_then(|s| s.backoff_limit), Some(0));
+    assert_eq!(spec.and_then(|s| s.active_deadline_seconds), Some(deadline));
+}
+
+/// The spec of the pods `job` makes.
+pub fn job_pod(job: &Job) -> PodSpec {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .unwrap_or_default()
+}
+
+/// `c`'s environment variables with a plain value, by name.
+pub fn plain_env(c: &Container) -> BTreeMap<String, Option<String>> {
+    c.env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect()
+}
+
+/// `c`'s environment holds each of `vars` as a plain value.
+pub fn assert_env(c: &Container, vars: &[(&str, &str)]) {
+    let env = plain_env(c);
+    for (name, value) in vars {
+        assert_eq!(
+            env.get(*name).cloned().flatten().as_deref(),
+            Some(*value),
+            "{name}"
+        );
+    }
+}
+
+/// `c`'s environment takes each of `vars` from a Secret: `(variable, (secret, key))`.
+pub fn assert_secret_env(c: &Container, vars: &[(&str, (&str, &str))]) {
+    for (name, (secret, key)) in vars {
+        let from = c
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == *name)
+            .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+            .map(|r| (r.name.as_str(), r.key.as_str()));
+        assert_eq!(from, Some((*secret, *key)), "{name}");
+    }
+}
+
+/// The owner `db` in the namespace `ns` (UID `u`), for what builds its children.
+pub fn owner_db() -> Owner {
+    Owner {
+        name: "db".to_owned(),
+        namespace: "ns".to_owned(),
+        reference: OwnerReference {
+            name: "db".to_owned(),
+            uid: "u".to_owned(),
+            ..OwnerReference::default()
+        },
+    }
+}
+
+/// The value of the label `key` in `meta`, if it has one.
+pub fn label(meta: Option<&ObjectMeta>, key: &str) -> Option<String> {
+    meta.and_then(|m| m.labels.as_ref()?.get(key).cloned())
 }

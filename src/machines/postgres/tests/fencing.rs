@@ -412,17 +412,16 @@ fn the_pods_may_only_get_update_and_patch_their_own_lease() {
     let pod = sts.spec.template.spec.expect("a pod spec");
     assert_eq!(pod.service_account_name.as_deref(), Some("pg-instance"));
     let c = &pod.containers[0];
-    let env: BTreeMap<String, Option<String>> = c
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| (e.name, e.value))
-        .collect();
-    assert_eq!(env["LOCKSTEP_LEASE_NAME"].as_deref(), Some("pg-primary"));
-    assert_eq!(env["LOCKSTEP_LEASE_SECONDS"].as_deref(), Some("15"));
-    assert_eq!(env["LOCKSTEP_FENCE_SECONDS"].as_deref(), Some("7"));
-    assert_eq!(env["LOCKSTEP_RENEW_SECONDS"].as_deref(), Some("2"));
+    testing::assert_env(
+        c,
+        &[
+            ("LOCKSTEP_LEASE_NAME", "pg-primary"),
+            ("LOCKSTEP_LEASE_SECONDS", "15"),
+            ("LOCKSTEP_FENCE_SECONDS", "7"),
+            ("LOCKSTEP_RENEW_SECONDS", "2"),
+        ],
+    );
+    let env = testing::plain_env(c);
     for from_field in ["POD_NAME", "POD_UID", "POD_NAMESPACE"] {
         assert!(env.contains_key(from_field), "{from_field}");
     }

@@ -11,7 +11,7 @@ mod upgrades;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar};
+use k8s_openapi::api::core::v1::Container;
 use kube::ResourceExt;
 
 use super::actions::{
