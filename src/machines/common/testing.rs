@@ -1,6 +1,8 @@
 //! Test fixtures every machine's unit tests share: a clock, worlds, decisions checked
-//! against the declared table, Jobs and their outcomes, and whole reconciles through
-//! the engine.
+//! against the declared table, Jobs and their outcomes, whole reconciles through the
+//! engine, assertions that read as sentences (`assert_goes`, `assert_stays`,
+//! `assert_says`, `has_action`), rendered containers and Jobs, and the backup contracts
+//! every machine keeps, checked through its own `decide`.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -374,7 +376,7 @@ impl<M: Machine> Reconciles<M> {
 }
 
 /// What a machine observes in the steps of a backup contract, in order.
-pub struct Seen<O> {
+pub struct BackupSteps<O> {
     /// Before the step's Job ran: at rest (final backup) or with the token (on demand).
     pub before: O,
     /// Once the step's Job finished: failed (final backup) or succeeded (on demand).
@@ -391,7 +393,7 @@ pub fn assert_final_backup_holds_the_finalizer<M: Machine>(
     spec: &M::Spec,
     finalizing: &M::State,
     finalized: &M::State,
-    seen: Seen<M::Observed>,
+    seen: BackupSteps<M::Observed>,
 ) where
     M::Action: OnJobs,
 {
@@ -418,7 +420,7 @@ pub fn assert_a_token_runs_one_backup<M: Machine>(
     spec: &M::Spec,
     ready: &M::State,
     serving: &str,
-    seen: Seen<M::Observed>,
+    seen: BackupSteps<M::Observed>,
 ) -> M::State
 where
     M::Action: OnJobs,

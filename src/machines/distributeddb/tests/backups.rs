@@ -18,7 +18,7 @@ fn backup_now_runs_one_backup_per_token() {
         jobs: Vec::new(),
         ..succeeded.clone()
     };
-    let seen = testing::Seen {
+    let seen = testing::BackupSteps {
         before: asked,
         finished: succeeded,
         after: pruned,
@@ -91,7 +91,7 @@ fn the_finalizer_is_held_until_the_final_backup_succeeds() {
     let broken = at_rest("db:1").with_job(job("final-backup-1", Purpose::FinalBackup, failed(995)));
     let mut skipped = broken.clone();
     skipped.requests.skip_final_backup = true;
-    let seen = testing::Seen {
+    let seen = testing::BackupSteps {
         before: at_rest("db:1"),
         finished: broken,
         after: skipped,

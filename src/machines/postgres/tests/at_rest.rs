@@ -152,7 +152,7 @@ fn an_on_demand_backup_runs_once_per_token() {
     // its Job is still there or was pruned.
     let pruned = asked.clone();
     let s = with_backups(spec("16.3"), None);
-    let seen = testing::Seen {
+    let seen = testing::BackupSteps {
         before: asked,
         finished: succeeded,
         after: pruned,

@@ -18,7 +18,7 @@ fn deletion_takes_a_final_backup_before_the_finalizer_goes() {
         &s,
         &finalizing,
         &PgState::Finalized,
-        testing::Seen {
+        testing::BackupSteps {
             before: at_rest(V1, 0),
             finished: broken,
             after: skipped,
