@@ -70,13 +70,13 @@ fn an_adopted_statefulset_with_more_replicas_is_scaled_down_one_at_a_time() {
         "{d:?}"
     );
     // Not while a pod is down.
-    let mut o = at_rest("db:1");
-    o.pods.insert(0, pod(0, "db:1", false));
-    let d = decide(&s, &DdbState::Creating, o);
+    let d = decide(
+        &s,
+        &DdbState::Creating,
+        at_rest("db:1").with_pod(0, "db:1", false),
+    );
     assert!(
-        !d.actions()
-            .iter()
-            .any(|a| matches!(a, DdbAction::EnsureStatefulSet(_))),
+        !has_action(&d, |a| matches!(a, DdbAction::EnsureStatefulSet(_))),
         "{d:?}"
     );
 }

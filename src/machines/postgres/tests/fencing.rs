@@ -273,7 +273,7 @@ fn a_failover_surveys_the_standbys_only_once_the_old_primary_is_fenced() {
     // The survey Job asks every other live pod.
     let d = decide(&spec("16.3"), &at_survey(None), old_primary_gone(0));
     assert_eq!(d.reason(), SURVEYING);
-    assert!(d.actions().iter().any(|a| matches!(
+    assert!(has_action(&d, |a| matches!(
         a,
         PgAction::RunSurvey { hosts, .. } if hosts == &[1, 2]
     )));
