@@ -238,7 +238,7 @@ impl<'a> Backups<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use crate::machines::common::testing;
 
     fn destination() -> Destination {
         Destination {
@@ -273,14 +273,11 @@ mod tests {
 
     #[test]
     fn the_cronjob_never_overlaps_runs_and_labels_its_jobs() {
-        let owner = Owner {
-            name: "db".to_owned(),
-            namespace: "ns".to_owned(),
-            reference: OwnerReference::default(),
-        };
+        const INSTANCE: &str = "app.kubernetes.io/instance";
+        let owner = testing::owner_db();
         let cj = Schedule {
             owner: &owner,
-            labels: BTreeMap::new(),
+            labels: [(INSTANCE.to_owned(), "db".to_owned())].into(),
             schedule: "0 3 * * *",
             suspend: false,
             job: JobSpec::default(),
@@ -289,14 +286,7 @@ mod tests {
         assert_eq!(cj.metadata.name.as_deref(), Some("db-backup"));
         let spec = cj.spec;
         assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
-        let job_labels = spec
-            .job_template
-            .metadata
-            .and_then(|m| m.labels)
-            .unwrap_or_default();
-        assert_eq!(
-            job_labels.get(JOB_PURPOSE).map(String::as_str),
-            Some("backup")
-        );
+        let job = spec.job_template.metadata.as_ref();
+        assert_eq!(testing::label(job, JOB_PURPOSE).as_deref(), Some("backup"));
     }
 }

@@ -381,10 +381,10 @@ impl<F> Verdict<F> {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;
+    use crate::machines::common::testing;
 
     fn job_with(conditions: Vec<(&str, &str, Option<&str>)>) -> Job {
         Job {
@@ -445,15 +445,7 @@ mod tests {
 
     #[test]
     fn a_run_once_job_never_retries_by_itself_and_carries_its_key() {
-        let owner = Owner {
-            name: "db".to_owned(),
-            namespace: "ns".to_owned(),
-            reference: OwnerReference {
-                name: "db".to_owned(),
-                uid: "u".to_owned(),
-                ..OwnerReference::default()
-            },
-        };
+        let owner = testing::owner_db();
         let job = RunOnce {
             owner: &owner,
             labels: BTreeMap::new(),
@@ -464,21 +456,10 @@ mod tests {
         }
         .build();
         assert_eq!(job.metadata.name.as_deref(), Some("db-pre-2-abc-1"));
-        let spec = job.spec.unwrap_or_default();
-        assert_eq!(spec.backoff_limit, Some(0));
-        assert_eq!(spec.active_deadline_seconds, Some(60));
-        let pod_labels = spec
-            .template
-            .metadata
-            .and_then(|m| m.labels)
-            .unwrap_or_default();
-        assert_eq!(
-            pod_labels.get(JOB_KEY).map(String::as_str),
-            Some("pre-2-abc-1")
-        );
-        assert_eq!(
-            pod_labels.get(JOB_PURPOSE).map(String::as_str),
-            Some("hook")
-        );
+        testing::assert_runs_once(&job, 60);
+        let pod = job.spec.and_then(|s| s.template.metadata);
+        let pod_label = |key| testing::label(pod.as_ref(), key);
+        assert_eq!(pod_label(JOB_KEY).as_deref(), Some("pre-2-abc-1"));
+        assert_eq!(pod_label(JOB_PURPOSE).as_deref(), Some("hook"));
     }
 }

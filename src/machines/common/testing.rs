@@ -1,15 +1,26 @@
 //! Test fixtures every machine's unit tests share: a clock, worlds, decisions checked
-//! against the declared table, Jobs and their outcomes, and whole reconciles through
-//! the engine.
+//! against the declared table, Jobs and their outcomes, whole reconciles through the
+//! engine, assertions that read as sentences (`assert_goes`, `assert_stays`,
+//! `assert_says`, `has_action`), rendered containers and Jobs, and the backup contracts
+//! every machine keeps, checked through its own `decide`.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::jobs::{JobOutcome, JobView, Purpose};
+use super::annotations::BACKUP_NOW;
+use super::backup::BackupKind;
+use super::finalize::{FINAL_BACKUP_FAILED, FINAL_BACKUP_SKIPPED};
+use super::jobs::{JobAction, JobOutcome, JobView, Purpose};
+use super::meta::Owner;
 use super::observe::PodView;
+use super::on_demand::{BACKUP_REQUESTED, BACKUP_SUCCEEDED};
 use crate::engine::machine::is_declared;
-use crate::engine::{Decision, EngineStatus, Health, Input, Machine, Outcome, World, step};
+use crate::engine::{Decision, EngineStatus, Health, Input, Machine, Outcome, Wait, World, step};
 
 /// The test clock: `secs` seconds after a fixed instant.
 pub fn t(secs: i64) -> DateTime<Utc> {
@@ -179,4 +190,324 @@ pub fn current<M: Machine>(status: &EngineStatus<M::State>) -> Option<M::State> 
         .ok()
         .flatten()
         .map(|r| r.state)
+}
+
+/// `d` transitions to `to`, for `reason`.
+pub fn assert_goes<S: Debug + PartialEq, A: Debug>(d: &Decision<S, A>, reason: &str, to: &S) {
+    assert_eq!(d.reason(), reason, "{d:?}");
+    assert_eq!(target(d), Some(to), "{d:?}");
+}
+
+/// `d` stays where it is, for `reason`.
+pub fn assert_stays<S: Debug, A: Debug>(d: &Decision<S, A>, reason: &str) {
+    assert!(target(d).is_none(), "{d:?}");
+    assert_eq!(d.reason(), reason, "{d:?}");
+}
+
+/// `d` stays, Degraded, for `reason`.
+pub fn assert_degraded<S: Debug, A: Debug>(d: &Decision<S, A>, reason: &str) {
+    assert!(is_degraded(d), "{d:?}");
+    assert_eq!(d.reason(), reason, "{d:?}");
+}
+
+/// `d`'s message says each of `words`.
+pub fn assert_says<S, A>(d: &Decision<S, A>, words: &[&str]) {
+    for word in words {
+        assert!(message(d).contains(word), "{word:?} in {:?}", message(d));
+    }
+}
+
+/// Whether one of `d`'s actions is `wanted`.
+pub fn has_action<S, A>(d: &Decision<S, A>, wanted: impl Fn(&A) -> bool) -> bool {
+    d.actions().iter().any(wanted)
+}
+
+/// When a stay looks again (`None` for a transition).
+pub fn wait_of<S, A>(d: &Decision<S, A>) -> Option<Wait> {
+    match d {
+        Decision::Stay { wait, .. } => Some(*wait),
+        Decision::Go { .. } => None,
+    }
+}
+
+/// A stay's requeue, in seconds, if it polls.
+pub fn requeue_secs<S, A>(d: &Decision<S, A>) -> Option<u64> {
+    match wait_of(d) {
+        Some(Wait::Requeue(w)) => Some(w.as_secs()),
+        _ => None,
+    }
+}
+
+/// `M`'s decision at `t(1000)`, in a state entered at `t(0)`, while its object is being
+/// deleted; a transition it takes must be declared.
+pub fn decide_deleting<M: Machine>(
+    spec: &M::Spec,
+    state: &M::State,
+    o: M::Observed,
+) -> Decision<M::State, M::Action> {
+    let w = World {
+        deleting: true,
+        ..world_at(o, 1000, 0)
+    };
+    let d = M::decide(spec, state, &w);
+    assert_declared::<M>(state, &d);
+    d
+}
+
+/// `M`'s decision at `t(1000)` in a state entered at `t(0)` with the request annotation
+/// `annotation` already taken on as `token`.
+pub fn decide_acked<M: Machine>(
+    spec: &M::Spec,
+    state: &M::State,
+    o: M::Observed,
+    (annotation, token): (&str, &str),
+) -> Decision<M::State, M::Action> {
+    let w = World {
+        acks: [(annotation.to_owned(), token.to_owned())].into(),
+        ..world_at(o, 1000, 0)
+    };
+    let d = M::decide(spec, state, &w);
+    assert_declared::<M>(state, &d);
+    d
+}
+
+/// A machine action that may be one on Jobs, for the helpers that pick those out.
+pub trait OnJobs {
+    /// The Job action this is, if it is one.
+    fn on_jobs(&self) -> Option<&JobAction>;
+}
+
+/// Whether `actions` start a backup Job.
+pub fn runs_backup<A: OnJobs>(actions: &[A]) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a.on_jobs(), Some(JobAction::RunBackup { .. })))
+}
+
+/// The Jobs `actions` delete, by name, in order.
+pub fn deleted_jobs<A: OnJobs>(actions: &[A]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a.on_jobs() {
+            Some(JobAction::DeleteJob { name, .. }) => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The one action of `actions`, if there is exactly one and it is on Jobs.
+pub fn only_job_action<A: OnJobs>(actions: &[A]) -> Option<&JobAction> {
+    match actions {
+        [one] => one.on_jobs(),
+        _ => None,
+    }
+}
+
+/// Whole reconciles of `M` through the engine, its status carried from one to the next.
+pub struct Reconciles<M: Machine> {
+    spec: M::Spec,
+    /// The status as the last reconcile wrote it.
+    pub status: EngineStatus<M::State>,
+    deleting: bool,
+}
+
+impl<M: Machine> Reconciles<M> {
+    /// From a record that holds `state`.
+    pub fn from(spec: M::Spec, state: &M::State) -> Self {
+        Self {
+            spec,
+            status: status_in(state),
+            deleting: false,
+        }
+    }
+
+    /// From a status whose record was lost, the object being deleted.
+    pub fn deleting_without_a_record(spec: M::Spec) -> Self {
+        Self {
+            spec,
+            status: EngineStatus::default(),
+            deleting: true,
+        }
+    }
+
+    /// One reconcile at `t(1000)`.
+    pub fn once(&mut self, o: &M::Observed) -> Outcome<M> {
+        self.once_at(o, 1000)
+    }
+
+    /// One reconcile at `t(secs)`.
+    pub fn once_at(&mut self, o: &M::Observed, secs: i64) -> Outcome<M> {
+        reconcile_at::<M>(&self.spec, &mut self.status, o, self.deleting, secs)
+    }
+
+    /// How many of `n` reconciles at `t(1000)` start a backup Job.
+    pub fn backups_in(&mut self, n: usize, o: &M::Observed) -> usize
+    where
+        M::Action: OnJobs,
+    {
+        self.backups_playing(n, &mut o.clone(), |_| {})
+    }
+
+    /// How many of `n` reconciles at `t(1000)` start a backup Job, `started` playing the
+    /// Job controller: it changes what is seen after each reconcile that started one.
+    pub fn backups_playing(
+        &mut self,
+        n: usize,
+        o: &mut M::Observed,
+        started: impl Fn(&mut M::Observed),
+    ) -> usize
+    where
+        M::Action: OnJobs,
+    {
+        let mut backups = 0;
+        for _ in 0..n {
+            if runs_backup(&self.once(o).actions) {
+                backups += 1;
+                started(o);
+            }
+        }
+        backups
+    }
+
+    /// The state the record holds, if it decodes.
+    pub fn current(&self) -> Option<M::State> {
+        current::<M>(&self.status)
+    }
+}
+
+/// What a machine observes in the steps of a backup contract, in order.
+pub struct BackupSteps<O> {
+    /// Before the step's Job ran: at rest (final backup) or with the token (on demand).
+    pub before: O,
+    /// Once the step's Job finished: failed (final backup) or succeeded (on demand).
+    pub finished: O,
+    /// Then: the skip annotation set (final backup), or the Job pruned (on demand).
+    pub after: O,
+}
+
+/// The final-backup contract, checked on `M` through its own `decide`: from
+/// `finalizing` (attempt 1) deletion runs the Job `final-backup-1` and nothing else;
+/// once that Job failed the finalizer is held, Degraded, naming the Job's reason; with
+/// the skip annotation the machine goes to `finalized`.
+pub fn assert_final_backup_holds_the_finalizer<M: Machine>(
+    spec: &M::Spec,
+    finalizing: &M::State,
+    finalized: &M::State,
+    seen: BackupSteps<M::Observed>,
+) where
+    M::Action: OnJobs,
+{
+    let d = decide_deleting::<M>(spec, finalizing, seen.before);
+    let first = JobAction::RunBackup {
+        key: "final-backup-1".to_owned(),
+        kind: BackupKind::Final,
+    };
+    assert_eq!(only_job_action(d.actions()), Some(&first), "{d:?}");
+    let d = decide_deleting::<M>(spec, finalizing, seen.finished);
+    assert_degraded(&d, FINAL_BACKUP_FAILED);
+    assert_says(&d, &["BackoffLimitExceeded"]);
+    assert!(!M::finalized(finalizing));
+    let d = decide_deleting::<M>(spec, finalizing, seen.after);
+    assert_goes(&d, FINAL_BACKUP_SKIPPED, finalized);
+}
+
+/// The on-demand backup contract, checked on `M` through its own `decide`: at rest
+/// (`ready`), the `backup-now` token `t1` starts BackingUp, the transition itself running
+/// the token's one on-demand backup Job; once it succeeded, BackingUp ends; back at
+/// rest, the served token asks for nothing more (`serving`), Job or no Job. Returns the
+/// BackingUp state it went to.
+pub fn assert_a_token_runs_one_backup<M: Machine>(
+    spec: &M::Spec,
+    ready: &M::State,
+    serving: &str,
+    seen: BackupSteps<M::Observed>,
+) -> M::State
+where
+    M::Action: OnJobs,
+{
+    let d = decide_at::<M>(spec, ready, seen.before, 1000, 0);
+    assert_eq!(d.reason(), BACKUP_REQUESTED, "{d:?}");
+    let backing_up = target(&d).cloned().unwrap_or_else(|| panic!("{d:?}"));
+    // The Job is created by the transition that persists BackingUp (and acks the token).
+    let run = JobAction::RunBackup {
+        key: super::on_demand::key("t1"),
+        kind: BackupKind::OnDemand,
+    };
+    assert_eq!(only_job_action(d.actions()), Some(&run), "{d:?}");
+    let served = (BACKUP_NOW, "t1");
+    let d = decide_acked::<M>(spec, &backing_up, seen.finished.clone(), served);
+    assert_eq!(d.reason(), BACKUP_SUCCEEDED, "{d:?}");
+    for o in [seen.finished, seen.after] {
+        assert_eq!(decide_acked::<M>(spec, ready, o, served).reason(), serving);
+    }
+    backing_up
+}
+
+/// `job` runs once: it never retries by itself (`backoffLimit: 0`) and is stopped after
+/// `deadline` seconds.
+pub fn assert_runs_once(job: &Job, deadline: i64) {
+    let spec = job.spec.as_ref();
+    assert_eq!(spec.and_then(|s| s.backoff_limit), Some(0));
+    assert_eq!(spec.and_then(|s| s.active_deadline_seconds), Some(deadline));
+}
+
+/// The spec of the pods `job` makes.
+pub fn job_pod(job: &Job) -> PodSpec {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .unwrap_or_default()
+}
+
+/// `c`'s environment variables with a plain value, by name.
+pub fn plain_env(c: &Container) -> BTreeMap<String, Option<String>> {
+    c.env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect()
+}
+
+/// `c`'s environment holds each of `vars` as a plain value.
+pub fn assert_env(c: &Container, vars: &[(&str, &str)]) {
+    let env = plain_env(c);
+    for (name, value) in vars {
+        assert_eq!(
+            env.get(*name).cloned().flatten().as_deref(),
+            Some(*value),
+            "{name}"
+        );
+    }
+}
+
+/// `c`'s environment takes each of `vars` from a Secret: `(variable, (secret, key))`.
+pub fn assert_secret_env(c: &Container, vars: &[(&str, (&str, &str))]) {
+    for (name, (secret, key)) in vars {
+        let from = c
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == *name)
+            .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+            .map(|r| (r.name.as_str(), r.key.as_str()));
+        assert_eq!(from, Some((*secret, *key)), "{name}");
+    }
+}
+
+/// The owner `db` in the namespace `ns` (UID `u`), for what builds its children.
+pub fn owner_db() -> Owner {
+    Owner {
+        name: "db".to_owned(),
+        namespace: "ns".to_owned(),
+        reference: OwnerReference {
+            name: "db".to_owned(),
+            uid: "u".to_owned(),
+            ..OwnerReference::default()
+        },
+    }
+}
+
+/// The value of the label `key` in `meta`, if it has one.
+pub fn label(meta: Option<&ObjectMeta>, key: &str) -> Option<String> {
+    meta.and_then(|m| m.labels.as_ref()?.get(key).cloned())
 }

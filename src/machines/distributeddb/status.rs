@@ -161,41 +161,42 @@ mod tests {
         (c.status.as_str(), c.reason.as_str())
     }
 
+    /// The projection of `engine` over `before`, 2 of 3 pods Ready now, mid-transition
+    /// or at rest.
+    fn two_of_three_ready(
+        engine: EngineStatus<DdbState>,
+        before: &DistributedDBStatus,
+        transitional: bool,
+    ) -> (EngineStatus<DdbState>, i32, i32) {
+        project(
+            engine,
+            Some(before),
+            (3, 2),
+            3,
+            transitional,
+            DateTime::UNIX_EPOCH,
+        )
+    }
+
     #[test]
     fn mid_transition_a_readiness_change_alone_writes_nothing() {
         let before = old(3);
-        let (engine, _, ready) = project(
-            EngineStatus::default(),
-            Some(&before),
-            (3, 2),
-            3,
-            true,
-            DateTime::UNIX_EPOCH,
-        );
+        let (engine, _, ready) = two_of_three_ready(EngineStatus::default(), &before, true);
         assert_eq!(ready, 3, "carried over while the engine writes nothing");
         assert_eq!(engine, before.engine, "so the status is unchanged");
     }
 
     #[test]
     fn mid_transition_the_counts_ride_along_with_the_engine_s_own_write() {
-        let before = old(3);
         let mut moved = EngineStatus::default();
         moved.phase = Some("Upgrading".to_owned());
-        let (_, _, ready) = project(moved, Some(&before), (3, 2), 3, true, DateTime::UNIX_EPOCH);
+        let (_, _, ready) = two_of_three_ready(moved, &old(3), true);
         assert_eq!(ready, 2);
     }
 
     #[test]
     fn at_rest_every_readiness_change_is_shown() {
-        let before = old(3);
-        let (_, _, ready) = project(
-            EngineStatus::default(),
-            Some(&before),
-            (3, 2),
-            3,
-            false,
-            DateTime::UNIX_EPOCH,
-        );
+        let (_, _, ready) = two_of_three_ready(EngineStatus::default(), &old(3), false);
         assert_eq!(ready, 2);
     }
 

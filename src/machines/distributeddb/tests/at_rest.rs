@@ -6,8 +6,7 @@ use super::*;
 fn an_idle_ready_cluster_does_nothing() {
     let d = decide(&spec("db:1"), &ready("db:1"), at_rest("db:1"));
     assert!(d.actions().is_empty());
-    assert!(target(&d).is_none());
-    assert_eq!(d.reason(), SERVING);
+    assert_stays(&d, SERVING);
 }
 
 #[test]
@@ -53,8 +52,7 @@ fn a_replicas_change_is_tracked_in_scaling_one_replica_at_a_time() {
         from_replicas: 3,
         replicas,
     };
-    assert_eq!(d.reason(), REPLICAS_CHANGED);
-    assert_eq!(target(&d), Some(&scaling(4)));
+    assert_goes(&d, REPLICAS_CHANGED, &scaling(4));
     let d = decide(&s, &scaling(4), at_rest("db:1"));
     assert!(matches!(d.actions(), [DdbAction::EnsureStatefulSet(sh)] if sh.replicas == 4));
     let mut o = at_rest("db:1");
@@ -65,8 +63,7 @@ fn a_replicas_change_is_tracked_in_scaling_one_replica_at_a_time() {
     assert!(target(&decide(&s, &scaling(4), o.clone())).is_none());
     o.pods.insert(3, pod(3, "db:1", true));
     let d = decide(&s, &scaling(4), o.clone());
-    assert_eq!(d.reason(), NEXT_REPLICA);
-    assert_eq!(target(&d), Some(&scaling(5)));
+    assert_goes(&d, NEXT_REPLICA, &scaling(5));
     o.pods.insert(4, pod(4, "db:1", true));
     if let Some(sts) = &mut o.statefulset {
         sts.replicas = 5;

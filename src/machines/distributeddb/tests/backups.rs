@@ -1,45 +1,35 @@
 //! Backups and finalizing.
 
 use super::*;
+use crate::machines::common::testing::decide_deleting;
 
 #[test]
 fn backup_now_runs_one_backup_per_token() {
-    let s = with_backups(spec("db:1"));
-    let mut o = at_rest("db:1");
-    o.cronjob = Some(CronJobView {
+    let mut asked = at_rest("db:1");
+    asked.cronjob = Some(CronJobView {
         uid: "cj".to_owned(),
         in_sync: true,
     });
-    o.requests.backup_now = Some("t1".to_owned());
-    let d = decide(&s, &ready("db:1"), o.clone());
-    assert_eq!(d.reason(), BACKUP_REQUESTED);
-    let backing_up = target(&d).cloned().unwrap_or(DdbState::Creating);
-    // The Job is created by the transition that persists BackingUp (and acks the token).
-    let key = backup_key("t1");
-    assert_eq!(
-        d.actions(),
-        &[DdbAction::Jobs(JobAction::RunBackup {
-            key: key.clone(),
-            kind: BackupKind::OnDemand
-        })]
-    );
-    let served = |o: Observed| World {
-        acks: [(
-            crate::machines::common::annotations::BACKUP_NOW.to_owned(),
-            "t1".to_owned(),
-        )]
-        .into(),
-        ..world(o)
+    asked.requests.backup_now = Some("t1".to_owned());
+    let succeeded = asked
+        .clone()
+        .with_job(job(&backup_key("t1"), Purpose::Backup, succeeded()));
+    let pruned = Observed {
+        jobs: Vec::new(),
+        ..succeeded.clone()
     };
-    o.jobs.push(job(&key, Purpose::Backup, succeeded()));
-    let d = DistributedDb::decide(&s, &backing_up, &served(o.clone()));
-    assert_eq!(d.reason(), BACKUP_SUCCEEDED);
-    // Back at rest, the served token asks for nothing more, Job or no Job.
-    let d = DistributedDb::decide(&s, &ready("db:1"), &served(o.clone()));
-    assert_eq!(d.reason(), SERVING);
-    o.jobs.clear();
-    let d = DistributedDb::decide(&s, &ready("db:1"), &served(o));
-    assert_eq!(d.reason(), SERVING);
+    let seen = testing::BackupSteps {
+        before: asked,
+        finished: succeeded,
+        after: pruned,
+    };
+    let s = with_backups(spec("db:1"));
+    let backing_up =
+        testing::assert_a_token_runs_one_backup::<DistributedDb>(&s, &ready("db:1"), SERVING, seen);
+    assert!(
+        matches!(backing_up, DdbState::BackingUp { .. }),
+        "{backing_up:?}"
+    );
 }
 
 #[test]
@@ -62,8 +52,7 @@ fn a_ready_cluster_with_a_pod_down_is_reported_degraded_naming_the_pod() {
     o.pods.insert(1, pod(1, "db:1", false));
     let d = decide(&spec("db:1"), &ready("db:1"), o);
     assert!(target(&d).is_none(), "a pod down at rest moves no state");
-    assert_eq!(d.reason(), PODS_NOT_READY);
-    assert!(is_degraded(&d));
+    assert_degraded(&d, PODS_NOT_READY);
     assert!(message(&d).contains("db-1"), "{}", message(&d));
 }
 
@@ -87,52 +76,32 @@ fn last_backup_comes_from_the_newest_finished_backup_job() {
 
 // --- Finalizing -----------------------------------------------------------------------
 
-fn deleting(
-    spec: &DistributedDBSpec,
-    state: &DdbState,
-    o: Observed,
-) -> Decision<DdbState, DdbAction> {
-    let w = World {
-        deleting: true,
-        ..world(o)
-    };
-    let d = DistributedDb::decide(spec, state, &w);
-    assert_declared(state, &d);
-    d
-}
-
 #[test]
 fn deleting_without_a_backup_policy_releases_at_once() {
-    let d = deleting(&spec("db:1"), &ready("db:1"), at_rest("db:1"));
-    assert_eq!(target(&d), Some(&DdbState::Finalized));
-    assert_eq!(d.reason(), NO_BACKUP_POLICY);
+    let d = decide_deleting::<DistributedDb>(&spec("db:1"), &ready("db:1"), at_rest("db:1"));
+    assert_goes(&d, NO_BACKUP_POLICY, &DdbState::Finalized);
 }
 
 #[test]
 fn the_finalizer_is_held_until_the_final_backup_succeeds() {
     let s = with_backups(spec("db:1"));
-    let d = deleting(&s, &ready("db:1"), at_rest("db:1"));
-    assert_eq!(target(&d), Some(&DdbState::Finalizing { attempt: 1 }));
-    let state = DdbState::Finalizing { attempt: 1 };
-    let d = deleting(&s, &state, at_rest("db:1"));
-    assert_eq!(
-        d.actions(),
-        &[DdbAction::Jobs(JobAction::RunBackup {
-            key: "final-backup-1".to_owned(),
-            kind: BackupKind::Final
-        })]
+    let finalizing = DdbState::Finalizing { attempt: 1 };
+    let d = decide_deleting::<DistributedDb>(&s, &ready("db:1"), at_rest("db:1"));
+    assert_eq!(target(&d), Some(&finalizing));
+    let broken = at_rest("db:1").with_job(job("final-backup-1", Purpose::FinalBackup, failed(995)));
+    let mut skipped = broken.clone();
+    skipped.requests.skip_final_backup = true;
+    let seen = testing::BackupSteps {
+        before: at_rest("db:1"),
+        finished: broken,
+        after: skipped,
+    };
+    testing::assert_final_backup_holds_the_finalizer::<DistributedDb>(
+        &s,
+        &finalizing,
+        &DdbState::Finalized,
+        seen,
     );
-    let mut o = at_rest("db:1");
-    o.jobs
-        .push(job("final-backup-1", Purpose::FinalBackup, failed(995)));
-    let d = deleting(&s, &state, o.clone());
-    assert!(is_degraded(&d));
-    assert!(message(&d).contains("BackoffLimitExceeded"));
-    assert!(!DistributedDb::finalized(&state));
-    o.requests.skip_final_backup = true;
-    let d = deleting(&s, &state, o);
-    assert_eq!(d.reason(), FINAL_BACKUP_SKIPPED);
-    assert_eq!(target(&d), Some(&DdbState::Finalized));
 }
 
 #[test]
@@ -141,8 +110,7 @@ fn nothing_but_the_final_backup_is_created_while_deleting() {
     let mut o = at_rest("db:1");
     o.statefulset = None;
     o.own.service_in_sync = false;
-    let state = DdbState::Finalizing { attempt: 1 };
-    let d = deleting(&s, &state, o);
+    let d = decide_deleting::<DistributedDb>(&s, &DdbState::Finalizing { attempt: 1 }, o);
     assert!(d.actions().iter().all(|a| matches!(
         a,
         DdbAction::Jobs(JobAction::RunBackup {

@@ -26,8 +26,7 @@ fn creating_creates_the_service_and_the_statefulset_first() {
 #[test]
 fn creating_becomes_ready_when_every_pod_is_ready_at_the_image() {
     let d = decide(&spec("db:1"), &DdbState::Creating, at_rest("db:1"));
-    assert_eq!(target(&d), Some(&ready("db:1")));
-    assert_eq!(d.reason(), ALL_REPLICAS_READY);
+    assert_goes(&d, ALL_REPLICAS_READY, &ready("db:1"));
 }
 
 #[test]
@@ -71,13 +70,13 @@ fn an_adopted_statefulset_with_more_replicas_is_scaled_down_one_at_a_time() {
         "{d:?}"
     );
     // Not while a pod is down.
-    let mut o = at_rest("db:1");
-    o.pods.insert(0, pod(0, "db:1", false));
-    let d = decide(&s, &DdbState::Creating, o);
+    let d = decide(
+        &s,
+        &DdbState::Creating,
+        at_rest("db:1").with_pod(0, "db:1", false),
+    );
     assert!(
-        !d.actions()
-            .iter()
-            .any(|a| matches!(a, DdbAction::EnsureStatefulSet(_))),
+        !has_action(&d, |a| matches!(a, DdbAction::EnsureStatefulSet(_))),
         "{d:?}"
     );
 }

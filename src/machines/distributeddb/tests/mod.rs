@@ -24,11 +24,12 @@ use super::observe::{
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use super::table::TABLE;
 use super::table::reason::*;
-use crate::engine::{Decision, Machine, World};
+use crate::engine::{Decision, Wait};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{
-    self, failed, is_degraded, message, picked, succeeded, t, target,
+    self, assert_degraded, assert_goes, assert_says, assert_stays, failed, has_action, is_degraded,
+    message, picked, succeeded, t, target, wait_of,
 };
 
 fn with_backups(mut s: DistributedDBSpec) -> DistributedDBSpec {
@@ -99,10 +100,6 @@ fn deletes(d: &Decision<DdbState, DdbAction>) -> Vec<(i32, String)> {
     picked!(d.actions(), DdbAction::DeletePod { ordinal, uid } => (*ordinal, uid.clone()))
 }
 
-fn world(observed: Observed) -> World<Observed> {
-    testing::world_at(observed, 1000, 0)
-}
-
 /// Decide with the persisted state entered `secs` seconds ago.
 fn decide_after(
     spec: &DistributedDBSpec,
@@ -127,4 +124,49 @@ fn assert_declared(from: &DdbState, d: &Decision<DdbState, DdbAction>) {
 
 fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
     testing::job("db", key, purpose, outcome)
+}
+
+impl testing::OnJobs for DdbAction {
+    fn on_jobs(&self) -> Option<&JobAction> {
+        match self {
+            DdbAction::Jobs(action) => Some(action),
+            _ => None,
+        }
+    }
+}
+
+/// An observation changed the way a test tells it: `at_rest("db:1").with_pod(0, "db:2", false)`.
+trait Seen {
+    /// Pod `k` is seen at `image`, Ready or not.
+    fn with_pod(self, k: i32, image: &str, ready: bool) -> Self;
+    /// Pod `k` is not seen.
+    fn without_pod(self, k: i32) -> Self;
+    /// The StatefulSet's template is at `image`.
+    fn with_template(self, image: &str) -> Self;
+    /// `job` is seen too.
+    fn with_job(self, job: JobView) -> Self;
+}
+
+impl Seen for Observed {
+    fn with_pod(mut self, k: i32, image: &str, ready: bool) -> Self {
+        self.pods.insert(k, pod(k, image, ready));
+        self
+    }
+
+    fn without_pod(mut self, k: i32) -> Self {
+        self.pods.remove(&k);
+        self
+    }
+
+    fn with_template(mut self, image: &str) -> Self {
+        if let Some(sts) = &mut self.statefulset {
+            sts.image = Some(image.to_owned());
+        }
+        self
+    }
+
+    fn with_job(mut self, job: JobView) -> Self {
+        self.jobs.push(job);
+        self
+    }
 }

@@ -12,6 +12,7 @@ use super::super::{DistributedDB, DistributedDb};
 use super::{spec, with_backups, with_hooks};
 use crate::driver::{Cache, Operator, Owned, Project};
 use crate::machines::common::backup::BackupKind;
+use crate::machines::common::testing::{assert_env, assert_runs_once, job_pod};
 
 fn store<K: Project>(objects: Vec<K>) -> Owned<K> {
     Owned::from_objects(DistributedDb::KIND_LABEL, objects)
@@ -181,23 +182,13 @@ fn a_hook_job_runs_once_at_the_target_image_about_its_pod() {
         .flatten()
         .unwrap_or_default();
     assert_eq!(job.name_any(), "db-pre-2-abc-1");
-    let spec = job.spec.unwrap_or_default();
-    assert_eq!(spec.backoff_limit, Some(0));
-    assert_eq!(spec.active_deadline_seconds, Some(60));
-    let container = spec
-        .template
-        .spec
-        .map(|s| s.containers[0].clone())
-        .unwrap_or_default();
+    assert_runs_once(&job, 60);
+    let container = &job_pod(&job).containers[0];
     assert_eq!(container.image.as_deref(), Some("db:2"));
-    let env: Vec<(String, Option<String>)> = container
-        .env
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| (e.name, e.value))
-        .collect();
-    assert!(env.contains(&("TARGET_POD".to_owned(), Some("db-2".to_owned()))));
-    assert!(env.contains(&("TARGET_HOST".to_owned(), Some("db-2.db.ns.svc".to_owned()))));
+    assert_env(
+        container,
+        &[("TARGET_POD", "db-2"), ("TARGET_HOST", "db-2.db.ns.svc")],
+    );
 }
 
 #[test]

@@ -3,31 +3,16 @@
 //! what a lost record does to deletion.
 
 use super::*;
-use crate::engine::{EngineStatus, Outcome};
-use crate::machines::common::testing::{self, reconcile_at, status_in};
+use crate::machines::common::testing::{Reconciles, deleted_jobs, runs_backup};
 
-/// One reconcile from `status`, which then holds what it wrote.
-fn reconcile(
-    spec: &DistributedDBSpec,
-    status: &mut EngineStatus<DdbState>,
-    o: &Observed,
-    deleting: bool,
-) -> Outcome<DistributedDb> {
-    testing::reconcile_at(spec, status, o, deleting, 1000)
+/// Reconciles of a DistributedDB with a backup policy at db:1, from Ready.
+fn from_ready() -> Reconciles<DistributedDb> {
+    Reconciles::from(with_backups(spec("db:1")), &ready("db:1"))
 }
 
-fn current(status: &EngineStatus<DdbState>) -> Option<DdbState> {
-    testing::current::<DistributedDb>(status)
-}
-
-fn state_of(out: &Outcome<DistributedDb>) -> Option<&DdbState> {
-    out.state.as_ref()
-}
-
-fn runs_backup(out: &Outcome<DistributedDb>) -> bool {
-    out.actions
-        .iter()
-        .any(|a| matches!(a, DdbAction::Jobs(JobAction::RunBackup { .. })))
+/// Reconciles of a DistributedDB with a backup policy being deleted, its record lost.
+fn deleting_without_a_record() -> Reconciles<DistributedDb> {
+    Reconciles::deleting_without_a_record(with_backups(spec("db:1")))
 }
 
 fn with_token(mut o: Observed, token: &str) -> Observed {
@@ -38,60 +23,49 @@ fn with_token(mut o: Observed, token: &str) -> Observed {
 /// Bug 2 of issue 11: pruning the Job that served a token must not run another backup.
 #[test]
 fn a_served_token_runs_no_second_backup_once_its_job_is_gone() {
-    let s = with_backups(spec("db:1"));
-    let mut status = status_in(&ready("db:1"));
+    let mut run = from_ready();
     let mut o = with_token(at_rest("db:1"), "t1");
     let key = backup_key("t1");
-    let mut backups = 0;
-    for _ in 0..3 {
-        let out = reconcile(&s, &mut status, &o, false);
-        if runs_backup(&out) {
-            backups += 1;
-            o.jobs = vec![job(&key, Purpose::Backup, JobOutcome::Running)];
-        }
-    }
+    let backups = run.backups_playing(3, &mut o, |o| {
+        o.jobs = vec![job(&key, Purpose::Backup, JobOutcome::Running)];
+    });
     assert_eq!(backups, 1, "the token's Job is created once");
     o.jobs = vec![job(&key, Purpose::Backup, succeeded())];
-    let out = reconcile(&s, &mut status, &o, false);
-    assert_eq!(out.taken.map(|t| t.reason), Some(BACKUP_SUCCEEDED));
+    let taken = run.once(&o).taken.map(|t| t.reason);
+    assert_eq!(taken, Some(BACKUP_SUCCEEDED));
     // A cleanup (a TTL controller, a person, Lockstep's own history limit) removes it.
     o.jobs.clear();
     for _ in 0..3 {
-        let out = reconcile(&s, &mut status, &o, false);
-        assert!(!runs_backup(&out), "token t1 was served: {:?}", out.actions);
-        assert_eq!(state_of(&out), Some(&ready("db:1")));
+        let out = run.once(&o);
+        assert!(
+            !runs_backup(&out.actions),
+            "token t1 was served: {:?}",
+            out.actions
+        );
+        assert_eq!(out.state.as_ref(), Some(&ready("db:1")));
     }
     // A new token is a new backup.
-    let mut asked = false;
-    for _ in 0..2 {
-        let out = reconcile(&s, &mut status, &with_token(at_rest("db:1"), "t2"), false);
-        asked |= runs_backup(&out);
-    }
-    assert!(asked, "a new token runs a backup");
+    let asked = run.backups_in(2, &with_token(at_rest("db:1"), "t2"));
+    assert!(asked > 0, "a new token runs a backup");
 }
 
 /// Bug 2 of issue 11: a Job deleted before its outcome was read is not run again.
 #[test]
 fn a_backup_job_gone_before_its_outcome_was_read_is_not_run_again() {
-    let s = with_backups(spec("db:1"));
-    let mut status = status_in(&ready("db:1"));
+    let mut run = from_ready();
     let o = with_token(at_rest("db:1"), "t1");
-    let mut created = 0;
-    for _ in 0..2 {
-        created += usize::from(runs_backup(&reconcile(&s, &mut status, &o, false)));
-    }
-    assert_eq!(created, 1);
+    assert_eq!(run.backups_in(2, &o), 1);
     // Not in the cache yet (a watch event behind): waited for, not taken for lost.
-    let out = reconcile_at(&s, &mut status, &o, false, 1010);
-    assert!(!runs_backup(&out), "{:?}", out.actions);
-    assert!(matches!(current(&status), Some(DdbState::BackingUp { .. })));
+    let out = run.once_at(&o, 1010);
+    assert!(!runs_backup(&out.actions), "{:?}", out.actions);
+    assert!(matches!(run.current(), Some(DdbState::BackingUp { .. })));
     // The Job ran, finished and was deleted while the operator was away.
     for _ in 0..3 {
-        let out = reconcile_at(&s, &mut status, &o, false, 1000 + 61);
-        assert!(!runs_backup(&out), "{:?}", out.actions);
+        let out = run.once_at(&o, 1000 + 61);
+        assert!(!runs_backup(&out.actions), "{:?}", out.actions);
     }
     assert_eq!(
-        current(&status),
+        run.current(),
         Some(ready("db:1")),
         "the backup is reported lost and the machine is back at rest"
     );
@@ -101,7 +75,6 @@ fn a_backup_job_gone_before_its_outcome_was_read_is_not_run_again() {
 /// outcome, oldest first, as a CronJob prunes its Jobs.
 #[test]
 fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
-    let s = with_backups(spec("db:1"));
     let mut o = at_rest("db:1");
     let mut keys = Vec::new();
     for (i, token) in ["a", "b", "c", "d", "e"].iter().enumerate() {
@@ -119,15 +92,12 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     f.created = Some(t(10));
     o.jobs.push(f);
     o.requests.backup_now = Some("e".to_owned());
-    let mut status = status_in(&ready("db:1"));
+    let mut run = from_ready();
     // The current token's backup was served (its Job is there): back at rest.
-    let _ = reconcile(&s, &mut status, &o, false);
-    let _ = reconcile(&s, &mut status, &o, false);
-    let out = reconcile(&s, &mut status, &o, false);
-    let pruned: Vec<String> =
-        picked!(out.actions, DdbAction::Jobs(JobAction::DeleteJob { name, .. }) => name.clone());
+    let _ = run.once(&o);
+    let _ = run.once(&o);
     assert_eq!(
-        pruned,
+        deleted_jobs(&run.once(&o).actions),
         [format!("db-{}", keys[0]), format!("db-{}", keys[1])],
         "the two oldest successful ones go; the newest three and the one failure stay"
     );
@@ -136,34 +106,30 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
 /// Bug 7 of issue 11: a record lost while deleting never skips the final backup.
 #[test]
 fn a_lost_record_while_deleting_still_takes_the_final_backup() {
-    let s = with_backups(spec("db:1"));
-    let mut status = EngineStatus::default();
+    let mut run = deleting_without_a_record();
     let o = at_rest("db:1");
-    let out = reconcile(&s, &mut status, &o, true);
-    assert!(!out.release_finalizer, "the cluster may hold data");
+    assert!(!run.once(&o).release_finalizer, "the cluster may hold data");
     let mut finalizing = false;
     for _ in 0..3 {
-        let out = reconcile(&s, &mut status, &o, true);
+        let out = run.once(&o);
         assert!(!out.release_finalizer);
         finalizing |= matches!(out.state, Some(DdbState::Finalizing { .. }));
-        if runs_backup(&out) {
+        if runs_backup(&out.actions) {
             assert!(finalizing);
             return;
         }
     }
-    panic!("no final backup was started: {:?}", status.machine);
+    panic!("no final backup was started: {:?}", run.status.machine);
 }
 
 /// Bug 7 of issue 11: an object that never created anything is released at once.
 #[test]
 fn a_lost_record_while_deleting_releases_when_nothing_was_created() {
-    let s = with_backups(spec("db:1"));
-    let mut status = EngineStatus::default();
     let mut o = at_rest("db:1");
     o.statefulset = None;
     o.pods.clear();
     o.own.volumes.claims.clear();
-    let out = reconcile(&s, &mut status, &o, true);
+    let out = deleting_without_a_record().once(&o);
     assert!(out.release_finalizer);
     assert!(out.actions.is_empty());
 }

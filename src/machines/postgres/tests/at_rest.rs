@@ -53,8 +53,7 @@ fn creation_labels_pod_0_primary_and_every_other_pod_replica() {
 #[test]
 fn creation_completes_once_every_instance_is_ready_with_its_role() {
     let d = decide(&spec("16.3"), &Postgres::initial(), at_rest(V1, 0));
-    assert_eq!(d.reason(), CLUSTER_CREATED);
-    assert_eq!(target(&d), Some(&ready(V1, 0)));
+    assert_goes(&d, CLUSTER_CREATED, &ready(V1, 0));
 }
 
 #[test]
@@ -99,24 +98,19 @@ fn a_stray_primary_label_is_removed_before_the_primary_is_labelled() {
 
 #[test]
 fn scaling_below_the_primary_hands_the_role_to_a_lower_ordinal_first() {
-    let mut s = spec("16.3");
-    s.replicas = 2;
-    let d = decide(&s, &ready(V1, 2), at_rest(V1, 2));
+    let d = decide(&scaled_to(2), &ready(V1, 2), at_rest(V1, 2));
     assert_eq!(d.reason(), PRIMARY_OUTSIDE_SCALE);
     assert!(matches!(
         target(&d),
         Some(PgState::SwitchingOver(sw)) if sw.target.ordinal == 0 && sw.cause == SwitchCause::Scale
     ));
-    s.replicas = 3;
-    let d = decide(&s, &ready(V1, 0), at_rest(V1, 0));
+    let d = decide(&scaled_to(3), &ready(V1, 0), at_rest(V1, 0));
     assert_eq!(d.reason(), SERVING);
 }
 
 #[test]
 fn scaling_above_the_primary_goes_straight_to_scaling() {
-    let mut s = spec("16.3");
-    s.replicas = 5;
-    let d = decide(&s, &ready(V1, 0), at_rest(V1, 0));
+    let d = decide(&scaled_to(5), &ready(V1, 0), at_rest(V1, 0));
     assert_eq!(d.reason(), REPLICAS_CHANGED);
 }
 
@@ -146,45 +140,30 @@ fn the_cronjob_is_created_updated_and_deleted_as_the_schedule_changes() {
 
 #[test]
 fn an_on_demand_backup_runs_once_per_token() {
-    let s = with_backups(spec("16.3"), None);
-    let mut o = at_rest(V1, 0);
-    o.requests.backup_now = Some("t1".to_owned());
-    let d = decide(&s, &ready(V1, 0), o.clone());
-    assert_eq!(d.reason(), BACKUP_REQUESTED);
-    // The Job is created by the transition that persists BackingUp (and acks the token).
-    assert_eq!(
-        d.actions(),
-        &[PgAction::Jobs(JobAction::RunBackup {
-            key: backup_key("t1"),
-            kind: BackupKind::OnDemand
-        })]
-    );
-    let backing_up = PgState::BackingUp {
-        cluster: cluster(V1, 0),
-        request: "t1".to_owned(),
-    };
-    let served = |o: Observed| World {
-        acks: [(
-            crate::machines::common::annotations::BACKUP_NOW.to_owned(),
-            "t1".to_owned(),
-        )]
-        .into(),
-        ..world_at(o, 1000, 0)
-    };
-    o.jobs = vec![job(
+    let mut asked = at_rest(V1, 0);
+    asked.requests.backup_now = Some("t1".to_owned());
+    let mut succeeded = asked.clone();
+    succeeded.jobs = vec![job(
         &backup_key("t1"),
         Purpose::Backup,
         JobOutcome::Succeeded { at: t(5) },
     )];
-    let d = Postgres::decide(&s, &backing_up, &served(o.clone()));
-    assert_eq!(d.reason(), BACKUP_SUCCEEDED);
     // The token is served: leaving the annotation in place asks for nothing more, whether
     // its Job is still there or was pruned.
-    let d = Postgres::decide(&s, &ready(V1, 0), &served(o.clone()));
-    assert_eq!(d.reason(), SERVING);
-    o.jobs.clear();
-    let d = Postgres::decide(&s, &ready(V1, 0), &served(o));
-    assert_eq!(d.reason(), SERVING);
+    let pruned = asked.clone();
+    let s = with_backups(spec("16.3"), None);
+    let seen = testing::BackupSteps {
+        before: asked,
+        finished: succeeded,
+        after: pruned,
+    };
+    let backing_up =
+        testing::assert_a_token_runs_one_backup::<Postgres>(&s, &ready(V1, 0), SERVING, seen);
+    let expected = PgState::BackingUp {
+        cluster: cluster(V1, 0),
+        request: "t1".to_owned(),
+    };
+    assert_eq!(backing_up, expected);
 }
 
 #[test]
@@ -192,6 +171,5 @@ fn a_backup_without_a_destination_is_reported_not_attempted() {
     let mut o = at_rest(V1, 0);
     o.requests.backup_now = Some("t1".to_owned());
     let d = decide(&spec("16.3"), &ready(V1, 0), o);
-    assert_eq!(d.reason(), BACKUP_NOT_CONFIGURED);
-    assert!(is_degraded(&d));
+    assert_degraded(&d, BACKUP_NOT_CONFIGURED);
 }

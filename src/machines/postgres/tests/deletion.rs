@@ -2,53 +2,34 @@
 
 use super::rendering::object;
 use super::*;
-
-fn deleting(
-    spec: &PostgresClusterSpec,
-    state: &PgState,
-    o: Observed,
-) -> Decision<PgState, PgAction> {
-    let world = World {
-        deleting: true,
-        ..world_at(o, 1000, 0)
-    };
-    let d = Postgres::decide(spec, state, &world);
-    if let Decision::Go { to, reason, .. } = &d {
-        assert!(is_declared::<Postgres>(state, to, reason));
-    }
-    d
-}
+use crate::machines::common::testing::decide_deleting;
 
 #[test]
 fn deletion_takes_a_final_backup_before_the_finalizer_goes() {
     let s = with_backups(spec("16.3"), None);
-    let d = deleting(&s, &ready(V1, 0), at_rest(V1, 0));
-    assert_eq!(d.reason(), DELETION_REQUESTED);
     let finalizing = PgState::Finalizing { attempt: 1 };
-    let d = deleting(&s, &finalizing, at_rest(V1, 0));
-    assert_eq!(
-        d.actions(),
-        &[PgAction::Jobs(JobAction::RunBackup {
-            key: "final-backup-1".to_owned(),
-            kind: BackupKind::Final
-        })]
+    let d = decide_deleting::<Postgres>(&s, &ready(V1, 0), at_rest(V1, 0));
+    assert_goes(&d, DELETION_REQUESTED, &finalizing);
+    let mut broken = at_rest(V1, 0);
+    broken.jobs = vec![job("final-backup-1", Purpose::FinalBackup, failed(1000))];
+    let mut skipped = broken.clone();
+    skipped.requests.skip_final_backup = true;
+    testing::assert_final_backup_holds_the_finalizer::<Postgres>(
+        &s,
+        &finalizing,
+        &PgState::Finalized,
+        testing::BackupSteps {
+            before: at_rest(V1, 0),
+            finished: broken,
+            after: skipped,
+        },
     );
-    let mut o = at_rest(V1, 0);
-    o.jobs = vec![job("final-backup-1", Purpose::FinalBackup, failed(1000))];
-    let d = deleting(&s, &finalizing, o.clone());
-    assert_eq!(d.reason(), FINAL_BACKUP_FAILED);
-    assert!(is_degraded(&d));
-    o.requests.skip_final_backup = true;
-    let d = deleting(&s, &finalizing, o);
-    assert_eq!(d.reason(), FINAL_BACKUP_SKIPPED);
-    assert_eq!(target(&d), Some(&PgState::Finalized));
 }
 
 #[test]
 fn without_a_backup_destination_deletion_releases_at_once() {
-    let d = deleting(&spec("16.3"), &ready(V1, 0), at_rest(V1, 0));
-    assert_eq!(d.reason(), NO_BACKUP_POLICY);
-    assert_eq!(target(&d), Some(&PgState::Finalized));
+    let d = decide_deleting::<Postgres>(&spec("16.3"), &ready(V1, 0), at_rest(V1, 0));
+    assert_goes(&d, NO_BACKUP_POLICY, &PgState::Finalized);
 }
 
 #[test]

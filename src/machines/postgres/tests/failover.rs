@@ -18,27 +18,21 @@ fn lost(primary: i32) -> PgState {
 #[test]
 fn a_primary_that_is_not_ready_is_noticed_at_once() {
     let d = decide(&spec("16.3"), &ready(V1, 0), primary_down(0));
-    assert_eq!(d.reason(), PRIMARY_NOT_READY);
-    assert_eq!(target(&d), Some(&lost(0)));
+    assert_goes(&d, PRIMARY_NOT_READY, &lost(0));
 }
 
 #[test]
 fn failover_waits_for_the_delay_and_says_why() {
     let d = decide_at(&spec("16.3"), &lost(0), primary_down(0), 10, 0);
-    assert_eq!(d.reason(), AWAITING_FAILOVER);
-    assert!(is_degraded(&d));
-    assert!(matches!(
-        d,
-        Decision::Stay { wait: Wait::Requeue(w), .. } if w.as_secs() == 20
-    ));
+    assert_degraded(&d, AWAITING_FAILOVER);
+    assert_eq!(requeue_secs(&d), Some(20));
     assert!(promotes_in(&d).is_empty());
 }
 
 #[test]
 fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
     let d = decide_at(&spec("16.3"), &lost(0), at_rest(V1, 0), 10, 0);
-    assert_eq!(d.reason(), PRIMARY_RECOVERED);
-    assert_eq!(target(&d), Some(&ready(V1, 0)));
+    assert_goes(&d, PRIMARY_RECOVERED, &ready(V1, 0));
 }
 
 #[test]
@@ -52,9 +46,7 @@ fn after_the_delay_a_ready_replica_is_chosen_and_the_intent_recorded() {
     assert_eq!(s.cause, SwitchCause::Failover);
     assert_eq!(s.target.ordinal, 1);
     assert_eq!(s.old_uid.as_deref(), Some(uid(0, V1).as_str()));
-    if let Decision::Go { message, .. } = &d {
-        assert!(message.contains("failoverDelaySeconds=30"), "{message}");
-    }
+    assert_says(&d, &["failoverDelaySeconds=30"]);
 }
 
 #[test]
@@ -68,8 +60,7 @@ fn a_not_ready_replica_is_never_chosen_for_failover() {
     ));
     edit(&mut o, 2, |p| p.ready = false);
     let d = decide_at(&spec("16.3"), &lost(0), o, 31, 0);
-    assert_eq!(d.reason(), NO_PROMOTION_TARGET);
-    assert!(is_degraded(&d));
+    assert_degraded(&d, NO_PROMOTION_TARGET);
     assert!(target(&d).is_none());
 }
 
@@ -97,11 +88,10 @@ fn once_the_lease_names_the_target_a_failover_promotes_it() {
     hand_over_to_1(&mut o, V1);
     edit(&mut o, 1, |p| p.role = Some(Role::Primary));
     let d = decide(&spec("16.3"), &state, o);
-    assert!(
-        d.actions()
-            .iter()
-            .any(|a| matches!(a, PgAction::RunPromote { target: 1, .. }))
-    );
+    assert!(has_action(&d, |a| matches!(
+        a,
+        PgAction::RunPromote { target: 1, .. }
+    )));
 }
 
 #[test]
@@ -111,12 +101,9 @@ fn a_completed_failover_records_why_in_its_message() {
     hand_over_to_1(&mut o, V1);
     o.jobs = vec![promote_job(V1, 1, JobOutcome::Succeeded { at: t(10) })];
     let d = decide(&spec("16.3"), &state, o);
-    assert_eq!(d.reason(), FAILOVER_COMPLETED);
-    assert_eq!(target(&d), Some(&ready(V1, 1)));
+    assert_goes(&d, FAILOVER_COMPLETED, &ready(V1, 1));
     assert_eq!(labels_in(&d), vec![(0, Role::Demoted), (1, Role::Primary)]);
-    if let Decision::Go { message, .. } = &d {
-        assert!(message.contains("failoverDelaySeconds"), "{message}");
-    }
+    assert_says(&d, &["failoverDelaySeconds"]);
 }
 
 #[test]
@@ -156,16 +143,11 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
     let d = decide_at(&spec("16.3"), &state(last), o(last), 10_000, 0);
     assert!(target(&d).is_none(), "{d:?}");
     assert!(is_degraded(&d));
-    assert!(
-        d.actions()
-            .iter()
-            .all(|a| !matches!(a, PgAction::RunPromote { .. }))
-    );
-    let why = match &d {
-        Decision::Stay { message, .. } => message.clone(),
-        Decision::Go { .. } => String::new(),
-    };
-    assert!(why.contains("lockstep.dev/retry-promote"), "{why}");
+    assert!(!has_action(&d, |a| matches!(
+        a,
+        PgAction::RunPromote { .. }
+    )));
+    assert_says(&d, &["lockstep.dev/retry-promote"]);
     // A new retry-promote token: the next attempt, with a fresh budget.
     let mut asked = o(last);
     asked.own.requests.retry_promote = Some("r1".to_owned());

@@ -24,16 +24,6 @@ fn lease_creations(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {
     picked!(d.actions(), PgAction::CreateLease { holder, .. } => holder.clone())
 }
 
-fn requeue(d: &Decision<PgState, PgAction>) -> Option<u64> {
-    match d {
-        Decision::Stay {
-            wait: Wait::Requeue(w),
-            ..
-        } => Some(w.as_secs()),
-        _ => None,
-    }
-}
-
 /// The decision at `t(now)` of a failover at its Fence step (entered at `t(995)`) while
 /// the old primary lingers with the Lease it renewed at `t(990)`.
 fn fencing_at(now: i64) -> Decision<PgState, PgAction> {
@@ -76,9 +66,7 @@ fn old_primary_lingering(renewed: i64) -> Observed {
         p.ready = false;
         p.terminating = true;
     });
-    if let Some(l) = o.own.lease.as_mut() {
-        l.renewed = Some(t(renewed));
-    }
+    edit_lease(&mut o, |l| l.renewed = Some(t(renewed)));
     o
 }
 
@@ -109,12 +97,9 @@ fn a_new_cluster_creates_the_lease_naming_pod_0_before_labelling_it_primary() {
 #[test]
 fn a_lost_status_adopts_the_lease_holder_as_primary_without_moving_a_role() {
     let mut o = at_rest(V1, 1);
-    if let Some(l) = o.own.lease.as_mut() {
-        l.transitions = 1;
-    }
+    edit_lease(&mut o, |l| l.transitions = 1);
     let d = decide(&spec("16.3"), &creating(), o);
-    assert_eq!(d.reason(), ADOPTED);
-    assert_eq!(target(&d), Some(&ready(V1, 1)));
+    assert_goes(&d, ADOPTED, &ready(V1, 1));
     assert!(d.actions().is_empty(), "{d:?}");
 }
 
@@ -122,12 +107,9 @@ fn a_lost_status_adopts_the_lease_holder_as_primary_without_moving_a_role() {
 fn a_lost_status_with_two_pods_labelled_primary_and_no_holder_waits_for_a_person() {
     let mut o = at_rest(V1, 0);
     edit(&mut o, 1, |p| p.role = Some(Role::Primary));
-    if let Some(l) = o.own.lease.as_mut() {
-        l.holder = None;
-    }
+    edit_lease(&mut o, |l| l.holder = None);
     let d = decide(&spec("16.3"), &creating(), o.clone());
-    assert_eq!(d.reason(), ADOPTION_AMBIGUOUS);
-    assert!(is_degraded(&d));
+    assert_degraded(&d, ADOPTION_AMBIGUOUS);
     assert!(labels_in(&d).is_empty() && deletes_in(&d).is_empty());
     assert!(message(&d).contains(ADOPT_PRIMARY), "{}", message(&d));
     // The escape hatch names pg-1: once the Lease expired, it is handed to pg-1.
@@ -167,7 +149,7 @@ fn a_failover_waits_while_the_old_primary_may_still_be_writable() {
     assert!(!is_degraded(&d));
     assert!(hand_overs(&d).is_empty() && promotes_in(&d).is_empty());
     // renewTime + L + S = 990 + 15 + 2: looked at again just after.
-    assert_eq!(requeue(&d), Some(8));
+    assert_eq!(requeue_secs(&d), Some(8));
 }
 
 #[test]
@@ -185,30 +167,35 @@ fn once_the_lease_expired_it_is_handed_to_the_target_then_promoted() {
     ));
 }
 
-#[test]
-fn a_lease_released_by_its_holder_is_handed_over_at_once() {
-    let mut o = old_primary_lingering(999);
-    if let Some(l) = o.own.lease.as_mut() {
-        l.released_by = l.holder.take();
-    }
-    let d = decide(&spec("16.3"), &failing_over(SwitchStep::Fence), o);
-    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+/// The failed primary `pg-0` gone, its Lease last renewed at `renewed`.
+fn old_primary_gone(renewed: i64) -> Observed {
+    let mut o = old_primary_lingering(renewed);
+    o.pods.remove(&0);
+    o
 }
 
 #[test]
-fn an_old_primary_whose_pod_is_gone_is_fenced() {
-    let mut o = old_primary_lingering(999);
-    o.pods.remove(&0);
-    let d = decide(&spec("16.3"), &failing_over(SwitchStep::Fence), o);
-    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+fn an_old_primary_out_of_the_way_has_its_lease_handed_over_at_once() {
+    let mut released = old_primary_lingering(999);
+    edit_lease(&mut released, |l| l.released_by = l.holder.take());
+    let cases = [
+        ("a Lease released by its holder", released),
+        (
+            "an old primary whose pod is gone is fenced",
+            old_primary_gone(999),
+        ),
+    ];
+    for (case, o) in cases {
+        let d = decide(&spec("16.3"), &failing_over(SwitchStep::Fence), o);
+        assert_eq!(d.reason(), LEASE_HANDED_OVER, "{case}");
+    }
 }
 
 #[test]
 fn a_long_wait_for_fencing_is_degraded_and_names_the_escape_hatch() {
     let state = failing_over(SwitchStep::Fence);
     let d = decide_at(&spec("16.3"), &state, old_primary_lingering(999), 1000, 900);
-    assert_eq!(d.reason(), WAITING_FOR_FENCE);
-    assert!(is_degraded(&d));
+    assert_degraded(&d, WAITING_FOR_FENCE);
     assert!(message(&d).contains(FENCED), "{}", message(&d));
     // A person asserts that the old primary's node is down.
     let mut o = old_primary_lingering(999);
@@ -221,15 +208,11 @@ fn a_long_wait_for_fencing_is_degraded_and_names_the_escape_hatch() {
 fn a_planned_switchover_demotes_the_old_primary_and_waits_for_it_to_release_the_lease() {
     let mut o = upgrade_observed(&[1, 2], 0);
     edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
-    if let Some(l) = o.own.lease.as_mut() {
-        l.renewed = Some(t(999));
-    }
+    edit_lease(&mut o, |l| l.renewed = Some(t(999)));
     let state = switching(SwitchStep::Fence, 1, SwitchCause::Upgrade);
     let d = decide(&spec("16.4"), &state, o.clone());
     assert_eq!(d.reason(), WAITING_FOR_FENCE);
-    if let Some(l) = o.own.lease.as_mut() {
-        l.released_by = l.holder.take();
-    }
+    edit_lease(&mut o, |l| l.released_by = l.holder.take());
     let d = decide(&spec("16.4"), &state, o);
     assert_eq!(d.reason(), LEASE_HANDED_OVER);
     assert_eq!(hand_overs(&d), vec![Some(format!("pg-1/{}", uid(1, V2)))]);
@@ -237,9 +220,11 @@ fn a_planned_switchover_demotes_the_old_primary_and_waits_for_it_to_release_the_
 
 #[test]
 fn mid_promotion_a_lease_that_no_longer_names_the_target_is_fenced_again() {
-    let mut o = old_primary_lingering(0);
-    o.pods.remove(&0);
-    let d = decide(&spec("16.3"), &failing_over(SwitchStep::Promote), o);
+    let d = decide(
+        &spec("16.3"),
+        &failing_over(SwitchStep::Promote),
+        old_primary_gone(0),
+    );
     assert_eq!(d.reason(), LEASE_LOST);
     assert!(promotes_in(&d).is_empty());
 }
@@ -259,8 +244,7 @@ fn at_survey(attempt: Option<u32>) -> PgState {
 
 /// The survey Job succeeded and its pod reported `result`.
 fn surveyed(result: &str) -> Observed {
-    let mut o = old_primary_lingering(0);
-    o.pods.remove(&0);
+    let mut o = old_primary_gone(0);
     let key = survey_key(&uid(0, V1), 1);
     o.jobs = vec![job(
         &key,
@@ -287,11 +271,9 @@ fn a_failover_surveys_the_standbys_only_once_the_old_primary_is_fenced() {
     );
     assert_eq!(d.reason(), WAITING_FOR_FENCE);
     // The survey Job asks every other live pod.
-    let mut o = old_primary_lingering(0);
-    o.pods.remove(&0);
-    let d = decide(&spec("16.3"), &at_survey(None), o);
+    let d = decide(&spec("16.3"), &at_survey(None), old_primary_gone(0));
     assert_eq!(d.reason(), SURVEYING);
-    assert!(d.actions().iter().any(|a| matches!(
+    assert!(has_action(&d, |a| matches!(
         a,
         PgAction::RunSurvey { hosts, .. } if hosts == &[1, 2]
     )));
@@ -355,8 +337,7 @@ fn a_standby_the_survey_did_not_reach_or_that_is_not_ready_is_never_chosen() {
     ));
     edit(&mut o, 2, |p| p.ready = false);
     let d = decide(&spec("16.3"), &at_survey(None), o);
-    assert_eq!(d.reason(), NO_PROMOTION_TARGET);
-    assert!(is_degraded(&d));
+    assert_degraded(&d, NO_PROMOTION_TARGET);
 }
 
 #[test]
@@ -364,16 +345,14 @@ fn a_survey_without_its_result_yet_waits_and_a_failed_one_is_retried_as_a_new_jo
     let mut o = surveyed("{}");
     o.own.job_results.clear();
     let d = decide(&spec("16.3"), &at_survey(None), o.clone());
-    assert_eq!(d.reason(), SURVEYING);
-    assert!(target(&d).is_none());
+    assert_stays(&d, SURVEYING);
     o.jobs = vec![job(
         &survey_key(&uid(0, V1), 1),
         Purpose::Promote,
         failed(0),
     )];
     let d = decide_at(&spec("16.3"), &at_survey(None), o, 10_000, 0);
-    assert_eq!(d.reason(), SURVEY_RETRIED);
-    assert_eq!(target(&d), Some(&at_survey(Some(2))));
+    assert_goes(&d, SURVEY_RETRIED, &at_survey(Some(2)));
 }
 
 #[test]
@@ -405,9 +384,7 @@ fn at_rest_a_missing_lease_is_created_naming_the_primary() {
 #[test]
 fn at_rest_a_lease_renewed_by_its_holder_asks_for_nothing() {
     let mut o = at_rest(V1, 0);
-    if let Some(l) = o.own.lease.as_mut() {
-        l.renewed = Some(t(998));
-    }
+    edit_lease(&mut o, |l| l.renewed = Some(t(998)));
     let d = decide(&spec("16.3"), &ready(V1, 0), o);
     assert!(d.actions().is_empty());
 }
@@ -435,17 +412,16 @@ fn the_pods_may_only_get_update_and_patch_their_own_lease() {
     let pod = sts.spec.template.spec.expect("a pod spec");
     assert_eq!(pod.service_account_name.as_deref(), Some("pg-instance"));
     let c = &pod.containers[0];
-    let env: BTreeMap<String, Option<String>> = c
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| (e.name, e.value))
-        .collect();
-    assert_eq!(env["LOCKSTEP_LEASE_NAME"].as_deref(), Some("pg-primary"));
-    assert_eq!(env["LOCKSTEP_LEASE_SECONDS"].as_deref(), Some("15"));
-    assert_eq!(env["LOCKSTEP_FENCE_SECONDS"].as_deref(), Some("7"));
-    assert_eq!(env["LOCKSTEP_RENEW_SECONDS"].as_deref(), Some("2"));
+    testing::assert_env(
+        c,
+        &[
+            ("LOCKSTEP_LEASE_NAME", "pg-primary"),
+            ("LOCKSTEP_LEASE_SECONDS", "15"),
+            ("LOCKSTEP_FENCE_SECONDS", "7"),
+            ("LOCKSTEP_RENEW_SECONDS", "2"),
+        ],
+    );
+    let env = testing::plain_env(c);
     for from_field in ["POD_NAME", "POD_UID", "POD_NAMESPACE"] {
         assert!(env.contains_key(from_field), "{from_field}");
     }

@@ -11,7 +11,7 @@ mod upgrades;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, EnvVar};
+use k8s_openapi::api::core::v1::Container;
 use kube::ResourceExt;
 
 use super::actions::{
@@ -25,12 +25,12 @@ use super::observe::{
 use super::render;
 use super::state::{PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology};
 use super::table::reason::*;
-use crate::engine::machine::is_declared;
-use crate::engine::{Decision, Machine, Wait, World};
+use crate::engine::{Decision, Machine, Wait};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{
-    self, failed, is_degraded, message, picked, t, target, world_at,
+    self, assert_degraded, assert_goes, assert_says, assert_stays, failed, has_action, is_degraded,
+    message, picked, requeue_secs, t, target, wait_of,
 };
 
 const V1: &str = "postgres:16.3";
@@ -87,6 +87,21 @@ fn pod(k: i32, image: &str, ready: bool, role: Option<Role>) -> PodView {
 fn edit(o: &mut Observed, k: i32, change: impl FnOnce(&mut PodView)) {
     if let Some(p) = o.pods.get_mut(&k) {
         change(p);
+    }
+}
+
+/// Change the observed primary Lease, if there is one.
+fn edit_lease(o: &mut Observed, change: impl FnOnce(&mut LeaseView)) {
+    if let Some(l) = o.own.lease.as_mut() {
+        change(l);
+    }
+}
+
+/// The spec at 16.3 with `replicas` instances.
+fn scaled_to(replicas: i32) -> PostgresClusterSpec {
+    PostgresClusterSpec {
+        replicas,
+        ..spec("16.3")
     }
 }
 
@@ -241,4 +256,13 @@ fn deletes_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, String, DeleteCause)
 
 fn promotes_in(d: &Decision<PgState, PgAction>) -> Vec<i32> {
     picked!(d.actions(), PgAction::RunPromote { target, .. } => *target)
+}
+
+impl testing::OnJobs for PgAction {
+    fn on_jobs(&self) -> Option<&JobAction> {
+        match self {
+            PgAction::Jobs(action) => Some(action),
+            _ => None,
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Rendering.
 
 use super::*;
+use crate::machines::common::testing::{assert_env, assert_secret_env, job_pod};
 
 pub(super) fn object(spec: PostgresClusterSpec) -> PostgresCluster {
     let mut pg = PostgresCluster::new("pg", spec);
@@ -9,18 +10,23 @@ pub(super) fn object(spec: PostgresClusterSpec) -> PostgresCluster {
     pg
 }
 
-fn env_of(c: &Container) -> BTreeMap<String, EnvVar> {
-    c.env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| (e.name.clone(), e))
-        .collect()
+/// `c` reaches the primary through the `-rw` Service as the superuser, whose password
+/// comes from the credentials Secret.
+fn assert_connects_to_the_primary_as_superuser(c: &Container) {
+    assert_env(c, &[("PRIMARY_HOST", "pg-rw.db.svc")]);
+    assert_secret_env(
+        c,
+        &[("POSTGRES_PASSWORD", ("pg-creds", "superuserPassword"))],
+    );
 }
 
-fn secret_key(e: Option<&EnvVar>) -> Option<(String, String)> {
-    let r = e?.value_from.as_ref()?.secret_key_ref.as_ref()?;
-    Some((r.name.clone(), r.key.clone()))
+/// `c` runs `script` of the scripts ConfigMap, with bash.
+fn assert_runs(c: &Container, script: &str) {
+    let path = format!("/lockstep/scripts/{script}");
+    assert_eq!(
+        c.command.clone().unwrap_or_default(),
+        ["bash", path.as_str()]
+    );
 }
 
 #[test]
@@ -43,27 +49,18 @@ fn the_statefulset_wires_the_entrypoint_per_the_scripts_contract() {
         Some(render::POSTGRES_UID)
     );
     let c = &pod.containers[0];
-    assert_eq!(
-        c.command.clone().unwrap_or_default(),
-        vec!["bash", "/lockstep/scripts/entrypoint.sh"]
+    assert_runs(c, "entrypoint.sh");
+    assert_connects_to_the_primary_as_superuser(c);
+    assert_env(
+        c,
+        &[
+            ("PGDATA", render::PGDATA),
+            ("POSTGRES_DB", "app"),
+            ("LOCKSTEP_ROLE_FILE", "/etc/lockstep/podinfo/labels"),
+        ],
     );
-    let env = env_of(c);
-    let plain = |k: &str| env.get(k).and_then(|e| e.value.clone());
-    assert_eq!(plain("PGDATA").as_deref(), Some(render::PGDATA));
-    assert_eq!(plain("PRIMARY_HOST").as_deref(), Some("pg-rw.db.svc"));
-    assert_eq!(plain("POSTGRES_DB").as_deref(), Some("app"));
-    assert_eq!(
-        plain("LOCKSTEP_ROLE_FILE").as_deref(),
-        Some("/etc/lockstep/podinfo/labels")
-    );
-    assert_eq!(
-        secret_key(env.get("POSTGRES_PASSWORD")),
-        Some(("pg-creds".to_owned(), "superuserPassword".to_owned()))
-    );
-    assert_eq!(
-        secret_key(env.get("REPLICATION_PASSWORD")),
-        Some(("pg-creds".to_owned(), "replicationPassword".to_owned()))
-    );
+    let replication = ("pg-creds", "replicationPassword");
+    assert_secret_env(c, &[("REPLICATION_PASSWORD", replication)]);
     assert!(
         c.lifecycle
             .as_ref()
@@ -142,27 +139,20 @@ fn backup_jobs_run_backup_sh_against_the_primary_with_secrets_by_reference() {
         .flatten()
         .expect("renders");
     assert_eq!(job.name_any(), "pg-final-backup-1");
-    let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
+    let pod = job_pod(&job);
     let c = &pod.containers[0];
-    assert_eq!(
-        c.command.clone().unwrap_or_default(),
-        vec!["bash", "/lockstep/scripts/backup.sh"]
+    assert_runs(c, "backup.sh");
+    assert_connects_to_the_primary_as_superuser(c);
+    assert_env(
+        c,
+        &[
+            ("CLUSTER_NAME", "pg"),
+            ("S3_BUCKET", "backups"),
+            ("S3_PREFIX", "prod"),
+            ("BACKUP_DATABASE", "app"),
+        ],
     );
-    let env = env_of(c);
-    let plain = |k: &str| env.get(k).and_then(|e| e.value.clone());
-    assert_eq!(plain("CLUSTER_NAME").as_deref(), Some("pg"));
-    assert_eq!(plain("PRIMARY_HOST").as_deref(), Some("pg-rw.db.svc"));
-    assert_eq!(plain("S3_BUCKET").as_deref(), Some("backups"));
-    assert_eq!(plain("S3_PREFIX").as_deref(), Some("prod"));
-    assert_eq!(plain("BACKUP_DATABASE").as_deref(), Some("app"));
-    assert_eq!(
-        secret_key(env.get("AWS_SECRET_ACCESS_KEY")),
-        Some(("s3".to_owned(), "secretKey".to_owned()))
-    );
-    assert_eq!(
-        secret_key(env.get("POSTGRES_PASSWORD")),
-        Some(("pg-creds".to_owned(), "superuserPassword".to_owned()))
-    );
+    assert_secret_env(c, &[("AWS_SECRET_ACCESS_KEY", ("s3", "secretKey"))]);
     assert!(pod.volumes.unwrap_or_default().len() == 2);
     let cj = render::cronjob(&pg).ok().flatten().expect("renders");
     assert_eq!(cj.spec.schedule, "0 3 * * *");
@@ -174,10 +164,8 @@ fn backup_jobs_run_backup_sh_against_the_primary_with_secrets_by_reference() {
 fn the_promote_job_targets_the_pod_by_its_stable_name() {
     let pg = object(spec("16.3"));
     let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1).expect("renders");
-    let pod = job.spec.and_then(|s| s.template.spec).unwrap_or_default();
-    let env = env_of(&pod.containers[0]);
-    let plain = |k: &str| env.get(k).and_then(|e| e.value.clone());
-    assert_eq!(plain("TARGET_HOST").as_deref(), Some("pg-1.pg.db.svc"));
+    let pod = job_pod(&job);
+    assert_env(&pod.containers[0], &[("TARGET_HOST", "pg-1.pg.db.svc")]);
     assert_eq!(pod.containers[0].image.as_deref(), Some(V1));
 }
 

@@ -5,8 +5,7 @@ use super::*;
 #[test]
 fn a_version_change_starts_an_upgrade_to_the_new_image() {
     let d = decide(&spec("16.4"), &ready(V1, 0), at_rest(V1, 0));
-    assert_eq!(d.reason(), IMAGE_CHANGED);
-    assert_eq!(target(&d), Some(&upgrading_to_v2(0)));
+    assert_goes(&d, IMAGE_CHANGED, &upgrading_to_v2(0));
 }
 
 #[test]
@@ -23,18 +22,19 @@ fn the_highest_replica_is_chosen_first_and_its_uid_recorded_before_any_delete() 
         })
     });
     let d = decide(&spec("16.4"), &state, o);
-    assert_eq!(d.reason(), POD_CHOSEN);
     assert!(deletes_in(&d).is_empty());
-    assert_eq!(
-        target(&d),
-        Some(&PgState::Upgrading {
-            cluster: cluster(V2, 0),
-            pod: Some(PodRef {
-                ordinal: 2,
-                uid: uid(2, V1)
-            })
-        })
-    );
+    assert_goes(&d, POD_CHOSEN, &replacing_pod_2());
+}
+
+/// An upgrade to `V2` replacing `pg-2`, chosen at `V1`, `pg-0` primary.
+fn replacing_pod_2() -> PgState {
+    PgState::Upgrading {
+        cluster: cluster(V2, 0),
+        pod: Some(PodRef {
+            ordinal: 2,
+            uid: uid(2, V1),
+        }),
+    }
 }
 
 pub(super) fn upgrade_observed(at_target: &[i32], primary: i32) -> Observed {
@@ -51,26 +51,14 @@ pub(super) fn upgrade_observed(at_target: &[i32], primary: i32) -> Observed {
 
 #[test]
 fn the_chosen_replica_is_deleted_with_its_uid_as_precondition() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: Some(PodRef {
-            ordinal: 2,
-            uid: uid(2, V1),
-        }),
-    };
+    let state = replacing_pod_2();
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[], 0));
     assert_eq!(deletes_in(&d), vec![(2, uid(2, V1), DeleteCause::Upgrade)]);
 }
 
 #[test]
 fn no_replica_is_deleted_while_another_instance_is_not_ready() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: Some(PodRef {
-            ordinal: 2,
-            uid: uid(2, V1),
-        }),
-    };
+    let state = replacing_pod_2();
     let mut o = upgrade_observed(&[], 0);
     edit(&mut o, 1, |p| p.ready = false);
     let d = decide(&spec("16.4"), &state, o);
@@ -80,13 +68,7 @@ fn no_replica_is_deleted_while_another_instance_is_not_ready() {
 
 #[test]
 fn no_pod_is_deleted_until_the_statefulset_template_holds_the_target() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: Some(PodRef {
-            ordinal: 2,
-            uid: uid(2, V1),
-        }),
-    };
+    let state = replacing_pod_2();
     let d = decide(&spec("16.4"), &state, at_rest(V1, 0));
     assert!(deletes_in(&d).is_empty());
     assert!(d.actions().contains(&PgAction::EnsureStatefulSet {
@@ -97,13 +79,7 @@ fn no_pod_is_deleted_until_the_statefulset_template_holds_the_target() {
 
 #[test]
 fn a_recreated_replica_ready_at_the_target_is_upgraded() {
-    let state = PgState::Upgrading {
-        cluster: cluster(V2, 0),
-        pod: Some(PodRef {
-            ordinal: 2,
-            uid: uid(2, V1),
-        }),
-    };
+    let state = replacing_pod_2();
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[2], 0));
     assert_eq!(d.reason(), POD_UPGRADED);
 }
@@ -161,11 +137,10 @@ fn once_the_target_holds_the_lease_it_alone_is_labelled_primary_and_then_promote
     assert_eq!(d.reason(), PROMOTING);
     assert!(labels_in(&d).is_empty());
     assert_eq!(promotes_in(&d), vec![1]);
-    assert!(
-        d.actions()
-            .iter()
-            .any(|a| matches!(a, PgAction::RunPromote { target: 1, .. }))
-    );
+    assert!(has_action(&d, |a| matches!(
+        a,
+        PgAction::RunPromote { target: 1, .. }
+    )));
 }
 
 #[test]
@@ -188,8 +163,7 @@ fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instea
     edit(&mut o, 2, |p| p.ready = false);
     let d = decide(&spec("16.4"), &upgrade_switchover(SwitchStep::Promote), o);
     assert!(promotes_in(&d).is_empty());
-    assert_eq!(d.reason(), NO_PROMOTION_TARGET);
-    assert!(is_degraded(&d));
+    assert_degraded(&d, NO_PROMOTION_TARGET);
 }
 
 #[test]
@@ -226,8 +200,7 @@ fn after_the_switchover_the_old_primary_is_upgraded_last() {
         Some(PgState::Upgrading { pod: Some(p), .. }) if p.ordinal == 0
     ));
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[0, 1, 2], 1));
-    assert_eq!(d.reason(), UPGRADE_COMPLETED);
-    assert_eq!(target(&d), Some(&ready(V2, 1)));
+    assert_goes(&d, UPGRADE_COMPLETED, &ready(V2, 1));
 }
 
 #[test]
@@ -237,15 +210,8 @@ fn a_failed_promote_job_is_retried_after_its_backoff_as_a_new_job() {
     o.jobs = vec![promote_job(V2, 1, failed(1000))];
     let state = upgrade_switchover(SwitchStep::Promote);
     let d = decide_at(&spec("16.4"), &state, o.clone(), 1005, 0);
-    assert_eq!(d.reason(), PROMOTION_FAILED);
-    assert!(is_degraded(&d));
-    assert!(matches!(
-        d,
-        Decision::Stay {
-            wait: Wait::Requeue(_),
-            ..
-        }
-    ));
+    assert_degraded(&d, PROMOTION_FAILED);
+    assert!(matches!(wait_of(&d), Some(Wait::Requeue(_))), "{d:?}");
     let d = decide_at(&spec("16.4"), &state, o, 1011, 0);
     assert_eq!(d.reason(), PROMOTION_RETRIED);
     assert!(matches!(
