@@ -145,7 +145,18 @@ pub struct Reading<'a, K> {
     pub container: &'a str,
 }
 
-impl<K: Resource<DynamicType = ()>> Reading<'_, K> {
+impl<'a, K: Resource<DynamicType = ()>> Reading<'a, K> {
+    /// How `owner`'s objects are read from `cache`: those carrying `kind_label`, with
+    /// the machine's image in the pods' container `container`.
+    pub fn new(owner: &'a K, cache: &'a Cache, kind_label: &'a str, container: &'a str) -> Self {
+        Reading {
+            owner,
+            cache,
+            kind_label,
+            container,
+        }
+    }
+
     /// The objects of `store` the owner owns.
     pub fn owned<T: Project>(&self, store: &Owned<T>) -> Vec<Arc<T>> {
         Cache::owned_by(store, self.owner, self.kind_label)

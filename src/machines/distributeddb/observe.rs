@@ -154,12 +154,7 @@ fn storage_request(requests: Option<&BTreeMap<String, Quantity>>) -> Option<Stri
 /// state: drift is judged against what would be rendered for the live objects' own
 /// image and replicas, and `decide` compares those with what its state wants.
 pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
-    let read = Reading {
-        owner: db,
-        cache,
-        kind_label: KIND_LABEL,
-        container: CONTAINER,
-    };
+    let read = Reading::new(db, cache, KIND_LABEL, CONTAINER);
     let name = db.name_any();
     let live_sts = read.named(&cache.statefulsets, &name);
     let volumes = Volumes::observe(live_sts.as_deref(), &read.owned(&cache.pvcs), &name);

@@ -206,12 +206,7 @@ pub fn lease_view(lease: &Lease) -> LeaseView {
 /// state: the StatefulSet is judged against what would be rendered for its own image and
 /// replicas, and `decide` compares those with what its state wants.
 pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
-    let read = Reading {
-        owner: pg,
-        cache,
-        kind_label: KIND_LABEL,
-        container: CONTAINER,
-    };
+    let read = Reading::new(pg, cache, KIND_LABEL, CONTAINER);
     let name = pg.name_any();
     let statefulset = read.named(&cache.statefulsets, &name).map(|sts| {
         StatefulSetView::of(&sts, CONTAINER, |image, replicas| {
