@@ -106,51 +106,6 @@ pub fn cronjob_name(owner: &str) -> String {
     child_name(owner, "backup", MAX_CRONJOB_NAME)
 }
 
-/// Everything the scheduled-backup CronJob is made of.
-#[derive(Debug, Clone)]
-pub struct Schedule<'a> {
-    /// The owner (the CronJob is named `{owner}-backup`).
-    pub owner: &'a Owner,
-    /// The owner's standard labels (the purpose is added; Jobs and pods inherit them).
-    pub labels: BTreeMap<String, String>,
-    /// The cron expression.
-    pub schedule: &'a str,
-    /// Whether scheduled backups are paused.
-    pub suspend: bool,
-    /// The Job each run creates (from [`super::jobs::job_spec`]).
-    pub job: JobSpec,
-}
-
-impl Schedule<'_> {
-    /// The CronJob.
-    pub fn build(&self) -> CronJob {
-        let mut labels = self.labels.clone();
-        labels.insert(JOB_PURPOSE.to_owned(), Purpose::Backup.label().to_owned());
-        CronJob {
-            metadata: self
-                .owner
-                .child(cronjob_name(&self.owner.name), labels.clone()),
-            spec: CronJobSpec {
-                schedule: self.schedule.to_owned(),
-                suspend: Some(self.suspend),
-                concurrency_policy: Some("Forbid".to_owned()),
-                starting_deadline_seconds: Some(300),
-                successful_jobs_history_limit: Some(3),
-                failed_jobs_history_limit: Some(3),
-                job_template: JobTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(labels),
-                        ..ObjectMeta::default()
-                    }),
-                    spec: Some(self.job.clone()),
-                },
-                ..CronJobSpec::default()
-            },
-            status: None,
-        }
-    }
-}
-
 /// What an owner's backup Jobs are made of: the run-once Jobs of on-demand and final
 /// backups ([`Backups::job`]) and the scheduled-backup CronJob ([`Backups::cronjob`]).
 #[derive(Debug, Clone)]
@@ -220,17 +175,33 @@ impl<'a> Backups<'a> {
         pod: &PodRecipe,
         extras: impl FnOnce(&mut JobSpec),
     ) -> Result<CronJob, Error> {
-        let labels = self.labels();
+        let mut labels = self.labels();
         let mut job = job_spec(pod, &labels, Some(self.timeout_seconds));
         extras(&mut job);
-        let cj = Schedule {
-            owner: &self.owner,
-            labels,
-            schedule,
-            suspend,
-            job,
-        }
-        .build();
+        // The CronJob and the Jobs it creates carry their purpose (how Jobs are told apart).
+        labels.insert(JOB_PURPOSE.to_owned(), Purpose::Backup.label().to_owned());
+        let cj = CronJob {
+            metadata: self
+                .owner
+                .child(cronjob_name(&self.owner.name), labels.clone()),
+            spec: CronJobSpec {
+                schedule: schedule.to_owned(),
+                suspend: Some(suspend),
+                concurrency_policy: Some("Forbid".to_owned()),
+                starting_deadline_seconds: Some(300),
+                successful_jobs_history_limit: Some(3),
+                failed_jobs_history_limit: Some(3),
+                job_template: JobTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(job),
+                },
+                ..CronJobSpec::default()
+            },
+            status: None,
+        };
         with_applied_hash(cj, |c| &mut c.metadata)
     }
 }
@@ -273,16 +244,13 @@ mod tests {
 
     #[test]
     fn the_cronjob_never_overlaps_runs_and_labels_its_jobs() {
-        const INSTANCE: &str = "app.kubernetes.io/instance";
-        let owner = testing::owner_db();
-        let cj = Schedule {
-            owner: &owner,
-            labels: [(INSTANCE.to_owned(), "db".to_owned())].into(),
-            schedule: "0 3 * * *",
-            suspend: false,
-            job: JobSpec::default(),
-        }
-        .build();
+        let backups = Backups {
+            owner: testing::owner_db(),
+            kind_label: "distributeddb",
+            timeout_seconds: 60,
+        };
+        let cj = backups.cronjob("0 3 * * *", false, &PodRecipe::default(), |_| {});
+        let Ok(cj) = cj else { panic!("{cj:?}") };
         assert_eq!(cj.metadata.name.as_deref(), Some("db-backup"));
         let spec = cj.spec;
         assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
