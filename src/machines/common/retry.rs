@@ -109,11 +109,13 @@ impl Attempts {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryBudget {
-    /// The attempt the current retry budget began with (a new retry token starts a new
-    /// one; absent in records written before it existed: 1).
+    /// The attempt the current retry budget began with (a new `lockstep.dev/retry-hook` or
+    /// `lockstep.dev/retry-promote` token starts a new one; absent in records written
+    /// before it existed: 1).
     #[serde(default = "first_attempt")]
     pub round_start: u32,
-    /// The last retry token acted on (or present when the step began).
+    /// The last `lockstep.dev/retry-hook` (DistributedDB) or `lockstep.dev/retry-promote`
+    /// (PostgresCluster) token acted on, or present when the step began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_ack: Option<String>,
 }
