@@ -385,6 +385,7 @@ impl Real {
     /// cluster `name`, ids from `first`: each attempt logs `ack|err <id> <start> <end>`
     /// (wall-clock seconds around the psql call; an `ack` only for a commit the server
     /// acknowledged). Writes while `/tmp/write` exists, stops when `/tmp/stop` does.
+    /// Returns once the writer has reached `host` and created `acks` there.
     async fn start_writer(&self, pod: &str, host: &str, name: &str, first: u64) {
         let secret = format!("{name}-credentials");
         let script = format!(
@@ -429,6 +430,22 @@ exec sleep infinity
             p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
         })
         .await;
+        // Running is not reachable: kube-proxy programs `<name>-rw` some time after the
+        // pods are Ready, and until then a connection is refused. The writer says
+        // `ready` once it has created `acks` through `host`, so the caller can write.
+        let running = tokio::time::Instant::now();
+        let deadline = running + SLOW;
+        while !self.kubectl(&["logs", pod]).1.lines().any(|l| l == "ready") {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the writer {pod} did not reach {host} within {SLOW:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        eprintln!(
+            "(writer) {pod} reached {host} {:.1}s after Running",
+            running.elapsed().as_secs_f64()
+        );
     }
 
     /// Start or stop writing (the loop keeps running).
