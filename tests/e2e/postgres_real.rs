@@ -385,13 +385,14 @@ impl Real {
     /// cluster `name`, ids from `first`: each attempt logs `ack|err <id> <start> <end>`
     /// (wall-clock seconds around the psql call; an `ack` only for a commit the server
     /// acknowledged). Writes while `/tmp/write` exists, stops when `/tmp/stop` does.
-    /// Returns once the writer has reached `host` and created `acks` there.
+    /// Returns once its pod is Ready: the writer has reached `host` and created `acks`.
     async fn start_writer(&self, pod: &str, host: &str, name: &str, first: u64) {
         let secret = format!("{name}-credentials");
         let script = format!(
             r#"export PGHOST={host} PGUSER=postgres PGDATABASE=postgres PGCONNECT_TIMEOUT=3
 until psql -X -q -c "CREATE TABLE IF NOT EXISTS acks (id bigint PRIMARY KEY, srv text NOT NULL DEFAULT host(inet_server_addr()), at timestamptz NOT NULL DEFAULT clock_timestamp())" 2>/dev/null; do sleep 0.5; done
 echo ready
+touch /tmp/ready
 i=$(({first} - 1))
 while [ ! -f /tmp/stop ]; do
   if [ -f /tmp/write ]; then
@@ -417,6 +418,7 @@ exec sleep infinity
                     "name": "client",
                     "image": IMAGE,
                     "command": ["bash", "-c", script],
+                    "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1},
                     "env": [{"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": secret, "key": "superuserPassword"}}}],
                 }],
             }
@@ -426,25 +428,21 @@ exec sleep infinity
         pods.create(&PostParams::default(), &object)
             .await
             .unwrap_or_else(|e| panic!("create the writer pod {pod}: {e}"));
-        until(&pods, pod, "the writer pod Running", SLOW, |p: &Pod| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        })
+        // Not just Running: kube-proxy programs `<name>-rw` some time after the database
+        // pods are Ready, and until then a connection is refused. The writer turns Ready
+        // once it has created `acks` through `host`, so the caller can write there.
+        let created = tokio::time::Instant::now();
+        until(
+            &pods,
+            pod,
+            &format!("the writer pod at {host}"),
+            SLOW,
+            pod_ready,
+        )
         .await;
-        // Running is not reachable: kube-proxy programs `<name>-rw` some time after the
-        // pods are Ready, and until then a connection is refused. The writer says
-        // `ready` once it has created `acks` through `host`, so the caller can write.
-        let running = tokio::time::Instant::now();
-        let deadline = running + SLOW;
-        while !self.kubectl(&["logs", pod]).1.lines().any(|l| l == "ready") {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the writer {pod} did not reach {host} within {SLOW:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
         eprintln!(
-            "(writer) {pod} reached {host} {:.1}s after Running",
-            running.elapsed().as_secs_f64()
+            "(writer) {pod} reached {host} {:.1}s after its creation",
+            created.elapsed().as_secs_f64()
         );
     }
 

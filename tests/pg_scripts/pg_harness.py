@@ -318,6 +318,16 @@ class Env:
             capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw,
         )
 
+    def start_script(self, name: str, log: Path, **env_vars) -> subprocess.Popen:
+        """Like run_script, in the background: stdout and stderr go to `log`."""
+        env = self.base_env()
+        env.update({k: str(v) for k, v in env_vars.items() if v is not None})
+        with open(log, "wb") as out:
+            return subprocess.Popen(
+                ["bash", str(self.scripts / name)], env=env, cwd=self.base,
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **user_kwargs(),
+            )
+
     def s3_env(self, **over) -> dict:
         env = {
             "S3_ENDPOINT": self.s3.endpoint,

@@ -452,6 +452,53 @@ def test_backup_to_a_missing_bucket_fails(s3env):
     assert_no_secret_in(r.stdout + r.stderr, SUPER_PASSWORD, env.s3.secret_key)
 
 
+def test_restore_waits_for_a_target_that_is_not_up_yet(s3env):
+    # A cluster that has just turned Ready is routed by its -rw Service a moment later.
+    env = s3env
+    env.cluster = "pg-restore-late"
+    primary = env.pod("pg-0").start("primary", POSTGRES_DB="app")
+    make_table(primary)
+    insert(primary, "kept")
+    r = env.run_script("backup.sh", **backup_env(env, primary, BACKUP_DATABASE="postgres"))
+    assert r.returncode == 0, r.stderr
+    late = env.pod("pg-late-0")
+    log = env.base / "restore-late.log"
+    restore = env.start_script("restore.sh", log, **restore_env(env, late, RESTORE_DATABASE="postgres"))
+    try:
+        wait_until(lambda: "waiting up to 300s" in log.read_text(), what="restore to report waiting")
+        late.start("primary")
+        assert restore.wait(timeout=120) == 0, log.read_text()
+    finally:
+        if restore.poll() is None:
+            restore.kill()
+    assert count(late, "kept") == "1"
+    assert_no_secret_in(log.read_text(), SUPER_PASSWORD, env.s3.secret_key)
+
+
+def test_restore_gives_up_at_its_deadline_naming_the_setting(s3env):
+    env = s3env
+    env.cluster = "pg-restore-never"
+    primary = env.pod("pg-0").start("primary")
+    assert env.run_script("backup.sh", **backup_env(env, primary, BACKUP_DATABASE="postgres")).returncode == 0
+    nobody = env.pod("pg-9")  # never started
+    r = env.run_script("restore.sh", **restore_env(env, nobody, RESTORE_WAIT_SECONDS=3))
+    assert r.returncode == 5
+    assert f"127.0.0.1:{nobody.port} not writable after 3s (RESTORE_WAIT_SECONDS" in r.stderr
+    assert_no_secret_in(r.stdout + r.stderr, SUPER_PASSWORD, env.s3.secret_key)
+
+
+def test_restore_does_not_wait_out_a_refused_password(s3env):
+    env = s3env
+    env.cluster = "pg-restore-badpw"
+    primary = env.pod("pg-0").start("primary")
+    assert env.run_script("backup.sh", **backup_env(env, primary, BACKUP_DATABASE="postgres")).returncode == 0
+    r = env.run_script("restore.sh", timeout=60,
+                       **restore_env(env, primary, POSTGRES_PASSWORD="not-the-password"))
+    assert r.returncode == 5
+    assert f"127.0.0.1:{primary.port} refused postgres" in r.stderr
+    assert_no_secret_in(r.stdout + r.stderr, SUPER_PASSWORD, "not-the-password", env.s3.secret_key)
+
+
 def test_restore_of_a_missing_key_fails_clearly(s3env):
     env = s3env
     target = env.pod("pg-0").start("primary")

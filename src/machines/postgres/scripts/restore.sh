@@ -34,10 +34,17 @@
 #   S3_TIMEOUT_SECONDS      as for backup.sh.
 #   RESTORE_ARGS            extra pg_restore arguments, word-split (default empty).
 #   RESTORE_TMPDIR          where the dump is staged (default $TMPDIR or /tmp).
+#   RESTORE_WAIT_SECONDS    how long to wait for TARGET_HOST to accept
+#                           connections as a writable primary (default 300): a
+#                           cluster that has just turned Ready is routed by its
+#                           -rw Service a moment later. A refused password is
+#                           not waited for.
 #   PG_BIN                  optional directory prepended to PATH.
 #
 # Exit codes: 0 restored; 2 configuration error / missing tool; 4 download
-# failed (including: key or latest pointer not found); 5 pg_restore failed.
+# failed (including: key or latest pointer not found); 5 the target was not
+# reachable and writable within RESTORE_WAIT_SECONDS, refused the password, or
+# pg_restore failed.
 # Last line on success (stdout):
 #   lockstep-restore: restored s3://<bucket>/<key> into <host>:<port>/<db> (<N> bytes)
 set -Eeuo pipefail
@@ -54,7 +61,8 @@ RESTORE_DATABASE=${RESTORE_DATABASE:-${POSTGRES_DB:-postgres}}
 RESTORE_KEY=${RESTORE_KEY:-}
 RESTORE_ARGS=${RESTORE_ARGS:-}
 RESTORE_TMPDIR=${RESTORE_TMPDIR:-${TMPDIR:-/tmp}}
-require_uint TARGET_PORT
+RESTORE_WAIT_SECONDS=${RESTORE_WAIT_SECONDS:-300}
+require_uint TARGET_PORT RESTORE_WAIT_SECONDS
 s3_configure
 if [[ -z "$RESTORE_KEY" ]]; then
 	require CLUSTER_NAME
@@ -81,6 +89,19 @@ size=$(stat -c %s "$dump")
 
 export PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=10
 q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$TARGET_HOST" -p "$TARGET_PORT" -U "$POSTGRES_USER" -w -d postgres "$@"; }
+deadline=$((SECONDS + RESTORE_WAIT_SECONDS)) attempt=0
+while :; do
+	attempt=$((attempt + 1))
+	if out=$(q -c 'SELECT pg_is_in_recovery()' 2>&1); then
+		[[ "$out" != f ]] || break
+		out="the server is in recovery (a standby), not a writable primary"
+	fi
+	[[ "$out" != *"authentication failed"* ]] || die 5 "$TARGET_HOST:$TARGET_PORT refused $POSTGRES_USER: ${out//$'\n'/ }"
+	((SECONDS < deadline)) ||
+		die 5 "$TARGET_HOST:$TARGET_PORT not writable after ${RESTORE_WAIT_SECONDS}s (RESTORE_WAIT_SECONDS, $attempt attempts): ${out//$'\n'/ }"
+	((attempt > 1)) || log "waiting up to ${RESTORE_WAIT_SECONDS}s for $TARGET_HOST:$TARGET_PORT to accept writes: ${out//$'\n'/ }"
+	sleep 2
+done
 exists=$(q -v db="$RESTORE_DATABASE" <<<"SELECT count(*) FROM pg_database WHERE datname = :'db'") ||
 	die 5 "cannot connect to $TARGET_HOST:$TARGET_PORT as $POSTGRES_USER"
 if [[ "$exists" == 0 ]]; then
