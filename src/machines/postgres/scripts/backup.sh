@@ -14,7 +14,7 @@
 # Roles / globals are not included (pg_dump is per database); the operator's
 # bootstrap recreates the superuser and replication roles.
 #
-# Image requirements: bash, pg_dump (same or newer major as the server), curl
+# Image requirements: bash, psql, pg_dump (same or newer major as the server), curl
 # >= 7.75 (for --aws-sigv4), sha256sum, date, stat. The stock postgres:<major>
 # image has no curl: use an image built FROM postgres:<major> plus
 # `apt-get install curl` (see README.md).
@@ -43,10 +43,16 @@
 #   S3_TIMEOUT_SECONDS      max time for one transfer (default 3600).
 #   BACKUP_TMPDIR           where the dump is staged (default $TMPDIR or /tmp;
 #                           mount an emptyDir big enough for one dump).
+#   BACKUP_WAIT_SECONDS     how long to wait for PRIMARY_HOST to accept
+#                           connections as a writable primary (default 60): a
+#                           cluster that has just turned Ready, or just failed
+#                           over, is routed by its -rw Service a moment later. A
+#                           refused password is not waited for.
 #   PG_BIN                  optional directory prepended to PATH.
 #
-# Exit codes: 0 uploaded; 2 configuration error / missing tool; 3 pg_dump
-# failed; 4 upload or verification failed.
+# Exit codes: 0 uploaded; 2 configuration error / missing tool; 3 the primary
+# was not reachable and writable within BACKUP_WAIT_SECONDS, refused the
+# password, or pg_dump failed; 4 upload or verification failed.
 # Last line on success (stdout):
 #   lockstep-backup: uploaded s3://<bucket>/<key> (<N> bytes)
 set -Eeuo pipefail
@@ -57,11 +63,12 @@ LOCKSTEP_SCRIPT=backup
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 require CLUSTER_NAME PRIMARY_HOST POSTGRES_PASSWORD
-require_tools pg_dump curl sha256sum
+require_tools psql pg_dump curl sha256sum
 PRIMARY_PORT=${PRIMARY_PORT:-5432}
 BACKUP_DATABASE=${BACKUP_DATABASE:-${POSTGRES_DB:-postgres}}
 BACKUP_TMPDIR=${BACKUP_TMPDIR:-${TMPDIR:-/tmp}}
-require_uint PRIMARY_PORT
+BACKUP_WAIT_SECONDS=${BACKUP_WAIT_SECONDS:-60}
+require_uint PRIMARY_PORT BACKUP_WAIT_SECONDS
 s3_configure
 [[ "$S3_PREFIX$CLUSTER_NAME" =~ ^[A-Za-z0-9._/-]+$ ]] || die 2 "S3_PREFIX/CLUSTER_NAME may only contain A-Z a-z 0-9 . _ / -"
 
@@ -73,8 +80,10 @@ ts=$(date -u +%Y%m%dT%H%M%SZ)
 key="$base/$ts.dump"
 dump="$WORK/$ts.dump"
 
+export PGPASSWORD="$POSTGRES_PASSWORD"
+why=$(await_primary "$PRIMARY_HOST" "$PRIMARY_PORT" "$BACKUP_WAIT_SECONDS" BACKUP_WAIT_SECONDS) || die 3 "$why"
 log "dumping database '$BACKUP_DATABASE' from $PRIMARY_HOST:$PRIMARY_PORT as $POSTGRES_USER"
-PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=10 pg_dump -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" \
+PGCONNECT_TIMEOUT=10 pg_dump -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" \
 	-U "$POSTGRES_USER" -w -d "$BACKUP_DATABASE" -Fc -f "$dump" >&2 ||
 	die 3 "pg_dump of '$BACKUP_DATABASE' from $PRIMARY_HOST:$PRIMARY_PORT failed"
 size=$(stat -c %s "$dump")

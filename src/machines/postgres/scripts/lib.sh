@@ -13,6 +13,16 @@
 #   require VAR...           die 2 unless every VAR is set and non-empty
 #   require_uint VAR...      die 2 unless every VAR is a non-negative integer
 #   require_tools TOOL...    die 2 unless every TOOL is on PATH
+#
+# Waiting for the database (backup.sh, restore.sh; PGPASSWORD set):
+#   await_primary HOST PORT SECONDS SETTING
+#                            return once HOST:PORT lets POSTGRES_USER in as a
+#                            writable primary; logs once while it waits. Prints
+#                            the reason on stdout and returns 1 at once when the
+#                            password is refused, else after SECONDS (SETTING
+#                            names them): why=$(await_primary ...) || die N "$why"
+#                            A cluster that has just turned Ready, or just failed
+#                            over, is routed by its -rw Service a moment later.
 # An ERR trap logs failures not handled explicitly (exit 1 or > 5) with the
 # command's unexpanded source text, so no secret value is ever printed.
 # PG_BIN, when set, is prepended to PATH; POSTGRES_USER defaults to postgres.
@@ -49,6 +59,30 @@ require_tools() {
 	local t
 	for t in "$@"; do
 		command -v "$t" >/dev/null 2>&1 || die 2 "required tool '$t' not found in the image (lockstep-$LOCKSTEP_SCRIPT needs: $*)"
+	done
+}
+
+await_primary() {
+	local host=$1 port=$2 seconds=$3 setting=$4 attempt=0 out
+	local deadline=$((SECONDS + seconds))
+	while :; do
+		attempt=$((attempt + 1))
+		if out=$(PGCONNECT_TIMEOUT=10 psql -X -A -t -q -w -h "$host" -p "$port" -U "$POSTGRES_USER" \
+			-d postgres -c 'SELECT pg_is_in_recovery()' 2>&1); then
+			[[ "$out" != f ]] || return 0
+			out="the server is in recovery (a standby), not a writable primary"
+		fi
+		out=${out//$'\n'/ }
+		if [[ "$out" == *"authentication failed"* ]]; then
+			echo "$host:$port refused $POSTGRES_USER: $out"
+			return 1
+		fi
+		if ((SECONDS >= deadline)); then
+			echo "$host:$port not writable after ${seconds}s ($setting, $attempt attempts): $out"
+			return 1
+		fi
+		((attempt > 1)) || log "waiting up to ${seconds}s for $host:$port to accept writes: $out"
+		sleep 2
 	done
 }
 

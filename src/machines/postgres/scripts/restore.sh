@@ -89,19 +89,7 @@ size=$(stat -c %s "$dump")
 
 export PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=10
 q() { psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$TARGET_HOST" -p "$TARGET_PORT" -U "$POSTGRES_USER" -w -d postgres "$@"; }
-deadline=$((SECONDS + RESTORE_WAIT_SECONDS)) attempt=0
-while :; do
-	attempt=$((attempt + 1))
-	if out=$(q -c 'SELECT pg_is_in_recovery()' 2>&1); then
-		[[ "$out" != f ]] || break
-		out="the server is in recovery (a standby), not a writable primary"
-	fi
-	[[ "$out" != *"authentication failed"* ]] || die 5 "$TARGET_HOST:$TARGET_PORT refused $POSTGRES_USER: ${out//$'\n'/ }"
-	((SECONDS < deadline)) ||
-		die 5 "$TARGET_HOST:$TARGET_PORT not writable after ${RESTORE_WAIT_SECONDS}s (RESTORE_WAIT_SECONDS, $attempt attempts): ${out//$'\n'/ }"
-	((attempt > 1)) || log "waiting up to ${RESTORE_WAIT_SECONDS}s for $TARGET_HOST:$TARGET_PORT to accept writes: ${out//$'\n'/ }"
-	sleep 2
-done
+why=$(await_primary "$TARGET_HOST" "$TARGET_PORT" "$RESTORE_WAIT_SECONDS" RESTORE_WAIT_SECONDS) || die 5 "$why"
 exists=$(q -v db="$RESTORE_DATABASE" <<<"SELECT count(*) FROM pg_database WHERE datname = :'db'") ||
 	die 5 "cannot connect to $TARGET_HOST:$TARGET_PORT as $POSTGRES_USER"
 if [[ "$exists" == 0 ]]; then
