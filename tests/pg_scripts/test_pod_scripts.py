@@ -456,7 +456,7 @@ def test_restore_waits_for_a_target_that_is_not_up_yet(s3env):
     # A cluster that has just turned Ready is routed by its -rw Service a moment later.
     env = s3env
     env.cluster = "pg-restore-late"
-    primary = env.pod("pg-0").start("primary", POSTGRES_DB="app")
+    primary = env.pod("pg-0").start("primary")
     make_table(primary)
     insert(primary, "kept")
     r = env.run_script("backup.sh", **backup_env(env, primary, BACKUP_DATABASE="postgres"))
