@@ -433,15 +433,6 @@ def test_backup_with_a_wrong_secret_key_is_rejected_by_s3_and_never_printed(s3en
     assert err.value.response["Error"]["Code"] == "404"
 
 
-def test_backup_gives_up_on_an_unreachable_database_at_its_deadline(s3env):
-    env = s3env
-    ghost = env.pod("pg-9")
-    r = env.run_script("backup.sh", **backup_env(env, ghost, BACKUP_WAIT_SECONDS=3))
-    assert r.returncode == 3
-    assert f"127.0.0.1:{ghost.port} not writable after 3s (BACKUP_WAIT_SECONDS" in r.stderr
-    assert_no_secret_in(r.stdout + r.stderr, SUPER_PASSWORD, env.s3.secret_key)
-
-
 def test_backup_to_a_missing_bucket_fails(s3env):
     env = s3env
     primary = env.pod("pg-0").start("primary")
@@ -475,15 +466,19 @@ def test_restore_waits_for_a_target_that_is_not_up_yet(s3env):
     assert_no_secret_in(log.read_text(), SUPER_PASSWORD, env.s3.secret_key)
 
 
-def test_restore_gives_up_at_its_deadline_naming_the_setting(s3env):
+@pytest.mark.parametrize("script,job_env,code,setting", [
+    ("backup.sh", backup_env, 3, "BACKUP_WAIT_SECONDS"),
+    ("restore.sh", restore_env, 5, "RESTORE_WAIT_SECONDS"),
+])
+def test_a_job_gives_up_on_an_unreachable_database_at_its_deadline(s3env, script, job_env, code, setting):
     env = s3env
-    env.cluster = "pg-restore-never"
-    primary = env.pod("pg-0").start("primary")
+    env.cluster = "pg-unreachable"
+    primary = env.pod("pg-0").start("primary")  # a dump for restore.sh to download first
     assert env.run_script("backup.sh", **backup_env(env, primary, BACKUP_DATABASE="postgres")).returncode == 0
     nobody = env.pod("pg-9")  # never started
-    r = env.run_script("restore.sh", **restore_env(env, nobody, RESTORE_WAIT_SECONDS=3))
-    assert r.returncode == 5
-    assert f"127.0.0.1:{nobody.port} not writable after 3s (RESTORE_WAIT_SECONDS" in r.stderr
+    r = env.run_script(script, **job_env(env, nobody, **{setting: 3}))
+    assert r.returncode == code
+    assert f"127.0.0.1:{nobody.port} not writable after 3s ({setting}" in r.stderr
     assert_no_secret_in(r.stdout + r.stderr, SUPER_PASSWORD, env.s3.secret_key)
 
 
