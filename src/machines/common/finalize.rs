@@ -31,9 +31,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::actions::JobActions;
 use super::annotations::SKIP_FINAL_BACKUP;
 use super::backup::BackupKind;
-use super::jobs::{self, JobActions, JobOutcome, JobView, Purpose};
+use super::jobs::{self, JobOutcome, JobView, Purpose};
 use super::observe::job_by_key;
 use super::retry::{Attempts, Backoff, JobStep, job_step, retry_time};
 use crate::engine::Decision;
@@ -382,7 +383,7 @@ pub fn finalizing<S: States, A: JobActions>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machines::common::jobs::JobAction;
+    use crate::machines::common::actions::JobAction;
     use crate::machines::common::testing;
 
     /// A machine's deletion states, and a state before deletion.
