@@ -176,7 +176,7 @@ pub fn begin<S, A>(
 }
 
 /// A machine's deletion states: `Finalizing { attempt }` and `Finalized` in every
-/// Lockstep machine ([`impl_states`] implements this for such an enum).
+/// Lockstep machine (the crate's `impl_states!` implements this for such an enum).
 pub trait States: Sized {
     /// The finalized state (the finalizer is released).
     fn finalized() -> Self;

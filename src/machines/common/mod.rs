@@ -10,7 +10,7 @@
 //! - [`storage`]: the data volume claim template of every machine's StatefulSet.
 //! - [`subset`]: the semantic drift check: is the object we would apply already
 //!   contained in the live one? API-server defaults never count as drift.
-//! - [`env`]: container environment variables (plain, from a Secret, from a pod field).
+//! - [`env`](mod@env): container environment variables (plain, from a Secret, from a pod field).
 //! - [`jobs`]: run-once Jobs with deterministic names, reading a Job's outcome, and the
 //!   [`jobs::Verdict`] of a state that runs one Job at a time.
 //! - [`actions`]: the [`actions::JobAction`]s every machine takes on its backup Jobs, its
