@@ -3,10 +3,11 @@
 
     tools/check_links.py [--root DIR] [FILE.md ...]
 
-Without files it checks README.md, docs/**/*.md and machines/*.md under the root (the
-repository by default). A link resolves when its path (relative to the file, never
-outside the root) exists and, if it has an #anchor into a Markdown file, that file has a
-heading whose GitHub slug is the anchor (or an explicit `<a name=…>`/`id=…`). Anchors
+Without files it checks README.md, docs/**/*.md, machines/*.md and the READMEs under
+tools/ and src/, under the root (the repository by default). A link resolves when its
+path (relative to the file, never outside the root) exists and, if it has an #anchor
+into a Markdown file, that file has a heading whose GitHub slug is the anchor (or an
+explicit `<a name=…>`/`id=…`). Anchors
 into other files may only be GitHub's line anchors (#L12, #L12-L20). External links
 (http:, https:, mailto:, …) are not fetched. Links inside code (fenced blocks and
 `code spans`) are not links.
@@ -153,11 +154,14 @@ class Checker:
 
 
 def default_files(root):
-    """README.md, docs/**/*.md and machines/*.md under `root`."""
+    """README.md, docs/**/*.md, machines/*.md, tools/*/README.md and src/**/README.md
+    under `root`."""
     root = Path(root)
     files = [root / "README.md"]
     files += sorted((root / "docs").rglob("*.md"))
     files += sorted((root / "machines").glob("*.md"))
+    files += sorted((root / "tools").glob("*/README.md"))
+    files += sorted((root / "src").rglob("README.md"))
     return [f for f in files if f.is_file()]
 
 
