@@ -183,11 +183,16 @@ pub(super) fn fencing(
             )
             .with_actions([AgentAction::Kill])
         }
-        FenceStep::Immediate => Decision::stay(STOPPING, "an immediate stop runs").requeue(
-            spec.immediate_grace
-                .saturating_sub(seen.now.since(since))
-                .max(Duration::from_millis(100)),
-        ),
+        FenceStep::Immediate => {
+            // Look again when the grace ends, or at T, whichever comes first.
+            let grace_left = spec.immediate_grace.saturating_sub(seen.now.since(since));
+            let to_t = match (&spec.lease, seen.since_renewal()) {
+                (Some(l), Some(since_renewal)) => l.fence.saturating_sub(since_renewal),
+                _ => grace_left,
+            };
+            Decision::stay(STOPPING, "an immediate stop runs")
+                .requeue(grace_left.min(to_t).max(Duration::from_millis(100)))
+        }
         FenceStep::Kill => Decision::stay(STOPPING, "killing the postmaster and its children")
             .with_actions([AgentAction::Kill])
             .requeue(Duration::from_millis(500)),

@@ -57,6 +57,15 @@ fn a_clean_stop_without_accepted_renewals_is_escalated_so_that_the_server_is_dow
         decide_in(&fencing, &still_running(106, 100)).reason(),
         STOPPING
     );
+    // An immediate stop begun 1 s before T looks again at T, not when its grace ends.
+    let late = AgentState::Fencing {
+        since: at(106),
+        step: FenceStep::Immediate,
+    };
+    assert_eq!(
+        requeue(&decide_in(&late, &still_running(106, 100))),
+        Some(Duration::from_secs(1))
+    );
     let d = decide_in(&fencing, &still_running(107, 100));
     assert_eq!(d.reason(), IMMEDIATE_STOP_OUTLASTED);
     assert_eq!(d.actions(), [AgentAction::Kill]);
