@@ -148,6 +148,7 @@
 //! - [`driver`]: the kube glue that runs any machine bound to a custom resource (a
 //!   [`driver::Operator`]) as a controller; the only layer that talks to the API server.
 //! - [`machines`]: the DistributedDB and PostgresCluster machines, and what they share.
+//! - [`instance`]: the agent in every PostgreSQL pod (`lockstep instance`), a machine too.
 //! - [`ops`]: running it in production: `lockstep run`, leader election, metrics, health,
 //!   logs, and `lockstep narrate`.
 //! - [`testkit`]: fault injection at every request, for testing machines end to end.
@@ -157,6 +158,7 @@
 
 pub mod driver;
 pub mod engine;
+pub mod instance;
 pub mod machines;
 pub mod ops;
 pub mod testkit;
