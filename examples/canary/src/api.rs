@@ -141,7 +141,8 @@ pub struct CanaryAppStatus {
     /// Phase, step, conditions, observedGeneration and the machine record.
     #[serde(flatten)]
     pub engine: EngineStatus<CanaryState>,
-    /// The image the stable pods run (once the first rollout is done).
+    /// The image the stable pods run once the first rollout is done (while a promotion
+    /// runs, the image they are rolling to).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stable_image: Option<String>,
     /// The revision of the stable template.

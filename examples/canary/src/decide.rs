@@ -34,7 +34,7 @@ pub fn decide(spec: &CanaryAppSpec, state: &CanaryState, world: &World<Observed>
     let o = &world.observed;
     match state {
         CanaryState::Creating => creating(spec, o),
-        CanaryState::Stable { stable, rejected } => stable_(spec, stable, rejected.as_deref(), o),
+        CanaryState::Stable { stable, rejected } => resting(spec, stable, rejected.as_deref(), o),
         CanaryState::Canary {
             stable,
             candidate,
@@ -83,7 +83,7 @@ fn creating(spec: &CanaryAppSpec, o: &Observed) -> D {
 
 // ANCHOR: stable
 /// At rest. A new template starts a canary, unless its revision is the one that failed.
-fn stable_(spec: &CanaryAppSpec, stable: &Template, rejected: Option<&str>, o: &Observed) -> D {
+fn resting(spec: &CanaryAppSpec, stable: &Template, rejected: Option<&str>, o: &Observed) -> D {
     if let Some(set) = &o.canary {
         let delete = CanaryAction::DeleteCanary {
             uid: set.uid.clone(),
