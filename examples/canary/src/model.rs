@@ -405,7 +405,12 @@ where
 // ANCHOR: check
 #[test]
 fn the_canary_machine_is_safe_and_live_under_faults() {
-    let config = CheckConfig::default();
+    // Longer sequences than the default 40 events: a canary needs a template edit, the
+    // StatefulSet controller, a Ready pod and the bake before its faults can bite.
+    let config = CheckConfig {
+        max_events: 80,
+        ..CheckConfig::default()
+    };
     let report = check_machine::<CanaryRollout, Cluster>(config.clone());
     assert_every_edge_taken::<CanaryRollout, Cluster>(&config, &report, scenarios());
 }
