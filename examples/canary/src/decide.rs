@@ -96,13 +96,11 @@ fn resting(spec: &CanaryAppSpec, stable: &Template, rejected: Option<&str>, o: &
     let restore = restore(spec, stable, o);
     let wanted = spec.template.revision();
     if wanted == stable.revision() {
-        return match restore.is_empty() {
-            true => D::stay(
-                SERVING,
-                format!("serving {} (revision {wanted})", stable.image),
-            ),
-            false => D::stay(RESTORING, "restoring the stable objects").with_actions(restore),
-        };
+        if restore.is_empty() {
+            let message = format!("serving {} (revision {wanted})", stable.image);
+            return D::stay(SERVING, message);
+        }
+        return D::stay(RESTORING, "restoring the stable objects").with_actions(restore);
     }
     if rejected == Some(wanted.as_str()) {
         let message = format!(
