@@ -1,9 +1,9 @@
 # Lockstep — kubebuilder-style targets.
 #
-#   make test     everything CI checks (lint, freshness, unit + model checks,
-#                 pod-script tests against real PostgreSQL and S3, e2e on a real
-#                 control plane, real pods, a real etcd and real PostgreSQL
-#                 clusters on the real node)
+#   make test     everything CI checks (lint, freshness, the manual's links and the
+#                 API docs, unit + model checks, pod-script tests against real
+#                 PostgreSQL and S3, e2e on a real control plane, real pods, a real
+#                 etcd and real PostgreSQL clusters on the real node)
 #   make demo     the DistributedDB lifecycle, narrated, on a local control plane
 #   make bench    benchmarks at scale on a local control plane (not part of `make test`)
 #
@@ -58,6 +58,13 @@ unit: ## Unit tests and the proptest model checks (seeded, fixed case count); th
 	$(CARGO) test --lib --bins
 	$(CARGO) test -p lockstep-canary --lib --bins --test tutorial
 
+.PHONY: docs
+docs: ## The manual's links and anchors resolve (tools/check_links.py, tested first); API docs with warnings denied; doctests.
+	python3 tools/check_links_test.py
+	python3 tools/check_links.py
+	RUSTDOCFLAGS='-D warnings' $(CARGO) doc --no-deps
+	$(CARGO) test --doc
+
 .PHONY: scripts
 scripts: ## Pod scripts against real PostgreSQL servers and a local S3 server.
 	bash tests/pg_scripts/run.sh
@@ -79,7 +86,7 @@ demo: ## The DistributedDB lifecycle, narrated, on the local control plane (DEMO
 .PHONY: test
 # `node-etcd-check` (the etcd images alone) is not in `test`: the e2e etcd tier drives the
 # same upgrade, snapshot and restore through the operator.
-test: lint fresh unit scripts ## Everything CI checks; the control plane is torn down afterwards.
+test: lint fresh docs unit scripts ## Everything CI checks; the control plane is torn down afterwards.
 	@status=0; $(MAKE) --no-print-directory e2e || status=$$?; \
 	  if [ "$$status" = 0 ] && [ "$${LOCKSTEP_REAL_NODE:-1}" != 0 ]; then \
 	    $(MAKE) --no-print-directory node-smoke e2e-postgres-real || status=$$?; \

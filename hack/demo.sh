@@ -63,18 +63,31 @@ show() { sed "s/^/   /"; }
 fail() { printf '\ndemo failed: %s\n   operator log: %s\n' "$*" "$DEMO_DIR/operator.log" >&2; exit 1; }
 
 # wait_until DESCRIPTION COMMAND...: poll COMMAND (every half second) until it succeeds,
-# at most TIMEOUT seconds.
+# at most TIMEOUT seconds (once the operator runs, also fail as soon as it exits). Every
+# wait of the demo goes through here: a first read that fails (an object not created
+# yet, a status not written yet) is only a reason to look again.
 wait_until() {
   local what="$1" deadline=$((SECONDS + TIMEOUT))
   shift
   until "$@" >/dev/null 2>&1; do
     [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${TIMEOUT}s waiting for $what"
-    kill -0 "$OPERATOR_PID" 2>/dev/null || fail "the operator exited while waiting for $what"
+    if [ -n "$OPERATOR_PID" ] && ! kill -0 "$OPERATOR_PID" 2>/dev/null; then
+      fail "the operator exited while waiting for $what"
+    fi
     sleep 0.5
   done
 }
 
 k() { "$KUBECTL" "$@"; }
+# condition_true TYPE OBJECT [kubectl args...]: OBJECT's condition TYPE is True. Unlike
+# `kubectl wait --for=condition=...`, which errors out on an object the server has not
+# yet given conditions (".status.conditions accessor error: <nil>"), this only reads, so
+# wait_until polls it until the deadline.
+condition_true() {
+  local type="$1"
+  shift
+  [ "$(k get "$@" -o "jsonpath={.status.conditions[?(@.type==\"$type\")].status}" 2>/dev/null)" = True ]
+}
 field() { k get distributeddb "$NAME" -n "$NS" -o "jsonpath=$1" 2>/dev/null; }
 
 OPERATOR_PID=""
@@ -115,7 +128,7 @@ cargo build --quiet --bins
 # (kubectl's warnings about schema formats go to the log, not the narration.)
 k apply --server-side --field-manager=lockstep-demo -f crds/distributeddbs.lockstep.dev.yaml \
   >"$DEMO_DIR/crd-apply.log" 2>&1 || fail "installing the CRD failed: $(cat "$DEMO_DIR/crd-apply.log")"
-k wait --for=condition=Established crd/distributeddbs.lockstep.dev --timeout=60s >/dev/null
+wait_until "the CRD to be Established" condition_true Established crd/distributeddbs.lockstep.dev
 explain "crds/ is generated from the Rust types (lockstep crds); the statechart the"
 explain "operator enforces is in machines/distributeddb.md (lockstep machines)."
 if [ "$REAL" = 1 ]; then
@@ -203,7 +216,7 @@ if [ "$REAL" = 1 ]; then
   explain "spec.placement puts the pods on the real node; spec.readinessProbe (/readyz) makes"
   explain "Ready mean \"this member serves\", not \"its process started\"."
 fi
-k wait --for=condition=Ready "distributeddb/$NAME" -n "$NS" --timeout="${TIMEOUT}s" >/dev/null
+wait_until "distributeddb/$NAME to be Ready" condition_true Ready "distributeddb/$NAME" -n "$NS"
 k get distributeddb "$NAME" -n "$NS" | show
 if [ "$REAL" = 1 ]; then
   explain "The pods run etcd on the real node; each derives its flags from its name and the"
@@ -243,7 +256,7 @@ spec:
       echo done
       sleep infinity
 WRITER
-  k wait -n "$NS" pod/writer --for=condition=Ready --timeout="${TIMEOUT}s" >/dev/null
+  wait_until "the writer pod to be Ready" condition_true Ready pod/writer -n "$NS"
   acks() { k logs -n "$NS" writer 2>/dev/null | grep -c '^ack'; }
   some_acks() { [ "$(acks)" -ge 20 ]; }
   wait_until "the writer's first writes" some_acks

@@ -56,7 +56,8 @@ impl Authority {
         Self { inner: None }
     }
 
-    /// Allows only while [`Authority::valid_until`] lies more than `margin` ahead.
+    /// Allows only while the validity last set ([`Authority::set_valid_until`]) lies more
+    /// than `margin` ahead.
     /// Starts out refusing until the first validity is set.
     pub fn leased(margin: Duration) -> Self {
         Self {

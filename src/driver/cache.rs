@@ -2,12 +2,12 @@
 //! by its owner, and kept as compact JSON.
 //!
 //! One [`Owned`] store per kind is filled by that kind's watch. Each event is applied
-//! by [`Index::apply`], which also says which owners must be reconciled, so the
+//! by the store's index, which also says which owners must be reconciled, so the
 //! bookkeeping that decides triggers and the store that machines read are one
 //! structure, with no second copy of any object.
 //!
 //! # Guarantees
-//! - [`Cache::owned_by`] costs time in the number of objects of that owner, not in the
+//! - [`Cache::owned_by`](super::Cache::owned_by) costs time in the number of objects of that owner, not in the
 //!   number of objects cached: a reconcile does the same work with 1 cluster or 1,000.
 //! - Objects are stored as [`Project`]ed: without `managedFields`, and without the parts
 //!   no machine reads (see each kind's [`Project::project`]). A change confined to what
@@ -233,7 +233,7 @@ impl Project for Job {
 }
 
 impl Project for PersistentVolumeClaim {
-    /// Keeps the metadata [`slim_metadata`] keeps, the requested resources and the
+    /// Keeps the metadata every projected kind keeps, the requested resources and the
     /// phase (bound or not). The binding annotations, the protection finalizer and the
     /// creation time are never read.
     fn project(&mut self) {

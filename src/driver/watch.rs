@@ -1,4 +1,4 @@
-//! The watches: the custom resource's, filtered by [`ResourceTrigger`], and the owned kinds',
+//! The watches: the custom resource's, filtered by `ResourceTrigger`, and the owned kinds',
 //! reflected into the shared [`Cache`] and mapped back to their owners.
 //!
 //! # Guarantees

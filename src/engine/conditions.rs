@@ -1,6 +1,6 @@
 //! Condition types and the engine's own reasons.
 //!
-//! Conditions are *projected*: [`crate::engine::step`] computes all three from the
+//! Conditions are *projected*: [`crate::engine::step()`] computes all three from the
 //! persisted state and the decision of the reconcile. Nothing else sets them.
 
 /// The workload is at rest in a serving state and nothing is wrong.

@@ -2,7 +2,7 @@
 //!
 //! A [`Machine`] is a pure function from *(spec, persisted state, observed world)* to a
 //! [`Decision`]: stay, or take one declared edge to a new state, with side effects
-//! returned as data. [`step`] turns a decision into what to execute and what to write;
+//! returned as data. [`step()`] turns a decision into what to execute and what to write;
 //! the driver ([`crate::driver`]) is the only part that talks to the API server.
 //!
 //! ```text

@@ -4,7 +4,7 @@
 //! this one macro, one row per edge or per group of edges, each naming the source file
 //! that takes it:
 //!
-//! ```ignore
+//! ```text
 //! pub static TABLE: &[Edge<Kind>] = lockstep::edges![Kind;
 //!     // One edge.
 //!     Creating -> Ready: ALL_READY, "every pod is Ready", creating::SOURCE;
@@ -24,7 +24,7 @@
 //! as `fragment! { @edges Kind [done] [rest] args... }` and hands its rows on with
 //! `$crate::edges!(@rows Kind [done] its rows... rest...)`:
 //!
-//! ```ignore
+//! ```text
 //! macro_rules! on_demand_edges {
 //!     (@edges $kind:ident [$($done:tt)*] [$($rest:tt)*] backup: $field:literal) => {
 //!         $crate::edges!(@rows $kind [$($done)*]

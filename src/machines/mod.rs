@@ -1,8 +1,8 @@
 //! The machines Lockstep ships, each bound to its custom resource.
 //!
-//! [`exports`] lists what `lockstep machines` and `lockstep crds` generate, so adding a
-//! machine here is all it takes for its table, statechart and CRD to be exported and
-//! checked for freshness.
+//! [`machine_files`] and [`crd_files`] list what `lockstep machines` and `lockstep crds`
+//! generate, so adding a machine here is all it takes for its table, statechart and CRD
+//! to be exported and checked for freshness.
 
 use std::path::PathBuf;
 

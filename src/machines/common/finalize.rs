@@ -31,9 +31,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::actions::JobActions;
 use super::annotations::SKIP_FINAL_BACKUP;
 use super::backup::BackupKind;
-use super::jobs::{self, JobActions, JobOutcome, JobView, Purpose};
+use super::jobs::{self, JobOutcome, JobView, Purpose};
 use super::observe::job_by_key;
 use super::retry::{Attempts, Backoff, JobStep, job_step, retry_time};
 use crate::engine::Decision;
@@ -175,7 +176,7 @@ pub fn begin<S, A>(
 }
 
 /// A machine's deletion states: `Finalizing { attempt }` and `Finalized` in every
-/// Lockstep machine ([`impl_states`] implements this for such an enum).
+/// Lockstep machine (the crate's `impl_states!` implements this for such an enum).
 pub trait States: Sized {
     /// The finalized state (the finalizer is released).
     fn finalized() -> Self;
@@ -382,7 +383,7 @@ pub fn finalizing<S: States, A: JobActions>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machines::common::jobs::JobAction;
+    use crate::machines::common::actions::JobAction;
     use crate::machines::common::testing;
 
     /// A machine's deletion states, and a state before deletion.

@@ -10,10 +10,11 @@
 //! - [`storage`]: the data volume claim template of every machine's StatefulSet.
 //! - [`subset`]: the semantic drift check: is the object we would apply already
 //!   contained in the live one? API-server defaults never count as drift.
-//! - [`env`]: container environment variables (plain, from a Secret, from a pod field).
-//! - [`jobs`]: run-once Jobs with deterministic names, reading a Job's outcome, the
-//!   [`jobs::JobAction`]s every machine takes, and the [`jobs::Verdict`] of a state that
-//!   runs one Job at a time.
+//! - [`env`](mod@env): container environment variables (plain, from a Secret, from a pod field).
+//! - [`jobs`]: run-once Jobs with deterministic names, reading a Job's outcome, and the
+//!   [`jobs::Verdict`] of a state that runs one Job at a time.
+//! - [`actions`]: the [`actions::JobAction`]s every machine takes on its backup Jobs, its
+//!   backup CronJob and its finished Jobs, as data.
 //! - [`retry`]: backoff and attempt bookkeeping for a step that runs a Job which may fail.
 //! - [`backup`]: the backup container (S3 settings, credentials only through
 //!   `secretKeyRef`) and the scheduled-backup CronJob.
@@ -21,8 +22,14 @@
 //! - [`finalize`]: the final-backup sub-machine every Finalizing state runs.
 //! - [`on_demand`]: the on-demand backup sub-machine every `backup-now` request runs.
 //! - [`ops`]: the requests every machine renders the same way from its
-//!   [`jobs::JobAction`]s.
+//!   [`actions::JobAction`]s.
+//! - [`replace`]: where the replacement of one pod stands, and when a pod may be taken
+//!   down.
 //! - [`annotations`]: the documented escape hatches users set on a custom resource.
+//!
+//! The files import each other without a cycle, from the bottom up: `meta`, `jobs`,
+//! `backup`, `observe`, then `replace`, `actions` and `retry`, then the sub-machines
+//! (`finalize`, `on_demand`) and `ops`; a test (`layering.rs`) fails if a cycle returns.
 //!
 //! # Guarantees
 //! - Everything here is pure: builders return typed objects, readers take typed objects,
@@ -37,6 +44,7 @@
 //! [`Error`]: an owner without a name or UID (never the case for objects read from the
 //! API server), or an object that does not serialize.
 
+pub mod actions;
 pub mod annotations;
 pub mod applied;
 pub mod backup;
@@ -44,6 +52,8 @@ pub mod cron;
 pub mod env;
 pub mod finalize;
 pub mod jobs;
+#[cfg(test)]
+mod layering;
 pub mod meta;
 pub mod observe;
 pub mod on_demand;

@@ -21,7 +21,6 @@ use serde::Serialize;
 use super::annotations;
 use super::backup::cronjob_name;
 use super::jobs::{self, JobView};
-use super::replace::Seen;
 use super::subset::typed_contains;
 use crate::driver::{Cache, Owned, Project};
 
@@ -94,16 +93,6 @@ impl<R> PodView<R> {
             created: pod.metadata.creation_timestamp.as_ref().map(jobs::time),
             version: pod.metadata.resource_version.clone().unwrap_or_default(),
             role,
-        }
-    }
-
-    /// As a replacement sees it.
-    pub fn seen(&self) -> Seen<'_> {
-        Seen {
-            uid: &self.uid,
-            image: self.image.as_deref(),
-            ready: self.ready,
-            terminating: self.terminating,
         }
     }
 

@@ -39,7 +39,8 @@ use super::backup::BackupKind;
 use crate::engine::World;
 use std::convert::Infallible;
 
-use super::jobs::{self, JobActions, JobOutcome, JobView, Purpose};
+use super::actions::JobActions;
+use super::jobs::{self, JobOutcome, JobView, Purpose};
 use super::meta::short_hash;
 use super::observe::{Observed, job_by_key};
 use crate::engine::Decision;

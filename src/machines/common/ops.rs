@@ -6,8 +6,8 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::Resource;
 use serde::Serialize;
 
+use super::actions::JobAction;
 use super::backup::{BackupKind, cronjob_name};
-use super::jobs::JobAction;
 use crate::driver::{Error, Op};
 
 /// The requests of a [`JobAction`] of the owner `owner`: a backup Job as `backup_job`

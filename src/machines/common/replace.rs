@@ -3,20 +3,7 @@
 //! machines walk the same steps; [`replacement`] says which one the observation shows,
 //! and the machine decides what each means for it.
 
-use super::observe::{StatefulSetView, pod_name, pod_names};
-
-/// A pod as the replacement sees it (either machine's view of it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seen<'a> {
-    /// Its UID.
-    pub uid: &'a str,
-    /// Its main container's image.
-    pub image: Option<&'a str>,
-    /// The Ready condition holds.
-    pub ready: bool,
-    /// It has a deletion timestamp.
-    pub terminating: bool,
-}
+use super::observe::{PodView, StatefulSetView, pod_name, pod_names};
 
 /// Where the replacement of the pod recorded with a UID stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,21 +36,21 @@ pub enum Replacement<'a> {
 }
 
 /// Classify what is observed at the ordinal of the pod recorded with `uid`, replaced to
-/// run `target`.
-pub fn replacement<'a>(pod: Option<Seen<'a>>, uid: &str, target: &str) -> Replacement<'a> {
+/// run `target` (the pod's role label plays no part).
+pub fn replacement<'a, R>(pod: Option<&'a PodView<R>>, uid: &str, target: &str) -> Replacement<'a> {
     match pod {
         Some(p) if p.uid == uid && p.terminating => Replacement::Terminating,
         Some(p) if p.uid == uid => Replacement::Present {
             ready: p.ready,
-            image: p.image,
+            image: p.image.as_deref(),
         },
         Some(p) if p.terminating => Replacement::Missing,
-        Some(p) if p.image != Some(target) => Replacement::Stale {
-            uid: p.uid,
-            image: p.image.unwrap_or("no image"),
+        Some(p) if p.image.as_deref() != Some(target) => Replacement::Stale {
+            uid: &p.uid,
+            image: p.image.as_deref().unwrap_or("no image"),
         },
         Some(p) if !p.ready => Replacement::Starting,
-        Some(p) => Replacement::Replaced { uid: p.uid },
+        Some(p) => Replacement::Replaced { uid: &p.uid },
         None => Replacement::Missing,
     }
 }
@@ -122,52 +109,52 @@ pub fn hold_before_delete(
 mod tests {
     use super::*;
 
-    fn seen(
-        uid: &'static str,
-        image: &'static str,
-        ready: bool,
-        terminating: bool,
-    ) -> Seen<'static> {
-        Seen {
-            uid,
-            image: Some(image),
+    fn pod(uid: &str, image: &str, ready: bool, terminating: bool) -> PodView {
+        PodView {
+            uid: uid.to_owned(),
+            image: Some(image.to_owned()),
             ready,
             terminating,
+            created: None,
+            version: String::new(),
+            role: (),
         }
     }
 
     #[test]
     fn each_step_of_a_replacement_is_told_apart() {
-        let at = |pod| replacement(pod, "u1", "v2");
+        fn at(pod: Option<&PodView>) -> Replacement<'_> {
+            replacement(pod, "u1", "v2")
+        }
         assert_eq!(
-            at(Some(seen("u1", "v1", true, false))),
+            at(Some(&pod("u1", "v1", true, false))),
             Replacement::Present {
                 ready: true,
                 image: Some("v1")
             }
         );
         assert_eq!(
-            at(Some(seen("u1", "v1", true, true))),
+            at(Some(&pod("u1", "v1", true, true))),
             Replacement::Terminating
         );
         assert_eq!(at(None), Replacement::Missing);
         assert_eq!(
-            at(Some(seen("u2", "v2", false, true))),
+            at(Some(&pod("u2", "v2", false, true))),
             Replacement::Missing
         );
         assert_eq!(
-            at(Some(seen("u2", "v0", true, false))),
+            at(Some(&pod("u2", "v0", true, false))),
             Replacement::Stale {
                 uid: "u2",
                 image: "v0"
             }
         );
         assert_eq!(
-            at(Some(seen("u2", "v2", false, false))),
+            at(Some(&pod("u2", "v2", false, false))),
             Replacement::Starting
         );
         assert_eq!(
-            at(Some(seen("u2", "v2", true, false))),
+            at(Some(&pod("u2", "v2", true, false))),
             Replacement::Replaced { uid: "u2" }
         );
     }

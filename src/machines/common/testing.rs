@@ -12,10 +12,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use super::actions::JobAction;
 use super::annotations::BACKUP_NOW;
 use super::backup::BackupKind;
 use super::finalize::{FINAL_BACKUP_FAILED, FINAL_BACKUP_SKIPPED};
-use super::jobs::{JobAction, JobOutcome, JobView, Purpose};
+use super::jobs::{JobOutcome, JobView, Purpose};
 use super::meta::Owner;
 use super::observe::PodView;
 use super::on_demand::{BACKUP_REQUESTED, BACKUP_SUCCEEDED};

@@ -3,7 +3,7 @@
 
 use super::api::{DistributedDBSpec, Hook};
 use super::state::DdbState;
-pub use crate::machines::common::jobs::JobAction;
+pub use crate::machines::common::actions::JobAction;
 use crate::machines::common::meta::short_hash;
 
 /// Both hooks, for messages and Job keys.

@@ -52,7 +52,7 @@
 //!   in flight: none has its pre-hook Job running or done and waits to be deleted,
 //!   none is deleted and not yet recreated, or recreated at the previous target and
 //!   still starting within the
-//!   readiness window ([`super::decide::READINESS_WINDOW`], 5 minutes; a replacement
+//!   readiness window (`decide::READINESS_WINDOW`, 5 minutes; a replacement
 //!   that is not Ready by then counts as failed to start, so that a rollback can replace
 //!   it). A pod recreated from a stale template is replaced again.
 //! - **Quiet at rest.** Owned objects are re-applied only when the rendered object is not

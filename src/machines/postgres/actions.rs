@@ -2,7 +2,7 @@
 //! labelled with, and the names actions carry.
 
 use super::api::PostgresClusterSpec;
-pub use crate::machines::common::jobs::JobAction;
+pub use crate::machines::common::actions::JobAction;
 use crate::machines::common::meta::short_hash;
 
 /// A role a pod is labelled with.

@@ -24,7 +24,7 @@ use super::api::DistributedDBSpec;
 use super::observe::{HookRequests, Observed};
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use crate::engine::Decision;
-use crate::machines::common::jobs;
+use crate::machines::common::actions::cronjob_upkeep;
 use crate::machines::common::replace;
 use crate::machines::common::retry::RetryBudget;
 
@@ -161,7 +161,7 @@ pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> V
         actions.push(DdbAction::EnsureStatefulSet(step));
     }
     actions.extend(
-        jobs::cronjob_upkeep(spec.backup_policy.is_some(), o.cronjob.as_ref()).map(DdbAction::Jobs),
+        cronjob_upkeep(spec.backup_policy.is_some(), o.cronjob.as_ref()).map(DdbAction::Jobs),
     );
     actions
 }

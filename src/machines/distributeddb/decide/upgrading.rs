@@ -13,7 +13,7 @@ use crate::machines::common::replace::{self, Replacement};
 use crate::machines::distributeddb::actions::DdbAction;
 use crate::machines::distributeddb::actions::{HookPhase, hook_key};
 use crate::machines::distributeddb::api::DistributedDBSpec;
-use crate::machines::distributeddb::observe::{Observed, PodView};
+use crate::machines::distributeddb::observe::Observed;
 use crate::machines::distributeddb::state::{DdbState, Upgrade, UpgradeStep};
 use crate::machines::distributeddb::table::reason::*;
 
@@ -306,7 +306,7 @@ pub(crate) fn overtaken(u: &Upgrade, o: &Observed) -> Option<D> {
 pub(crate) fn restart(u: &Upgrade, o: &Observed, pre_hook: bool, actions: Vec<DdbAction>) -> D {
     let k = u.ordinal;
     let name = o.pod_name(k);
-    let seen = o.pods.get(&k).map(PodView::seen);
+    let seen = o.pods.get(&k);
     match replace::replacement(seen, &u.pod_uid, &u.to) {
         Replacement::Terminating => stay(REPLACING_POD, replace::terminating(&name), actions),
         Replacement::Present { ready, .. } => {

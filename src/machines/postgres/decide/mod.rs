@@ -26,7 +26,7 @@ use super::observe::{Observed, PodView};
 use super::state::{PgState, PodRef, SwitchCause, Switchover, Topology};
 use super::table::reason::RESTORING;
 use crate::engine::Decision;
-use crate::machines::common::jobs;
+use crate::machines::common::actions::cronjob_upkeep;
 use switching_over::begin_switchover;
 
 pub(crate) type D = Decision<PgState, PgAction>;
@@ -158,7 +158,7 @@ pub(crate) fn objects(
         });
     }
     let scheduled = spec.backup.is_some() && spec.backup_schedule.is_some();
-    actions.extend(jobs::cronjob_upkeep(scheduled, o.cronjob.as_ref()).map(PgAction::Jobs));
+    actions.extend(cronjob_upkeep(scheduled, o.cronjob.as_ref()).map(PgAction::Jobs));
     actions
 }
 

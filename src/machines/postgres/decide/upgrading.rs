@@ -7,7 +7,7 @@ use crate::engine::Decision;
 use crate::machines::common::replace::{self, Replacement};
 use crate::machines::postgres::actions::{DeleteCause, PgAction, spec_image};
 use crate::machines::postgres::api::PostgresClusterSpec;
-use crate::machines::postgres::observe::{Observed, PodView};
+use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PgState, PodRef, SwitchCause, Topology};
 use crate::machines::postgres::table::reason::*;
 
@@ -161,7 +161,7 @@ pub(crate) fn replace(cluster: &Topology, p: &PodRef, o: &Observed, actions: Vec
         cluster: cluster.clone(),
         pod: None,
     };
-    let seen = o.pods.get(&k).map(PodView::seen);
+    let seen = o.pods.get(&k);
     match replace::replacement(seen, &p.uid, target) {
         Replacement::Terminating => stay(REPLACING_POD, replace::terminating(&name), actions),
         // Recreated at the target by someone else before our delete: nothing to do.
