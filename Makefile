@@ -62,7 +62,7 @@ unit: ## Unit tests and the proptest model checks (seeded, fixed case count); th
 docs: ## The manual's links and anchors resolve (tools/check_links.py, tested first); API docs with warnings denied; doctests.
 	python3 tools/check_links_test.py
 	python3 tools/check_links.py
-	RUSTDOCFLAGS='-D warnings' $(CARGO) doc --no-deps
+	RUSTDOCFLAGS='-D warnings' $(CARGO) doc --no-deps --workspace
 	$(CARGO) test --doc
 
 .PHONY: scripts
