@@ -18,6 +18,8 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY tests ./tests
+# A member of the workspace (Cargo.toml): cargo loads its manifest even to build lockstep.
+COPY examples/canary ./examples/canary
 ENV RUSTFLAGS="-C target-feature=+crt-static"
 RUN cargo build --locked --release --bin lockstep --target x86_64-unknown-linux-gnu \
  && install -D -m 0755 target/x86_64-unknown-linux-gnu/release/lockstep /out/lockstep

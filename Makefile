@@ -15,6 +15,9 @@ SHELL := /usr/bin/env bash
 
 CARGO ?= cargo
 LOCKSTEP := $(CURDIR)/target/debug/lockstep
+# The example operator of docs/write-your-own-operator.md (examples/canary, a member of
+# the workspace built on the public API only).
+CANARY := $(CURDIR)/target/debug/canary
 
 include tools/cluster/cluster.mk
 
@@ -23,37 +26,43 @@ help: ## Show the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build the lockstep binary.
+build: ## Build the lockstep binary (and the example operator's, canary).
 	$(CARGO) build --bins
+	$(CARGO) build -p lockstep-canary --bins
 
 .PHONY: generate
 generate: build ## Regenerate crds/ and machines/ from the code.
 	$(LOCKSTEP) crds --out-dir crds
 	$(LOCKSTEP) machines --out-dir machines
+	$(CANARY) crds --out-dir examples/canary/crds
+	$(CANARY) machines --out-dir examples/canary/machines
 
 .PHONY: fmt
 fmt: ## Format the code.
-	$(CARGO) fmt
+	$(CARGO) fmt --all
 
 .PHONY: lint
 lint: ## rustfmt check and clippy with warnings denied.
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 .PHONY: fresh
 fresh: build ## Fail if the committed crds/ or machines/ are stale.
 	$(LOCKSTEP) crds --out-dir crds --check
 	$(LOCKSTEP) machines --out-dir machines --check
+	$(CANARY) crds --out-dir examples/canary/crds --check
+	$(CANARY) machines --out-dir examples/canary/machines --check
 
 .PHONY: unit
-unit: ## Unit tests and the proptest model checks (seeded, fixed case count).
+unit: ## Unit tests and the proptest model checks (seeded, fixed case count); the example operator's, with its planted bug, and its tutorial's listings.
 	$(CARGO) test --lib --bins
+	$(CARGO) test -p lockstep-canary --lib --bins --test tutorial
 
 .PHONY: docs
 docs: ## The manual's links and anchors resolve (tools/check_links.py, tested first); API docs with warnings denied; doctests.
 	python3 tools/check_links_test.py
 	python3 tools/check_links.py
-	RUSTDOCFLAGS='-D warnings' $(CARGO) doc --no-deps
+	RUSTDOCFLAGS='-D warnings' $(CARGO) doc --no-deps --workspace
 	$(CARGO) test --doc
 
 .PHONY: scripts
@@ -63,6 +72,7 @@ scripts: ## Pod scripts against real PostgreSQL servers and a local S3 server.
 .PHONY: e2e
 e2e: cluster-up ## End-to-end tests on the local control plane (brings it up).
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2 --skip postgres_real::
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test -p lockstep-canary --test e2e
 
 .PHONY: e2e-postgres-real
 e2e-postgres-real: ## PostgresCluster on real PostgreSQL pods on the real node (cluster-up with the real node first).

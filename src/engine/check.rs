@@ -67,7 +67,9 @@
 //! Write a world model for the machine's tests and call the entry point. The world model
 //! holds the spec too, so a stale read of the custom resource sees the spec of its moment.
 //! Its `Debug` output appears in counterexamples: keep it short. A complete example is the
-//! rolling restart in `src/engine/tests/restart.rs`.
+//! rolling restart in `src/engine/tests/restart.rs`; a machine outside this crate (the
+//! canary rollout in `examples/canary/`) enables the `check` feature, which makes this
+//! module and [`super::planted`] public.
 //!
 //! ```ignore
 //! use proptest::prelude::*;
@@ -125,6 +127,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
+/// The proptest this checker is built on: a [`WorldModel`] returns its strategies, so a
+/// machine outside this crate writes them with the same proptest (`use
+/// lockstep::engine::check::proptest::prelude::*`), whatever its own dependencies hold.
+pub use proptest;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -135,7 +141,7 @@ use super::record::{EngineStatus, MachineRecord};
 use super::step::{self, Input, Outcome, Taken};
 
 /// A simulated world for machine `M`: the objects it owns and how they behave.
-pub(crate) trait WorldModel<M: Machine>: Clone + Debug + 'static {
+pub trait WorldModel<M: Machine>: Clone + Debug + 'static {
     /// Something the environment does on its own (a pod becomes Ready, a Job fails, the
     /// StatefulSet controller recreates a pod).
     type Move: Clone + Debug + 'static;
@@ -190,7 +196,7 @@ pub(crate) trait WorldModel<M: Machine>: Clone + Debug + 'static {
 
 /// How a generated sequence is checked.
 #[derive(Debug, Clone)]
-pub(crate) struct CheckConfig {
+pub struct CheckConfig {
     /// Generated sequences.
     pub cases: u32,
     /// The longest sequence of events.
@@ -246,7 +252,7 @@ impl CheckConfig {
 
 /// How the I/O of one reconcile goes wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fault {
+pub enum Fault {
     /// Nothing goes wrong.
     None,
     /// The status write fails with 409: another writer changed the object.
@@ -269,7 +275,7 @@ pub(crate) enum Fault {
 
 /// One reconcile, and what goes wrong in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Reconcile {
+pub struct Reconcile {
     /// How many events behind the cached custom resource is.
     pub object_lag: u8,
     /// How many events behind the cached owned objects are.
@@ -289,7 +295,7 @@ impl Reconcile {
 
 /// One generated event.
 #[derive(Clone)]
-pub(crate) enum Event<Mv, Ed> {
+pub enum Event<Mv, Ed> {
     /// The controller reconciles the object.
     Reconcile(Reconcile),
     /// The operator restarts: its caches are rebuilt and may serve older views.
@@ -339,7 +345,7 @@ impl<Mv: Debug, Ed: Debug> Debug for Event<Mv, Ed> {
 
 /// What a passing check exercised.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct CheckReport {
+pub struct CheckReport {
     /// The machine's name.
     pub machine: &'static str,
     /// Sequences generated.
@@ -404,7 +410,7 @@ impl fmt::Display for CheckReport {
 
 /// A shrunk failing sequence.
 #[derive(Debug, Clone)]
-pub(crate) struct Counterexample {
+pub struct Counterexample {
     /// The machine's name.
     pub machine: &'static str,
     /// What failed.
@@ -439,7 +445,7 @@ impl fmt::Display for Counterexample {
 
 /// Check `M` against the world model `W`; panic with the shrunk counterexample on failure,
 /// print the report otherwise. Applies [`CheckConfig::with_env_overrides`].
-pub(crate) fn check_machine<M, W>(config: CheckConfig) -> CheckReport
+pub fn check_machine<M, W>(config: CheckConfig) -> CheckReport
 where
     M: Machine,
     W: WorldModel<M>,
@@ -457,9 +463,7 @@ where
 ///
 /// # Errors
 /// The shrunk counterexample when a property fails (or the run aborts).
-pub(crate) fn try_check_machine<M, W>(
-    config: &CheckConfig,
-) -> Result<CheckReport, Box<Counterexample>>
+pub fn try_check_machine<M, W>(config: &CheckConfig) -> Result<CheckReport, Box<Counterexample>>
 where
     M: Machine,
     W: WorldModel<M>,
@@ -536,7 +540,7 @@ where
 ///
 /// # Errors
 /// The failure, with the trace of the run (the sequence is not shrunk).
-pub(crate) fn check_scenario<M, W>(
+pub fn check_scenario<M, W>(
     config: &CheckConfig,
     world: W,
     events: &[Event<W::Move, W::Edit>],
@@ -614,7 +618,7 @@ where
 
 /// The declared edges of `M` (as `From -> To (Reason)`) that none of `reports` took:
 /// empty when the checks together exercise the whole table.
-pub(crate) fn never_taken<M: Machine>(reports: &[&CheckReport]) -> Vec<String> {
+pub fn never_taken<M: Machine>(reports: &[&CheckReport]) -> Vec<String> {
     M::table()
         .iter()
         .map(|e| edge_name(e.from.into(), e.to.into(), e.reason))
@@ -624,12 +628,12 @@ pub(crate) fn never_taken<M: Machine>(reports: &[&CheckReport]) -> Vec<String> {
 
 /// A targeted scenario: the edge it is for (`From -> To (Reason)`), the world it starts
 /// from and the events that take the edge.
-pub(crate) type Scenario<W, Mv, Ed> = (&'static str, W, Vec<Event<Mv, Ed>>);
+pub type Scenario<W, Mv, Ed> = (&'static str, W, Vec<Event<Mv, Ed>>);
 
 /// Run every scenario ([`check_scenario`]) and assert that each takes the edge it names
 /// and that, with the `generated` report, every declared edge of `M` is taken. Panics
 /// with the failing scenario's trace otherwise.
-pub(crate) fn assert_every_edge_taken<M, W>(
+pub fn assert_every_edge_taken<M, W>(
     config: &CheckConfig,
     generated: &CheckReport,
     scenarios: Vec<Scenario<W, W::Move, W::Edit>>,

@@ -45,13 +45,13 @@
 //! ([`crate::driver::Error`]): they are recorded as `lastError`, and the object is retried
 //! with per-object exponential backoff and jitter.
 
-#[cfg(test)]
-pub(crate) mod check;
+#[cfg(any(test, feature = "check"))]
+pub mod check;
 pub mod conditions;
 pub mod export;
 pub mod machine;
-#[cfg(test)]
-pub(crate) mod planted;
+#[cfg(any(test, feature = "check"))]
+pub mod planted;
 pub mod record;
 pub mod schema;
 pub mod step;

@@ -1,5 +1,6 @@
-//! Planted bugs (test only): a machine that is another machine except for one decision,
-//! for a model check to show that its invariants catch that mistake.
+//! Planted bugs: a machine that is another machine except for one decision, for a model
+//! check to show that its invariants catch that mistake. Public with the `check` feature,
+//! so that machines outside this crate can plant their own.
 //!
 //! ```ignore
 //! struct TrustTheLease;
@@ -19,17 +20,31 @@ use std::time::Duration;
 use super::machine::{Decision, Edge, Machine, World};
 
 /// One decision machine `M` gets wrong, planted: the world that decision is shown
-/// instead of the one observed.
-pub(crate) trait Bug<M: Machine>: 'static {
+/// instead of the one observed ([`Bug::distort`]), or the decision itself changed
+/// ([`Bug::alter`]). Each defaults to the correct machine's.
+pub trait Bug<M: Machine>: 'static {
     /// The planted machine's name.
     const NAME: &'static str;
     /// The world as the buggy decision in `state` sees it (`None`: this state decides
     /// correctly).
-    fn distort(state: &M::State, world: &World<M::Observed>) -> Option<World<M::Observed>>;
+    fn distort(state: &M::State, world: &World<M::Observed>) -> Option<World<M::Observed>> {
+        let _ = (state, world);
+        None
+    }
+    /// The decision the buggy machine makes in `state`, given the one `M` made (for a
+    /// mistake in what is decided rather than in what is seen: a verdict not recorded,
+    /// an action forgotten).
+    fn alter(
+        state: &M::State,
+        decision: Decision<M::State, M::Action>,
+    ) -> Decision<M::State, M::Action> {
+        let _ = state;
+        decision
+    }
 }
 
 /// `M` with bug `B` planted: everything but the distorted decision is `M`'s own.
-pub(crate) struct Planted<M, B>(PhantomData<(M, B)>);
+pub struct Planted<M, B>(PhantomData<(M, B)>);
 
 impl<M: Machine, B: Bug<M>> Machine for Planted<M, B> {
     const NAME: &'static str = B::NAME;
@@ -54,10 +69,11 @@ impl<M: Machine, B: Bug<M>> Machine for Planted<M, B> {
         state: &M::State,
         world: &World<M::Observed>,
     ) -> Decision<M::State, M::Action> {
-        match B::distort(state, world) {
+        let decision = match B::distort(state, world) {
             Some(lying) => M::decide(spec, state, &lying),
             None => M::decide(spec, state, world),
-        }
+        };
+        B::alter(state, decision)
     }
 
     fn is_ready(state: &M::State) -> bool {

@@ -57,3 +57,16 @@ fn the_mermaid_export_draws_every_declared_edge_once_and_lists_it() {
     }
     assert_eq!(page.matches(" --> ").count(), Toy::table().len() + 1);
 }
+
+#[test]
+fn a_page_written_deeper_links_to_the_code_from_where_it_lies() {
+    let page = export::mermaid_at::<Toy>("examples/toy/machines");
+    assert!(
+        page.contains("[engine/tests/toy.rs](../../../src/engine/tests/toy.rs)"),
+        "{page}"
+    );
+    assert_eq!(
+        export::mermaid_at::<Toy>("machines"),
+        export::mermaid::<Toy>()
+    );
+}
