@@ -100,9 +100,8 @@ fn table<M: crate::engine::Machine>() -> TableExport {
 fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
-    use kube::CustomResourceExt;
     vec![
-        distributeddb::DistributedDB::crd(),
-        postgres::PostgresCluster::crd(),
+        crate::driver::crd::<distributeddb::DistributedDB>(),
+        crate::driver::crd::<postgres::PostgresCluster>(),
     ]
 }

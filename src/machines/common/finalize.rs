@@ -58,6 +58,11 @@ pub const FINALIZED: &str = "Finalized";
 /// This file, which takes the deletion's edges.
 pub const SOURCE: &str = file!();
 
+/// The way out of a final backup that does not finish (named when Degraded): the
+/// [`SKIP_FINAL_BACKUP`] annotation.
+pub const WAY_OUT: &str =
+    "to delete without the final backup, annotate lockstep.dev/skip-final-backup=true";
+
 /// The deletion's rows of a machine's [`edges!`](crate::edges) table, the same in every
 /// machine: `finalize_edges!(from: [Creating, Ready], backup: "spec.backup");` declares
 /// Finalizing's edges and the three ways into it (or past it) from each state of `from`
@@ -230,7 +235,11 @@ pub fn deleting<S: States, A: JobActions>(
         return finalizing(configured, skip, attempt, jobs, now);
     }
     if state.is_finalized() {
-        return Decision::stay(FINALIZED, "finalizer released");
+        // Persisted as finalized: every outcome read is recorded, and nothing reads a Job
+        // again. Their outcome finalizers go before the owner's does (the engine removes
+        // it after this stay), or they would outlive their owner.
+        return Decision::stay(FINALIZED, "finalizer released")
+            .with_actions(jobs::release_all::<A>(jobs));
     }
     begin(configured, skip, S::finalized, S::finalizing)
 }

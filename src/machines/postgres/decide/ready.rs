@@ -1,6 +1,7 @@
 //! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
 //! a lost primary ([`lose_primary`]), scaling ([`rescale`]), [`upgrade`] (a new image or
-//! a stray one), [`backup`]; then, staying, it prunes promote Jobs
+//! a stray one), [`backup`]; then, staying, it releases the outcome finalizer of every
+//! finished Job ([`jobs::release_finished`]: their outcomes are recorded), prunes promote Jobs
 //! ([`prune_promote_jobs`]) and on-demand backup Jobs beyond their history limit
 //! ([`on_demand::prune`]) and reports ([`report`]).
 
@@ -21,11 +22,13 @@ use crate::machines::postgres::state::{PgState, Topology};
 use crate::machines::postgres::table::reason::*;
 
 /// Decide in Ready: every instance Ready at `cluster.image`, roles as it says.
-/// `served` is the `backup-now` token last served (the record's ack).
+/// `served` is the `backup-now` token last served (the record's ack); `lost` the
+/// message of a backup it asked for whose outcome is unknown ([`on_demand::lost`]).
 pub(crate) fn ready(
     spec: &PostgresClusterSpec,
     cluster: &Topology,
     served: Option<&str>,
+    lost: Option<String>,
     o: &Observed,
 ) -> D {
     let mut actions = upkeep_at(spec, cluster, o);
@@ -41,13 +44,14 @@ pub(crate) fn ready(
     if let ControlFlow::Break(decision) = backup(spec, cluster, served, o, &actions) {
         return decision;
     }
+    actions.extend(jobs::release_finished::<PgAction>(&o.jobs));
     actions.extend(prune_promote_jobs(o));
     actions.extend(
         on_demand::prune(&o.jobs)
             .into_iter()
             .map(PgAction::delete_job),
     );
-    report(cluster, o, actions)
+    report(cluster, o, lost, actions)
 }
 
 /// The spec's image changed, or an instance runs another image: upgrade.
@@ -117,9 +121,10 @@ fn prune_promote_jobs(o: &Observed) -> impl Iterator<Item = PgAction> {
     jobs::finished(&o.jobs, Purpose::Promote).map(PgAction::delete_job)
 }
 
-/// The stay at rest: Degraded while a replica is down, otherwise serving (or restoring
-/// what drifted); either way looked at again every [`RESYNC`].
-fn report(cluster: &Topology, o: &Observed, actions: Vec<PgAction>) -> D {
+/// The stay at rest: Degraded while a replica is down or the backup the current token
+/// asked for was `lost`, otherwise serving (or restoring what drifted); either way
+/// looked at again every [`RESYNC`].
+fn report(cluster: &Topology, o: &Observed, lost: Option<String>, actions: Vec<PgAction>) -> D {
     let down: Vec<i32> = (0..cluster.replicas).filter(|k| !o.serving(*k)).collect();
     if !down.is_empty() {
         return stay(
@@ -133,6 +138,11 @@ fn report(cluster: &Topology, o: &Observed, actions: Vec<PgAction>) -> D {
         )
         .degraded()
         .requeue(RESYNC);
+    }
+    if let Some(message) = lost {
+        return stay(BACKUP_OUTCOME_UNKNOWN, message, actions)
+            .degraded()
+            .requeue(RESYNC);
     }
     rest(
         SERVING,

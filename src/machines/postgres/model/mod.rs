@@ -108,7 +108,7 @@ use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
 };
 use crate::machines::common::backup::BackupKind;
-use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
+use crate::machines::common::jobs::{Hold, JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{self, epoch};
 use jobs::{Job, JobKind};
 
