@@ -15,6 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -26,7 +27,7 @@ use lockstep::machines::common::on_demand::{BACKUP_OUTCOME_UNKNOWN, key as backu
 use lockstep::machines::distributeddb::status::AVAILABLE;
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
 
-use crate::support::{Fixture, events_about, wait_for, wait_gone};
+use crate::support::{Fixture, events_about, wait_for, wait_for_all, wait_gone};
 
 /// What "within seconds" means here.
 const PROMPTLY: Duration = Duration::from_secs(10);
@@ -61,12 +62,12 @@ async fn promptly(
 async fn a_replacement_held_not_ready_mid_upgrade_shows_in_ready_available_and_progressing() {
     let db = Db::new("truth-upgrade").await;
     let operator = db.operator();
-    // Pods become Ready 2 s after they are bound: time to hold the replacement first.
+    // Pods become Ready 5 s after they are bound: time to hold the replacement first.
     let spec = serde_json::from_value(json!({
         "replicas": 3,
         "image": "registry.example/db:1",
         "storage": {"size": "1Gi"},
-        "podAnnotations": {"lockstep.dev/kwok-ready-delay-ms": "2000",
+        "podAnnotations": {"lockstep.dev/kwok-ready-delay-ms": "5000",
                            "lockstep.dev/kwok-ready-jitter-ms": "0"},
     }))
     .expect("a spec");
@@ -315,11 +316,21 @@ async fn a_backup_job_whose_finalizer_someone_removed_is_reported_not_only_in_hi
         "names the token and what to do: {}",
         degraded.message
     );
+    // The Event follows the status write: wait for it.
+    let unknown = |e: &Event| {
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("lost")
+            && e.type_.as_deref() == Some("Warning")
+            && e.reason.as_deref() == Some(BACKUP_OUTCOME_UNKNOWN)
+    };
+    let events: Api<Event> = db.env.api();
+    wait_for_all(&events, "", "the BackupOutcomeUnknown Warning", |all| {
+        all.iter().any(unknown)
+    })
+    .await;
     let warnings: Vec<_> = events_about(&db.env.client, db.env.namespace(), "lost")
         .await
         .into_iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
-        .filter(|e| e.reason.as_deref() == Some(BACKUP_OUTCOME_UNKNOWN))
+        .filter(|e| unknown(e))
         .collect();
     assert_eq!(warnings.len(), 1, "one Warning Event: {warnings:#?}");
 
