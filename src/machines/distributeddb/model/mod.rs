@@ -354,7 +354,7 @@ impl Cluster {
         for j in self.jobs.iter_mut().filter(|j| j.uid == uid) {
             j.deleting = true;
         }
-        self.jobs.retain(|j| !(j.deleting && !j.held));
+        self.jobs.retain(|j| j.held || !j.deleting);
     }
 
     /// The operator removes the outcome finalizer of the Job `uid`. It must not while the
@@ -367,7 +367,7 @@ impl Cluster {
                 self.released.insert(key.clone());
             }
         }
-        self.jobs.retain(|j| !(j.deleting && !j.held));
+        self.jobs.retain(|j| j.held || !j.deleting);
     }
 
     /// Whether a hook Job with this key prefix succeeded, or failed while the user asked

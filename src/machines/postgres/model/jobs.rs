@@ -57,7 +57,7 @@ impl World {
         for j in self.jobs.iter_mut().filter(|j| j.uid.to_string() == uid) {
             j.deleting = true;
         }
-        self.jobs.retain(|j| !(j.deleting && !j.held));
+        self.jobs.retain(|j| j.held || !j.deleting);
     }
 
     /// The operator removes the outcome finalizer of the Job `uid`.
@@ -65,7 +65,7 @@ impl World {
         for j in self.jobs.iter_mut().filter(|j| j.uid.to_string() == uid) {
             j.held = false;
         }
-        self.jobs.retain(|j| !(j.deleting && !j.held));
+        self.jobs.retain(|j| j.held || !j.deleting);
     }
 
     pub(super) fn finish(&mut self, index: usize, ok: bool) {
