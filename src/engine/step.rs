@@ -169,7 +169,24 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
         // No record (never initialized, or lost: a status wiped by a restore or an
         // edit): start again from the initial state. While deleting, the next reconcile
         // takes the machine's deletion path from there, final backup included.
-        Ok(None) => return initialize::<M>(old, generation, now),
+        Ok(None) => {
+            // What the initial state waits for, as far as this observation tells: so that
+            // Progressing names it in this write, not in one more.
+            let state = M::initial();
+            let world = World {
+                observed,
+                deleting,
+                now,
+                entered_at: now,
+                acks: acked::<M>(BTreeMap::new(), &state),
+                entered_by: reason::INITIALIZED.to_owned(),
+            };
+            let waiting = match M::decide(spec, &state, &world) {
+                Decision::Stay { message, .. } => message,
+                Decision::Go { .. } => String::new(),
+            };
+            return initialize::<M>(old, generation, now, &waiting);
+        }
         Err(why) => {
             // The way out: the operator version that wrote the record reads it.
             let why = format!(
@@ -422,6 +439,7 @@ fn initialize<M: Machine>(
     old: &EngineStatus<M::State>,
     generation: i64,
     now: DateTime<Utc>,
+    waiting: &str,
 ) -> Outcome<M> {
     let state = M::initial();
     let record = MachineRecord {
@@ -438,7 +456,7 @@ fn initialize<M: Machine>(
         state_version: M::STATE_VERSION,
         last_error: None,
     };
-    let progress = describe::<M>(&record.state);
+    let progress = progress_message::<M>(&record, waiting);
     let status = project::<M>(old, &record, generation, now, None, (false, &progress));
     Outcome {
         actions: Vec::new(),

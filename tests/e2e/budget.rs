@@ -184,8 +184,11 @@ async fn one_lifecycle_costs_nothing_idle_and_a_status_write_per_transition_or_r
 
     // A hooked upgrade of three pods: 1 + 3 × 3 transitions, and the pods' readiness
     // changes (each pod leaves and comes back), at most one status write each.
-    let (readiness_changes, watching) =
-        count_readiness_changes(fx.env.api(), "app.kubernetes.io/instance=budget").await;
+    let (readiness_changes, watching) = count_readiness_changes(
+        fx.env.api(),
+        "app.kubernetes.io/instance=budget,lockstep.dev/component=database",
+    )
+    .await;
     let mark = log.mark();
     let before = transitions.load(Ordering::SeqCst);
     fx.merge_patch(
