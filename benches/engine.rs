@@ -179,6 +179,7 @@ fn db_mid_upgrade() -> (DdbState, ddb::Observed) {
             purpose: Some(Purpose::Hook),
             created: Some(t(0)),
             outcome: JobOutcome::Succeeded { at: t(10) },
+            held: None,
         }
     };
     observed.jobs = vec![
@@ -275,6 +276,7 @@ fn world<O>(observed: O) -> World<O> {
         now: t(1000),
         entered_at: t(0),
         acks: Default::default(),
+        entered_by: String::new(),
     }
 }
 

@@ -639,7 +639,9 @@ fn error_patch<O: Operator>(
     if error.is_refusal() {
         let generation = object.meta().generation.unwrap_or_default();
         let now = Utc::now().trunc_subsecs(0);
-        let (next, note) = with_refusal::<O>(&engine, &error.redacted(), generation, now)?;
+        let deleting = object.meta().deletion_timestamp.is_some();
+        let (next, note) =
+            with_refusal::<O>(&engine, &error.redacted(), generation, deleting, now)?;
         let before = serde_json::to_value(&engine).ok()?;
         let after = serde_json::to_value(&next).ok()?;
         let diff = merge_diff(&before, &after)?;

@@ -84,7 +84,7 @@ pub use cache::{Owned, Project};
 
 pub use config::{Backoff, Config, FIELD_MANAGER};
 pub use controller::run;
-pub use crd::crd_yaml;
+pub use crd::{crd, crd_yaml};
 pub use hooks::{DriverHooks, Finished, NoHooks, Target};
 pub use watch::WatchBackoff;
 

@@ -992,7 +992,7 @@ impl<'c, M: Machine, W: WorldModel<M>> Sim<'c, M, W> {
         };
         let out = step::step::<M>(input());
         same_outcome(&out, &step::step::<M>(input()))?;
-        check_outcome::<M>(&read, object.deleting, &out)?;
+        check_outcome::<M>(&read, object.deleting, self.now, &out)?;
         self.log(|| describe_outcome(&out));
 
         let planned = out.actions.len();
@@ -1273,6 +1273,7 @@ fn declared<M: Machine>(taken: &Taken) -> bool {
 fn check_outcome<M: Machine>(
     read: &EngineStatus<M::State>,
     deleting: bool,
+    now: DateTime<Utc>,
     out: &Outcome<M>,
 ) -> Result<(), String> {
     if out.changed != (&out.status != read) {
@@ -1285,7 +1286,8 @@ fn check_outcome<M: Machine>(
     if let Some(degraded) = out.status.condition(conditions::DEGRADED)
         && degraded.status == status::TRUE
         && (degraded.reason == reason::UNDECLARED_TRANSITION
-            || degraded.reason == reason::UNDECODABLE_STATE)
+            || degraded.reason == reason::UNDECODABLE_STATE
+            || degraded.reason == reason::UNDECLARED_DEADLINE)
     {
         return Err(format!("{}: {}", degraded.reason, degraded.message));
     }
@@ -1322,6 +1324,9 @@ fn check_outcome<M: Machine>(
         ));
     }
     check_edge::<M>(before.as_ref(), after.as_ref(), out.taken.as_ref())?;
+    if let Some(record) = &after {
+        check_deadline::<M>(record, now, &out.status)?;
+    }
 
     if out.release_finalizer {
         if !deleting {
@@ -1335,6 +1340,32 @@ fn check_outcome<M: Machine>(
                 record.state
             ));
         }
+    }
+    Ok(())
+}
+
+/// Every state that waits on something outside declares a deadline, and no state is
+/// written as lasting past its deadline without `Degraded=True`.
+fn check_deadline<M: Machine>(
+    record: &MachineRecord<M::State>,
+    now: DateTime<Utc>,
+    status: &EngineStatus<M::State>,
+) -> Result<(), String> {
+    crate::engine::deadline_declared::<M>(&record.state)?;
+    let Some(limit) = M::deadline(&record.state).limit() else {
+        return Ok(());
+    };
+    let lasted = (now - record.entered_at).to_std().unwrap_or_default();
+    let degraded = status
+        .condition(conditions::DEGRADED)
+        .is_some_and(|c| c.status == status::TRUE);
+    if lasted > limit && !degraded {
+        return Err(format!(
+            "{:?} has lasted {}s, past its deadline of {}s, without Degraded",
+            record.state,
+            lasted.as_secs(),
+            limit.as_secs()
+        ));
     }
     Ok(())
 }

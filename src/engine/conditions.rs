@@ -28,6 +28,10 @@ pub mod reason {
     pub const UNDECODABLE_STATE: &str = "UndecodableState";
     /// The machine has stayed in one state longer than that state's deadline.
     pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    /// The machine is in a state that waits on something outside but declares no
+    /// deadline ([`crate::engine::Deadline`]): a bug in the machine. The engine acts on
+    /// nothing in that state.
+    pub const UNDECLARED_DEADLINE: &str = "UndeclaredDeadline";
     /// The first reconcile recorded the initial state.
     pub const INITIALIZED: &str = "Initialized";
     /// Acting on a decision failed; the reconcile is retried with backoff.

@@ -74,6 +74,64 @@ pub enum Health {
     Degraded,
 }
 
+/// How long a state may wait on something outside (a Job, a pod, a Lease, a person)
+/// before the engine reports it `Degraded`, and what a person can do then.
+///
+/// Every state declares one ([`Machine::deadline`]). Only a state that waits on nothing
+/// outside — one where the workload rests ([`Machine::is_ready`]) or one that is done
+/// ([`Machine::finalized`]) — may declare [`Deadline::None`]; the engine refuses to act
+/// in any other state that does ([`reason::UNDECLARED_DEADLINE`](super::conditions::reason::UNDECLARED_DEADLINE)),
+/// and the model checker reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// The state waits on nothing outside: it rests or is done.
+    None,
+    /// The state waits on something outside for at most `limit`.
+    Within {
+        /// How long the state may last before it is reported `Degraded`
+        /// (`ProgressDeadlineExceeded`).
+        limit: Duration,
+        /// What a person can do once it has passed (an annotation to set, an object to
+        /// fix), named in the `Degraded` message.
+        way_out: &'static str,
+    },
+}
+
+impl Deadline {
+    /// A deadline of `minutes`, past which a person can do `way_out`.
+    pub const fn minutes(minutes: u64, way_out: &'static str) -> Self {
+        Deadline::Within {
+            limit: Duration::from_secs(minutes * 60),
+            way_out,
+        }
+    }
+
+    /// The limit, if the state has one.
+    pub fn limit(self) -> Option<Duration> {
+        match self {
+            Deadline::None => None,
+            Deadline::Within { limit, .. } => Some(limit),
+        }
+    }
+}
+
+/// Whether `state` declares the deadline it must: a state that neither rests nor is done
+/// waits on something outside and must declare [`Deadline::Within`].
+///
+/// # Errors
+/// A message naming the state that waits without a deadline.
+pub fn deadline_declared<M: Machine>(state: &M::State) -> Result<(), String> {
+    let waits = !M::is_ready(state) && !M::finalized(state);
+    if waits && M::deadline(state) == Deadline::None {
+        return Err(format!(
+            "{} state {} waits on something outside but declares no deadline",
+            M::NAME,
+            kind_name::<M>(state)
+        ));
+    }
+    Ok(())
+}
+
 /// The world as the machine sees it on one reconcile.
 ///
 /// `observed` is the machine's own snapshot of the objects it owns; the other fields are
@@ -91,6 +149,10 @@ pub struct World<O> {
     /// The request tokens the persisted record has taken on, by kind
     /// ([`Machine::acks`]).
     pub acks: BTreeMap<String, String>,
+    /// The reason of the transition that entered the persisted state (the last history
+    /// entry's; empty when the history does not tell), so that a resting state can keep
+    /// saying what its arrival means (a backup whose outcome is unknown).
+    pub entered_by: String,
 }
 
 impl<O> World<O> {
@@ -227,6 +289,10 @@ pub trait Machine: 'static {
     const NAME: &'static str;
     /// The version of the persisted state's encoding, stored as `stateVersion`.
     const STATE_VERSION: u32 = 1;
+    /// What a person can do to let a deleted object go when its deletion path is blocked
+    /// (a final backup the API server refuses to create), named in a `RequestRefused`
+    /// message while the object is being deleted.
+    const DELETION_WAY_OUT: Option<&'static str> = None;
 
     /// The user's desired state.
     type Spec: Debug;
@@ -261,10 +327,11 @@ pub trait Machine: 'static {
     /// Whether the state is a resting state in which the workload serves.
     fn is_ready(state: &Self::State) -> bool;
 
-    /// How long the machine may stay in `state` before it is reported stuck.
-    fn deadline(_state: &Self::State) -> Option<Duration> {
-        None
-    }
+    /// How long the machine may stay in `state` before it is reported `Degraded`, and
+    /// the way out a person has then. Every state that neither rests ([`Machine::is_ready`])
+    /// nor is done ([`Machine::finalized`]) waits on something outside and must declare
+    /// [`Deadline::Within`] ([`deadline_declared`]).
+    fn deadline(state: &Self::State) -> Deadline;
 
     /// Whether cleanup is complete and the finalizer may be removed.
     fn finalized(state: &Self::State) -> bool;

@@ -59,6 +59,6 @@ pub mod table;
 #[cfg(test)]
 mod tests;
 
-pub use machine::{Decision, Edge, Health, Machine, Wait, World};
+pub use machine::{Deadline, Decision, Edge, Health, Machine, Wait, World, deadline_declared};
 pub use record::{Condition, EngineStatus, HistoryEntry, MachineRecord, RawRecord};
 pub use step::{Input, Note, NoteKind, Outcome, Taken, step};

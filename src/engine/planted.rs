@@ -15,7 +15,6 @@
 //! ```
 
 use std::marker::PhantomData;
-use std::time::Duration;
 
 use super::machine::{Decision, Edge, Machine, World};
 
@@ -49,6 +48,7 @@ pub struct Planted<M, B>(PhantomData<(M, B)>);
 impl<M: Machine, B: Bug<M>> Machine for Planted<M, B> {
     const NAME: &'static str = B::NAME;
     const STATE_VERSION: u32 = M::STATE_VERSION;
+    const DELETION_WAY_OUT: Option<&'static str> = M::DELETION_WAY_OUT;
 
     type Spec = M::Spec;
     type State = M::State;
@@ -80,7 +80,7 @@ impl<M: Machine, B: Bug<M>> Machine for Planted<M, B> {
         M::is_ready(state)
     }
 
-    fn deadline(state: &M::State) -> Option<Duration> {
+    fn deadline(state: &M::State) -> crate::engine::Deadline {
         M::deadline(state)
     }
 

@@ -13,7 +13,9 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 
 use super::conditions::{self, reason, status};
-use super::machine::{Decision, Health, Machine, Wait, World, is_declared, kind_name};
+use super::machine::{
+    Deadline, Decision, Health, Machine, Wait, World, deadline_declared, is_declared, kind_name,
+};
 use super::record::{
     Condition, EngineStatus, HISTORY_LIMIT, HistoryEntry, MachineRecord, RawRecord,
 };
@@ -167,13 +169,46 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
         // No record (never initialized, or lost: a status wiped by a restore or an
         // edit): start again from the initial state. While deleting, the next reconcile
         // takes the machine's deletion path from there, final backup included.
-        Ok(None) => return initialize::<M>(old, generation, now),
+        Ok(None) => {
+            // What the initial state waits for, as far as this observation tells: so that
+            // Progressing names it in this write, not in one more.
+            let state = M::initial();
+            let world = World {
+                observed,
+                deleting,
+                now,
+                entered_at: now,
+                acks: acked::<M>(BTreeMap::new(), &state),
+                entered_by: reason::INITIALIZED.to_owned(),
+            };
+            let waiting = match M::decide(spec, &state, &world) {
+                Decision::Stay { message, .. } => message,
+                Decision::Go { .. } => String::new(),
+            };
+            return initialize::<M>(old, generation, now, &waiting);
+        }
         Err(why) => {
+            // The way out: the operator version that wrote the record reads it.
+            let why = format!(
+                "{why}; nothing is done until an operator version that understands it runs"
+            );
             let status =
                 project_hold::<M>(old, None, generation, now, reason::UNDECODABLE_STATE, &why);
             return held(old, status, None);
         }
     };
+
+    if let Err(why) = deadline_declared::<M>(&record.state) {
+        let status = project_hold::<M>(
+            old,
+            Some(&record),
+            generation,
+            now,
+            reason::UNDECLARED_DEADLINE,
+            &format!("{why}; nothing was done"),
+        );
+        return held(old, status, Some(record.state));
+    }
 
     let world = World {
         observed,
@@ -181,6 +216,11 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
         now,
         entered_at: record.entered_at,
         acks: record.acks.clone(),
+        entered_by: record
+            .history
+            .last()
+            .map(|h| h.reason.clone())
+            .unwrap_or_default(),
     };
     let decision = M::decide(spec, &record.state, &world);
 
@@ -192,20 +232,22 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
             wait,
             health,
         } => {
-            let deadline = M::deadline(&record.state);
+            let declared = M::deadline(&record.state);
+            let deadline = declared.limit();
             let in_state = world.in_state_for();
             let stuck = deadline.is_some_and(|d| in_state > d);
-            let degraded = match (health, stuck) {
-                (Health::Degraded, _) => Some((stay_reason, message)),
-                (Health::Healthy, true) => Some((
+            let progress = progress_message::<M>(&record, &message);
+            let degraded = match (health, stuck, declared) {
+                (Health::Degraded, _, _) => Some((stay_reason, message)),
+                (Health::Healthy, true, Deadline::Within { limit, way_out }) => Some((
                     reason::PROGRESS_DEADLINE_EXCEEDED,
                     format!(
-                        "{} for longer than its deadline of {}s: {message}",
+                        "{} for longer than its deadline of {}s: {message}; {way_out}",
                         describe::<M>(&record.state),
-                        deadline.map_or(0, |d| d.as_secs())
+                        limit.as_secs()
                     ),
                 )),
-                (Health::Healthy, false) => None,
+                (Health::Healthy, _, _) => None,
             };
             let mut requeue = match wait {
                 Wait::Watch => None,
@@ -232,7 +274,7 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
                 generation,
                 now,
                 degraded.as_ref().map(|(r, m)| (*r, m.as_str())),
-                stuck,
+                (stuck, &progress),
             );
             let note = degraded_note(old, &status);
             let changed = &status != old;
@@ -293,14 +335,30 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
                 history,
                 last_error: None,
             };
-            let status = project::<M>(old, &next, generation, now, None, false);
+            // What the new state waits for, as far as this observation tells: so that
+            // Progressing names it in this write, not in one more.
+            let ahead = World {
+                entered_at: now,
+                acks: next.acks.clone(),
+                entered_by: edge_reason.to_owned(),
+                ..world
+            };
+            let waiting = match M::decide(spec, &next.state, &ahead) {
+                Decision::Stay { message, .. } => message,
+                Decision::Go { .. } => message.clone(),
+            };
+            let progress = progress_message::<M>(&next, &waiting);
+            let status = project::<M>(old, &next, generation, now, None, (false, &progress));
             let note = Some(Note {
                 kind: NoteKind::Normal,
                 reason: edge_reason.to_owned(),
                 message: format!("{from} -> {}: {message}", describe::<M>(&next.state)),
             });
             Outcome {
-                release_finalizer: deleting && M::finalized(&next.state),
+                // Not in the transition's own write: the next reconcile, which decides
+                // in the finalized state as persisted, releases it after the actions that
+                // state still takes (its Jobs' outcome finalizers).
+                release_finalizer: false,
                 actions,
                 changed: true,
                 status,
@@ -334,6 +392,8 @@ pub fn with_error<M: Machine>(
 /// [`reason::REQUEST_REFUSED`]): the API server refused a request in a way that retrying
 /// cannot fix (an object it finds invalid, a forbidden verb), so a person must act.
 /// Phase and state are kept; the next successful reconcile projects Degraded afresh.
+/// While the object is being `deleting`, the message names the machine's
+/// [`Machine::DELETION_WAY_OUT`].
 ///
 /// Returns the status to persist and the Warning to record, or `None` when the record
 /// is unreadable or already says exactly this.
@@ -341,6 +401,7 @@ pub fn with_refusal<M: Machine>(
     status: &EngineStatus<M::State>,
     error: &str,
     generation: i64,
+    deleting: bool,
     now: DateTime<Utc>,
 ) -> Option<(EngineStatus<M::State>, Note)> {
     let record = decode::<M>(status).ok().flatten()?;
@@ -348,14 +409,20 @@ pub fn with_refusal<M: Machine>(
         last_error: Some(error.to_owned()),
         ..record
     };
-    let message = format!("the API server refused a request: {error}");
+    let message = match M::DELETION_WAY_OUT.filter(|_| deleting) {
+        Some(way_out) => format!("the API server refused a request: {error}; {way_out}"),
+        None => format!("the API server refused a request: {error}"),
+    };
+    let progress = status
+        .condition(conditions::PROGRESSING)
+        .map_or_else(|| describe::<M>(&record.state), |c| c.message.clone());
     let next = project::<M>(
         status,
         &record,
         generation,
         now,
         Some((reason::REQUEST_REFUSED, &message)),
-        false,
+        (false, &progress),
     );
     if &next == status {
         return None;
@@ -372,6 +439,7 @@ fn initialize<M: Machine>(
     old: &EngineStatus<M::State>,
     generation: i64,
     now: DateTime<Utc>,
+    waiting: &str,
 ) -> Outcome<M> {
     let state = M::initial();
     let record = MachineRecord {
@@ -388,7 +456,8 @@ fn initialize<M: Machine>(
         state_version: M::STATE_VERSION,
         last_error: None,
     };
-    let status = project::<M>(old, &record, generation, now, None, false);
+    let progress = progress_message::<M>(&record, waiting);
+    let status = project::<M>(old, &record, generation, now, None, (false, &progress));
     Outcome {
         actions: Vec::new(),
         changed: true,
@@ -454,14 +523,29 @@ fn degraded_note<S: JsonSchema + PartialEq>(
     })
 }
 
-/// Project phase, step and conditions from a decoded record.
+/// What `Progressing` says in `record`'s state: the state, and while it is not at rest,
+/// what it waits for (`waiting`, the decision's message) and since when (the state's
+/// `enteredAt`, so that the message need not change while the wait goes on).
+fn progress_message<M: Machine>(record: &MachineRecord<M::State>, waiting: &str) -> String {
+    let described = describe::<M>(&record.state);
+    if M::is_ready(&record.state) || waiting.is_empty() {
+        return described;
+    }
+    let since = record
+        .entered_at
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    format!("{described}: {waiting} (waiting since {since})")
+}
+
+/// Project phase, step and conditions from a decoded record; `progress` is whether the
+/// state is past its deadline and what `Progressing` says.
 fn project<M: Machine>(
     old: &EngineStatus<M::State>,
     record: &MachineRecord<M::State>,
     generation: i64,
     now: DateTime<Utc>,
     degraded: Option<(&str, &str)>,
-    stuck: bool,
+    (stuck, progress_text): (bool, &str),
 ) -> EngineStatus<M::State> {
     let kind = kind_name::<M>(&record.state);
     let described = describe::<M>(&record.state);
@@ -490,7 +574,7 @@ fn project<M: Machine>(
             conditions::PROGRESSING,
             !stuck && !ready,
             progress,
-            &described,
+            progress_text,
         ),
         at(conditions::DEGRADED, bad, why, message),
     ];

@@ -7,7 +7,7 @@ use super::action::AgentAction;
 use super::observe::Observation;
 use super::state::{AgentKind, AgentState};
 use super::{decide, table};
-use crate::engine::{Decision, Edge, Machine, World};
+use crate::engine::{Deadline, Decision, Edge, Machine, World};
 
 /// What one agent runs with: fixed for the life of its process (its container's
 /// environment).
@@ -105,6 +105,27 @@ impl Machine for Instance {
 
     fn is_ready(state: &AgentState) -> bool {
         matches!(state, AgentState::Standby | AgentState::Primary)
+    }
+
+    /// The agent's waits are bounded by its own timers (the fence's `T`, the clean
+    /// stop's bound); these are the bounds a person reading the pod's log can hold it to.
+    fn deadline(state: &AgentState) -> Deadline {
+        const LOG: &str = "read the pod's log (kubectl logs), then delete the pod to start it over";
+        const LABEL: &str =
+            "check the pod's lockstep.dev/role label and the PostgresCluster's status";
+        match state {
+            AgentState::Standby | AgentState::Primary | AgentState::Exited { .. } => Deadline::None,
+            AgentState::Starting | AgentState::AwaitingLease => Deadline::minutes(5, LABEL),
+            AgentState::Bootstrapping | AgentState::Cloning | AgentState::Rewinding => {
+                Deadline::minutes(60, LOG)
+            }
+            AgentState::PromotingLocally
+            | AgentState::StartingPrimary
+            | AgentState::Promoting
+            | AgentState::Stopping { .. }
+            | AgentState::Releasing { .. }
+            | AgentState::Fencing { .. } => Deadline::minutes(5, LOG),
+        }
     }
 
     fn finalized(state: &AgentState) -> bool {

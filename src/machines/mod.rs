@@ -101,9 +101,36 @@ fn table<M: crate::engine::Machine>() -> TableExport {
 fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
-    use kube::CustomResourceExt;
     vec![
-        distributeddb::DistributedDB::crd(),
-        postgres::PostgresCluster::crd(),
+        crate::driver::crd::<distributeddb::DistributedDB>(),
+        crate::driver::crd::<postgres::PostgresCluster>(),
     ]
+}
+
+#[cfg(test)]
+mod conditions_doc {
+    //! `docs/conditions.md` names every way out the machines declare, word for word.
+
+    use crate::machines::common::{finalize, on_demand, retry};
+    use crate::machines::{distributeddb, postgres};
+
+    #[test]
+    fn the_conditions_page_names_every_declared_way_out() {
+        let page = include_str!("../../docs/conditions.md").replace('`', "");
+        for way_out in [
+            finalize::WAY_OUT,
+            on_demand::WAY_OUT,
+            retry::HOOK_WAY_OUT,
+            distributeddb::machine::PODS_WAY_OUT,
+            distributeddb::machine::RESTART_WAY_OUT,
+            postgres::machine::PODS_WAY_OUT,
+            postgres::machine::SWITCH_WAY_OUT,
+            postgres::machine::PRIMARY_LOST_WAY_OUT,
+        ] {
+            assert!(
+                page.contains(way_out),
+                "docs/conditions.md lacks: {way_out}"
+            );
+        }
+    }
 }

@@ -17,7 +17,12 @@
 //!   on-demand Job, and the object's last version before it vanished records the final
 //!   backup as Succeeded (the finalizer went only after it).
 //!
-//! - at rest after the upgrade, the hook Jobs are cleaned up (also after a takeover).
+//! - at rest after the upgrade, the hook Jobs are cleaned up (also after a takeover);
+//! - the `lockstep.dev/outcome` finalizer of the on-demand backup Job goes once its
+//!   outcome is recorded (at rest), and no Job holds it once the operators released the
+//!   DistributedDB. Its removal is a mutating request like any
+//!   other, so a crash right after it (or right before, after the status write that
+//!   recorded the outcome) is one of the crash points.
 //!
 //! Three more tests run the same lifecycle with one refused status write, one stale
 //! read, and dropped watch events, and hold it to the same comparison.
@@ -45,6 +50,7 @@ use tokio::task::JoinHandle;
 use lockstep::driver;
 use lockstep::engine::RawRecord;
 use lockstep::engine::conditions;
+use lockstep::machines::common::meta::OUTCOME_FINALIZER;
 use lockstep::machines::common::on_demand::key as backup_key;
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDBSpec, DistributedDb};
 use lockstep::testkit::{Faults, Injected, Record, RequestInfo, Verb};
@@ -636,6 +642,7 @@ async fn lifecycle(world: &World, faults: Faults) -> (Effects, Option<Distribute
         .await
         .unwrap_or_else(|e| panic!("annotate {NAME}: {e}"));
     let job = format!("{NAME}-{}", backup_key(TOKEN));
+    let recorded = job.clone();
     wait_for(
         &world.api,
         NAME,
@@ -650,6 +657,14 @@ async fn lifecycle(world: &World, faults: Faults) -> (Effects, Option<Distribute
                         .is_some_and(|b| b.job == job && b.outcome == "Succeeded")
             })
         },
+    )
+    .await;
+    // Once recorded, at rest, its outcome finalizer goes.
+    wait_for(
+        &jobs,
+        &recorded,
+        "the recorded backup Job's outcome finalizer to go",
+        |j: Option<&Job>| j.is_none_or(|j| !j.finalizers().iter().any(|f| f == OUTCOME_FINALIZER)),
     )
     .await;
 
@@ -694,6 +709,21 @@ async fn lifecycle(world: &World, faults: Faults) -> (Effects, Option<Distribute
     if let Some(db) = released {
         observer.seen.lock().expect("what was seen").saw(db);
     }
+    // No Job outlives its owner held: the finalizers went before the owner's did.
+    let held_jobs: Vec<String> = jobs
+        .list(
+            &kube::api::ListParams::default().labels(&format!("app.kubernetes.io/instance={NAME}")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("list Jobs: {e}"))
+        .into_iter()
+        .filter(|j| j.finalizers().iter().any(|f| f == OUTCOME_FINALIZER))
+        .map(|j| j.name_any())
+        .collect();
+    assert!(
+        held_jobs.is_empty(),
+        "Jobs still held after the DistributedDB was released: {held_jobs:?}"
+    );
     world
         .api
         .patch(

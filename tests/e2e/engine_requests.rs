@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use lockstep::driver::{self, Cache, DriverHooks, Error, Finished, Op, Operator, Target, labels};
 use lockstep::engine::RawRecord;
-use lockstep::engine::{Decision, Edge, EngineStatus, Machine, World, conditions};
+use lockstep::engine::{Deadline, Decision, Edge, EngineStatus, Machine, World, conditions};
 
 use crate::support::{
     DEADLINE, Env, InProcessOperator, RequestLog, counted_client, install_crd_of, wait_for,
@@ -211,6 +211,13 @@ impl Machine for BeaconMachine {
 
     fn finalized(state: &BeaconState) -> bool {
         *state == BeaconState::Finalized
+    }
+
+    fn deadline(state: &BeaconState) -> Deadline {
+        match state {
+            BeaconState::Ready | BeaconState::Finalized => Deadline::None,
+            _ => Deadline::minutes(5, "fix what refuses the ConfigMap"),
+        }
     }
 }
 

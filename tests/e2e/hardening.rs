@@ -413,6 +413,7 @@ async fn input_that_kubernetes_would_refuse_downstream_is_rejected_at_admission_
     assert!(e.contains("ports[].name"), "{e}");
     let e = refusal(&ddbs, ddb("dotted.db", json!({}))).await;
     assert!(e.contains("metadata.name"), "{e}");
+    assert!(!e.contains("<nil>"), "the rule reports its field: {e}");
     // And what Kubernetes accepts still passes.
     let dry = PostParams {
         dry_run: true,

@@ -18,6 +18,8 @@
 //! - [`postgres_real`]: PostgresCluster on real PostgreSQL pods on the real node.
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
 //!   the deploy manifests' RBAC.
+//! - [`status_truth`]: status that never says something false (readiness mid-upgrade,
+//!   what a step waits for) and Job outcomes that are never lost (the outcome finalizer).
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
 //!   child process, request counting.
 
@@ -31,4 +33,5 @@ mod operability;
 mod postgres;
 mod postgres_real;
 mod smoke;
+mod status_truth;
 mod support;

@@ -731,6 +731,8 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
             true,
         ),
         ("create", "jobs", "batch", Some(ns.as_str()), true),
+        // The outcome finalizer comes off a Job by a fenced patch.
+        ("patch", "jobs", "batch", Some(ns.as_str()), true),
         ("delete", "pods", "", Some(ns.as_str()), true),
         ("create", "events", "events.k8s.io", Some(ns.as_str()), true),
         (

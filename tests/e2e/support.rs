@@ -317,7 +317,7 @@ pub async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
 
 /// Install the CRD of a Rust custom resource type.
 pub async fn install_crd_of<K: CustomResourceExt>(client: &Client) {
-    install_crd(client, &K::crd()).await;
+    install_crd(client, &lockstep::driver::crd::<K>()).await;
 }
 
 /// Install every CRD in `crds/*.yaml` (as `lockstep crds` writes them).

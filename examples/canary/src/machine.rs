@@ -49,9 +49,7 @@
 //! a Degraded stay. Rendering fails only for an object without a UID
 //! ([`lockstep::driver::Error::Render`]); requests that fail are the driver's to retry.
 
-use std::time::Duration;
-
-use lockstep::engine::{Edge, Machine, World};
+use lockstep::engine::{Deadline, Edge, Machine, World};
 
 use crate::actions::CanaryAction;
 use crate::api::CanaryAppSpec;
@@ -93,11 +91,18 @@ impl Machine for CanaryRollout {
         )
     }
 
-    fn deadline(state: &CanaryState) -> Option<Duration> {
+    /// Each state that waits on the cluster says for how long, and what a person can do
+    /// past it; the engine reports `Degraded` naming it. Stable and Canary rest (the
+    /// canary's own windows are its spec's), Deleted is done.
+    fn deadline(state: &CanaryState) -> Deadline {
+        const WAY_OUT: &str =
+            "kubectl describe the app's pods, then fix spec.template or the cluster";
         match state {
-            CanaryState::Creating | CanaryState::Promoting { .. } => Some(Duration::from_secs(600)),
-            CanaryState::RollingBack { .. } => Some(Duration::from_secs(300)),
-            _ => None,
+            CanaryState::Creating | CanaryState::Promoting { .. } => Deadline::minutes(10, WAY_OUT),
+            CanaryState::RollingBack { .. } => Deadline::minutes(5, WAY_OUT),
+            CanaryState::Stable { .. } | CanaryState::Canary { .. } | CanaryState::Deleted => {
+                Deadline::None
+            }
         }
     }
 

@@ -44,6 +44,7 @@ fn world(observed: Observed, in_state: i64) -> World<Observed> {
         now: t0() + chrono::Duration::seconds(in_state),
         entered_at: t0(),
         acks: BTreeMap::new(),
+        entered_by: String::new(),
     }
 }
 

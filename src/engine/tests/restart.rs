@@ -17,7 +17,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
 
 use proptest::prelude::*;
 use schemars::JsonSchema;
@@ -25,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use strum::{EnumDiscriminants, EnumIter, IntoStaticStr};
 
 use crate::engine::check::{CheckConfig, WorldModel, check_machine, try_check_machine};
-use crate::engine::{Decision, Edge, Machine, World};
+use crate::engine::{Deadline, Decision, Edge, Machine, World};
 
 /// The pods the machine restarts.
 const PODS: u8 = 3;
@@ -204,8 +203,11 @@ impl<const UID_PRECONDITION: bool> Machine for RollingRestart<UID_PRECONDITION> 
         matches!(state, Restart::Idle { .. })
     }
 
-    fn deadline(state: &Restart) -> Option<Duration> {
-        matches!(state, Restart::Restarting { .. }).then_some(Duration::from_secs(600))
+    fn deadline(state: &Restart) -> Deadline {
+        match state {
+            Restart::Restarting { .. } => Deadline::minutes(10, "fix the pod being replaced"),
+            _ => Deadline::None,
+        }
     }
 
     fn finalized(state: &Restart) -> bool {

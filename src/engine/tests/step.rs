@@ -124,7 +124,7 @@ fn a_refused_request_is_degraded_with_one_warning_until_a_reconcile_succeeds() {
     let refusal = "apply CronJob/a-backup: 422 Invalid: spec.schedule: Invalid value";
     let now = chrono::Utc::now();
     let (refused, note) =
-        with_refusal::<Toy>(&api.read(), refusal, 1, now).expect("the refusal is recorded");
+        with_refusal::<Toy>(&api.read(), refusal, 1, false, now).expect("the refusal is recorded");
     assert_eq!(note.kind, NoteKind::Warning);
     assert_eq!(note.reason, reason::REQUEST_REFUSED);
     assert!(note.message.contains("spec.schedule"), "{}", note.message);
@@ -134,7 +134,7 @@ fn a_refused_request_is_degraded_with_one_warning_until_a_reconcile_succeeds() {
     );
     assert_eq!(refused.phase, api.read().phase, "the phase is kept");
     assert_eq!(
-        with_refusal::<Toy>(&refused, refusal, 1, now),
+        with_refusal::<Toy>(&refused, refusal, 1, false, now),
         None,
         "a repeated refusal writes nothing and warns once"
     );
@@ -487,12 +487,15 @@ fn deleting_releases_the_finalizer_once_a_finalized_state_is_reached() {
     assert_eq!(gone.taken.map(|t| t.reason), Some(CLEANED_UP));
     assert_eq!(gone.state, Some(ToyState::Gone));
     assert!(
-        gone.release_finalizer,
-        "the write that reaches Gone may release"
+        !gone.release_finalizer,
+        "not in the write that reaches Gone: the finalized state acts first"
     );
 
     let after = api.reconcile(&spec, 0);
-    assert!(after.release_finalizer);
+    assert!(
+        after.release_finalizer,
+        "the next reconcile, in Gone as persisted"
+    );
     assert!(!after.changed);
     assert!(after.actions.is_empty());
 }
@@ -542,4 +545,125 @@ fn a_scale_while_running_takes_the_scale_requested_edge() {
     let out = api.reconcile(&spec(4), 2);
     assert_eq!(out.taken.map(|t| t.reason), Some(SCALE_REQUESTED));
     assert_eq!(out.actions, vec![ToyAction::Scale(4)]);
+}
+
+/// The toy, but declaring no deadline for any state: a machine bug the engine refuses.
+struct Undeadlined;
+
+impl crate::engine::Machine for Undeadlined {
+    const NAME: &'static str = "undeadlined";
+    type Spec = ToySpec;
+    type State = ToyState;
+    type Kind = <Toy as crate::engine::Machine>::Kind;
+    type Observed = <Toy as crate::engine::Machine>::Observed;
+    type Action = ToyAction;
+
+    fn initial() -> ToyState {
+        Toy::initial()
+    }
+
+    fn table() -> &'static [crate::engine::Edge<Self::Kind>] {
+        Toy::table()
+    }
+
+    fn decide(
+        spec: &ToySpec,
+        state: &ToyState,
+        world: &crate::engine::World<Self::Observed>,
+    ) -> crate::engine::Decision<ToyState, ToyAction> {
+        Toy::decide(spec, state, world)
+    }
+
+    fn is_ready(state: &ToyState) -> bool {
+        Toy::is_ready(state)
+    }
+
+    fn deadline(_: &ToyState) -> crate::engine::Deadline {
+        crate::engine::Deadline::None
+    }
+
+    fn finalized(state: &ToyState) -> bool {
+        Toy::finalized(state)
+    }
+}
+
+#[test]
+fn every_waiting_state_of_the_toy_declares_a_deadline() {
+    for state in [
+        ToyState::Pending,
+        ToyState::Scaling { to: 2 },
+        ToyState::Running { replicas: 2 },
+        ToyState::Draining,
+        ToyState::Gone,
+    ] {
+        crate::engine::deadline_declared::<Toy>(&state).expect("declared");
+    }
+}
+
+#[test]
+fn a_machine_whose_waiting_state_declares_no_deadline_is_refused_and_nothing_is_done() {
+    let scaling = ToyState::Scaling { to: 2 };
+    assert!(crate::engine::deadline_declared::<Undeadlined>(&scaling).is_err());
+    assert!(
+        crate::engine::deadline_declared::<Undeadlined>(&ToyState::Running { replicas: 2 }).is_ok()
+    );
+
+    let mut api = Api::new();
+    api.reconcile(&spec(2), 0); // Initialized, in Pending: a waiting state
+    let status = api.read();
+    let out = crate::engine::step::<Undeadlined>(crate::engine::Input {
+        spec: &spec(2),
+        status: &status,
+        observed: super::toy::ToyObserved { ready: 0 },
+        generation: 1,
+        deleting: false,
+        now: api.now,
+    });
+    assert!(out.actions.is_empty(), "nothing is done: {:?}", out.actions);
+    assert!(out.taken.is_none());
+    assert_eq!(
+        condition(&out.status, conditions::DEGRADED),
+        (status::TRUE, reason::UNDECLARED_DEADLINE)
+    );
+}
+
+#[test]
+fn past_its_deadline_a_state_is_degraded_naming_what_it_waits_for_and_the_way_out() {
+    let mut api = Api::new();
+    api.reconcile(&spec(2), 0); // Initialized
+    api.reconcile(&spec(2), 0); // Pending -> Scaling
+    api.wait(i64::try_from(SCALING_DEADLINE.as_secs()).unwrap_or(0) + 1);
+    let out = api.reconcile(&spec(2), 1);
+    let degraded = out
+        .status
+        .condition(conditions::DEGRADED)
+        .expect("Degraded");
+    assert_eq!(degraded.reason, reason::PROGRESS_DEADLINE_EXCEEDED);
+    assert!(
+        degraded.message.contains("fix the pods"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(out.note.map(|n| n.kind), Some(NoteKind::Warning));
+}
+
+#[test]
+fn progressing_says_what_the_state_waits_for_and_since_when() {
+    let mut api = Api::new();
+    api.reconcile(&spec(2), 0); // Initialized
+    let went = api.reconcile(&spec(2), 0); // Pending -> Scaling, in the transition's write
+    let progressing = went
+        .status
+        .condition(conditions::PROGRESSING)
+        .expect("Progressing")
+        .message
+        .clone();
+    assert!(progressing.starts_with("Scaling to 2: "), "{progressing}");
+    assert!(
+        progressing.contains("waiting since 2026-11-29T18:00:00Z"),
+        "{progressing}"
+    );
+    // The wait goes on, nothing else changes: nothing to write.
+    api.wait(5);
+    assert!(!api.reconcile(&spec(2), 0).changed);
 }

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strum::{EnumDiscriminants, EnumIter, IntoStaticStr};
 
-use crate::engine::{Decision, Edge, EngineStatus, Input, Machine, Outcome, World, step};
+use crate::engine::{Deadline, Decision, Edge, EngineStatus, Input, Machine, Outcome, World, step};
 
 /// The toy's persisted state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, EnumDiscriminants)]
@@ -153,8 +153,14 @@ impl Machine for Toy {
         matches!(state, ToyState::Running { .. })
     }
 
-    fn deadline(state: &ToyState) -> Option<Duration> {
-        matches!(state, ToyState::Scaling { .. }).then_some(SCALING_DEADLINE)
+    fn deadline(state: &ToyState) -> Deadline {
+        match state {
+            ToyState::Pending | ToyState::Scaling { .. } | ToyState::Draining => Deadline::Within {
+                limit: SCALING_DEADLINE,
+                way_out: "fix the pods",
+            },
+            _ => Deadline::None,
+        }
     }
 
     fn finalized(state: &ToyState) -> bool {

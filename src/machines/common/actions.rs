@@ -5,7 +5,7 @@
 //! Actions are data: [`super::ops`] turns them into requests at the edge.
 
 use super::backup::BackupKind;
-use super::jobs::JobView;
+use super::jobs::{Hold, JobOutcome, JobView};
 use super::observe::CronJobView;
 
 /// The actions every machine takes the same way on its backup Jobs, its backup CronJob
@@ -33,6 +33,16 @@ pub enum JobAction {
         /// Its UID.
         uid: String,
     },
+    /// Remove the [`super::meta::OUTCOME_FINALIZER`] from a Job whose outcome is recorded
+    /// (a merge patch preconditioned on its UID and the resourceVersion read).
+    ReleaseJob {
+        /// Its name.
+        name: String,
+        /// Its UID.
+        uid: String,
+        /// What the removal needs.
+        hold: Hold,
+    },
 }
 
 /// The Job actions every machine has: it runs backup Jobs and deletes finished Jobs.
@@ -53,6 +63,34 @@ pub trait JobActions: From<JobAction> {
         }
         .into()
     }
+
+    /// Remove the [`super::meta::OUTCOME_FINALIZER`] from `job`, if it holds it.
+    fn release_job(job: &JobView) -> Option<Self> {
+        let hold = job.held.clone()?;
+        Some(
+            JobAction::ReleaseJob {
+                name: job.name.clone(),
+                uid: job.uid.clone(),
+                hold,
+            }
+            .into(),
+        )
+    }
+}
+
+/// At rest: the finalizer of every finished Job goes. The state that read each outcome
+/// has been left, by a transition whose write recorded it.
+pub fn release_finished<A: JobActions>(jobs: &[JobView]) -> Vec<A> {
+    jobs.iter()
+        .filter(|j| j.outcome != JobOutcome::Running)
+        .filter_map(A::release_job)
+        .collect()
+}
+
+/// Before the owner's finalizer goes: the finalizer of every Job left, finished or not
+/// (nothing will read them any more; held, they would outlive their owner).
+pub fn release_all<A: JobActions>(jobs: &[JobView]) -> Vec<A> {
+    jobs.iter().filter_map(A::release_job).collect()
 }
 
 impl<A: From<JobAction>> JobActions for A {}

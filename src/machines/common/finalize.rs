@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::actions::JobActions;
+use super::actions::{self, JobActions};
 use super::annotations::SKIP_FINAL_BACKUP;
 use super::backup::BackupKind;
 use super::jobs::{self, JobOutcome, JobView, Purpose};
@@ -58,6 +58,11 @@ pub const FINALIZED: &str = "Finalized";
 
 /// This file, which takes the deletion's edges.
 pub const SOURCE: &str = file!();
+
+/// The way out of a final backup that does not finish (named when Degraded): the
+/// [`SKIP_FINAL_BACKUP`] annotation.
+pub const WAY_OUT: &str =
+    "to delete without the final backup, annotate lockstep.dev/skip-final-backup=true";
 
 /// The deletion's rows of a machine's [`edges!`](crate::edges) table, the same in every
 /// machine: `finalize_edges!(from: [Creating, Ready], backup: "spec.backup");` declares
@@ -231,7 +236,11 @@ pub fn deleting<S: States, A: JobActions>(
         return finalizing(configured, skip, attempt, jobs, now);
     }
     if state.is_finalized() {
-        return Decision::stay(FINALIZED, "finalizer released");
+        // Persisted as finalized: every outcome read is recorded, and nothing reads a Job
+        // again. Their outcome finalizers go before the owner's does (the engine removes
+        // it after this stay), or they would outlive their owner.
+        return Decision::stay(FINALIZED, "finalizer released")
+            .with_actions(actions::release_all::<A>(jobs));
     }
     begin(configured, skip, S::finalized, S::finalizing)
 }

@@ -19,6 +19,21 @@
 //! on-demand backups (a served token never runs again, and a Job gone before its outcome
 //! was read is reported, not rerun) and for final backups (a missing attempt's Job is
 //! created again: one more backup, never a release without one).
+//!
+//! # Evidence kept until it is read
+//! Every run-once Job ([`RunOnce`]: hooks, on-demand and final backups, promotions,
+//! surveys) is created with the [`OUTCOME_FINALIZER`], as Kubernetes' own Job
+//! controller keeps a tracking finalizer on its pods until it has counted them. Whoever
+//! deletes such a Job (a person, a TTL controller, a namespace cleanup) only marks it
+//! for deletion: it stays, with its outcome, until the operator removes the finalizer.
+//! The operator does that only once the outcome is recorded in the owner's status, that
+//! is in a state persisted after the one that read it: at rest for every finished Job
+//! ([`release_finished`]), and before the owner's own finalizer goes for every Job left
+//! ([`release_all`]). The removal is a merge patch preconditioned on the Job's UID and
+//! the resourceVersion read ([`JobAction::ReleaseJob`]), so a Job that changed since is
+//! looked at again first. If the finalizer is removed by someone else and the Job goes
+//! before its outcome was read, the machine says so (`Degraded`, naming what to do),
+//! never only in its history.
 
 use std::collections::BTreeMap;
 
@@ -27,7 +42,7 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::meta::{JOB_KEY, JOB_PURPOSE, MAX_JOB_NAME, Owner, child_name};
+use super::meta::{JOB_KEY, JOB_PURPOSE, MAX_JOB_NAME, OUTCOME_FINALIZER, Owner, child_name};
 use crate::engine::Decision;
 
 /// What a Job is for: the value of [`JOB_PURPOSE`].
@@ -116,6 +131,18 @@ pub struct JobView {
     pub created: Option<DateTime<Utc>>,
     /// How it ended.
     pub outcome: JobOutcome,
+    /// `Some` while it carries the [`OUTCOME_FINALIZER`]: what removing it needs.
+    pub held: Option<Hold>,
+}
+
+/// What removing the [`OUTCOME_FINALIZER`] from a Job needs: the version it was read at
+/// (the removal is preconditioned on it) and the finalizers to keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// `metadata.resourceVersion` as read.
+    pub resource_version: String,
+    /// The Job's other finalizers, kept as they were.
+    pub others: Vec<String>,
 }
 
 /// The Jobs for `purpose` that have finished: their outcome is read, so at rest nothing
@@ -172,7 +199,24 @@ pub fn view(job: &Job) -> JobView {
             .and_then(|p| p.parse().ok()),
         created: job.metadata.creation_timestamp.as_ref().map(time),
         outcome: outcome(job),
+        held: hold(job),
     }
+}
+
+/// What removing the [`OUTCOME_FINALIZER`] from `job` needs, if it carries it.
+fn hold(job: &Job) -> Option<Hold> {
+    let finalizers = job.metadata.finalizers.as_deref().unwrap_or_default();
+    if !finalizers.iter().any(|f| f == OUTCOME_FINALIZER) {
+        return None;
+    }
+    Some(Hold {
+        resource_version: job.metadata.resource_version.clone().unwrap_or_default(),
+        others: finalizers
+            .iter()
+            .filter(|f| *f != OUTCOME_FINALIZER)
+            .cloned()
+            .collect(),
+    })
 }
 
 /// The pod a Job runs: one container, labels and annotations.
@@ -241,16 +285,19 @@ pub struct RunOnce<'a> {
 }
 
 impl RunOnce<'_> {
-    /// The Job: named by its key, owned, labelled with its key and purpose.
+    /// The Job: named by its key, owned, labelled with its key and purpose, and held by
+    /// the [`OUTCOME_FINALIZER`] until its outcome is recorded.
     pub fn build(&self) -> Job {
         let mut labels = self.labels.clone();
         labels.insert(JOB_KEY.to_owned(), self.key.to_owned());
         labels.insert(JOB_PURPOSE.to_owned(), self.purpose.label().to_owned());
+        let mut metadata = self
+            .owner
+            .child(job_name(&self.owner.name, self.key), labels.clone());
+        metadata.finalizers = Some(vec![OUTCOME_FINALIZER.to_owned()]);
         Job {
             spec: Some(job_spec(&self.pod, &labels, self.deadline)),
-            metadata: self
-                .owner
-                .child(job_name(&self.owner.name, self.key), labels),
+            metadata,
             status: None,
         }
     }
@@ -394,6 +441,11 @@ mod tests {
         .build();
         assert_eq!(job.metadata.name.as_deref(), Some("db-pre-2-abc-1"));
         testing::assert_runs_once(&job, 60);
+        assert_eq!(
+            job.metadata.finalizers,
+            Some(vec![OUTCOME_FINALIZER.to_owned()]),
+            "held until its outcome is recorded"
+        );
         let pod = job.spec.and_then(|s| s.template.metadata);
         let pod_label = |key| testing::label(pod.as_ref(), key);
         assert_eq!(pod_label(JOB_KEY).as_deref(), Some("pre-2-abc-1"));

@@ -27,6 +27,11 @@ pub const COMPONENT: &str = "lockstep.dev/component";
 pub const JOB_KEY: &str = "lockstep.dev/job";
 /// Label naming what a Job is for (see [`super::jobs::Purpose`]).
 pub const JOB_PURPOSE: &str = "lockstep.dev/purpose";
+/// Finalizer on every run-once Job whose outcome a decision reads: the Job (and so its
+/// outcome) stays until the operator has recorded that outcome in the owner's status,
+/// however it is deleted (a person, a TTL, a namespace cleanup). See
+/// [`super::jobs`]'s "Evidence kept until it is read".
+pub const OUTCOME_FINALIZER: &str = "lockstep.dev/outcome";
 /// Annotation holding the hash of what Lockstep last applied to an object, so a change
 /// of intent (including a removed field) is noticed even when the live object still
 /// contains everything now desired.

@@ -41,7 +41,7 @@ use std::convert::Infallible;
 
 use super::actions::JobActions;
 use super::jobs::{self, JobOutcome, JobView, Purpose};
-use super::meta::short_hash;
+use super::meta::{OUTCOME_FINALIZER, short_hash};
 use super::observe::{Observed, job_by_key};
 use crate::engine::Decision;
 
@@ -58,9 +58,18 @@ pub const BACKUP_LOST: &str = "BackupLost";
 pub const BACKUP_RUNNING: &str = "BackupRunning";
 /// Stay reason: a backup was requested while backups are not configured.
 pub const BACKUP_NOT_CONFIGURED: &str = "BackupNotConfigured";
+/// Stay reason (Degraded, at rest): the backup the current token asked for was lost
+/// before its outcome was recorded ([`BACKUP_LOST`]); a new token or removing the
+/// annotation clears it.
+pub const BACKUP_OUTCOME_UNKNOWN: &str = "BackupOutcomeUnknown";
 
 /// This file, which takes the on-demand backup's edges.
 pub const SOURCE: &str = file!();
+
+/// The way out of an on-demand backup that does not finish (named when its deadline has
+/// passed): its Job's pod says why it does not run; the Job's `activeDeadlineSeconds`
+/// ends it, and a new [`BACKUP_NOW`] token asks for another backup once it has.
+pub const WAY_OUT: &str = "see why the backup Job's pod does not finish (kubectl describe job); its activeDeadlineSeconds ends it, and a new lockstep.dev/backup-now token then asks for another backup";
 
 /// The on-demand backup's rows of a machine's [`edges!`](crate::edges) table, the same in
 /// every machine: `on_demand_edges!(backup: "spec.backup");` declares Ready -> BackingUp
@@ -200,6 +209,19 @@ impl Request {
     }
 }
 
+/// What the ready state says while the backup that the annotation's `token` asked for
+/// was lost ([`BACKUP_LOST`] entered the state, and the token is still the one served):
+/// the Degraded message of [`BACKUP_OUTCOME_UNKNOWN`], naming the token and what to do.
+/// `None` once a new token is set or the annotation is removed.
+pub fn lost<O>(world: &World<O>, token: Option<&str>) -> Option<String> {
+    let token = token.filter(|t| world.acked(BACKUP_NOW) == Some(*t))?;
+    (world.entered_by == BACKUP_LOST).then(|| {
+        format!(
+            "the outcome of the on-demand backup for {BACKUP_NOW}={token} is unknown: its Job is gone (its {OUTCOME_FINALIZER} finalizer was removed) before the outcome was recorded, so that backup may not exist; set a new {BACKUP_NOW} token to take another backup, or remove the annotation to accept this"
+        )
+    })
+}
+
 /// The finished on-demand backup Jobs beyond the newest [`HISTORY_LIMIT`] of each
 /// outcome, oldest first: what the ready state deletes. Only Jobs of served tokens are
 /// ever finished at rest, so pruning them never makes a token run again.
@@ -244,6 +266,8 @@ pub struct Facts<'a> {
     pub field: &'a str,
     /// The outcome and name of the token's Job, if it exists.
     pub job: Option<(&'a JobOutcome, &'a str)>,
+    /// The owner's name (the token's Job is named after it and the Job's key).
+    pub owner: &'a str,
     /// How long the backing-up state has lasted: a Job created moments ago may not be
     /// in the cache yet ([`UNSEEN_GRACE`]).
     pub in_state: std::time::Duration,
@@ -265,9 +289,15 @@ impl<'a> Facts<'a> {
             configured,
             field,
             job: job(&world.observed.jobs, token),
+            owner: &world.observed.name,
             in_state: world.in_state_for(),
         }
     }
+}
+
+/// What the backing-up state waits for: the Job `name` serving `token` to finish.
+fn waiting(token: &str, name: &str) -> String {
+    format!("waiting for on-demand backup Job {name} ({BACKUP_NOW}={token}) to finish")
 }
 
 /// How long a Job the record says was created may go unobserved before it counts as
@@ -290,11 +320,10 @@ pub fn step(facts: Facts<'_>) -> Verdict {
             };
         }
         if facts.created && facts.in_state < UNSEEN_GRACE {
+            // Not in the cache yet: said as while it runs, so that Progressing is
+            // written once for the wait.
             return Verdict::Wait {
-                message: format!(
-                    "the on-demand backup Job for {BACKUP_NOW}={} is not observed yet",
-                    facts.token
-                ),
+                message: waiting(facts.token, &jobs::job_name(facts.owner, &key(facts.token))),
                 recheck: Some(UNSEEN_GRACE - facts.in_state),
             };
         }
@@ -302,7 +331,7 @@ pub fn step(facts: Facts<'_>) -> Verdict {
             return Verdict::Leave {
                 reason: BACKUP_LOST,
                 message: format!(
-                    "the on-demand backup Job for {BACKUP_NOW}={} is gone before its outcome was read; it is not run again (set a new {BACKUP_NOW} token to take another backup)",
+                    "the on-demand backup Job for {BACKUP_NOW}={} is gone before its outcome was read (its {OUTCOME_FINALIZER} finalizer was removed); it is not run again (set a new {BACKUP_NOW} token to take another backup)",
                     facts.token
                 ),
             };
@@ -315,7 +344,7 @@ pub fn step(facts: Facts<'_>) -> Verdict {
     };
     match outcome {
         JobOutcome::Running => Verdict::Wait {
-            message: format!("on-demand backup Job {name} is running"),
+            message: waiting(facts.token, name),
             recheck: None,
         },
         JobOutcome::Succeeded { .. } => Verdict::Leave {
@@ -372,6 +401,7 @@ mod tests {
             configured: true,
             field: "spec.backup",
             job,
+            owner: "db",
             in_state: UNSEEN_GRACE,
         }
     }
@@ -485,6 +515,7 @@ mod tests {
                     message: String::new(),
                 }
             },
+            held: None,
         }
     }
 

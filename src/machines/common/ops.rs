@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use super::actions::JobAction;
 use super::backup::{BackupKind, cronjob_name};
-use crate::driver::{Error, Op};
+use super::jobs::Hold;
+use crate::driver::{Error, Op, Precondition};
 
 /// The requests of a [`JobAction`] of the owner `owner`: a backup Job as `backup_job`
 /// renders it for its key and kind, the CronJob as `cronjob` renders it (either `None`
@@ -28,7 +29,28 @@ pub fn job_action(
         JobAction::EnsureCronJob => apply_some(cronjob()?),
         JobAction::DeleteCronJob { uid } => Ok(delete_cronjob(owner, uid)),
         JobAction::DeleteJob { name, uid } => Ok(delete_job(name, uid)),
+        JobAction::ReleaseJob { name, uid, hold } => Ok(release_job(name, uid, hold)),
     }
+}
+
+/// Remove the [`OUTCOME_FINALIZER`](super::meta::OUTCOME_FINALIZER) from the Job `name`,
+/// keeping its other finalizers: a merge patch (which replaces the list whole),
+/// preconditioned on the UID and resourceVersion read, so that a list someone changed
+/// since is read again before anything is removed.
+pub fn release_job(name: &str, uid: &str, hold: &Hold) -> Vec<Op> {
+    let finalizers = if hold.others.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::json!(hold.others)
+    };
+    vec![Op::patch_if::<Job>(
+        name,
+        Precondition {
+            uid: uid.to_owned(),
+            resource_version: hold.resource_version.clone(),
+        },
+        serde_json::json!({"metadata": {"finalizers": finalizers}}),
+    )]
 }
 
 /// Create `object` if absent, when there is one to create (a Job the spec no longer

@@ -55,9 +55,18 @@ pub fn replacement<'a, R>(pod: Option<&'a PodView<R>>, uid: &str, target: &str) 
     }
 }
 
-/// The message of a stay while the recorded pod `name` terminates.
-pub fn terminating(name: &str) -> String {
-    format!("waiting for {name} to terminate")
+/// What the whole wait after a pod's deletion says, while `name` terminates, is not yet
+/// recreated, or starts at `target`: one message for the wait, so that `Progressing` is
+/// written once for it (its readiness changes are shown by the counts), not at each
+/// phase of the pod.
+fn replacing(name: &str, target: &str) -> String {
+    format!("waiting for {name} to be recreated at {target} and become Ready")
+}
+
+/// The message of a stay while the recorded pod `name` terminates (to come back at
+/// `target`).
+pub fn terminating(name: &str, target: &str) -> String {
+    replacing(name, target)
 }
 
 /// The message of the stay that deletes pod `name` (with `uid`) to recreate it at
@@ -68,12 +77,12 @@ pub fn deleting(name: &str, uid: &str, target: &str) -> String {
 
 /// The message of a stay while the recreated pod `name` starts at `target`.
 pub fn starting(name: &str, target: &str) -> String {
-    format!("{name} recreated at {target}; waiting for it to become Ready")
+    replacing(name, target)
 }
 
-/// The message of a stay while pod `name` is not recreated yet.
-pub fn missing(name: &str) -> String {
-    format!("waiting for {name} to be recreated")
+/// The message of a stay while pod `name` is not recreated yet (at `target`).
+pub fn missing(name: &str, target: &str) -> String {
+    replacing(name, target)
 }
 
 /// Why pod `k` of the StatefulSet `name` (of `replicas` pods) may not be taken down now

@@ -16,6 +16,10 @@ use super::annotations;
 use super::jobs::{JobOutcome, JobView};
 use crate::engine::Decision;
 
+/// The way out of a hook step that does not finish (named when Degraded): a new token in
+/// [`annotations::RETRY_HOOK`] or [`annotations::SKIP_HOOK`].
+pub const HOOK_WAY_OUT: &str = "annotate lockstep.dev/retry-hook=<new token> to run the hook again with a fresh budget, or lockstep.dev/skip-hook=<new token> to go on without it";
+
 /// Exponential backoff: `base`, `2·base`, `4·base`, … capped at `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {

@@ -42,6 +42,7 @@ pub fn world_at<O>(observed: O, now: i64, entered: i64) -> World<O> {
         now: t(now),
         entered_at: t(entered),
         acks: BTreeMap::new(),
+        entered_by: String::new(),
     }
 }
 
@@ -133,6 +134,7 @@ pub fn job(owner: &str, key: &str, purpose: Purpose, outcome: JobOutcome) -> Job
         purpose: Some(purpose),
         created: Some(t(0)),
         outcome,
+        held: None,
     }
 }
 

@@ -414,11 +414,12 @@ pub struct DistributedDBStatus {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LastBackup {
-    /// When it finished.
+    /// When it finished (for an `Unknown` outcome: when the loss was recorded).
     pub time: DateTime<Utc>,
     /// The Job that took it.
     pub job: String,
-    /// `Succeeded`, or `Failed (reason: message)`.
+    /// `Succeeded`, `Failed (reason: message)`, or `Unknown (...)` when its Job was lost
+    /// before its outcome was recorded.
     pub outcome: String,
 }
 

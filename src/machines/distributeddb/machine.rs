@@ -79,8 +79,6 @@
 //! what it waits for; the upgrade keeps waiting. States have deadlines
 //! ([`Machine::deadline`]) after which a silent stall is reported.
 
-use std::time::Duration;
-
 use super::actions::DdbAction;
 use super::api::DistributedDBSpec;
 use super::decide::{
@@ -90,9 +88,16 @@ use super::decide::{
 use super::observe::Observed;
 use super::state::{DdbKind, DdbState, UpgradeStep};
 use super::table::{TABLE, reason::FINALIZED};
-use crate::engine::{Decision, Edge, Machine, World};
+use crate::engine::{Deadline, Decision, Edge, Machine, World};
 use crate::machines::common::annotations::BACKUP_NOW;
+use crate::machines::common::retry::HOOK_WAY_OUT;
 use crate::machines::common::{finalize, on_demand};
+
+/// The way out of a wait for pods (Creating, Scaling), named when its deadline passes.
+pub const PODS_WAY_OUT: &str = "fix what keeps the pod named above from becoming Ready (its image, its node, its volume claim); the machine goes on by itself once it is";
+/// The way out of a replacement that does not become Ready, named when its deadline
+/// passes.
+pub const RESTART_WAY_OUT: &str = "fix what keeps the replacement pod from becoming Ready, or set spec.image back (a rollback replaces a pod that does not start)";
 
 /// The DistributedDB machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +105,7 @@ pub struct DistributedDb;
 
 impl Machine for DistributedDb {
     const NAME: &'static str = "distributeddb";
+    const DELETION_WAY_OUT: Option<&'static str> = Some(finalize::WAY_OUT);
 
     type Spec = DistributedDBSpec;
     type State = DdbState;
@@ -125,7 +131,8 @@ impl Machine for DistributedDb {
         match state {
             DdbState::Creating => creating(spec, o),
             DdbState::Ready { version, replicas } => {
-                ready(spec, version, *replicas, world.acked(BACKUP_NOW), o)
+                let lost = on_demand::lost(world, o.requests.backup_now.as_deref());
+                ready(spec, version, *replicas, world.acked(BACKUP_NOW), lost, o)
             }
             DdbState::Scaling {
                 version,
@@ -148,19 +155,17 @@ impl Machine for DistributedDb {
         matches!(state, DdbState::Ready { .. } | DdbState::BackingUp { .. })
     }
 
-    fn deadline(state: &DdbState) -> Option<Duration> {
-        const MINUTE: u64 = 60;
-        let minutes = match state {
-            DdbState::Creating | DdbState::Scaling { .. } => 15,
+    fn deadline(state: &DdbState) -> Deadline {
+        match state {
+            DdbState::Creating | DdbState::Scaling { .. } => Deadline::minutes(15, PODS_WAY_OUT),
             DdbState::Upgrading(u) => match u.step {
-                UpgradeStep::Restart => 15,
-                UpgradeStep::PreHook | UpgradeStep::PostHook => 60,
+                UpgradeStep::Restart => Deadline::minutes(15, RESTART_WAY_OUT),
+                UpgradeStep::PreHook | UpgradeStep::PostHook => Deadline::minutes(60, HOOK_WAY_OUT),
             },
-            DdbState::BackingUp { .. } => 6 * 60,
-            DdbState::Finalizing { .. } => 60,
-            DdbState::Ready { .. } | DdbState::Finalized => return None,
-        };
-        Some(Duration::from_secs(minutes * MINUTE))
+            DdbState::BackingUp { .. } => Deadline::minutes(6 * 60, on_demand::WAY_OUT),
+            DdbState::Finalizing { .. } => Deadline::minutes(60, finalize::WAY_OUT),
+            DdbState::Ready { .. } | DdbState::Finalized => Deadline::None,
+        }
     }
 
     fn finalized(state: &DdbState) -> bool {

@@ -164,15 +164,21 @@ impl Operator for DistributedDb {
             status::count(observed, |_| true),
             status::count(observed, |p| p.ready),
         );
-        let transitional = state.is_some_and(|s| !<Self as crate::engine::Machine>::is_ready(s));
+        let lost = crate::engine::step::decode::<Self>(&engine)
+            .ok()
+            .flatten()
+            .and_then(|record| status::lost_backup(&record, &object.name_any()));
         let (engine, replicas, ready) =
-            status::project(engine, old, fresh, object.spec.replicas, transitional, now);
+            status::project(engine, old, fresh, object.spec.replicas, now);
         let status = DistributedDBStatus {
             engine,
             version: version(state).or_else(|| old.and_then(|s| s.version.clone())),
             replicas: Some(replicas),
             ready_replicas: Some(ready),
-            last_backup: last_backup(observed, old.and_then(|s| s.last_backup.as_ref())),
+            last_backup: status::latest(
+                last_backup(observed, old.and_then(|s| s.last_backup.as_ref())),
+                lost,
+            ),
         };
         serde_json::to_value(status).unwrap_or(serde_json::Value::Null)
     }

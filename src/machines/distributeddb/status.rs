@@ -2,12 +2,12 @@
 //! observation (the engine projects the rest), and its `Available` condition.
 //!
 //! # Guarantees
-//! - Writes follow transitions: while the machine is in a transitional state
-//!   (Creating, Upgrading, Scaling, BackingUp, Finalizing), the observed counts
-//!   (`replicas`, `readyReplicas`, and `Available` which is read from them) are carried
-//!   over as last written and refreshed only in a write the engine makes anyway (a
-//!   transition, a condition that changes). At rest they follow every change, one write
-//!   per change.
+//! - The counts (`replicas`, `readyReplicas`, and `Available` which is read from them)
+//!   are what the reconcile observed, in every state: a pod that becomes NotReady in
+//!   the middle of an upgrade shows in `READY` and `Available` on the next reconcile.
+//!   Writes are coalesced, not skipped: the counts change only when readiness does, and
+//!   they ride in the same write as anything else that changed, so a readiness change
+//!   costs at most one status write and nothing changes while nothing does.
 //! - `Available` is `True` (reason [`QUORUM_REACHED`]) while a majority of
 //!   `spec.replicas` members is Ready, else `False` ([`QUORUM_LOST`]).
 
@@ -16,8 +16,10 @@ use chrono::{DateTime, Utc};
 use super::api::{DistributedDBStatus, LastBackup};
 use super::observe::{Observed, PodView};
 use super::state::DdbState;
-use crate::engine::{Condition, EngineStatus};
-use crate::machines::common::jobs::JobOutcome;
+use crate::engine::{Condition, EngineStatus, MachineRecord};
+use crate::machines::common::annotations::BACKUP_NOW;
+use crate::machines::common::jobs::{JobOutcome, job_name};
+use crate::machines::common::on_demand::{self, BACKUP_LOST};
 
 /// The condition type saying whether the database can serve: a quorum of its members
 /// is Ready (the seed's `Available`).
@@ -29,26 +31,17 @@ pub const QUORUM_LOST: &str = "QuorumLost";
 
 /// The counts a status shows, and the `Available` condition read from them.
 ///
-/// `fresh` are the counts observed now; `engine` is the status the engine projected for
-/// this reconcile. While `transitional`, the counts of `old` are kept unless the engine
-/// status changes anyway (see the module's guarantees).
+/// `fresh` are the counts observed now (`replicas`, `readyReplicas`); `engine` is the
+/// status the engine projected for this reconcile; `old` the status read (for the
+/// condition's `lastTransitionTime`).
 pub fn project(
     engine: EngineStatus<DdbState>,
     old: Option<&DistributedDBStatus>,
     fresh: (i32, i32),
     members: i32,
-    transitional: bool,
     now: DateTime<Utc>,
 ) -> (EngineStatus<DdbState>, i32, i32) {
-    let old_engine = old.map(|o| without_available(&o.engine));
-    let engine_moves = old_engine.as_ref() != Some(&engine);
-    let (replicas, ready) = match old {
-        Some(o) if transitional && !engine_moves => (
-            o.replicas.unwrap_or(fresh.0),
-            o.ready_replicas.unwrap_or(fresh.1),
-        ),
-        _ => fresh,
-    };
+    let (replicas, ready) = fresh;
     let mut engine = engine;
     let quorum = members / 2 + 1;
     let (holds, reason, message) = if ready >= quorum {
@@ -80,13 +73,6 @@ pub fn project(
     (engine, replicas, ready)
 }
 
-/// `status` as the engine projects it: without the machine's own `Available`.
-fn without_available(status: &EngineStatus<DdbState>) -> EngineStatus<DdbState> {
-    let mut status = status.clone();
-    status.conditions.retain(|c| c.type_ != AVAILABLE);
-    status
-}
-
 /// The version a state vouches for: the image every pod ran when it last came to rest.
 pub fn version(state: Option<&DdbState>) -> Option<String> {
     match state? {
@@ -95,6 +81,36 @@ pub fn version(state: Option<&DdbState>) -> Option<String> {
         | DdbState::BackingUp { version, .. } => Some(version.clone()),
         DdbState::Upgrading(u) => Some(u.from.clone()),
         DdbState::Creating | DdbState::Finalizing { .. } | DdbState::Finalized => None,
+    }
+}
+
+/// The on-demand backup whose Job was lost before its outcome was read, as a
+/// `lastBackup` with an `Unknown` outcome, when the record's last transition says so
+/// ([`BACKUP_LOST`]): its time is that transition's, its Job the one the served token
+/// named (on the owner `owner`).
+pub fn lost_backup(record: &MachineRecord<DdbState>, owner: &str) -> Option<LastBackup> {
+    let entry = record.history.last().filter(|h| h.reason == BACKUP_LOST)?;
+    // Lost after it was created: the served token is the one the entry names.
+    let token = record
+        .acks
+        .get(BACKUP_NOW)
+        .filter(|t| entry.message.contains(&format!("{BACKUP_NOW}={t} ")))?;
+    Some(LastBackup {
+        time: entry.at,
+        job: job_name(owner, &on_demand::key(token)),
+        outcome: format!(
+            "Unknown (the Job for {BACKUP_NOW}={token} is gone before its outcome was recorded)"
+        ),
+    })
+}
+
+/// The more recent of a backup seen and one lost (a lost one wins a tie: it was
+/// recorded after the Jobs were read).
+pub fn latest(seen: Option<LastBackup>, lost: Option<LastBackup>) -> Option<LastBackup> {
+    match (seen, lost) {
+        (Some(seen), Some(lost)) if seen.time > lost.time => Some(seen),
+        (seen, None) => seen,
+        (_, lost) => lost,
     }
 }
 
@@ -145,7 +161,6 @@ mod tests {
             None,
             (3, ready),
             3,
-            false,
             DateTime::UNIX_EPOCH,
         );
         DistributedDBStatus {
@@ -161,43 +176,40 @@ mod tests {
         (c.status.as_str(), c.reason.as_str())
     }
 
-    /// The projection of `engine` over `before`, 2 of 3 pods Ready now, mid-transition
-    /// or at rest.
-    fn two_of_three_ready(
-        engine: EngineStatus<DdbState>,
-        before: &DistributedDBStatus,
-        transitional: bool,
-    ) -> (EngineStatus<DdbState>, i32, i32) {
-        project(
-            engine,
-            Some(before),
+    #[test]
+    fn a_readiness_change_is_shown_whatever_the_engine_writes() {
+        let before = old(3);
+        let (engine, _, ready) = project(
+            without(&before.engine),
+            Some(&before),
             (3, 2),
             3,
-            transitional,
             DateTime::UNIX_EPOCH,
-        )
+        );
+        assert_eq!(ready, 2);
+        assert_eq!(available(&engine), ("True", QUORUM_REACHED));
+        let c = engine.condition(AVAILABLE).expect("Available is projected");
+        assert_eq!(c.message, "2 of 3 members Ready (quorum 2)");
     }
 
     #[test]
-    fn mid_transition_a_readiness_change_alone_writes_nothing() {
+    fn nothing_changes_while_readiness_does_not() {
         let before = old(3);
-        let (engine, _, ready) = two_of_three_ready(EngineStatus::default(), &before, true);
-        assert_eq!(ready, 3, "carried over while the engine writes nothing");
-        assert_eq!(engine, before.engine, "so the status is unchanged");
+        let (engine, replicas, ready) = project(
+            without(&before.engine),
+            Some(&before),
+            (3, 3),
+            3,
+            DateTime::UNIX_EPOCH,
+        );
+        assert_eq!((engine, replicas, ready), (before.engine, 3, 3));
     }
 
-    #[test]
-    fn mid_transition_the_counts_ride_along_with_the_engine_s_own_write() {
-        let mut moved = EngineStatus::default();
-        moved.phase = Some("Upgrading".to_owned());
-        let (_, _, ready) = two_of_three_ready(moved, &old(3), true);
-        assert_eq!(ready, 2);
-    }
-
-    #[test]
-    fn at_rest_every_readiness_change_is_shown() {
-        let (_, _, ready) = two_of_three_ready(EngineStatus::default(), &old(3), false);
-        assert_eq!(ready, 2);
+    /// `status` as the engine projects it: without the machine's own `Available`.
+    fn without(status: &EngineStatus<DdbState>) -> EngineStatus<DdbState> {
+        let mut status = status.clone();
+        status.conditions.retain(|c| c.type_ != AVAILABLE);
+        status
     }
 
     #[test]

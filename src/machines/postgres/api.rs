@@ -106,9 +106,9 @@ fn version_rule() -> String {
     printcolumn(name = "Step", type_ = "string", json_path = ".status.step"),
     printcolumn(name = "Primary", type_ = "string", json_path = ".status.primaryPod"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    // The root schema does not declare `metadata`, so no fieldPath here:
+    // `driver::crd` declares `metadata.name` and points these rules at it.
     validation = Rule::new("size(self.metadata.name) <= 40")
-        // No fieldPath: the root schema does not declare `metadata`, so the API server
-        // refuses a path into it; the message names the field instead.
         .message("metadata.name must be at most 40 characters: the names of the pods, Services and Jobs derive from it"),
     validation = Rule::new(NAME_RULE).message(NAME_MESSAGE),
 )]

@@ -206,8 +206,6 @@
 //! since it was read is a conflict: re-read and re-decided. States have deadlines ([`Machine::deadline`]) after which a silent stall
 //! is reported.
 
-use std::time::Duration;
-
 use super::actions::PgAction;
 use super::api::PostgresClusterSpec;
 use super::decide::fencing::keep_lease;
@@ -216,9 +214,9 @@ use super::decide::{
     scaling::scaling, switching_over::switching_over, upgrading::upgrading,
 };
 use super::observe::Observed;
-use super::state::{PgKind, PgState};
+use super::state::{PgKind, PgState, SwitchStep};
 use super::table::{TABLE, reason::FINALIZED};
-use crate::engine::{Decision, Edge, Machine, Wait, World};
+use crate::engine::{Deadline, Decision, Edge, Machine, Wait, World};
 
 /// In a state naming the primary (not Creating, not mid-switchover), a stay also keeps
 /// the primary Lease naming the primary's pod ([`keep_lease`]), and looks again when a
@@ -255,12 +253,23 @@ fn keep_lease_at_rest(
 use crate::machines::common::annotations::BACKUP_NOW;
 use crate::machines::common::{finalize, on_demand};
 
+/// The way out of a wait for pods (Creating, Scaling, Upgrading), named when its
+/// deadline passes.
+pub const PODS_WAY_OUT: &str = "fix what keeps the pod named above from becoming Ready (its image, its node, its volume claim); the machine goes on by itself once it is";
+/// The way out of a switchover or failover step that does not finish, named when its
+/// deadline passes.
+pub const SWITCH_WAY_OUT: &str = "see why the Job or pod named above does not finish (kubectl describe job or pod); the step goes on by itself once it does";
+/// The way out of a lost primary with nobody to fail over to, named when its deadline
+/// passes.
+pub const PRIMARY_LOST_WAY_OUT: &str = "bring the primary or a replica back to Ready (kubectl describe pod); a Ready replica is promoted by itself";
+
 /// The PostgresCluster machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Postgres;
 
 impl Machine for Postgres {
     const NAME: &'static str = "postgrescluster";
+    const DELETION_WAY_OUT: Option<&'static str> = Some(finalize::WAY_OUT);
 
     type Spec = PostgresClusterSpec;
     type State = PgState;
@@ -289,7 +298,10 @@ impl Machine for Postgres {
             PgState::Creating {
                 credentials_created,
             } => creating(spec, *credentials_created, world),
-            PgState::Ready { cluster } => ready(spec, cluster, world.acked(BACKUP_NOW), o),
+            PgState::Ready { cluster } => {
+                let lost = on_demand::lost(world, o.requests.backup_now.as_deref());
+                ready(spec, cluster, world.acked(BACKUP_NOW), lost, o)
+            }
             PgState::Scaling {
                 cluster,
                 from_replicas,
@@ -309,18 +321,23 @@ impl Machine for Postgres {
         matches!(state, PgState::Ready { .. } | PgState::BackingUp { .. })
     }
 
-    fn deadline(state: &PgState) -> Option<Duration> {
-        const MINUTE: u64 = 60;
-        let minutes = match state {
-            PgState::Creating { .. } | PgState::Scaling { .. } | PgState::Upgrading { .. } => 15,
-            PgState::SwitchingOver(_) => 10,
-            PgState::BackingUp { .. } => 6 * 60,
-            PgState::Finalizing { .. } => 60,
-            PgState::Ready { .. } | PgState::PrimaryLost { .. } | PgState::Finalized => {
-                return None;
+    fn deadline(state: &PgState) -> Deadline {
+        match state {
+            PgState::Creating { .. } | PgState::Scaling { .. } | PgState::Upgrading { .. } => {
+                Deadline::minutes(15, PODS_WAY_OUT)
             }
-        };
-        Some(Duration::from_secs(minutes * MINUTE))
+            PgState::SwitchingOver(s) => match s.step {
+                // The survey Job itself gives up after SURVEY_DEADLINE_SECONDS (60 s).
+                SwitchStep::Survey => Deadline::minutes(3, SWITCH_WAY_OUT),
+                SwitchStep::Demote | SwitchStep::Fence | SwitchStep::Promote => {
+                    Deadline::minutes(10, SWITCH_WAY_OUT)
+                }
+            },
+            PgState::PrimaryLost { .. } => Deadline::minutes(15, PRIMARY_LOST_WAY_OUT),
+            PgState::BackingUp { .. } => Deadline::minutes(6 * 60, on_demand::WAY_OUT),
+            PgState::Finalizing { .. } => Deadline::minutes(60, finalize::WAY_OUT),
+            PgState::Ready { .. } | PgState::Finalized => Deadline::None,
+        }
     }
 
     fn finalized(state: &PgState) -> bool {

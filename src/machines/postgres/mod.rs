@@ -169,7 +169,7 @@ impl Operator for Postgres {
         engine: EngineStatus<PgState>,
         state: Option<&PgState>,
         observed: &Observed,
-        _now: chrono::DateTime<chrono::Utc>,
+        now: chrono::DateTime<chrono::Utc>,
     ) -> serde_json::Value {
         let old = object.status.as_ref();
         let name = object.name_any();
@@ -190,7 +190,8 @@ impl Operator for Postgres {
                 object,
                 state,
                 &record.history,
-                record.entered_at,
+                observed,
+                now,
                 engine.observed_generation,
             )
         {

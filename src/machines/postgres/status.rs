@@ -50,14 +50,17 @@ pub(super) fn last_failover(history: &[HistoryEntry]) -> Option<FailoverRecord> 
         })
 }
 
-/// `PrimaryAvailable`: False while the primary is lost or the role moves, True otherwise
-/// (saying how the current primary got its role, when the history still tells). It flips
-/// only on transitions, so its time is the current state's `enteredAt`.
+/// `PrimaryAvailable`: False while the primary is lost or the role moves, and while the
+/// primary's pod is observed not Ready in any other state (an upgrade, a scale, a
+/// backup: it follows the pod within a reconcile, not only on transitions); True
+/// otherwise (saying how the current primary got its role, when the history still
+/// tells).
 pub(super) fn primary_available(
     object: &PostgresCluster,
     state: &PgState,
     history: &[HistoryEntry],
-    entered_at: chrono::DateTime<chrono::Utc>,
+    observed: &Observed,
+    now: chrono::DateTime<chrono::Utc>,
     generation: Option<i64>,
 ) -> Option<Condition> {
     let name = object.name_any();
@@ -90,6 +93,18 @@ pub(super) fn primary_available(
                 ),
             }
         }
+        other
+            if other
+                .cluster()
+                .is_some_and(|c| !observed.serving(c.primary)) =>
+        {
+            let primary = other.cluster().map_or(0, |c| c.primary);
+            (
+                false,
+                "PrimaryNotReady",
+                format!("primary {} is not Ready", pod(primary)),
+            )
+        }
         other => {
             let primary = other.cluster().map_or(0, |c| c.primary);
             let how = history.iter().rev().find_map(|h| match h.reason.as_str() {
@@ -113,7 +128,7 @@ pub(super) fn primary_available(
         .as_ref()
         .and_then(|s| s.engine.condition(PRIMARY_AVAILABLE))
         .filter(|c| c.status == status)
-        .map_or(entered_at, |c| c.last_transition_time);
+        .map_or(now, |c| c.last_transition_time);
     Some(Condition {
         type_: PRIMARY_AVAILABLE.to_owned(),
         status: status.to_owned(),

@@ -17,8 +17,8 @@ pub mod reason {
         FINAL_BACKUP_SKIPPED, FINAL_BACKUP_SUCCEEDED, FINALIZED, NO_BACKUP_POLICY,
     };
     pub use crate::machines::common::on_demand::{
-        BACKUP_FAILED, BACKUP_LOST, BACKUP_NOT_CONFIGURED, BACKUP_REQUESTED, BACKUP_RUNNING,
-        BACKUP_SUCCEEDED,
+        BACKUP_FAILED, BACKUP_LOST, BACKUP_NOT_CONFIGURED, BACKUP_OUTCOME_UNKNOWN,
+        BACKUP_REQUESTED, BACKUP_RUNNING, BACKUP_SUCCEEDED,
     };
 
     /// Edge: the generated credentials Secret was created.

@@ -3,7 +3,7 @@
 use super::{D, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
-use crate::machines::common::jobs::JobView;
+use crate::machines::common::jobs::{self, JobView};
 use crate::machines::common::retry::{JobStep, backoff_stay, run_once_step};
 use crate::machines::distributeddb::actions::DdbAction;
 use crate::machines::distributeddb::actions::HookPhase;
@@ -33,27 +33,26 @@ pub(crate) fn hook_step(
         Some(u32::try_from(hook.retry_limit).unwrap_or(0)),
     );
     let (step, job_name) = run_once_step(job, &key, attempts, world.now);
-    match step {
-        JobStep::Start => stay(
-            HOOK_RUNNING,
-            format!("starting the {what} of {name} ({})", attempts.describe()),
-            actions,
+    // The same words while the Job is created and while it runs (the Job's name is a
+    // function of its key), so Progressing is written once for the wait.
+    let waiting = || {
+        format!(
+            "waiting for the {what} of {name} to finish: Job {} ({})",
+            jobs::job_name(&o.name, &key),
+            attempts.describe()
         )
-        .with_actions([DdbAction::RunHook {
-            phase,
-            ordinal: u.ordinal,
-            key,
-            from: u.from.clone(),
-            to: u.to.clone(),
-        }]),
-        JobStep::Running => stay(
-            HOOK_RUNNING,
-            format!(
-                "the {what} of {name} runs as Job {job_name} ({})",
-                attempts.describe()
-            ),
-            actions,
-        ),
+    };
+    match step {
+        JobStep::Start => {
+            stay(HOOK_RUNNING, waiting(), actions).with_actions([DdbAction::RunHook {
+                phase,
+                ordinal: u.ordinal,
+                key,
+                from: u.from.clone(),
+                to: u.to.clone(),
+            }])
+        }
+        JobStep::Running => stay(HOOK_RUNNING, waiting(), actions),
         JobStep::Succeeded => on_success(u, format!("the {what} of {name} succeeded"), actions),
         JobStep::Backoff { failure, at, wait } => backoff_stay(
             HOOK_FAILED,

@@ -1,6 +1,8 @@
 //! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
 //! [`rescale`] (one replica at a time), [`upgrade`], [`stray_image`], [`backup`]; then,
-//! staying, it grows volumes ([`grow_volumes`]), prunes hook Jobs ([`prune_hook_jobs`])
+//! staying, it grows volumes ([`grow_volumes`]), releases the outcome finalizer of every
+//! finished Job ([`actions::release_finished`]: their outcomes are recorded), prunes hook
+//! Jobs ([`prune_hook_jobs`])
 //! and on-demand backup Jobs beyond their history limit ([`prune_backup_jobs`]) and
 //! reports ([`report`]).
 
@@ -9,7 +11,7 @@ use std::ops::ControlFlow;
 use super::scaling::{Step, describe_step, next_step};
 use super::{D, Next, next_pod, shape_at, stay, upkeep};
 use crate::engine::Decision;
-use crate::machines::common::actions::JobActions;
+use crate::machines::common::actions::{self, JobActions};
 use crate::machines::common::annotations;
 use crate::machines::common::jobs::{self, Purpose};
 use crate::machines::common::on_demand;
@@ -20,12 +22,14 @@ use crate::machines::distributeddb::state::{DdbState, Upgrade};
 use crate::machines::distributeddb::table::reason::*;
 
 /// Decide in Ready: every pod at `version`, `replicas` of them.
-/// `served` is the `backup-now` token last served (the record's ack).
+/// `served` is the `backup-now` token last served (the record's ack); `lost` the
+/// message of a backup it asked for whose outcome is unknown ([`on_demand::lost`]).
 pub(crate) fn ready(
     spec: &DistributedDBSpec,
     version: &str,
     replicas: i32,
     served: Option<&str>,
+    lost: Option<String>,
     o: &Observed,
 ) -> D {
     let shape = shape_at(spec, version, replicas, o);
@@ -43,9 +47,12 @@ pub(crate) fn ready(
     }
     let ignored = match backup(spec, version, replicas, served, o) {
         ControlFlow::Break(go) => return go,
-        ControlFlow::Continue(ignored) => ignored,
+        ControlFlow::Continue(ignored) => ignored
+            .map(|m| (BACKUP_NOT_CONFIGURED, m))
+            .or(lost.map(|m| (BACKUP_OUTCOME_UNKNOWN, m))),
     };
     actions.extend(grow_volumes(spec, replicas, o));
+    actions.extend(actions::release_finished::<DdbAction>(&o.jobs));
     actions.extend(prune_hook_jobs(o));
     actions.extend(prune_backup_jobs(o));
     report(version, replicas, o, ignored, actions)
@@ -225,13 +232,14 @@ fn prune_backup_jobs(o: &Observed) -> impl Iterator<Item = DdbAction> {
 }
 
 /// The stay at rest: Degraded while a replica is down (Ready turns False and Degraded
-/// names the pods, one status write each way) or a request is ignored; otherwise serving
+/// names the pods, one status write each way), a request is ignored or the backup it
+/// asked for was lost; otherwise serving
 /// (or restoring what drifted).
 fn report(
     version: &str,
     replicas: i32,
     o: &Observed,
-    ignored: Option<String>,
+    ignored: Option<(&'static str, String)>,
     actions: Vec<DdbAction>,
 ) -> D {
     let not_ready: Vec<i32> = (0..replicas)
@@ -245,9 +253,10 @@ fn report(
         )
         .degraded();
     }
-    if let Some(message) = ignored {
-        // The user asked for something that cannot happen: say so where they look.
-        return stay(BACKUP_NOT_CONFIGURED, message, actions).degraded();
+    if let Some((reason, message)) = ignored {
+        // The user asked for something that cannot happen, or that may not have
+        // happened: say so where they look.
+        return stay(reason, message, actions).degraded();
     }
     let reason = if actions.is_empty() {
         SERVING

@@ -308,7 +308,9 @@ pub(crate) fn restart(u: &Upgrade, o: &Observed, pre_hook: bool, actions: Vec<Dd
     let name = o.pod_name(k);
     let seen = o.pods.get(&k);
     match replace::replacement(seen, &u.pod_uid, &u.to) {
-        Replacement::Terminating => stay(REPLACING_POD, replace::terminating(&name), actions),
+        Replacement::Terminating => {
+            stay(REPLACING_POD, replace::terminating(&name, &u.to), actions)
+        }
         Replacement::Present { ready, .. } => {
             if ready && let Some(replan) = overtaken(u, o) {
                 return replan;
@@ -361,7 +363,7 @@ pub(crate) fn restart(u: &Upgrade, o: &Observed, pre_hook: bool, actions: Vec<Dd
             POD_REPLACED,
             format!("{name} is Ready at {}", u.to),
         ),
-        Replacement::Missing => stay(REPLACING_POD, replace::missing(&name), actions),
+        Replacement::Missing => stay(REPLACING_POD, replace::missing(&name, &u.to), actions),
     }
 }
 

@@ -23,6 +23,9 @@
 //! - the StatefulSet template only ever holds an image some spec asked for;
 //! - the Finalized state (which releases the finalizer) is reached only after a final
 //!   backup Job succeeded, or the user skipped it or had no backup policy;
+//! - the outcome finalizer of a Job is never removed while the persisted state still
+//!   reads that Job's outcome (an on-demand backup being served, a final-backup attempt);
+//!   at rest, none is held any more (bounded liveness);
 //! - no on-demand backup Job key is ever created twice: one `backup-now` token runs at
 //!   most one backup, even when finished backup Jobs are deleted by someone else (a TTL
 //!   controller, a cleanup) before or after the operator read their outcome.
@@ -49,9 +52,10 @@ use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
 };
 use crate::machines::common::backup::BackupKind;
-use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
+use crate::machines::common::jobs::{Hold, JobOutcome, JobView, Purpose};
 use crate::machines::common::meta::short_hash;
 use crate::machines::common::testing::{self, epoch};
+use crate::machines::common::{finalize, on_demand};
 
 const IMAGES: [&str; 3] = ["db:1", "db:2", "db:3"];
 /// How many moves back a reconcile may read the world (the harness's staleness bound is
@@ -84,6 +88,10 @@ struct Job {
     key: Option<String>,
     purpose: Purpose,
     outcome: Outcome,
+    /// It carries the outcome finalizer (every run-once Job does, from its creation).
+    held: bool,
+    /// Someone deleted it while it was held: it stays until the finalizer goes.
+    deleting: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +152,8 @@ pub(super) struct Cluster {
     /// pod that just became Ready).
     served: bool,
     pass: Option<Pass>,
+    /// The keys of the Jobs whose outcome finalizer the operator removed.
+    released: BTreeSet<String>,
     violations: Vec<String>,
 }
 
@@ -229,8 +239,12 @@ pub(super) enum Move {
     SkipHook(u8),
     /// The n-th running Job finishes.
     JobFinishes(u8, bool),
-    /// Someone (a TTL controller, a cleanup) deletes the n-th finished backup Job.
+    /// Someone removes the outcome finalizer of the n-th finished backup Job and
+    /// deletes it (or it was never held): it is gone at once.
     BackupJobDeleted(u8),
+    /// Someone (a person, a TTL controller, a cleanup) deletes the n-th Job, finished or
+    /// not: it stays, marked for deletion, while the outcome finalizer holds it.
+    JobDeleted(u8),
     /// Someone edits the StatefulSet.
     StsDrifts,
     /// Someone puts another image into the StatefulSet template.
@@ -295,6 +309,7 @@ impl Cluster {
             tick: 0,
             last_down: BTreeMap::new(),
             pass: None,
+            released: BTreeSet::new(),
             violations: Vec::new(),
         }
     }
@@ -317,6 +332,7 @@ impl Cluster {
             ));
         }
         let uid = self.uid("j");
+        let key_held = key.is_some();
         let name = match &key {
             Some(k) => format!("db-{k}"),
             None => format!("db-backup-{uid}"),
@@ -327,7 +343,31 @@ impl Cluster {
             key,
             purpose,
             outcome: Outcome::Running,
+            held: key_held,
+            deleting: false,
         });
+    }
+
+    /// Someone deletes the Job `uid`: it goes at once unless the outcome finalizer holds
+    /// it.
+    fn delete_job(&mut self, uid: &str) {
+        for j in self.jobs.iter_mut().filter(|j| j.uid == uid) {
+            j.deleting = true;
+        }
+        self.jobs.retain(|j| j.held || !j.deleting);
+    }
+
+    /// The operator removes the outcome finalizer of the Job `uid`. It must not while the
+    /// persisted state still reads the Job's outcome ([`Self::released`], checked by the
+    /// invariants).
+    fn release_job(&mut self, uid: &str) {
+        for j in self.jobs.iter_mut().filter(|j| j.uid == uid) {
+            j.held = false;
+            if let Some(key) = &j.key {
+                self.released.insert(key.clone());
+            }
+        }
+        self.jobs.retain(|j| j.held || !j.deleting);
     }
 
     /// Whether a hook Job with this key prefix succeeded, or failed while the user asked

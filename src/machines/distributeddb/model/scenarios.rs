@@ -190,6 +190,16 @@ fn scenarios() -> Vec<Scenario<Cluster, Move, Edit>> {
             ),
         ),
         (
+            // Deleted mid-scale, with a backup policy: the final backup is taken
+            // (generated runs reach it seldom).
+            "Scaling -> Finalizing (DeletionRequested)",
+            Cluster::existing(1, None, true),
+            then(
+                adopted(),
+                [Event::Edit(Edit::Replicas(2)), r(), Event::Delete, r()],
+            ),
+        ),
+        (
             // Deleted while backing up, skip-final-backup set.
             "BackingUp -> Finalized (FinalBackupSkipped)",
             Cluster::existing(1, None, true),
@@ -296,4 +306,38 @@ fn creation_does_not_end_while_an_adopted_statefulset_is_scaled_down() {
         r(),
     ];
     holds(Cluster::existing(1, None, false), &story);
+}
+
+#[test]
+fn a_backup_job_deleted_before_its_outcome_was_read_is_kept_by_its_finalizer_and_read() {
+    use Move::*;
+    let story = then(
+        adopted(),
+        [
+            env(BackupNow(0)),
+            r(),
+            env(JobFinishes(0, true)),
+            // Someone deletes it (honouring the outcome finalizer) before it was read.
+            env(JobDeleted(0)),
+            r(),
+            r(),
+        ],
+    );
+    let report = crate::engine::check::check_scenario::<DistributedDb, Cluster>(
+        &config(),
+        Cluster::existing(1, None, true),
+        &story,
+    )
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(
+        report
+            .transitions
+            .contains_key("BackingUp -> Ready (BackupSucceeded)"),
+        "its outcome is read, not lost: {report:?}"
+    );
+    assert!(
+        !report
+            .transitions
+            .contains_key("BackingUp -> Ready (BackupLost)")
+    );
 }

@@ -97,6 +97,10 @@ impl WorldModel<DistributedDb> for Cluster {
                             message: String::new(),
                         },
                     },
+                    held: j.held.then(|| Hold {
+                        resource_version: "1".to_owned(),
+                        others: Vec::new(),
+                    }),
                 })
                 .collect(),
             cronjob: self.cron.as_ref().map(|(uid, in_sync)| CronJobView {
@@ -197,9 +201,8 @@ impl WorldModel<DistributedDb> for Cluster {
                 }
             }
             DdbAction::ExpandVolume { .. } => {}
-            DdbAction::Jobs(JobAction::DeleteJob { uid, .. }) => {
-                self.jobs.retain(|j| j.uid != *uid)
-            }
+            DdbAction::Jobs(JobAction::DeleteJob { uid, .. }) => self.delete_job(uid),
+            DdbAction::Jobs(JobAction::ReleaseJob { uid, .. }) => self.release_job(uid),
         }
         self.refresh();
     }
@@ -221,6 +224,7 @@ impl WorldModel<DistributedDb> for Cluster {
             1 => Just(Move::CronFires),
             1 => (0..3u8).prop_map(Move::BackupNow),
             1 => any::<u8>().prop_map(Move::BackupJobDeleted),
+            1 => any::<u8>().prop_map(Move::JobDeleted),
             1 => Just(Move::SkipFinalBackup),
         ]
         .boxed()
@@ -279,6 +283,12 @@ impl WorldModel<DistributedDb> for Cluster {
                     self.hook_succeeded(&key);
                 }
             }
+            Move::JobDeleted(n) => {
+                if !self.jobs.is_empty() {
+                    let uid = self.jobs[usize::from(n) % self.jobs.len()].uid.clone();
+                    self.delete_job(&uid);
+                }
+            }
             Move::BackupJobDeleted(n) => {
                 let finished: Vec<String> = self
                     .jobs
@@ -323,6 +333,16 @@ impl WorldModel<DistributedDb> for Cluster {
     fn invariants(&self, state: &DdbState) -> Result<(), String> {
         if let Some(first) = self.violations.first() {
             return Err(first.clone());
+        }
+        let reading = match state {
+            DdbState::BackingUp { request, .. } => Some(on_demand::key(request)),
+            DdbState::Finalizing { attempt } => Some(finalize::key(*attempt)),
+            _ => None,
+        };
+        if let Some(key) = reading.filter(|k| self.released.contains(k)) {
+            return Err(format!(
+                "the outcome finalizer of Job {key} was removed while {state:?} still reads its outcome"
+            ));
         }
         if self.down.len() > 1 {
             return Err(format!("pods {:?} were all taken down at once", self.down));
@@ -376,8 +396,14 @@ impl WorldModel<DistributedDb> for Cluster {
                 .count()
                 <= crate::machines::common::on_demand::HISTORY_LIMIT
         });
+        // At rest, every finished Job's outcome is recorded, so none is held any more.
+        let released = self
+            .jobs
+            .iter()
+            .all(|j| !j.held || j.outcome == Outcome::Running);
         *version == spec.image
             && *replicas == spec.replicas
+            && released
             && self.service == Some(true)
             && sts_ok
             && pods_ok

@@ -12,8 +12,6 @@ mod upgrading;
 
 use std::collections::BTreeMap;
 
-use kube::CustomResourceExt;
-
 use super::actions::{DdbAction, HookPhase, JobAction, Shape, backup_key, hook_key};
 use super::api::{DistributedDB, DistributedDBSpec};
 use super::fixtures::{policy, with_hooks};

@@ -1,6 +1,7 @@
 //! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
 //! a lost primary ([`lose_primary`]), scaling ([`rescale`]), [`upgrade`] (a new image or
-//! a stray one), [`backup`]; then, staying, it prunes promote Jobs
+//! a stray one), [`backup`]; then, staying, it releases the outcome finalizer of every
+//! finished Job ([`actions::release_finished`]: their outcomes are recorded), prunes promote Jobs
 //! ([`prune_promote_jobs`]) and on-demand backup Jobs beyond their history limit
 //! ([`on_demand::prune`]) and reports ([`report`]).
 
@@ -11,7 +12,7 @@ use super::primary_lost::{lose_primary, primary_down};
 use super::scaling::rescale;
 use super::{D, rest, stay, upkeep_at};
 use crate::engine::Decision;
-use crate::machines::common::actions::JobActions;
+use crate::machines::common::actions::{self, JobActions};
 use crate::machines::common::annotations;
 use crate::machines::common::jobs::{self, Purpose};
 use crate::machines::common::on_demand;
@@ -22,11 +23,13 @@ use crate::machines::postgres::state::{PgState, Topology};
 use crate::machines::postgres::table::reason::*;
 
 /// Decide in Ready: every instance Ready at `cluster.image`, roles as it says.
-/// `served` is the `backup-now` token last served (the record's ack).
+/// `served` is the `backup-now` token last served (the record's ack); `lost` the
+/// message of a backup it asked for whose outcome is unknown ([`on_demand::lost`]).
 pub(crate) fn ready(
     spec: &PostgresClusterSpec,
     cluster: &Topology,
     served: Option<&str>,
+    lost: Option<String>,
     o: &Observed,
 ) -> D {
     let mut actions = upkeep_at(spec, cluster, o);
@@ -42,13 +45,14 @@ pub(crate) fn ready(
     if let ControlFlow::Break(decision) = backup(spec, cluster, served, o, &actions) {
         return decision;
     }
+    actions.extend(actions::release_finished::<PgAction>(&o.jobs));
     actions.extend(prune_promote_jobs(o));
     actions.extend(
         on_demand::prune(&o.jobs)
             .into_iter()
             .map(PgAction::delete_job),
     );
-    report(cluster, o, actions)
+    report(cluster, o, lost, actions)
 }
 
 /// The spec's image changed, or an instance runs another image: upgrade.
@@ -118,9 +122,10 @@ fn prune_promote_jobs(o: &Observed) -> impl Iterator<Item = PgAction> {
     jobs::finished(&o.jobs, Purpose::Promote).map(PgAction::delete_job)
 }
 
-/// The stay at rest: Degraded while a replica is down, otherwise serving (or restoring
-/// what drifted); either way looked at again every [`RESYNC`].
-fn report(cluster: &Topology, o: &Observed, actions: Vec<PgAction>) -> D {
+/// The stay at rest: Degraded while a replica is down or the backup the current token
+/// asked for was `lost`, otherwise serving (or restoring what drifted); either way
+/// looked at again every [`RESYNC`].
+fn report(cluster: &Topology, o: &Observed, lost: Option<String>, actions: Vec<PgAction>) -> D {
     let down: Vec<i32> = (0..cluster.replicas).filter(|k| !o.serving(*k)).collect();
     if !down.is_empty() {
         return stay(
@@ -134,6 +139,11 @@ fn report(cluster: &Topology, o: &Observed, actions: Vec<PgAction>) -> D {
         )
         .degraded()
         .requeue(RESYNC);
+    }
+    if let Some(message) = lost {
+        return stay(BACKUP_OUTCOME_UNKNOWN, message, actions)
+            .degraded()
+            .requeue(RESYNC);
     }
     rest(
         SERVING,

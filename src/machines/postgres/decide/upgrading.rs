@@ -163,7 +163,9 @@ pub(crate) fn replace(cluster: &Topology, p: &PodRef, o: &Observed, actions: Vec
     };
     let seen = o.pods.get(&k);
     match replace::replacement(seen, &p.uid, target) {
-        Replacement::Terminating => stay(REPLACING_POD, replace::terminating(&name), actions),
+        Replacement::Terminating => {
+            stay(REPLACING_POD, replace::terminating(&name, target), actions)
+        }
         // Recreated at the target by someone else before our delete: nothing to do.
         Replacement::Present { image, .. } if image == Some(target) => {
             Decision::go(next(), REPLANNED, format!("{name} already runs {target}"))
@@ -190,6 +192,6 @@ pub(crate) fn replace(cluster: &Topology, p: &PodRef, o: &Observed, actions: Vec
         Replacement::Replaced { .. } => {
             Decision::go(next(), POD_UPGRADED, format!("{name} is Ready at {target}"))
         }
-        Replacement::Missing => stay(REPLACING_POD, replace::missing(&name), actions),
+        Replacement::Missing => stay(REPLACING_POD, replace::missing(&name, target), actions),
     }
 }

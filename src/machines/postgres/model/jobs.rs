@@ -26,6 +26,10 @@ pub(super) struct Job {
     pub(super) done: Option<bool>,
     /// A survey's result (its pod's termination message).
     pub(super) result: Option<String>,
+    /// It carries the outcome finalizer (every Job the operator creates does).
+    pub(super) held: bool,
+    /// Someone deleted it while it was held: it stays until the finalizer goes.
+    pub(super) deleting: bool,
 }
 
 impl World {
@@ -42,8 +46,26 @@ impl World {
             kind,
             done: None,
             result: None,
+            held: true,
+            deleting: false,
         });
         true
+    }
+
+    /// The Job `uid` is deleted: it goes at once unless the outcome finalizer holds it.
+    pub(super) fn delete_job(&mut self, uid: &str) {
+        for j in self.jobs.iter_mut().filter(|j| j.uid.to_string() == uid) {
+            j.deleting = true;
+        }
+        self.jobs.retain(|j| j.held || !j.deleting);
+    }
+
+    /// The operator removes the outcome finalizer of the Job `uid`.
+    pub(super) fn release_job(&mut self, uid: &str) {
+        for j in self.jobs.iter_mut().filter(|j| j.uid.to_string() == uid) {
+            j.held = false;
+        }
+        self.jobs.retain(|j| j.held || !j.deleting);
     }
 
     pub(super) fn finish(&mut self, index: usize, ok: bool) {

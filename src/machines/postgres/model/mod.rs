@@ -121,7 +121,7 @@ use crate::engine::check::{
 };
 use crate::instance::{AgentState, Finished};
 use crate::machines::common::backup::BackupKind;
-use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
+use crate::machines::common::jobs::{Hold, JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{self, epoch};
 use agent::{AgentDecide, REAL_AGENT, Srv, Vol};
 use jobs::{Job, JobKind};

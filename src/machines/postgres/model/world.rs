@@ -125,6 +125,10 @@ where
                             message: String::new(),
                         },
                     },
+                    held: j.held.then(|| Hold {
+                        resource_version: "1".to_owned(),
+                        others: Vec::new(),
+                    }),
                 })
                 .collect(),
             cronjob: self.cronjob.map(|(uid, schedule)| CronJobView {
@@ -243,9 +247,8 @@ where
                     self.cronjob = None;
                 }
             }
-            PgAction::Jobs(JobAction::DeleteJob { uid, .. }) => {
-                self.jobs.retain(|j| &j.uid.to_string() != uid)
-            }
+            PgAction::Jobs(JobAction::DeleteJob { uid, .. }) => self.delete_job(uid),
+            PgAction::Jobs(JobAction::ReleaseJob { uid, .. }) => self.release_job(uid),
             PgAction::CreateLease { holder, at } => {
                 if self.lease.is_none() {
                     self.lease = Some(ModelLease {
@@ -506,7 +509,10 @@ where
             .pods
             .get(&cluster.primary)
             .map(|p| (cluster.primary, p.uid));
+        // At rest, every finished Job's outcome is recorded, so none is held any more.
+        let released = self.jobs.iter().all(|j| !j.held || j.done.is_none());
         bounded
+            && released
             && self.lease.as_ref().and_then(|l| l.holder) == holds
             && self.writable() == [cluster.primary]
             && cluster.image == want

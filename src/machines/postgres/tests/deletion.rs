@@ -59,6 +59,7 @@ fn a_job_made_by_the_cronjob_counts_as_the_last_backup() {
         purpose: Some(Purpose::Backup),
         created: Some(t(0)),
         outcome: JobOutcome::Succeeded { at: t(50) },
+        held: None,
     }];
     assert_eq!(
         crate::machines::postgres::last_backup_time(&o, Some(t(10))),

@@ -193,3 +193,23 @@ fn a_role_label_is_patched_only_on_the_pod_as_it_was_read() {
         other => panic!("one fenced label patch, got {other:?}"),
     }
 }
+
+#[test]
+fn primary_available_follows_the_primary_pod_in_the_middle_of_an_upgrade() {
+    let pg = object(spec(V2));
+    let state = upgrading_to_v2(0);
+    let available = |o: &Observed| {
+        crate::machines::postgres::status::primary_available(&pg, &state, &[], o, t(5), Some(1))
+            .map(|c| (c.status, c.reason))
+    };
+    let mut o = at_rest(V1, 0);
+    assert_eq!(
+        available(&o),
+        Some(("True".to_owned(), "Primary".to_owned()))
+    );
+    edit(&mut o, 0, |p| p.ready = false);
+    assert_eq!(
+        available(&o),
+        Some(("False".to_owned(), "PrimaryNotReady".to_owned()))
+    );
+}
