@@ -581,7 +581,7 @@ where
 ///
 /// # Errors
 /// The shrunk failure, with the trace of its run.
-pub(crate) fn shrink_scenario<M, W>(
+pub fn shrink_scenario<M, W>(
     config: &CheckConfig,
     world: W,
     events: &[Event<W::Move, W::Edit>],
