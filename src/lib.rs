@@ -5,7 +5,7 @@
 //!   one reconcile as a pure function.
 //! - `driver`: the kube glue that runs any machine as a controller.
 //! - `machines`: the DistributedDB and PostgresCluster machines.
-//! - `instance`: the instance manager in every PostgreSQL pod (`lockstep instance`).
+//! - [`instance`]: the agent in every PostgreSQL pod (`lockstep instance`), a machine too.
 //! - `ops`: running it in production: `lockstep run`, leader election, metrics, health,
 //!   logs, and `lockstep narrate`.
 //! - [`testkit`]: fault injection at every request, for testing machines end to end.

@@ -85,6 +85,7 @@ fn tables() -> Vec<TableExport> {
     vec![
         table::<distributeddb::DistributedDb>(),
         table::<postgres::Postgres>(),
+        table::<crate::instance::Instance>(),
     ]
 }
 

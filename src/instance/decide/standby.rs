@@ -1,0 +1,97 @@
+//! The standby, and its promotion: a standby labelled primary promotes itself once the
+//! Lease names it, it has the position the primary before it released the Lease at, and
+//! a renewal of its own was just accepted (Patroni's rule: only the holder of the leader
+//! key promotes, and only while it can renew it). Nothing else promotes a server.
+
+use super::{AgentDecision, fence, me, renew};
+use crate::engine::Decision;
+use crate::instance::action::AgentAction;
+use crate::instance::machine::AgentSpec;
+use crate::instance::observe::{Observation, ReleasedAt, RoleLabel, Server};
+use crate::instance::state::{AgentState, ExitCode};
+use crate::instance::table::reason::{
+    CHOSEN, FOLLOWING, HELD_BACK, PROMOTED, PROMOTED_BY_SOMEONE_ELSE, SERVER_EXITED, SIGNALLED,
+};
+use crate::machines::postgres::actions::Role;
+
+/// The server runs as a standby.
+pub(super) fn standby(spec: &AgentSpec, seen: &Observation, signalled: bool) -> AgentDecision {
+    let following =
+        || Decision::stay(FOLLOWING, "a standby following the primary").requeue(spec.period());
+    let standby = match &seen.server {
+        Server::Down { exit } => {
+            let status = exit.unwrap_or(1);
+            return Decision::go(
+                AgentState::Exited {
+                    code: ExitCode::ServerExited(status),
+                },
+                SERVER_EXITED,
+                format!("the standby exited with status {status}"),
+            );
+        }
+        Server::Writable { .. } => {
+            return fence(
+                seen,
+                PROMOTED_BY_SOMEONE_ELSE,
+                "the standby is writable though this agent asked no promotion (a pg_promote from outside): fencing it".to_owned(),
+            );
+        }
+        _ if signalled => {
+            return Decision::go(
+                AgentState::Stopping {
+                    began: seen.now,
+                    primary: false,
+                },
+                SIGNALLED,
+                "asked to stop: stopping the standby cleanly",
+            )
+            .with_actions([AgentAction::StopClean]);
+        }
+        Server::Unanswering => return following(),
+        Server::Standby(s) => s,
+    };
+    if seen.role != RoleLabel::Is(Role::Primary) {
+        return following();
+    }
+    let chosen = |message: &str| {
+        Decision::go(AgentState::Promoting, CHOSEN, message.to_owned())
+            .with_actions(renew(spec, false))
+            .with_actions([AgentAction::Promote])
+    };
+    let Some(_) = &spec.lease else {
+        return chosen("labelled primary (no Lease): promoting");
+    };
+    let Some(lease) = seen.lease.seen().filter(|l| l.names(me(spec))) else {
+        return following();
+    };
+    match &lease.released_at {
+        Some(ReleasedAt::Invalid(value)) => Decision::stay(
+            HELD_BACK,
+            format!(
+                "chosen, but the Lease's lockstep.dev/released-lsn {value:?} is not an LSN: not promoting (remove the annotation to promote)"
+            ),
+        )
+        .requeue(spec.period()),
+        Some(ReleasedAt::Lsn(lsn)) if !standby.has(*lsn) => Decision::stay(
+            HELD_BACK,
+            format!(
+                "chosen, but not promoting before this standby has received up to {lsn}, the last WAL of the primary that stopped cleanly before it (removing the Lease's lockstep.dev/released-lsn annotation promotes it without them)"
+            ),
+        )
+        .requeue(spec.period()),
+        _ => chosen("labelled primary and holding the Lease: renewed, then promoting"),
+    }
+}
+
+/// Asked to promote: once writable, the server is the primary. (Until then it is
+/// guarded as a writable server, renewing and asking again every round:
+/// [`super::guard`].)
+pub(super) fn promoted(seen: &Observation) -> Option<AgentDecision> {
+    matches!(seen.server, Server::Writable { .. }).then(|| {
+        Decision::go(
+            AgentState::Primary,
+            PROMOTED,
+            "the promotion finished: serving as the primary",
+        )
+    })
+}

@@ -1,0 +1,351 @@
+//! What the agent sees on one round: its [`Observation`].
+//!
+//! The runtime (`lockstep instance`) fills one in before every call to
+//! [`decide`](super::decide::decide): the pod's role label, the state of `$PGDATA`, the
+//! server it supervises (with its positions, each carrying its timeline), the Lease as
+//! it last read it, its monotonic clock and when its last accepted renewal began, a
+//! postmaster it did not start, and the long-running action that finished since the last round. Reading
+//! it is the runtime's job; nothing here does I/O.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::machines::postgres::actions::Role;
+
+/// A reading of the agent's monotonic clock (`CLOCK_BOOTTIME` since the pod's node
+/// booted), in milliseconds. Never set back, so `T` counted on it cannot be cut short
+/// or stretched by a wall-clock step.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(transparent)]
+pub struct Mono(pub u64);
+
+impl Mono {
+    /// The reading `d` after the clock's origin.
+    pub fn at(d: Duration) -> Self {
+        Mono(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// How long after `earlier` this reading is (zero if it is not later).
+    pub fn since(self, earlier: Mono) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(earlier.0))
+    }
+
+    /// The reading `d` later.
+    #[must_use]
+    pub fn after(self, d: Duration) -> Mono {
+        Mono(
+            self.0
+                .saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        )
+    }
+}
+
+/// A WAL location (`pg_lsn`), written `X/Y` in hexadecimal as PostgreSQL prints it.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(into = "String", try_from = "String")]
+#[schemars(with = "String")]
+pub struct Lsn(pub u64);
+
+impl fmt::Display for Lsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:X}/{:X}", self.0 >> 32, self.0 & 0xFFFF_FFFF)
+    }
+}
+
+/// A string that is not an LSN (`X/Y`, each 1 to 8 hexadecimal digits).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an LSN (X/Y in hexadecimal)")]
+pub struct NotAnLsn(pub String);
+
+impl FromStr for Lsn {
+    type Err = NotAnLsn;
+
+    fn from_str(s: &str) -> Result<Self, NotAnLsn> {
+        let bad = || NotAnLsn(s.to_owned());
+        let (hi, lo) = s.split_once('/').ok_or_else(bad)?;
+        let part = |p: &str| {
+            if p.is_empty() || p.len() > 8 {
+                return Err(bad());
+            }
+            u64::from_str_radix(p, 16).map_err(|_| bad())
+        };
+        Ok(Lsn((part(hi)? << 32) | part(lo)?))
+    }
+}
+
+impl From<Lsn> for String {
+    fn from(l: Lsn) -> String {
+        l.to_string()
+    }
+}
+
+impl TryFrom<String> for Lsn {
+    type Error = NotAnLsn;
+
+    fn try_from(s: String) -> Result<Self, NotAnLsn> {
+        s.parse()
+    }
+}
+
+/// A position in the WAL history: the timeline and the LSN on it. Two positions compare
+/// by timeline first: a server on a later timeline is ahead of one on an earlier
+/// timeline whatever their LSNs (the earlier one must rewind before it can follow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Position {
+    /// The timeline (`pg_control_checkpoint().timeline_id`, or the WAL receiver's).
+    pub timeline: u32,
+    /// The LSN on that timeline.
+    pub lsn: Lsn,
+}
+
+/// The role label as the pod's downward-API labels file shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoleLabel {
+    /// The pod has no role label yet (the operator labels a new pod shortly).
+    Absent,
+    /// One of the roles the operator assigns.
+    Is(Role),
+    /// A value that is no role: the agent refuses to start, and fences a writable server.
+    Unknown(String),
+}
+
+/// What `$PGDATA` holds, as the runtime reads it (`PG_VERSION`, `standby.signal`, the
+/// in-progress markers beside it, `pg_controldata`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataDir {
+    /// Nothing (or missing): a new member.
+    Empty,
+    /// A bootstrap or a clone was interrupted (its marker file is there): redone from
+    /// scratch.
+    Interrupted,
+    /// Not empty, but no PostgreSQL data directory and no marker of ours: never written
+    /// over.
+    Foreign,
+    /// The data directory of a primary (no `standby.signal`).
+    Primary {
+        /// `pg_controldata` says `shut down`: the last stop was clean, so its latest
+        /// checkpoint is the last record this server wrote.
+        clean: bool,
+        /// The latest checkpoint's position (`pg_controldata`), if it could be read.
+        checkpoint: Option<Position>,
+    },
+    /// The data directory of a standby (`standby.signal`).
+    Standby {
+        /// `pg_controldata` says `shut down in recovery`.
+        clean: bool,
+    },
+}
+
+/// The server the agent started, as it answers (with connect and statement timeouts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Server {
+    /// No postmaster of this agent runs: none was started, or it exited.
+    Down {
+        /// The exit status of the one that ran, if one did.
+        exit: Option<i32>,
+    },
+    /// Its postmaster runs but did not answer this round (starting, busy, stopping,
+    /// hung).
+    Unanswering,
+    /// It answers and is in recovery.
+    Standby(Standby),
+    /// It answers and is not in recovery: it accepts writes.
+    Writable {
+        /// Its current write position (`pg_current_wal_lsn()`) on its timeline.
+        position: Position,
+    },
+}
+
+/// A standby's positions, each with its timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Standby {
+    /// WAL received and flushed by the WAL receiver (`pg_last_wal_receive_lsn()`).
+    pub received: Option<Position>,
+    /// WAL replayed (`pg_last_wal_replay_lsn()`).
+    pub replayed: Option<Position>,
+    /// The WAL receiver is streaming (`pg_stat_wal_receiver.status = 'streaming'`).
+    pub streaming: bool,
+}
+
+impl Standby {
+    /// The furthest position this standby has: the later of what it received and what
+    /// it replayed.
+    pub fn furthest(&self) -> Option<Position> {
+        self.received.max(self.replayed)
+    }
+
+    /// Whether it holds the WAL up to `lsn`, written on the timeline it follows.
+    pub fn has(&self, lsn: Lsn) -> bool {
+        self.furthest().is_some_and(|p| p.lsn >= lsn)
+    }
+}
+
+/// The position a primary released the Lease at, as the annotation
+/// `lockstep.dev/released-lsn` holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleasedAt {
+    /// A position: whoever promotes next must have received up to it.
+    Lsn(Lsn),
+    /// A value that is no LSN: nobody promotes until a person removes it.
+    Invalid(String),
+}
+
+/// The Lease `<cluster>-primary` as the agent last read it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaseSeen {
+    /// `spec.holderIdentity` (`"<pod name>/<pod uid>"`), if any.
+    pub holder: Option<String>,
+    /// The annotation `lockstep.dev/released-by`: who released it last.
+    pub released_by: Option<String>,
+    /// The annotation `lockstep.dev/released-lsn`.
+    pub released_at: Option<ReleasedAt>,
+}
+
+impl LeaseSeen {
+    /// Whether the Lease names `me` as its holder.
+    pub fn names(&self, me: &str) -> bool {
+        self.holder.as_deref() == Some(me)
+    }
+
+    /// Whether `me` released it and nobody holds it since.
+    pub fn released_by(&self, me: &str) -> bool {
+        self.holder.is_none() && self.released_by.as_deref() == Some(me)
+    }
+}
+
+/// The Lease, or why it could not be read this round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseRead {
+    /// The read failed (the API server did not answer within its bound, refused, or the
+    /// Lease does not exist).
+    Unreadable,
+    /// The Lease as read.
+    Seen(LeaseSeen),
+}
+
+impl LeaseRead {
+    /// The Lease, if it was read.
+    pub fn seen(&self) -> Option<&LeaseSeen> {
+        match self {
+            LeaseRead::Seen(l) => Some(l),
+            LeaseRead::Unreadable => None,
+        }
+    }
+}
+
+/// A long-running action of the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display)]
+pub enum Task {
+    /// `initdb` and the roles.
+    Bootstrap,
+    /// The local promotion of standby data before a writable start.
+    PromoteLocally,
+    /// `pg_basebackup`, after waiting for a writable primary within its bound.
+    Clone,
+    /// `pg_rewind`, after waiting for a writable primary within its bound.
+    Rewind,
+}
+
+/// A long-running action that finished since the last round, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    /// Which.
+    pub task: Task,
+    /// It succeeded (else the runtime logged its error).
+    pub ok: bool,
+}
+
+/// What the agent sees on one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    /// The pod's role label.
+    pub role: RoleLabel,
+    /// What `$PGDATA` holds.
+    pub data: DataDir,
+    /// The server this agent started.
+    pub server: Server,
+    /// The Lease as last read (ignored when the agent runs without one).
+    pub lease: LeaseRead,
+    /// The monotonic clock now.
+    pub now: Mono,
+    /// When the last renewal of the Lease that the API server accepted *began* (so the
+    /// time since it is never under-counted), if one did in this process.
+    pub renewed: Option<Mono>,
+    /// The process id of a postmaster running on `$PGDATA` that this agent did not
+    /// start (one started by hand).
+    pub stray: Option<u32>,
+    /// The long-running action that finished since the last round.
+    pub finished: Option<Finished>,
+    /// A writable primary answers at the upstream address (`<cluster>-rw`).
+    pub upstream_writable: bool,
+}
+
+impl Observation {
+    /// How long ago the last accepted renewal began, if there was one.
+    pub fn since_renewal(&self) -> Option<Duration> {
+        self.renewed.map(|r| self.now.since(r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_lsn_reads_and_prints_as_postgresql_writes_it() {
+        let lsn: Lsn = "16/B374D848".parse().unwrap_or_default();
+        assert_eq!(lsn, Lsn((0x16 << 32) | 0xB374_D848));
+        assert_eq!(lsn.to_string(), "16/B374D848");
+        assert_eq!("0/0".parse::<Lsn>(), Ok(Lsn(0)));
+    }
+
+    #[test]
+    fn a_string_that_is_no_lsn_is_refused() {
+        for bad in ["", "16", "/1", "1/", "x/1", "1/123456789", "1/2/3"] {
+            assert!(bad.parse::<Lsn>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_later_timeline_is_ahead_whatever_its_lsn() {
+        let old = Position {
+            timeline: 1,
+            lsn: Lsn(900),
+        };
+        let new = Position {
+            timeline: 2,
+            lsn: Lsn(100),
+        };
+        assert!(new > old);
+    }
+}

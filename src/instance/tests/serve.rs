@@ -1,0 +1,263 @@
+//! The standby, its promotion, and the guard of a server that may write.
+
+use super::*;
+use crate::instance::table::reason::*;
+
+fn chosen_with(released: Option<ReleasedAt>, server: Server) -> Observation {
+    Observation {
+        server,
+        lease: LeaseRead::Seen(LeaseSeen {
+            holder: Some(ME.to_owned()),
+            released_at: released,
+            ..LeaseSeen::default()
+        }),
+        ..seen()
+    }
+}
+
+#[test]
+fn a_standby_labelled_primary_and_named_by_the_lease_promotes_right_after_a_renewal() {
+    let d = decide_in(&AgentState::Standby, &chosen_with(None, standby_at(10)));
+    assert_eq!(goes(&d), Some((AgentState::Promoting, CHOSEN)));
+    assert_eq!(d.actions(), [renew(), AgentAction::Promote]);
+}
+
+#[test]
+fn a_standby_not_named_by_the_lease_follows_whatever_its_label() {
+    for lease in [lease(Some("pg-1/u1")), lease(None), LeaseRead::Unreadable] {
+        let d = decide_in(
+            &AgentState::Standby,
+            &Observation {
+                server: standby_at(10),
+                lease,
+                ..seen()
+            },
+        );
+        assert_eq!((goes(&d), d.reason()), (None, FOLLOWING));
+    }
+}
+
+#[test]
+fn a_chosen_standby_short_of_the_released_position_does_not_promote() {
+    let short = chosen_with(Some(ReleasedAt::Lsn(Lsn(300))), standby_at(299));
+    let d = decide_in(&AgentState::Standby, &short);
+    assert_eq!((goes(&d), d.reason()), (None, HELD_BACK));
+    assert!(d.actions().is_empty());
+    let there = chosen_with(Some(ReleasedAt::Lsn(Lsn(300))), standby_at(300));
+    assert_eq!(decide_in(&AgentState::Standby, &there).reason(), CHOSEN);
+}
+
+#[test]
+fn a_released_position_that_is_no_lsn_holds_the_promotion_back() {
+    let bad = chosen_with(
+        Some(ReleasedAt::Invalid("soon".to_owned())),
+        standby_at(900),
+    );
+    assert_eq!(decide_in(&AgentState::Standby, &bad).reason(), HELD_BACK);
+}
+
+#[test]
+fn a_standby_found_writable_unasked_is_fenced_at_once() {
+    let d = decide_in(
+        &AgentState::Standby,
+        &Observation {
+            server: writable(),
+            ..seen()
+        },
+    );
+    let fencing = AgentState::Fencing {
+        since: at(100),
+        step: FenceStep::Immediate,
+    };
+    assert_eq!(goes(&d), Some((fencing, PROMOTED_BY_SOMEONE_ELSE)));
+    assert_eq!(d.actions(), [AgentAction::StopImmediate]);
+}
+
+#[test]
+fn a_promoting_standby_is_guarded_and_asks_again_until_writable() {
+    let d = decide_in(&AgentState::Promoting, &chosen_with(None, standby_at(10)));
+    assert_eq!(d.actions(), [renew(), AgentAction::Promote]);
+    let d = decide_in(&AgentState::Promoting, &chosen_with(None, writable()));
+    assert_eq!(goes(&d), Some((AgentState::Primary, PROMOTED)));
+    let d = decide_in(
+        &AgentState::Promoting,
+        &Observation {
+            renewed: Some(at(95)),
+            ..chosen_with(None, standby_at(10))
+        },
+    );
+    assert_eq!(d.reason(), RENEWAL_OVERDUE);
+}
+
+#[test]
+fn the_primary_renews_every_round_and_drops_the_released_position_once_writable() {
+    let d = decide_in(&AgentState::Primary, &chosen_with(None, writable()));
+    assert_eq!((goes(&d), d.actions()), (None, &[renew()][..]));
+    let d = decide_in(
+        &AgentState::Primary,
+        &chosen_with(Some(ReleasedAt::Lsn(Lsn(1))), writable()),
+    );
+    assert_eq!(
+        d.actions(),
+        [AgentAction::Renew {
+            lease: Duration::from_secs(15),
+            drop_released_lsn: true,
+        }]
+    );
+    // Started but not answering yet: still guarded, but the position stays.
+    let d = decide_in(
+        &AgentState::Primary,
+        &chosen_with(Some(ReleasedAt::Lsn(Lsn(1))), Server::Unanswering),
+    );
+    assert_eq!(d.actions(), [renew()]);
+}
+
+#[test]
+fn the_primary_is_fenced_when_the_lease_names_another_holder_or_none() {
+    for holder in [Some("pg-1/u1"), None] {
+        let d = decide_in(
+            &AgentState::Primary,
+            &Observation {
+                server: writable(),
+                lease: lease(holder),
+                ..seen()
+            },
+        );
+        assert_eq!(d.reason(), LEASE_LOST);
+        assert_eq!(d.actions(), [AgentAction::StopImmediate]);
+    }
+}
+
+#[test]
+fn the_primary_is_fenced_once_no_renewal_was_accepted_for_t_less_g() {
+    let after = |s: u64, lease| Observation {
+        server: writable(),
+        renewed: Some(at(100 - s)),
+        lease,
+        ..seen()
+    };
+    // T = 7, G = 2: at 4 s it serves, at 5 s it is fenced, whether or not the Lease can
+    // be read.
+    let d = decide_in(&AgentState::Primary, &after(4, LeaseRead::Unreadable));
+    assert_eq!(d.reason(), SERVING);
+    for lease in [LeaseRead::Unreadable, lease(Some(ME))] {
+        let d = decide_in(&AgentState::Primary, &after(5, lease));
+        assert_eq!(d.reason(), RENEWAL_OVERDUE);
+    }
+    let never = Observation {
+        renewed: None,
+        ..after(0, LeaseRead::Unreadable)
+    };
+    assert_eq!(
+        decide_in(&AgentState::Primary, &never).reason(),
+        RENEWAL_OVERDUE
+    );
+}
+
+#[test]
+fn the_primary_looks_again_no_later_than_its_fence_deadline() {
+    let d = decide_in(
+        &AgentState::Primary,
+        &Observation {
+            server: writable(),
+            renewed: Some(at(96)),
+            lease: LeaseRead::Unreadable,
+            ..seen()
+        },
+    );
+    assert_eq!(requeue(&d), Some(Duration::from_secs(1)));
+    let d = decide_in(&AgentState::Primary, &chosen_with(None, writable()));
+    assert_eq!(requeue(&d), Some(Duration::from_secs(2)));
+}
+
+#[test]
+fn a_writable_server_whose_role_label_is_no_role_is_fenced() {
+    for role in [RoleLabel::Absent, RoleLabel::Unknown("x".to_owned())] {
+        let d = decide_in(
+            &AgentState::Primary,
+            &Observation {
+                role,
+                server: writable(),
+                ..seen()
+            },
+        );
+        assert_eq!(d.reason(), ROLE_UNKNOWN_WHILE_WRITABLE);
+    }
+}
+
+#[test]
+fn a_primary_labelled_replica_keeps_serving_while_it_holds_the_lease() {
+    // Labels follow the Lease after a hand-over; the Lease is the authority.
+    let d = decide_in(
+        &AgentState::Primary,
+        &Observation {
+            role: RoleLabel::Is(Role::Replica),
+            server: writable(),
+            ..seen()
+        },
+    );
+    assert_eq!(d.reason(), SERVING);
+}
+
+#[test]
+fn a_primary_labelled_demoted_or_asked_to_stop_stops_cleanly() {
+    let demoted = Observation {
+        role: RoleLabel::Is(Role::Demoted),
+        server: writable(),
+        ..seen()
+    };
+    let stopping = AgentState::Stopping {
+        began: at(100),
+        primary: true,
+    };
+    let d = decide_in(&AgentState::Primary, &demoted);
+    assert_eq!(goes(&d), Some((stopping.clone(), DEMOTED)));
+    assert_eq!(d.actions(), [AgentAction::StopClean]);
+    let d = decide(
+        &spec(),
+        &AgentState::Primary,
+        &chosen_with(None, writable()),
+        true,
+    );
+    assert_eq!(goes(&d), Some((stopping, SIGNALLED)));
+}
+
+#[test]
+fn a_server_that_exits_on_its_own_ends_the_agent_with_its_status() {
+    for state in [AgentState::Standby, AgentState::Primary] {
+        let d = decide_in(
+            &state,
+            &Observation {
+                server: Server::Down { exit: Some(137) },
+                ..seen()
+            },
+        );
+        let code = ExitCode::ServerExited(137);
+        assert_eq!(goes(&d), Some((AgentState::Exited { code }, SERVER_EXITED)));
+    }
+}
+
+#[test]
+fn without_a_lease_a_standby_labelled_primary_promotes_and_only_demotion_stops_it() {
+    let spec = AgentSpec {
+        lease: None,
+        ..spec()
+    };
+    let d = decide(
+        &spec,
+        &AgentState::Standby,
+        &chosen_with(None, standby_at(1)),
+        false,
+    );
+    assert_eq!(d.actions(), [AgentAction::Promote]);
+    let lost = Observation {
+        server: writable(),
+        lease: lease(Some("pg-1/u1")),
+        renewed: None,
+        ..seen()
+    };
+    assert_eq!(
+        decide(&spec, &AgentState::Primary, &lost, false).reason(),
+        SERVING
+    );
+}
