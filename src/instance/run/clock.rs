@@ -30,6 +30,12 @@ impl Moment {
         Self(Duration::new(secs, nanos))
     }
 
+    /// The clock's origin (the boot).
+    #[must_use]
+    pub fn zero() -> Self {
+        Self(Duration::ZERO)
+    }
+
     /// The time from `earlier` to this moment (zero if `earlier` is later).
     #[must_use]
     pub fn since(self, earlier: Self) -> Duration {

@@ -10,6 +10,7 @@
 //! - [`postmaster`]: `postgres` as a supervised child;
 //! - [`sql`]: bounded queries to the local server;
 //! - [`lease`]: the primary Lease through kube-rs;
+//! - [`manager`]: the loop: observe, `decide`, act; and the liveness check;
 //! - [`config`]: the settings (the container's environment);
 //! - [`prepare`]: bootstrap, local promotion, clone, rewind, the managed configuration;
 //! - [`quote`]: quoting values into SQL, conninfo and `postgresql.conf`.
@@ -21,6 +22,7 @@ pub mod clock;
 pub mod config;
 pub mod fence;
 pub mod lease;
+pub mod manager;
 pub mod postmaster;
 pub mod prepare;
 pub mod process;

@@ -724,7 +724,7 @@ impl Prepare {
 
     /// Waits for a writable primary, `CHECKPOINT`s it (a just-promoted primary's
     /// timeline reaches its pg_control only then), and `pg_rewind`s `$PGDATA` against
-    /// it. On failure, with `RECLONE_ON_REWIND_FAILURE`, wipes and re-clones (loudly).
+    /// it. Whether a failed rewind is followed by a clone is the agent's decision.
     ///
     /// # Errors
     /// [`PrepareError`].
@@ -755,20 +755,8 @@ impl Prepare {
             ("PGCONNECT_TIMEOUT", "10"),
         ];
         tracing::info!(%host, "running pg_rewind");
-        match self
-            .run("pg_rewind", &args, &env, Duration::from_secs(3600))
+        self.run("pg_rewind", &args, &env, Duration::from_secs(3600))
             .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if !a.reclone_on_rewind_failure => Err(e),
-            Err(e) => {
-                tracing::error!(error = %e, pgdata = %self.layout.pgdata.display(),
-                    "!!! pg_rewind FAILED: DISCARDING the local data directory and re-cloning it from the primary !!!");
-                write_private(&self.layout.clone_marker(), "")?;
-                self.layout.wipe()?;
-                self.clone_primary().await
-            }
-        }
     }
 }
 
