@@ -50,6 +50,10 @@ S3_SECRET_SENTINEL_LEN = 40
 
 DEFAULT_TIMEOUT = 60.0
 
+# `lockstep instance` (the Rust instance manager that replaces entrypoint.sh): the
+# binary under test, built by `cargo build --bin lockstep` (LOCKSTEP_BIN overrides).
+LOCKSTEP_BIN = os.environ.get("LOCKSTEP_BIN") or str(REPO / "target" / "debug" / "lockstep")
+
 
 def find_pg_bin() -> str:
     env = os.environ.get("LOCKSTEP_PG_BIN")
@@ -160,14 +164,16 @@ class Pod:
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, **extra):
+    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, instance=False, **extra):
+        """Runs entrypoint.sh, or with instance=True `lockstep instance` (LOCKSTEP_BIN)."""
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} already running"
         env = self.script_env(role, primary, **extra)
+        command = [LOCKSTEP_BIN, "instance"] if instance else ["bash", str(self.env.scripts / "entrypoint.sh")]
         with open(self.log, "ab") as logf:
             logf.write(f"\n===== start as {role} =====\n".encode())
             logf.flush()
             self.proc = subprocess.Popen(
-                ["bash", str(self.env.scripts / "entrypoint.sh")],
+                command,
                 env=env,
                 cwd=self.dir,
                 stdin=subprocess.DEVNULL,

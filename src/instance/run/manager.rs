@@ -327,9 +327,15 @@ impl Manager {
                     break;
                 }
             }
-            if all_done && let Some(to) = to {
-                self.state = to;
-            }
+            let wait = if all_done {
+                if let Some(to) = to {
+                    self.state = to;
+                }
+                wait
+            } else {
+                // The transition is not taken: look again after a period, not at once.
+                self.spec.period()
+            };
             if let AgentState::Exited { code } = self.state {
                 if let Some(mut pm) = self.postmaster.take() {
                     let _ = pm.immediate().await;
