@@ -142,3 +142,44 @@ def test_a_postmaster_started_by_hand_is_killed_before_the_manager_starts_its_ow
     assert p.proc.poll() is None, "the manager keeps waiting for the Lease"
     p.proc.send_signal(signal.SIGTERM)
     p.wait_exit(timeout=30)
+
+
+def test_a_switchover_loses_nothing_the_standby_promotes_itself_past_the_released_position(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    old = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    new = env.pod("pg-1").start("replica", primary=old, instance=True, **instance_env(env, lease, UID1))
+    assert new.in_recovery() is True
+    old.sql("CREATE TABLE items (v text)")
+    old.sql("INSERT INTO items SELECT 'row-' || g FROM generate_series(1, 500) g")
+    old.set_role("demoted")
+    assert old.wait_exit(timeout=60) == 0, old.log_tail()
+    released = lease.get()["metadata"]["annotations"]["lockstep.dev/released-lsn"]
+    # The operator's hand-over: the Lease to the target, then its label.
+    lease.set_holder(f"pg-1/{UID1}")
+    new.set_role("primary")
+    wait_until(lambda: writable(new), timeout=30, what="the target to promote itself")
+    assert new.sql("SELECT count(*) FROM items") == "500", "every acknowledged commit is there"
+    assert new.sql(f"SELECT pg_current_wal_lsn() >= '{released}'::pg_lsn") == "t"
+    n = lease.renewals
+    wait_until(lambda: lease.renewals >= n + 2, timeout=20, what="the new primary's renewals")
+    assert "lockstep.dev/released-lsn" not in lease.get()["metadata"]["annotations"], (
+        "a writable server past the released position drops it")
+
+
+def test_a_standby_that_has_not_received_the_released_position_does_not_promote(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    primary = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    standby = env.pod("pg-1").start("replica", primary=primary, instance=True, **instance_env(env, lease, UID1))
+    primary.sql("CREATE TABLE t (v int)")
+    primary.stop("immediate")  # gone without a release
+    with lease.lock:
+        lease.lease["metadata"]["annotations"]["lockstep.dev/released-lsn"] = "FF/0"
+    lease.set_holder(f"pg-1/{UID1}")
+    standby.set_role("primary")
+    # A negative is watched for a window: 8 s is 8 rounds of R, each of which could promote.
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        assert standby.in_recovery() is True, "promoted without the released position"
+        time.sleep(0.5)
+    lease.drop_annotation("lockstep.dev/released-lsn")  # the person's escape hatch
+    wait_until(lambda: writable(standby), timeout=30, what="the promotion once the gate is lifted")
