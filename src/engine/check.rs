@@ -570,6 +570,48 @@ where
     Ok(report)
 }
 
+/// A scenario that fails for a reason `same` accepts, shrunk: events are dropped, to a
+/// fixed point, while the run still fails for such a reason (a planted bug's story
+/// keeps its bug, not some other failure a shorter story may have). `Ok` if the
+/// scenario passes.
+///
+/// # Errors
+/// The shrunk failure, with the trace of its run.
+pub(crate) fn shrink_scenario<M, W>(
+    config: &CheckConfig,
+    world: W,
+    events: &[Event<W::Move, W::Edit>],
+    same: impl Fn(&str) -> bool,
+) -> Result<CheckReport, Box<Counterexample>>
+where
+    M: Machine,
+    W: WorldModel<M>,
+{
+    let mut failure = match check_scenario::<M, W>(config, world.clone(), events) {
+        Ok(report) => return Ok(report),
+        Err(failure) => failure,
+    };
+    let mut events = events.to_vec();
+    let mut progress = true;
+    while progress {
+        progress = false;
+        let mut i = 0;
+        while i < events.len() {
+            let mut candidate = events.clone();
+            candidate.remove(i);
+            match check_scenario::<M, W>(config, world.clone(), &candidate) {
+                Err(shorter) if same(&shorter.reason) => {
+                    events = candidate;
+                    failure = shorter;
+                    progress = true;
+                }
+                _ => i += 1,
+            }
+        }
+    }
+    Err(failure)
+}
+
 /// The declared edges of `M` (as `From -> To (Reason)`) that none of `reports` took:
 /// empty when the checks together exercise the whole table.
 pub(crate) fn never_taken<M: Machine>(reports: &[&CheckReport]) -> Vec<String> {

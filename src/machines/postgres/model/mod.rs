@@ -35,12 +35,13 @@
 //!    controller, a cleanup) before or after the operator read their outcome.
 //!
 //! 10. **At most one writable server** at any instant (a server is writable from its
-//!     start as a primary holding the Lease, or its promotion, until its agent fences it
-//!     or its pod is gone).
+//!     start as a primary holding the Lease, or its promotion request, until it is down:
+//!     a stop, clean or immediate, counts as writable until it finishes).
 //! 11. The Lease changes holder only while its old holder runs no writable server (a
-//!     writable holder renews, so only its release, its pod's end, a person, or - cut
-//!     off from the API server - its own fence by `T + R + 1` after its last renewal,
-//!     before `renewTime + L + S` on the operator's clock, can end its tenure).
+//!     writable holder renews, also while a clean stop runs, so only its release, its
+//!     pod's end, a person, or - cut off from the API server - its own fence (down by
+//!     `T` after its last accepted renewal began, before `renewTime + L + S` on the
+//!     operator's clock) can end its tenure).
 //! 12. **A promotion takes the most advanced available replica**: no other Ready
 //!     standby (besides the old primary) has received more WAL than the one promoted,
 //!     in a failover (the survey) and in a planned switchover (a clean stop of the old
@@ -51,39 +52,50 @@
 //!     settling world's escape hatch, accepts a loss).
 //!
 //! Fencing in this world: the primary Lease (holder, renewal, release, edits by hand),
-//! each pod's agent ([`Move::AgentTick`]: a writable server no longer labelled primary
-//! or no longer holding the Lease stops, releasing the Lease if it held it), failed
-//! primaries whose pods linger Terminating while their server may still run
-//! ([`Move::Terminated`] ends them), commits and replication ([`Move::Write`],
-//! [`Move::Replicate`]) so that standbys stand at different WAL positions, and the survey
-//! Job reporting them. Lost status is the world's initial state (a running cluster, the
-//! machine in `Creating`), with the primary moved in a scenario.
+//! and each pod's agent, which is the instance manager's own `decide`
+//! ([`crate::instance`], driven by [`agent`]; nothing here re-implements it): it takes a
+//! round every `R` on the true time (sooner when its decision asks), and whenever
+//! [`Move::AgentTick`] says, and its steps are not atomic where reality is not (a stop
+//! runs until [`Move::ServerStops`], a promotion until [`Move::PromotionEnds`], a write
+//! to the API server can fail, a renewal can be slower than `R`, the whole pod can
+//! pause). Failed primaries whose pods linger Terminating while their server may still
+//! run ([`Move::Terminated`] ends them), commits and replication ([`Move::Write`],
+//! [`Move::Replicate`]) so that standbys stand at different WAL positions, and the
+//! survey Job reporting them. Lost status is the world's initial state (a running
+//! cluster, the machine in `Creating`), with the primary moved in a scenario.
 //!
 //! Partitions and clocks: the world keeps the true time (the operator's clock, told by
-//! the harness: [`WorldModel::clock`]). A writable Lease holder can be cut off from the
-//! API server ([`Move::Partition`]): alive, writable, replicating, unable to renew,
-//! read the Lease or its label. The Lease keeps the `renewTime` of its last renewal,
-//! written by the pod's clock, which runs `skew` seconds from the operator's
-//! ([`Move::ClockSkew`]: `-S`, `0` or `+S`, `S` = `spec.fencing.clockSkewSeconds`). Its
-//! agent fences it ([`Move::AgentTick`]) once `T` has passed since that renewal, and at
-//! the latest `T + R + 1` after it ([`World::clock_to`]); [`Move::Heal`] ends the cut.
-//! The model's `S` (30 s) exceeds the slack `L - (T + R + 1)` (5 s at the default
-//! `L` = 15 s), so that an operator leaving `S` out of its expiry is unsafe here.
-//! A standby cut off from the API server is never promoted: only its own agent promotes
-//! it, right after a renewal it could not make (a fenced cut-off pod is modelled as
-//! reaching the API server again when its container restarts). Not modelled: a
-//! `pg_promote()` from outside (nothing in Lockstep sends one; the agent fences such a
-//! server at its next round, `scripts/README.md`), and a pod whose clock runs at a
-//! different rate (the agent counts `T` on a monotonic clock).
+//! the harness: [`WorldModel::clock`]). A pod can be cut off from the API server
+//! ([`Move::Partition`]): alive, its server writable or not and replicating, its agent
+//! unable to read or renew the Lease or read a new label. The Lease keeps the
+//! `renewTime` of its last accepted renewal, written by the pod's clock, which runs
+//! `skew` seconds from the operator's ([`Move::ClockSkew`]: `-S`, `0` or `+S`, `S` =
+//! `spec.fencing.clockSkewSeconds`). A cut-off agent fences its server (an immediate
+//! stop at `T - G`, a kill at `T` after its last accepted renewal began); [`Move::Heal`]
+//! ends the cut. The model's `S` (30 s) exceeds the slack `L - T` (8 s at the default
+//! `L` = 15 s), so that an operator leaving `S` out of its expiry is unsafe here. A
+//! standby cut off from the API server is never promoted: only its own agent promotes
+//! it, right after a renewal it could not make. A `pg_promote()` from outside
+//! ([`Move::PromotedByHand`]) is taken as one move with its agent's fence. Not modelled:
+//! a pod whose clock runs at a different rate (the agent counts `T` on a monotonic
+//! clock).
 //!
 //! Planted bugs the check must find ([`planted`]): a failover or switchover that hands
 //! the Lease over before the old primary is fenced, a failover that chooses by ordinal,
 //! and an operator that expires the Lease at `renewTime + L`, leaving the clock skew out
-//! (found by its scenario: a partitioned holder whose clock runs `S` behind).
+//! (found by its scenario: a partitioned holder whose clock runs `S` behind). And the
+//! agent's ([`agent_planted`]): the old bash agent's clean stop, which renews nothing
+//! while it runs (finding 1), found in a slow switchover and shrunk.
+//!
+//! Every edge of the agent's table is taken: by generated runs, or by the stories of
+//! `agent::stories` (asserted in `scenarios`), except the one `agent::UNIT_TESTED_ONLY`
+//! names, with why.
 //!
 //! Bounded liveness (convergence to `Ready` at the spec with every pod Ready and labelled,
 //! then a quiet reconcile) is checked by the harness itself.
 
+mod agent;
+mod agent_planted;
 mod jobs;
 mod planted;
 mod scenarios;
@@ -93,7 +105,7 @@ mod world;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 
 use super::actions::{DeleteCause, JobAction, PgAction, Role, ServiceKind, backup_key};
@@ -107,9 +119,11 @@ use crate::engine::Machine;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
 };
+use crate::instance::{AgentState, Finished};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{self, epoch};
+use agent::{AgentDecide, REAL_AGENT, Srv, Vol};
 use jobs::{Job, JobKind};
 
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
@@ -125,14 +139,6 @@ const SKEW_SECONDS: i64 = 30;
 const FENCE_SECONDS: i64 = LEASE_SECONDS / 2;
 /// `R`: how often the agent looks (and renews).
 const RENEW_SECONDS: i64 = crate::machines::postgres::api::FencingSpec::RENEW_SECONDS;
-/// The renewal time a renewing holder's Lease shows: it renews every `R` seconds, so
-/// it never looks expired (later than any clock a run reaches).
-fn renewing() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2100, 1, 1, 0, 0, 0)
-        .single()
-        .unwrap_or_default()
-}
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Pod {
     uid: u64,
@@ -158,6 +164,57 @@ struct Pod {
     /// clock, at the latest by `T + R + 1` ([`World::clock_to`]); a standby is not
     /// promoted.
     cut: Option<DateTime<Utc>>,
+    /// Its agent: the instance manager's own machine ([`crate::instance`]).
+    agent: AgentState,
+    /// Its server.
+    server: Srv,
+    /// When (true time) the last renewal by this container's agent that the API server
+    /// accepted began.
+    renewed: Option<DateTime<Utc>>,
+    /// The long-running action of its agent that finished since the agent's last round.
+    finished: Option<Finished>,
+    /// When its agent's next round is due (true time).
+    next_round: DateTime<Utc>,
+    /// The role label as its agent last read it (a pod cut off reads no new one).
+    role_seen: Option<Role>,
+    /// The whole pod is paused ([`Move::Pause`]).
+    paused: bool,
+    /// Its agent's next write to the API server fails ([`Move::RefuseNext`]).
+    refuse_next: bool,
+    /// Its agent's next accepted renewal is slow ([`Move::SlowRenewal`]).
+    slow_next: bool,
+    /// Its agent's next long-running action fails ([`Move::TaskFails`]).
+    fail_task: bool,
+    /// A person set its role label to something that is no role ([`Move::LabelGarbled`];
+    /// the operator's view is left as it was).
+    garbled: bool,
+}
+
+impl Pod {
+    /// A pod the StatefulSet controller just made: no label, its agent starting.
+    fn new(uid: u64, image: String, now: DateTime<Utc>) -> Pod {
+        Pod {
+            uid,
+            image,
+            ready: false,
+            role: None,
+            writable: false,
+            starts_primary: false,
+            terminating: false,
+            cut: None,
+            agent: AgentState::Starting,
+            server: Srv::Down,
+            renewed: None,
+            finished: None,
+            next_round: now,
+            role_seen: None,
+            paused: false,
+            refuse_next: false,
+            slow_next: false,
+            fail_task: false,
+            garbled: false,
+        }
+    }
 }
 
 /// The primary Lease. Its holder renews it while it runs a writable server (then it never
@@ -209,6 +266,12 @@ pub(super) struct World {
     wal: u64,
     /// The WAL each ordinal's data directory has received (kept on its volume).
     received: BTreeMap<i32, u64>,
+    /// What each ordinal's volume holds (none: empty).
+    volumes: BTreeMap<i32, Vol>,
+    /// How every pod's agent decides: the real one, or a planted bug.
+    agent_decide: AgentDecide,
+    /// The agents run with `RECLONE_ON_REWIND_FAILURE=false` (a scenario's).
+    reclone_off: bool,
     // Audit.
     round: u32,
     round_primary: Option<i32>,
@@ -243,7 +306,7 @@ impl fmt::Debug for World {
         for (k, p) in &self.pods {
             write!(
                 f,
-                " {k}:uid{} {}{}{}{}{}{}",
+                " {k}:uid{} {}{}{}{}{}{}{} {:?}",
                 p.uid,
                 p.image.trim_start_matches("postgres:"),
                 if p.ready { " ready" } else { "" },
@@ -255,7 +318,9 @@ impl fmt::Debug for World {
                     Some(Role::Replica) => " R",
                     Some(Role::Demoted) => " D",
                     None => "",
-                }
+                },
+                if p.paused { " paused" } else { "" },
+                crate::instance::AgentKind::from(&p.agent),
             )?;
         }
         write!(f, " ]; jobs {:?}", self.jobs)?;
@@ -327,6 +392,33 @@ pub(super) enum Move {
     /// bound `spec.fencing.clockSkewSeconds` the operator allows for). A holder's
     /// `renewTime` is written by its own clock.
     ClockSkew(i8),
+    /// A stop the pod's server runs (clean or immediate) finishes.
+    ServerStops(i32),
+    /// The pod's agent's next write to the API server (a renewal, a release) fails.
+    RefuseNext(i32),
+    /// The pod's agent's next accepted renewal is slower than `R`: it began `R + 1` s
+    /// before it was accepted.
+    SlowRenewal(i32),
+    /// The whole pod pauses (a frozen cgroup, a VM pause): no agent round, no write, no
+    /// progress of a stop.
+    Pause(i32),
+    /// The paused pod resumes.
+    Resume(i32),
+    /// The pod's server finishes a promotion it was asked for.
+    PromotionEnds(i32),
+    /// The pod's server exits on its own.
+    ServerCrashes(i32),
+    /// The pod's agent's next long-running action (bootstrap, clone, ...) fails.
+    TaskFails(i32),
+    /// The pod is deleted gracefully: its container gets SIGTERM, and the pod is gone
+    /// once its agent exits ([`Move::Terminated`] ends it sooner).
+    Deleted(i32),
+    /// A person sets the pod's role label to something that is no role.
+    LabelGarbled(i32),
+    /// Someone runs `pg_promote()` on the pod's standby by hand.
+    PromotedByHand(i32),
+    /// Someone leaves files on the pod's empty volume.
+    ForeignFiles(i32),
 }
 
 impl World {
@@ -341,19 +433,7 @@ impl World {
         };
         if k < replicas && !self.pods.contains_key(&k) {
             let uid = self.new_uid();
-            self.pods.insert(
-                k,
-                Pod {
-                    uid,
-                    image,
-                    ready: false,
-                    role: None,
-                    writable: false,
-                    starts_primary: false,
-                    terminating: false,
-                    cut: None,
-                },
-            );
+            self.pods.insert(k, Pod::new(uid, image, self.now));
         }
     }
 
@@ -443,6 +523,9 @@ impl World {
             db_primary: 0,
             wal: 0,
             received: BTreeMap::new(),
+            volumes: BTreeMap::new(),
+            agent_decide: REAL_AGENT,
+            reclone_off: false,
             round: 0,
             round_primary: None,
             upgrade_deletes: BTreeMap::new(),
@@ -462,17 +545,26 @@ impl World {
         for k in 0..self.replicas {
             let uid = self.new_uid();
             let role = if k == 0 { Role::Primary } else { Role::Replica };
-            self.pods.insert(
+            let mut pod = Pod::new(uid, image(0), self.now);
+            pod.ready = true;
+            pod.role = Some(role);
+            pod.role_seen = Some(role);
+            pod.writable = k == 0;
+            pod.starts_primary = k == 0;
+            pod.agent = if k == 0 {
+                AgentState::Primary
+            } else {
+                AgentState::Standby
+            };
+            pod.server = if k == 0 { Srv::Writable } else { Srv::Standby };
+            pod.renewed = (k == 0).then_some(self.now);
+            self.pods.insert(k, pod);
+            self.volumes.insert(
                 k,
-                Pod {
-                    uid,
-                    image: image(0),
-                    ready: true,
-                    role: Some(role),
-                    writable: k == 0,
-                    starts_primary: k == 0,
-                    terminating: false,
-                    cut: None,
+                if k == 0 {
+                    Vol::Primary { clean: false }
+                } else {
+                    Vol::Standby
                 },
             );
         }
@@ -507,9 +599,25 @@ impl World {
         }
         let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
         self.pods.retain(|k, p| *k < n && !p.terminating);
-        // Partitions heal (a cut holder still writable renews again).
+        // Partitions heal (a cut holder still writable renews again), paused pods
+        // resume, requests go through.
         for p in self.pods.values_mut() {
             p.cut = None;
+            p.refuse_next = false;
+            p.slow_next = false;
+            p.fail_task = false;
+            p.garbled = false;
+        }
+        // A person clears files left on a volume.
+        self.volumes.retain(|_, v| *v != Vol::Foreign);
+        let paused: Vec<i32> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.paused)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in paused {
+            self.resume(k);
         }
         for k in 0..n {
             self.recreate(k);
@@ -522,10 +630,21 @@ impl World {
                 self.finish(i, true);
             }
         }
-        let ordinals: Vec<i32> = self.pods.keys().copied().collect();
-        for k in ordinals {
-            self.agent_tick(k);
-            self.replicate(k);
+        // Every agent looks, stops finish, standbys catch up, a few times over (a
+        // hand-over takes a stop, a release and a promotion).
+        for _ in 0..4 {
+            let ordinals: Vec<i32> = self.pods.keys().copied().collect();
+            for k in ordinals {
+                self.agent_tick(k);
+                self.server_stops(k);
+                self.promotion_ends(k);
+                self.replicate(k);
+            }
+        }
+        for p in self.pods.values_mut().filter(|p| !p.terminating) {
+            if p.server != Srv::Down {
+                p.ready = true;
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The model check itself: generated runs, and scenarios for the edges they seldom reach.
 
 use super::*;
+use crate::engine::check::check_scenario;
 
 /// The model check's configuration (the planted bugs run under it too).
 pub(super) fn config() -> CheckConfig {
@@ -377,4 +378,16 @@ fn the_postgres_machine_keeps_one_primary_converges_under_faults_and_takes_every
         ..config()
     };
     assert_every_edge_taken::<Postgres, World>(&scenario, &report, scenarios());
+    // The agent's edges: generated runs, then stories for those they seldom take.
+    for (edge, world, events) in super::agent::stories::all() {
+        check_scenario::<Postgres, World>(&config(), world, &events)
+            .unwrap_or_else(|failure| panic!("the story for {edge}: {failure}"));
+    }
+    let untaken = super::agent::agent_edges_never_taken();
+    assert!(
+        untaken.is_empty(),
+        "agent edges no run took:\n{}\ntaken:\n{:?}",
+        untaken.join("\n"),
+        super::agent::agent_edges_taken()
+    );
 }

@@ -2,7 +2,9 @@
 //! server, the holder's agent (renew, or stop its server), writes and their
 //! replication, and the Lease's hand-overs.
 
+use super::agent::{Srv, Vol};
 use super::*;
+use crate::instance::AgentState;
 
 impl World {
     /// The pods running a writable server.
@@ -65,33 +67,17 @@ impl World {
         self.wal = self.received.get(&target).copied().unwrap_or(0);
     }
 
-    /// A pod labelled primary before it started starts writable once it holds the Lease
-    /// (standby data is promoted locally first: the entrypoint's `promote_local_standby`).
+    /// The agents of pods that wait to start (for their label, the Lease, their data)
+    /// look now: they poll, so a change of label or Lease reaches them within a round.
     pub(super) fn start_primaries(&mut self) {
-        let holder = self.lease.as_ref().and_then(|l| l.holder);
-        let starting: Vec<i32> = self
+        let waiting: Vec<i32> = self
             .pods
             .iter()
-            .filter(|(k, p)| {
-                p.starts_primary
-                    && !p.writable
-                    && p.role == Some(Role::Primary)
-                    && holder == Some((**k, p.uid))
-            })
+            .filter(|(_, p)| p.server == Srv::Down && !p.agent.guarded())
             .map(|(k, _)| *k)
             .collect();
-        for k in starting {
-            if k == self.db_primary {
-                if let Some(p) = self.pods.get_mut(&k) {
-                    p.writable = true;
-                }
-            } else if self.caught_up(k) {
-                self.promote(k, false);
-            } else if let Some(p) = self.pods.get_mut(&k) {
-                // Standby data behind the released position: it starts as a standby, and
-                // its agent promotes it once it has caught up.
-                p.starts_primary = false;
-            }
+        for k in waiting {
+            self.agent_tick(k);
         }
     }
 
@@ -102,57 +88,9 @@ impl World {
         released.is_none_or(|x| self.received.get(&k).copied().unwrap_or(0) >= x)
     }
 
-    /// The agent of pod `k` looks at its label and the Lease: a writable server that is
-    /// no longer labelled primary or no longer holds the Lease stops (cleanly, sending
-    /// every standby that is Ready all it wrote, when it still held the Lease and
-    /// releases it; at once otherwise); a Ready standby labelled primary that holds the
-    /// Lease renews it and promotes itself.
-    pub(super) fn agent_tick(&mut self, k: i32) {
-        let holder = self.lease.as_ref().and_then(|l| l.holder);
-        let now = self.now;
-        let Some(p) = self.pods.get_mut(&k) else {
-            return;
-        };
-        if let Some(since) = p.cut {
-            // Cut off, it sees neither the Lease nor its label: it fences only for want
-            // of a renewal, once T has passed since the last one began.
-            if p.writable && now >= since + chrono::Duration::seconds(FENCE_SECONDS) {
-                self.fence_cut(k);
-            }
-            return;
-        }
-        let me = Some((k, p.uid));
-        if p.writable && (p.role != Some(Role::Primary) || holder != me) {
-            p.writable = false;
-            // Its container restarts: labelled primary and holding the Lease, it starts
-            // writable again; otherwise it rejoins as a standby.
-            p.starts_primary = true;
-            if holder == me {
-                // A clean stop: the walsenders send everything to connected standbys.
-                self.clean_stop_replicates();
-                let wal = self.wal;
-                if let Some(l) = self.lease.as_mut() {
-                    l.holder = None;
-                    l.released_by = me;
-                    l.released_lsn = Some(wal);
-                    l.version += 1;
-                }
-            }
-        } else if !p.writable
-            && !p.terminating
-            && p.ready
-            && p.role == Some(Role::Primary)
-            && holder == me
-            && self.caught_up(k)
-        {
-            self.promote(k, true);
-        }
-        self.start_primaries();
-    }
-
     /// Every standby that is Ready receives all that was written (a clean stop of the
     /// writable server).
-    fn clean_stop_replicates(&mut self) {
+    pub(super) fn clean_stop_replicates(&mut self) {
         let standbys: Vec<i32> = self
             .pods
             .iter()
@@ -164,9 +102,15 @@ impl World {
         }
     }
 
-    /// A client commits on the writable server, if there is exactly one.
+    /// A client commits on the writable server, if there is exactly one and it accepts
+    /// writes (not stopping, not paused).
     pub(super) fn write(&mut self) {
-        if let [k] = self.writable()[..] {
+        if let [k] = self.writable()[..]
+            && self
+                .pods
+                .get(&k)
+                .is_some_and(|p| p.server == Srv::Writable && !p.paused)
+        {
             self.wal += 1;
             self.received.insert(k, self.wal);
         }
@@ -174,25 +118,16 @@ impl World {
 
     /// Standby `k` catches up with the writable server, if one runs.
     pub(super) fn replicate(&mut self, k: i32) {
-        let streams = self
-            .pods
-            .get(&k)
-            .is_some_and(|p| !p.writable && !p.terminating);
-        if streams && self.writable().len() == 1 {
+        let streams = self.pods.get(&k).is_some_and(|p| {
+            !p.writable && !p.terminating && !p.paused && p.server == Srv::Standby
+        });
+        let source = self.writable();
+        if streams
+            && let [w] = source[..]
+            && self.pods.get(&w).is_some_and(|p| !p.paused)
+        {
             self.received.insert(k, self.wal);
         }
-    }
-
-    /// Whether the Lease's holder runs a writable server and reaches the API server (and
-    /// so renews it).
-    pub(super) fn holder_renews(&self) -> bool {
-        self.holder_writable()
-            && self
-                .lease
-                .as_ref()
-                .and_then(|l| l.holder)
-                .and_then(|(k, _)| self.pods.get(&k))
-                .is_some_and(|p| p.cut.is_none())
     }
 
     /// Whether the Lease's holder runs a writable server (renewing or cut off).
@@ -207,74 +142,20 @@ impl World {
             })
     }
 
-    /// Pod `k` loses its path to the API server. A writable holder's last renewal began
-    /// now: the Lease keeps the `renewTime` it wrote then, by its own clock. A standby
-    /// cut off can no longer renew, so its agent never promotes it.
+    /// Pod `k` loses its path to the API server: its agent can neither read nor renew
+    /// the Lease nor read a new label; its server stays up, writable or not, and keeps
+    /// replicating.
     pub(super) fn partition(&mut self, k: i32) {
-        if !self.holder_renews()
-            || self.lease.as_ref().and_then(|l| l.holder).map(|(h, _)| h) != Some(k)
-        {
-            let now = self.now;
-            if let Some(p) = self
-                .pods
-                .get_mut(&k)
-                .filter(|p| !p.writable && p.cut.is_none())
-            {
-                p.cut = Some(now);
-            }
-            return;
-        }
         let now = self.now;
-        if let Some(p) = self.pods.get_mut(&k) {
+        if let Some(p) = self.pods.get_mut(&k).filter(|p| p.cut.is_none()) {
             p.cut = Some(now);
-        }
-        let renewed = now + chrono::Duration::seconds(self.skew);
-        if let Some(l) = self.lease.as_mut() {
-            l.renewed = renewed;
-            l.version += 1;
         }
     }
 
-    /// Pod `k` reaches the API server again; a holder still writable renews at once.
+    /// Pod `k` reaches the API server again.
     pub(super) fn heal(&mut self, k: i32) {
         if let Some(p) = self.pods.get_mut(&k).filter(|p| p.cut.is_some()) {
             p.cut = None;
-            if let Some(l) = self.lease.as_mut() {
-                l.version += 1;
-            }
-        }
-    }
-
-    /// A cut-off pod's agent stops its server (`pg_ctl stop -m immediate`, exit 5): it
-    /// cannot release the Lease. Its container restarts; the model lets the restarted
-    /// one reach the API server (it waits for the Lease before it serves as a primary
-    /// again, so nothing it does then can make a second writable server).
-    pub(super) fn fence_cut(&mut self, k: i32) {
-        if let Some(p) = self.pods.get_mut(&k) {
-            p.writable = false;
-            p.starts_primary = true;
-            p.cut = None;
-        }
-    }
-
-    /// The operator's clock reads `now` (the true time). A cut-off holder that has not
-    /// fenced yet does by `T + R + 1` after its last renewal began: its agent checks
-    /// every `R` and stops its server within a second.
-    pub(super) fn clock_to(&mut self, now: DateTime<Utc>) {
-        self.now = now;
-        let late: Vec<i32> = self
-            .pods
-            .iter()
-            .filter(|(_, p)| p.writable)
-            .filter(|(_, p)| {
-                p.cut.is_some_and(|since| {
-                    now >= since + chrono::Duration::seconds(FENCE_SECONDS + RENEW_SECONDS + 1)
-                })
-            })
-            .map(|(k, _)| *k)
-            .collect();
-        for k in late {
-            self.fence_cut(k);
         }
     }
 
@@ -317,13 +198,29 @@ impl World {
                 Role::Replica
             });
             p.writable = *j == k;
-            p.starts_primary = *j == k;
+            p.server = if *j == k { Srv::Writable } else { Srv::Standby };
+            p.agent = if *j == k {
+                AgentState::Primary
+            } else {
+                AgentState::Standby
+            };
+            p.renewed = Some(self.now);
+            self.volumes.insert(
+                *j,
+                if *j == k {
+                    Vol::Primary { clean: false }
+                } else {
+                    Vol::Standby
+                },
+            );
         }
         self.db_primary = k;
         self.round_primary = Some(k);
         let holder = self.pods.get(&k).map(|p| (k, p.uid));
+        let now = self.now;
         if let Some(l) = self.lease.as_mut() {
             l.holder = holder;
+            l.renewed = now;
             l.transitions = 1;
             l.version += 1;
         }

@@ -144,12 +144,8 @@ where
                     .collect(),
                 lease: self.lease.as_ref().map(|l| LeaseView {
                     holder: l.holder.map(|(k, uid)| format!("pg-{k}/{uid}")),
-                    // A writable holder renews every R seconds: its Lease never looks expired.
-                    renewed: Some(if self.holder_renews() {
-                        renewing()
-                    } else {
-                        l.renewed
-                    }),
+                    // Its holder's agent renews it every R seconds while it may write.
+                    renewed: Some(l.renewed),
                     duration: LEASE_SECONDS,
                     transitions: l.transitions,
                     released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
@@ -299,6 +295,18 @@ where
             1 => (0..MAX_PODS).prop_map(Move::Partition),
             1 => (0..MAX_PODS).prop_map(Move::Heal),
             1 => (-1i8..=1).prop_map(Move::ClockSkew),
+            2 => (0..MAX_PODS).prop_map(Move::ServerStops),
+            1 => (0..MAX_PODS).prop_map(Move::RefuseNext),
+            1 => (0..MAX_PODS).prop_map(Move::SlowRenewal),
+            1 => (0..MAX_PODS).prop_map(Move::Pause),
+            1 => (0..MAX_PODS).prop_map(Move::Resume),
+            2 => (0..MAX_PODS).prop_map(Move::PromotionEnds),
+            1 => (0..MAX_PODS).prop_map(Move::ServerCrashes),
+            1 => (0..MAX_PODS).prop_map(Move::TaskFails),
+            1 => (0..MAX_PODS).prop_map(Move::Deleted),
+            1 => (0..MAX_PODS).prop_map(Move::LabelGarbled),
+            1 => (0..MAX_PODS).prop_map(Move::PromotedByHand),
+            1 => (0..MAX_PODS).prop_map(Move::ForeignFiles),
         ]
         .boxed()
     }
@@ -342,6 +350,45 @@ where
             Move::Partition(k) => self.partition(k),
             Move::Heal(k) => self.heal(k),
             Move::ClockSkew(sign) => self.skew = i64::from(sign) * SKEW_SECONDS,
+            Move::ServerStops(k) => self.server_stops(k),
+            Move::RefuseNext(k) => {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.refuse_next = true;
+                }
+            }
+            Move::SlowRenewal(k) => {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.slow_next = true;
+                }
+            }
+            Move::Pause(k) => self.pause(k),
+            Move::Resume(k) => self.resume(k),
+            Move::PromotionEnds(k) => self.promotion_ends(k),
+            Move::ServerCrashes(k) => self.server_crashes(k),
+            Move::TaskFails(k) => {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.fail_task = true;
+                }
+            }
+            Move::Deleted(k) => {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.terminating = true;
+                    p.ready = false;
+                }
+            }
+            Move::LabelGarbled(k) => {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.garbled = true;
+                }
+            }
+            Move::PromotedByHand(k) => self.promoted_by_hand(k),
+            Move::ForeignFiles(k) => {
+                if self.pods.get(&k).is_some_and(|p| p.server == Srv::Down)
+                    && !self.volumes.contains_key(&k)
+                {
+                    self.volumes.insert(k, Vol::Foreign);
+                }
+            }
             Move::Write => self.write(),
             Move::Replicate(k) => self.replicate(k),
             Move::Terminated(k) => {
@@ -354,18 +401,19 @@ where
                 // fences at once; the model takes the two as one move, so the Lease's
                 // renewal time (its last hand-over) is no later than any renewal of a
                 // server still writable.
-                if let Some((k, uid)) = self.lease.as_ref().and_then(|l| l.holder)
-                    && let Some(p) = self
-                        .pods
-                        .get_mut(&k)
-                        .filter(|p| p.uid == uid && p.writable && p.cut.is_none())
-                {
-                    p.writable = false;
-                    p.starts_primary = true;
-                }
+                let holder = self.lease.as_ref().and_then(|l| l.holder);
                 if let Some(l) = self.lease.as_mut() {
                     l.holder = None;
                     l.version += 1;
+                }
+                if let Some((k, uid)) = holder
+                    && self
+                        .pods
+                        .get(&k)
+                        .is_some_and(|p| p.uid == uid && p.writable && p.cut.is_none() && !p.paused)
+                {
+                    self.agent_tick(k);
+                    self.server_stops(k);
                 }
             }
             Move::BackupJobDeleted(nth) => {

@@ -1,0 +1,175 @@
+//! The planted agent bug of finding 1: the old bash agent's clean stop. It renews
+//! nothing while `pg_ctl stop -m fast -t 120` runs, checks neither the Lease nor its
+//! fence deadline meanwhile (only the stop's own 120 s bound ends it), and so lets the
+//! operator hand the Lease over by expiry while its walsenders still send. The model
+//! check must find it, and shrink it; the real agent passes the same runs.
+
+use super::scenarios::config;
+use super::scenarios::story::r;
+use super::*;
+use crate::engine::Decision;
+use crate::engine::check::{CheckReport, check_scenario, shrink_scenario};
+use crate::instance::{self, AgentAction, AgentSpec, LeaseRead, Observation};
+
+/// The old agent: while a clean stop runs it sees neither the Lease nor how long ago it
+/// renewed (so it renews nothing, and never escalates before the stop's own bound).
+fn stop_without_renewing(
+    spec: &AgentSpec,
+    state: &AgentState,
+    seen: &Observation,
+    signalled: bool,
+) -> Decision<AgentState, AgentAction> {
+    if let AgentState::Stopping { .. } = state {
+        let blind = Observation {
+            lease: LeaseRead::Unreadable,
+            renewed: Some(seen.now),
+            ..seen.clone()
+        };
+        return instance::decide(spec, state, &blind, signalled);
+    }
+    instance::decide(spec, state, seen, signalled)
+}
+
+/// The PostgresCluster world whose every pod runs the old agent's clean stop.
+#[derive(Clone, Debug)]
+struct OldCleanStop(World);
+
+impl<M> WorldModel<M> for OldCleanStop
+where
+    M: Machine<Spec = PostgresClusterSpec, State = PgState, Observed = Observed, Action = PgAction>,
+{
+    type Move = Move;
+    type Edit = Edit;
+
+    /// A running cluster of three whose primary is pod 2: most edits of the replicas,
+    /// and every upgrade, begin with a switchover.
+    fn initial() -> BoxedStrategy<Self> {
+        Just(())
+            .prop_map(|()| {
+                let mut w = World::fresh(3, false, 0);
+                w.running();
+                w.primary_moved_to(2);
+                w.agent_decide = stop_without_renewing;
+                OldCleanStop(w)
+            })
+            .boxed()
+    }
+    fn spec(&self) -> PostgresClusterSpec {
+        <World as WorldModel<M>>::spec(&self.0)
+    }
+    fn spec_edits() -> BoxedStrategy<Edit> {
+        <World as WorldModel<M>>::spec_edits()
+    }
+    fn edit_spec(&mut self, edit: &Edit) {
+        <World as WorldModel<M>>::edit_spec(&mut self.0, edit);
+    }
+    fn observe(&self) -> Observed {
+        <World as WorldModel<M>>::observe(&self.0)
+    }
+    fn apply(&mut self, action: &PgAction) {
+        <World as WorldModel<M>>::apply(&mut self.0, action);
+    }
+    fn environment_moves() -> BoxedStrategy<Move> {
+        <World as WorldModel<M>>::environment_moves()
+    }
+    fn step_environment(&mut self, mv: &Move) {
+        <World as WorldModel<M>>::step_environment(&mut self.0, mv);
+    }
+    fn invariants(&self, state: &PgState) -> Result<(), String> {
+        <World as WorldModel<M>>::invariants(&self.0, state)
+    }
+    fn converged(&self, state: &PgState) -> bool {
+        <World as WorldModel<M>>::converged(&self.0, state)
+    }
+    fn settle(&mut self) {
+        <World as WorldModel<M>>::settle(&mut self.0);
+    }
+    fn clock(&mut self, now: DateTime<Utc>) {
+        <World as WorldModel<M>>::clock(&mut self.0, now);
+    }
+}
+
+/// A planned switchover (pod 2, the primary, must go: a scale-down) whose clean stop
+/// runs for a minute (its walsenders still send a standby that is far behind), then
+/// finishes.
+fn slow_clean_stop() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    world.primary_moved_to(2);
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        r(),
+        Event::Edit(Edit::Replicas(2)),
+        r(),
+        r(),
+        env(Write),
+        // Its agent sees the label `demoted`: a clean stop begins.
+        env(AgentTick(2)),
+        r(),
+        Event::Tick(60),
+        r(),
+        r(),
+        r(),
+        env(AgentTick(0)),
+        env(JobFinishes { nth: 0, ok: true }),
+        r(),
+        env(ServerStops(2)),
+        env(AgentTick(2)),
+        r(),
+        r(),
+        env(AgentTick(0)),
+        env(JobFinishes { nth: 0, ok: true }),
+        r(),
+        r(),
+    ];
+    (world, events)
+}
+
+fn passes((world, events): (World, Vec<Event<Move, Edit>>)) -> CheckReport {
+    check_scenario::<Postgres, World>(&config(), world, &events)
+        .unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+#[test]
+fn a_clean_stop_that_outlasts_the_lease_hands_over_only_once_released() {
+    let report = passes(slow_clean_stop());
+    let trace = report.trace.join("\n");
+    assert!(
+        report
+            .transitions
+            .contains_key("SwitchingOver -> Ready (SwitchoverCompleted)"),
+        "{trace}"
+    );
+    assert!(slow_clean_stop().0.agent_decide_is_real());
+}
+
+#[test]
+fn the_model_check_finds_and_shrinks_a_clean_stop_that_renews_nothing() {
+    let (mut world, events) = slow_clean_stop();
+    world.agent_decide = stop_without_renewing;
+    let two_writers = |reason: &str| {
+        reason.contains("still runs a writable server")
+            || reason.contains("all run a writable server")
+    };
+    let failure = shrink_scenario::<Postgres, OldCleanStop>(
+        &config(),
+        OldCleanStop(world),
+        &events,
+        two_writers,
+    )
+    .expect_err("the planted bug is found");
+    assert!(two_writers(&failure.reason), "{failure}");
+    // Shrunk to the story of the bug: the scale-down demotes pod 2, whose agent begins
+    // its clean stop on its next round; a minute passes (renewTime + L + S) while it
+    // runs; the operator hands the Lease over by expiry.
+    assert!(failure.events.len() <= 8, "{failure}");
+    assert!(
+        failure.events.iter().any(|e| e.contains("Replicas(2)"))
+            && failure.events.iter().any(|e| e.contains("clock")),
+        "{failure}"
+    );
+}
