@@ -43,7 +43,7 @@ pub struct Fired {
     pub pid: i32,
     /// The deadline that passed.
     pub deadline: Moment,
-    /// When the kill was done.
+    /// When the kill began.
     pub at: Moment,
     /// Why: the deadline passed, or the manager asked ([`Fence::fence_now`]).
     pub reason: String,
@@ -233,18 +233,18 @@ fn run(shared: &Shared) {
         });
         if let Some((postmaster, deadline, reason)) = due {
             state.guarded = None;
-            drop(state);
-            // Not under the lock: renewals may be recorded meanwhile (too late now).
-            let killed = kill_tree(&postmaster);
-            let at = Moment::now();
-            tracing::error!(pid = postmaster.pid(), %reason, ?killed, "FENCED: killed the postmaster and its children");
-            state = shared.lock();
+            // Recorded before the kill, so that whoever sees the server die sees why.
             state.fired = Some(Fired {
                 pid: postmaster.pid(),
                 deadline,
-                at,
-                reason,
+                at: Moment::now(),
+                reason: reason.clone(),
             });
+            drop(state);
+            // Not under the lock: renewals may be recorded meanwhile (too late now).
+            let killed = kill_tree(&postmaster);
+            tracing::error!(pid = postmaster.pid(), %reason, ?killed, "FENCED: killed the postmaster and its children");
+            state = shared.lock();
             continue;
         }
         let wait = state
