@@ -40,6 +40,18 @@ enum Command {
     Run(RunArgs),
     /// Print one line per transition of one object as it happens, until it is deleted.
     Narrate(NarrateArgs),
+    /// Run as PID 1 of a PostgreSQL container: the instance manager (the agent's machine,
+    /// the fence, supervision of postgres, the Lease).
+    Instance(Box<InstanceCmd>),
+}
+
+#[derive(Debug, clap::Args)]
+struct InstanceCmd {
+    /// Run the liveness check instead (the container's probe): exit 0 alive, 1 dead.
+    #[arg(long)]
+    liveness: bool,
+    #[command(flatten)]
+    args: lockstep::instance::run::config::InstanceArgs,
 }
 
 /// Where to find the cluster.
@@ -121,6 +133,12 @@ fn main() -> anyhow::Result<ExitCode> {
             logging::init(cli.log_format);
             tokio_runtime()?.block_on(narrate(args))
         }
+        Command::Instance(cmd) => {
+            if !cmd.liveness {
+                logging::init(cli.log_format);
+            }
+            tokio_runtime()?.block_on(instance(*cmd))
+        }
     }
 }
 
@@ -196,6 +214,16 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     runner::run(client, options, shutdown).await?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+async fn instance(cmd: InstanceCmd) -> anyhow::Result<ExitCode> {
+    use lockstep::instance::run::manager::{Manager, liveness};
+    let status = if cmd.liveness {
+        liveness(&cmd.args).await
+    } else {
+        Manager::new(cmd.args).await?.run().await?
+    };
+    Ok(ExitCode::from(u8::try_from(status).unwrap_or(1)))
 }
 
 async fn narrate(args: NarrateArgs) -> anyhow::Result<ExitCode> {

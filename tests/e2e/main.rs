@@ -15,6 +15,7 @@
 //!   a final backup; and `examples/deploy` running the operator as a pod there.
 //! - [`hardening`]: regressions from fault testing (refused requests, wiped status,
 //!   authority to act).
+//! - [`instance_lease`]: `lockstep instance`'s Lease client against the real API server.
 //! - [`postgres_real`]: PostgresCluster on real PostgreSQL pods on the real node.
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
 //!   the deploy manifests' RBAC.
@@ -29,6 +30,7 @@ mod distributeddb;
 mod engine_requests;
 mod etcd;
 mod hardening;
+mod instance_lease;
 mod operability;
 mod postgres;
 mod postgres_real;

@@ -11,6 +11,7 @@ request signing is really verified.
 
 from __future__ import annotations
 
+import atexit
 import glob
 import json
 import os
@@ -49,6 +50,25 @@ REPL_PASSWORD = "r3pl'ic\\ \"ation pw"
 S3_SECRET_SENTINEL_LEN = 40
 
 DEFAULT_TIMEOUT = 60.0
+
+# `lockstep instance` (the Rust instance manager that replaces entrypoint.sh): the
+# binary under test, built by `cargo build --bin lockstep` (LOCKSTEP_BIN overrides).
+LOCKSTEP_BIN = os.environ.get("LOCKSTEP_BIN") or str(REPO / "target" / "debug" / "lockstep")
+_instance_copy: "str | None" = None
+
+
+def instance_binary() -> str:
+    """LOCKSTEP_BIN copied once to a world-readable place: the `postgres` user may not
+    reach the clone (under a 0700 home directory)."""
+    global _instance_copy
+    if _instance_copy is None:
+        d = tempfile.mkdtemp(prefix="lsbin-", dir="/tmp")
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
+        os.chmod(d, 0o755)
+        _instance_copy = os.path.join(d, "lockstep")
+        shutil.copy2(LOCKSTEP_BIN, _instance_copy)
+        os.chmod(_instance_copy, 0o755)
+    return _instance_copy
 
 
 def find_pg_bin() -> str:
@@ -160,14 +180,16 @@ class Pod:
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, **extra):
+    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, instance=False, **extra):
+        """Runs entrypoint.sh, or with instance=True `lockstep instance` (LOCKSTEP_BIN)."""
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} already running"
         env = self.script_env(role, primary, **extra)
+        command = [instance_binary(), "instance"] if instance else ["bash", str(self.env.scripts / "entrypoint.sh")]
         with open(self.log, "ab") as logf:
             logf.write(f"\n===== start as {role} =====\n".encode())
             logf.flush()
             self.proc = subprocess.Popen(
-                ["bash", str(self.env.scripts / "entrypoint.sh")],
+                command,
                 env=env,
                 cwd=self.dir,
                 stdin=subprocess.DEVNULL,

@@ -65,7 +65,8 @@ class LeaseServer:
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     self._reply(401, {"kind": "Status", "code": 401})
                     return False
-                if self.path != f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE}":
+                # kube-rs (lockstep instance) adds a query string to its writes.
+                if self.path.split("?")[0] != f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE}":
                     self._reply(404, {"kind": "Status", "code": 404})
                     return False
                 return True

@@ -1,0 +1,664 @@
+//! `lockstep instance`: the loop that observes, asks the agent's pure
+//! [`decide`](crate::instance::decide) what to do, and carries out its actions.
+//!
+//! Each round: fill in an [`Observation`] (the role label, `$PGDATA`, the server through
+//! one bounded query, the Lease through one bounded read, the clock, the start of the last
+//! accepted renewal as the fence recorded it, a stray postmaster, the preparation that
+//! finished), call `decide`, run its actions in order (a failing one stops the rest and
+//! the transition is not taken), then wait as the decision says, waking early on
+//! `SIGTERM` or the server's exit.
+//!
+//! # Guarantees
+//! - The fence ([`Fence`]) guards the postmaster from the moment a writable start or a
+//!   promotion is *requested* (before the server can accept a write) until it has
+//!   exited; the renewals it counts from are exactly the accepted ones
+//!   ([`LeaseClient::renew`] returns when its read began).
+//! - `SIGTERM` is an input to `decide` (a clean stop, renewing meanwhile), never an exit:
+//!   the manager exits only once the agent reached `Exited`, and a server still running
+//!   then is stopped immediately first. `SIGINT` and `SIGQUIT` are forwarded to the
+//!   postmaster as well.
+//! - Liveness: the phase file (`<socket dir>/lockstep-phase.<port>`) says `running`
+//!   once the server answered; [`liveness`] then fails only when `pg_isready` gets no
+//!   answer at all.
+//!
+//! # Assumptions
+//! - The preparations (bootstrap, clone, rewind, local promotion) run inline: while one
+//!   runs, no server of this manager runs, so nothing needs renewing; `SIGTERM` is acted
+//!   on when it ends (each is bounded).
+//!
+//! # Errors
+//! [`ManagerError`] for what keeps the manager from running at all; everything else is
+//! an observation or a failed action that `decide` answers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::clock::Moment;
+use super::config::InstanceArgs;
+use super::fence::Fence;
+use super::lease::LeaseClient;
+use super::postmaster::Postmaster;
+use super::prepare::{Layout, Prepare};
+use super::process::{self, Pidfd, Signal};
+use crate::engine::Decision;
+use crate::instance::machine::{AgentSpec, LeaseTerms};
+use crate::instance::observe::{
+    DataDir, Finished, LeaseRead, LeaseSeen, Lsn, Mono, Observation, Position, ReleasedAt,
+    RoleLabel, Server, Standby, Task,
+};
+use crate::instance::{AgentAction, AgentState, decide};
+use crate::machines::postgres::actions::Role;
+use crate::machines::postgres::observe::{RELEASED_BY, RELEASED_LSN};
+
+/// What keeps the manager from running.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    /// A setting is missing or invalid.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The fence thread could not start.
+    #[error("starting the fence thread: {0}")]
+    Fence(#[source] std::io::Error),
+    /// The signal handlers could not be installed.
+    #[error("installing signal handlers: {0}")]
+    Signals(#[source] std::io::Error),
+    /// The Kubernetes client could not be configured.
+    #[error("configuring the Kubernetes client: {0}")]
+    Kube(String),
+}
+
+/// The path of the phase file the liveness check reads.
+#[must_use]
+pub fn phase_file(args: &InstanceArgs) -> PathBuf {
+    args.socket_dir
+        .join(format!("lockstep-phase.{}", args.port))
+}
+
+/// The liveness check (`lockstep instance --liveness`): alive while the manager prepares;
+/// once the server answered, alive unless `pg_isready` gets no answer at all (a server
+/// rejecting connections, starting or in a long recovery, is alive). Returns the exit
+/// status: 0 alive, 1 dead.
+pub async fn liveness(args: &InstanceArgs) -> i32 {
+    let phase = std::fs::read_to_string(phase_file(args)).unwrap_or_default();
+    if phase.trim() != "running" {
+        return 0;
+    }
+    let status = tokio::process::Command::new(args.binary("pg_isready"))
+        .arg("-q")
+        .arg("-h")
+        .arg(&args.socket_dir)
+        .arg("-p")
+        .arg(args.port.to_string())
+        .args(["-t", "5"])
+        .kill_on_drop(true)
+        .status();
+    match tokio::time::timeout(Duration::from_secs(8), status).await {
+        // 0 accepting, 1 rejecting (alive), 2 no answer, 3 no attempt (bad arguments).
+        Ok(Ok(s)) if s.code() == Some(2) => 1,
+        Ok(Ok(_)) => 0,
+        _ => 1,
+    }
+}
+
+/// The agent's spec from the settings.
+///
+/// # Errors
+/// [`ManagerError::Config`] when a Lease is configured without the pod's identity.
+pub fn agent_spec(args: &InstanceArgs) -> Result<AgentSpec, ManagerError> {
+    let lease = match &args.lease_name {
+        None => None,
+        Some(_) => {
+            let identity = args.holder().ok_or_else(|| {
+                ManagerError::Config("LOCKSTEP_LEASE_NAME needs POD_NAME and POD_UID".to_owned())
+            })?;
+            if args.pod_namespace.is_none() {
+                return Err(ManagerError::Config(
+                    "LOCKSTEP_LEASE_NAME needs POD_NAMESPACE".to_owned(),
+                ));
+            }
+            if args.fence() >= args.lease() {
+                return Err(ManagerError::Config(format!(
+                    "T ({:?}) must be shorter than L ({:?})",
+                    args.fence(),
+                    args.lease()
+                )));
+            }
+            Some(LeaseTerms {
+                identity,
+                duration: args.lease(),
+                fence: args.fence(),
+                renew: args.renew(),
+            })
+        }
+    };
+    let mut spec = match lease {
+        Some(lease) => AgentSpec::with_lease(lease),
+        None => AgentSpec {
+            lease: None,
+            ..AgentSpec::with_lease(LeaseTerms::for_lease("", 15))
+        },
+    };
+    spec.clean_stop = Duration::from_secs(args.start_timeout_seconds);
+    spec.reclone_on_rewind_failure = args.reclone_on_rewind_failure;
+    Ok(spec)
+}
+
+/// The role label in a downward-API labels file (`key="value"` per line).
+#[must_use]
+pub fn role_label(labels: &str, key: &str) -> RoleLabel {
+    let value = labels.lines().find_map(|line| {
+        let (k, v) = line.split_once('=')?;
+        (k == key).then(|| v.trim().trim_matches('"').to_owned())
+    });
+    match value {
+        None => RoleLabel::Absent,
+        Some(v) => v
+            .parse::<Role>()
+            .map_or(RoleLabel::Unknown(v), RoleLabel::Is),
+    }
+}
+
+/// The local server's answer to [`SERVER_QUERY`], as the agent sees it.
+#[must_use]
+pub fn server_from_row(row: &[String]) -> Server {
+    let field = |i: usize| row.get(i).map(String::as_str).unwrap_or_default();
+    let lsn = |i: usize| field(i).parse::<Lsn>().ok();
+    let checkpoint_tli: u32 = field(4).parse().unwrap_or(0);
+    let received_tli: u32 = field(5).parse().unwrap_or(0);
+    match field(0) {
+        "f" => Server::Writable {
+            position: Position {
+                timeline: checkpoint_tli,
+                lsn: lsn(1).unwrap_or_default(),
+            },
+        },
+        "t" => Server::Standby(Standby {
+            received: lsn(2).map(|lsn| Position {
+                timeline: if received_tli > 0 {
+                    received_tli
+                } else {
+                    checkpoint_tli
+                },
+                lsn,
+            }),
+            replayed: lsn(3).map(|lsn| Position {
+                timeline: checkpoint_tli,
+                lsn,
+            }),
+            streaming: field(6) == "t",
+        }),
+        _ => Server::Unanswering,
+    }
+}
+
+/// One row: in recovery, current LSN (a primary), received LSN, replayed LSN, the
+/// checkpoint's timeline, the WAL receiver's timeline, whether it streams.
+pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
+     CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END, \
+     coalesce(pg_last_wal_receive_lsn()::text, ''), \
+     coalesce(pg_last_wal_replay_lsn()::text, ''), \
+     (SELECT timeline_id FROM pg_control_checkpoint()), \
+     coalesce((SELECT received_tli FROM pg_stat_wal_receiver LIMIT 1), 0), \
+     coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver LIMIT 1), false)";
+
+/// The Lease as the agent sees it.
+fn lease_seen(lease: &k8s_openapi::api::coordination::v1::Lease) -> LeaseSeen {
+    let annotations = lease.metadata.annotations.as_ref();
+    LeaseSeen {
+        holder: lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .filter(|h| !h.is_empty()),
+        released_by: annotations.and_then(|a| a.get(RELEASED_BY).cloned()),
+        released_at: annotations.and_then(|a| a.get(RELEASED_LSN)).map(|v| {
+            v.parse::<Lsn>()
+                .map_or_else(|_| ReleasedAt::Invalid(v.clone()), ReleasedAt::Lsn)
+        }),
+    }
+}
+
+fn mono(moment: Moment) -> Mono {
+    Mono::at(moment.since(Moment::zero()))
+}
+
+/// The manager (see the module doc).
+#[derive(Debug)]
+pub struct Manager {
+    args: InstanceArgs,
+    spec: AgentSpec,
+    prepare: Prepare,
+    lease: Option<LeaseClient>,
+    fence: Fence,
+    postmaster: Option<Postmaster>,
+    last_exit: Option<i32>,
+    finished: Option<Finished>,
+    lease_read: LeaseRead,
+    state: AgentState,
+    signalled: bool,
+}
+
+impl Manager {
+    /// A manager for `args`; connects nothing yet but the Kubernetes client's config.
+    ///
+    /// # Errors
+    /// [`ManagerError`].
+    pub async fn new(args: InstanceArgs) -> Result<Self, ManagerError> {
+        let spec = agent_spec(&args)?;
+        let lease = match (&args.lease_name, &args.pod_namespace, args.holder()) {
+            (Some(name), Some(namespace), Some(me)) => {
+                let mut config = kube::Config::infer()
+                    .await
+                    .map_err(|e| ManagerError::Kube(e.to_string()))?;
+                let bound = Duration::from_secs(args.lease_request_seconds.max(1));
+                config.connect_timeout = Some(bound);
+                config.read_timeout = Some(bound);
+                config.write_timeout = Some(bound);
+                let client = kube::Client::try_from(config)
+                    .map_err(|e| ManagerError::Kube(e.to_string()))?;
+                let l = i32::try_from(args.lease_seconds).unwrap_or(i32::MAX);
+                Some(LeaseClient::new(client, namespace, name, &me, l, bound))
+            }
+            _ => None,
+        };
+        let fence = Fence::start(args.fence()).map_err(ManagerError::Fence)?;
+        Ok(Self {
+            prepare: Prepare::new(args.clone()),
+            args,
+            spec,
+            lease,
+            fence,
+            postmaster: None,
+            last_exit: None,
+            finished: None,
+            lease_read: LeaseRead::Unreadable,
+            state: AgentState::Starting,
+            signalled: false,
+        })
+    }
+
+    fn phase(&self, phase: &str) {
+        let _ = std::fs::write(phase_file(&self.args), format!("{phase}\n"));
+    }
+
+    /// Runs until the agent exits; returns the process's exit status.
+    ///
+    /// # Errors
+    /// [`ManagerError::Signals`].
+    pub async fn run(mut self) -> Result<i32, ManagerError> {
+        let mut term = signal(SignalKind::terminate()).map_err(ManagerError::Signals)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(ManagerError::Signals)?;
+        let mut quit = signal(SignalKind::quit()).map_err(ManagerError::Signals)?;
+        self.phase("starting");
+        loop {
+            let seen = self.observe().await;
+            let decision = decide(&self.spec, &self.state, &seen, self.signalled);
+            let (to, wait) = match &decision {
+                Decision::Go {
+                    to,
+                    reason,
+                    message,
+                    ..
+                } => {
+                    tracing::info!(from = <&str>::from(crate::instance::AgentKind::from(&self.state)), to = <&str>::from(crate::instance::AgentKind::from(to)), reason, %message, "transition");
+                    (Some(to.clone()), Duration::ZERO)
+                }
+                Decision::Stay {
+                    reason,
+                    message,
+                    wait,
+                    ..
+                } => {
+                    tracing::debug!(reason, %message, "stay");
+                    let wait = match wait {
+                        crate::engine::Wait::Requeue(d) => *d,
+                        _ => self.spec.period(),
+                    };
+                    (None, wait)
+                }
+            };
+            let mut all_done = true;
+            for action in decision.actions() {
+                if let Err(why) = self.act(action).await {
+                    tracing::warn!(?action, %why, "action failed: the rest of this round's actions are skipped");
+                    all_done = false;
+                    break;
+                }
+            }
+            let wait = if all_done {
+                if let Some(to) = to {
+                    self.state = to;
+                }
+                wait
+            } else {
+                // The transition is not taken: look again after a period, not at once.
+                self.spec.period()
+            };
+            if let AgentState::Exited { code } = self.state {
+                if let Some(mut pm) = self.postmaster.take() {
+                    let _ = pm.immediate().await;
+                }
+                self.phase("exited");
+                tracing::info!(status = code.status(), "exiting");
+                return Ok(code.status());
+            }
+            // Sleep until the decision's time, the server's exit, or a signal.
+            let exited = async {
+                match self.postmaster.as_mut() {
+                    Some(pm) => {
+                        let _ = pm.exited().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = exited => {}
+                _ = term.recv() => self.on_signal(Signal::Term),
+                _ = int.recv() => self.on_signal(Signal::Int),
+                _ = quit.recv() => self.on_signal(Signal::Quit),
+            }
+        }
+    }
+
+    fn on_signal(&mut self, signal: Signal) {
+        tracing::info!(?signal, "signalled: stopping");
+        self.signalled = true;
+        if signal != Signal::Term
+            && let Some(pm) = &self.postmaster
+        {
+            let _ = pm.signal(signal);
+        }
+    }
+
+    async fn observe(&mut self) -> Observation {
+        let role = match &self.args.role {
+            Some(role) => role_label(&format!("k=\"{role}\""), "k"),
+            None => std::fs::read_to_string(&self.args.role_file)
+                .map_or(RoleLabel::Absent, |text| {
+                    role_label(&text, &self.args.role_label)
+                }),
+        };
+        let server = self.observe_server().await;
+        let data = self.observe_data().await;
+        if let Some(lease) = &self.lease {
+            self.lease_read = match lease.read().await {
+                Ok(seen) => LeaseRead::Seen(lease_seen(&seen.lease)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the Lease failed");
+                    LeaseRead::Unreadable
+                }
+            };
+        }
+        let own = self.postmaster.as_ref().map(Postmaster::pid);
+        let stray = process::stray_postmaster(&self.args.pgdata, own)
+            .and_then(|pid| u32::try_from(pid).ok());
+        let streaming = matches!(&server, Server::Standby(s) if s.streaming);
+        let upstream_writable = match self.state {
+            AgentState::Starting => self.prepare.upstream_writable().await.is_ok(),
+            AgentState::Standby if !streaming => self.prepare.upstream_writable().await.is_ok(),
+            _ => false,
+        };
+        Observation {
+            role,
+            data,
+            server,
+            lease: self.lease_read.clone(),
+            now: mono(Moment::now()),
+            renewed: self.fence.last_renewal().map(mono),
+            stray,
+            finished: self.finished.take(),
+            upstream_writable,
+        }
+    }
+
+    async fn observe_server(&mut self) -> Server {
+        let Some(pm) = self.postmaster.as_mut() else {
+            return Server::Down {
+                exit: self.last_exit,
+            };
+        };
+        match pm.try_exit() {
+            Ok(Some(exit)) => {
+                tracing::info!(code = exit.code(), "postgres exited");
+                self.fence.release();
+                self.postmaster = None;
+                self.last_exit = Some(exit.code());
+                return Server::Down {
+                    exit: self.last_exit,
+                };
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "waiting for postgres"),
+        }
+        match self.prepare.local().query(SERVER_QUERY).await {
+            Ok(rows) => {
+                let server = rows
+                    .first()
+                    .map_or(Server::Unanswering, |r| server_from_row(r));
+                if !matches!(server, Server::Unanswering) {
+                    self.phase("running");
+                }
+                server
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the server did not answer");
+                Server::Unanswering
+            }
+        }
+    }
+
+    async fn observe_data(&self) -> DataDir {
+        let layout: &Layout = &self.prepare.layout;
+        if layout.interrupted() {
+            return DataDir::Interrupted;
+        }
+        if !layout.has_data() {
+            return if layout.is_empty() {
+                DataDir::Empty
+            } else {
+                DataDir::Foreign
+            };
+        }
+        let control = if self.postmaster.is_none() {
+            self.prepare.control().await.unwrap_or_default()
+        } else {
+            super::prepare::Control::default()
+        };
+        if layout.is_standby() {
+            DataDir::Standby {
+                clean: control.state == "shut down in recovery",
+            }
+        } else {
+            DataDir::Primary {
+                clean: control.state == "shut down",
+                checkpoint: control
+                    .checkpoint
+                    .as_deref()
+                    .and_then(|c| c.parse::<Lsn>().ok())
+                    .map(|lsn| Position {
+                        timeline: control.timeline.unwrap_or(0),
+                        lsn,
+                    }),
+            }
+        }
+    }
+
+    fn task_done(&mut self, task: Task, result: Result<(), super::prepare::PrepareError>) {
+        if let Err(e) = &result {
+            tracing::error!(%task, error = %e, "preparation failed");
+        }
+        self.finished = Some(Finished {
+            task,
+            ok: result.is_ok(),
+        });
+    }
+
+    fn start(&mut self, standby: bool) -> Result<(), String> {
+        if self.postmaster.is_some() {
+            return Ok(());
+        }
+        self.prepare
+            .write_config(standby)
+            .map_err(|e| e.to_string())?;
+        let pm = Postmaster::start(&self.args.binary("postgres"), &self.args.pgdata, &[])
+            .map_err(|e| e.to_string())?;
+        if !standby && self.spec.lease.is_some() {
+            // Guarded before it can accept a write.
+            self.fence.guard(pm.pidfd());
+        }
+        self.last_exit = None;
+        self.postmaster = Some(pm);
+        Ok(())
+    }
+
+    /// Carries out one action; `Err` stops the round's remaining actions.
+    async fn act(&mut self, action: &AgentAction) -> Result<(), String> {
+        match action {
+            AgentAction::KillStray { pid } => {
+                let pid = i32::try_from(*pid).map_err(|e| e.to_string())?;
+                if process::is_postgres(pid) {
+                    tracing::warn!(pid, "killing a postmaster this manager did not start");
+                    let pidfd = Pidfd::open(pid).map_err(|e| e.to_string())?;
+                    process::kill_tree(&pidfd).map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            AgentAction::Bootstrap => {
+                let r = self.prepare.bootstrap().await;
+                self.task_done(Task::Bootstrap, r);
+                Ok(())
+            }
+            AgentAction::PromoteLocally => {
+                let r = self.prepare.promote_locally().await;
+                self.task_done(Task::PromoteLocally, r);
+                Ok(())
+            }
+            AgentAction::Clone => {
+                let r = self.prepare.clone_primary().await;
+                self.task_done(Task::Clone, r);
+                Ok(())
+            }
+            AgentAction::Rewind => {
+                let r = self.prepare.rewind().await;
+                self.task_done(Task::Rewind, r);
+                Ok(())
+            }
+            AgentAction::StartStandby => self.start(true),
+            AgentAction::StartPrimary => self.start(false),
+            AgentAction::Promote => {
+                let pm = self.postmaster.as_ref().ok_or("no server runs")?;
+                if self.spec.lease.is_some() && !self.fence.is_guarding() {
+                    // Guarded from the request on.
+                    self.fence.guard(pm.pidfd());
+                }
+                match self
+                    .prepare
+                    .local()
+                    .value("SELECT pg_promote(wait => false)")
+                    .await
+                {
+                    Ok(Some(t)) if t == "t" => Ok(()),
+                    Ok(other) => Err(format!("pg_promote answered {other:?}")),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            AgentAction::Renew {
+                drop_released_lsn, ..
+            } => {
+                let lease = self.lease.as_ref().ok_or("no Lease configured")?;
+                let seen = lease
+                    .renew(*drop_released_lsn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                self.fence.renewed(seen.read_at);
+                self.lease_read = LeaseRead::Seen(lease_seen(&seen.lease));
+                Ok(())
+            }
+            AgentAction::Release { lsn } => {
+                let lease = self.lease.as_ref().ok_or("no Lease configured")?;
+                let lsn = lsn.map(|l| l.to_string());
+                let released = lease
+                    .release(lsn.as_deref())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(released, lsn = ?lsn, "released the Lease");
+                Ok(())
+            }
+            AgentAction::StopClean => self.signal(Signal::Int),
+            AgentAction::StopImmediate => self.signal(Signal::Quit),
+            AgentAction::Kill => {
+                if self.postmaster.is_some() {
+                    self.fence.fence_now("the agent decided to kill the server");
+                    if !self.fence.is_guarding()
+                        && let Some(pm) = &self.postmaster
+                    {
+                        process::kill_tree(&pm.pidfd()).map_err(|e| e.to_string())?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn signal(&self, signal: Signal) -> Result<(), String> {
+        match &self.postmaster {
+            Some(pm) => pm.signal(signal).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_is_read_from_the_downward_api_labels_file() {
+        let labels = "app=\"pg\"\nlockstep.dev/role=\"primary\"\n";
+        assert_eq!(
+            role_label(labels, "lockstep.dev/role"),
+            RoleLabel::Is(Role::Primary)
+        );
+        assert_eq!(
+            role_label("app=\"pg\"\n", "lockstep.dev/role"),
+            RoleLabel::Absent
+        );
+        assert_eq!(
+            role_label("lockstep.dev/role=\"leader\"", "lockstep.dev/role"),
+            RoleLabel::Unknown("leader".to_owned())
+        );
+    }
+
+    fn row(fields: &[&str]) -> Vec<String> {
+        fields.iter().map(|f| (*f).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_primary_answers_its_write_position_on_its_timeline() {
+        assert_eq!(
+            server_from_row(&row(&["f", "0/3000148", "", "", "2", "0", "f"])),
+            Server::Writable {
+                position: Position {
+                    timeline: 2,
+                    lsn: "0/3000148".parse().unwrap_or_default(),
+                },
+            }
+        );
+    }
+
+    #[test]
+    fn a_standby_answers_what_it_received_and_replayed_and_whether_it_streams() {
+        let Server::Standby(standby) =
+            server_from_row(&row(&["t", "", "0/5000000", "0/4000000", "1", "2", "t"]))
+        else {
+            panic!("a standby");
+        };
+        assert_eq!(standby.received.map(|p| p.timeline), Some(2));
+        assert_eq!(standby.replayed.map(|p| p.timeline), Some(1));
+        assert!(standby.streaming);
+        assert!(standby.has("0/5000000".parse().unwrap_or_default()));
+    }
+}

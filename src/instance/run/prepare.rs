@@ -1,0 +1,877 @@
+//! Preparing `$PGDATA` before the server starts: bootstrap, local promotion, clone,
+//! rewind, and the managed configuration. Each step runs PostgreSQL's own tools as
+//! bounded child processes.
+//!
+//! # Guarantees
+//! - A bootstrap or a clone runs behind a marker file beside `$PGDATA` (on the same
+//!   volume): one that was interrupted is seen ([`Layout::interrupted`]) and redone
+//!   from an empty directory, never mistaken for data.
+//! - A non-empty `$PGDATA` without `PG_VERSION` and without a marker of ours is never
+//!   written over ([`PrepareError::Foreign`]).
+//! - The managed configuration (`lockstep.conf`, `pg_hba.conf`, `standby.signal`) is
+//!   rewritten before every start, so a changed setting takes effect at the next start;
+//!   `primary_conninfo` lines that `pg_basebackup -R` or `pg_rewind -R` leave in
+//!   `postgresql.auto.conf` are removed (read last, they would win).
+//! - Passwords reach the tools only through their environment (`PGPASSWORD`) or stdin,
+//!   never argv, and are never logged.
+//! - Every child process is bounded: a temporary server's start and stop by
+//!   `START_TIMEOUT_SECONDS` (`pg_ctl -t`), the wait for a writable primary by
+//!   `PRIMARY_WAIT_SECONDS`, and every query by [`Psql::bound`].
+//!
+//! # Errors
+//! [`PrepareError`].
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use super::config::InstanceArgs;
+use super::quote;
+use super::sql::Psql;
+
+/// What went wrong preparing `$PGDATA`.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// A file of `$PGDATA` or beside it could not be read or written.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was done.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// `$PGDATA` holds something that is no data directory of ours.
+    #[error(
+        "PGDATA={0} is not empty but holds no PostgreSQL data directory (no PG_VERSION); refusing to write over it"
+    )]
+    Foreign(PathBuf),
+    /// A tool could not be started.
+    #[error("starting {tool}: {source}")]
+    Spawn {
+        /// The tool.
+        tool: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A tool failed or outlasted its bound.
+    #[error("{tool} failed: {status}")]
+    Tool {
+        /// The tool.
+        tool: String,
+        /// Its exit status, or the bound it outlasted.
+        status: String,
+    },
+    /// No writable primary answered within the bound.
+    #[error(
+        "no writable primary at {host}:{port} within {seconds} s (PRIMARY_WAIT_SECONDS): {last}"
+    )]
+    NoPrimary {
+        /// The primary's host.
+        host: String,
+        /// Its port.
+        port: u16,
+        /// The bound.
+        seconds: u64,
+        /// The last answer.
+        last: String,
+    },
+    /// A setting needed for this step is missing.
+    #[error("{0} is required for this step")]
+    Missing(&'static str),
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> PrepareError {
+    let path = path.to_owned();
+    move |source| PrepareError::Io { what, path, source }
+}
+
+/// The files of `$PGDATA` and beside it that the manager reads and writes.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// `$PGDATA`.
+    pub pgdata: PathBuf,
+}
+
+impl Layout {
+    /// The marker of a bootstrap in progress.
+    #[must_use]
+    pub fn initdb_marker(&self) -> PathBuf {
+        self.beside("lockstep-initdb-in-progress")
+    }
+
+    /// The marker of a clone in progress.
+    #[must_use]
+    pub fn clone_marker(&self) -> PathBuf {
+        self.beside("lockstep-clone-in-progress")
+    }
+
+    fn beside(&self, suffix: &str) -> PathBuf {
+        let mut name = self.pgdata.as_os_str().to_owned();
+        name.push(".");
+        name.push(suffix);
+        PathBuf::from(name)
+    }
+
+    /// Whether `PG_VERSION` is there.
+    #[must_use]
+    pub fn has_data(&self) -> bool {
+        self.pgdata.join("PG_VERSION").is_file()
+    }
+
+    /// Whether `standby.signal` is there.
+    #[must_use]
+    pub fn is_standby(&self) -> bool {
+        self.pgdata.join("standby.signal").is_file()
+    }
+
+    /// Whether a bootstrap or a clone was interrupted.
+    #[must_use]
+    pub fn interrupted(&self) -> bool {
+        self.initdb_marker().exists() || self.clone_marker().exists()
+    }
+
+    /// Whether `$PGDATA` is missing or empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        fs::read_dir(&self.pgdata).map_or(true, |mut d| d.next().is_none())
+    }
+
+    /// Removes everything inside `$PGDATA`.
+    ///
+    /// # Errors
+    /// [`PrepareError::Io`].
+    pub fn wipe(&self) -> Result<(), PrepareError> {
+        tracing::warn!(pgdata = %self.pgdata.display(), "removing the contents of PGDATA");
+        let Ok(entries) = fs::read_dir(&self.pgdata) else {
+            return Ok(());
+        };
+        for entry in entries {
+            let path = entry.map_err(io("listing", &self.pgdata))?.path();
+            if path.is_dir() && !path.is_symlink() {
+                fs::remove_dir_all(&path).map_err(io("removing", &path))?;
+            } else {
+                fs::remove_file(&path).map_err(io("removing", &path))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates `$PGDATA` (mode 0700) if needed.
+    ///
+    /// # Errors
+    /// [`PrepareError::Io`]: its volume is not writable by this user.
+    pub fn create(&self) -> Result<(), PrepareError> {
+        fs::create_dir_all(&self.pgdata).map_err(io("creating", &self.pgdata))?;
+        fs::set_permissions(&self.pgdata, fs::Permissions::from_mode(0o700))
+            .map_err(io("chmod 0700", &self.pgdata))
+    }
+}
+
+/// What `pg_controldata` says about `$PGDATA`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Control {
+    /// `Database cluster state` (`shut down`, `shut down in recovery`, `in production`, …).
+    pub state: String,
+    /// `Latest checkpoint location`.
+    pub checkpoint: Option<String>,
+    /// `Latest checkpoint's TimeLineID`.
+    pub timeline: Option<u32>,
+}
+
+impl Control {
+    /// Reads `pg_controldata`'s output.
+    #[must_use]
+    pub fn parse(text: &str) -> Self {
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        };
+        Self {
+            state: field("Database cluster state").unwrap_or_default(),
+            checkpoint: field("Latest checkpoint location"),
+            timeline: field("Latest checkpoint's TimeLineID").and_then(|t| t.parse().ok()),
+        }
+    }
+}
+
+/// The preparation steps, with what they run with.
+#[derive(Debug, Clone)]
+pub struct Prepare {
+    /// The settings.
+    pub args: InstanceArgs,
+    /// `$PGDATA` and its markers.
+    pub layout: Layout,
+}
+
+impl Prepare {
+    /// The steps for `args`.
+    #[must_use]
+    pub fn new(args: InstanceArgs) -> Self {
+        let layout = Layout {
+            pgdata: args.pgdata.clone(),
+        };
+        Self { args, layout }
+    }
+
+    fn start_timeout(&self) -> Duration {
+        Duration::from_secs(self.args.start_timeout_seconds)
+    }
+
+    /// `psql` on the local server, over the socket.
+    #[must_use]
+    pub fn local(&self) -> Psql {
+        Psql {
+            binary: self.args.binary("psql"),
+            host: self.args.socket_dir.display().to_string(),
+            port: self.args.port,
+            user: self.args.superuser.clone(),
+            password: None,
+            connect_timeout: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// `psql` on the primary, as `user` with `password`.
+    fn upstream(&self, user: &str, password: &str) -> Result<Psql, PrepareError> {
+        Ok(Psql {
+            binary: self.args.binary("psql"),
+            host: self
+                .args
+                .primary_host
+                .clone()
+                .ok_or(PrepareError::Missing("PRIMARY_HOST"))?,
+            port: self.args.primary_port,
+            user: user.to_owned(),
+            password: Some(password.to_owned()),
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(5),
+        })
+    }
+
+    /// Runs `tool args…` within `bound` (killed past it); its output goes to ours.
+    async fn run(
+        &self,
+        tool: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        bound: Duration,
+    ) -> Result<(), PrepareError> {
+        let mut command = Command::new(self.args.binary(tool));
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().map_err(|source| PrepareError::Spawn {
+            tool: tool.to_owned(),
+            source,
+        })?;
+        let status = tokio::time::timeout(bound, child.wait())
+            .await
+            .map_err(|_| PrepareError::Tool {
+                tool: tool.to_owned(),
+                status: format!("no end within {bound:?}"),
+            })?
+            .map_err(|source| PrepareError::Spawn {
+                tool: tool.to_owned(),
+                source,
+            })?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(PrepareError::Tool {
+                tool: tool.to_owned(),
+                status: status.to_string(),
+            })
+        }
+    }
+
+    /// `pg_controldata` of `$PGDATA`.
+    ///
+    /// # Errors
+    /// [`PrepareError`] if it cannot run.
+    pub async fn control(&self) -> Result<Control, PrepareError> {
+        let output = Command::new(self.args.binary("pg_controldata"))
+            .arg("-D")
+            .arg(&self.layout.pgdata)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(Duration::from_secs(10), output)
+            .await
+            .map_err(|_| PrepareError::Tool {
+                tool: "pg_controldata".to_owned(),
+                status: "no end within 10 s".to_owned(),
+            })?
+            .map_err(|source| PrepareError::Spawn {
+                tool: "pg_controldata".to_owned(),
+                source,
+            })?;
+        Ok(Control::parse(&String::from_utf8_lossy(&output.stdout)))
+    }
+
+    /// The managed settings of `lockstep.conf` for a primary or a standby.
+    #[must_use]
+    pub fn lockstep_conf(&self, standby: bool) -> String {
+        let a = &self.args;
+        let mut lines = vec![
+            "# Managed by lockstep instance; rewritten on every start. Do not edit.".to_owned(),
+            format!("listen_addresses = {}", quote::conf(&a.listen_addresses)),
+            format!("port = {}", a.port),
+            format!(
+                "unix_socket_directories = {}",
+                quote::conf(&a.socket_dir.display().to_string())
+            ),
+            "wal_level = replica".to_owned(),
+            format!("max_wal_senders = {}", a.max_wal_senders),
+            format!("max_replication_slots = {}", a.max_wal_senders),
+            format!("wal_keep_size = {}", quote::conf(&a.wal_keep_size)),
+            "hot_standby = on".to_owned(),
+            "wal_log_hints = on".to_owned(),
+            "password_encryption = 'scram-sha-256'".to_owned(),
+            "recovery_target_timeline = 'latest'".to_owned(),
+        ];
+        if standby && let Some(host) = &a.primary_host {
+            let conninfo = format!(
+                "host={} port={} user={} password={} application_name={} connect_timeout=10",
+                quote::conninfo(host),
+                a.primary_port,
+                quote::conninfo(&a.replication_user),
+                quote::conninfo(&a.replication_password),
+                quote::conninfo(&self.application_name()),
+            );
+            lines.push(format!("primary_conninfo = {}", quote::conf(&conninfo)));
+        }
+        if let Some(extra) = &a.extra_conf {
+            lines.push("# POSTGRES_EXTRA_CONF".to_owned());
+            lines.push(extra.clone());
+        }
+        lines.join("\n") + "\n"
+    }
+
+    fn application_name(&self) -> String {
+        self.args
+            .application_name
+            .clone()
+            .or_else(|| self.args.pod_name.clone())
+            .unwrap_or_else(|| "lockstep-replica".to_owned())
+    }
+
+    /// Writes the managed configuration for a primary or a standby.
+    ///
+    /// # Errors
+    /// [`PrepareError::Io`].
+    pub fn write_config(&self, standby: bool) -> Result<(), PrepareError> {
+        let dir = &self.layout.pgdata;
+        write_private(&dir.join("lockstep.conf"), &self.lockstep_conf(standby))?;
+        let conf = dir.join("postgresql.conf");
+        let text = fs::read_to_string(&conf).map_err(io("reading", &conf))?;
+        if !text.contains("\ninclude_if_exists = 'lockstep.conf'") {
+            let mut file = fs::OpenOptions::new()
+                .append(true)
+                .open(&conf)
+                .map_err(io("opening", &conf))?;
+            file.write_all(b"\n# lockstep managed settings\ninclude_if_exists = 'lockstep.conf'\n")
+                .map_err(io("writing", &conf))?;
+        }
+        let auto = dir.join("postgresql.auto.conf");
+        if let Ok(text) = fs::read_to_string(&auto) {
+            let kept: String = text
+                .lines()
+                .filter(|line| {
+                    let key = line.trim_start();
+                    !(key.starts_with("primary_conninfo") || key.starts_with("primary_slot_name"))
+                })
+                .map(|line| format!("{line}\n"))
+                .collect();
+            write_private(&auto, &kept)?;
+        }
+        write_private(
+            &dir.join("pg_hba.conf"),
+            "# Managed by lockstep instance; rewritten on every start.\n\
+             # TYPE  DATABASE     USER  ADDRESS  METHOD\n\
+             local   all          all            trust\n\
+             local   replication  all            trust\n\
+             host    replication  all   all      scram-sha-256\n\
+             host    all          all   all      scram-sha-256\n",
+        )?;
+        let signal = dir.join("standby.signal");
+        if standby {
+            write_private(&signal, "")?;
+        } else {
+            for name in ["standby.signal", "recovery.signal"] {
+                let path = dir.join(name);
+                if path.exists() {
+                    fs::remove_file(&path).map_err(io("removing", &path))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn temp_start(&self) -> Result<(), PrepareError> {
+        tracing::info!("starting a temporary local-only server");
+        let t = self.args.start_timeout_seconds.to_string();
+        let args = [
+            "-D",
+            &self.pgdata_str(),
+            "-w",
+            "-t",
+            &t,
+            "-o",
+            "-c listen_addresses=''",
+            "start",
+        ];
+        self.run(
+            "pg_ctl",
+            &strings(&args),
+            &[],
+            self.start_timeout() + Duration::from_secs(5),
+        )
+        .await
+    }
+
+    async fn temp_stop(&self) -> Result<(), PrepareError> {
+        tracing::info!("stopping the temporary server");
+        let t = self.args.start_timeout_seconds.to_string();
+        let args = [
+            "-D",
+            &self.pgdata_str(),
+            "-w",
+            "-t",
+            &t,
+            "-m",
+            "fast",
+            "stop",
+        ];
+        self.run(
+            "pg_ctl",
+            &strings(&args),
+            &[],
+            self.start_timeout() + Duration::from_secs(5),
+        )
+        .await
+    }
+
+    fn pgdata_str(&self) -> String {
+        self.layout.pgdata.display().to_string()
+    }
+
+    /// `initdb`, the superuser's password, the replication role and the optional
+    /// database, behind the bootstrap marker.
+    ///
+    /// # Errors
+    /// [`PrepareError`]; [`PrepareError::Foreign`] for a foreign `$PGDATA`.
+    pub async fn bootstrap(&self) -> Result<(), PrepareError> {
+        let marker = self.layout.initdb_marker();
+        if !self.layout.is_empty() {
+            if marker.exists() {
+                tracing::warn!("a previous bootstrap was interrupted; starting it over");
+                self.layout.wipe()?;
+            } else {
+                return Err(PrepareError::Foreign(self.layout.pgdata.clone()));
+            }
+        }
+        self.layout.create()?;
+        write_private(&marker, "")?;
+        let a = &self.args;
+        tracing::info!(superuser = %a.superuser, "initializing a new cluster");
+        let mut args = vec![
+            "-D".to_owned(),
+            self.pgdata_str(),
+            "-U".to_owned(),
+            a.superuser.clone(),
+            "--auth-local=trust".to_owned(),
+            "--auth-host=scram-sha-256".to_owned(),
+        ];
+        args.extend(a.initdb_args.split_whitespace().map(str::to_owned));
+        self.run("initdb", &args, &[], Duration::from_secs(600))
+            .await?;
+        self.write_config(false)?;
+        self.temp_start().await?;
+        let mut sql = format!(
+            "ALTER ROLE {} WITH PASSWORD {};\n",
+            quote::sql_ident(&a.superuser),
+            quote::sql_literal(&a.superuser_password)
+        );
+        if a.replication_user != a.superuser {
+            sql += &format!(
+                "CREATE ROLE {} WITH LOGIN REPLICATION PASSWORD {};\n",
+                quote::sql_ident(&a.replication_user),
+                quote::sql_literal(&a.replication_password)
+            );
+        }
+        if let Some(db) = a.database.as_deref().filter(|db| *db != "postgres") {
+            sql += &format!("CREATE DATABASE {};\n", quote::sql_ident(db));
+        }
+        let roles = self.psql_stdin(&sql).await;
+        if let Err(e) = roles {
+            let _ = self.temp_stop().await;
+            return Err(e);
+        }
+        self.temp_stop().await?;
+        fs::remove_file(&marker).map_err(io("removing", &marker))?;
+        tracing::info!(superuser = %a.superuser, replication = %a.replication_user, "bootstrap complete");
+        Ok(())
+    }
+
+    /// Runs `sql` on the local server through stdin (passwords never in argv).
+    async fn psql_stdin(&self, sql: &str) -> Result<(), PrepareError> {
+        let local = self.local();
+        let mut child = Command::new(&local.binary)
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", &local.host])
+            .args([
+                "-p",
+                &local.port.to_string(),
+                "-U",
+                &local.user,
+                "-d",
+                "postgres",
+                "-f",
+                "-",
+            ])
+            .env("PGCONNECT_TIMEOUT", "10")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| PrepareError::Spawn {
+                tool: "psql".to_owned(),
+                source,
+            })?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(sql.as_bytes())
+                .await
+                .map_err(|source| PrepareError::Spawn {
+                    tool: "psql".to_owned(),
+                    source,
+                })?;
+        }
+        let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+            .await
+            .map_err(|_| PrepareError::Tool {
+                tool: "psql".to_owned(),
+                status: "no end within 60 s".to_owned(),
+            })?
+            .map_err(|source| PrepareError::Spawn {
+                tool: "psql".to_owned(),
+                source,
+            })?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(PrepareError::Tool {
+                tool: "psql (creating the roles)".to_owned(),
+                status: status.to_string(),
+            })
+        }
+    }
+
+    /// Standby data made a primary's: a temporary local-only start in recovery,
+    /// `pg_ctl promote` (a new timeline), a stop.
+    ///
+    /// # Errors
+    /// [`PrepareError`].
+    pub async fn promote_locally(&self) -> Result<(), PrepareError> {
+        tracing::info!(
+            "the data directory is a standby's but this pod is labelled primary: promoting it locally"
+        );
+        self.write_config(false)?;
+        write_private(&self.layout.pgdata.join("standby.signal"), "")?;
+        self.temp_start().await?;
+        let t = self.args.start_timeout_seconds.to_string();
+        let args = ["-D", &self.pgdata_str(), "-w", "-t", &t, "promote"];
+        if let Err(e) = self
+            .run(
+                "pg_ctl",
+                &strings(&args),
+                &[],
+                self.start_timeout() + Duration::from_secs(5),
+            )
+            .await
+        {
+            let _ = self.temp_stop().await;
+            return Err(e);
+        }
+        self.temp_stop().await?;
+        tracing::info!("local promotion complete");
+        Ok(())
+    }
+
+    /// Whether a writable primary answers upstream right now (as the replication role).
+    ///
+    /// # Errors
+    /// The answer, when it is no.
+    pub async fn upstream_writable(&self) -> Result<(), String> {
+        let psql = self
+            .upstream(&self.args.replication_user, &self.args.replication_password)
+            .map_err(|e| e.to_string())?;
+        match psql.value("SELECT pg_is_in_recovery()").await {
+            Ok(Some(v)) if v == "f" => Ok(()),
+            Ok(_) => Err("the server is in recovery (a standby)".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Waits up to `PRIMARY_WAIT_SECONDS` for a writable primary upstream.
+    async fn await_primary(&self) -> Result<(), PrepareError> {
+        let bound = Duration::from_secs(self.args.primary_wait_seconds);
+        let started = tokio::time::Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last = match self.upstream_writable().await {
+                Ok(()) => return Ok(()),
+                Err(why) => why,
+            };
+            if started.elapsed() >= bound {
+                return Err(PrepareError::NoPrimary {
+                    host: self.args.primary_host.clone().unwrap_or_default(),
+                    port: self.args.primary_port,
+                    seconds: self.args.primary_wait_seconds,
+                    last,
+                });
+            }
+            if attempt == 1 {
+                tracing::info!(%last, "waiting for a writable primary");
+            }
+            tokio::time::sleep(Duration::from_secs(self.args.retry_interval_seconds)).await;
+        }
+    }
+
+    /// Waits for a writable primary, then `pg_basebackup` into an emptied `$PGDATA`
+    /// behind the clone marker, retried until `PRIMARY_WAIT_SECONDS`.
+    ///
+    /// # Errors
+    /// [`PrepareError`].
+    pub async fn clone_primary(&self) -> Result<(), PrepareError> {
+        self.await_primary().await?;
+        let a = &self.args;
+        let host = a
+            .primary_host
+            .clone()
+            .ok_or(PrepareError::Missing("PRIMARY_HOST"))?;
+        self.layout.create()?;
+        let marker = self.layout.clone_marker();
+        write_private(&marker, "")?;
+        let bound = Duration::from_secs(a.primary_wait_seconds);
+        let started = tokio::time::Instant::now();
+        let app = self.application_name();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if !self.layout.is_empty() {
+                self.layout.wipe()?;
+            }
+            tracing::info!(%host, attempt, "cloning the primary with pg_basebackup");
+            let args = [
+                "-h",
+                &host,
+                "-p",
+                &a.primary_port.to_string(),
+                "-U",
+                &a.replication_user,
+                "-w",
+                "-D",
+                &self.pgdata_str(),
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "-R",
+            ];
+            let env = [
+                ("PGPASSWORD", a.replication_password.as_str()),
+                ("PGAPPNAME", app.as_str()),
+            ];
+            match self
+                .run(
+                    "pg_basebackup",
+                    &strings(&args),
+                    &env,
+                    Duration::from_secs(24 * 3600),
+                )
+                .await
+            {
+                Ok(()) => break,
+                Err(e) if started.elapsed() >= bound => return Err(e),
+                Err(e) => tracing::warn!(error = %e, "pg_basebackup failed; retrying"),
+            }
+            tokio::time::sleep(Duration::from_secs(a.retry_interval_seconds)).await;
+        }
+        fs::set_permissions(&self.layout.pgdata, fs::Permissions::from_mode(0o700))
+            .map_err(io("chmod 0700", &self.layout.pgdata))?;
+        fs::remove_file(&marker).map_err(io("removing", &marker))?;
+        tracing::info!("clone complete");
+        Ok(())
+    }
+
+    /// Waits for a writable primary, `CHECKPOINT`s it (a just-promoted primary's
+    /// timeline reaches its pg_control only then), and `pg_rewind`s `$PGDATA` against
+    /// it. Whether a failed rewind is followed by a clone is the agent's decision.
+    ///
+    /// # Errors
+    /// [`PrepareError`].
+    pub async fn rewind(&self) -> Result<(), PrepareError> {
+        self.await_primary().await?;
+        let a = &self.args;
+        let host = a
+            .primary_host
+            .clone()
+            .ok_or(PrepareError::Missing("PRIMARY_HOST"))?;
+        let admin = self.upstream(&a.superuser, &a.superuser_password)?;
+        if let Err(e) = admin.value("CHECKPOINT").await {
+            tracing::warn!(error = %e, "CHECKPOINT on the primary failed; pg_rewind may miss a recent promotion");
+        }
+        let source = format!(
+            "host={} port={} user={} dbname=postgres connect_timeout=10",
+            quote::conninfo(&host),
+            a.primary_port,
+            quote::conninfo(&a.superuser)
+        );
+        let args = [
+            format!("--target-pgdata={}", self.pgdata_str()),
+            format!("--source-server={source}"),
+            "--progress".to_owned(),
+        ];
+        let env = [
+            ("PGPASSWORD", a.superuser_password.as_str()),
+            ("PGCONNECT_TIMEOUT", "10"),
+        ];
+        tracing::info!(%host, "running pg_rewind");
+        self.run("pg_rewind", &args, &env, Duration::from_secs(3600))
+            .await
+    }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// Writes `text` to `path`, mode 0600.
+fn write_private(path: &Path, text: &str) -> Result<(), PrepareError> {
+    fs::write(path, text).map_err(io("writing", path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io("chmod 0600", path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: InstanceArgs,
+    }
+
+    fn prepare(pgdata: &str) -> Prepare {
+        let argv = vec![
+            "lockstep",
+            "--pgdata",
+            pgdata,
+            "--superuser-password",
+            "s",
+            "--replication-password",
+            "r3pl'ic\\ \"ation pw",
+            "--primary-host",
+            "pg-rw.ns.svc",
+            "--pod-name",
+            "pg-1",
+        ];
+        Prepare::new(Cli::try_parse_from(argv).expect("valid flags").args)
+    }
+
+    #[test]
+    fn a_standby_follows_the_primary_with_a_quoted_password_and_a_primary_does_not() {
+        let p = prepare("/tmp/x/pgdata");
+        let standby = p.lockstep_conf(true);
+        assert!(standby.contains(
+            "primary_conninfo = 'host=''pg-rw.ns.svc'' port=5432 user=''replicator'' password=''r3pl\\\\''ic\\\\\\\\ \"ation pw'' application_name=''pg-1'' connect_timeout=10'"
+        ), "{standby}");
+        assert!(!p.lockstep_conf(false).contains("primary_conninfo"));
+    }
+
+    #[test]
+    fn the_markers_sit_beside_pgdata_on_the_same_volume() {
+        let p = prepare("/tmp/x/pgdata");
+        assert_eq!(
+            p.layout.initdb_marker(),
+            PathBuf::from("/tmp/x/pgdata.lockstep-initdb-in-progress")
+        );
+        assert_eq!(
+            p.layout.clone_marker(),
+            PathBuf::from("/tmp/x/pgdata.lockstep-clone-in-progress")
+        );
+    }
+
+    #[test]
+    fn pg_controldata_is_read_for_state_checkpoint_and_timeline() {
+        let control = Control::parse(
+            "pg_control version number:            1300\n\
+             Database cluster state:               shut down in recovery\n\
+             Latest checkpoint location:           0/3000060\n\
+             Latest checkpoint's TimeLineID:       2\n",
+        );
+        assert_eq!(
+            control,
+            Control {
+                state: "shut down in recovery".to_owned(),
+                checkpoint: Some("0/3000060".to_owned()),
+                timeline: Some(2),
+            }
+        );
+    }
+
+    #[test]
+    fn write_config_makes_a_standby_and_back_and_drops_pg_basebackups_conninfo() {
+        let dir = std::env::temp_dir().join(format!("lockstep-prepare-{}", std::process::id()));
+        let pgdata = dir.join("pgdata");
+        fs::create_dir_all(&pgdata).unwrap();
+        fs::write(pgdata.join("postgresql.conf"), "port = 1\n").unwrap();
+        fs::write(
+            pgdata.join("postgresql.auto.conf"),
+            "primary_conninfo = 'host=old'\nwork_mem = '8MB'\n",
+        )
+        .unwrap();
+        let p = prepare(pgdata.to_str().unwrap());
+
+        p.write_config(true).unwrap();
+        p.write_config(true).unwrap();
+        let conf = fs::read_to_string(pgdata.join("postgresql.conf")).unwrap();
+        assert_eq!(
+            conf.matches("include_if_exists = 'lockstep.conf'").count(),
+            1
+        );
+        assert_eq!(
+            fs::read_to_string(pgdata.join("postgresql.auto.conf")).unwrap(),
+            "work_mem = '8MB'\n"
+        );
+        assert!(p.layout.is_standby());
+
+        p.write_config(false).unwrap();
+        assert!(!p.layout.is_standby());
+        let mode = fs::metadata(pgdata.join("lockstep.conf"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "it holds the replication password");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,221 @@
+//! Queries to the local server, each bounded: `psql` over the Unix socket with a
+//! connect timeout, a statement timeout and a wall-clock bound after which the `psql`
+//! process is killed.
+//!
+//! Why `psql` and not a client library: the server's image already has it (the
+//! manager needs `pg_ctl`, `initdb`, `pg_basebackup` and `pg_rewind` from the same
+//! place), it adds no dependency to the operator's binary, and a child process gives
+//! a bound that nothing inside libpq can outlast: the manager kills it. The queries
+//! are few, once per round, and their answers are single rows of plain values.
+//!
+//! # Guarantees
+//! - [`Psql::query`] returns within [`Psql::bound`]: `PGCONNECT_TIMEOUT` bounds the
+//!   connection, `statement_timeout` (through `PGOPTIONS`) the statement on the server,
+//!   and the wall-clock bound everything else (a hung socket, a stopped server); then
+//!   the `psql` process is killed.
+//! - Passwords never reach argv: the local socket is trusted (`pg_hba.conf`), and a
+//!   remote password goes through `PGPASSWORD` in the child's environment only.
+//!
+//! # Errors
+//! [`SqlError`].
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+/// What went wrong running a query.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// `psql` could not be started.
+    #[error("starting {binary}: {source}")]
+    Spawn {
+        /// The binary.
+        binary: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No answer within the bound: `psql` was killed.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// `psql` failed: the server refused or was unreachable, or the statement failed.
+    #[error("psql exited with {code:?}: {stderr}")]
+    Failed {
+        /// Its exit code (2: no connection; 3: the statement failed).
+        code: Option<i32>,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+}
+
+/// Where and how to reach a server with `psql`.
+#[derive(Debug, Clone)]
+pub struct Psql {
+    /// The `psql` binary.
+    pub binary: PathBuf,
+    /// The host: the socket directory for the local server.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// The user.
+    pub user: String,
+    /// The password, for a server that asks for one (through `PGPASSWORD`).
+    pub password: Option<String>,
+    /// The connect timeout (`PGCONNECT_TIMEOUT`; libpq's minimum is 2 s).
+    pub connect_timeout: Duration,
+    /// The server-side `statement_timeout`.
+    pub statement_timeout: Duration,
+}
+
+impl Psql {
+    /// The wall-clock bound of one query: connect + statement + 1 s.
+    #[must_use]
+    pub fn bound(&self) -> Duration {
+        self.connect_timeout.max(Duration::from_secs(2))
+            + self.statement_timeout
+            + Duration::from_secs(1)
+    }
+
+    /// Runs `sql` and returns its rows, each a vector of fields (unaligned, tuples only).
+    ///
+    /// # Errors
+    /// [`SqlError`].
+    pub async fn query(&self, sql: &str) -> Result<Vec<Vec<String>>, SqlError> {
+        let mut command = Command::new(&self.binary);
+        command
+            .args(["-X", "-A", "-t", "-q", "-w", "-v", "ON_ERROR_STOP=1"])
+            .args(["-F", "\u{1f}"])
+            .arg("-h")
+            .arg(&self.host)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-U")
+            .arg(&self.user)
+            .args(["-d", "postgres", "-c", sql])
+            .env(
+                "PGCONNECT_TIMEOUT",
+                self.connect_timeout.as_secs().max(2).to_string(),
+            )
+            .env(
+                "PGOPTIONS",
+                format!(
+                    "-c statement_timeout={}",
+                    self.statement_timeout.as_millis()
+                ),
+            )
+            .env_remove("PGPASSWORD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(password) = &self.password {
+            command.env("PGPASSWORD", password);
+        }
+        let child = command.spawn().map_err(|source| SqlError::Spawn {
+            binary: self.binary.clone(),
+            source,
+        })?;
+        let bound = self.bound();
+        // On timeout the future (and with it the child) is dropped: kill_on_drop kills it.
+        let output = tokio::time::timeout(bound, child.wait_with_output())
+            .await
+            .map_err(|_| SqlError::Timeout(bound))?
+            .map_err(|source| SqlError::Spawn {
+                binary: self.binary.clone(),
+                source,
+            })?;
+        if !output.status.success() {
+            return Err(SqlError::Failed {
+                code: output.status.code(),
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter(|line| !line.is_empty())
+            .map(|line| line.split('\u{1f}').map(str::to_owned).collect())
+            .collect())
+    }
+
+    /// Runs `sql` and returns the first field of its first row, if any.
+    ///
+    /// # Errors
+    /// [`SqlError`].
+    pub async fn value(&self, sql: &str) -> Result<Option<String>, SqlError> {
+        Ok(self
+            .query(sql)
+            .await?
+            .into_iter()
+            .next()
+            .and_then(|row| row.into_iter().next()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for `psql` (the real one is exercised against real servers by
+    /// `tests/pg_scripts`): prints its environment's timeouts, or hangs.
+    fn fake_psql(name: &str, body: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("lockstep-psql-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("psql");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        path
+    }
+
+    fn psql(binary: PathBuf) -> Psql {
+        Psql {
+            binary,
+            host: "/nonexistent".to_owned(),
+            port: 5432,
+            user: "postgres".to_owned(),
+            password: None,
+            connect_timeout: Duration::from_secs(2),
+            statement_timeout: Duration::from_millis(500),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_query_carries_a_connect_and_a_statement_timeout() {
+        let bin = fake_psql(
+            "env",
+            r#"printf '%s\037%s\n' "$PGCONNECT_TIMEOUT" "$PGOPTIONS"; printf 'second\n'"#,
+        );
+        let rows = psql(bin).query("SELECT 1").await.unwrap();
+        assert_eq!(
+            rows,
+            vec![
+                vec!["2".to_owned(), "-c statement_timeout=500".to_owned()],
+                vec!["second".to_owned()],
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_query_that_hangs_is_killed_at_its_bound() {
+        let bin = fake_psql("hang", "exec sleep 600");
+        let q = psql(bin);
+        let started = std::time::Instant::now();
+        let err = q.value("SELECT 1").await.unwrap_err();
+        assert!(
+            matches!(err, SqlError::Timeout(bound) if bound == q.bound()),
+            "{err}"
+        );
+        assert!(started.elapsed() < q.bound() + Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn a_failed_query_says_why() {
+        let bin = fake_psql("fail", "echo 'psql: error: connection refused' >&2; exit 2");
+        let err = psql(bin).value("SELECT 1").await.unwrap_err();
+        assert!(
+            matches!(&err, SqlError::Failed { code: Some(2), stderr } if stderr.contains("refused")),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,185 @@
+"""`lockstep instance`, the Rust instance manager (issue 21), on real PostgreSQL
+servers: the fence thread, the Lease through kube-rs (against the LeaseServer
+stand-in of test_fencing.py, reached through a kubeconfig), demotion that keeps
+renewing and releases with the last position, a stray postmaster killed, SIGTERM.
+The binary is LOCKSTEP_BIN (default target/debug/lockstep: `cargo build --bin
+lockstep` first)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from pg_harness import LOCKSTEP_BIN, PG_BIN, SUPER_PASSWORD, user_kwargs, wait_until
+from test_fencing import LEASE, NS, TOKEN, UID0, UID1, LeaseServer, lease, writable  # noqa: F401
+
+assert os.path.exists(LOCKSTEP_BIN), f"build the manager first: cargo build --bin lockstep ({LOCKSTEP_BIN})"
+
+
+def instance_env(env, lease: LeaseServer, uid: str, **over) -> dict:
+    """The Lease settings, and a kubeconfig naming the stand-in API server and token."""
+    kubeconfig = env.base / "kubeconfig"
+    if not kubeconfig.exists():
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "t",
+            "clusters": [{"name": "t", "cluster": {"server": lease.url}}],
+            "users": [{"name": "t", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t", "namespace": NS}}],
+        }))
+        kubeconfig.chmod(0o644)
+    e = dict(
+        KUBECONFIG=str(kubeconfig), LOCKSTEP_LEASE_NAME=LEASE, POD_NAMESPACE=NS, POD_UID=uid,
+        # T - G (the agent's immediate-stop grace, 2 s) leaves room for several rounds of R.
+        LOCKSTEP_LEASE_SECONDS="10", LOCKSTEP_FENCE_SECONDS="5", LOCKSTEP_RENEW_SECONDS="1",
+    )
+    e.update(over)
+    return e
+
+
+def test_sigterm_stops_the_server_cleanly_and_the_manager_exits_0(env):
+    p = env.pod("pg-0").start("primary", instance=True)
+    assert writable(p)
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.wait_exit(timeout=60) == 0, p.log_tail()
+    assert p.try_sql("SELECT 1") is None
+    assert "database system is shut down" in p.log_text()
+
+
+def test_the_primary_renews_and_publishes_the_l_it_runs_with(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    lease.lease["spec"]["leaseDurationSeconds"] = 120  # what an older spec wrote
+    p = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    assert writable(p)
+    n = lease.renewals
+    wait_until(lambda: lease.renewals >= n + 2, timeout=20, what="renewals")
+    spec = lease.get()["spec"]
+    assert spec["holderIdentity"] == f"pg-0/{UID0}"
+    assert spec["leaseDurationSeconds"] == 10, "the L this holder's fence runs with (finding 2)"
+
+
+def test_the_fence_kills_the_server_within_t_when_the_api_server_hangs(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    p = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    wait_until(lambda: lease.renewals >= 2, timeout=20, what="renewals")
+    last_ok = time.monotonic()
+    lease.down = True  # every request hangs (3 s) past its 1 s bound
+
+    def gone():
+        return p.try_sql("SELECT 1") is None
+
+    wait_until(gone, timeout=20, interval=0.1, what="the server to be down")
+    took = time.monotonic() - last_ok
+    # T = 5 s after the start of the last accepted renewal, which began at most R = 1 s
+    # before last_ok was taken; the fence thread's kill itself is immediate.
+    assert took <= 5 + 1, f"the server answered {took:.1f}s after the last renewal"
+    assert p.wait_exit(timeout=30) == 5, p.log_tail()
+
+
+def test_a_fenced_server_with_a_busy_backend_is_killed_with_its_children(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    p = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    client = subprocess.Popen(
+        [f"{PG_BIN}/psql", "-X", "-h", "127.0.0.1", "-p", str(p.port), "-U", "postgres", "-d", "postgres",
+         "-c", "SELECT pg_sleep(60)"],
+        env=dict(os.environ, PGPASSWORD=SUPER_PASSWORD),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: p.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'") == "1",
+                   timeout=20, what="the busy backend")
+        lease.set_holder(f"pg-1/{UID1}")
+        assert p.wait_exit(timeout=30) == 5, p.log_tail()
+        assert client.wait(timeout=15) != 0  # its session is gone
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert p.try_sql("SELECT 1") is None
+
+
+def test_demotion_keeps_renewing_stops_cleanly_and_releases_with_the_last_position(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    old = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    old.sql("CREATE TABLE items (v text)")
+    old.sql("INSERT INTO items SELECT 'row-' || g FROM generate_series(1, 50) g")
+    old.set_role("demoted")
+    assert old.wait_exit(timeout=60) == 0, old.log_tail()
+    got = lease.get()
+    assert got["spec"].get("holderIdentity") in (None, "")
+    annotations = got["metadata"]["annotations"]
+    assert annotations["lockstep.dev/released-by"] == f"pg-0/{UID0}"
+    control = subprocess.run([f"{PG_BIN}/pg_controldata", "-D", str(old.pgdata)], capture_output=True, text=True,
+                             check=True, **user_kwargs()).stdout
+    checkpoint = next(l.split(":", 1)[1].strip() for l in control.splitlines()
+                      if l.startswith("Latest checkpoint location"))
+    assert annotations["lockstep.dev/released-lsn"] == checkpoint
+
+
+def test_a_postmaster_started_by_hand_is_killed_before_the_manager_starts_its_own(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    p = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.wait_exit(timeout=60) == 0, p.log_tail()
+    # `kubectl exec … pg_ctl start` while the manager is not running its own server.
+    subprocess.run([f"{PG_BIN}/pg_ctl", "-D", str(p.pgdata), "-w", "-t", "30", "-l", str(p.dir / "stray.log"),
+                    "start"], check=True, capture_output=True, cwd=p.dir, **user_kwargs())
+    stray = int((p.pgdata / "postmaster.pid").read_text().splitlines()[0])
+    assert writable(p), "the stray server runs writable and unsupervised"
+    lease.set_holder(f"pg-1/{UID1}")  # not ours: the manager must not start its own
+    p.start("primary", wait=False, instance=True, **instance_env(env, lease, UID0))
+
+    def stray_gone():
+        try:
+            os.kill(stray, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{stray}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+    wait_until(stray_gone, timeout=20, what="the stray postmaster to be killed")
+    assert p.try_sql("SELECT 1") is None
+    assert p.proc.poll() is None, "the manager keeps waiting for the Lease"
+    p.proc.send_signal(signal.SIGTERM)
+    p.wait_exit(timeout=30)
+
+
+def test_a_switchover_loses_nothing_the_standby_promotes_itself_past_the_released_position(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    old = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    new = env.pod("pg-1").start("replica", primary=old, instance=True, **instance_env(env, lease, UID1))
+    assert new.in_recovery() is True
+    old.sql("CREATE TABLE items (v text)")
+    old.sql("INSERT INTO items SELECT 'row-' || g FROM generate_series(1, 500) g")
+    old.set_role("demoted")
+    assert old.wait_exit(timeout=60) == 0, old.log_tail()
+    released = lease.get()["metadata"]["annotations"]["lockstep.dev/released-lsn"]
+    # The operator's hand-over: the Lease to the target, then its label.
+    lease.set_holder(f"pg-1/{UID1}")
+    new.set_role("primary")
+    wait_until(lambda: writable(new), timeout=30, what="the target to promote itself")
+    assert new.sql("SELECT count(*) FROM items") == "500", "every acknowledged commit is there"
+    assert new.sql(f"SELECT pg_current_wal_lsn() >= '{released}'::pg_lsn") == "t"
+    n = lease.renewals
+    wait_until(lambda: lease.renewals >= n + 2, timeout=20, what="the new primary's renewals")
+    assert "lockstep.dev/released-lsn" not in lease.get()["metadata"]["annotations"], (
+        "a writable server past the released position drops it")
+
+
+def test_a_standby_that_has_not_received_the_released_position_does_not_promote(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    primary = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    standby = env.pod("pg-1").start("replica", primary=primary, instance=True, **instance_env(env, lease, UID1))
+    primary.sql("CREATE TABLE t (v int)")
+    primary.stop("immediate")  # gone without a release
+    with lease.lock:
+        lease.lease["metadata"]["annotations"]["lockstep.dev/released-lsn"] = "FF/0"
+    lease.set_holder(f"pg-1/{UID1}")
+    standby.set_role("primary")
+    # A negative is watched for a window: 8 s is 8 rounds of R, each of which could promote.
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        assert standby.in_recovery() is True, "promoted without the released position"
+        time.sleep(0.5)
+    lease.drop_annotation("lockstep.dev/released-lsn")  # the person's escape hatch
+    wait_until(lambda: writable(standby), timeout=30, what="the promotion once the gate is lifted")
