@@ -3,7 +3,7 @@
 //!
 //! `lockstep instance` (the runtime, `run/`) runs as PID 1 of each PostgreSQL container.
 //! Every round it fills in an [`Observation`] (the role label, `$PGDATA`, the server and
-//! its positions, the Lease as read, its monotonic clock), asks [`decide`] what to do, and
+//! its positions, the Lease as read, its monotonic clock), asks [`decide()`] what to do, and
 //! carries out the [`AgentAction`]s: this module decides, the runtime acts. The table is
 //! declared ([`table::TABLE`]) and exported to `machines/instance.{yaml,md}`; the
 //! PostgresCluster model check drives this same `decide` for every pod.

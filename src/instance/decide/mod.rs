@@ -1,9 +1,9 @@
 //! The agent's pure decision: from its spec, its state and what it observes, stay (with
 //! actions) or take one declared edge.
 //!
-//! One file per concern: preparing the data directory ([`prepare`]), the Lease before a
-//! writable start ([`lease`]), the standby and its promotion ([`standby`]), the guard of a
-//! server that may write ([`guard`]), and stopping, releasing and fencing ([`stop`]).
+//! One file per concern: preparing the data directory (`prepare`), the Lease before a
+//! writable start (`lease`), the standby and its promotion (`standby`), the guard of a
+//! server that may write (`guard`), and stopping, releasing and fencing (`stop`).
 
 mod guard;
 mod lease;
