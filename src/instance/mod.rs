@@ -82,7 +82,7 @@ pub mod action;
 pub mod decide;
 pub mod machine;
 pub mod observe;
-/// The runtime (`lockstep instance`): the I/O edge that runs [`decide`].
+/// The runtime (`lockstep instance`): the I/O edge that runs [`decide()`].
 #[cfg(target_os = "linux")]
 pub mod run;
 pub mod state;

@@ -1,5 +1,5 @@
 //! `lockstep instance`: the loop that observes, asks the agent's pure
-//! [`decide`](crate::instance::decide) what to do, and carries out its actions.
+//! [`decide`](crate::instance::decide::decide) what to do, and carries out its actions.
 //!
 //! Each round: fill in an [`Observation`] (the role label, `$PGDATA`, the server through
 //! one bounded query, the Lease through one bounded read, the clock, the start of the last

@@ -2,18 +2,18 @@
 //! PID 1 of a PostgreSQL container (`lockstep instance`).
 //!
 //! One concern per file:
-//! - [`clock`]: `CLOCK_BOOTTIME`, the clock of every deadline;
-//! - [`process`]: processes by pidfd, the kill of a postmaster and all it started, and
+//! - `clock`: `CLOCK_BOOTTIME`, the clock of every deadline;
+//! - `process`: processes by pidfd, the kill of a postmaster and all it started, and
 //!   the detection of a postmaster this manager did not start (finding 7);
-//! - [`fence`]: the fence thread, which kills the writable server when no renewal
+//! - `fence`: the fence thread, which kills the writable server when no renewal
 //!   succeeded for `T`, whatever the rest of the manager is doing (finding 6);
-//! - [`postmaster`]: `postgres` as a supervised child;
-//! - [`sql`]: bounded queries to the local server;
-//! - [`lease`]: the primary Lease through kube-rs;
-//! - [`manager`]: the loop: observe, `decide`, act; and the liveness check;
-//! - [`config`]: the settings (the container's environment);
-//! - [`prepare`]: bootstrap, local promotion, clone, rewind, the managed configuration;
-//! - [`quote`]: quoting values into SQL, conninfo and `postgresql.conf`.
+//! - `postmaster`: `postgres` as a supervised child;
+//! - `sql`: bounded queries to the local server;
+//! - `lease`: the primary Lease through kube-rs;
+//! - `manager`: the loop: observe, `decide`, act; and the liveness check;
+//! - `config`: the settings (the container's environment);
+//! - `prepare`: bootstrap, local promotion, clone, rewind, the managed configuration;
+//! - `quote`: quoting values into SQL, conninfo and `postgresql.conf`.
 //!
 //! The design, and how it compares with CloudNativePG's instance manager and Patroni's
 //! watchdog: `docs/instance-manager.md`.

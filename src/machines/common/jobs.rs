@@ -28,9 +28,9 @@
 //! for deletion: it stays, with its outcome, until the operator removes the finalizer.
 //! The operator does that only once the outcome is recorded in the owner's status, that
 //! is in a state persisted after the one that read it: at rest for every finished Job
-//! ([`release_finished`]), and before the owner's own finalizer goes for every Job left
-//! ([`release_all`]). The removal is a merge patch preconditioned on the Job's UID and
-//! the resourceVersion read ([`JobAction::ReleaseJob`]), so a Job that changed since is
+//! ([`release_finished`](super::actions::release_finished)), and before the owner's own finalizer goes for every Job left
+//! ([`release_all`](super::actions::release_all)). The removal is a merge patch preconditioned on the Job's UID and
+//! the resourceVersion read ([`JobAction::ReleaseJob`](super::actions::JobAction::ReleaseJob)), so a Job that changed since is
 //! looked at again first. If the finalizer is removed by someone else and the Job goes
 //! before its outcome was read, the machine says so (`Degraded`, naming what to do),
 //! never only in its history.
