@@ -33,7 +33,7 @@
 //! ```
 //! use chrono::{TimeZone, Utc};
 //! use lockstep::edges;
-//! use lockstep::engine::{Decision, Edge, EngineStatus, Input, Machine, World, step};
+//! use lockstep::engine::{Deadline, Decision, Edge, EngineStatus, Input, Machine, World, step};
 //! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};
 //! use strum::{EnumDiscriminants, EnumIter, IntoStaticStr};
@@ -106,6 +106,16 @@
 //!         matches!(state, State::Running)
 //!     }
 //!
+//!     // A state that waits on the cluster says for how long, and the way out past it.
+//!     fn deadline(state: &State) -> Deadline {
+//!         match state {
+//!             State::Pending | State::Scaling { .. } => {
+//!                 Deadline::minutes(10, "kubectl describe the pods")
+//!             }
+//!             State::Running | State::Gone => Deadline::None,
+//!         }
+//!     }
+//!
 //!     fn finalized(state: &State) -> bool {
 //!         matches!(state, State::Gone)
 //!     }
@@ -130,7 +140,7 @@
 //! assert_eq!(started.status.phase.as_deref(), Some("Scaling"));
 //!
 //! // While nothing changes, a reconcile acts on nothing and writes nothing.
-//! let waiting = reconcile(&started.status, 2);
+//! let waiting = reconcile(&started.status, 0);
 //! assert!(waiting.actions.is_empty() && !waiting.changed);
 //!
 //! // Once every pod is Ready: Running, and the transition is in the persisted history.
