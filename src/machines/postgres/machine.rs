@@ -289,12 +289,16 @@ impl Machine for Postgres {
             PgState::Creating {
                 credentials_created,
             } => creating(spec, *credentials_created, world),
-            PgState::Ready { cluster } => ready(spec, cluster, world.acked(BACKUP_NOW), o),
+            PgState::Ready { cluster } => {
+                ready(spec, cluster, world.acked(BACKUP_NOW), o, world.now)
+            }
             PgState::Scaling {
                 cluster,
                 from_replicas,
-            } => scaling(spec, cluster, *from_replicas, o),
-            PgState::Upgrading { cluster, pod } => upgrading(spec, cluster, pod.as_ref(), o),
+            } => scaling(spec, cluster, *from_replicas, o, world.now),
+            PgState::Upgrading { cluster, pod } => {
+                upgrading(spec, cluster, pod.as_ref(), o, world.now)
+            }
             PgState::SwitchingOver(s) => switching_over(spec, s, world),
             PgState::PrimaryLost { cluster } => primary_lost(spec, cluster, world),
             PgState::BackingUp { cluster, request } => backing_up(spec, cluster, request, world),

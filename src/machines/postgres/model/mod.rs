@@ -115,14 +115,20 @@ use jobs::{Job, JobKind};
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
 const MAX_PODS: i32 = 3;
 const SCHEDULES: [Option<&str>; 3] = [None, Some("0 3 * * *"), Some("30 4 * * *")];
-/// `L`: `spec.fencing.leaseDurationSeconds` (the default).
+/// `L`: `spec.fencing.leaseDurationSeconds` (the default); [`Edit::LeaseSeconds`]
+/// moves it between this and [`LONG_LEASE_SECONDS`].
 const LEASE_SECONDS: i64 = 15;
+/// A longer `L` a user may set (and lower again: finding 2 of issue 21).
+const LONG_LEASE_SECONDS: i64 = 120;
 /// `S`: `spec.fencing.clockSkewSeconds`. Larger than the default so that it exceeds
 /// the slack `L - (T + R + 1)` = 5 s of the default `L`: an operator that leaves `S`
 /// out of its expiry is then unsafe, and the check must find it.
 const SKEW_SECONDS: i64 = 30;
-/// `T`: a holder that has not renewed for this long fences itself.
-const FENCE_SECONDS: i64 = LEASE_SECONDS / 2;
+/// `T` of a pod created with lease duration `l`: a holder that has not renewed for
+/// this long fences itself (`FencingSpec::fence_seconds`).
+fn fence_seconds(l: i64) -> i64 {
+    l / 2
+}
 /// `R`: how often the agent looks (and renews).
 const RENEW_SECONDS: i64 = crate::machines::postgres::api::FencingSpec::RENEW_SECONDS;
 /// The renewal time a renewing holder's Lease shows: it renews every `R` seconds, so
@@ -158,6 +164,32 @@ struct Pod {
     /// clock, at the latest by `T + R + 1` ([`World::clock_to`]); a standby is not
     /// promoted.
     cut: Option<DateTime<Utc>>,
+    /// The lease duration `L` the pod was created with (its environment): its fence
+    /// runs with `T` = `L / 2` whatever the spec says later.
+    lease_seconds: i64,
+    /// Frozen ([`Move::Pause`]: a VM pause, a hung disk, `cgroup.freeze`) since this
+    /// instant (true time): no process of the pod runs, so it neither renews, nor looks,
+    /// nor commits, nor fences; the kubelet's probes hang, so it stays as Ready as it
+    /// was. When it thaws ([`Move::Resume`]) its fence, counting on a monotonic clock,
+    /// finds `T` passed since its last renewal and stops its server before anything
+    /// else runs (an assumption in asynchronous mode: the pod's processes thaw
+    /// together).
+    paused: Option<DateTime<Utc>>,
+}
+
+/// A server whose pod object is gone but whose container still runs: a pod
+/// force-deleted while its node is partitioned ([`Move::ForceDeleted`]). It cannot
+/// reach the API server, so it fences itself by `T + R + 1` after its last renewal
+/// ([`World::clock_to`]), or when its node answers again and the kubelet kills it
+/// (the settling world).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Ghost {
+    ordinal: i32,
+    uid: u64,
+    /// When its last renewal began (true time).
+    since: DateTime<Utc>,
+    /// `L` it was created with.
+    lease_seconds: i64,
 }
 
 /// The primary Lease. Its holder renews it while it runs a writable server (then it never
@@ -175,6 +207,9 @@ struct ModelLease {
     released_lsn: Option<u64>,
     transitions: i32,
     version: u64,
+    /// `spec.leaseDurationSeconds` as written: the spec's at a creation or hand-over,
+    /// the holder's own `L` at each of its renewals.
+    duration: i64,
 }
 
 /// The simulated cluster.
@@ -191,6 +226,16 @@ pub(super) struct World {
     retry_promote: bool,
     /// `lockstep.dev/adopt-primary` names the pod holding the writable timeline.
     adopt_hatch: bool,
+    /// `spec.fencing.leaseDurationSeconds` ([`Edit::LeaseSeconds`]).
+    lease_seconds: i64,
+    /// `lockstep.dev/fenced` names the Lease's holder (or, with none, its last one)
+    /// whenever that holder's server is not writable: a person who knows its node is
+    /// down (the settling world's escape hatch).
+    fenced_hatch: bool,
+    /// The holder the Lease named before it was cleared or deleted.
+    last_holder: Option<(i32, u64)>,
+    /// Servers whose pods were force-deleted while their nodes were partitioned.
+    ghosts: Vec<Ghost>,
     // Owned objects.
     in_sync: InSync,
     sts: Option<(String, i32)>,
@@ -243,13 +288,14 @@ impl fmt::Debug for World {
         for (k, p) in &self.pods {
             write!(
                 f,
-                " {k}:uid{} {}{}{}{}{}{}",
+                " {k}:uid{} {}{}{}{}{}{}{}",
                 p.uid,
                 p.image.trim_start_matches("postgres:"),
                 if p.ready { " ready" } else { "" },
                 if p.writable { " W" } else { "" },
                 if p.terminating { " terminating" } else { "" },
                 if p.cut.is_some() { " cut" } else { "" },
+                if p.paused.is_some() { " frozen" } else { "" },
                 match p.role {
                     Some(Role::Primary) => " P",
                     Some(Role::Replica) => " R",
@@ -259,6 +305,9 @@ impl fmt::Debug for World {
             )?;
         }
         write!(f, " ]; jobs {:?}", self.jobs)?;
+        if !self.ghosts.is_empty() {
+            write!(f, "; force-deleted but running {:?}", self.ghosts)?;
+        }
         if !self.violations.is_empty() {
             write!(f, "; violations {:?}", self.violations)?;
         }
@@ -275,6 +324,9 @@ pub(super) enum Edit {
     Version(usize),
     Replicas(i32),
     Schedule(usize),
+    /// Set `spec.fencing.leaseDurationSeconds` (pods keep the one they were created
+    /// with).
+    LeaseSeconds(i64),
     /// Add or remove `spec.backup` (scenarios only). Removing it removes the `backup-now`
     /// annotation too: a request without a destination is a Degraded hold until the
     /// annotation goes (unit-tested), which the liveness phase would read as a quiet
@@ -323,6 +375,18 @@ pub(super) enum Move {
     Partition(i32),
     /// The pod reaches the API server again.
     Heal(i32),
+    /// The pod is force-deleted (`--grace-period=0 --force`) while its node is
+    /// partitioned: the object goes at once, its container keeps running (a writable
+    /// server stays writable, a [`Ghost`], until its own fence stops it).
+    ForceDeleted(i32),
+    /// Someone deletes the primary Lease.
+    LeaseDeleted,
+    /// The whole pod freezes (every process stopped: its server keeps whatever state
+    /// it had, its agent neither renews nor looks, its probes hang so the kubelet keeps
+    /// it Ready).
+    Pause(i32),
+    /// The frozen pod thaws.
+    Resume(i32),
     /// The pods' clocks move to `sign × S` seconds from the operator's (within the
     /// bound `spec.fencing.clockSkewSeconds` the operator allows for). A holder's
     /// `renewTime` is written by its own clock.
@@ -352,6 +416,8 @@ impl World {
                     starts_primary: false,
                     terminating: false,
                     cut: None,
+                    lease_seconds: self.lease_seconds,
+                    paused: None,
                 },
             );
         }
@@ -431,6 +497,10 @@ impl World {
             skip_final: false,
             retry_promote: false,
             adopt_hatch: false,
+            lease_seconds: LEASE_SECONDS,
+            fenced_hatch: false,
+            last_holder: None,
+            ghosts: Vec::new(),
             in_sync: InSync::default(),
             sts: None,
             pods: BTreeMap::new(),
@@ -473,6 +543,8 @@ impl World {
                     starts_primary: k == 0,
                     terminating: false,
                     cut: None,
+                    lease_seconds: self.lease_seconds,
+                    paused: None,
                 },
             );
         }
@@ -484,6 +556,7 @@ impl World {
             released_lsn: None,
             transitions: 0,
             version: 1,
+            duration: self.lease_seconds,
         });
         self.round = 1;
         self.round_primary = Some(0);
@@ -496,6 +569,22 @@ impl World {
         self.retry_promote = true;
         // A user who finds an adoption ambiguous names the primary.
         self.adopt_hatch = true;
+        // A user who finds a switchover waiting for a release that cannot come (the old
+        // primary's node is down) says so.
+        self.fenced_hatch = true;
+        // Partitioned nodes answer again: the kubelet kills the containers of pods
+        // that no longer exist.
+        self.ghosts.clear();
+        // Frozen pods thaw.
+        let paused: Vec<i32> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.paused.is_some())
+            .map(|(k, _)| *k)
+            .collect();
+        for k in paused {
+            self.resume(k);
+        }
         // A user who finds a promotion held back short of the position the old primary
         // stopped at (nobody has it) removes it from the Lease, accepting the loss.
         let held_back = self

@@ -77,7 +77,33 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     };
     // Ready, then an on-demand backup begins.
     let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
+    // The primary's pod freezes (still Ready), and L + S passes without a renewal.
+    let frozen = || vec![env(Pause(0)), Event::Tick(46), r()];
     vec![
+        (
+            // The primary freezes at rest.
+            "Ready -> PrimaryLost (PrimaryNotRenewing)",
+            running(3, false),
+            [adopt(), frozen()].concat(),
+        ),
+        (
+            // The primary freezes while a replica is added.
+            "Scaling -> PrimaryLost (PrimaryNotRenewing)",
+            running(2, false),
+            [adopt(), vec![Event::Edit(Edit::Replicas(3)), r()], frozen()].concat(),
+        ),
+        (
+            // The primary freezes mid-upgrade.
+            "Upgrading -> PrimaryLost (PrimaryNotRenewing)",
+            running(3, false),
+            [adopt(), vec![Event::Edit(Edit::Version(1)), r()], frozen()].concat(),
+        ),
+        (
+            // The primary freezes during an on-demand backup.
+            "BackingUp -> PrimaryLost (PrimaryNotRenewing)",
+            running(3, true),
+            [backing_up(), frozen()].concat(),
+        ),
         (
             // A cluster whose primary moved to pod 1 lost its status: adopted as it runs.
             "Creating -> Ready (Adopted)",
@@ -351,6 +377,12 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             // Deleted during a failover.
             "SwitchingOver -> Finalizing (DeletionRequested)",
             running(3, true),
+            [adopt(), fail_over(), vec![Event::Delete, r()]].concat(),
+        ),
+        (
+            // Deleted during a failover, without a backup destination.
+            "SwitchingOver -> Finalized (NoBackupPolicy)",
+            running(3, false),
             [adopt(), fail_over(), vec![Event::Delete, r()]].concat(),
         ),
         (

@@ -5,13 +5,24 @@
 use super::*;
 
 impl World {
-    /// The pods running a writable server.
+    /// The pods running a writable server (a frozen one counts until its fence would
+    /// stop it as it thaws: [`World::may_write`]).
     pub(super) fn writable(&self) -> Vec<i32> {
         self.pods
             .iter()
-            .filter(|(_, p)| p.writable)
+            .filter(|(_, p)| self.may_write(p))
             .map(|(k, _)| *k)
             .collect()
+    }
+
+    /// Whether `p` runs a writable server now or may once it thaws: frozen, it is
+    /// fenced as it thaws once `T` has passed since its last renewal (its fence counts
+    /// on a monotonic clock).
+    pub(super) fn may_write(&self, p: &Pod) -> bool {
+        p.writable
+            && p.paused.is_none_or(|since| {
+                self.now < since + chrono::Duration::seconds(fence_seconds(p.lease_seconds))
+            })
     }
 
     /// `target`'s data becomes the writable timeline: promoted by its own agent while it
@@ -74,6 +85,7 @@ impl World {
             .iter()
             .filter(|(k, p)| {
                 p.starts_primary
+                    && p.paused.is_none()
                     && !p.writable
                     && p.role == Some(Role::Primary)
                     && holder == Some((**k, p.uid))
@@ -110,13 +122,14 @@ impl World {
     pub(super) fn agent_tick(&mut self, k: i32) {
         let holder = self.lease.as_ref().and_then(|l| l.holder);
         let now = self.now;
-        let Some(p) = self.pods.get_mut(&k) else {
+        let Some(p) = self.pods.get_mut(&k).filter(|p| p.paused.is_none()) else {
             return;
         };
         if let Some(since) = p.cut {
             // Cut off, it sees neither the Lease nor its label: it fences only for want
             // of a renewal, once T has passed since the last one began.
-            if p.writable && now >= since + chrono::Duration::seconds(FENCE_SECONDS) {
+            let t = fence_seconds(p.lease_seconds);
+            if p.writable && now >= since + chrono::Duration::seconds(t) {
                 self.fence_cut(k);
             }
             return;
@@ -166,7 +179,9 @@ impl World {
 
     /// A client commits on the writable server, if there is exactly one.
     pub(super) fn write(&mut self) {
-        if let [k] = self.writable()[..] {
+        if let [k] = self.writable()[..]
+            && self.pods.get(&k).is_some_and(|p| p.paused.is_none())
+        {
             self.wal += 1;
             self.received.insert(k, self.wal);
         }
@@ -192,10 +207,11 @@ impl World {
                 .as_ref()
                 .and_then(|l| l.holder)
                 .and_then(|(k, _)| self.pods.get(&k))
-                .is_some_and(|p| p.cut.is_none())
+                .is_some_and(|p| p.cut.is_none() && p.paused.is_none())
     }
 
-    /// Whether the Lease's holder runs a writable server (renewing or cut off).
+    /// Whether the Lease's holder runs a writable server (renewing, cut off, frozen
+    /// but not yet past its `T`, or force-deleted but still running).
     pub(super) fn holder_writable(&self) -> bool {
         self.lease
             .as_ref()
@@ -203,7 +219,8 @@ impl World {
             .is_some_and(|(k, uid)| {
                 self.pods
                     .get(&k)
-                    .is_some_and(|p| p.uid == uid && p.writable)
+                    .is_some_and(|p| p.uid == uid && self.may_write(p))
+                    || self.ghosts.iter().any(|g| g.ordinal == k && g.uid == uid)
             })
     }
 
@@ -224,14 +241,10 @@ impl World {
             }
             return;
         }
+        self.last_renewal_now(k);
         let now = self.now;
         if let Some(p) = self.pods.get_mut(&k) {
             p.cut = Some(now);
-        }
-        let renewed = now + chrono::Duration::seconds(self.skew);
-        if let Some(l) = self.lease.as_mut() {
-            l.renewed = renewed;
-            l.version += 1;
         }
     }
 
@@ -262,20 +275,24 @@ impl World {
     /// every `R` and stops its server within a second.
     pub(super) fn clock_to(&mut self, now: DateTime<Utc>) {
         self.now = now;
+        let deadline = |since: DateTime<Utc>, l: i64| {
+            since + chrono::Duration::seconds(fence_seconds(l) + RENEW_SECONDS + 1)
+        };
         let late: Vec<i32> = self
             .pods
             .iter()
-            .filter(|(_, p)| p.writable)
+            .filter(|(_, p)| p.writable && p.paused.is_none())
             .filter(|(_, p)| {
-                p.cut.is_some_and(|since| {
-                    now >= since + chrono::Duration::seconds(FENCE_SECONDS + RENEW_SECONDS + 1)
-                })
+                p.cut
+                    .is_some_and(|since| now >= deadline(since, p.lease_seconds))
             })
             .map(|(k, _)| *k)
             .collect();
         for k in late {
             self.fence_cut(k);
         }
+        self.ghosts
+            .retain(|g| now < deadline(g.since, g.lease_seconds));
     }
 
     /// The operator hands the Lease over at `at`: its old holder must be certainly
@@ -303,6 +320,7 @@ impl World {
             released_lsn: l.released_lsn,
             transitions,
             version: l.version + 1,
+            duration: self.lease_seconds,
         });
         self.start_primaries();
     }

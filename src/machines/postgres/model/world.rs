@@ -51,7 +51,7 @@ where
             },
             backup: self.backup.then(World::spec_backup),
             fencing: crate::machines::postgres::api::FencingSpec {
-                lease_duration_seconds: LEASE_SECONDS,
+                lease_duration_seconds: self.lease_seconds,
                 clock_skew_seconds: SKEW_SECONDS,
             },
         }
@@ -62,6 +62,8 @@ where
             3 => (0..VERSIONS.len()).prop_map(Edit::Version),
             2 => (1..=MAX_PODS).prop_map(Edit::Replicas),
             1 => (0..SCHEDULES.len()).prop_map(Edit::Schedule),
+            1 => prop_oneof![Just(LEASE_SECONDS), Just(LONG_LEASE_SECONDS)]
+                .prop_map(Edit::LeaseSeconds),
         ]
         .boxed()
     }
@@ -73,6 +75,7 @@ where
             Edit::Replicas(n) => self.replicas = n,
             Edit::Schedule(s) if self.backup => self.schedule = s,
             Edit::Schedule(_) => {}
+            Edit::LeaseSeconds(l) => self.lease_seconds = l,
             Edit::ToggleBackup => {
                 self.backup = !self.backup;
                 if !self.backup {
@@ -150,17 +153,27 @@ where
                     } else {
                         l.renewed
                     }),
-                    duration: LEASE_SECONDS,
+                    // A renewing holder writes the `L` its fence runs with.
+                    duration: match l.holder.and_then(|(k, _)| self.pods.get(&k)) {
+                        Some(p) if self.holder_renews() => p.lease_seconds,
+                        _ => l.duration,
+                    },
                     transitions: l.transitions,
                     released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
+                    released_lsn: l.released_lsn.map(|x| format!("0/{x:X}")),
                     uid: "lease".to_owned(),
                     version: l.version.to_string(),
                 }),
                 requests: PgRequests {
                     retry_promote: self.retry_promote.then(|| "settled".to_owned()),
                     adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.db_primary)),
-                    fenced: None,
+                    fenced: self.fenced_hatch.then(|| self.fenced()).flatten(),
                 },
+                lease_seconds: self
+                    .pods
+                    .iter()
+                    .map(|(k, p)| (*k, p.lease_seconds))
+                    .collect(),
             },
         }
     }
@@ -259,6 +272,7 @@ where
                         released_lsn: None,
                         transitions: 0,
                         version: 1,
+                        duration: self.lease_seconds,
                     });
                     self.start_primaries();
                 }
@@ -299,6 +313,10 @@ where
             1 => (0..MAX_PODS).prop_map(Move::Partition),
             1 => (0..MAX_PODS).prop_map(Move::Heal),
             1 => (-1i8..=1).prop_map(Move::ClockSkew),
+            1 => (0..MAX_PODS).prop_map(Move::ForceDeleted),
+            1 => Just(Move::LeaseDeleted),
+            1 => (0..MAX_PODS).prop_map(Move::Pause),
+            2 => (0..MAX_PODS).prop_map(Move::Resume),
         ]
         .boxed()
     }
@@ -342,6 +360,16 @@ where
             Move::Partition(k) => self.partition(k),
             Move::Heal(k) => self.heal(k),
             Move::ClockSkew(sign) => self.skew = i64::from(sign) * SKEW_SECONDS,
+            Move::ForceDeleted(k) => self.force_delete(k),
+            Move::LeaseDeleted => {
+                // A writable holder's agent finds no Lease at its next renewal and fences
+                // at once (it cannot release what is gone): taken as one move, as for
+                // `LeaseCleared`; a cut-off or frozen one cannot see it.
+                self.lease_gone();
+                self.lease = None;
+            }
+            Move::Pause(k) => self.pause(k),
+            Move::Resume(k) => self.resume(k),
             Move::Write => self.write(),
             Move::Replicate(k) => self.replicate(k),
             Move::Terminated(k) => {
@@ -350,19 +378,7 @@ where
                 }
             }
             Move::LeaseCleared => {
-                // A writable holder's agent sees it on its next renewal (within R) and
-                // fences at once; the model takes the two as one move, so the Lease's
-                // renewal time (its last hand-over) is no later than any renewal of a
-                // server still writable.
-                if let Some((k, uid)) = self.lease.as_ref().and_then(|l| l.holder)
-                    && let Some(p) = self
-                        .pods
-                        .get_mut(&k)
-                        .filter(|p| p.uid == uid && p.writable && p.cut.is_none())
-                {
-                    p.writable = false;
-                    p.starts_primary = true;
-                }
+                self.lease_gone();
                 if let Some(l) = self.lease.as_mut() {
                     l.holder = None;
                     l.version += 1;
@@ -391,6 +407,14 @@ where
         let writable = self.writable();
         if writable.len() > 1 {
             return Err(format!("pods {writable:?} all run a writable server"));
+        }
+        if let Some(g) = self.ghosts.first()
+            && !writable.is_empty()
+        {
+            return Err(format!(
+                "pods {writable:?} run a writable server while pod {}'s (uid {}, force-deleted) still runs",
+                g.ordinal, g.uid
+            ));
         }
         let primaries = self.primary_labels();
         if primaries.len() > 1 {
@@ -501,5 +525,118 @@ where
         } else {
             0
         };
+    }
+}
+
+/// The environment moves of issue 21's findings: a force-deleted pod whose server runs
+/// on, a deleted Lease, a frozen pod.
+impl World {
+    /// The Lease's holder renewed it last now (it is about to stop renewing: cut off,
+    /// frozen, force-deleted), if it was renewing: the Lease keeps that `renewTime`, by
+    /// its clock, and the `L` it runs with.
+    pub(super) fn last_renewal_now(&mut self, k: i32) {
+        let holder = self.lease.as_ref().and_then(|l| l.holder);
+        let Some(p) = self.pods.get(&k).filter(|p| holder == Some((k, p.uid))) else {
+            return;
+        };
+        if !self.holder_renews() {
+            return;
+        }
+        let (renewed, duration) = (
+            self.now + chrono::Duration::seconds(self.skew),
+            p.lease_seconds,
+        );
+        if let Some(l) = self.lease.as_mut() {
+            l.renewed = renewed;
+            l.duration = duration;
+            l.version += 1;
+        }
+    }
+
+    /// The Lease's holder is cleared or the Lease deleted: a writable holder's agent
+    /// sees it on its next renewal (within R) and fences at once (the model takes the
+    /// two as one move, so the Lease's renewal time, its last hand-over, is no later
+    /// than any renewal of a server still writable); one cut off or frozen cannot see
+    /// it and stops by its own deadline.
+    pub(super) fn lease_gone(&mut self) {
+        let Some((k, uid)) = self.lease.as_ref().and_then(|l| l.holder) else {
+            return;
+        };
+        self.last_holder = Some((k, uid));
+        if let Some(p) = self
+            .pods
+            .get_mut(&k)
+            .filter(|p| p.uid == uid && p.writable && p.cut.is_none() && p.paused.is_none())
+        {
+            p.writable = false;
+            p.starts_primary = true;
+        }
+    }
+
+    /// `lockstep.dev/fenced` as the settling world's person writes it: the Lease's
+    /// holder (or its last one), if its server is certainly not writable.
+    pub(super) fn fenced(&self) -> Option<String> {
+        let lease = self.lease.as_ref();
+        let (k, uid) = match lease {
+            Some(l) => l.holder.or(self.last_holder)?,
+            None => self.last_holder?,
+        };
+        let down = !self.holder_writable()
+            && !self.ghosts.iter().any(|g| (g.ordinal, g.uid) == (k, uid))
+            && !self
+                .pods
+                .get(&k)
+                .is_some_and(|p| p.uid == uid && self.may_write(p));
+        down.then(|| format!("pg-{k}/{uid}"))
+    }
+
+    /// Pod `k` is force-deleted while its node is partitioned: the object is gone at
+    /// once; a writable server keeps running (a [`Ghost`]) until its own fence stops it.
+    pub(super) fn force_delete(&mut self, k: i32) {
+        self.last_renewal_now(k);
+        let Some(p) = self.pods.remove(&k) else {
+            return;
+        };
+        if p.writable {
+            let since = p.cut.or(p.paused).unwrap_or(self.now);
+            self.ghosts.push(Ghost {
+                ordinal: k,
+                uid: p.uid,
+                since,
+                lease_seconds: p.lease_seconds,
+            });
+        }
+    }
+
+    /// Pod `k` freezes: its last renewal was now, if it renewed.
+    pub(super) fn pause(&mut self, k: i32) {
+        self.last_renewal_now(k);
+        let now = self.now;
+        if let Some(p) = self.pods.get_mut(&k).filter(|p| p.paused.is_none()) {
+            p.paused = Some(p.cut.unwrap_or(now));
+        }
+    }
+
+    /// Pod `k` thaws: its fence, counting on a monotonic clock, stops a writable server
+    /// at once if `T` has passed since its last renewal (its container restarts and
+    /// waits for the Lease, [`World::start_primaries`]); otherwise it renews again and
+    /// looks.
+    pub(super) fn resume(&mut self, k: i32) {
+        let now = self.now;
+        let Some(p) = self.pods.get_mut(&k) else {
+            return;
+        };
+        let Some(since) = p.paused.take() else {
+            return;
+        };
+        if p.writable && now >= since + chrono::Duration::seconds(fence_seconds(p.lease_seconds)) {
+            p.writable = false;
+            p.starts_primary = true;
+            p.cut = None;
+        }
+        if let Some(l) = self.lease.as_mut() {
+            l.version += 1;
+        }
+        self.start_primaries();
     }
 }
