@@ -16,6 +16,8 @@
 //! - [`hardening`]: regressions from fault testing (refused requests, wiped status,
 //!   authority to act).
 //! - [`postgres_real`]: PostgresCluster on real PostgreSQL pods on the real node.
+//! - [`postgres_freeze`]: on the real node, a primary whose whole pod is frozen (still
+//!   Ready to the kubelet) is reported lost and failed over.
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
 //!   the deploy manifests' RBAC.
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
@@ -29,6 +31,7 @@ mod etcd;
 mod hardening;
 mod operability;
 mod postgres;
+mod postgres_freeze;
 mod postgres_real;
 mod smoke;
 mod support;
