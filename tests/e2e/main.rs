@@ -18,6 +18,9 @@
 //! - [`postgres_real`]: PostgresCluster on real PostgreSQL pods on the real node.
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
 //!   the deploy manifests' RBAC.
+//! - [`wakeups`]: what wakes the DistributedDB machine: each owned kind's relevant
+//!   changes do, irrelevant ones do not, and the debounce folds bursts without missing
+//!   a change (issue 27).
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
 //!   child process, request counting.
 
@@ -32,3 +35,4 @@ mod postgres;
 mod postgres_real;
 mod smoke;
 mod support;
+mod wakeups;
