@@ -43,6 +43,16 @@ enum Command {
     /// Run as PID 1 of a PostgreSQL container: the instance manager (the agent's machine,
     /// the fence, supervision of postgres, the Lease).
     Instance(Box<InstanceCmd>),
+    /// Copy this binary into a directory (the init container of PostgreSQL pods, which
+    /// then run `<dir>/lockstep instance`).
+    InstallInstance(InstallArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct InstallArgs {
+    /// The directory (a volume shared with the PostgreSQL container).
+    #[arg(long, default_value = "/lockstep/bin")]
+    to: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -96,6 +106,14 @@ struct RunArgs {
     /// Where to serve /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080", env = "LOCKSTEP_METRICS_ADDR")]
     metrics_addr: std::net::SocketAddr,
+    /// The image whose `/lockstep` the PostgreSQL pods' init container copies in: this
+    /// operator's own image (set it to the same reference as the Deployment's).
+    #[arg(
+        long,
+        env = "LOCKSTEP_INSTANCE_IMAGE",
+        default_value = lockstep::machines::postgres::render::DEFAULT_INSTANCE_IMAGE
+    )]
+    instance_image: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -132,6 +150,11 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Narrate(args) => {
             logging::init(cli.log_format);
             tokio_runtime()?.block_on(narrate(args))
+        }
+        Command::InstallInstance(args) => {
+            let path = lockstep::instance::run::install::install(&args.to)?;
+            println!("installed {}", path.display());
+            Ok(ExitCode::SUCCESS)
         }
         Command::Instance(cmd) => {
             if !cmd.liveness {
@@ -175,6 +198,7 @@ async fn kube_config(args: &ClusterArgs) -> anyhow::Result<kube::Config> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    lockstep::machines::postgres::render::set_instance_image(args.instance_image.clone());
     let machines = runner::select_machines(&args.machines)?;
     let config = kube_config(&args.cluster).await?;
     let default_namespace = config.default_namespace.clone();

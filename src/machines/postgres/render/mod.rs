@@ -7,13 +7,13 @@
 //!
 //! | object | name | notes |
 //! |---|---|---|
-//! | ConfigMap | `<name>-scripts` | the pod scripts (`entrypoint.sh`, `survey.sh`, `promote.sh`, `backup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` |
+//! | ConfigMap | `<name>-scripts` | the Jobs' scripts (`survey.sh`, `promote.sh`, `backup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` in the Jobs |
 //! | Secret | `<name>-credentials` | only without `spec.credentialsSecret`; random passwords; not owned (kept, like the claims) |
 //! | Service | `<name>` | headless, publishes not-ready addresses: each pod's stable DNS name |
 //! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
 //! | Service | `<name>-ro` | selects `lockstep.dev/role=replica` (neither Service selects `demoted`) |
 //! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` |
-//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
+//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; the init container copies `lockstep` from the operator's image and the server's container runs `lockstep instance` as PID 1 ([`manager`]); claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
 //! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator |
 //! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
 //! | survey Jobs | `<name>-survey-<hash>-<attempt>` | `survey.sh`: the standbys' WAL positions, in the termination message |
@@ -21,7 +21,9 @@
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw` |
 //! | CronJob | `<name>-backup` | scheduled `backup.sh` |
 //!
-//! The environment follows the scripts' contract (`src/machines/postgres/scripts/README.md`).
+//! The server container's environment is `lockstep instance`'s settings
+//! (`src/instance/run/config.rs`); the Jobs' follows the scripts' contract
+//! (`src/machines/postgres/scripts/README.md`).
 
 use std::collections::BTreeMap;
 
@@ -31,7 +33,7 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
-    DownwardAPIVolumeSource, EnvVar, ExecAction, Lifecycle, LifecycleHandler, ObjectFieldSelector,
+    DownwardAPIVolumeSource, EnvVar, ExecAction, ObjectFieldSelector,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec,
     Volume, VolumeMount,
 };
@@ -54,7 +56,12 @@ use crate::machines::common::storage;
 
 mod jobs;
 mod lease;
+mod manager;
 
+pub use manager::{
+    BIN_PATH, DEFAULT_INSTANCE_IMAGE, INSTALL_CONTAINER, INSTANCE_COMMAND, LIVENESS_COMMAND,
+    instance_image, set_instance_image,
+};
 pub use jobs::{backup_env, backup_job, cronjob, promote_job, survey_job};
 pub use lease::{
     instance_binding, instance_name, instance_role, lease, lease_hand_over, lease_name, micro_time,
@@ -89,20 +96,13 @@ pub const PROMOTE_DEADLINE_SECONDS: i64 = 120;
 
 /// The pod scripts, shipped verbatim in the scripts ConfigMap (`lib.sh` first: the
 /// others source it from their own directory).
-pub const SCRIPTS: [(&str, &str); 6] = [
+pub const SCRIPTS: [(&str, &str); 5] = [
     ("lib.sh", include_str!("../scripts/lib.sh")),
-    ("entrypoint.sh", include_str!("../scripts/entrypoint.sh")),
     ("survey.sh", include_str!("../scripts/survey.sh")),
     ("promote.sh", include_str!("../scripts/promote.sh")),
     ("backup.sh", include_str!("../scripts/backup.sh")),
     ("restore.sh", include_str!("../scripts/restore.sh")),
 ];
-
-/// The liveness (and startup) check, `entrypoint.sh --liveness`: alive while the
-/// entrypoint prepares on purpose (bootstrap, clone, rewind, waiting for the Lease);
-/// once the server has answered, dead only when it does not answer at all (`pg_isready`
-/// exit 2): accepting or rejecting connections both pass.
-pub const LIVENESS_COMMAND: [&str; 3] = ["bash", "/lockstep/scripts/entrypoint.sh", "--liveness"];
 
 /// A probe or hook running `command`.
 fn exec(command: &[&str]) -> ExecAction {
@@ -316,7 +316,7 @@ pub fn pdb(pg: &PostgresCluster) -> Result<PodDisruptionBudget, Error> {
     with_applied_hash(pdb, |p| &mut p.metadata)
 }
 
-/// The server's environment, per the entrypoint's contract.
+/// The instance manager's environment (`instance::run::config::InstanceArgs`).
 fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
     let secret = credentials_name(pg);
     let mut env = vec![
@@ -363,10 +363,7 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image.to_owned()),
-        command: Some(vec![
-            "bash".to_owned(),
-            format!("{SCRIPTS_PATH}/entrypoint.sh"),
-        ]),
+        command: Some(INSTANCE_COMMAND.map(str::to_owned).to_vec()),
         ports: Some(vec![ContainerPort {
             name: Some("postgresql".to_owned()),
             container_port: PORT,
@@ -391,25 +388,15 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
         }),
         // Only a server that does not answer at all is restarted: a busy primary that
         // rejects connections for a while (recovery, a checkpoint) is not. The startup
-        // probe holds the liveness probe off while the entrypoint waits for its role or
+        // probe holds the liveness probe off while the manager waits for its role or
         // its Lease (up to an hour).
         startup_probe: Some(alive(360)),
         liveness_probe: Some(alive(6)),
-        lifecycle: Some(Lifecycle {
-            // SIGTERM is PostgreSQL's smart shutdown, which waits for clients: stop fast.
-            pre_stop: Some(LifecycleHandler {
-                exec: Some(exec(&[
-                    "/bin/sh",
-                    "-c",
-                    "pg_ctl -D \"$PGDATA\" -m fast -w -t 50 stop",
-                ])),
-                ..LifecycleHandler::default()
-            }),
-            ..Lifecycle::default()
-        }),
+        // No preStop hook: SIGTERM reaches the manager (PID 1), which stops the server
+        // fast while it keeps renewing, then releases the Lease with its last position.
         volume_mounts: Some(vec![
             mount(VOLUME, DATA_PATH, false),
-            mount(SCRIPTS_VOLUME, SCRIPTS_PATH, true),
+            mount(manager::BIN_VOLUME, BIN_PATH, true),
             mount(PODINFO_VOLUME, PODINFO_PATH, true),
         ]),
         ..Container::default()
@@ -457,12 +444,13 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
+                    init_containers: Some(vec![manager::install_container()]),
                     containers: vec![container],
                     service_account_name: Some(instance_name(pg)),
                     automount_service_account_token: Some(true),
                     security_context: Some(security_context()),
                     termination_grace_period_seconds: Some(60),
-                    volumes: Some(vec![scripts_volume(pg), podinfo]),
+                    volumes: Some(vec![manager::bin_volume(), podinfo]),
                     ..PodSpec::default()
                 }),
             },

@@ -1,6 +1,7 @@
 //! Rendering.
 
 use super::*;
+use k8s_openapi::api::core::v1::Probe;
 use crate::machines::common::testing::{assert_env, assert_secret_env, job_pod};
 
 pub(super) fn object(spec: PostgresClusterSpec) -> PostgresCluster {
@@ -30,7 +31,7 @@ fn assert_runs(c: &Container, script: &str) {
 }
 
 #[test]
-fn the_statefulset_wires_the_entrypoint_per_the_scripts_contract() {
+fn the_pods_run_the_instance_manager_copied_in_by_an_init_container() {
     let pg = object(spec("16.3"));
     let sts = render::statefulset(&pg, V1, 3).expect("renders");
     assert_eq!(
@@ -48,8 +49,35 @@ fn the_statefulset_wires_the_entrypoint_per_the_scripts_contract() {
         pod.security_context.and_then(|s| s.run_as_user),
         Some(render::POSTGRES_UID)
     );
+
+    let init = pod.init_containers.clone().unwrap_or_default();
+    assert_eq!(init.len(), 1);
+    assert_eq!(init[0].name, render::INSTALL_CONTAINER);
+    assert_eq!(init[0].image.as_deref(), Some(render::instance_image()));
+    assert_eq!(
+        init[0].command.clone().unwrap_or_default(),
+        ["/lockstep", "install-instance", "--to", render::BIN_PATH]
+    );
+
     let c = &pod.containers[0];
-    assert_runs(c, "entrypoint.sh");
+    assert_eq!(c.image.as_deref(), Some(V1), "the server's image is the user's");
+    assert_eq!(c.command.clone().unwrap_or_default(), render::INSTANCE_COMMAND);
+    let probe = |p: &Option<Probe>| p.as_ref().and_then(|p| p.exec.clone()).and_then(|e| e.command);
+    let liveness = render::LIVENESS_COMMAND.map(str::to_owned).to_vec();
+    assert_eq!(probe(&c.liveness_probe), Some(liveness.clone()));
+    assert_eq!(probe(&c.startup_probe), Some(liveness));
+    assert!(
+        c.lifecycle.is_none(),
+        "no preStop hook: SIGTERM reaches the manager, which stops the server itself"
+    );
+    let mounted = |name: &str, into: &Container| {
+        into.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == name && m.mount_path == render::BIN_PATH)
+    };
+    assert!(mounted("lockstep-bin", c) && mounted("lockstep-bin", &init[0]));
+
     assert_connects_to_the_primary_as_superuser(c);
     assert_env(
         c,
@@ -61,19 +89,16 @@ fn the_statefulset_wires_the_entrypoint_per_the_scripts_contract() {
     );
     let replication = ("pg-creds", "replicationPassword");
     assert_secret_env(c, &[("REPLICATION_PASSWORD", replication)]);
-    assert!(
-        c.lifecycle
-            .as_ref()
-            .and_then(|l| l.pre_stop.as_ref())
-            .is_some()
-    );
     let volumes = pod.volumes.unwrap_or_default();
     assert!(volumes.iter().any(|v| v.downward_api.is_some()));
-    assert!(volumes.iter().any(|v| {
-        v.config_map
-            .as_ref()
-            .is_some_and(|c| c.name == "pg-scripts" && c.default_mode == Some(0o555))
-    }));
+    assert!(
+        volumes.iter().any(|v| v.name == "lockstep-bin" && v.empty_dir.is_some()),
+        "the copy lives in an emptyDir"
+    );
+    assert!(
+        !volumes.iter().any(|v| v.config_map.is_some()),
+        "the server's pod mounts no script"
+    );
 }
 
 #[test]
