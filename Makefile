@@ -76,7 +76,7 @@ e2e: cluster-up ## End-to-end tests on the local control plane (brings it up).
 
 .PHONY: e2e-postgres-real
 e2e-postgres-real: ## PostgresCluster on real PostgreSQL pods on the real node (cluster-up with the real node first).
-	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) tools/images/load.sh pause postgres-15 postgres-15-next s3
+	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 postgres-15-next s3 lockstep
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e postgres_real:: -- --test-threads=2
 
 .PHONY: demo

@@ -806,8 +806,8 @@ async fn replication_then_upgrade_switchover() {
     real.finish().await;
 }
 
-/// (c) Failover: the primary's postmaster is killed (SIGKILL; the entrypoint, its parent,
-/// exits with it). A replica is promoted and the old primary rejoins through pg_rewind.
+/// (c) Failover: the primary's postmaster is killed (SIGKILL; the instance manager, its
+/// parent, exits with it). A replica is promoted and the old primary rejoins through pg_rewind.
 ///
 /// Replication is asynchronous: a commit is acknowledged once it is durable on the
 /// primary, before any standby has it. So the new primary may lack exactly the old
@@ -870,7 +870,7 @@ async fn failover_after_the_primary_dies() {
     rejoined_as_a_replica(&real, name, &old, &new).await;
     let (_, logs) = real.kubectl(&["logs", &old, "-c", "postgres"]);
     assert!(
-        logs.contains("pg_rewind completed") || logs.contains("no rewind required"),
+        rewound(&logs),
         "{old} did not rejoin through pg_rewind:\n{logs}"
     );
     real.finish().await;
@@ -1196,7 +1196,7 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
     // The agent's own account of the fence, in the log of the container it stopped.
     let (_, fenced_log) = real.kubectl(&["logs", &old, "-c", "postgres", "--previous"]);
     assert!(
-        fenced_log.contains("FENCING: no lease renewal for more than"),
+        fenced_log.contains("RenewalOverdue") || fenced_log.contains("FENCED"),
         "{old}'s previous container did not fence for want of renewals:\n{fenced_log}"
     );
 
@@ -1238,21 +1238,19 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
     real.all_ready(name).await;
     rejoined_as_a_replica(&real, name, &old, &new).await;
     let (_, new_log) = real.kubectl(&["logs", &old, "-c", "postgres"]);
-    let rewound = |log: &str| {
+    let rewind_lines = |log: &str| {
         log.lines()
-            .filter(|l| l.contains("rewind"))
+            .filter(|l| l.contains("ewind"))
             .collect::<Vec<_>>()
             .join(" | ")
     };
     eprintln!(
         "(c'') {old} rejoined; held container: {}; recreated pod: {}",
-        rewound(&held_log),
-        rewound(&new_log)
+        rewind_lines(&held_log),
+        rewind_lines(&new_log)
     );
     assert!(
-        [&held_log, &new_log]
-            .iter()
-            .any(|l| l.contains("pg_rewind completed") || l.contains("no rewind required")),
+        [&held_log, &new_log].iter().any(|l| rewound(l)),
         "{old} did not rejoin through pg_rewind:\nheld container:\n{held_log}\nrecreated pod:\n{new_log}"
     );
     real.finish().await;
@@ -1687,13 +1685,17 @@ fn s3_env() -> BTreeMap<String, String> {
 }
 
 /// The pod side of fencing against the real API server, without the operator: a pod
-/// runs `entrypoint.sh` as `primary` with the Lease env and a ServiceAccount whose Role
+/// runs `lockstep instance` (copied in by the init container, as the operator renders
+/// it) as `primary` with the Lease env and a ServiceAccount whose Role
 /// allows `get`/`update`/`patch` on that one Lease (the contract of issue 12), and the
 /// test plays the operator's part on the Lease and the role label.
 #[tokio::test]
 async fn lease_agent_against_the_api_server() {
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use lockstep::machines::postgres::render::{
+        BIN_PATH, INSTANCE_COMMAND, LIVENESS_COMMAND, instance_image,
+    };
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
     if !real_node() {
@@ -1711,9 +1713,6 @@ async fn lease_agent_against_the_api_server() {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pg-instance"},
             "subjects": [{"kind": "ServiceAccount", "name": "pg-instance", "namespace": env.namespace()}]},
         "lease": {"metadata": {"name": "pg-primary"}, "spec": {"holderIdentity": "", "leaseDurationSeconds": 6}},
-        "scripts": {"metadata": {"name": "scripts"}, "data": {
-            "lib.sh": include_str!("../../src/machines/postgres/scripts/lib.sh"),
-            "entrypoint.sh": include_str!("../../src/machines/postgres/scripts/entrypoint.sh")}},
         "secret": {"metadata": {"name": "pw"}, "stringData": {"su": "su-pw", "repl": "repl-pw"}},
     });
     let get = |k: &str| objects[k].clone();
@@ -1737,10 +1736,6 @@ async fn lease_agent_against_the_api_server() {
         .create(&pp, &serde_json::from_value(get("lease")).expect("lease"))
         .await
         .expect("create the Lease");
-    env.api::<ConfigMap>()
-        .create(&pp, &serde_json::from_value(get("scripts")).expect("cm"))
-        .await
-        .expect("create the scripts ConfigMap");
     env.api::<Secret>()
         .create(&pp, &serde_json::from_value(get("secret")).expect("secret"))
         .await
@@ -1753,10 +1748,17 @@ async fn lease_agent_against_the_api_server() {
             "automountServiceAccountToken": true,
             "terminationGracePeriodSeconds": 10,
             "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999, "runAsNonRoot": true},
+            "initContainers": [{
+                "name": "install-instance",
+                "image": instance_image(),
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/lockstep", "install-instance", "--to", BIN_PATH],
+                "volumeMounts": [{"name": "bin", "mountPath": BIN_PATH}],
+            }],
             "containers": [{
                 "name": "postgres",
                 "image": IMAGE,
-                "command": ["bash", "/lockstep/scripts/entrypoint.sh"],
+                "command": INSTANCE_COMMAND,
                 "env": [
                     {"name": "PGDATA", "value": "/data/pgdata"},
                     {"name": "LOCKSTEP_ROLE_FILE", "value": "/etc/lockstep/podinfo/labels"},
@@ -1772,18 +1774,18 @@ async fn lease_agent_against_the_api_server() {
                     {"name": "LOCKSTEP_RENEW_SECONDS", "value": "1"},
                 ],
                 "livenessProbe": {
-                    "exec": {"command": ["bash", "/lockstep/scripts/entrypoint.sh", "--liveness"]},
+                    "exec": {"command": LIVENESS_COMMAND},
                     "periodSeconds": 5, "timeoutSeconds": 6, "failureThreshold": 6,
                 },
                 "volumeMounts": [
                     {"name": "data", "mountPath": "/data"},
-                    {"name": "scripts", "mountPath": "/lockstep/scripts", "readOnly": true},
+                    {"name": "bin", "mountPath": BIN_PATH, "readOnly": true},
                     {"name": "podinfo", "mountPath": "/etc/lockstep/podinfo", "readOnly": true},
                 ],
             }],
             "volumes": [
                 {"name": "data", "emptyDir": {}},
-                {"name": "scripts", "configMap": {"name": "scripts", "defaultMode": 0o555}},
+                {"name": "bin", "emptyDir": {}},
                 {"name": "podinfo", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
             ],
         }
@@ -1826,7 +1828,7 @@ async fn lease_agent_against_the_api_server() {
     };
 
     // 1. Labelled primary, the Lease names nobody: it waits, and nothing listens.
-    logs_contain("is held by ''", false);
+    logs_contain("AwaitingLease", false);
     assert!(
         !real.writable_over_tcp("pg-0"),
         "pg-0 serves before holding the lease"
@@ -1869,13 +1871,10 @@ async fn lease_agent_against_the_api_server() {
         |p: &Pod| last_exit_code(p) == Some(5),
     )
     .await;
-    let out = logs_contain(
-        "FENCING: lease pg-primary is held by 'pg-1/another-uid'",
-        true,
-    );
-    assert!(out.contains("fenced: exiting 5"), "{out}");
+    let out = logs_contain("LeaseLost", true);
+    assert!(out.contains("exiting status=5"), "{out}");
     drop(fenced);
-    logs_contain("is held by 'pg-1/another-uid'", false);
+    logs_contain("AwaitingLease", false);
 
     // 4. Back to pg-0, then labelled demoted: a clean stop, the Lease released.
     set_holder(me.clone()).await;
@@ -1920,6 +1919,12 @@ async fn lease_agent_against_the_api_server() {
     )
     .await;
     real.finish().await;
+}
+
+/// Whether an instance manager's log shows that it rejoined through `pg_rewind`: its
+/// `Rewinding -> Standby` transition, or `pg_rewind`'s own word that nothing diverged.
+fn rewound(log: &str) -> bool {
+    log.contains("Rewound") || log.contains("no rewind required")
 }
 
 /// The exit code of the container's previous run.
