@@ -30,6 +30,8 @@ use tokio::task::JoinHandle;
 
 use lockstep::driver;
 use lockstep::engine::conditions;
+use lockstep::machines::common::meta::OUTCOME_FINALIZER;
+use lockstep::machines::common::on_demand::{BACKUP_OUTCOME_UNKNOWN, key as backup_key};
 use lockstep::machines::postgres::{
     PRIMARY_AVAILABLE, Postgres, PostgresCluster, PostgresClusterSpec,
 };
@@ -991,6 +993,100 @@ async fn the_backup_cronjob_follows_the_schedule_and_backup_now_runs_one_job() {
     pg.merge_patch("pg", json!({"spec": {"backupSchedule": null}}))
         .await;
     wait_gone(&cronjobs, "pg-backup", &uid, "the CronJob to be deleted").await;
+    operator.stop().await;
+    pg.env.finish().await;
+}
+
+/// Issue 22: the Job of a `backup-now` token that finished while the operator was down,
+/// and went (its outcome finalizer stripped) before it was read, is reported where
+/// people look: `Degraded` `BackupOutcomeUnknown` and `status.lastBackup` `Unknown`,
+/// both naming the token.
+#[tokio::test]
+async fn a_backup_whose_job_vanished_unread_says_so_in_last_backup() {
+    let pg = Pg::new("pg-lost").await;
+    let operator = pg.operator();
+    let mut with_delay = backup();
+    merge_json(
+        &mut with_delay,
+        json!({"podAnnotations": {"lockstep.dev/kwok-complete-delay-ms": "3000"}}),
+    );
+    pg.create("pg", spec(json!({"backup": with_delay}))).await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    pg.merge_patch(
+        "pg",
+        json!({"metadata": {"annotations": {"lockstep.dev/backup-now": "lost-1"}}}),
+    )
+    .await;
+    pg.until("pg", "BackingUp", |pg| {
+        pg.status.as_ref().and_then(|s| s.engine.phase.as_deref()) == Some("BackingUp")
+    })
+    .await;
+    operator.stop().await;
+
+    let jobs: Api<Job> = pg.env.api();
+    let name = format!("pg-{}", backup_key("lost-1"));
+    let job = wait_for(
+        &jobs,
+        &name,
+        "the backup Job to succeed",
+        |j: Option<&Job>| {
+            j.and_then(|j| j.status.as_ref())
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Complete" && c.status == "True")
+                })
+        },
+    )
+    .await
+    .expect("the Job");
+    assert!(
+        job.finalizers().iter().any(|f| f == OUTCOME_FINALIZER),
+        "{:?}",
+        job.finalizers()
+    );
+    let strip = json!({"metadata": {"finalizers": null}});
+    jobs.patch(&name, &PatchParams::default(), &Patch::Merge(&strip))
+        .await
+        .expect("remove the finalizer");
+    jobs.delete(&name, &DeleteParams::background())
+        .await
+        .expect("delete the Job");
+    wait_gone(&jobs, &name, &job.uid().unwrap_or_default(), "the Job").await;
+
+    let operator = pg.operator();
+    let seen = pg
+        .until(
+            "pg",
+            "Degraded BackupOutcomeUnknown, lastBackup Unknown",
+            |pg| {
+                let degraded = pg
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.engine.condition(conditions::DEGRADED))
+                    .is_some_and(|c| {
+                        c.status == conditions::status::TRUE && c.reason == BACKUP_OUTCOME_UNKNOWN
+                    });
+                let unknown = pg
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.last_backup.as_ref())
+                    .is_some_and(|b| b.outcome.starts_with("Unknown"));
+                degraded && unknown
+            },
+        )
+        .await;
+    let last = seen
+        .status
+        .as_ref()
+        .and_then(|s| s.last_backup.clone())
+        .expect("lastBackup");
+    assert_eq!(last.job, name);
+    assert!(
+        last.outcome.contains("lockstep.dev/backup-now=lost-1"),
+        "names the token: {}",
+        last.outcome
+    );
     operator.stop().await;
     pg.env.finish().await;
 }

@@ -8,20 +8,26 @@
 //!   its outcome, and then goes;
 //! - one whose finalizer someone removed as well is reported: `Degraded` with
 //!   `BackupOutcomeUnknown` naming the token and what to do, one Warning Event, and
-//!   `lastBackup` saying its outcome is unknown.
+//!   `lastBackup` saying its outcome is unknown;
+//! - a final backup Job that a terminating namespace refuses to create (the object
+//!   already `Finalizing`, or deleted with its namespace while at rest) is reported
+//!   `Degraded` with `RequestRefused`, naming `lockstep.dev/skip-final-backup`, and
+//!   setting that annotation lets the deletion, and the namespace's, finish.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use lockstep::engine::conditions;
+use lockstep::engine::conditions::{self, reason};
+use lockstep::machines::common::annotations::SKIP_FINAL_BACKUP;
+use lockstep::machines::common::finalize::FINAL_BACKUP_FAILED;
 use lockstep::machines::common::meta::OUTCOME_FINALIZER;
 use lockstep::machines::common::on_demand::{BACKUP_OUTCOME_UNKNOWN, key as backup_key};
 use lockstep::machines::distributeddb::status::AVAILABLE;
@@ -349,6 +355,125 @@ async fn a_backup_job_whose_finalizer_someone_removed_is_reported_not_only_in_hi
                 .and_then(|s| s.last_backup.as_ref())
                 .is_some_and(|b| b.outcome == "Succeeded")
     })
+    .await;
+    operator.stop().await;
+    db.env.finish().await;
+}
+
+/// One replica with backups; its backup Jobs fail in KWOK when `failing`.
+fn backed_up(failing: bool) -> lockstep::machines::distributeddb::DistributedDBSpec {
+    let labels = if failing {
+        json!({"lockstep.dev/kwok-fail": "true"})
+    } else {
+        json!({})
+    };
+    serde_json::from_value(json!({
+        "replicas": 1,
+        "image": "registry.example/db:1",
+        "storage": {"size": "1Gi"},
+        "backupPolicy": {"schedule": "0 3 * * *", "s3Endpoint": "https://s3.example",
+            "s3CredentialsSecret": "s3", "bucket": "backups",
+            "image": "registry.example/db-backup:1", "podLabels": labels},
+    }))
+    .expect("a spec")
+}
+
+fn phase(d: &DistributedDB) -> Option<&str> {
+    d.status.as_ref()?.engine.phase.as_deref()
+}
+
+fn degraded_for(d: &DistributedDB, why: &str) -> bool {
+    condition(d, conditions::DEGRADED)
+        .is_some_and(|c| c.status == conditions::status::TRUE && c.reason == why)
+}
+
+#[tokio::test]
+async fn a_final_backup_a_terminating_namespace_refuses_names_the_skip_annotation_which_ends_the_deletion()
+ {
+    let db = Db::new("truth-ns").await;
+    let operator = db.operator();
+    let finalizing = db
+        .create_object(&DistributedDB::new("finalizing", backed_up(true)))
+        .await;
+    let resting = db
+        .create_object(&DistributedDB::new("resting", backed_up(false)))
+        .await;
+    for name in ["finalizing", "resting"] {
+        db.until(name, "Ready", |d| phase(d) == Some("Ready")).await;
+    }
+    // `finalizing` is deleted first: its first final backup fails, and it waits to retry.
+    db.api
+        .delete("finalizing", &DeleteParams::default())
+        .await
+        .expect("delete finalizing");
+    db.until("finalizing", "Finalizing, its final backup failed", |d| {
+        phase(d) == Some("Finalizing") && degraded_for(d, FINAL_BACKUP_FAILED)
+    })
+    .await;
+
+    // The namespace goes: nothing can be created in it any more, final backup Jobs
+    // included, and the namespace controller deletes `resting` too.
+    let namespaces: Api<Namespace> = Api::all(db.env.client.clone());
+    let namespace = namespaces
+        .get(db.env.namespace())
+        .await
+        .expect("the test namespace");
+    namespaces
+        .delete(db.env.namespace(), &DeleteParams::background())
+        .await
+        .expect("delete the namespace");
+    for name in ["finalizing", "resting"] {
+        // (At rest, a refused re-apply of what the namespace controller deleted may
+        // come first, before the object itself is being deleted.)
+        let refused = db
+            .until(
+                name,
+                "Degraded RequestRefused creating the final backup",
+                |d| {
+                    d.metadata.deletion_timestamp.is_some()
+                        && degraded_for(d, reason::REQUEST_REFUSED)
+                        && condition(d, conditions::DEGRADED)
+                            .is_some_and(|c| c.message.contains("final-backup"))
+                },
+            )
+            .await;
+        assert_eq!(
+            phase(&refused),
+            Some("Finalizing"),
+            "{name}: the state that creates the final backup Job"
+        );
+        let message = &condition(&refused, conditions::DEGRADED)
+            .expect("Degraded")
+            .message;
+        assert!(
+            message.contains("being terminated") && message.contains(SKIP_FINAL_BACKUP),
+            "{name}: names the terminating namespace and the way out: {message}"
+        );
+    }
+
+    // The way out the message names ends both deletions, and so the namespace's.
+    for name in ["finalizing", "resting"] {
+        db.merge_patch(
+            name,
+            json!({"metadata": {"annotations": {SKIP_FINAL_BACKUP: "true"}}}),
+        )
+        .await;
+    }
+    for object in [finalizing, resting] {
+        wait_gone(
+            &db.api,
+            &object.name_any(),
+            &object.uid().unwrap_or_default(),
+            "the DistributedDB to be deleted",
+        )
+        .await;
+    }
+    wait_gone(
+        &namespaces,
+        db.env.namespace(),
+        &namespace.uid().unwrap_or_default(),
+        "the namespace to be deleted",
+    )
     .await;
     operator.stop().await;
     db.env.finish().await;

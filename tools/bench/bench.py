@@ -345,6 +345,74 @@ class Downtime:
         self.max_down = max(self.max_down, 3 - sum(self.ready.values()))
 
 
+class StatusBudget:
+    """The status-write budget of issue 22, per phase: the operator's status writes
+    against its transitions and the readiness changes the status must follow.
+
+    A readiness change is a change, for one DistributedDB, of (pods not terminating,
+    of those Ready): what `status.replicas` and `status.readyReplicas` follow in every
+    state. It is counted from a pod watch as `tests/e2e/budget.rs` counts it; the bound
+    is status writes <= first writes (one per object created) + transitions +
+    readiness changes. Pods relisted after a broken watch are not compared (rare)."""
+
+    def __init__(self):
+        self.pods: dict[str, tuple[bool, bool]] = {}
+        self.last: dict[str, tuple[int, int]] = {}
+        self.changes = 0
+        self.store: Optional[Store] = None
+
+    def watch(self, cluster: Cluster) -> "StatusBudget":
+        self.store = Store(cluster, POD_PATH, pod_summary, on_event=self.on_event)
+        self.store.synced.wait(30)
+        return self
+
+    def on_event(self, obj: dict) -> None:
+        # Called by the store's thread with its lock held, after it applied the event.
+        name = obj["metadata"]["name"]
+        db = name.rsplit("-", 1)[0]
+        if self.store is not None and name not in self.store.items:
+            self.pods.pop(name, None)
+        else:
+            live = obj["metadata"].get("deletionTimestamp") is None
+            self.pods[name] = (live, live and condition(obj, "Ready") == "True")
+        of_db = [v for n, v in self.pods.items() if n.rsplit("-", 1)[0] == db]
+        now = (sum(1 for live, _ in of_db if live), sum(1 for _, ready in of_db if ready))
+        if now != self.last.get(db, (0, 0)):
+            self.changes += 1
+        self.last[db] = now
+
+    def begin(self) -> int:
+        if self.store is None:
+            return 0
+        with self.store.cv:
+            return self.changes
+
+    def end(self, start: int, reqs: Counter, transitions: int, first_writes: int, n: int) -> dict:
+        """The phase's figures, for its result: status writes, the changes since
+        `start`, and the bound they are held to."""
+        if self.store is None:
+            return {}
+        with self.store.cv:
+            changes = self.changes - start
+        writes = sum(
+            c for (verb, resource), c in reqs.items()
+            if resource == "distributeddbs/status" and is_write(verb)
+        )
+        bound = first_writes + transitions + changes
+        return {
+            "status_writes": writes,
+            "readiness_changes": changes,
+            "status_write_bound": bound,
+            "status_writes_per_cluster": round(writes / n, 2),
+            "status_write_bound_per_cluster": round(bound / n, 2),
+            "status_write_bound_holds": writes <= bound,
+        }
+
+    def stop(self) -> None:
+        if self.store is not None:
+            self.store.stop()
+
+
 # ------------------------------------------------------------------ the floor
 
 
@@ -471,6 +539,7 @@ class Phases:
         self.cluster = cluster
         self.n = n
         self.results: list[dict] = []
+        self.budget = StatusBudget()
 
     def begin(self) -> dict:
         self.sampler.pid = self.operator.pid
@@ -485,6 +554,7 @@ class Phases:
             "errors": self.proxy.error_snapshot(),
             "transitions": transitions(m),
             "reconciles": reconciles(m),
+            "budget": self.budget.begin(),
         }
 
     def end(
@@ -537,6 +607,8 @@ class Phases:
             "writes": writes,
             "writes_per_cluster": round(writes / self.n, 2),
         }
+        first_writes = self.n if name == "create" else 0
+        result.update(self.budget.end(start["budget"], reqs, int(trans), first_writes, self.n))
         self.results.append(result)
         log(
             f"N={self.n} {name}: {seconds:.1f} s{'' if complete else ' (INCOMPLETE: ' + detail + ')'}, "
@@ -572,6 +644,7 @@ def scale_run(args, n: int, out_dir: str) -> dict:
     plane = ControlPlane(args.repo, os.path.join(out_dir, f"cluster-{n}"), nodes)
     operator = None
     proxy = None
+    phases = None
     try:
         cluster = plane.up()
         api = Api(cluster)
@@ -584,6 +657,7 @@ def scale_run(args, n: int, out_dir: str) -> dict:
         ddbs = Store(cluster, DDB_PATH, ddb_summary)
         ddbs.synced.wait(30)
         phases = Phases(operator, proxy, sampler, cluster, n)
+        phases.budget.watch(cluster)
         deadline = args.deadline_base + args.deadline_per_cluster * n
         names = [f"db-{i:04d}" for i in range(n)]
         pool = ThreadPoolExecutor(max_workers=4)
@@ -658,6 +732,8 @@ def scale_run(args, n: int, out_dir: str) -> dict:
         pool.shutdown()
         return {"n": n, "nodes": nodes, "phases": phases.results}
     finally:
+        if phases is not None:
+            phases.budget.stop()
         if operator is not None:
             operator.stop()
         if proxy is not None:
@@ -754,6 +830,13 @@ def print_report(report: dict) -> None:
             print(f"    {p['phase']}: {top_requests(p['requests'], 40) or 'none'}", file=out)
             if p["request_errors"]:
                 print(f"      errors: {p['request_errors']}", file=out)
+        print("  status writes <= first writes + transitions + readiness changes, per cluster:", file=out)
+        for p in run["phases"]:
+            if "status_writes" in p:
+                print(f"    {p['phase']}: {p['status_writes_per_cluster']} <= "
+                      f"{p['status_write_bound_per_cluster']} ({p['status_writes']} writes, "
+                      f"{p['transitions']} transitions, {p['readiness_changes']} readiness changes)"
+                      f"{'' if p['status_write_bound_holds'] else '  EXCEEDED'}", file=out)
     crit = report.get("micro")
     if crit:
         print("\ncriterion micro-benchmarks (median):", file=out)
@@ -894,6 +977,13 @@ def main() -> int:
     ]
     if incomplete or failures:
         log("incomplete phases: " + ", ".join(incomplete + failures))
+        return 1
+    exceeded = [
+        f"N={r['n']} {ph['phase']}" for r in report["scale"] for ph in r["phases"]
+        if ph.get("status_write_bound_holds") is False
+    ]
+    if exceeded:
+        log("status writes above first writes + transitions + readiness changes: " + ", ".join(exceeded))
         return 1
     return 0
 

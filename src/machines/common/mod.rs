@@ -21,6 +21,8 @@
 //! - [`cron`]: the CEL rule every backup schedule is validated with.
 //! - [`finalize`]: the final-backup sub-machine every Finalizing state runs.
 //! - [`on_demand`]: the on-demand backup sub-machine every `backup-now` request runs.
+//! - [`last_backup`]: every machine's `status.lastBackup`, which says so when a
+//!   requested backup's outcome is unknown.
 //! - [`ops`]: the requests every machine renders the same way from its
 //!   [`actions::JobAction`]s.
 //! - [`replace`]: where the replacement of one pod stands, and when a pod may be taken
@@ -29,7 +31,7 @@
 //!
 //! The files import each other without a cycle, from the bottom up: `meta`, `jobs`,
 //! `backup`, `observe`, then `replace`, `actions` and `retry`, then the sub-machines
-//! (`finalize`, `on_demand`) and `ops`; a test (`layering.rs`) fails if a cycle returns.
+//! (`finalize`, `on_demand`), `last_backup` and `ops`; a test (`layering.rs`) fails if a cycle returns.
 //!
 //! # Guarantees
 //! - Everything here is pure: builders return typed objects, readers take typed objects,
@@ -52,6 +54,7 @@ pub mod cron;
 pub mod env;
 pub mod finalize;
 pub mod jobs;
+pub mod last_backup;
 #[cfg(test)]
 mod layering;
 pub mod meta;

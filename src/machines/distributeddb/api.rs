@@ -62,7 +62,6 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Affinity, EnvVar, Probe, ResourceRequirements, Toleration};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -73,6 +72,9 @@ use super::state::DdbState;
 use crate::engine::EngineStatus;
 use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
 use crate::machines::common::meta::{NAME_MESSAGE, NAME_RULE, PORT_NAME_MESSAGE, PORT_NAME_RULE};
+
+/// The shape of `status.lastBackup`, the same in every machine.
+pub use crate::machines::common::last_backup::LastBackup;
 
 /// The longest name a `DistributedDB` may have.
 pub const MAX_NAME: usize = 40;
@@ -408,19 +410,6 @@ pub struct DistributedDBStatus {
     pub ready_replicas: Option<i32>,
     /// The most recent backup that finished (scheduled, on demand or final).
     pub last_backup: Option<LastBackup>,
-}
-
-/// A finished backup.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LastBackup {
-    /// When it finished (for an `Unknown` outcome: when the loss was recorded).
-    pub time: DateTime<Utc>,
-    /// The Job that took it.
-    pub job: String,
-    /// `Succeeded`, `Failed (reason: message)`, or `Unknown (...)` when its Job was lost
-    /// before its outcome was recorded.
-    pub outcome: String,
 }
 
 #[cfg(test)]

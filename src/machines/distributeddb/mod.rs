@@ -164,10 +164,7 @@ impl Operator for DistributedDb {
             status::count(observed, |_| true),
             status::count(observed, |p| p.ready),
         );
-        let lost = crate::engine::step::decode::<Self>(&engine)
-            .ok()
-            .flatten()
-            .and_then(|record| status::lost_backup(&record, &object.name_any()));
+        let record = crate::engine::step::decode::<Self>(&engine).ok().flatten();
         let (engine, replicas, ready) =
             status::project(engine, old, fresh, object.spec.replicas, now);
         let status = DistributedDBStatus {
@@ -175,9 +172,11 @@ impl Operator for DistributedDb {
             version: version(state).or_else(|| old.and_then(|s| s.version.clone())),
             replicas: Some(replicas),
             ready_replicas: Some(ready),
-            last_backup: status::latest(
-                last_backup(observed, old.and_then(|s| s.last_backup.as_ref())),
-                lost,
+            last_backup: crate::machines::common::last_backup::project(
+                record.as_ref(),
+                &object.name_any(),
+                observed,
+                old.and_then(|s| s.last_backup.as_ref()),
             ),
         };
         serde_json::to_value(status).unwrap_or(serde_json::Value::Null)

@@ -16,10 +16,8 @@ use chrono::{DateTime, Utc};
 use super::api::{DistributedDBStatus, LastBackup};
 use super::observe::{Observed, PodView};
 use super::state::DdbState;
-use crate::engine::{Condition, EngineStatus, MachineRecord};
-use crate::machines::common::annotations::BACKUP_NOW;
-use crate::machines::common::jobs::{JobOutcome, job_name};
-use crate::machines::common::on_demand::{self, BACKUP_LOST};
+use crate::engine::{Condition, EngineStatus};
+use crate::machines::common::last_backup;
 
 /// The condition type saying whether the database can serve: a quorum of its members
 /// is Ready (the seed's `Available`).
@@ -84,36 +82,6 @@ pub fn version(state: Option<&DdbState>) -> Option<String> {
     }
 }
 
-/// The on-demand backup whose Job was lost before its outcome was read, as a
-/// `lastBackup` with an `Unknown` outcome, when the record's last transition says so
-/// ([`BACKUP_LOST`]): its time is that transition's, its Job the one the served token
-/// named (on the owner `owner`).
-pub fn lost_backup(record: &MachineRecord<DdbState>, owner: &str) -> Option<LastBackup> {
-    let entry = record.history.last().filter(|h| h.reason == BACKUP_LOST)?;
-    // Lost after it was created: the served token is the one the entry names.
-    let token = record
-        .acks
-        .get(BACKUP_NOW)
-        .filter(|t| entry.message.contains(&format!("{BACKUP_NOW}={t} ")))?;
-    Some(LastBackup {
-        time: entry.at,
-        job: job_name(owner, &on_demand::key(token)),
-        outcome: format!(
-            "Unknown (the Job for {BACKUP_NOW}={token} is gone before its outcome was recorded)"
-        ),
-    })
-}
-
-/// The more recent of a backup seen and one lost (a lost one wins a tie: it was
-/// recorded after the Jobs were read).
-pub fn latest(seen: Option<LastBackup>, lost: Option<LastBackup>) -> Option<LastBackup> {
-    match (seen, lost) {
-        (Some(seen), Some(lost)) if seen.time > lost.time => Some(seen),
-        (seen, None) => seen,
-        (_, lost) => lost,
-    }
-}
-
 /// How many of the observed pods (not terminating) `pick` holds for.
 pub fn count(observed: &Observed, pick: impl Fn(&PodView) -> bool) -> i32 {
     let n = observed
@@ -125,30 +93,9 @@ pub fn count(observed: &Observed, pick: impl Fn(&PodView) -> bool) -> i32 {
 }
 
 /// The most recent finished backup among the observed Jobs, or `before` if that is more
-/// recent (Jobs are pruned; the status remembers).
+/// recent ([`last_backup::seen`]).
 pub fn last_backup(observed: &Observed, before: Option<&LastBackup>) -> Option<LastBackup> {
-    let seen = observed
-        .jobs
-        .iter()
-        .filter(|j| j.purpose.is_some_and(|p| p.is_backup()))
-        .filter_map(|j| {
-            let time = j.outcome.finished_at()?;
-            let outcome = match &j.outcome {
-                JobOutcome::Succeeded { .. } => "Succeeded".to_owned(),
-                other => other.describe(),
-            };
-            Some(LastBackup {
-                time,
-                job: j.name.clone(),
-                outcome,
-            })
-        })
-        .max_by(|a, b| (a.time, &a.job).cmp(&(b.time, &b.job)));
-    match (seen, before) {
-        (Some(seen), Some(before)) if before.time > seen.time => Some(before.clone()),
-        (None, before) => before.cloned(),
-        (seen, _) => seen,
-    }
+    last_backup::seen(observed, before)
 }
 
 #[cfg(test)]

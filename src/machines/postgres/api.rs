@@ -53,6 +53,7 @@ use serde_with::skip_serializing_none;
 use super::state::PgState;
 use crate::engine::EngineStatus;
 use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
+use crate::machines::common::last_backup::LastBackup;
 use crate::machines::common::meta::{NAME_MESSAGE, NAME_RULE};
 
 /// The longest name a `PostgresCluster` may have.
@@ -322,6 +323,10 @@ pub struct PostgresClusterStatus {
     pub image: Option<String>,
     /// When the most recent successful backup (scheduled, on demand or final) finished.
     pub last_backup_time: Option<DateTime<Utc>>,
+    /// The most recent backup that finished (scheduled, on demand or final), whatever
+    /// its outcome: `Unknown (…)`, naming the `lockstep.dev/backup-now` token, when the
+    /// Job of a requested backup was lost before its outcome was recorded.
+    pub last_backup: Option<LastBackup>,
     /// The most recent failover.
     pub last_failover: Option<FailoverRecord>,
 }

@@ -17,8 +17,9 @@
 //!
 //! This module binds them into an [`Operator`] the driver runs, and projects the kind's
 //! own status: `primaryPod` and `replicaPods` (from the role labels the Services select
-//! by), `targetPrimary` mid-switchover, `image`, `lastBackupTime`, `lastFailover`, and
-//! the condition `PrimaryAvailable`.
+//! by), `targetPrimary` mid-switchover, `image`, `lastBackupTime`, `lastBackup` (which
+//! says when a requested backup's outcome is unknown), `lastFailover`, and the condition
+//! `PrimaryAvailable`.
 //!
 //! # Guarantees
 //! See [`machine`]. Additionally, `status` is a deterministic function of the persisted
@@ -63,7 +64,7 @@ pub use status::last_backup_time;
 
 use crate::driver::{Cache, Error, Op, Operator, Precondition};
 use crate::engine::EngineStatus;
-use crate::machines::common::ops;
+use crate::machines::common::{last_backup, ops};
 use actions::Role;
 use render::ROLE_LABEL;
 use status::{last_failover, primary_available, rest_image};
@@ -207,6 +208,12 @@ impl Operator for Postgres {
             },
             image: rest_image(state).or_else(|| old.and_then(|s| s.image.clone())),
             last_backup_time: last_backup_time(observed, old.and_then(|s| s.last_backup_time)),
+            last_backup: last_backup::project(
+                history.as_ref(),
+                &name,
+                observed,
+                old.and_then(|s| s.last_backup.as_ref()),
+            ),
             last_failover: history
                 .as_ref()
                 .and_then(|r| last_failover(&r.history))

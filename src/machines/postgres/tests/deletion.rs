@@ -72,6 +72,37 @@ fn a_job_made_by_the_cronjob_counts_as_the_last_backup() {
 }
 
 #[test]
+fn a_requested_backup_whose_job_vanished_unread_is_the_last_backup_with_an_unknown_outcome() {
+    use crate::driver::Operator;
+    let s = with_backups(spec("16.3"), None);
+    let pg = object(s.clone());
+    let mut asked = at_rest(V1, 0);
+    asked.requests.backup_now = Some("t1".to_owned());
+    let mut status = testing::status_in(&ready(V1, 0));
+    testing::reconcile_at::<Postgres>(&s, &mut status, &asked, false, 0);
+    assert!(
+        matches!(
+            testing::current::<Postgres>(&status),
+            Some(PgState::BackingUp { .. })
+        ),
+        "{status:?}"
+    );
+    // Its Job finished and went, its outcome finalizer stripped, before it was read.
+    testing::reconcile_at::<Postgres>(&s, &mut status, &asked, false, 120);
+    assert_eq!(testing::current::<Postgres>(&status), Some(ready(V1, 0)));
+    let shown = Postgres::status(&pg, status, Some(&ready(V1, 0)), &asked, t(120));
+    assert_eq!(
+        shown["lastBackup"]["outcome"],
+        "Unknown (the Job for lockstep.dev/backup-now=t1 is gone before its outcome was recorded)"
+    );
+    assert_eq!(
+        shown["lastBackup"]["job"],
+        crate::machines::common::jobs::job_name("pg", &backup_key("t1"))
+    );
+    assert_eq!(shown["lastBackup"]["time"], serde_json::json!(t(120)));
+}
+
+#[test]
 fn every_edge_is_taken_in_the_file_the_table_names() {
     let checked = crate::machines::common::table_sources::where_taken::<Postgres>(
         "src/machines/postgres/decide",
