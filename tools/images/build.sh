@@ -215,8 +215,8 @@ build_one() {
       local target="$CACHE_ROOT/rust-image-target"
       mkdir -p "$target"
       # LOCKSTEP_IMAGE_PROFILE picks the cargo profile: `release` (the default, what
-      # is shipped) or `image-test` (the e2e tiers: the same code without cross-crate
-      # LTO, minutes faster to build on a cold CI machine).
+      # is shipped) or `image-test` (the e2e tiers: the same code unoptimized, minutes
+      # faster to build on a cold CI machine).
       (cd "$ROOT" && flock "$target/.lockstep-image.lock" bash -c '
         RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$1" \
           cargo build --locked --profile "$3" --bin lockstep --target x86_64-unknown-linux-gnu >&2 &&
