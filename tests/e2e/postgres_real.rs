@@ -1693,10 +1693,10 @@ fn s3_env() -> BTreeMap<String, String> {
 async fn lease_agent_against_the_api_server() {
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::ServiceAccount;
-    use lockstep::machines::postgres::render::{
-        BIN_PATH, INSTANCE_COMMAND, LIVENESS_COMMAND, instance_image,
-    };
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use lockstep::machines::postgres::render::{
+        BIN_PATH, INSTALL_PATH, INSTANCE_COMMAND, LIVENESS_COMMAND, instance_image,
+    };
 
     if !real_node() {
         return;
@@ -1752,8 +1752,8 @@ async fn lease_agent_against_the_api_server() {
                 "name": "install-instance",
                 "image": instance_image(),
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["/lockstep", "install-instance", "--to", BIN_PATH],
-                "volumeMounts": [{"name": "bin", "mountPath": BIN_PATH}],
+                "command": ["/lockstep", "install-instance", "--to", INSTALL_PATH],
+                "volumeMounts": [{"name": "bin", "mountPath": INSTALL_PATH}],
             }],
             "containers": [{
                 "name": "postgres",

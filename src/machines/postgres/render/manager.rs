@@ -19,8 +19,11 @@ pub const DEFAULT_INSTANCE_IMAGE: &str =
     concat!("docker.io/library/lockstep:", env!("CARGO_PKG_VERSION"));
 /// The shared volume holding the copy.
 pub const BIN_VOLUME: &str = "lockstep-bin";
-/// Where that volume is mounted in both containers.
+/// Where that volume is mounted in the server's container.
 pub const BIN_PATH: &str = "/lockstep/bin";
+/// Where the init container mounts it: not under `/lockstep`, which is the binary itself
+/// in the operator's image.
+pub const INSTALL_PATH: &str = "/install";
 /// The copy the PostgreSQL container runs.
 pub const INSTANCE_BINARY: &str = "/lockstep/bin/lockstep";
 /// The init container's name.
@@ -49,7 +52,7 @@ pub fn instance_image() -> &'static str {
         .map_or(DEFAULT_INSTANCE_IMAGE, String::as_str)
 }
 
-/// The init container: `/lockstep install-instance --to <BIN_PATH>` in the operator's
+/// The init container: `/lockstep install-instance --to <INSTALL_PATH>` in the operator's
 /// image (it runs as the pod's user, `postgres`; the `emptyDir` is writable by it).
 #[must_use]
 pub fn install_container() -> Container {
@@ -58,11 +61,11 @@ pub fn install_container() -> Container {
         image: Some(instance_image().to_owned()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(
-            ["/lockstep", "install-instance", "--to", BIN_PATH]
+            ["/lockstep", "install-instance", "--to", INSTALL_PATH]
                 .map(str::to_owned)
                 .to_vec(),
         ),
-        volume_mounts: Some(vec![mount(BIN_VOLUME, BIN_PATH, false)]),
+        volume_mounts: Some(vec![mount(BIN_VOLUME, INSTALL_PATH, false)]),
         ..Container::default()
     }
 }

@@ -33,9 +33,8 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
-    DownwardAPIVolumeSource, EnvVar, ExecAction, ObjectFieldSelector,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec,
-    Volume, VolumeMount,
+    DownwardAPIVolumeSource, EnvVar, ExecAction, ObjectFieldSelector, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -58,14 +57,14 @@ mod jobs;
 mod lease;
 mod manager;
 
-pub use manager::{
-    BIN_PATH, DEFAULT_INSTANCE_IMAGE, INSTALL_CONTAINER, INSTANCE_COMMAND, LIVENESS_COMMAND,
-    instance_image, set_instance_image,
-};
 pub use jobs::{backup_env, backup_job, cronjob, promote_job, survey_job};
 pub use lease::{
     instance_binding, instance_name, instance_role, lease, lease_hand_over, lease_name, micro_time,
     service_account,
+};
+pub use manager::{
+    BIN_PATH, DEFAULT_INSTANCE_IMAGE, INSTALL_CONTAINER, INSTALL_PATH, INSTANCE_COMMAND,
+    LIVENESS_COMMAND, instance_image, set_instance_image,
 };
 
 /// How long a survey Job may run.

@@ -1,8 +1,8 @@
 //! Rendering.
 
 use super::*;
-use k8s_openapi::api::core::v1::Probe;
 use crate::machines::common::testing::{assert_env, assert_secret_env, job_pod};
+use k8s_openapi::api::core::v1::Probe;
 
 pub(super) fn object(spec: PostgresClusterSpec) -> PostgresCluster {
     let mut pg = PostgresCluster::new("pg", spec);
@@ -56,13 +56,29 @@ fn the_pods_run_the_instance_manager_copied_in_by_an_init_container() {
     assert_eq!(init[0].image.as_deref(), Some(render::instance_image()));
     assert_eq!(
         init[0].command.clone().unwrap_or_default(),
-        ["/lockstep", "install-instance", "--to", render::BIN_PATH]
+        [
+            "/lockstep",
+            "install-instance",
+            "--to",
+            render::INSTALL_PATH
+        ]
     );
 
     let c = &pod.containers[0];
-    assert_eq!(c.image.as_deref(), Some(V1), "the server's image is the user's");
-    assert_eq!(c.command.clone().unwrap_or_default(), render::INSTANCE_COMMAND);
-    let probe = |p: &Option<Probe>| p.as_ref().and_then(|p| p.exec.clone()).and_then(|e| e.command);
+    assert_eq!(
+        c.image.as_deref(),
+        Some(V1),
+        "the server's image is the user's"
+    );
+    assert_eq!(
+        c.command.clone().unwrap_or_default(),
+        render::INSTANCE_COMMAND
+    );
+    let probe = |p: &Option<Probe>| {
+        p.as_ref()
+            .and_then(|p| p.exec.clone())
+            .and_then(|e| e.command)
+    };
     let liveness = render::LIVENESS_COMMAND.map(str::to_owned).to_vec();
     assert_eq!(probe(&c.liveness_probe), Some(liveness.clone()));
     assert_eq!(probe(&c.startup_probe), Some(liveness));
@@ -70,13 +86,13 @@ fn the_pods_run_the_instance_manager_copied_in_by_an_init_container() {
         c.lifecycle.is_none(),
         "no preStop hook: SIGTERM reaches the manager, which stops the server itself"
     );
-    let mounted = |name: &str, into: &Container| {
+    let mounted = |into: &Container, path: &str| {
         into.volume_mounts
             .iter()
             .flatten()
-            .any(|m| m.name == name && m.mount_path == render::BIN_PATH)
+            .any(|m| m.name == "lockstep-bin" && m.mount_path == path)
     };
-    assert!(mounted("lockstep-bin", c) && mounted("lockstep-bin", &init[0]));
+    assert!(mounted(c, render::BIN_PATH) && mounted(&init[0], render::INSTALL_PATH));
 
     assert_connects_to_the_primary_as_superuser(c);
     assert_env(
@@ -92,7 +108,9 @@ fn the_pods_run_the_instance_manager_copied_in_by_an_init_container() {
     let volumes = pod.volumes.unwrap_or_default();
     assert!(volumes.iter().any(|v| v.downward_api.is_some()));
     assert!(
-        volumes.iter().any(|v| v.name == "lockstep-bin" && v.empty_dir.is_some()),
+        volumes
+            .iter()
+            .any(|v| v.name == "lockstep-bin" && v.empty_dir.is_some()),
         "the copy lives in an emptyDir"
     );
     assert!(
