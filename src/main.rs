@@ -93,9 +93,10 @@ struct RunArgs {
     /// safety net for missed events; an unchanged object costs no request). 0: never.
     #[arg(long, default_value_t = 600, env = "LOCKSTEP_RESYNC_PERIOD")]
     resync_period: u64,
-    /// How long an object's triggers (its own changes, its owned objects') must be quiet
-    /// before it is reconciled, in milliseconds: a burst of changes costs one reconcile,
-    /// and a decision waits at most this long after the last change. 0: at once.
+    /// How long the changes of an object's owned objects must be quiet before they wake
+    /// it, in milliseconds (at most three times as long): a burst of changes costs one
+    /// reconcile, and a decision waits at most this long after the last change. The
+    /// object's own changes, requeues and retries are not held. 0: at once.
     #[arg(long, default_value_t = 1000, env = "LOCKSTEP_DEBOUNCE_MS")]
     debounce_ms: u64,
     /// Where to serve /healthz, /readyz and /metrics.

@@ -212,7 +212,9 @@ async fn each_owned_kind_wakes_the_machine_on_a_relevant_change_and_not_on_an_ir
         api.patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "10.9.9.9"}]}}})),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "example.com/Probed", "status": "True", "reason": "Probed",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
         )
         .await
         .unwrap_or_else(|e| panic!("patch the status of {name}: {e}"));
