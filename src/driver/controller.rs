@@ -389,10 +389,11 @@ impl<O: Operator> Context<O> {
         lock(&self.failures).remove(key);
     }
 
-    /// The reconcile of `key` asked to run again (`trigger`: a requeue or a retry).
-    fn again(&self, key: &ObjectRef<O::Resource>, trigger: Trigger) {
+    /// The reconcile of `key` asked to run again after `after` (`trigger`: a requeue or
+    /// a retry).
+    fn again(&self, key: &ObjectRef<O::Resource>, trigger: Trigger, after: Duration) {
         self.wakeups
-            .record((key.namespace.clone(), key.name.clone()), trigger);
+            .again((key.namespace.clone(), key.name.clone()), trigger, after);
         self.hooks.wake_requested(O::NAME, trigger);
     }
 
@@ -607,8 +608,8 @@ async fn reconcile_once<O: Operator>(
         ctx.forget(key);
     }
 
-    if plan.requeue.is_some() {
-        ctx.again(key, Trigger::Requeue);
+    if let Some(after) = plan.requeue {
+        ctx.again(key, Trigger::Requeue, after);
     }
     let action = plan
         .requeue
@@ -742,7 +743,7 @@ fn error_policy<O: Operator>(
         .backoff
         .delay(attempt, matches!(error, Error::Conflict), unit);
     tracing::debug!(attempt, ?delay, "requeue after error");
-    ctx.again(&key, Trigger::Retry);
+    ctx.again(&key, Trigger::Retry, delay);
     Action::requeue(delay)
 }
 

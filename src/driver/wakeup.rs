@@ -9,8 +9,10 @@
 //! and the periodic resync ([`Trigger::Resync`]).
 //!
 //! # Guarantees
-//! - Each reconcile is attributed to exactly one trigger: the first recorded for its
-//!   object since the previous reconcile of it started. Triggers that the debounce
+//! - Each reconcile is attributed to exactly one trigger: the first to come (a watch's
+//!   or the resync's when it arrived, a requeue's or retry's when it came due) since
+//!   the previous reconcile of its object started. A requeue not yet due when the
+//!   reconcile starts (a deadline minutes away) takes no credit. Triggers that the debounce
 //!   ([`super::Config::debounce`]) or the controller's deduplication folded into that
 //!   reconcile are counted as wake requests ([`super::DriverHooks::wake_requested`]),
 //!   not as reconciles.
@@ -21,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Where an object lives: namespace and name.
 pub(crate) type Key = (Option<String>, String);
@@ -124,20 +127,62 @@ impl std::fmt::Display for Trigger {
     }
 }
 
-/// Per object, the first trigger recorded since its last reconcile started.
+/// Per object, the first trigger recorded since its last reconcile started, and the
+/// requeue (or retry) that reconcile asked for, with when it is due.
 #[derive(Debug, Default)]
-pub(crate) struct Wakeups(Mutex<HashMap<Key, Trigger>>);
+pub(crate) struct Wakeups(Mutex<HashMap<Key, Pending>>);
+
+/// What may wake one object next.
+#[derive(Debug, Default, Clone, Copy)]
+struct Pending {
+    /// The first watch trigger (or resync), and when it came.
+    first: Option<(Instant, Trigger)>,
+    /// The requeue or retry asked for, and when it is due.
+    again: Option<(Instant, Trigger)>,
+}
 
 impl Wakeups {
-    /// `trigger` asked for a reconcile of `key`; kept only if it is the first since the
-    /// last reconcile of `key` started.
+    /// `trigger` (a watch's or the resync's) asked for a reconcile of `key` now; kept
+    /// only if it is the first since the last reconcile of `key` started.
     pub(crate) fn record(&self, key: Key, trigger: Trigger) {
-        self.lock().entry(key).or_insert(trigger);
+        let mut map = self.lock();
+        let pending = map.entry(key).or_default();
+        if pending.first.is_none() {
+            pending.first = Some((Instant::now(), trigger));
+        }
     }
 
-    /// A reconcile of `key` starts: the trigger that woke it (forgetting it).
+    /// The reconcile of `key` asked to run again after `after` (`trigger`: a requeue or
+    /// a retry). It counts only if nothing else wakes `key` before it is due: a
+    /// deadline's requeue minutes away must not take the credit for the pod change
+    /// that wakes the object first.
+    pub(crate) fn again(&self, key: Key, trigger: Trigger, after: Duration) {
+        let due = Instant::now() + after;
+        self.lock().entry(key).or_default().again = Some((due, trigger));
+    }
+
+    /// A reconcile of `key` starts: the trigger that woke it (forgetting what was
+    /// pending: the controller folds a pending requeue into this reconcile).
     pub(crate) fn take(&self, key: &Key) -> Trigger {
-        self.lock().remove(key).unwrap_or(Trigger::Unknown)
+        self.take_at(key, Instant::now())
+    }
+
+    fn take_at(&self, key: &Key, now: Instant) -> Trigger {
+        let Some(pending) = self.lock().remove(key) else {
+            return Trigger::Unknown;
+        };
+        let again = pending.again.filter(|(due, _)| *due <= now);
+        match (pending.first, again) {
+            (Some((at, first)), Some((due, again))) => {
+                if due < at {
+                    again
+                } else {
+                    first
+                }
+            }
+            (Some((_, trigger)), None) | (None, Some((_, trigger))) => trigger,
+            (None, None) => Trigger::Unknown,
+        }
     }
 
     /// `key` is gone.
@@ -145,7 +190,7 @@ impl Wakeups {
         self.lock().remove(key);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Trigger>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Pending>> {
         // A poisoned map is still a valid map: every update is one insert or remove.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -165,7 +210,26 @@ mod tests {
         w.record(key("db"), Trigger::Pod);
         w.record(key("db"), Trigger::StatefulSet);
         assert_eq!(w.take(&key("db")), Trigger::Pod);
-        w.record(key("db"), Trigger::Requeue);
+        w.again(key("db"), Trigger::Requeue, Duration::ZERO);
+        assert_eq!(w.take(&key("db")), Trigger::Requeue);
+    }
+
+    #[test]
+    fn a_requeue_not_yet_due_takes_no_credit_for_a_change_that_woke_the_object_first() {
+        let w = Wakeups::default();
+        w.again(key("db"), Trigger::Requeue, Duration::from_secs(300));
+        w.record(key("db"), Trigger::Pod);
+        assert_eq!(w.take(&key("db")), Trigger::Pod);
+        w.again(key("db"), Trigger::Retry, Duration::from_secs(300));
+        assert_eq!(w.take(&key("db")), Trigger::Unknown);
+    }
+
+    #[test]
+    fn a_requeue_that_came_due_before_a_change_is_the_trigger() {
+        let w = Wakeups::default();
+        w.again(key("db"), Trigger::Requeue, Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(2));
+        w.record(key("db"), Trigger::Pod);
         assert_eq!(w.take(&key("db")), Trigger::Requeue);
     }
 
