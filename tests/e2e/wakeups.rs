@@ -106,10 +106,20 @@ async fn ready(
 }
 
 fn start(fx: &Fixture<DistributedDb>) -> (InProcessOperator, tokio::sync::watch::Receiver<Wakes>) {
+    start_with(fx, driver::Config::DEBOUNCE)
+}
+
+/// The operator in-process, with owned-object triggers held for `debounce`.
+fn start_with(
+    fx: &Fixture<DistributedDb>,
+    debounce: Duration,
+) -> (InProcessOperator, tokio::sync::watch::Receiver<Wakes>) {
     let (wakes, seen) = tokio::sync::watch::channel(Wakes::default());
     let operator = InProcessOperator::start::<DistributedDb>(
         fx.env.client.clone(),
-        driver::Config::namespaced(fx.env.namespace()).hooks(Probe(wakes)),
+        driver::Config::namespaced(fx.env.namespace())
+            .debounce(debounce)
+            .hooks(Probe(wakes)),
     );
     (operator, seen)
 }
@@ -261,7 +271,9 @@ async fn each_owned_kind_wakes_the_machine_on_a_relevant_change_and_not_on_an_ir
 #[tokio::test]
 async fn a_relevant_change_inside_the_debounce_window_is_acted_on_after_it() {
     let fx = Fixture::<DistributedDb>::new("window").await;
-    let (operator, mut seen) = start(&fx);
+    // A window long enough that the two changes below certainly fall inside it, even
+    // on a loaded machine (the default 1 s could pass between two requests).
+    let (operator, mut seen) = start_with(&fx, Duration::from_secs(5));
     let settled = ready(&fx, &mut seen, "window").await;
 
     // Two relevant changes of one owner within the window: a pod gains a kept label (a
