@@ -238,7 +238,7 @@ impl Project for Job {
 }
 
 impl Project for PersistentVolumeClaim {
-    /// Keeps the metadata [`slim_metadata`] keeps and the requested resources (what
+    /// Keeps the metadata `slim_metadata` keeps and the requested resources (what
     /// volume expansion reads). The phase (bound or not), the binding annotations, the
     /// protection finalizer and the creation time are never read, so a claim's binding
     /// wakes no machine.

@@ -21,7 +21,7 @@
 //! - A trigger inside the window moves the hand-on to a window after it (up to the
 //!   maximum wait), so a relevant change inside the window still causes a reconcile
 //!   after it, and that reconcile reads the cache as it is then.
-//! - [`Debouncer::cancel`] (called when a reconcile of the owner starts) forgets only
+//! - `Debouncer::cancel` (called when a reconcile of the owner starts) forgets only
 //!   offers made before it: their changes are already in the cache that reconcile reads
 //!   (the cache is updated before a trigger is offered). Offers after it stay pending.
 //! - A window of zero hands every trigger on at once, with no bookkeeping.

@@ -1,4 +1,4 @@
-//! What woke a reconcile: the [`Trigger`] vocabulary, and [`Wakeups`], the bookkeeping
+//! What woke a reconcile: the [`Trigger`] vocabulary, and `Wakeups`, the bookkeeping
 //! that hands each reconcile the trigger that first asked for it.
 //!
 //! kube-runtime's controller knows why it schedules a reconcile (its `ReconcileReason`)
