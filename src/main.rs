@@ -103,6 +103,12 @@ struct RunArgs {
     /// safety net for missed events; an unchanged object costs no request). 0: never.
     #[arg(long, default_value_t = 600, env = "LOCKSTEP_RESYNC_PERIOD")]
     resync_period: u64,
+    /// How long the changes of an object's owned objects must be quiet before they wake
+    /// it, in milliseconds (at most three times as long): a burst of changes costs one
+    /// reconcile, and a decision waits at most this long after the last change. The
+    /// object's own changes, requeues and retries are not held. 0: at once.
+    #[arg(long, default_value_t = 1000, env = "LOCKSTEP_DEBOUNCE_MS")]
+    debounce_ms: u64,
     /// Where to serve /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080", env = "LOCKSTEP_METRICS_ADDR")]
     metrics_addr: std::net::SocketAddr,
@@ -227,6 +233,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         election,
         resync: (args.resync_period > 0)
             .then(|| std::time::Duration::from_secs(args.resync_period)),
+        debounce: std::time::Duration::from_millis(args.debounce_ms),
     };
     tracing::info!(
         machines = ?options.machines,

@@ -34,8 +34,8 @@ use k8s_openapi::api::batch::v1::{CronJob, Job, JobStatus};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, ContainerState, ContainerStateTerminated, ContainerStatus,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, Pod,
-    PodCondition, PodSpec, PodStatus, Service,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodCondition, PodSpec, PodStatus,
+    Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -112,10 +112,15 @@ impl Project for Pod {
     /// Keeps, of the metadata, what identifies the pod and what is read of it (name,
     /// namespace, UID, creation and deletion timestamps, Lockstep's and the Job
     /// controller's labels, the owner references' kind, name, UID and controller
-    /// flag); each container's name and image; the Ready condition's type and status:
-    /// what readiness, images, ordinals and roles are read from. Annotations and the
-    /// labels other controllers add (`controller-revision-hash`, `pod-index`, …) are
-    /// dropped.
+    /// flag); each container's name and image; the Ready condition's type and status
+    /// while it holds (`True`): what readiness, images, ordinals and roles are read
+    /// from. Annotations and the labels other controllers add
+    /// (`controller-revision-hash`, `pod-index`, …) are dropped.
+    ///
+    /// A Ready condition that does not hold (`False`, `Unknown`) is dropped like an
+    /// absent one: machines read readiness as "the Ready condition is True"
+    /// (`common::observe::pod_ready`), so a pod being scheduled and reported not ready
+    /// yet wakes no machine; becoming ready, or losing readiness, does.
     fn project(&mut self) {
         slim_metadata(self.meta_mut());
         self.spec = self.spec.take().map(|spec| PodSpec {
@@ -138,7 +143,7 @@ impl Project for Pod {
             conditions: status.conditions.map(|conditions| {
                 conditions
                     .into_iter()
-                    .filter(|c| c.type_ == "Ready")
+                    .filter(|c| c.type_ == "Ready" && c.status == "True")
                     .map(|c| PodCondition {
                         type_: c.type_,
                         status: c.status,
@@ -233,9 +238,10 @@ impl Project for Job {
 }
 
 impl Project for PersistentVolumeClaim {
-    /// Keeps the metadata every projected kind keeps, the requested resources and the
-    /// phase (bound or not). The binding annotations, the protection finalizer and the
-    /// creation time are never read.
+    /// Keeps the metadata `slim_metadata` keeps and the requested resources (what
+    /// volume expansion reads). The phase (bound or not), the binding annotations, the
+    /// protection finalizer and the creation time are never read, so a claim's binding
+    /// wakes no machine.
     fn project(&mut self) {
         slim_metadata(self.meta_mut());
         self.meta_mut().creation_timestamp = None;
@@ -243,13 +249,7 @@ impl Project for PersistentVolumeClaim {
             resources: spec.resources,
             ..PersistentVolumeClaimSpec::default()
         });
-        self.status = self
-            .status
-            .take()
-            .map(|status| PersistentVolumeClaimStatus {
-                phase: status.phase,
-                ..PersistentVolumeClaimStatus::default()
-            });
+        self.status = None;
     }
 }
 
@@ -884,7 +884,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_claim_keeps_its_name_labels_size_and_phase_only() {
+    fn a_claim_keeps_its_name_labels_and_size_only() {
         let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "data-db-0", "namespace": "ns", "uid": "c1",
                 "creationTimestamp": "2026-01-01T00:00:00Z",
@@ -910,8 +910,6 @@ pub(crate) mod tests {
             size.and_then(|r| r.get("storage")).map(|q| &*q.0),
             Some("1Gi")
         );
-        let status = pvc.status.as_ref().expect("status");
-        assert_eq!(status.phase.as_deref(), Some("Bound"));
-        assert!(status.capacity.is_none());
+        assert!(pvc.status.is_none());
     }
 }

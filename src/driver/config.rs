@@ -79,6 +79,7 @@ pub struct Config {
     pub(crate) triggers: Vec<BoxStream<'static, ()>>,
     pub(crate) owned_store_timeout: Duration,
     pub(crate) authority: Authority,
+    pub(crate) debounce: Duration,
 }
 
 impl fmt::Debug for Config {
@@ -92,6 +93,7 @@ impl fmt::Debug for Config {
             .field("extra_triggers", &self.triggers.len())
             .field("owned_store_timeout", &self.owned_store_timeout)
             .field("authority", &self.authority)
+            .field("debounce", &self.debounce)
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +105,20 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The default [`Config::debounce`]: 1 s.
+    ///
+    /// A created cluster's owned objects change in bursts (the StatefulSet controller
+    /// makes three claims and three pods within a second, KWOK or the kubelet reports
+    /// them ready a few hundred milliseconds later), and each change used to wake the
+    /// machine to decide "stay". One second folds most of a burst into one reconcile
+    /// and delays a decision by at most that much after the last change
+    /// (docs/wakeups.md has the measurements).
+    pub const DEBOUNCE: Duration = Duration::from_secs(1);
+
+    /// The longest an owned-object trigger is held, as a multiple of the debounce
+    /// window: triggers that never pause for a window are handed on after 3 windows.
+    pub const DEBOUNCE_MAX_WAIT_FACTOR: u32 = 3;
+
     /// Watch and reconcile objects in every namespace.
     pub fn cluster_wide() -> Self {
         Self {
@@ -115,6 +131,7 @@ impl Config {
             triggers: Vec::new(),
             owned_store_timeout: Duration::from_secs(60),
             authority: Authority::unconditional(),
+            debounce: Self::DEBOUNCE,
         }
     }
 
@@ -192,6 +209,24 @@ impl Config {
     #[must_use]
     pub fn authority(mut self, authority: Authority) -> Self {
         self.authority = authority;
+        self
+    }
+
+    /// Hold an object's owned-object triggers until they have been quiet for
+    /// `debounce` (at most [`Config::DEBOUNCE_MAX_WAIT_FACTOR`] times as long) before
+    /// reconciling it; 0: reconcile at once. Default [`Config::DEBOUNCE`]. See
+    /// [`super::debounce`] for why this is not kube-runtime's own debounce.
+    ///
+    /// # Guarantees
+    /// - A trigger is never dropped, only delayed: a trigger inside the window moves
+    ///   the reconcile to `debounce` after it, and that reconcile reads the cache as it
+    ///   is then, so it sees every change made until it starts.
+    /// - Only owned-object triggers wait: the custom resource's own changes, the
+    ///   reconcile's requeues (a transition's follow-up step, a deadline), retries and
+    ///   resyncs run at once.
+    #[must_use]
+    pub fn debounce(mut self, debounce: Duration) -> Self {
+        self.debounce = debounce;
         self
     }
 

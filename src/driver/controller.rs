@@ -43,10 +43,12 @@ use tracing::Instrument;
 
 use super::authority::Authority;
 use super::config::{Backoff, Config, FIELD_MANAGER};
+use super::debounce::Debouncer;
 use super::events::Recorder;
 use super::execute::{self, describe_op};
 use super::hooks::{DriverHooks, Finished, ResourceEvent, Target};
 use super::status::{fenced_status_patch, merge_diff};
+use super::wakeup::{Trigger, Wakeups};
 use super::watch::{self, OwnWrites, ResourceTrigger, WatchBackoff};
 use super::{Cache, Error, Op, Operator};
 use crate::engine::step::{decode, describe, with_error, with_refusal};
@@ -73,6 +75,7 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         triggers,
         owned_store_timeout,
         authority,
+        debounce,
     } = config;
     let ns = namespace.as_deref();
 
@@ -83,6 +86,14 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
     let mut trigger = ResourceTrigger::default();
     let ours = written.clone();
     let observer = hooks.clone();
+    let wakeups = Arc::new(Wakeups::default());
+    let woken = wakeups.clone();
+    let wake = move |o: &O::Resource| {
+        woken.record((o.namespace(), o.name_any()), Trigger::Object);
+        observer.wake_requested(O::NAME, Trigger::Object);
+    };
+    let observer = hooks.clone();
+    let gone = wakeups.clone();
     let objects = watcher(
         watch::api::<O::Resource>(&client, ns),
         watcher::Config::default()
@@ -104,14 +115,21 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
                     &ObjectRef::from_obj(&o),
                     o.meta().resource_version.as_deref(),
                 );
-                trigger.admit(&o, &ours).then_some(Ok(o))
+                trigger.admit(&o, &ours).then(|| {
+                    wake(&o);
+                    Ok(o)
+                })
             }
             // Not told to the fence: during a relist the store serves the old versions
             // until `InitDone` (the reflector buffers the new ones).
-            Ok(watcher::Event::InitApply(o)) => trigger.admit(&o, &ours).then_some(Ok(o)),
+            Ok(watcher::Event::InitApply(o)) => trigger.admit(&o, &ours).then(|| {
+                wake(&o);
+                Ok(o)
+            }),
             Ok(watcher::Event::Delete(o)) => {
                 caught_up.forget(&ObjectRef::from_obj(&o));
                 trigger.forget(&o);
+                gone.forget(&(o.namespace(), o.name_any()));
                 None
             }
             Ok(watcher::Event::Init) => None,
@@ -124,13 +142,37 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         futures::future::ready(admitted)
     });
     let (cache, owned) = Cache::watch::<O>(&client, ns);
+    let (woken, observer) = (wakeups.clone(), hooks.clone());
+    let owned = owned.map(move |(owner, trigger)| {
+        let key = (owner.namespace, owner.name);
+        woken.record(key.clone(), trigger);
+        observer.wake_requested(O::NAME, trigger);
+        key
+    });
+    let debouncer = Debouncer::new(
+        debounce,
+        debounce.saturating_mul(Config::DEBOUNCE_MAX_WAIT_FACTOR),
+    );
+    let owned = debouncer.debounced(owned).map(|(ns, name)| {
+        let owner = ObjectRef::<O::Resource>::new(&name);
+        match ns {
+            Some(ns) => owner.within(&ns),
+            None => owner,
+        }
+    });
 
     let store = reader.clone();
     let mut controller = Controller::for_stream(objects, reader)
         .with_config(controller::Config::default().concurrency(concurrency))
         .reconcile_on(owned);
     for trigger in triggers {
-        controller = controller.reconcile_all_on(trigger);
+        let (woken, observer, all) = (wakeups.clone(), hooks.clone(), store.clone());
+        controller = controller.reconcile_all_on(trigger.map(move |()| {
+            for object in all.state() {
+                woken.record((object.namespace(), object.name_any()), Trigger::Resync);
+                observer.wake_requested(O::NAME, Trigger::Resync);
+            }
+        }));
     }
     for signal in shutdown {
         controller = controller.graceful_shutdown_on(signal);
@@ -155,6 +197,8 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
         fence,
         store,
         written,
+        wakeups,
+        debouncer,
         failures: Mutex::default(),
         _operator: PhantomData,
     });
@@ -234,6 +278,10 @@ struct Context<O: Operator> {
     /// The resourceVersions of this process's own writes, so their events trigger
     /// nothing while anyone else's writes do.
     written: Arc<OwnWrites>,
+    /// What asked for each object's next reconcile.
+    wakeups: Arc<Wakeups>,
+    /// The owned-object triggers held back per object.
+    debouncer: Debouncer,
     /// Consecutive failed reconciles per object, for the backoff.
     failures: Mutex<HashMap<ObjectRef<O::Resource>, u32>>,
     _operator: PhantomData<fn() -> O>,
@@ -336,7 +384,17 @@ impl<O: Operator> Context<O> {
 
     fn forget(&self, key: &ObjectRef<O::Resource>) {
         self.fence.forget(key);
+        self.wakeups
+            .forget(&(key.namespace.clone(), key.name.clone()));
         lock(&self.failures).remove(key);
+    }
+
+    /// The reconcile of `key` asked to run again after `after` (`trigger`: a requeue or
+    /// a retry).
+    fn again(&self, key: &ObjectRef<O::Resource>, trigger: Trigger, after: Duration) {
+        self.wakeups
+            .again((key.namespace.clone(), key.name.clone()), trigger, after);
+        self.hooks.wake_requested(O::NAME, trigger);
     }
 
     /// Fail unless this process may still make a mutating request (checked right
@@ -433,6 +491,11 @@ async fn reconcile<O: Operator>(
             namespace: &namespace,
             name: &name,
         };
+        // What is held back for this object is in the cache this reconcile reads.
+        let owner = (key.namespace.clone(), key.name.clone());
+        ctx.debouncer.cancel(&owner);
+        let trigger = ctx.wakeups.take(&owner);
+        ctx.hooks.woken(&target, trigger);
         ctx.hooks.reconcile_started(&target);
         let started = Instant::now();
         let mut latest = object.clone();
@@ -545,6 +608,9 @@ async fn reconcile_once<O: Operator>(
         ctx.forget(key);
     }
 
+    if let Some(after) = plan.requeue {
+        ctx.again(key, Trigger::Requeue, after);
+    }
     let action = plan
         .requeue
         .map_or_else(Action::await_change, Action::requeue);
@@ -667,7 +733,7 @@ fn error_policy<O: Operator>(
     let key = ObjectRef::from_obj(&*object);
     let attempt = {
         let mut failures = lock(&ctx.failures);
-        let count = failures.entry(key).or_insert(0);
+        let count = failures.entry(key.clone()).or_insert(0);
         let attempt = *count;
         *count = count.saturating_add(1);
         attempt
@@ -677,6 +743,7 @@ fn error_policy<O: Operator>(
         .backoff
         .delay(attempt, matches!(error, Error::Conflict), unit);
     tracing::debug!(attempt, ?delay, "requeue after error");
+    ctx.again(&key, Trigger::Retry, delay);
     Action::requeue(delay)
 }
 

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use super::wakeup::Trigger;
+
 /// The object a hook is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target<'a> {
@@ -68,7 +70,8 @@ pub enum ResourceEvent<'a> {
 /// - `resource_event` sees every event of the custom resources' watch, in order, before
 ///   the reconcile it may trigger.
 /// - `reconcile_started` and `reconcile_finished` are called in pairs, once per reconcile,
-///   including reconciles that fail.
+///   including reconciles that fail; `woken` once per reconcile, right before
+///   `reconcile_started`.
 /// - `transitioned` is called once per persisted transition, after its status write
 ///   succeeded, so counting it counts exactly the transitions in `status.machine.history`.
 /// - `state` is called on every reconcile that decoded a state, with the state after the
@@ -76,6 +79,15 @@ pub enum ResourceEvent<'a> {
 pub trait DriverHooks: Send + Sync + 'static {
     /// A reconcile of `target` starts.
     fn reconcile_started(&self, _target: &Target<'_>) {}
+
+    /// A reconcile of `target` starts, woken by `trigger` (the first since its last
+    /// reconcile; see [`super::wakeup`]). Called right before `reconcile_started`.
+    fn woken(&self, _target: &Target<'_>, _trigger: Trigger) {}
+
+    /// `trigger` asked for a reconcile of an object of `machine`, before debouncing and
+    /// deduplication: several requests may end in one reconcile. Called on the watch's
+    /// task (or the reconcile's, for [`Trigger::Requeue`] and [`Trigger::Retry`]).
+    fn wake_requested(&self, _machine: &'static str, _trigger: Trigger) {}
 
     /// A reconcile of `target` ended after `elapsed`.
     fn reconcile_finished(&self, _target: &Target<'_>, _elapsed: Duration, _finished: Finished) {}

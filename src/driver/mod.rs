@@ -73,11 +73,16 @@ pub mod cache;
 pub mod config;
 pub mod controller;
 pub mod crd;
+pub mod debounce;
 pub mod events;
 pub mod execute;
 pub mod hooks;
 pub mod status;
+pub mod wakeup;
 pub mod watch;
+
+#[cfg(test)]
+mod wakes_tests;
 
 pub use authority::Authority;
 pub use cache::{Owned, Project};
@@ -86,6 +91,7 @@ pub use config::{Backoff, Config, FIELD_MANAGER};
 pub use controller::run;
 pub use crd::{crd, crd_yaml};
 pub use hooks::{DriverHooks, Finished, NoHooks, Target};
+pub use wakeup::Trigger;
 pub use watch::WatchBackoff;
 
 /// Labels every object Lockstep creates carries.

@@ -13,9 +13,13 @@
 //! - An owned object triggers a reconcile of its owner when it appears, disappears
 //!   (including objects that vanished while a watch was down and are missing from the
 //!   relist), or changes in anything its projection keeps but
-//!   `metadata.resourceVersion` (see [`super::cache`]). Status changes do trigger: a
-//!   pod's readiness, a Job's completion and a claim's binding are what machines wait
-//!   for.
+//!   `metadata.resourceVersion` (see [`super::cache`]). Status changes that machines
+//!   read do trigger: a pod becoming ready or losing readiness, a Job's completion, a
+//!   StatefulSet's observed generation; those no machine reads (a claim's binding, a
+//!   pod reported not ready yet, replica counts) do not.
+//! - Owned-object triggers are debounced per owner ([`super::debounce`]); the custom
+//!   resource's own triggers are not. Each trigger is tagged with what it is
+//!   ([`super::Trigger`]) for the metrics.
 //! - Each owned-object watch selects, on the server, the objects of this machine's kind
 //!   only.
 //!
@@ -40,6 +44,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::cache::{Owned, Project};
+use super::wakeup::Trigger;
 use super::{Cache, Error, Operator, labels};
 
 /// Where an object lives: namespace and name.
@@ -218,12 +223,13 @@ impl OwnWrites {
     }
 }
 
-/// Watch one owned kind into `store`; yield the owners to reconcile.
+/// Watch one owned kind into `store`; yield the owners to reconcile, each with the
+/// trigger naming this kind.
 fn owned_watch<K, R>(
     client: &Client,
     namespace: Option<&str>,
     store: Owned<K>,
-) -> BoxStream<'static, ObjectRef<R>>
+) -> BoxStream<'static, (ObjectRef<R>, Trigger)>
 where
     K: Project + Resource<Scope = k8s_openapi::NamespaceResourceScope> + Debug + DeserializeOwned,
     R: Resource<DynamicType = ()> + 'static,
@@ -234,6 +240,7 @@ where
         .page_size(LIST_PAGE_SIZE)
         .any_semantic();
     let kind = K::kind(&());
+    let trigger = Trigger::owned(&kind);
     watcher(api, config)
         .backoff(WatchBackoff::default())
         .flat_map(move |event| {
@@ -249,12 +256,13 @@ where
                     Vec::new()
                 }
             };
-            stream::iter(owners.into_iter().map(|(ns, name)| {
+            stream::iter(owners.into_iter().map(move |(ns, name)| {
                 let r = ObjectRef::<R>::new(&name);
-                match ns {
+                let r = match ns {
                     Some(ns) => r.within(&ns),
                     None => r,
-                }
+                };
+                (r, trigger)
             }))
         })
         .boxed()
@@ -263,14 +271,15 @@ where
 impl Cache {
     /// Start the label-selected watches of every owned kind, in `namespace` or
     /// cluster-wide. Returns the cache (empty until the watches have listed; see
-    /// [`Cache::ready`]) and the stream of owners their changes concern. The watches
-    /// run only while the stream is polled.
+    /// [`Cache::ready`]) and the stream of owners their changes concern, each with the
+    /// [`Trigger`] of the kind that changed. The watches run only while the stream is
+    /// polled.
     pub fn watch<O: Operator>(
         client: &Client,
         namespace: Option<&str>,
     ) -> (
         Self,
-        impl Stream<Item = ObjectRef<O::Resource>> + Send + 'static,
+        impl Stream<Item = (ObjectRef<O::Resource>, Trigger)> + Send + 'static,
     ) {
         let cache = Cache::new(O::KIND_LABEL);
         let c = cache.clone();

@@ -4,6 +4,8 @@
 //! | hook | metrics |
 //! | --- | --- |
 //! | `reconcile_finished` | `lockstep_reconciles_total`, `lockstep_reconcile_errors_total` (on `Failed`), `lockstep_reconcile_duration_seconds` |
+//! | `woken` | `lockstep_reconcile_triggers_total` |
+//! | `wake_requested` | `lockstep_wake_requests_total` |
 //!
 //! | `resource_event` (with [`MetricsHooks::with_objects`]) | the per-object series and `lockstep_transitions_total` ([`super::observe`]) |
 //!
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::driver::Trigger;
 use crate::driver::hooks::{DriverHooks, Finished, ResourceEvent, Target};
 
 use super::metrics::{Metrics, ReconcileResult};
@@ -78,6 +81,14 @@ impl MetricsHooks {
 }
 
 impl DriverHooks for MetricsHooks {
+    fn woken(&self, target: &Target<'_>, trigger: Trigger) {
+        self.metrics.on_woken(target.machine, trigger);
+    }
+
+    fn wake_requested(&self, machine: &'static str, trigger: Trigger) {
+        self.metrics.on_wake_request(machine, trigger);
+    }
+
     fn reconcile_finished(&self, target: &Target<'_>, elapsed: Duration, finished: Finished) {
         let result = match finished {
             Finished::Failed => ReconcileResult::Error,
@@ -123,9 +134,25 @@ mod tests {
             namespace: "ns",
             name: "db",
         };
+        hooks.woken(&target, Trigger::Pod);
         hooks.reconcile_finished(&target, Duration::from_millis(2), Finished::StatusWritten);
+        hooks.woken(&target, Trigger::Retry);
         hooks.reconcile_finished(&target, Duration::from_millis(2), Finished::Failed);
+        hooks.wake_requested("distributeddb", Trigger::Pod);
+        hooks.wake_requested("distributeddb", Trigger::Pod);
         let text = metrics.encode();
+        assert!(
+            text.contains(
+                "lockstep_reconcile_triggers_total{machine=\"distributeddb\",trigger=\"pod\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "lockstep_wake_requests_total{machine=\"distributeddb\",trigger=\"pod\"} 2"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("lockstep_reconciles_total{machine=\"distributeddb\"} 2"),
             "{text}"

@@ -3,6 +3,8 @@
 //! | metric | type | labels | meaning |
 //! | --- | --- | --- | --- |
 //! | `lockstep_reconciles_total` | counter | `machine` | reconciles run |
+//! | `lockstep_reconcile_triggers_total` | counter | `machine`, `trigger` | reconciles run, by what woke each (the first trigger since the object's previous reconcile): `object`, an owned kind (`statefulset`, `pod`, `service`, `job`, `cronjob`, `configmap`, `poddisruptionbudget`, `persistentvolumeclaim`, `lease`), `requeue`, `retry`, `resync`, `unknown` ([`crate::driver::Trigger`]) |
+//! | `lockstep_wake_requests_total` | counter | `machine`, `trigger` | requests for a reconcile, before the debounce and the controller's deduplication fold them: the difference to the above is what they saved |
 //! | `lockstep_reconcile_errors_total` | counter | `machine` | reconciles that returned an error |
 //! | `lockstep_reconcile_duration_seconds` | histogram | `machine` | wall time of one reconcile |
 //! | `lockstep_transitions_total` | counter | `machine`, `from`, `to` | persisted transitions, counted from `status.machine.history` as the state series moves |
@@ -29,10 +31,19 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::driver::Trigger;
+
 /// Labels of the per-machine series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct MachineLabels {
     machine: String,
+}
+
+/// Labels of the per-trigger counters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TriggerLabels {
+    machine: String,
+    trigger: &'static str,
 }
 
 /// Labels of the transition counter.
@@ -108,6 +119,8 @@ type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 pub struct Metrics {
     registry: Arc<Registry>,
     reconciles: Family<MachineLabels, Counter>,
+    triggers: Family<TriggerLabels, Counter>,
+    wake_requests: Family<TriggerLabels, Counter>,
     errors: Family<MachineLabels, Counter>,
     reconcile_duration: HistogramFamily<MachineLabels>,
     transitions: Family<TransitionLabels, Counter>,
@@ -145,6 +158,8 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("lockstep");
         let reconciles = Family::<MachineLabels, Counter>::default();
+        let triggers = Family::<TriggerLabels, Counter>::default();
+        let wake_requests = Family::<TriggerLabels, Counter>::default();
         let errors = Family::<MachineLabels, Counter>::default();
         let reconcile_duration: HistogramFamily<MachineLabels> =
             Family::new_with_constructor(reconcile_histogram);
@@ -156,6 +171,16 @@ impl Metrics {
         let leader = Gauge::default();
 
         registry.register("reconciles", "Reconciles run", reconciles.clone());
+        registry.register(
+            "reconcile_triggers",
+            "Reconciles run, by what woke each (the first trigger since the object's last reconcile)",
+            triggers.clone(),
+        );
+        registry.register(
+            "wake_requests",
+            "Requests for a reconcile by trigger, before debouncing and deduplication",
+            wake_requests.clone(),
+        );
         registry.register(
             "reconcile_errors",
             "Reconciles that returned an error (retried with backoff)",
@@ -197,6 +222,8 @@ impl Metrics {
         Self {
             registry: Arc::new(registry),
             reconciles,
+            triggers,
+            wake_requests,
             errors,
             reconcile_duration,
             transitions,
@@ -220,6 +247,26 @@ impl Metrics {
         self.reconcile_duration
             .get_or_create(&labels)
             .observe(duration.as_secs_f64());
+    }
+
+    /// Record that a reconcile of `machine` was woken by `trigger`.
+    pub fn on_woken(&self, machine: &str, trigger: Trigger) {
+        self.triggers
+            .get_or_create(&TriggerLabels {
+                machine: machine.to_owned(),
+                trigger: trigger.as_str(),
+            })
+            .inc();
+    }
+
+    /// Record that `trigger` asked for a reconcile of an object of `machine`.
+    pub fn on_wake_request(&self, machine: &str, trigger: Trigger) {
+        self.wake_requests
+            .get_or_create(&TriggerLabels {
+                machine: machine.to_owned(),
+                trigger: trigger.as_str(),
+            })
+            .inc();
     }
 
     /// Record a persisted transition `from → to` (state kinds).

@@ -51,6 +51,9 @@ pub struct RunOptions {
     /// Reconcile every object this often even without a change (`None`: never). An
     /// idle reconcile makes no request, so this costs CPU only.
     pub resync: Option<std::time::Duration>,
+    /// How long an object's triggers must be quiet before it is reconciled
+    /// ([`driver::config::Config::debounce`]).
+    pub debounce: std::time::Duration,
 }
 
 /// Everything a machine's controller is given.
@@ -68,6 +71,8 @@ pub struct MachineContext {
     pub authority: Authority,
     /// The periodic resync ([`RunOptions::resync`]).
     pub resync: Option<std::time::Duration>,
+    /// The debounce ([`RunOptions::debounce`]).
+    pub debounce: std::time::Duration,
 }
 
 impl std::fmt::Debug for MachineContext {
@@ -144,6 +149,7 @@ pub fn drive<O: Operator>(context: &MachineContext, drain: CancellationToken) ->
         None => config,
     }
     .hooks(hooks)
+    .debounce(context.debounce)
     .authority(context.authority.clone())
     .shutdown_on(drain.cancelled_owned());
     let client = context.client.clone();
@@ -175,6 +181,7 @@ pub async fn run(
             .as_ref()
             .map_or_else(Authority::unconditional, LeaseConfig::authority),
         resync: options.resync,
+        debounce: options.debounce,
     };
     // Fail before anything else when a selected machine cannot run.
     for name in &options.machines {

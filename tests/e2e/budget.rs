@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -20,6 +21,7 @@ use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
 
 use crate::support::{
     Fixture, InProcessOperator, ReconcileCounts, Request, RequestLog, counted_client, counts_until,
+    wait_for_all,
 };
 
 /// Counts reconciles (into a watch channel) and persisted transitions.
@@ -205,6 +207,16 @@ async fn one_lifecycle_costs_nothing_idle_and_a_status_write_per_transition_or_r
     fx.until("budget", "Ready at db:2", |db| {
         is_ready_at(db, "registry.example/db:2")
     })
+    .await;
+    // The hook Jobs are cleaned up at rest. "No reconcile running" alone does not say
+    // the lifecycle is over: an owned object's change may be held by the debounce
+    // (issue 27) with nothing running, so wait for the cleanup itself.
+    wait_for_all(
+        &fx.env.api::<Job>(),
+        "app.kubernetes.io/instance=budget,lockstep.dev/component=hook",
+        "the hook Jobs cleaned up",
+        <[Job]>::is_empty,
+    )
     .await;
     counts_until(&mut seen, "reconciles to settle", |c| {
         c.started == c.finished

@@ -21,6 +21,9 @@
 //!   the deploy manifests' RBAC.
 //! - [`status_truth`]: status that never says something false (readiness mid-upgrade,
 //!   what a step waits for) and Job outcomes that are never lost (the outcome finalizer).
+//! - [`wakeups`]: what wakes the DistributedDB machine: each owned kind's relevant
+//!   changes do, irrelevant ones do not, and the debounce folds bursts without missing
+//!   a change (issue 27).
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
 //!   child process, request counting.
 
@@ -37,3 +40,4 @@ mod postgres_real;
 mod smoke;
 mod status_truth;
 mod support;
+mod wakeups;

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -190,6 +191,23 @@ def reconciles(m: Optional[dict[str, float]]) -> float:
 
 def transitions(m: Optional[dict[str, float]]) -> float:
     return metric_sum(m, "lockstep_transitions_total{")
+
+
+TRIGGER_SERIES = "lockstep_reconcile_triggers_total{"
+
+
+def by_trigger(m: Optional[dict[str, float]]) -> dict[str, float]:
+    """Reconciles by what woke them (`lockstep_reconcile_triggers_total`, one per
+    reconcile, under the first trigger since the previous one): `object`, an owned kind
+    (`pod`, `statefulset`, ...), `requeue`, `retry`, `resync`. Empty for an operator
+    without the metric (before issue 27)."""
+    out: dict[str, float] = {}
+    for series, value in (m or {}).items():
+        if series.startswith(TRIGGER_SERIES):
+            found = re.search(r'trigger="([^"]*)"', series)
+            if found:
+                out[found.group(1)] = out.get(found.group(1), 0.0) + value
+    return out
 
 
 # ------------------------------------------------------------------ the cluster
@@ -555,7 +573,13 @@ class Phases:
             "transitions": transitions(m),
             "reconciles": reconciles(m),
             "budget": self.budget.begin(),
+            "by_trigger": by_trigger(m),
         }
+
+    def at_done(self) -> dict:
+        """The operator's CPU-seconds and metrics at the moment a phase is done (all
+        Ready), taken at once: the issue-27 method stops the clock there."""
+        return {"cpu": cpu_seconds(self.operator.pid), "metrics": self.operator.metrics()}
 
     def end(
         self,
@@ -565,22 +589,39 @@ class Phases:
         detail: str = "",
         cpu_from_zero: bool = False,
         done_at: Optional[float] = None,
+        done: Optional[dict] = None,
     ) -> dict:
         """Close a phase that was done at `done_at` (default: now). Before the counters
         are read the operator is let settle (no request and no reconcile for 1 s, at most
         15 s), so that the Event and metric of the last transition are counted in the
-        phase that caused them; the settling is not in the phase's time."""
+        phase that caused them; the settling is not in the phase's time.
+
+        With `done` (from [`Phases.at_done`], taken when the phase was done), CPU and
+        reconciles are counted from the phase's start to that moment (issue 27: "from
+        the first apply until all are Ready"); the settling's are reported apart."""
         seconds = (done_at or time.monotonic()) - start["t"]
         wait_quiet(self.operator, self.proxy, 0, 15.0, quiet=1.0)
         pid = self.operator.pid
         m = self.operator.metrics()
-        cpu = cpu_seconds(pid) - (0.0 if cpu_from_zero else start["cpu"])
+        cpu_settled = cpu_seconds(pid) - (0.0 if cpu_from_zero else start["cpu"])
+        cpu = cpu_settled
+        m_done = m
+        if done is not None:
+            cpu = done["cpu"] - (0.0 if cpu_from_zero else start["cpu"])
+            m_done = done["metrics"] or m
         rss_end = status_kib(pid, "VmRSS") if pid else None
         peak = max(self.sampler.take_peak(), rss_end or 0)
         reqs = self.proxy.snapshot() - start["requests"]
         errs = self.proxy.error_snapshot() - start["errors"]
         trans = transitions(m) - (0.0 if cpu_from_zero else start["transitions"])
-        recs = reconciles(m) - (0.0 if cpu_from_zero else start["reconciles"])
+        recs = reconciles(m_done) - (0.0 if cpu_from_zero else start["reconciles"])
+        recs_settled = reconciles(m) - (0.0 if cpu_from_zero else start["reconciles"])
+        triggers_before = {} if cpu_from_zero else start["by_trigger"]
+        triggers = {
+            k: round((v - triggers_before.get(k, 0.0)) / self.n, 2)
+            for k, v in sorted(by_trigger(m_done).items())
+            if v - triggers_before.get(k, 0.0) > 0
+        }
         writes = sum(v for (verb, _), v in reqs.items() if is_write(verb))
         result = {
             "phase": name,
@@ -599,6 +640,13 @@ class Phases:
             "transitions": int(trans),
             "cpu_ms_per_transition": round(1000 * cpu / trans, 2) if trans else None,
             "reconciles": int(recs),
+            "reconciles_per_cluster": round(recs / self.n, 2),
+            # Per cluster, by what woke the reconcile (the first trigger since the last).
+            "reconciles_per_cluster_by_trigger": triggers,
+            # Until the operator settled after the phase was done (the pre-issue-27 figure).
+            "cpu_s_settled": round(cpu_settled, 3),
+            "cpu_ms_per_cluster_settled": round(1000 * cpu_settled / self.n, 2),
+            "reconciles_settled": int(recs_settled),
             "apiserver_cpu_s": round(cpu_seconds(self.cluster.pid("apiserver")) - start["api_cpu"], 2),
             # This script: the counting proxy, the watches, the clients.
             "harness_cpu_s": round(cpu_seconds(os.getpid()) - start["harness_cpu"], 2),
@@ -614,7 +662,8 @@ class Phases:
             f"N={self.n} {name}: {seconds:.1f} s{'' if complete else ' (INCOMPLETE: ' + detail + ')'}, "
             f"RSS peak {result['rss_peak_mib']} MiB end {result['rss_end_mib']} MiB "
             f"(anon {result['rss_anon_end_mib']}, file {result['rss_file_end_mib']}), "
-            f"CPU {cpu:.2f} s, {int(trans)} transitions, {writes} writes"
+            f"CPU {cpu:.2f} s ({cpu_settled:.2f} s settled), {int(trans)} transitions, "
+            f"{int(recs)} reconciles {triggers}, {writes} writes"
         )
         return result
 
@@ -648,7 +697,7 @@ def scale_run(args, n: int, out_dir: str) -> dict:
     try:
         cluster = plane.up()
         api = Api(cluster)
-        proxy = CountingProxy(cluster).start()
+        proxy = CountingProxy(cluster, tls=args.proxy_tls).start()
         kubeconfig = os.path.join(out_dir, f"operator-{n}.kubeconfig")
         with open(kubeconfig, "w", encoding="utf-8") as f:
             f.write(proxy.kubeconfig())
@@ -674,8 +723,9 @@ def scale_run(args, n: int, out_dir: str) -> dict:
         list(pool.map(lambda nm: api.request("POST", DDB_PATH, ddb(nm, IMAGE_FROM)), names))
         ok = ddbs.wait(lambda items: count(items, ready_at(IMAGE_FROM)) >= n, deadline)
         done_at = time.monotonic()
+        done = phases.at_done()
         ready = count(ddbs.snapshot(), ready_at(IMAGE_FROM))
-        phases.end("create", start, ok, f"{ready}/{n} Ready", done_at=done_at)
+        phases.end("create", start, ok, f"{ready}/{n} Ready", done_at=done_at, done=done)
 
         # ---- idle
         if "idle" in args.phases:
@@ -714,8 +764,9 @@ def scale_run(args, n: int, out_dir: str) -> dict:
         )
         ok = ddbs.wait(lambda items: count(items, ready_at(IMAGE_TO)) >= n, deadline)
         done_at = time.monotonic()
+        at_done = phases.at_done()
         done = count(ddbs.snapshot(), ready_at(IMAGE_TO))
-        phases.end("upgrade", start, ok, f"{done}/{n} upgraded", done_at=done_at)
+        phases.end("upgrade", start, ok, f"{done}/{n} upgraded", done_at=done_at, done=at_done)
         if "delete" not in args.phases:
             pool.shutdown()
             ddbs.stop()
@@ -749,7 +800,7 @@ def floor_run(args, out_dir: str) -> dict:
     try:
         cluster = plane.up()
         api = Api(cluster)
-        proxy = CountingProxy(cluster).start()
+        proxy = CountingProxy(cluster, tls=args.proxy_tls).start()
         kubeconfig = os.path.join(out_dir, "operator-floor.kubeconfig")
         with open(kubeconfig, "w", encoding="utf-8") as f:
             f.write(proxy.kubeconfig())
@@ -811,20 +862,27 @@ def print_report(report: dict) -> None:
     for run in report.get("scale", []):
         n = run["n"]
         print(f"\nN = {n} DistributedDBs x 3 pods, {run['nodes']} KWOK nodes", file=out)
-        head = ("phase", "time s", "ok", "RSS peak", "RSS end", "CPU s", "ms/cluster", "trans", "ms/trans",
+        head = ("phase", "time s", "ok", "RSS peak", "RSS end", "CPU s", "ms/cluster", "rec/cluster", "trans", "ms/trans",
                 "writes", "w/cluster", "apisrv CPU s", "harness CPU s")
         rows = [head]
         for p in run["phases"]:
             rows.append((
                 p["phase"], f"{p['seconds']:.1f}", "yes" if p["complete"] else "NO",
                 f"{p['rss_peak_mib']}", f"{p['rss_end_mib']}", f"{p['cpu_s']:.2f}",
-                fmt(p["cpu_ms_per_cluster"]), str(p["transitions"]), fmt(p["cpu_ms_per_transition"]),
+                fmt(p["cpu_ms_per_cluster"]), fmt(p.get("reconciles_per_cluster")),
+                str(p["transitions"]), fmt(p["cpu_ms_per_transition"]),
                 str(p["writes"]), f"{p['writes_per_cluster']}", f"{p['apiserver_cpu_s']}",
                 f"{p.get('harness_cpu_s', '-')}",
             ))
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         for r in rows:
             print("  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))), file=out)
+        print("  CPU and reconciles: from the phase's start until done (all Ready); "
+              "ms/cluster once settled in brackets. Reconciles per cluster by trigger:", file=out)
+        for p in run["phases"]:
+            if p.get("reconciles_per_cluster_by_trigger") or "cpu_ms_per_cluster_settled" in p:
+                print(f"    {p['phase']}: {p.get('reconciles_per_cluster_by_trigger') or '-'}  "
+                      f"[{fmt(p.get('cpu_ms_per_cluster_settled'))} ms/cluster settled]", file=out)
         print("  requests (verb resource: count), per phase:", file=out)
         for p in run["phases"]:
             print(f"    {p['phase']}: {top_requests(p['requests'], 40) or 'none'}", file=out)
@@ -853,7 +911,8 @@ def compare(old_path: str, new_path: str) -> None:
     with open(new_path, encoding="utf-8") as f:
         new = json.load(f)
     print(f"old: {old['commit']} {old['date']}   new: {new['commit']} {new['date']}")
-    keys = ("seconds", "rss_end_mib", "cpu_ms_per_cluster", "cpu_ms_per_transition", "writes_per_cluster")
+    keys = ("seconds", "rss_end_mib", "cpu_ms_per_cluster", "reconciles_per_cluster", "cpu_ms_per_transition",
+            "writes_per_cluster")
 
     def cell(a: Any, b: Any) -> str:
         if a is None or b is None:
@@ -911,6 +970,9 @@ def main() -> int:
     p.add_argument("--ready-delay-ms", type=int, default=int(os.environ.get("BENCH_READY_DELAY_MS", "2000")))
     p.add_argument("--resync-period", type=int, default=int(os.environ.get("BENCH_RESYNC_PERIOD", "0")),
                    help="the operator's --resync-period (0: none, so that phases are not disturbed)")
+    p.add_argument("--proxy-tls", type=int, default=int(os.environ.get("BENCH_PROXY_TLS", "1")),
+                   help="1: the operator speaks TLS to the counting proxy, as to an API server "
+                        "(BENCH_PROXY_TLS; 0: plain HTTP, the pre-issue-27 setup)")
     p.add_argument("--deadline-base", type=float, default=180.0)
     p.add_argument("--deadline-per-cluster", type=float, default=2.0)
     p.add_argument("--micro", action="store_true", help="include target/criterion results in the report")
@@ -944,6 +1006,8 @@ def main() -> int:
             "resync_period": args.resync_period,
             "pods_per_node": PODS_PER_NODE,
             "requests_counted_by": "counting proxy in front of the operator (tools/bench/proxy.py)",
+            "operator_speaks_tls": bool(args.proxy_tls),
+            "cpu_counted": "operator utime+stime from the first apply until all Ready (issue 27)",
         },
     }
     if args.micro:
