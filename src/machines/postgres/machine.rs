@@ -300,13 +300,15 @@ impl Machine for Postgres {
             } => creating(spec, *credentials_created, world),
             PgState::Ready { cluster } => {
                 let lost = on_demand::lost(world, o.requests.backup_now.as_deref());
-                ready(spec, cluster, world.acked(BACKUP_NOW), lost, o)
+                ready(spec, cluster, world.acked(BACKUP_NOW), lost, o, world.now)
             }
             PgState::Scaling {
                 cluster,
                 from_replicas,
-            } => scaling(spec, cluster, *from_replicas, o),
-            PgState::Upgrading { cluster, pod } => upgrading(spec, cluster, pod.as_ref(), o),
+            } => scaling(spec, cluster, *from_replicas, o, world.now),
+            PgState::Upgrading { cluster, pod } => {
+                upgrading(spec, cluster, pod.as_ref(), o, world.now)
+            }
             PgState::SwitchingOver(s) => switching_over(spec, s, world),
             PgState::PrimaryLost { cluster } => primary_lost(spec, cluster, world),
             PgState::BackingUp { cluster, request } => backing_up(spec, cluster, request, world),
