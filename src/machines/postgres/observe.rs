@@ -124,16 +124,6 @@ pub struct LeaseView {
     pub version: String,
 }
 
-impl LeaseView {
-    /// When a holder that renewed at `renewed` is certainly no longer writable by the
-    /// operator's clock: `renewTime + L + S` (`S` = `skew`). `None` without a renewal
-    /// time (a holder never confirmed by a renewal or a hand-over).
-    pub fn expires(&self, skew: i64) -> Option<DateTime<Utc>> {
-        self.renewed
-            .map(|r| r + chrono::Duration::seconds(self.duration.saturating_add(skew)))
-    }
-}
-
 /// The Lease annotation a holder writes when it stopped its server on purpose and
 /// cleared `holderIdentity`: `<pod-name>/<pod-uid>`.
 pub const RELEASED_BY: &str = "lockstep.dev/released-by";
