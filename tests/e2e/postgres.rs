@@ -35,8 +35,8 @@ use lockstep::machines::postgres::{
 };
 
 use crate::support::{
-    Env, Fixture, InProcessOperator, ReconcileCounts, ReconcileProbe, RequestLog, counted_client,
-    counts_until, merge_json, wait_for, wait_for_all, wait_gone,
+    Env, Fixture, InProcessOperator, LeaseAgents, ReconcileCounts, ReconcileProbe, RequestLog,
+    counted_client, counts_until, merge_json, wait_for, wait_for_all, wait_gone,
 };
 
 // ------------------------------------------------------------------ helpers
@@ -118,87 +118,6 @@ impl Fixture<Postgres> {
             Err(e) => e.to_string(),
         }
     }
-}
-
-/// The pods' side of the primary Lease, as their agents would play it (KWOK runs no
-/// containers, so no agent): every second, a Lease whose holder pod exists with that
-/// UID, is not terminating and is labelled `primary` is renewed (`renewTime` now, the
-/// `L` it names kept); one whose holder is labelled `demoted` is released as a clean
-/// stop does (`released-by`, a `released-lsn`, no holder). A holder whose pod is gone
-/// or terminating renews nothing, as a dead server does. Without it the operator
-/// counts a primary that never renews as hung (`PrimaryNotRenewing`) and a planned
-/// switchover waits for a release that never comes. The real agent is tested in
-/// `postgres_real.rs` and `tests/pg_scripts/`.
-struct LeaseAgents(JoinHandle<()>);
-
-impl LeaseAgents {
-    fn start(pg: &Pg) -> Self {
-        let leases: Api<Lease> = pg.env.api();
-        let pods: Api<Pod> = pg.env.api();
-        LeaseAgents(tokio::spawn(async move {
-            loop {
-                if let Ok(list) = leases.list(&Default::default()).await {
-                    for lease in list {
-                        agent_step(&leases, &pods, &lease).await;
-                    }
-                }
-                // The agents' period R (2 s in the pods), halved.
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-        }))
-    }
-}
-
-impl Drop for LeaseAgents {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// One look of the holder's agent at `lease` (see [`LeaseAgents`]).
-async fn agent_step(leases: &Api<Lease>, pods: &Api<Pod>, lease: &Lease) {
-    let Some(holder) = lease
-        .spec
-        .as_ref()
-        .and_then(|s| s.holder_identity.clone())
-        .filter(|h| !h.is_empty())
-    else {
-        return;
-    };
-    let Some((pod, uid)) = holder.split_once('/') else {
-        return;
-    };
-    let Ok(p) = pods.get(pod).await else {
-        return;
-    };
-    if p.metadata.uid.as_deref() != Some(uid) || p.metadata.deletion_timestamp.is_some() {
-        return;
-    }
-    let now = chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
-        .to_string();
-    let patch = match p.labels().get(ROLE).map(String::as_str) {
-        Some("primary") => json!({"spec": {"renewTime": now}}),
-        Some("demoted") => json!({
-            "metadata": {"annotations": {
-                "lockstep.dev/released-by": holder,
-                "lockstep.dev/released-lsn": "0/0",
-            }},
-            "spec": {"holderIdentity": null},
-        }),
-        _ => return,
-    };
-    // Preconditioned on the Lease as read, as the agent's PUT is: a hand-over in
-    // between wins, and the next look sees it.
-    let mut patch = patch;
-    patch["metadata"]["resourceVersion"] = json!(lease.resource_version());
-    let _ = leases
-        .patch(
-            &lease.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await;
 }
 
 fn is_ready_at(pg: &PostgresCluster, image: &str) -> bool {
@@ -589,7 +508,7 @@ async fn endpoints_become(env: &Env, service: &str, want: &[&str]) {
 async fn a_new_cluster_becomes_ready_with_pod_0_primary_and_the_services_selecting_by_role() {
     let pg = Pg::new("pg-create").await;
     let operator = pg.operator();
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({"database": "app"}))).await;
     let ready = pg.ready_at("pg", "postgres:16.3").await;
     let status = ready.status.as_ref().expect("a status");
@@ -701,7 +620,7 @@ async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
 async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
     let pg = Pg::new("pg-adopt").await;
     let operator = pg.operator();
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000060")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 2})))
         .await;
@@ -774,7 +693,7 @@ async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
 async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces_the_old_primary() {
     let pg = Pg::new("pg-upgrade").await;
     let operator = pg.operator();
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({}))).await;
     pg.ready_at("pg", "postgres:16.3").await;
     endpoints_become(&pg.env, "pg-rw", &["pg-0"]).await;
@@ -840,7 +759,7 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
 async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_the_delay() {
     let pg = Pg::new("pg-failover").await;
     let operator = pg.operator();
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000060")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 5})))
         .await;
@@ -912,7 +831,7 @@ async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_
 async fn a_failover_promotes_the_most_advanced_replica() {
     let pg = Pg::new("pg-advanced").await;
     let operator = pg.operator();
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000148")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 2})))
         .await;
@@ -956,7 +875,7 @@ async fn a_failover_promotes_the_most_advanced_replica() {
 async fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
     let pg = Pg::new("pg-recover").await;
     let operator = pg.operator();
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 600})))
         .await;
     pg.ready_at("pg", "postgres:16.3").await;
@@ -1014,7 +933,7 @@ async fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
 async fn the_backup_cronjob_follows_the_schedule_and_backup_now_runs_one_job() {
     let pg = Pg::new("pg-backups").await;
     let operator = pg.operator();
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create(
         "pg",
         spec(json!({"backup": backup(), "backupSchedule": "0 3 * * *"})),
@@ -1087,7 +1006,7 @@ async fn the_backup_cronjob_follows_the_schedule_and_backup_now_runs_one_job() {
 async fn deleting_a_cluster_runs_the_final_backup_job_and_then_it_is_gone() {
     let pg = Pg::new("pg-final").await;
     let operator = pg.operator();
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     let created = pg.create("pg", spec(json!({"backup": backup()}))).await;
     pg.ready_at("pg", "postgres:16.3").await;
     let recorder = Recorder::start(&pg.env, "pg").await;
@@ -1118,7 +1037,7 @@ async fn deleting_a_cluster_runs_the_final_backup_job_and_then_it_is_gone() {
 async fn a_failing_final_backup_keeps_the_finalizer_until_the_skip_annotation() {
     let pg = Pg::new("pg-final-fails").await;
     let operator = pg.operator();
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     let mut failing = backup();
     merge_json(
         &mut failing,
@@ -1256,7 +1175,7 @@ async fn a_cluster_at_rest_makes_no_request_when_reconciled_again() {
             .hooks(ReconcileProbe(probe))
             .reconcile_all_on(forced),
     );
-    let _agents = LeaseAgents::start(&pg);
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create(
         "pg",
         spec(json!({"backup": backup(), "backupSchedule": "0 3 * * *", "database": "app"})),
