@@ -224,6 +224,10 @@
 //!   S`) unless it released it. A person who knows its node is dead (powered off,
 //!   deleted from the provider) may say so with `lockstep.dev/fenced: <pod>/<uid>`;
 //!   saying so wrongly can make two writable servers.
+//! - **Not covered (a known gap the model found, `docs/fencing.md`):** a lost status,
+//!   a deleted Lease and the one primary pod force-deleted on a partitioned node and
+//!   recreated without a label, all at once, look like a new cluster: the Lease is
+//!   created naming the new pod at once while the old server may still run.
 //! - **A pause of the whole pod** (a VM pause, a hung disk, a frozen cgroup) stops its
 //!   agent, its fence and its server together; the operator counts the Lease's expiry
 //!   from the last renewal, so it hands the Lease over only after the paused holder's

@@ -105,7 +105,8 @@ pub struct LeaseView {
     /// `spec.renewTime`: the holder's clock when it started its last successful renewal
     /// (or the operator's when it handed the Lease over).
     pub renewed: Option<DateTime<Utc>>,
-    /// `spec.leaseDurationSeconds` (`L`).
+    /// `spec.leaseDurationSeconds` (`L`) as last written: the holder's own at each of
+    /// its renewals, the spec's at a creation or hand-over by the operator.
     pub duration: i64,
     /// `spec.leaseTransitions`.
     pub transitions: i32,
