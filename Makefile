@@ -71,13 +71,13 @@ scripts: ## Pod scripts against real PostgreSQL servers and a local S3 server.
 
 .PHONY: e2e
 e2e: cluster-up ## End-to-end tests on the local control plane (brings it up).
-	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2 --skip postgres_real::
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2 --skip postgres_real:: --skip postgres_freeze::
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test -p lockstep-canary --test e2e
 
 .PHONY: e2e-postgres-real
 e2e-postgres-real: ## PostgresCluster on real PostgreSQL pods on the real node (cluster-up with the real node first).
 	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 postgres-15-next s3 lockstep
-	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e postgres_real:: -- --test-threads=2
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- postgres_real:: postgres_freeze:: --test-threads=2
 
 .PHONY: demo
 demo: ## The DistributedDB lifecycle, narrated, on the local control plane (DEMO_TEARDOWN=1 to tear down after).

@@ -246,15 +246,18 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             in_sync: pg::InSync::ALL,
             lease: Some(lockstep::machines::postgres::observe::LeaseView {
                 holder: Some(format!("pg-{primary}/uid-{primary}-{image}")),
-                renewed: None,
+                // Renewed just now: at rest, nothing to do.
+                renewed: Some(t(999)),
                 duration: 15,
                 transitions: 0,
                 released_by: None,
+                released_lsn: None,
                 uid: "lease".to_owned(),
                 version: "1".to_owned(),
             }),
             job_results: BTreeMap::new(),
             requests: pg::PgRequests::default(),
+            lease_seconds: BTreeMap::new(),
         },
     }
 }

@@ -112,9 +112,11 @@ impl Project for Pod {
     /// Keeps, of the metadata, what identifies the pod and what is read of it (name,
     /// namespace, UID, creation and deletion timestamps, Lockstep's and the Job
     /// controller's labels, the owner references' kind, name, UID and controller
-    /// flag); each container's name and image; the Ready condition's type and status
-    /// while it holds (`True`): what readiness, images, ordinals and roles are read
-    /// from. Annotations and the labels other controllers add
+    /// flag); each container's name, image and literal `LOCKSTEP_*` environment
+    /// variables (what a pod was created with: PostgresCluster reads the lease duration
+    /// its fence runs with); the Ready condition's type and status while it holds
+    /// (`True`): what readiness, images, ordinals and roles are read from. Annotations,
+    /// other environment variables and the labels other controllers add
     /// (`controller-revision-hash`, `pod-index`, …) are dropped.
     ///
     /// A Ready condition that does not hold (`False`, `Unknown`) is dropped like an
@@ -130,6 +132,14 @@ impl Project for Pod {
                 .map(|c| Container {
                     name: c.name,
                     image: c.image,
+                    env: c
+                        .env
+                        .map(|env| {
+                            env.into_iter()
+                                .filter(|e| e.name.starts_with("LOCKSTEP_") && e.value.is_some())
+                                .collect::<Vec<_>>()
+                        })
+                        .filter(|env| !env.is_empty()),
                     ..Container::default()
                 })
                 .collect(),
@@ -814,7 +824,9 @@ pub(crate) mod tests {
                 "app.kubernetes.io/name": "beacon", "app.kubernetes.io/instance": "db"},
                 "managedFields": [{"manager": "kubelet"}]},
             "spec": {"containers": [{"name": "db", "image": "db:1",
-                "env": [{"name": "A", "value": "b"}], "command": ["run"]}],
+                "env": [{"name": "A", "value": "b"}, {"name": "LOCKSTEP_LEASE_SECONDS", "value": "15"},
+                    {"name": "LOCKSTEP_X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
+                "command": ["run"]}],
                 "volumes": [{"name": "data", "emptyDir": {}}], "nodeName": "n1"},
             "status": {"phase": "Running", "podIP": "10.0.0.9",
                 "conditions": [{"type": "Ready", "status": "True",
@@ -830,7 +842,14 @@ pub(crate) mod tests {
         assert!(stored.metadata.managed_fields.is_none());
         let spec = stored.spec.as_ref().expect("spec");
         assert_eq!(spec.containers[0].image.as_deref(), Some("db:1"));
-        assert!(spec.containers[0].env.is_none() && spec.containers[0].command.is_none());
+        // Only Lockstep's literal variables stay: what the pod was created with.
+        let env = spec.containers[0].env.as_deref().unwrap_or_default();
+        let kept: Vec<_> = env
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref()))
+            .collect();
+        assert_eq!(kept, vec![("LOCKSTEP_LEASE_SECONDS", Some("15"))]);
+        assert!(spec.containers[0].command.is_none());
         assert!(spec.volumes.is_none());
         let status = stored.status.as_ref().expect("status");
         assert!(status.container_statuses.is_none());

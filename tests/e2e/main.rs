@@ -17,6 +17,8 @@
 //!   authority to act).
 //! - [`instance_lease`]: `lockstep instance`'s Lease client against the real API server.
 //! - [`postgres_real`]: PostgresCluster on real PostgreSQL pods on the real node.
+//! - [`postgres_freeze`]: on the real node, a primary whose whole pod is frozen (still
+//!   Ready to the kubelet) is reported lost and failed over.
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
 //!   the deploy manifests' RBAC.
 //! - [`status_truth`]: status that never says something false (readiness mid-upgrade,
@@ -36,6 +38,7 @@ mod hardening;
 mod instance_lease;
 mod operability;
 mod postgres;
+mod postgres_freeze;
 mod postgres_real;
 mod smoke;
 mod status_truth;

@@ -882,6 +882,8 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
     // PostgresCluster: generated credentials (create-only), role labels, a switchover
     // with a promotion Job during an upgrade, finalization.
     let pgc: Api<PostgresCluster> = env.api();
+    // KWOK runs no pod agent: the test plays their part on the Lease.
+    let _agents = support::LeaseAgents::start(&env);
     let cluster: PostgresCluster = serde_json::from_value(json!({
         "apiVersion": "lockstep.dev/v1alpha1",
         "kind": "PostgresCluster",

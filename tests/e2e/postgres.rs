@@ -37,8 +37,8 @@ use lockstep::machines::postgres::{
 };
 
 use crate::support::{
-    Env, Fixture, InProcessOperator, ReconcileCounts, ReconcileProbe, RequestLog, counted_client,
-    counts_until, merge_json, wait_for, wait_for_all, wait_gone,
+    Env, Fixture, InProcessOperator, LeaseAgents, ReconcileCounts, ReconcileProbe, RequestLog,
+    counted_client, counts_until, merge_json, wait_for, wait_for_all, wait_gone,
 };
 
 // ------------------------------------------------------------------ helpers
@@ -510,6 +510,7 @@ async fn endpoints_become(env: &Env, service: &str, want: &[&str]) {
 async fn a_new_cluster_becomes_ready_with_pod_0_primary_and_the_services_selecting_by_role() {
     let pg = Pg::new("pg-create").await;
     let operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({"database": "app"}))).await;
     let ready = pg.ready_at("pg", "postgres:16.3").await;
     let status = ready.status.as_ref().expect("a status");
@@ -621,6 +622,7 @@ async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
 async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
     let pg = Pg::new("pg-adopt").await;
     let operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
     let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000060")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 2})))
         .await;
@@ -693,6 +695,7 @@ async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
 async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces_the_old_primary() {
     let pg = Pg::new("pg-upgrade").await;
     let operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({}))).await;
     pg.ready_at("pg", "postgres:16.3").await;
     endpoints_become(&pg.env, "pg-rw", &["pg-0"]).await;
@@ -758,6 +761,7 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
 async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_the_delay() {
     let pg = Pg::new("pg-failover").await;
     let operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
     let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000060")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 5})))
         .await;
@@ -829,6 +833,7 @@ async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_
 async fn a_failover_promotes_the_most_advanced_replica() {
     let pg = Pg::new("pg-advanced").await;
     let operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
     let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000148")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 2})))
         .await;
@@ -872,6 +877,7 @@ async fn a_failover_promotes_the_most_advanced_replica() {
 async fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
     let pg = Pg::new("pg-recover").await;
     let operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 600})))
         .await;
     pg.ready_at("pg", "postgres:16.3").await;
@@ -929,6 +935,7 @@ async fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
 async fn the_backup_cronjob_follows_the_schedule_and_backup_now_runs_one_job() {
     let pg = Pg::new("pg-backups").await;
     let operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create(
         "pg",
         spec(json!({"backup": backup(), "backupSchedule": "0 3 * * *"})),
@@ -1095,6 +1102,7 @@ async fn a_backup_whose_job_vanished_unread_says_so_in_last_backup() {
 async fn deleting_a_cluster_runs_the_final_backup_job_and_then_it_is_gone() {
     let pg = Pg::new("pg-final").await;
     let operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
     let created = pg.create("pg", spec(json!({"backup": backup()}))).await;
     pg.ready_at("pg", "postgres:16.3").await;
     let recorder = Recorder::start(&pg.env, "pg").await;
@@ -1125,6 +1133,7 @@ async fn deleting_a_cluster_runs_the_final_backup_job_and_then_it_is_gone() {
 async fn a_failing_final_backup_keeps_the_finalizer_until_the_skip_annotation() {
     let pg = Pg::new("pg-final-fails").await;
     let operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
     let mut failing = backup();
     merge_json(
         &mut failing,
@@ -1262,6 +1271,7 @@ async fn a_cluster_at_rest_makes_no_request_when_reconciled_again() {
             .hooks(ReconcileProbe(probe))
             .reconcile_all_on(forced),
     );
+    let _agents = LeaseAgents::start(&pg.env);
     pg.create(
         "pg",
         spec(json!({"backup": backup(), "backupSchedule": "0 3 * * *", "database": "app"})),

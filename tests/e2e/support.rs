@@ -24,7 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams,
@@ -829,4 +830,87 @@ pub async fn counts_until(
             *counts.borrow()
         )
     })
+}
+
+/// The pods' side of the primary Lease, as their agents would play it (KWOK runs no
+/// containers, so no agent): every second, a Lease whose holder pod exists with that
+/// UID, is not terminating and is labelled `primary` is renewed (`renewTime` now, the
+/// `L` it names kept); one whose holder is labelled `demoted` is released as a clean
+/// stop does (`released-by`, a `released-lsn`, no holder). A holder whose pod is gone
+/// or terminating renews nothing, as a dead server does. Without it the operator
+/// counts a primary that never renews as hung (`PrimaryNotRenewing`) and a planned
+/// switchover waits for a release that never comes. The real agent is tested in
+/// `postgres_real.rs` and `tests/pg_scripts/`. Used by the KWOK tier's PostgresCluster
+/// tests (`postgres.rs`, `operability.rs`).
+pub struct LeaseAgents(JoinHandle<()>);
+
+impl LeaseAgents {
+    /// Play the agents of every PostgreSQL pod in `env`'s namespace until dropped.
+    pub fn start(env: &Env) -> Self {
+        let leases: Api<Lease> = env.api();
+        let pods: Api<Pod> = env.api();
+        LeaseAgents(tokio::spawn(async move {
+            loop {
+                if let Ok(list) = leases.list(&Default::default()).await {
+                    for lease in list {
+                        agent_step(&leases, &pods, &lease).await;
+                    }
+                }
+                // The agents' period R (2 s in the pods), halved.
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }))
+    }
+}
+
+impl Drop for LeaseAgents {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One look of the holder's agent at `lease` (see [`LeaseAgents`]).
+async fn agent_step(leases: &Api<Lease>, pods: &Api<Pod>, lease: &Lease) {
+    let Some(holder) = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.clone())
+        .filter(|h| !h.is_empty())
+    else {
+        return;
+    };
+    let Some((pod, uid)) = holder.split_once('/') else {
+        return;
+    };
+    let Ok(p) = pods.get(pod).await else {
+        return;
+    };
+    if p.metadata.uid.as_deref() != Some(uid) || p.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let now = chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    let patch = match p.labels().get("lockstep.dev/role").map(String::as_str) {
+        Some("primary") => serde_json::json!({"spec": {"renewTime": now}}),
+        Some("demoted") => serde_json::json!({
+            "metadata": {"annotations": {
+                "lockstep.dev/released-by": holder,
+                "lockstep.dev/released-lsn": "0/0",
+            }},
+            "spec": {"holderIdentity": null},
+        }),
+        _ => return,
+    };
+    // Preconditioned on the Lease as read, as the agent's PUT is: a hand-over in
+    // between wins, and the next look sees it.
+    let mut patch = patch;
+    patch["metadata"]["resourceVersion"] = serde_json::json!(lease.resource_version());
+    let _ = leases
+        .patch(
+            &lease.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await;
 }

@@ -219,8 +219,9 @@ fn default_clock_skew() -> i64 {
 /// Fencing: the Lease `<name>-primary` names the one pod allowed to run a writable
 /// server; its holder renews it every `R` = 2 seconds and stops its server when it
 /// cannot for `T` = ⌊L/2⌋ seconds. The operator promotes another pod only once the old
-/// holder released the Lease, its pod is gone, or `renewTime + L + S` has passed on the
-/// operator's clock.
+/// holder released the Lease, or `renewTime + L + S` has passed on the operator's clock
+/// (`L` the longest any living pod runs with), or a person says it is down (a vanished
+/// pod is not proof that its server stopped).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FencingSpec {

@@ -15,7 +15,8 @@
 //!                                      │  ▲  OldPrimaryDemoted, LeaseHandedOver, LeaseLost,
 //!                                      │  │  PromotionRetried, TargetChanged
 //!    Ready, Scaling, Upgrading,        │  └──┘
-//!    BackingUp ──PrimaryNotReady──► PrimaryLost ──FailoverStarted──► SwitchingOver(failover)
+//!    BackingUp ──PrimaryNotReady,──► PrimaryLost ──FailoverStarted──► SwitchingOver(failover)
+//!                PrimaryNotRenewing
 //!                                                                    ──FailoverCompleted──► Ready
 //!
 //!  every state above ──deleting──► Finalizing(attempt) ──FinalBackupSucceeded──► Finalized
@@ -52,11 +53,21 @@
 //! labelled `primary`: nobody promotes a server from outside. The operator is the only one who hands
 //! the Lease to a new holder, with a merge patch fenced on the Lease's resourceVersion as
 //! read, and only once the current holder is **certainly fenced**: it released the Lease,
-//! or its pod (that UID) is no longer observed, or `renewTime + L + S` has passed on the
-//! operator's clock (`L` = `spec.fencing.leaseDurationSeconds`, `S` =
-//! `spec.fencing.clockSkewSeconds`), or a person asserted it (`lockstep.dev/fenced`).
-//! Renewals alone trigger no reconcile: a wait computes the expiry and asks for a
-//! requeue at that time.
+//! or `renewTime + L + S` has passed on the operator's clock, or a person asserted it
+//! (`lockstep.dev/fenced`). `S` = `spec.fencing.clockSkewSeconds`; `L` is the longest
+//! lease duration any living holder may run with: the largest of the Lease's
+//! `leaseDurationSeconds` (a holder writes the `L` its fence runs with at each renewal),
+//! `spec.fencing.leaseDurationSeconds`, and the `L` each observed pod was created with
+//! (its `LOCKSTEP_LEASE_SECONDS`; pods are `OnDelete`, so lowering the spec's `L` never
+//! shortens a wait for a pod created under a longer one). A pod that is no longer
+//! observed is **not** fenced by that alone: a pod force-deleted while its node is
+//! partitioned keeps running its container, and a pod whose labels or owner reference
+//! were removed looks gone too; its Lease must expire (or a person say so). A Lease
+//! always has a renewal time: one the operator creates naming nobody carries its
+//! creation time, and one found without (edited by hand) is stamped with the operator's
+//! clock, so no wait is without end. Renewals alone trigger no reconcile: a wait
+//! computes the expiry and asks for a requeue at that time, and at rest the machine
+//! looks again when the primary's Lease would expire unrenewed.
 //!
 //! **SwitchingOver** (for an upgrade, a scale-down or a failover):
 //! 1. the target is chosen and persisted with the old primary's UID (*intent first*);
@@ -65,9 +76,21 @@
 //!    server (a failover also deletes the failed primary, UID-preconditioned, so it can
 //!    only come back as a standby); persisted only after the label is in;
 //! 3. `Fence`: the machine waits until the Lease's holder is certainly fenced (looking
-//!    again at the expiry; Degraded with a Warning Event past `L + S` + 30 s), then
-//!    hands the Lease to the target in the transition to `Promote` (a target that is no
-//!    longer a Ready replica is replaced first);
+//!    again at the expiry; Degraded with a Warning Event past `L + S` + 30 s, and at once
+//!    when the Lease names nobody that nobody released, or is missing: it is created
+//!    naming nobody), then hands the Lease to the target in the transition to `Promote`
+//!    (a target that is no longer a Ready replica is replaced first). A planned
+//!    switchover (upgrade, scale-down) never hands the Lease over **by expiry** while it
+//!    still names the old primary and carries no released position
+//!    (`lockstep.dev/released-lsn`): the old primary hung, was cut off or crashed in its
+//!    clean stop, and nobody knows what it acknowledged. It waits, Degraded
+//!    (`WaitingForRelease`), for the release, or for a person to set
+//!    `lockstep.dev/fenced: <pod>/<uid>` of the old primary (the target is then promoted
+//!    without that position: what only the old primary had is lost). Waiting rather than
+//!    reading the members' positions instead: the positions say which standby is most
+//!    advanced, not whether it has everything the old primary acknowledged, which is the
+//!    promise of a planned switchover; the old primary's agent keeps renewing while its
+//!    clean stop runs, so an expiry there means it is no longer running as it should;
 //! 4. `Promote`: the target, holding the Lease, is labelled `primary` (the old primary
 //!    is `demoted`, so `-rw` selects at most one pod). Its agent then promotes its own
 //!    server, right after a renewal of the Lease of its own; once the label is observed
@@ -83,8 +106,11 @@
 //!    `primary`. The old primary is labelled `replica` only once it has restarted: a new
 //!    pod (new UID) is labelled `replica`.
 //!
-//! **Failover.** When the primary is not Ready, the machine moves to `PrimaryLost`; if
-//! the primary is still not Ready `spec.failoverDelaySeconds` later, a failover begins
+//! **Failover.** When the primary is not Ready, or holds the Lease but has not renewed
+//! it for longer than `L + S` (`PrimaryNotRenewing`: hung, frozen or cut off; a frozen
+//! pod's exec probes hang, so the kubelet may never mark it NotReady), the machine moves
+//! to `PrimaryLost` and `PrimaryAvailable` turns False naming which; if the primary is
+//! still lost `spec.failoverDelaySeconds` later, a failover begins
 //! (with a provisional target): `Demote` labels and deletes the failed primary; `Fence`
 //! waits until it is certainly fenced (so no WAL moves any more); `Survey` runs the
 //! survey Job (`survey.sh` against every other live pod, its result in the Job pod's
@@ -144,7 +170,17 @@
 //!   (`lockstep.dev/released-lsn`); the target's agent promotes only once it has
 //!   received up to it. A target that missed it (not streaming then, and nobody has it
 //!   now) holds the switchover Degraded (`PromotionExhausted` after its retries) until a
-//!   person removes the annotation, accepting the loss.
+//!   person removes the annotation, accepting the loss. The Lease is never handed over
+//!   by expiry alone while it names the old primary without a released position
+//!   (`WaitingForRelease`, Degraded, until the release or `lockstep.dev/fenced`).
+//! - **A hung primary is failed over**: a primary that holds the Lease but has not
+//!   renewed it for longer than `L + S` is lost whatever its readiness says
+//!   (`PrimaryAvailable=False`, reason `PrimaryNotRenewing`), and failed over after
+//!   `failoverDelaySeconds` like one that is not Ready.
+//! - **No wait for fencing is without end**: every Lease has a renewal time (a created
+//!   one naming nobody carries its creation time; one without is stamped), so it
+//!   expires; a Lease that is missing or names nobody unreleased is reported Degraded at
+//!   once, naming `lockstep.dev/fenced`.
 //! - **A failover promotes the most advanced available replica**: among the Ready
 //!   standbys a survey read after the old primary was certainly fenced, the one that
 //!   received the most WAL.
@@ -164,8 +200,10 @@
 //! - **Quiet at rest.** Owned objects are re-applied only when the rendered object is not
 //!   contained in the live one, labels only when they differ, the Lease only when it does
 //!   not name the primary's pod; its renewals trigger nothing. At rest the machine looks
-//!   again every `RESYNC` (five minutes) without any event (reading caches only), so a
-//!   missed watch event cannot postpone noticing a failed primary for longer.
+//!   again when the primary's Lease would expire unrenewed (`renewTime + L + S` + 1 s,
+//!   reading caches only and writing nothing while it is renewed), and at the latest
+//!   every `RESYNC` (five minutes), so a missed watch event cannot postpone noticing a
+//!   failed primary for longer.
 //!
 //! # Assumptions
 //! - **Clocks.** Any node's clock and the operator's differ by at most `S` =
@@ -179,12 +217,24 @@
 //!   server is down, and starts or promotes a writable server only right after a
 //!   renewal of its own, while it holds the Lease and is labelled `primary`. Nobody
 //!   else calls `pg_promote()` (one who does makes a server the agent fences within
-//!   `R + 1` s). A pod that restarts with a changed `spec.fencing` uses the new
-//!   values; the operator waits for the larger of the Lease's and the spec's `L`.
-//! - **A pod that is gone is down**: a pod object deleted and absent (its UID no longer
-//!   observed) no longer runs a server (the kubelet killed its containers before the
-//!   object went, or its node was removed). A person who force-deletes a pod on an
-//!   unreachable node takes this on.
+//!   `R + 1` s). A pod keeps the `spec.fencing` it was created with (its environment);
+//!   the holder writes its `L` into the Lease at each renewal, and the operator waits
+//!   for the longest `L` of the Lease, the spec and every observed pod.
+//! - **A vanished pod is not assumed down**: its Lease must expire (`renewTime + L +
+//!   S`) unless it released it. A person who knows its node is dead (powered off,
+//!   deleted from the provider) may say so with `lockstep.dev/fenced: <pod>/<uid>`;
+//!   saying so wrongly can make two writable servers.
+//! - **Not covered (a known gap the model found, `docs/fencing.md`):** a lost status,
+//!   a deleted Lease and the one primary pod force-deleted on a partitioned node and
+//!   recreated without a label, all at once, look like a new cluster: the Lease is
+//!   created naming the new pod at once while the old server may still run.
+//! - **A pause of the whole pod** (a VM pause, a hung disk, a frozen cgroup) stops its
+//!   agent, its fence and its server together; the operator counts the Lease's expiry
+//!   from the last renewal, so it hands the Lease over only after the paused holder's
+//!   own deadline has passed. When the pod thaws, its fence (counting on a monotonic
+//!   clock) must stop the server before the server accepts a write: in asynchronous
+//!   replication this is an assumption, until the zero-loss issue removes it (a
+//!   synchronous standby would refuse to acknowledge a thawed primary's commits).
 //! - The StatefulSet controller recreates deleted pods (`OnDelete`, `Parallel`) as
 //!   `<name>-<ordinal>`, from the current template, with the same volume claim.
 //! - A pod reads its role label when it starts (the entrypoint waits for the label), and
@@ -200,7 +250,9 @@
 //! `decide` has no error path. A failing promote or backup Job is a Degraded stay naming
 //! the Job and its reason; a blocked step (no Ready replica to promote, a scale-down
 //! below the primary with nobody to hand over to, a Lease holder that may still be
-//! writable past `L + S` + 30 s, an ambiguous adoption) is a Degraded stay saying what
+//! writable past `L + S` + 30 s, a Lease missing or naming nobody unreleased, a planned
+//! switchover's old primary fenced by expiry without its released position, an
+//! ambiguous adoption) is a Degraded stay saying what
 //! would unblock it (the escape hatches `lockstep.dev/fenced: <pod>/<uid>` and
 //! `lockstep.dev/adopt-primary: <pod>`). A hand-over refused because the Lease changed
 //! since it was read is a conflict: re-read and re-decided. States have deadlines ([`Machine::deadline`]) after which a silent stall
@@ -300,13 +352,15 @@ impl Machine for Postgres {
             } => creating(spec, *credentials_created, world),
             PgState::Ready { cluster } => {
                 let lost = on_demand::lost(world, o.requests.backup_now.as_deref());
-                ready(spec, cluster, world.acked(BACKUP_NOW), lost, o)
+                ready(spec, cluster, world.acked(BACKUP_NOW), lost, o, world.now)
             }
             PgState::Scaling {
                 cluster,
                 from_replicas,
-            } => scaling(spec, cluster, *from_replicas, o),
-            PgState::Upgrading { cluster, pod } => upgrading(spec, cluster, pod.as_ref(), o),
+            } => scaling(spec, cluster, *from_replicas, o, world.now),
+            PgState::Upgrading { cluster, pod } => {
+                upgrading(spec, cluster, pod.as_ref(), o, world.now)
+            }
             PgState::SwitchingOver(s) => switching_over(spec, s, world),
             PgState::PrimaryLost { cluster } => primary_lost(spec, cluster, world),
             PgState::BackingUp { cluster, request } => backing_up(spec, cluster, request, world),

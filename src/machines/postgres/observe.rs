@@ -105,27 +105,24 @@ pub struct LeaseView {
     /// `spec.renewTime`: the holder's clock when it started its last successful renewal
     /// (or the operator's when it handed the Lease over).
     pub renewed: Option<DateTime<Utc>>,
-    /// `spec.leaseDurationSeconds` (`L`).
+    /// `spec.leaseDurationSeconds` (`L`) as last written: the holder's own at each of
+    /// its renewals, the spec's at a creation or hand-over by the operator.
     pub duration: i64,
     /// `spec.leaseTransitions`.
     pub transitions: i32,
     /// The annotation [`RELEASED_BY`]: the holder that stopped its server on purpose
     /// and gave the Lease up.
     pub released_by: Option<String>,
+    /// The annotation [`RELEASED_LSN`]: the last WAL position of a primary that stopped
+    /// cleanly on demotion, which the next primary's agent must have received before it
+    /// promotes. A planned switchover never hands the Lease over without it (unless a
+    /// person asserts the holder is down): it is the only proof that no acknowledged
+    /// commit is left behind.
+    pub released_lsn: Option<String>,
     /// Its UID.
     pub uid: String,
     /// Its resourceVersion as read: a hand-over is made only on the Lease as observed.
     pub version: String,
-}
-
-impl LeaseView {
-    /// When a holder that renewed at `renewed` is certainly no longer writable by the
-    /// operator's clock: `renewTime + L + S` (`S` = `skew`). `None` without a renewal
-    /// time (a holder never confirmed by a renewal or a hand-over).
-    pub fn expires(&self, skew: i64) -> Option<DateTime<Utc>> {
-        self.renewed
-            .map(|r| r + chrono::Duration::seconds(self.duration.saturating_add(skew)))
-    }
 }
 
 /// The Lease annotation a holder writes when it stopped its server on purpose and
@@ -152,6 +149,10 @@ pub struct Own {
     pub job_results: BTreeMap<String, String>,
     /// The requests of PostgresCluster alone.
     pub requests: PgRequests,
+    /// The lease duration `L` each observed PostgreSQL pod (by ordinal) was created
+    /// with ([`pod_lease_seconds`]): its fence runs with it, whatever the spec says now
+    /// (pods are `OnDelete`), so a wait for a holder counts the longest of them.
+    pub lease_seconds: BTreeMap<i32, i64>,
 }
 
 impl Observed {
@@ -181,6 +182,25 @@ impl Observed {
     }
 }
 
+/// The lease duration `L` a PostgreSQL pod was created with: its server container's
+/// [`render::LEASE_SECONDS_ENV`] (an environment variable is fixed for the pod's
+/// life), if it has one that parses.
+pub fn pod_lease_seconds(pod: &Pod) -> Option<i64> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == CONTAINER)?
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == render::LEASE_SECONDS_ENV)?
+        .value
+        .as_deref()?
+        .parse()
+        .ok()
+}
+
 /// What the machine needs to know of the primary Lease.
 pub fn lease_view(lease: &Lease) -> LeaseView {
     let spec = lease.spec.clone().unwrap_or_default();
@@ -197,6 +217,7 @@ pub fn lease_view(lease: &Lease) -> LeaseView {
             .map_or(DEFAULT_LEASE_SECONDS, i64::from),
         transitions: spec.lease_transitions.unwrap_or(0),
         released_by: lease.annotations().get(RELEASED_BY).cloned(),
+        released_lsn: lease.annotations().get(RELEASED_LSN).cloned(),
         uid: lease.metadata.uid.clone().unwrap_or_default(),
         version: lease.metadata.resource_version.clone().unwrap_or_default(),
     }
@@ -252,11 +273,18 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         })
         .collect();
 
+    let lease_seconds = read
+        .owned(&cache.pods)
+        .iter()
+        .filter_map(|p| Some((ordinal_of(p, &name)?, pod_lease_seconds(p)?)))
+        .collect();
+
     let own = Own {
         in_sync,
         lease,
         job_results,
         requests: PgRequests::from_annotations(pg.annotations()),
+        lease_seconds,
     };
     read.observed(
         statefulset,

@@ -35,7 +35,7 @@ pub enum SwitchStep {
     /// The target is chosen; the old primary is about to lose its label.
     Demote,
     /// The old primary is labelled demoted; waiting until the Lease holder is certainly
-    /// fenced (it released the Lease, its pod is gone, or its Lease expired), then the
+    /// fenced (it released the Lease, its Lease expired, or a person says so), then the
     /// Lease is handed to the target.
     Fence,
     /// Failover: the old primary is certainly fenced; a survey Job reads every standby's

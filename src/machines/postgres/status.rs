@@ -67,15 +67,35 @@ pub(super) fn primary_available(
     let pod = |k: i32| format!("{name}-{k}");
     let (holds, why, message) = match state {
         PgState::Creating { .. } | PgState::Finalizing { .. } | PgState::Finalized => return None,
-        PgState::PrimaryLost { cluster } => (
-            false,
-            "PrimaryNotReady",
-            format!(
-                "primary {} is not Ready; a Ready replica is promoted if it stays so for failoverDelaySeconds={}",
-                pod(cluster.primary),
-                object.spec.failover_delay_seconds
-            ),
-        ),
+        // Why it was lost (not Ready, or not renewing the Lease though Ready), as the
+        // transition into PrimaryLost said.
+        PgState::PrimaryLost { cluster } => {
+            let lost = history.iter().rev().find(|h| {
+                h.reason == reason::PRIMARY_NOT_READY || h.reason == reason::PRIMARY_NOT_RENEWING
+            });
+            let (why, what) = match lost {
+                Some(h) => (
+                    if h.reason == reason::PRIMARY_NOT_RENEWING {
+                        "PrimaryNotRenewing"
+                    } else {
+                        "PrimaryNotReady"
+                    },
+                    h.message.clone(),
+                ),
+                None => (
+                    "PrimaryNotReady",
+                    format!("primary {} is not Ready", pod(cluster.primary)),
+                ),
+            };
+            (
+                false,
+                why,
+                format!(
+                    "{what}; a Ready replica is promoted if it stays so for failoverDelaySeconds={}",
+                    object.spec.failover_delay_seconds
+                ),
+            )
+        }
         PgState::SwitchingOver(s) => {
             let (from, to) = (pod(s.cluster.primary), pod(s.target.ordinal));
             match s.cause {
@@ -83,7 +103,7 @@ pub(super) fn primary_available(
                     false,
                     "FailingOver",
                     format!(
-                        "promoting {to} in place of {from}, which was not Ready for longer than failoverDelaySeconds"
+                        "promoting {to} in place of {from}, which was not Ready (or not renewing the primary Lease) for longer than failoverDelaySeconds"
                     ),
                 ),
                 SwitchCause::Upgrade | SwitchCause::Scale => (

@@ -73,6 +73,10 @@ pub mod reason {
     pub const ADOPTED: &str = "Adopted";
     /// Edge: the primary is not Ready.
     pub const PRIMARY_NOT_READY: &str = "PrimaryNotReady";
+    /// Edge: the primary's pod may look Ready, but it has not renewed the primary Lease
+    /// for longer than `L + S` (hung, frozen, or cut off from the API server): it is
+    /// lost whatever the kubelet says.
+    pub const PRIMARY_NOT_RENEWING: &str = "PrimaryNotRenewing";
     /// Edge: the lost primary is Ready again before the failover began.
     pub const PRIMARY_RECOVERED: &str = "PrimaryRecovered";
     /// Edge: the primary stayed not Ready longer than `failoverDelaySeconds`.
@@ -101,6 +105,10 @@ pub mod reason {
     pub const AWAITING_FAILOVER: &str = "AwaitingFailover";
     /// Stay (Degraded after `L + S` + 30 s): the Lease holder may still be writable.
     pub const WAITING_FOR_FENCE: &str = "WaitingForFence";
+    /// Stay (Degraded): a planned switchover's old primary is fenced by expiry, but it
+    /// never released the Lease with its last WAL position; waiting for the release or
+    /// for `lockstep.dev/fenced`.
+    pub const WAITING_FOR_RELEASE: &str = "WaitingForRelease";
     /// Stay: the survey Job reads the standbys' WAL positions.
     pub const SURVEYING: &str = "Surveying";
     /// Stay (Degraded): the survey Job failed; waiting to retry.
@@ -167,9 +175,11 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
     Upgrading -> PrimaryLost: PRIMARY_NOT_READY,
         "the primary is not Ready (and it is not the pod being replaced)", by::PRIMARY_LOST;
     BackingUp -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready", by::PRIMARY_LOST;
+    [Ready, Scaling, Upgrading, BackingUp] -> PrimaryLost: PRIMARY_NOT_RENEWING,
+        "the primary has not renewed the primary Lease for longer than L + S (hung or cut off), whatever its readiness", by::PRIMARY_LOST;
     PrimaryLost -> {
-        Ready: PRIMARY_RECOVERED, "the primary is Ready again before the failover delay passed", by::PRIMARY_LOST;
-        SwitchingOver: FAILOVER_STARTED, "the primary stayed not Ready for longer than spec.failoverDelaySeconds", by::PRIMARY_LOST;
+        Ready: PRIMARY_RECOVERED, "the primary is Ready and renewing again before the failover delay passed", by::PRIMARY_LOST;
+        SwitchingOver: FAILOVER_STARTED, "the primary stayed not Ready (or not renewing) for longer than spec.failoverDelaySeconds", by::PRIMARY_LOST;
     }
     on_demand_edges!(backup: "spec.backup");
     finalize_edges!(

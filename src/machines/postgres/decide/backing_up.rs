@@ -20,8 +20,8 @@ pub(crate) fn backing_up(
         cluster: cluster.clone(),
     };
     let actions = upkeep_at(spec, cluster, o);
-    if primary_down(cluster, o) {
-        return lose_primary(cluster, o);
+    if let Some(lost) = primary_down(spec, cluster, o, world.now) {
+        return lose_primary(cluster, o, &lost);
     }
     let facts = on_demand::Facts::of(world, request, spec.backup.is_some(), "spec.backup");
     on_demand::backing_up(facts, back, actions)

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::fencing::{Fence, fence, hand, wait_for};
+use super::fencing::{Fence, fence, hand, stamp, wait_for};
 use super::{D, label_moves, objects, stay};
 use crate::engine::{Decision, World};
 use crate::machines::postgres::actions::{PgAction, Role, spec_image};
@@ -226,7 +226,7 @@ pub(crate) fn choose_primary(
             }],
         )),
         Some(lease) => match fence(spec, lease, o, now) {
-            Fence::Fenced(why) => Err(wait(
+            Fence::Fenced { why, .. } => Err(wait(
                 WAITING_FOR_LEASE,
                 format!(
                     "{why}: the primary Lease is handed to {name} before it is labelled primary"
@@ -240,7 +240,7 @@ pub(crate) fn choose_primary(
                         "{} may still be writable (it holds the primary Lease); {name} is labelled primary once it is certainly fenced",
                         holder.unwrap_or("its last holder")
                     ),
-                    Vec::new(),
+                    stamp(lease, now).into_iter().collect(),
                 );
                 w.wake = wait_for(until, now);
                 Err(w)

@@ -2,10 +2,23 @@
 //! and the Lease moves that keep the Lease naming the primary the state names.
 //!
 //! A holder is **certainly fenced** when it released the Lease (the annotation
-//! `lockstep.dev/released-by` names it), when its pod (that UID) is no longer observed,
-//! when `renewTime + L + S` has passed on the operator's clock (the holder stops its
-//! server by `renewTime + T + R + 1` on its own clock, `T + R + 1 ≤ L`, and the clocks
-//! differ by at most `S`), or when a person asserted it with `lockstep.dev/fenced`.
+//! `lockstep.dev/released-by` names it), when `renewTime + L + S` has passed on the
+//! operator's clock (the holder stops its server by `renewTime + T + R + 1` on its own
+//! clock, `T + R + 1 ≤ L`, and the clocks differ by at most `S`), or when a person
+//! asserted it with `lockstep.dev/fenced`. `L` is the longest any living holder may run
+//! with ([`lease_seconds`]).
+//!
+//! A pod that is no longer observed is **not** fenced by that alone (finding 5 of issue
+//! 21): a pod force-deleted while its node is partitioned keeps running its container,
+//! and a pod whose labels or owner reference were removed looks gone too. Its Lease
+//! expires like any other; a person who knows its node is dead says so with
+//! `lockstep.dev/fenced: <pod>/<uid>`.
+//!
+//! A Lease without a renewal time would never expire. The operator creates none (a
+//! Lease it creates naming nobody carries its creation time, `render::lease`), and one
+//! found without it (edited by hand) is stamped with the operator's clock
+//! ([`stamp`]): whoever held it before could not renew it since, so it has stopped by
+//! then + `L` (finding 3).
 
 use std::time::Duration;
 
@@ -13,30 +26,58 @@ use chrono::{DateTime, Utc};
 
 use crate::machines::postgres::actions::PgAction;
 use crate::machines::postgres::api::PostgresClusterSpec;
-use crate::machines::postgres::observe::{LeaseView, Observed};
+use crate::machines::postgres::observe::{FENCED, LeaseView, Observed};
+
+/// How a holder came to be certainly fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum By {
+    /// It released the Lease: it stopped its server on purpose (with its last WAL
+    /// position, `lockstep.dev/released-lsn`, when it was a primary demoted).
+    Release,
+    /// A person asserted it (`lockstep.dev/fenced`).
+    Person,
+    /// `renewTime + L + S` passed: it stopped by itself, however it stopped.
+    Expiry,
+}
 
 /// Whether the Lease's holder may still be writable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Fence {
-    /// Certainly not writable (why, for messages).
-    Fenced(String),
-    /// May still be writable, until at least this instant (none: no renewal time).
+    /// Certainly not writable: how, and why (for messages).
+    Fenced {
+        /// How it is known.
+        by: By,
+        /// Why, for messages.
+        why: String,
+    },
+    /// May still be writable, until at least this instant (none: the Lease has no
+    /// renewal time; [`stamp`] gives it one).
     Alive {
         /// When the Lease expires on the operator's clock (`renewTime + L + S`).
         until: Option<DateTime<Utc>>,
     },
 }
 
-/// `L` as the operator counts it: the larger of the Lease's and the spec's, so that
-/// shortening `spec.fencing.leaseDurationSeconds` never shortens a wait for a holder
-/// that renewed under the longer one.
-fn lease_seconds(spec: &PostgresClusterSpec, lease: &LeaseView) -> i64 {
-    lease.duration.max(spec.fencing.lease_duration_seconds)
+/// `L` as the operator counts it: the longest any living holder may use. The larger of
+/// the Lease's (its holder writes the `L` its fence runs with at every renewal), the
+/// spec's, and the one each observed pod was created with (pods are `OnDelete`: a pod
+/// created before `spec.fencing.leaseDurationSeconds` was lowered fences itself by the
+/// old, longer one). Lowering `L` never shortens a wait (finding 2 of issue 21).
+pub(crate) fn lease_seconds(spec: &PostgresClusterSpec, lease: &LeaseView, o: &Observed) -> i64 {
+    o.own.lease_seconds.values().copied().fold(
+        lease.duration.max(spec.fencing.lease_duration_seconds),
+        i64::max,
+    )
 }
 
-/// When the Lease's current holder is certainly no longer writable by expiry.
-pub(crate) fn expiry(spec: &PostgresClusterSpec, lease: &LeaseView) -> Option<DateTime<Utc>> {
-    let l = lease_seconds(spec, lease).saturating_add(spec.fencing.clock_skew_seconds);
+/// When the Lease's current holder is certainly no longer writable by expiry
+/// (`renewTime + L + S`, [`lease_seconds`]).
+pub(crate) fn expiry(
+    spec: &PostgresClusterSpec,
+    lease: &LeaseView,
+    o: &Observed,
+) -> Option<DateTime<Utc>> {
+    let l = lease_seconds(spec, lease, o).saturating_add(spec.fencing.clock_skew_seconds);
     lease.renewed.map(|r| r + chrono::Duration::seconds(l))
 }
 
@@ -48,27 +89,30 @@ pub(crate) fn fence(
     o: &Observed,
     now: DateTime<Utc>,
 ) -> Fence {
-    let until = expiry(spec, lease);
+    let until = expiry(spec, lease, o);
+    let fenced = |by, why| Fence::Fenced { by, why };
     match lease.holder.as_deref() {
         Some(h) if lease.released_by.as_deref() == Some(h) => {
-            Fence::Fenced(format!("{h} released the Lease"))
+            fenced(By::Release, format!("{h} released the Lease"))
         }
-        None if lease.released_by.is_some() => Fence::Fenced(format!(
-            "{} released the Lease",
-            lease.released_by.as_deref().unwrap_or_default()
-        )),
-        Some(h) if o.holder_ordinal(h).is_none() => {
-            Fence::Fenced(format!("the pod of {h} is gone"))
+        None if lease.released_by.is_some() => fenced(
+            By::Release,
+            format!(
+                "{} released the Lease",
+                lease.released_by.as_deref().unwrap_or_default()
+            ),
+        ),
+        Some(h) if o.own.requests.fenced.as_deref() == Some(h) => {
+            fenced(By::Person, format!("{FENCED} asserts that {h} is down"))
         }
-        Some(h) if o.own.requests.fenced.as_deref() == Some(h) => Fence::Fenced(format!(
-            "{} asserts that {h} is down",
-            crate::machines::postgres::observe::FENCED
-        )),
-        _ if until.is_some_and(|u| now > u) => Fence::Fenced(format!(
-            "the Lease expired (renewTime + {}s + {}s)",
-            lease_seconds(spec, lease),
-            spec.fencing.clock_skew_seconds
-        )),
+        _ if until.is_some_and(|u| now > u) => fenced(
+            By::Expiry,
+            format!(
+                "the Lease expired (renewTime + {}s + {}s)",
+                lease_seconds(spec, lease, o),
+                spec.fencing.clock_skew_seconds
+            ),
+        ),
         _ => Fence::Alive { until },
     }
 }
@@ -94,10 +138,30 @@ pub(crate) fn hand(lease: &LeaseView, holder: Option<String>, now: DateTime<Utc>
     }
 }
 
+/// A Lease without a renewal time (edited by hand; Lockstep writes none) is given one:
+/// the operator's clock now, its holder kept, fenced on the Lease as read. Whoever holds
+/// it cannot have renewed it since its renewal time was removed (a renewal writes one),
+/// so it stops by its last renewal + `T + R + 1`, before now + `L`: the wait becomes
+/// finite. `None` for a Lease that has one.
+pub(crate) fn stamp(lease: &LeaseView, now: DateTime<Utc>) -> Option<PgAction> {
+    lease
+        .renewed
+        .is_none()
+        .then(|| hand(lease, lease.holder.clone(), now))
+}
+
+/// What a person can set when they know a holder is down (its node is powered off):
+/// `lockstep.dev/fenced=<holder>`.
+pub(crate) fn hatch(holder: Option<&str>) -> String {
+    format!("{FENCED}={}", holder.unwrap_or("<pod>/<uid>"))
+}
+
 /// At rest (a state naming `primary`): the Lease must name the primary's pod. Created
 /// naming it if absent; handed to it once whoever holds it is certainly fenced (the
-/// primary's pod was recreated: a new UID). Returns the moves, and when to look again
-/// while a holder may still be writable.
+/// primary's pod was recreated: a new UID). Returns the moves, and when to look again:
+/// when a holder that may still be writable would expire, and, while the Lease names
+/// the primary's pod, when its Lease would expire unrenewed (a hung primary:
+/// [`super::primary_lost::primary_down`]).
 pub(crate) fn keep_lease(
     spec: &PostgresClusterSpec,
     primary: i32,
@@ -115,10 +179,16 @@ pub(crate) fn keep_lease(
             }],
             None,
         ),
-        Some(lease) if lease.holder.as_deref() == Some(id.as_str()) => (Vec::new(), None),
+        Some(lease) if lease.holder.as_deref() == Some(id.as_str()) => (
+            stamp(lease, now).into_iter().collect(),
+            wait_for(expiry(spec, lease, o), now),
+        ),
         Some(lease) => match fence(spec, lease, o, now) {
-            Fence::Fenced(_) => (vec![hand(lease, Some(id), now)], None),
-            Fence::Alive { until } => (Vec::new(), wait_for(until, now)),
+            Fence::Fenced { .. } => (vec![hand(lease, Some(id), now)], None),
+            Fence::Alive { until } => (
+                stamp(lease, now).into_iter().collect(),
+                wait_for(until, now),
+            ),
         },
     }
 }

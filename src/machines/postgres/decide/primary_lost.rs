@@ -1,26 +1,90 @@
-//! PrimaryLost: the primary is not Ready; a failover follows if it stays so.
+//! PrimaryLost: the primary is not Ready, or has stopped renewing the primary Lease
+//! (hung: the kubelet's probes may hang too, so readiness alone never says so); a
+//! failover follows if it stays so.
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::fencing::{expiry, lease_seconds};
 use super::{D, choose_target, stay, switch_to, upkeep_at};
 use crate::engine::{Decision, World};
 use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PgState, SwitchCause, Topology};
 use crate::machines::postgres::table::reason::*;
-use std::time::Duration;
 
-/// The primary's pod is not serving (and the cluster has someone to fail over to or at
-/// least a reason to say so).
-pub(crate) fn primary_down(cluster: &Topology, o: &Observed) -> bool {
-    !o.serving(cluster.primary)
+/// Why the primary counts as lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lost {
+    /// Its pod is not serving (not Ready, or terminating, or gone).
+    NotReady,
+    /// It holds the Lease but has not renewed it since `renewed`, longer than `L + S`
+    /// (`bound` seconds) ago: its agent is stuck or the pod frozen or cut off, whatever
+    /// its readiness says (finding 8 of issue 21: a frozen pod's exec probes hang, and
+    /// the kubelet never marks it NotReady).
+    NotRenewing {
+        /// The Lease's `renewTime`.
+        renewed: DateTime<Utc>,
+        /// `L + S` in seconds.
+        bound: i64,
+    },
 }
 
-pub(crate) fn lose_primary(cluster: &Topology, o: &Observed) -> D {
+impl Lost {
+    /// The transition's reason.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            Lost::NotReady => PRIMARY_NOT_READY,
+            Lost::NotRenewing { .. } => PRIMARY_NOT_RENEWING,
+        }
+    }
+
+    /// Why, for the primary `name`.
+    pub(crate) fn describe(&self, name: &str) -> String {
+        match self {
+            Lost::NotReady => format!("primary {name} is not Ready"),
+            Lost::NotRenewing { renewed, bound } => format!(
+                "primary {name} has not renewed the primary Lease since {} (longer than L + S = {bound}s): it is hung or cut off, whatever its readiness says",
+                renewed.format("%H:%M:%S")
+            ),
+        }
+    }
+}
+
+/// Whether (and why) the primary is lost at `now`: its pod is not serving, or the Lease
+/// names its pod and has expired unrenewed. A Lease naming another pod is
+/// [`super::fencing::keep_lease`]'s concern.
+pub(crate) fn primary_down(
+    spec: &PostgresClusterSpec,
+    cluster: &Topology,
+    o: &Observed,
+    now: DateTime<Utc>,
+) -> Option<Lost> {
+    if !o.serving(cluster.primary) {
+        return Some(Lost::NotReady);
+    }
+    let lease = o.own.lease.as_ref()?;
+    let id = o.identity(cluster.primary)?;
+    if lease.holder.as_deref() != Some(id.as_str()) {
+        return None;
+    }
+    let renewed = lease.renewed?;
+    expiry(spec, lease, o)
+        .filter(|until| now > *until)
+        .map(|_| Lost::NotRenewing {
+            renewed,
+            bound: lease_seconds(spec, lease, o).saturating_add(spec.fencing.clock_skew_seconds),
+        })
+}
+
+pub(crate) fn lose_primary(cluster: &Topology, o: &Observed, lost: &Lost) -> D {
     Decision::go(
         PgState::PrimaryLost {
             cluster: cluster.clone(),
         },
-        PRIMARY_NOT_READY,
-        format!("primary {} is not Ready", o.pod_name(cluster.primary)),
+        lost.reason(),
+        lost.describe(&o.pod_name(cluster.primary)),
     )
 }
 
@@ -32,7 +96,7 @@ pub(crate) fn primary_lost(
     let o = &world.observed;
     let actions = upkeep_at(spec, cluster, o);
     let name = o.pod_name(cluster.primary);
-    if !primary_down(cluster, o) {
+    let Some(lost) = primary_down(spec, cluster, o, world.now) else {
         return Decision::go(
             PgState::Ready {
                 cluster: cluster.clone(),
@@ -40,14 +104,15 @@ pub(crate) fn primary_lost(
             PRIMARY_RECOVERED,
             format!("primary {name} is Ready again"),
         );
-    }
+    };
+    let why = lost.describe(&name);
     let delay = Duration::from_secs(u64::try_from(spec.failover_delay_seconds).unwrap_or(0));
     let down_for = world.in_state_for();
     if down_for < delay {
         return stay(
             AWAITING_FAILOVER,
             format!(
-                "primary {name} is not Ready; a Ready replica is promoted if it stays so for failoverDelaySeconds={}",
+                "{why}; a Ready replica is promoted if it stays so for failoverDelaySeconds={}",
                 spec.failover_delay_seconds
             ),
             actions,
@@ -64,7 +129,7 @@ pub(crate) fn primary_lost(
             FAILOVER_STARTED,
             |_, target| {
                 format!(
-                    "primary {name} not Ready for {}s, longer than failoverDelaySeconds={}: failing over to {target}",
+                    "{why} for {}s, longer than failoverDelaySeconds={}: failing over to {target}",
                     down_for.as_secs(),
                     spec.failover_delay_seconds,
                 )
@@ -73,7 +138,7 @@ pub(crate) fn primary_lost(
         None => stay(
             NO_PROMOTION_TARGET,
             format!(
-                "primary {name} is not Ready for longer than failoverDelaySeconds={}, and no replica is Ready to take over",
+                "{why} for longer than failoverDelaySeconds={}, and no replica is Ready to take over",
                 spec.failover_delay_seconds
             ),
             actions,

@@ -1,7 +1,8 @@
 //! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
-//! a lost primary ([`lose_primary`]), scaling ([`rescale`]), [`upgrade`] (a new image or
-//! a stray one), [`backup`]; then, staying, it releases the outcome finalizer of every
-//! finished Job ([`actions::release_finished`]: their outcomes are recorded), prunes promote Jobs
+//! a lost primary ([`lose_primary`]: not Ready, or not renewing the Lease), scaling ([`rescale`]),
+//! [`upgrade`] (a new image or a stray one), [`backup`]; then, staying, it releases the outcome
+//! finalizer of every finished Job ([`actions::release_finished`]: their outcomes are recorded),
+//! prunes promote Jobs
 //! ([`prune_promote_jobs`]) and on-demand backup Jobs beyond their history limit
 //! ([`on_demand::prune`]) and reports ([`report`]).
 
@@ -31,10 +32,11 @@ pub(crate) fn ready(
     served: Option<&str>,
     lost: Option<String>,
     o: &Observed,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> D {
     let mut actions = upkeep_at(spec, cluster, o);
-    if primary_down(cluster, o) {
-        return lose_primary(cluster, o);
+    if let Some(lost) = primary_down(spec, cluster, o, now) {
+        return lose_primary(cluster, o, &lost);
     }
     if spec.replicas != cluster.replicas {
         return rescale(spec, cluster, None, o, actions);

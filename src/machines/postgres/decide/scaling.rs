@@ -85,10 +85,11 @@ pub(crate) fn scaling(
     cluster: &Topology,
     from_replicas: i32,
     o: &Observed,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> D {
     let actions = upkeep_at(spec, cluster, o);
-    if primary_down(cluster, o) {
-        return lose_primary(cluster, o);
+    if let Some(lost) = primary_down(spec, cluster, o, now) {
+        return lose_primary(cluster, o, &lost);
     }
     if spec.replicas != cluster.replicas {
         return rescale(spec, cluster, Some(from_replicas), o, actions);

@@ -2,7 +2,7 @@
 //! intent, demote, fence, survey (a failover), promote, elect.
 
 use super::PROMOTE_RETRY_LIMIT;
-use super::fencing::{Fence, fence, hand, wait_for};
+use super::fencing::{By, Fence, fence, hand, hatch, lease_seconds, stamp, wait_for};
 use super::old_primary_role;
 use super::survey::{describe, most_advanced, parse};
 use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
@@ -274,14 +274,22 @@ fn hand_over(
         )
         .with_actions(actions)
     };
+    let old_id = s
+        .old_uid
+        .as_deref()
+        .map(|uid| holder_identity(&o.pod_name(s.cluster.primary), uid));
     let Some(lease) = &o.own.lease else {
         // Whoever held a Lease that vanished stops by its last renewal + T + R + 1: a
         // Lease naming nobody, renewed now, expires after all of them.
         return stay(
             WAITING_FOR_FENCE,
-            format!("{what}: the primary Lease is missing; it is created naming nobody, and the old primary counts as fenced once it expires"),
+            format!(
+                "{what}: the primary Lease is missing (deleted); it is created naming nobody, and the old primary counts as fenced once it expires ({} if its node is known to be down)",
+                hatch(old_id.as_deref())
+            ),
             actions,
         )
+        .degraded()
         .with_actions([PgAction::CreateLease {
             holder: None,
             at: world.now,
@@ -290,8 +298,9 @@ fn hand_over(
     if !surveying && lease.holder.as_deref() == Some(target.as_str()) {
         return promote(Vec::new(), format!("{target} holds the Lease"));
     }
+    let planned = s.cause != SwitchCause::Failover;
     match fence(spec, lease, o, world.now) {
-        Fence::Fenced(why) if surveying => Decision::go(
+        Fence::Fenced { why, .. } if surveying => Decision::go(
             PgState::SwitchingOver(Switchover {
                 step: SwitchStep::Survey,
                 ..s.clone()
@@ -301,31 +310,59 @@ fn hand_over(
                 "{what}: {why}; the standbys' WAL positions are surveyed to choose the most advanced"
             ),
         ),
-        Fence::Fenced(why) => promote(vec![hand(lease, Some(target), world.now)], why),
+        // A planned switchover promises that no acknowledged commit is lost: only the
+        // old primary's release says up to where the target must have received. A Lease
+        // that merely expired while it still names the old primary (hung, cut off, or
+        // crashed while it stopped) proves it is fenced, not what it acknowledged: the
+        // switchover waits for its release, or for a person (finding 1 of issue 21).
+        // A Lease that names nobody was cleared or deleted by hand (only Lockstep and
+        // the holder's agent write it: an assumption), and one that names another pod
+        // was handed over since, after the release: its expiry suffices.
+        Fence::Fenced { by: By::Expiry, why }
+            if planned
+                && lease.released_lsn.is_none()
+                && old_id.is_some()
+                && lease.holder == old_id =>
+        {
+            stay(
+                WAITING_FOR_RELEASE,
+                format!(
+                    "{what}: {why}, but {} never released it with its last WAL position ({RELEASED_LSN}): promoting {name} now could lose commits it acknowledged. Waiting for its release; set {} once its node is known to be down ({name} is then promoted without that position: what only the old primary had is lost)",
+                    lease.holder.as_deref().unwrap_or("the old primary"),
+                    hatch(old_id.as_deref())
+                ),
+                actions,
+            )
+            .degraded()
+            .requeue(std::time::Duration::from_secs(10))
+        }
+        Fence::Fenced { why, .. } => promote(vec![hand(lease, Some(target), world.now)], why),
         Fence::Alive { until } => {
             let holder = lease.holder.as_deref().unwrap_or("its last holder");
-            let l = spec.fencing.lease_duration_seconds;
-            let grace = l
+            let grace = lease_seconds(spec, lease, o)
                 .saturating_add(spec.fencing.clock_skew_seconds)
-                .saturating_add(FENCE_GRACE_SECONDS);
+                .saturating_add(FENCE_GRACE_SECONDS)
+                .max(0);
             let waited = world.in_state_for().as_secs();
-            let grace = grace.max(0);
             let d = stay(
                 WAITING_FOR_FENCE,
                 format!(
-                    "{what}: {holder} may still be writable (it holds the primary Lease); {} once it releases the Lease, its pod is gone or the Lease expires ({} = <pod>/<uid> asserts it is down)",
+                    "{what}: {holder} may still be writable (it holds the primary Lease); {} once it releases the Lease or the Lease expires ({} asserts it is down)",
                     if surveying {
                         "a replica is promoted".to_owned()
                     } else {
                         format!("{name} is promoted")
                     },
-                    crate::machines::postgres::observe::FENCED
+                    hatch(lease.holder.as_deref())
                 ),
                 actions,
-            );
+            )
+            .with_actions(stamp(lease, world.now));
             let grace = u64::try_from(grace).unwrap_or(u64::MAX);
             let mut wake = wait_for(until, world.now);
-            let d = if waited > grace {
+            // A Lease naming nobody that nobody released was cleared or recreated by
+            // hand: said at once, with the escape hatch.
+            let d = if waited > grace || lease.holder.is_none() {
                 d.degraded()
             } else {
                 // Look again when the report turns Degraded, if nothing else comes first.
@@ -557,7 +594,7 @@ pub(crate) fn elect(s: &Switchover, o: &Observed, what: &str, actions: Vec<PgAct
             PgState::Ready { cluster: elected },
             FAILOVER_COMPLETED,
             format!(
-                "failover: {} is primary in place of {}, which was not Ready for longer than failoverDelaySeconds; it rejoins as a standby",
+                "failover: {} is primary in place of {}, which was lost (not Ready, or not renewing the primary Lease) for longer than failoverDelaySeconds; it rejoins as a standby",
                 o.pod_name(t),
                 o.pod_name(old)
             ),

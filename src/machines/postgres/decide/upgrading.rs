@@ -32,6 +32,7 @@ pub(crate) fn upgrading(
     cluster: &Topology,
     pod: Option<&PodRef>,
     o: &Observed,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> D {
     let actions = upkeep_at(spec, cluster, o);
     let image = spec_image(spec);
@@ -52,8 +53,8 @@ pub(crate) fn upgrading(
         );
     }
     let replacing_primary = pod.is_some_and(|p| p.ordinal == cluster.primary);
-    if !replacing_primary && primary_down(cluster, o) {
-        return lose_primary(cluster, o);
+    if !replacing_primary && let Some(lost) = primary_down(spec, cluster, o, now) {
+        return lose_primary(cluster, o, &lost);
     }
     match pod {
         None => plan_upgrade(cluster, o, actions),

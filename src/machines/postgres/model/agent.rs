@@ -95,14 +95,15 @@ impl World {
         std::ptr::fn_addr_eq(self.agent_decide, REAL_AGENT)
     }
 
-    /// What every agent runs with: the spec's L, T = ⌊L/2⌋, R, G = 2 s, a 120 s bound on
-    /// a clean stop, re-cloning on a failed rewind unless the world turns it off.
-    fn agent_spec(&self, k: i32, uid: u64) -> AgentSpec {
+    /// What pod `k`'s agent runs with: the L its pod was created with (its
+    /// environment), T = ⌊L/2⌋, R, G = 2 s, a 120 s bound on a clean stop, re-cloning on
+    /// a failed rewind unless the world turns it off.
+    fn agent_spec(&self, k: i32, p: &Pod) -> AgentSpec {
         AgentSpec {
             reclone_on_rewind_failure: !self.reclone_off,
             ..AgentSpec::with_lease(LeaseTerms::for_lease(
-                format!("pg-{k}/{uid}"),
-                u64::try_from(LEASE_SECONDS).unwrap_or(15),
+                format!("pg-{}/{}", ordinal(k), p.uid),
+                u64::try_from(p.lease_seconds).unwrap_or(15),
             ))
         }
     }
@@ -182,11 +183,18 @@ impl World {
         if p.cut.is_none() {
             p.role_seen = p.role;
         }
-        let (uid, state, signalled) = (p.uid, p.agent.clone(), p.terminating && p.cut.is_none());
+        let Some(p) = self.pods.get(&k) else {
+            return false;
+        };
+        let (spec, state, signalled) = (
+            self.agent_spec(k, p),
+            p.agent.clone(),
+            p.terminating && p.cut.is_none(),
+        );
         let Some(seen) = self.observation(k) else {
             return false;
         };
-        let decision = (self.agent_decide)(&self.agent_spec(k, uid), &state, &seen, signalled);
+        let decision = (self.agent_decide)(&spec, &state, &seen, signalled);
         if let Some(p) = self.pods.get_mut(&k) {
             p.finished = None;
         }
@@ -254,7 +262,7 @@ impl World {
     fn agent_act(&mut self, k: i32, action: &AgentAction) -> bool {
         let now = self.now;
         let skew = chrono::Duration::seconds(self.skew);
-        let me = self.pods.get(&k).map(|p| (k, p.uid));
+        let me = self.pods.get(&k).map(|p| (ordinal(k), p.uid));
         let finished = |w: &mut World, task, ok| {
             if let Some(p) = w.pods.get_mut(&k) {
                 p.finished = Some(Finished { task, ok });
@@ -350,7 +358,8 @@ impl World {
                 true
             }
             AgentAction::Renew {
-                drop_released_lsn, ..
+                lease,
+                drop_released_lsn,
             } => {
                 if !self.api_accepts(k) || self.lease.as_ref().and_then(|l| l.holder) != me {
                     return false;
@@ -364,8 +373,10 @@ impl World {
                 } else {
                     now
                 };
+                let duration = i64::try_from(lease.as_secs()).unwrap_or(i64::MAX);
                 if let Some(l) = self.lease.as_mut() {
                     l.renewed = began + skew;
+                    l.duration = duration;
                     l.version += 1;
                     if *drop_released_lsn {
                         l.released_lsn = None;
@@ -492,15 +503,15 @@ impl World {
     /// a server that may write and has not renewed for `T` before anything else runs.
     pub(super) fn resume(&mut self, k: i32) {
         let now = self.now;
-        let Some(p) = self.pods.get_mut(&k).filter(|p| p.paused) else {
+        let Some(p) = self.pods.get(&k).filter(|p| p.paused) else {
             return;
         };
-        p.paused = false;
-        p.next_round = now;
-        let late = p
-            .renewed
-            .is_none_or(|r| now >= r + chrono::Duration::seconds(FENCE_SECONDS));
-        if p.writable && p.agent.guarded() && late {
+        let fence = p.writable && p.agent.guarded() && self.fence_passed(p);
+        if let Some(p) = self.pods.get_mut(&k) {
+            p.paused = false;
+            p.next_round = now;
+        }
+        if fence {
             self.server_down(k, false);
         }
         self.agent_tick(k);

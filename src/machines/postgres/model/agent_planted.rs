@@ -3,13 +3,22 @@
 //! fence deadline meanwhile (only the stop's own 120 s bound ends it), and so lets the
 //! operator hand the Lease over by expiry while its walsenders still send. The model
 //! check must find it, and shrink it; the real agent passes the same runs.
+//!
+//! Finding 1 is fixed on both sides, each alone enough: the agent renews while its
+//! clean stop runs, and the operator never hands a planned switchover over by expiry
+//! without the old primary's released position ([`HandOverByExpiry`] plants the old
+//! operator's side). The old agent is found against the old operator, and each fix
+//! alone passes the same story.
 
 use super::scenarios::config;
 use super::scenarios::story::r;
 use super::*;
 use crate::engine::Decision;
+use crate::engine::World as Seen;
 use crate::engine::check::{CheckReport, check_scenario, shrink_scenario};
+use crate::engine::planted::{Bug, Planted};
 use crate::instance::{self, AgentAction, AgentSpec, LeaseRead, Observation};
+use crate::machines::postgres::state::SwitchCause;
 
 /// The old agent: while a clean stop runs it sees neither the Lease nor how long ago it
 /// renewed (so it renews nothing, and never escalates before the stop's own bound).
@@ -29,6 +38,31 @@ fn stop_without_renewing(
     }
     instance::decide(spec, state, seen, signalled)
 }
+
+/// The old operator's side of finding 1: a planned switchover hands the Lease over once
+/// it expires, though the old primary never released it with its last WAL position.
+struct ExpiryEndsAPlannedSwitchover;
+
+impl Bug<Postgres> for ExpiryEndsAPlannedSwitchover {
+    const NAME: &'static str = "postgrescluster-switchover-by-expiry";
+
+    fn distort(state: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
+        let PgState::SwitchingOver(s) = state else {
+            return None;
+        };
+        if s.cause == SwitchCause::Failover {
+            return None;
+        }
+        // The bug: a Lease that expired reads as if a position had been released.
+        let mut lying = world.clone();
+        let lease = lying.observed.own.lease.as_mut()?;
+        lease.released_lsn.get_or_insert_with(|| "0/0".to_owned());
+        Some(lying)
+    }
+}
+
+/// The operator that hands a planned switchover over by expiry.
+type HandOverByExpiry = Planted<Postgres, ExpiryEndsAPlannedSwitchover>;
 
 /// The PostgresCluster world whose every pod runs the old agent's clean stop.
 #[derive(Clone, Debug)]
@@ -130,8 +164,46 @@ fn slow_clean_stop() -> (World, Vec<Event<Move, Edit>>) {
 }
 
 fn passes((world, events): (World, Vec<Event<Move, Edit>>)) -> CheckReport {
-    check_scenario::<Postgres, World>(&config(), world, &events)
+    passes_with::<Postgres>((world, events))
+}
+
+/// What the operator `M` does in the story: every invariant holds.
+fn passes_with<M>((world, events): (World, Vec<Event<Move, Edit>>)) -> CheckReport
+where
+    M: Machine,
+    World: WorldModel<M, Move = Move, Edit = Edit>,
+{
+    check_scenario::<M, World>(&config(), world, &events)
         .unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+#[test]
+fn the_operator_alone_keeps_the_old_clean_stop_safe() {
+    // The old agent, the new operator: the switchover waits for the release.
+    let (mut world, events) = slow_clean_stop();
+    world.agent_decide = stop_without_renewing;
+    let report = passes((world, events));
+    // Past renewTime + L + S, it handed nothing over until the stop ended and the old
+    // primary released the Lease with its position.
+    let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
+    assert!(
+        at("ServerStops(2)") < at("(LeaseHandedOver)") && at("(LeaseHandedOver)").is_some(),
+        "{}",
+        report.trace.join("\n")
+    );
+}
+
+#[test]
+fn the_agent_alone_keeps_a_switchover_by_expiry_safe() {
+    // The real agent, the old operator: the stop renews, so the Lease never expires.
+    let report = passes_with::<HandOverByExpiry>(slow_clean_stop());
+    assert!(
+        report
+            .transitions
+            .contains_key("SwitchingOver -> Ready (SwitchoverCompleted)"),
+        "{}",
+        report.trace.join("\n")
+    );
 }
 
 #[test]
@@ -155,7 +227,7 @@ fn the_model_check_finds_and_shrinks_a_clean_stop_that_renews_nothing() {
         reason.contains("still runs a writable server")
             || reason.contains("all run a writable server")
     };
-    let failure = shrink_scenario::<Postgres, OldCleanStop>(
+    let failure = shrink_scenario::<HandOverByExpiry, OldCleanStop>(
         &config(),
         OldCleanStop(world),
         &events,

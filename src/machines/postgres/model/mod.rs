@@ -80,12 +80,24 @@
 //! a pod whose clock runs at a different rate (the agent counts `T` on a monotonic
 //! clock).
 //!
+//! Issue 21's operator side: the user changes `spec.fencing.leaseDurationSeconds`
+//! ([`Edit::LeaseSeconds`]; each pod's agent keeps the `L` it was created with and
+//! publishes it in the Lease at every renewal); a pod is force-deleted while its node is
+//! partitioned ([`Move::ForceDeleted`]: the object goes, its container runs on, cut off,
+//! its agent deciding as any other's); the Lease is deleted ([`Move::LeaseDeleted`]); a
+//! paused pod stays as Ready as it was, and the operator must take a primary that stops
+//! renewing for lost. The settling world's person also sets `lockstep.dev/fenced` for a
+//! holder whose server is certainly down.
+//!
 //! Planted bugs the check must find ([`planted`]): a failover or switchover that hands
 //! the Lease over before the old primary is fenced, a failover that chooses by ordinal,
 //! and an operator that expires the Lease at `renewTime + L`, leaving the clock skew out
 //! (found by its scenario: a partitioned holder whose clock runs `S` behind). And the
 //! agent's ([`agent_planted`]): the old bash agent's clean stop, which renews nothing
-//! while it runs (finding 1), found in a slow switchover and shrunk.
+//! while it runs (finding 1), found in a slow switchover against the old operator, which
+//! hands a planned switchover over by expiry, and shrunk (each side's fix alone passes).
+//! The operator's side of findings 2 and 5 ([`planted`]): an expiry counting the spec's
+//! `L` alone, and a vanished pod taken for fenced.
 //!
 //! Every edge of the agent's table is taken: by generated runs, or by the stories of
 //! `agent::stories` (asserted in `scenarios`), except the one `agent::UNIT_TESTED_ONLY`
@@ -129,14 +141,32 @@ use jobs::{Job, JobKind};
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
 const MAX_PODS: i32 = 3;
 const SCHEDULES: [Option<&str>; 3] = [None, Some("0 3 * * *"), Some("30 4 * * *")];
-/// `L`: `spec.fencing.leaseDurationSeconds` (the default).
+/// `L`: `spec.fencing.leaseDurationSeconds` (the default); [`Edit::LeaseSeconds`]
+/// moves it between this and [`LONG_LEASE_SECONDS`].
 const LEASE_SECONDS: i64 = 15;
+/// A longer `L` a user may set (and lower again: finding 2 of issue 21).
+const LONG_LEASE_SECONDS: i64 = 120;
 /// `S`: `spec.fencing.clockSkewSeconds`. Larger than the default so that it exceeds
 /// the slack `L - (T + R + 1)` = 5 s of the default `L`: an operator that leaves `S`
 /// out of its expiry is then unsafe, and the check must find it.
 const SKEW_SECONDS: i64 = 30;
-/// `T`: a holder that has not renewed for this long fences itself.
-const FENCE_SECONDS: i64 = LEASE_SECONDS / 2;
+/// `T` of a pod created with lease duration `l`: a holder that has not renewed for
+/// this long fences itself (`FencingSpec::fence_seconds`).
+fn fence_seconds(l: i64) -> i64 {
+    l / 2
+}
+/// The key in [`World::pods`] of a pod force-deleted while its node is partitioned
+/// ([`Move::ForceDeleted`]) is `GONE + ordinal`: its object is gone (the operator does
+/// not see it, and the StatefulSet controller makes a new pod at the ordinal), its
+/// container runs on, cut off, its agent deciding as any other's until its own fence
+/// stops its server and it exits (or its node answers again and the kubelet kills it:
+/// the settling world).
+const GONE: i32 = 100;
+
+/// The ordinal of the pod at `key` in [`World::pods`] (a force-deleted one's too).
+fn ordinal(key: i32) -> i32 {
+    key % GONE
+}
 /// `R`: how often the agent looks (and renews).
 const RENEW_SECONDS: i64 = crate::machines::postgres::api::FencingSpec::RENEW_SECONDS;
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,6 +209,10 @@ struct Pod {
     role_seen: Option<Role>,
     /// The whole pod is paused ([`Move::Pause`]).
     paused: bool,
+    /// The lease duration `L` the pod was created with (its environment,
+    /// `LOCKSTEP_LEASE_SECONDS`): its agent runs with it, `T` = `L / 2`, whatever the
+    /// spec says later (pods are `OnDelete`).
+    lease_seconds: i64,
     /// Its agent's next write to the API server fails ([`Move::RefuseNext`]).
     refuse_next: bool,
     /// Its agent's next accepted renewal is slow ([`Move::SlowRenewal`]).
@@ -192,7 +226,7 @@ struct Pod {
 
 impl Pod {
     /// A pod the StatefulSet controller just made: no label, its agent starting.
-    fn new(uid: u64, image: String, now: DateTime<Utc>) -> Pod {
+    fn new(uid: u64, image: String, now: DateTime<Utc>, lease_seconds: i64) -> Pod {
         Pod {
             uid,
             image,
@@ -209,6 +243,7 @@ impl Pod {
             next_round: now,
             role_seen: None,
             paused: false,
+            lease_seconds,
             refuse_next: false,
             slow_next: false,
             fail_task: false,
@@ -232,6 +267,9 @@ struct ModelLease {
     released_lsn: Option<u64>,
     transitions: i32,
     version: u64,
+    /// `spec.leaseDurationSeconds` as written: the spec's at a creation or hand-over,
+    /// the holder's own `L` at each of its renewals.
+    duration: i64,
 }
 
 /// The simulated cluster.
@@ -248,6 +286,14 @@ pub(super) struct World {
     retry_promote: bool,
     /// `lockstep.dev/adopt-primary` names the pod holding the writable timeline.
     adopt_hatch: bool,
+    /// `spec.fencing.leaseDurationSeconds` ([`Edit::LeaseSeconds`]).
+    lease_seconds: i64,
+    /// `lockstep.dev/fenced` names the Lease's holder (or, with none, its last one)
+    /// whenever that holder's server is not writable: a person who knows its node is
+    /// down (the settling world's escape hatch).
+    fenced_hatch: bool,
+    /// The holder the Lease named before it was cleared or deleted.
+    last_holder: Option<(i32, u64)>,
     // Owned objects.
     in_sync: InSync,
     sts: Option<(String, i32)>,
@@ -294,9 +340,10 @@ impl fmt::Debug for World {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "spec v{} x{}{}{}; sts {:?}; db primary {}; skew {}s; pods [",
+            "spec v{} x{} L{}s{}{}; sts {:?}; db primary {}; skew {}s; pods [",
             VERSIONS[self.version],
             self.replicas,
+            self.lease_seconds,
             if self.backup { " +backup" } else { "" },
             SCHEDULES[self.schedule].map_or(String::new(), |s| format!(" @'{s}'")),
             self.sts,
@@ -304,10 +351,16 @@ impl fmt::Debug for World {
             self.skew
         )?;
         for (k, p) in &self.pods {
+            let at = if *k >= GONE {
+                format!("{}(force-deleted)", ordinal(*k))
+            } else {
+                k.to_string()
+            };
             write!(
                 f,
-                " {k}:uid{} {}{}{}{}{}{}{} {:?}",
+                " {at}:uid{} L{}s {}{}{}{}{}{}{} {:?}",
                 p.uid,
+                p.lease_seconds,
                 p.image.trim_start_matches("postgres:"),
                 if p.ready { " ready" } else { "" },
                 if p.writable { " W" } else { "" },
@@ -340,6 +393,9 @@ pub(super) enum Edit {
     Version(usize),
     Replicas(i32),
     Schedule(usize),
+    /// Set `spec.fencing.leaseDurationSeconds` (pods keep the one they were created
+    /// with).
+    LeaseSeconds(i64),
     /// Add or remove `spec.backup` (scenarios only). Removing it removes the `backup-now`
     /// annotation too: a request without a destination is a Degraded hold until the
     /// annotation goes (unit-tested), which the liveness phase would read as a quiet
@@ -388,6 +444,13 @@ pub(super) enum Move {
     Partition(i32),
     /// The pod reaches the API server again.
     Heal(i32),
+    /// The pod is force-deleted (`--grace-period=0 --force`) while its node is
+    /// partitioned: the object goes at once, its container keeps running cut off (a
+    /// writable server stays writable until its agent's fence stops it; [`GONE`]).
+    ForceDeleted(i32),
+    /// Someone deletes the primary Lease: the agents read it as unreadable (they
+    /// cannot renew it) until the operator creates it again.
+    LeaseDeleted,
     /// The pods' clocks move to `sign × S` seconds from the operator's (within the
     /// bound `spec.fencing.clockSkewSeconds` the operator allows for). A holder's
     /// `renewTime` is written by its own clock.
@@ -433,7 +496,8 @@ impl World {
         };
         if k < replicas && !self.pods.contains_key(&k) {
             let uid = self.new_uid();
-            self.pods.insert(k, Pod::new(uid, image, self.now));
+            self.pods
+                .insert(k, Pod::new(uid, image, self.now, self.lease_seconds));
         }
     }
 
@@ -511,6 +575,9 @@ impl World {
             skip_final: false,
             retry_promote: false,
             adopt_hatch: false,
+            lease_seconds: LEASE_SECONDS,
+            fenced_hatch: false,
+            last_holder: None,
             in_sync: InSync::default(),
             sts: None,
             pods: BTreeMap::new(),
@@ -545,7 +612,7 @@ impl World {
         for k in 0..self.replicas {
             let uid = self.new_uid();
             let role = if k == 0 { Role::Primary } else { Role::Replica };
-            let mut pod = Pod::new(uid, image(0), self.now);
+            let mut pod = Pod::new(uid, image(0), self.now, self.lease_seconds);
             pod.ready = true;
             pod.role = Some(role);
             pod.role_seen = Some(role);
@@ -576,6 +643,7 @@ impl World {
             released_lsn: None,
             transitions: 0,
             version: 1,
+            duration: self.lease_seconds,
         });
         self.round = 1;
         self.round_primary = Some(0);
@@ -588,6 +656,9 @@ impl World {
         self.retry_promote = true;
         // A user who finds an adoption ambiguous names the primary.
         self.adopt_hatch = true;
+        // A user who finds a switchover waiting for a release that cannot come (the old
+        // primary's node is down) says so.
+        self.fenced_hatch = true;
         // A user who finds a promotion held back short of the position the old primary
         // stopped at (nobody has it) removes it from the Lease, accepting the loss.
         let held_back = self
@@ -598,6 +669,8 @@ impl World {
             l.released_lsn = None;
         }
         let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
+        // Partitioned nodes answer: the kubelet kills the containers of pods that no
+        // longer exist (force-deleted ones, [`GONE`]).
         self.pods.retain(|k, p| *k < n && !p.terminating);
         // Partitions heal (a cut holder still writable renews again), paused pods
         // resume, requests go through.

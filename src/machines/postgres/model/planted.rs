@@ -373,3 +373,241 @@ fn a_switchover_target_that_missed_the_old_primarys_last_commits_does_not_promot
         "{trace}"
     );
 }
+
+// --- issue 21: findings 2, 5, 8 and 3, the operator's side -------------------------
+
+/// The old operator (finding 2): the holder's expiry counts only the spec's `L`, not
+/// the longer one a pod created before `spec.fencing.leaseDurationSeconds` was lowered
+/// fences itself by (nor the one the Lease carries).
+struct ForgetTheLongerLease;
+
+impl Bug<Postgres> for ForgetTheLongerLease {
+    const NAME: &'static str = "postgrescluster-expiry-by-the-spec-alone";
+
+    fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
+        // The bug: nothing but the spec says how long a holder may run.
+        let mut lying = world.clone();
+        lying.observed.own.lease_seconds.clear();
+        lying.observed.own.lease.as_mut()?.duration = 0;
+        Some(lying)
+    }
+}
+
+/// The old operator (finding 5): a holder whose pod is no longer observed counts as
+/// fenced (as if it had released the Lease).
+struct TakeTheVanishedForFenced;
+
+impl Bug<Postgres> for TakeTheVanishedForFenced {
+    const NAME: &'static str = "postgrescluster-vanished-pod-is-fenced";
+
+    fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
+        let holder = world.observed.own.lease.as_ref()?.holder.clone()?;
+        if world.observed.holder_ordinal(&holder).is_some() {
+            return None;
+        }
+        // The bug: "the pod is gone" reads as a release.
+        let mut lying = world.clone();
+        lying.observed.own.lease.as_mut()?.released_by = Some(holder);
+        Some(lying)
+    }
+}
+
+/// Expire the Lease by the spec's `L` alone.
+type ExpiryBySpecAlone = Planted<Postgres, ForgetTheLongerLease>;
+/// Take a vanished pod for fenced.
+type VanishedPodIsFenced = Planted<Postgres, TakeTheVanishedForFenced>;
+
+/// A cluster running with `L` = 120 s (its pods created with it) whose user lowers it
+/// to 15 s; then the primary, pod 0, is cut off from the API server and stops being
+/// Ready; a failover follows. The old primary fences itself only `T + R + 1` = 63 s
+/// after its last renewal; the spec's `L + S` = 45 s is too short a wait.
+fn lowered_lease_failover() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.lease_seconds = LONG_LEASE_SECONDS;
+    world.running();
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        Event::Edit(Edit::LeaseSeconds(LEASE_SECONDS)),
+        r(),
+        env(Partition(0)),
+        env(Write),
+        env(BecomesUnready(0)),
+        r(),
+        Event::Tick(31),
+        r(),
+        r(),
+        // 47 s after the last renewal: past the spec's L + S, short of the pod's T + R + 1.
+        Event::Tick(16),
+        r(),
+        r(),
+        env(JobFinishes { nth: 0, ok: true }),
+        r(),
+        r(),
+        env(AgentTick(1)),
+        env(AgentTick(2)),
+        r(),
+    ];
+    (world, events)
+}
+
+#[test]
+fn a_failover_waits_for_the_longest_lease_any_living_holder_may_use() {
+    let report = passes(lowered_lease_failover());
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
+}
+
+#[test]
+fn the_model_check_finds_an_expiry_by_the_lowered_spec_alone() {
+    let failure = found::<ExpiryBySpecAlone>(lowered_lease_failover());
+    assert!(
+        failure.reason.contains("still runs a writable server")
+            || failure.reason.contains("all run a writable server"),
+        "the one-writable-server invariant fails:\n{failure}"
+    );
+}
+
+/// A planned switchover (pod 2 must go: a scale-down) whose old primary's pod is
+/// force-deleted while its node is partitioned, before its agent saw the demotion: the
+/// pod object is gone, its server runs on until its own fence stops it.
+fn force_deleted_switchover() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    world.primary_moved_to(2);
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        r(),
+        Event::Edit(Edit::Replicas(2)),
+        r(),
+        r(),
+        env(ForceDeleted(2)),
+        env(Write),
+        r(),
+        r(),
+        r(),
+        env(AgentTick(0)),
+        env(Write),
+        r(),
+    ];
+    (world, events)
+}
+
+#[test]
+fn a_switchover_does_not_take_a_force_deleted_pod_for_fenced() {
+    let report = passes(force_deleted_switchover());
+    assert_took(&report, "SwitchingOver -> Ready (SwitchoverCompleted)");
+    // Nothing was handed over while pod 2's server ran on: only once the settling
+    // world's person said it is down.
+    let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
+    assert!(
+        at("faults stop") < at("(LeaseHandedOver)") && at("(LeaseHandedOver)").is_some(),
+        "{}",
+        report.trace.join("\n")
+    );
+}
+
+#[test]
+fn the_model_check_finds_a_vanished_pod_taken_for_fenced() {
+    let failure = found::<VanishedPodIsFenced>(force_deleted_switchover());
+    assert!(
+        failure.reason.contains("writable server"),
+        "the one-writable-server invariant fails:\n{failure}"
+    );
+}
+
+/// The primary's whole pod freezes (its probes hang, so it stays Ready): it stops
+/// renewing the Lease, and the operator fails over once `L + S` passed and then
+/// `failoverDelaySeconds` (finding 8). The frozen server, thawed, is fenced at once.
+#[test]
+fn a_frozen_primary_that_stays_ready_is_failed_over() {
+    use Move::*;
+    let env = Event::Env;
+    let (world, events) = running_three(vec![
+        env(Write),
+        env(Replicate(1)),
+        env(Pause(0)),
+        r(),
+        Event::Tick(46),
+        r(),
+        Event::Tick(31),
+        r(),
+        r(),
+        r(),
+        env(JobFinishes { nth: 0, ok: true }),
+        r(),
+        r(),
+        env(AgentTick(1)),
+        env(Resume(0)),
+        env(JobFinishes { nth: 0, ok: true }),
+        r(),
+    ]);
+    let report = passes((world, events));
+    assert_took(&report, "Ready -> PrimaryLost (PrimaryNotRenewing)");
+    assert_took(&report, "PrimaryLost -> SwitchingOver (FailoverStarted)");
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
+}
+
+/// The Lease is deleted mid-switchover (finding 3): it is created again naming nobody,
+/// with a renewal time, so it expires (`L + S` later) and the switchover goes on: it
+/// never wedges.
+#[test]
+fn a_lease_deleted_mid_switchover_is_recreated_and_expires() {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    world.primary_moved_to(2);
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        r(),
+        Event::Edit(Edit::Replicas(2)),
+        r(),
+        r(),
+        env(LeaseDeleted),
+        r(),
+        r(),
+        Event::Tick(u32::try_from(LEASE_SECONDS + SKEW_SECONDS + 1).unwrap_or(60)),
+        r(),
+    ];
+    let report = passes((world, events));
+    let trace = report.trace.join("\n");
+    let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
+    assert!(
+        at("CreateLease { holder: None") < at("clock +46s")
+            && at("clock +46s") < at("(LeaseHandedOver)")
+            && at("CreateLease { holder: None").is_some(),
+        "{trace}"
+    );
+    assert_took(&report, "SwitchingOver -> Ready (SwitchoverCompleted)");
+}
+
+/// Generated runs find the vanished-pod bug too (from the seed `...seed 0001`; of the
+/// last bytes 1..=4, 1024 runs find it from every one), and shrink it to a short story.
+/// Finding 2's planted bug is found by its scenario
+/// ([`the_model_check_finds_an_expiry_by_the_lowered_spec_alone`]): what generated runs
+/// of it found from these seeds were other failures.
+#[test]
+fn generated_runs_find_a_vanished_pod_taken_for_fenced_and_shrink_it() {
+    let mut seed = *b"lockstep/engine/check: seed 0001";
+    seed[31] = 1;
+    let failure = try_check_machine::<VanishedPodIsFenced, World>(&CheckConfig {
+        cases: 1024,
+        seed,
+        ..config()
+    })
+    .expect_err("generated runs find a vanished pod taken for fenced");
+    assert!(
+        failure.reason.contains("handed from pod") && failure.reason.contains("writable server"),
+        "{failure}"
+    );
+    assert!(failure.events.len() <= 20, "shrunk: {failure}");
+}

@@ -24,6 +24,11 @@ fn running(replicas: i32, backup: bool) -> World {
 pub(super) mod story {
     use super::*;
 
+    /// Seconds after which a Lease renewed now has certainly expired (`L + S + 1`).
+    pub(crate) fn expired() -> u32 {
+        u32::try_from(LEASE_SECONDS + SKEW_SECONDS + 1).unwrap_or(u32::MAX)
+    }
+
     /// A reconcile with fresh caches.
     pub(crate) fn r() -> Event<Move, Edit> {
         Event::Reconcile(Reconcile::FRESH)
@@ -45,12 +50,14 @@ pub(super) mod story {
         ]
     }
 
-    /// The failover runs up to its survey's end: demote and delete pod 0, which goes;
-    /// the survey Job runs and succeeds (`ok`) or fails.
+    /// The failover runs up to its survey's end: demote and delete pod 0, which goes
+    /// (a vanished pod is not proof that its server stopped: the Lease it renewed until
+    /// then expires `L + S` later); the survey Job runs and succeeds (`ok`) or fails.
     pub(crate) fn surveyed(ok: bool) -> Vec<Event<Move, Edit>> {
         vec![
             r(),
             Event::Env(Move::Terminated(0)),
+            Event::Tick(expired()),
             r(),
             r(),
             Event::Env(Move::JobFinishes { nth: 0, ok }),
@@ -78,7 +85,33 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     };
     // Ready, then an on-demand backup begins.
     let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
+    // The primary's pod freezes (still Ready), and L + S passes without a renewal.
+    let frozen = || vec![env(Pause(0)), Event::Tick(46), r()];
     vec![
+        (
+            // The primary freezes at rest.
+            "Ready -> PrimaryLost (PrimaryNotRenewing)",
+            running(3, false),
+            [adopt(), frozen()].concat(),
+        ),
+        (
+            // The primary freezes while a replica is added.
+            "Scaling -> PrimaryLost (PrimaryNotRenewing)",
+            running(2, false),
+            [adopt(), vec![Event::Edit(Edit::Replicas(3)), r()], frozen()].concat(),
+        ),
+        (
+            // The primary freezes mid-upgrade.
+            "Upgrading -> PrimaryLost (PrimaryNotRenewing)",
+            running(3, false),
+            [adopt(), vec![Event::Edit(Edit::Version(1)), r()], frozen()].concat(),
+        ),
+        (
+            // The primary freezes during an on-demand backup.
+            "BackingUp -> PrimaryLost (PrimaryNotRenewing)",
+            running(3, true),
+            [backing_up(), frozen()].concat(),
+        ),
         (
             // A cluster whose primary moved to pod 1 lost its status: adopted as it runs.
             "Creating -> Ready (Adopted)",
@@ -352,6 +385,12 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             // Deleted during a failover.
             "SwitchingOver -> Finalizing (DeletionRequested)",
             running(3, true),
+            [adopt(), fail_over(), vec![Event::Delete, r()]].concat(),
+        ),
+        (
+            // Deleted during a failover, without a backup destination.
+            "SwitchingOver -> Finalized (NoBackupPolicy)",
+            running(3, false),
             [adopt(), fail_over(), vec![Event::Delete, r()]].concat(),
         ),
         (

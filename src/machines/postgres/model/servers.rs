@@ -7,13 +7,40 @@ use super::*;
 use crate::instance::AgentState;
 
 impl World {
-    /// The pods running a writable server.
+    /// The pods running a writable server (keys of [`World::pods`]: a force-deleted
+    /// one's still running counts, [`GONE`]; a paused one counts until its fence would
+    /// stop it as it resumes: [`World::may_write`]).
     pub(super) fn writable(&self) -> Vec<i32> {
         self.pods
             .iter()
-            .filter(|(_, p)| p.writable)
+            .filter(|(_, p)| self.may_write(p))
             .map(|(k, _)| *k)
             .collect()
+    }
+
+    /// Whether `p` runs a writable server now or may once it resumes: paused, its
+    /// runtime's fence thread kills the server as it resumes once `T` has passed since
+    /// its last accepted renewal began ([`World::resume`]), so from then on it can
+    /// write nothing more.
+    pub(super) fn may_write(&self, p: &Pod) -> bool {
+        p.writable && !(p.paused && p.agent.guarded() && self.fence_passed(p))
+    }
+
+    /// Whether `T` (the pod's own, from the `L` it was created with) has passed since
+    /// its agent's last accepted renewal began (or it never renewed).
+    pub(super) fn fence_passed(&self, p: &Pod) -> bool {
+        p.renewed.is_none_or(|r| {
+            self.now >= r + chrono::Duration::seconds(fence_seconds(p.lease_seconds))
+        })
+    }
+
+    /// The pod whose agent is `holder` (`(ordinal, uid)`): the pod object, or a
+    /// force-deleted one still running ([`GONE`]).
+    pub(super) fn pod_of(&self, (k, uid): (i32, u64)) -> Option<&Pod> {
+        [k, GONE + k]
+            .iter()
+            .filter_map(|key| self.pods.get(key))
+            .find(|p| p.uid == uid)
     }
 
     /// `target`'s data becomes the writable timeline: promoted by its own agent while it
@@ -130,16 +157,14 @@ impl World {
         }
     }
 
-    /// Whether the Lease's holder runs a writable server (renewing or cut off).
+    /// Whether the Lease's holder runs a writable server (renewing, cut off, paused
+    /// short of `T`, or force-deleted but still running).
     pub(super) fn holder_writable(&self) -> bool {
         self.lease
             .as_ref()
             .and_then(|l| l.holder)
-            .is_some_and(|(k, uid)| {
-                self.pods
-                    .get(&k)
-                    .is_some_and(|p| p.uid == uid && p.writable)
-            })
+            .and_then(|h| self.pod_of(h))
+            .is_some_and(|p| self.may_write(p))
     }
 
     /// Pod `k` loses its path to the API server: its agent can neither read nor renew
@@ -184,6 +209,7 @@ impl World {
             released_lsn: l.released_lsn,
             transitions,
             version: l.version + 1,
+            duration: self.lease_seconds,
         });
         self.start_primaries();
     }

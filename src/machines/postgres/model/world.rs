@@ -51,7 +51,7 @@ where
             },
             backup: self.backup.then(World::spec_backup),
             fencing: crate::machines::postgres::api::FencingSpec {
-                lease_duration_seconds: LEASE_SECONDS,
+                lease_duration_seconds: self.lease_seconds,
                 clock_skew_seconds: SKEW_SECONDS,
             },
         }
@@ -62,6 +62,8 @@ where
             3 => (0..VERSIONS.len()).prop_map(Edit::Version),
             2 => (1..=MAX_PODS).prop_map(Edit::Replicas),
             1 => (0..SCHEDULES.len()).prop_map(Edit::Schedule),
+            1 => prop_oneof![Just(LEASE_SECONDS), Just(LONG_LEASE_SECONDS)]
+                .prop_map(Edit::LeaseSeconds),
         ]
         .boxed()
     }
@@ -73,6 +75,7 @@ where
             Edit::Replicas(n) => self.replicas = n,
             Edit::Schedule(s) if self.backup => self.schedule = s,
             Edit::Schedule(_) => {}
+            Edit::LeaseSeconds(l) => self.lease_seconds = l,
             Edit::ToggleBackup => {
                 self.backup = !self.backup;
                 if !self.backup {
@@ -93,9 +96,10 @@ where
                 replicas: *replicas,
                 caught_up: true,
             }),
+            // A force-deleted pod's object is gone ([`GONE`]).
             pods: self
                 .pods
-                .iter()
+                .range(..GONE)
                 .map(|(k, p)| {
                     (
                         *k,
@@ -148,19 +152,26 @@ where
                     .collect(),
                 lease: self.lease.as_ref().map(|l| LeaseView {
                     holder: l.holder.map(|(k, uid)| format!("pg-{k}/{uid}")),
-                    // Its holder's agent renews it every R seconds while it may write.
+                    // Its holder's agent renews it every R seconds while it may write,
+                    // and writes the `L` it runs with at each renewal.
                     renewed: Some(l.renewed),
-                    duration: LEASE_SECONDS,
+                    duration: l.duration,
                     transitions: l.transitions,
                     released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
+                    released_lsn: l.released_lsn.map(|x| format!("0/{x:X}")),
                     uid: "lease".to_owned(),
                     version: l.version.to_string(),
                 }),
                 requests: PgRequests {
                     retry_promote: self.retry_promote.then(|| "settled".to_owned()),
                     adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.db_primary)),
-                    fenced: None,
+                    fenced: self.fenced_hatch.then(|| self.fenced()).flatten(),
                 },
+                lease_seconds: self
+                    .pods
+                    .range(..GONE)
+                    .map(|(k, p)| (*k, p.lease_seconds))
+                    .collect(),
             },
         }
     }
@@ -258,6 +269,7 @@ where
                         released_lsn: None,
                         transitions: 0,
                         version: 1,
+                        duration: self.lease_seconds,
                     });
                     self.start_primaries();
                 }
@@ -310,6 +322,8 @@ where
             1 => (0..MAX_PODS).prop_map(Move::LabelGarbled),
             1 => (0..MAX_PODS).prop_map(Move::PromotedByHand),
             1 => (0..MAX_PODS).prop_map(Move::ForeignFiles),
+            1 => (0..MAX_PODS).prop_map(Move::ForceDeleted),
+            1 => Just(Move::LeaseDeleted),
         ]
         .boxed()
     }
@@ -333,7 +347,7 @@ where
             }
             Move::ScaledDown => {
                 let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
-                self.pods.retain(|k, _| *k < n);
+                self.pods.retain(|k, _| *k < n || *k >= GONE);
             }
             Move::JobFinishes { nth, ok } => {
                 let running: Vec<usize> = (0..self.jobs.len())
@@ -392,6 +406,18 @@ where
                     self.volumes.insert(k, Vol::Foreign);
                 }
             }
+            Move::ForceDeleted(k) => self.force_delete(k),
+            Move::LeaseDeleted => {
+                // The agents read no Lease (as unreadable: they cannot renew it) until
+                // the operator creates it again; a writable holder stops by `T` after
+                // its last renewal, or at once once it reads one naming nobody.
+                self.last_holder = self
+                    .lease
+                    .as_ref()
+                    .and_then(|l| l.holder)
+                    .or(self.last_holder);
+                self.lease = None;
+            }
             Move::Write => self.write(),
             Move::Replicate(k) => self.replicate(k),
             Move::Terminated(k) => {
@@ -405,6 +431,7 @@ where
                 // renewal time (its last hand-over) is no later than any renewal of a
                 // server still writable.
                 let holder = self.lease.as_ref().and_then(|l| l.holder);
+                self.last_holder = holder.or(self.last_holder);
                 if let Some(l) = self.lease.as_mut() {
                     l.holder = None;
                     l.version += 1;
@@ -440,6 +467,14 @@ where
             return Err(v.clone());
         }
         let writable = self.writable();
+        if let Some(gone) = writable.iter().find(|k| **k >= GONE)
+            && writable.len() > 1
+        {
+            return Err(format!(
+                "pods {writable:?} all run a writable server (pod {}'s was force-deleted, its server still runs)",
+                ordinal(*gone)
+            ));
+        }
         if writable.len() > 1 {
             return Err(format!("pods {writable:?} all run a writable server"));
         }
@@ -555,5 +590,44 @@ where
         } else {
             0
         };
+    }
+}
+
+/// The environment moves of issue 21's findings: a force-deleted pod whose server runs
+/// on, and the settling world's person who says a holder is down.
+impl World {
+    /// `lockstep.dev/fenced` as the settling world's person writes it: the Lease's
+    /// holder (or its last one), if its server is certainly not writable.
+    pub(super) fn fenced(&self) -> Option<String> {
+        let (k, uid) = self
+            .lease
+            .as_ref()
+            .and_then(|l| l.holder)
+            .or(self.last_holder)?;
+        let down = !self.pod_of((k, uid)).is_some_and(|p| self.may_write(p));
+        down.then(|| format!("pg-{k}/{uid}"))
+    }
+
+    /// Pod `k` is force-deleted while its node is partitioned: the object is gone at
+    /// once; its container runs on, cut off (under the key `GONE + k`), its agent
+    /// deciding as any other's, until its own fence stops a writable server and it
+    /// exits. A pod whose server is not writable is simply gone (cut off, its agent
+    /// never promotes it).
+    pub(super) fn force_delete(&mut self, k: i32) {
+        let now = self.now;
+        let Some(mut p) = self.pods.remove(&k) else {
+            return;
+        };
+        if p.writable {
+            p.cut = p.cut.or(Some(now));
+            p.terminating = true;
+            p.ready = false;
+            p.role = None;
+            let key = (1..)
+                .map(|n| n * GONE + k)
+                .find(|key| !self.pods.contains_key(key))
+                .unwrap_or(GONE + k);
+            self.pods.insert(key, p);
+        }
     }
 }

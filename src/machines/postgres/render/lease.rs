@@ -12,6 +12,11 @@ use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::postgres::api::PostgresCluster;
 
+/// The environment variable carrying the lease duration `L` a pod's fence runs with
+/// (fixed when the pod is created; the operator reads it back: a pod created under a
+/// longer `L` than the spec's now may still be writable that long).
+pub const LEASE_SECONDS_ENV: &str = "LOCKSTEP_LEASE_SECONDS";
+
 /// `<name>-primary`: the Lease naming the pod allowed to be writable.
 pub fn lease_name(pg: &PostgresCluster) -> String {
     format!("{}-primary", pg.name_any())
@@ -32,6 +37,11 @@ pub fn micro_time(at: chrono::DateTime<chrono::Utc>) -> MicroTime {
 
 /// The primary Lease naming `holder` (`<pod-name>/<pod-uid>`) at `at`, or nobody.
 ///
+/// Its `renewTime` is `at` even when it names nobody: a Lease created in place of one
+/// that vanished must expire `L + S` after its creation, when any former holder has
+/// certainly stopped (it could not renew a Lease that did not exist), never stay
+/// unexpired for want of a renewal time (finding 3 of issue 21).
+///
 /// # Errors
 /// [`Error`] if the owner has no UID.
 pub fn lease(
@@ -46,7 +56,7 @@ pub fn lease(
             holder_identity: holder.map(str::to_owned),
             lease_duration_seconds: Some(lease_seconds(pg)),
             acquire_time: holder.map(|_| at.clone()),
-            renew_time: holder.map(|_| at),
+            renew_time: Some(at),
             lease_transitions: Some(0),
             ..LeaseSpec::default()
         }),

@@ -59,8 +59,8 @@ mod manager;
 
 pub use jobs::{backup_env, backup_job, cronjob, promote_job, survey_job};
 pub use lease::{
-    instance_binding, instance_name, instance_role, lease, lease_hand_over, lease_name, micro_time,
-    service_account,
+    LEASE_SECONDS_ENV, instance_binding, instance_name, instance_role, lease, lease_hand_over,
+    lease_name, micro_time, service_account,
 };
 pub use manager::{
     BIN_PATH, DEFAULT_INSTANCE_IMAGE, INSTALL_CONTAINER, INSTALL_PATH, INSTANCE_COMMAND,
@@ -335,7 +335,7 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
         from_field("POD_NAMESPACE", "metadata.namespace"),
         plain("LOCKSTEP_LEASE_NAME", lease_name(pg)),
         plain(
-            "LOCKSTEP_LEASE_SECONDS",
+            LEASE_SECONDS_ENV,
             pg.spec.fencing.lease_duration_seconds.to_string(),
         ),
         plain(

@@ -180,3 +180,100 @@ fn failing_promote(attempt: u32) -> PgState {
     }))
     .unwrap_or(PgState::Finalized)
 }
+
+// --- finding 8 of issue 21: a hung primary ---------------------------------------------
+
+/// The primary `pg-0` looks Ready (its probes hang, so the kubelet never says
+/// otherwise) but last renewed the Lease at `t(900)`.
+fn primary_hung() -> Observed {
+    let mut o = at_rest(V1, 0);
+    edit_lease(&mut o, |l| l.renewed = Some(t(900)));
+    o
+}
+
+#[test]
+fn a_ready_primary_that_stopped_renewing_its_lease_is_lost() {
+    let d = decide(&spec("16.3"), &ready(V1, 0), primary_hung());
+    assert_goes(&d, PRIMARY_NOT_RENEWING, &lost(0));
+    assert_says(
+        &d,
+        &["pg-0", "has not renewed the primary Lease", "L + S = 17s"],
+    );
+}
+
+#[test]
+fn a_ready_primary_within_its_lease_is_not_lost_and_is_looked_at_when_it_would_expire() {
+    let mut o = at_rest(V1, 0);
+    edit_lease(&mut o, |l| l.renewed = Some(t(990)));
+    let d = decide(&spec("16.3"), &ready(V1, 0), o);
+    assert_eq!(d.reason(), SERVING);
+    // renewTime + L + S = 990 + 17: one second past it.
+    assert_eq!(requeue_secs(&d), Some(8));
+}
+
+#[test]
+fn a_hung_primary_is_failed_over_after_the_delay_whatever_its_readiness() {
+    let d = decide_at(&spec("16.3"), &lost(0), primary_hung(), 1010, 1000);
+    assert_degraded(&d, AWAITING_FAILOVER);
+    assert_says(&d, &["has not renewed the primary Lease"]);
+    let d = decide_at(&spec("16.3"), &lost(0), primary_hung(), 1031, 1000);
+    assert_eq!(d.reason(), FAILOVER_STARTED);
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(s)) if s.cause == SwitchCause::Failover && s.target.ordinal == 1
+    ));
+}
+
+#[test]
+fn a_primary_that_renews_again_within_the_delay_recovers() {
+    let mut o = at_rest(V1, 0);
+    edit_lease(&mut o, |l| l.renewed = Some(t(1009)));
+    let d = decide_at(&spec("16.3"), &lost(0), o, 1010, 1000);
+    assert_goes(&d, PRIMARY_RECOVERED, &ready(V1, 0));
+}
+
+#[test]
+fn the_primary_available_condition_names_why_the_primary_is_lost() {
+    use crate::engine::HistoryEntry;
+    let pg = super::rendering::object(spec("16.3"));
+    let entry = |reason: &str, message: &str| HistoryEntry {
+        from: "Ready".to_owned(),
+        to: "PrimaryLost".to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        at: t(1000),
+    };
+    let history = [entry(
+        PRIMARY_NOT_RENEWING,
+        "primary pg-0 has not renewed the primary Lease since 00:15:00",
+    )];
+    let c = crate::machines::postgres::status::primary_available(
+        &pg,
+        &lost(0),
+        &history,
+        &at_rest(V1, 0),
+        t(1000),
+        None,
+    )
+    .expect("a condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "PrimaryNotRenewing")
+    );
+    assert!(
+        c.message.contains("has not renewed the primary Lease"),
+        "{}",
+        c.message
+    );
+    let history = [entry(PRIMARY_NOT_READY, "primary pg-0 is not Ready")];
+    let c = crate::machines::postgres::status::primary_available(
+        &pg,
+        &lost(0),
+        &history,
+        &at_rest(V1, 0),
+        t(1000),
+        None,
+    )
+    .expect("a condition");
+    assert_eq!(c.reason, "PrimaryNotReady");
+}

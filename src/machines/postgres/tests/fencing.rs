@@ -5,7 +5,7 @@ use super::upgrades::upgrade_observed;
 use super::*;
 use crate::driver::Operator;
 use crate::machines::postgres::actions::survey_key;
-use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED};
+use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED, RELEASED_LSN};
 use crate::machines::postgres::state::Surveyed;
 
 fn identity(k: i32, image: &str) -> String {
@@ -107,7 +107,10 @@ fn a_lost_status_adopts_the_lease_holder_as_primary_without_moving_a_role() {
 fn a_lost_status_with_two_pods_labelled_primary_and_no_holder_waits_for_a_person() {
     let mut o = at_rest(V1, 0);
     edit(&mut o, 1, |p| p.role = Some(Role::Primary));
-    edit_lease(&mut o, |l| l.holder = None);
+    edit_lease(&mut o, |l| {
+        l.holder = None;
+        l.renewed = Some(t(0));
+    });
     let d = decide(&spec("16.3"), &creating(), o.clone());
     assert_degraded(&d, ADOPTION_AMBIGUOUS);
     assert!(labels_in(&d).is_empty() && deletes_in(&d).is_empty());
@@ -130,12 +133,18 @@ fn a_lost_status_without_a_lease_creates_one_naming_nobody_and_waits_for_it_to_e
 }
 
 #[test]
-fn a_lost_status_whose_primary_was_recreated_hands_the_lease_to_the_new_pod() {
+fn a_lost_status_whose_primary_was_recreated_hands_the_lease_to_the_new_pod_once_it_expired() {
     let mut o = at_rest(V1, 1);
     edit(&mut o, 1, |p| {
         p.uid = "recreated".to_owned();
         p.role = None;
     });
+    // The old pod is gone, but its server may run on (a force-delete): its Lease must
+    // expire first.
+    let d = decide(&spec("16.3"), &creating(), o.clone());
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    assert!(hand_overs(&d).is_empty());
+    edit_lease(&mut o, |l| l.renewed = Some(t(0)));
     let d = decide(&spec("16.3"), &creating(), o);
     assert_eq!(hand_overs(&d), vec![Some("pg-1/recreated".to_owned())]);
 }
@@ -175,20 +184,30 @@ fn old_primary_gone(renewed: i64) -> Observed {
 }
 
 #[test]
-fn an_old_primary_out_of_the_way_has_its_lease_handed_over_at_once() {
+fn an_old_primary_that_released_the_lease_has_it_handed_over_at_once() {
     let mut released = old_primary_lingering(999);
     edit_lease(&mut released, |l| l.released_by = l.holder.take());
-    let cases = [
-        ("a Lease released by its holder", released),
-        (
-            "an old primary whose pod is gone is fenced",
-            old_primary_gone(999),
-        ),
-    ];
-    for (case, o) in cases {
-        let d = decide(&spec("16.3"), &failing_over(SwitchStep::Fence), o);
-        assert_eq!(d.reason(), LEASE_HANDED_OVER, "{case}");
-    }
+    let d = decide(&spec("16.3"), &failing_over(SwitchStep::Fence), released);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+}
+
+/// Finding 5 of issue 21: a pod force-deleted while its node is partitioned keeps
+/// running its container; its pod object being gone proves nothing.
+#[test]
+fn a_vanished_pod_is_not_fenced_until_its_lease_expires_or_a_person_says_so() {
+    let state = failing_over(SwitchStep::Fence);
+    let d = decide_at(&spec("16.3"), &state, old_primary_gone(999), 1000, 995);
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    assert!(hand_overs(&d).is_empty());
+    // renewTime + L + S = 999 + 15 + 2: looked at again just after.
+    assert_eq!(requeue_secs(&d), Some(17));
+    let d = decide_at(&spec("16.3"), &state, old_primary_gone(999), 1017, 995);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+    // A person who knows the node is dead says so.
+    let mut o = old_primary_gone(999);
+    o.own.requests.fenced = Some(identity(0, V1));
+    let d = decide_at(&spec("16.3"), &state, o, 1000, 995);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
 }
 
 #[test]
@@ -366,9 +385,14 @@ fn lsns_compare_as_numbers() {
 // --- at rest ---------------------------------------------------------------------------
 
 #[test]
-fn at_rest_a_recreated_primary_gets_the_lease_once_its_old_pod_is_gone() {
+fn at_rest_a_recreated_primary_gets_the_lease_once_its_old_pods_lease_expired() {
     let mut o = at_rest(V1, 0);
     edit(&mut o, 0, |p| p.uid = "recreated".to_owned());
+    let d = decide(&spec("16.3"), &ready(V1, 0), o.clone());
+    assert!(hand_overs(&d).is_empty(), "the old pod's server may run on");
+    // renewTime + L + S = 995 + 15 + 2.
+    assert_eq!(requeue_secs(&d), Some(13));
+    edit_lease(&mut o, |l| l.renewed = Some(t(0)));
     let d = decide(&spec("16.3"), &ready(V1, 0), o);
     assert_eq!(hand_overs(&d), vec![Some("pg-0/recreated".to_owned())]);
 }
@@ -474,4 +498,149 @@ fn every_allowed_lease_duration_lets_a_pod_stop_before_its_lease_counts_as_expir
         };
         assert!(f.fence_seconds() + crate::machines::postgres::api::FencingSpec::RENEW_SECONDS < l);
     }
+}
+
+// --- issue 21: the operator's side of findings 1, 2 and 3 -------------------------------
+
+/// A planned switchover (an upgrade) at Fence, its old primary `pg-0` labelled demoted
+/// and still holding the Lease it renewed at `renewed`.
+fn switchover_waiting_for(renewed: i64) -> (PgState, Observed) {
+    let mut o = upgrade_observed(&[1, 2], 0);
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    edit_lease(&mut o, |l| l.renewed = Some(t(renewed)));
+    (switching(SwitchStep::Fence, 1, SwitchCause::Upgrade), o)
+}
+
+/// Finding 1: the old primary's clean stop outlasted `L + S`; its Lease expired, but
+/// without its release nobody knows what it acknowledged.
+#[test]
+fn a_planned_switchover_never_hands_the_lease_over_by_expiry_without_a_released_position() {
+    let (state, o) = switchover_waiting_for(900);
+    let d = decide(&spec("16.4"), &state, o.clone());
+    assert_degraded(&d, WAITING_FOR_RELEASE);
+    assert!(hand_overs(&d).is_empty() && promotes_in(&d).is_empty());
+    assert_says(
+        &d,
+        &[RELEASED_LSN, &format!("{FENCED}={}", identity(0, V1))],
+    );
+    // Its release, with the position, comes: handed over at once.
+    let mut released = o.clone();
+    edit_lease(&mut released, |l| {
+        l.released_by = l.holder.take();
+        l.released_lsn = Some("0/3000060".to_owned());
+    });
+    let d = decide(&spec("16.4"), &state, released);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+    // Or a person says its node is down, accepting what only it had.
+    let mut asserted = o;
+    asserted.own.requests.fenced = Some(identity(0, V1));
+    let d = decide(&spec("16.4"), &state, asserted);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+}
+
+#[test]
+fn a_failover_hands_the_lease_over_by_expiry_as_before() {
+    // A failover promises the most advanced replica, not every acknowledged commit: the
+    // expiry is enough there (checked: `once_the_lease_expired_...`); a position the
+    // old primary released, carried over from an earlier hand-over, is enough too.
+    let (state, mut o) = switchover_waiting_for(900);
+    edit_lease(&mut o, |l| {
+        l.holder = Some("pg-2/an-earlier-target".to_owned());
+        l.released_lsn = Some("0/3000060".to_owned());
+    });
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+}
+
+/// Finding 2: `spec.fencing.leaseDurationSeconds` was lowered from 120 to 15; the old
+/// primary's pod was created with 120 and fences itself only by its own `T`.
+#[test]
+fn a_lowered_lease_duration_never_shortens_the_wait_for_a_holder_created_with_a_longer_one() {
+    let state = failing_over(SwitchStep::Fence);
+    let mut o = old_primary_lingering(990);
+    o.own.lease_seconds = [(0, 120), (1, 15), (2, 15)].into();
+    // The Lease says 15 (the last hand-over wrote the spec's), the spec says 15.
+    let d = decide_at(&spec("16.3"), &state, o.clone(), 1008, 995);
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    assert!(hand_overs(&d).is_empty());
+    // renewTime + 120 + S = 990 + 122.
+    assert_eq!(requeue_secs(&d), Some(105));
+    let d = decide_at(&spec("16.3"), &state, o, 1113, 995);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+}
+
+#[test]
+fn the_lease_duration_a_holder_renewed_with_counts_too() {
+    let state = failing_over(SwitchStep::Fence);
+    let mut o = old_primary_lingering(990);
+    edit_lease(&mut o, |l| l.duration = 60);
+    let d = decide_at(&spec("16.3"), &state, o, 1008, 995);
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    assert_eq!(requeue_secs(&d), Some(45));
+}
+
+#[test]
+fn a_pod_is_read_with_the_lease_duration_it_was_created_with() {
+    let pg = rendering::object(spec("16.3"));
+    let sts = crate::machines::postgres::render::statefulset(&pg, V1, 3).expect("renders");
+    let pod = k8s_openapi::api::core::v1::Pod {
+        spec: sts.spec.template.spec,
+        ..Default::default()
+    };
+    assert_eq!(
+        crate::machines::postgres::observe::pod_lease_seconds(&pod),
+        Some(15)
+    );
+}
+
+/// Finding 3: a Lease created naming nobody expires like any other.
+#[test]
+fn a_lease_created_naming_nobody_carries_its_creation_time() {
+    let pg = rendering::object(spec("16.3"));
+    let lease = crate::machines::postgres::render::lease(&pg, None, t(5)).expect("renders");
+    let spec = lease.spec.expect("spec");
+    assert!(spec.holder_identity.is_none());
+    let view = crate::machines::postgres::observe::lease_view(
+        &k8s_openapi::api::coordination::v1::Lease {
+            metadata: lease.metadata,
+            spec: Some(spec),
+        },
+    );
+    assert_eq!(view.renewed, Some(t(5)));
+}
+
+#[test]
+fn a_lease_without_a_renewal_time_is_stamped_so_that_it_expires() {
+    let state = failing_over(SwitchStep::Fence);
+    let mut o = old_primary_lingering(990);
+    edit_lease(&mut o, |l| l.renewed = None);
+    let d = decide_at(&spec("16.3"), &state, o, 1000, 995);
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    // The holder kept, the renewal time now: it expires L + S from now.
+    assert_eq!(hand_overs(&d), vec![Some(identity(0, V1))]);
+    assert!(matches!(
+        d.actions().iter().find(|a| matches!(a, PgAction::HandLease { .. })),
+        Some(PgAction::HandLease { at, .. }) if *at == t(1000)
+    ));
+}
+
+#[test]
+fn a_lease_missing_mid_switchover_is_recreated_degraded_naming_the_escape_hatch() {
+    let state = failing_over(SwitchStep::Fence);
+    let mut o = old_primary_lingering(990);
+    o.own.lease = None;
+    let d = decide_at(&spec("16.3"), &state, o.clone(), 1000, 995);
+    assert_degraded(&d, WAITING_FOR_FENCE);
+    assert_eq!(lease_creations(&d), vec![None]);
+    assert_says(&d, &[&format!("{FENCED}={}", identity(0, V1))]);
+    // Created naming nobody: Degraded at once (nobody released it), never silent.
+    o.own.lease = Some(LeaseView {
+        holder: None,
+        renewed: Some(t(1000)),
+        ..lease_of(0, V1)
+    });
+    let d = decide_at(&spec("16.3"), &state, o, 1001, 995);
+    assert_degraded(&d, WAITING_FOR_FENCE);
+    assert_eq!(requeue_secs(&d), Some(17));
+    assert_says(&d, &[FENCED]);
 }

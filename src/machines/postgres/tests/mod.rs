@@ -134,18 +134,21 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             lease: Some(lease_of(primary, image)),
             job_results: BTreeMap::new(),
             requests: PgRequests::default(),
+            lease_seconds: BTreeMap::new(),
         },
     }
 }
 
-/// The primary Lease naming pod `k` (UID at `image`), renewed at `t(0)`.
+/// The primary Lease naming pod `k` (UID at `image`), renewed at `t(995)`: just before
+/// [`decide`]'s clock, as a holder that renews every `R` leaves it.
 fn lease_of(k: i32, image: &str) -> LeaseView {
     LeaseView {
         holder: Some(format!("pg-{k}/{}", uid(k, image))),
-        renewed: Some(t(0)),
+        renewed: Some(t(995)),
         duration: 15,
         transitions: 0,
         released_by: None,
+        released_lsn: None,
         uid: "lease-uid".to_owned(),
         version: "7".to_owned(),
     }
