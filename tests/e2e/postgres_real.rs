@@ -1712,7 +1712,7 @@ async fn lease_agent_against_the_api_server() {
         "binding": {"metadata": {"name": "pg-instance"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pg-instance"},
             "subjects": [{"kind": "ServiceAccount", "name": "pg-instance", "namespace": env.namespace()}]},
-        "lease": {"metadata": {"name": "pg-primary"}, "spec": {"holderIdentity": "", "leaseDurationSeconds": 6}},
+        "lease": {"metadata": {"name": "pg-primary"}, "spec": {"holderIdentity": "", "leaseDurationSeconds": 12}},
         "secret": {"metadata": {"name": "pw"}, "stringData": {"su": "su-pw", "repl": "repl-pw"}},
     });
     let get = |k: &str| objects[k].clone();
@@ -1769,8 +1769,9 @@ async fn lease_agent_against_the_api_server() {
                     field("POD_UID", "metadata.uid"),
                     field("POD_NAMESPACE", "metadata.namespace"),
                     {"name": "LOCKSTEP_LEASE_NAME", "value": "pg-primary"},
-                    {"name": "LOCKSTEP_LEASE_SECONDS", "value": "6"},
-                    {"name": "LOCKSTEP_FENCE_SECONDS", "value": "3"},
+                    // T - G (the immediate stop's grace, 2 s) leaves room for 4 renewals.
+                    {"name": "LOCKSTEP_LEASE_SECONDS", "value": "12"},
+                    {"name": "LOCKSTEP_FENCE_SECONDS", "value": "6"},
                     {"name": "LOCKSTEP_RENEW_SECONDS", "value": "1"},
                 ],
                 "livenessProbe": {

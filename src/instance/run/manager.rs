@@ -142,6 +142,20 @@ pub fn agent_spec(args: &InstanceArgs) -> Result<AgentSpec, ManagerError> {
     };
     spec.clean_stop = Duration::from_secs(args.start_timeout_seconds);
     spec.reclone_on_rewind_failure = args.reclone_on_rewind_failure;
+    if let Some(l) = &spec.lease {
+        // The fence starts at T - G: that must leave room for two renewals, or one
+        // slow renewal (or none yet, right after a start) fences a healthy primary.
+        if l.fence < spec.immediate_grace + 2 * l.renew {
+            return Err(ManagerError::Config(format!(
+                "T ({}s, LOCKSTEP_FENCE_SECONDS, L/2 by default) must be at least G ({}s) + 2 R \
+                 ({}s, LOCKSTEP_RENEW_SECONDS): raise LOCKSTEP_LEASE_SECONDS \
+                 (spec.fencing.leaseDurationSeconds) or lower R",
+                l.fence.as_secs(),
+                spec.immediate_grace.as_secs(),
+                2 * l.renew.as_secs()
+            )));
+        }
+    }
     Ok(spec)
 }
 
@@ -614,6 +628,49 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: InstanceArgs,
+    }
+
+    /// The settings of a Lease holder running with `L` = `lease` seconds (`T` = L/2).
+    fn holder_with_lease(lease: &str) -> InstanceArgs {
+        let argv = [
+            "lockstep",
+            "--pgdata",
+            "/d",
+            "--superuser-password",
+            "s",
+            "--replication-password",
+            "r",
+            "--lease-name",
+            "pg-primary",
+            "--pod-name",
+            "pg-0",
+            "--pod-uid",
+            "u",
+            "--pod-namespace",
+            "ns",
+            "--lease-seconds",
+            lease,
+        ];
+        Cli::try_parse_from(argv).expect("valid flags").args
+    }
+
+    #[test]
+    fn a_fence_too_short_for_two_renewals_is_refused_naming_the_settings() {
+        let err = agent_spec(&holder_with_lease("10")).expect_err("T = 5 < G + 2R = 6");
+        let text = err.to_string();
+        assert!(text.contains("LOCKSTEP_LEASE_SECONDS"), "{text}");
+        assert!(text.contains("spec.fencing.leaseDurationSeconds"), "{text}");
+        assert!(
+            agent_spec(&holder_with_lease("12")).is_ok(),
+            "the CRD's minimum runs"
+        );
+    }
 
     #[test]
     fn the_role_is_read_from_the_downward_api_labels_file() {

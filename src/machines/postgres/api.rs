@@ -225,13 +225,14 @@ fn default_clock_skew() -> i64 {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FencingSpec {
-    /// `L`: the Lease's duration in seconds (default 15, 5 to 120). A failed primary is
+    /// `L`: the Lease's duration in seconds (default 15, 12 to 120). A failed primary is
     /// replaced at the earliest `L + S` seconds after its last renewal, unless it was
-    /// seen to stop.
+    /// seen to stop. The holder's fence runs with `T = L/2`, which must leave room for
+    /// the immediate stop's grace (2 s) and two renewals (2 s apart): hence at least 12.
     #[serde(default = "default_lease_seconds")]
     #[x_kube(
-        validation = Rule::new("self >= 5 && self <= 120")
-            .message("spec.fencing.leaseDurationSeconds must be between 5 and 120")
+        validation = Rule::new("self >= 12 && self <= 120")
+            .message("spec.fencing.leaseDurationSeconds must be between 12 and 120")
     )]
     pub lease_duration_seconds: i64,
     /// `S`: the most two clocks (any node's and the operator's) may differ, in seconds
