@@ -180,8 +180,8 @@ class Pod:
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, instance=True, **extra):
-        """Runs `lockstep instance` (LOCKSTEP_BIN), as the pod's container does."""
+    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, instance=False, **extra):
+        """Runs entrypoint.sh, or with instance=True `lockstep instance` (LOCKSTEP_BIN)."""
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} already running"
         env = self.script_env(role, primary, **extra)
         command = [instance_binary(), "instance"] if instance else ["bash", str(self.env.scripts / "entrypoint.sh")]
