@@ -13,7 +13,7 @@
 //! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
 //! | Service | `<name>-ro` | selects `lockstep.dev/role=replica` (neither Service selects `demoted`) |
 //! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` |
-//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; the init container copies `lockstep` from the operator's image and the server's container runs `lockstep instance` as PID 1 ([`manager`]); claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
+//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; the init container copies `lockstep` from the operator's image and the server's container runs `lockstep instance` as PID 1 (`render::manager`); claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
 //! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator |
 //! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
 //! | survey Jobs | `<name>-survey-<hash>-<attempt>` | `survey.sh`: the standbys' WAL positions, in the termination message |
