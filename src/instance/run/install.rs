@@ -71,7 +71,8 @@ mod tests {
 
     /// A fresh directory of this test's own.
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("lockstep-install-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("lockstep-install-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("scratch dir");
         dir
@@ -92,7 +93,10 @@ mod tests {
         assert_eq!(fs::read(&second).expect("copy"), b"#!/bin/true\n");
         let mode = fs::metadata(&second).expect("meta").permissions().mode();
         assert_eq!(mode & 0o777, 0o755);
-        assert!(!into.join(".lockstep.partial").exists(), "no partial file is left");
+        assert!(
+            !into.join(".lockstep.partial").exists(),
+            "no partial file is left"
+        );
     }
 
     #[test]
