@@ -252,7 +252,15 @@ async fn instance(cmd: InstanceCmd) -> anyhow::Result<ExitCode> {
     let status = if cmd.liveness {
         liveness(&cmd.args).await
     } else {
-        Manager::new(cmd.args).await?.run().await?
+        match Manager::new(cmd.args).await {
+            Ok(manager) => manager.run().await?,
+            Err(e) => {
+                // A container that cannot start at all says why, and exits 2 when the
+                // cause is its configuration (what a person fixes), as the agent does.
+                tracing::error!(error = %e, "cannot start");
+                e.status()
+            }
+        }
     };
     Ok(ExitCode::from(u8::try_from(status).unwrap_or(1)))
 }

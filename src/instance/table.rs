@@ -138,6 +138,7 @@ pub static TABLE: &[Edge<AgentKind>] = crate::edges![AgentKind;
         Standby: STANDBY_DATA, "labelled replica or demoted; $PGDATA is a standby's", by::PREPARE;
         Exited: UNKNOWN_ROLE, "the role label is no role", by::PREPARE;
         Exited: FOREIGN_DATA, "$PGDATA holds something that is no data directory of ours", by::PREPARE;
+        Exited: SIGNALLED, "asked to stop before preparing anything", by::PREPARE;
     }
     AwaitingLease -> {
         Starting: ROLE_CHANGED, "the role label is no longer primary", by::LEASE;

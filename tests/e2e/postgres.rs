@@ -578,13 +578,14 @@ async fn a_new_cluster_becomes_ready_with_pod_0_primary_and_the_services_selecti
         .get("pg-scripts")
         .await
         .expect("the scripts ConfigMap");
+    // The Jobs' scripts; the pods run `lockstep instance`, no script.
+    let scripts = scripts.data.unwrap_or_default();
     assert!(
         scripts
-            .data
-            .unwrap_or_default()
-            .get("entrypoint.sh")
-            .is_some_and(|s| s.contains("lockstep PostgresCluster pod entrypoint"))
+            .get("survey.sh")
+            .is_some_and(|s| s.contains("lockstep PostgresCluster survey Job"))
     );
+    assert!(!scripts.contains_key("entrypoint.sh"));
     pg.env
         .api::<PodDisruptionBudget>()
         .get("pg")

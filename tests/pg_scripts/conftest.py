@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lease_stand_in import LeaseServer
 from pg_harness import Env, MotoS3
 
 
@@ -45,3 +46,11 @@ def env(session_dir, request):
 def s3env(env, s3):
     env.s3 = s3
     return env
+
+
+@pytest.fixture
+def lease():
+    """The Lease endpoints of an API server (lease_stand_in.py), on loopback."""
+    s = LeaseServer()
+    yield s
+    s.close()

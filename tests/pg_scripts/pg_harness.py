@@ -1,9 +1,10 @@
-"""Harness that runs the PostgresCluster pod scripts for real.
+"""Harness that runs the PostgresCluster pods' agent and Job scripts for real.
 
 Each "pod" is a directory under a per-session temp dir holding the data
-directory, a fake downward-API labels file and a log file. entrypoint.sh runs
-in the background as the `postgres` OS user (PostgreSQL refuses root) and execs
-postgres, so the background process *is* the postmaster. Everything listens on
+directory, a fake downward-API labels file and a log file. `lockstep instance`
+(the instance manager, PID 1 of the pod's container) runs in the background as
+the `postgres` OS user (PostgreSQL refuses root), with postgres as its child.
+The Job scripts (survey, promote, backup, restore) run as the Jobs run them. Everything listens on
 127.0.0.1 on free ports. A moto S3 server runs on loopback with SigV4
 signature checking switched on (INITIAL_NO_AUTH_ACTION_COUNT), so curl's
 request signing is really verified.
@@ -30,15 +31,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # A process started with SIGINT and SIGQUIT ignored (a background job of a
-# non-interactive shell, `cmd &` in a script) passes that on to its children, and bash
-# cannot trap a signal ignored on entry: entrypoint.sh then never saw the harness's
-# "fast" stop (SIGINT) and every stop waited out its timeout (the suite took 38 min
-# instead of 4). The suite's children get the default dispositions instead.
+# non-interactive shell, `cmd &` in a script) passes that on to its children: the
+# harness's "fast" stop (SIGINT) would then never reach a pod, and every stop would wait
+# out its timeout. The suite's children get the default dispositions instead.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 SCRIPTS_SRC = REPO / "src" / "machines" / "postgres" / "scripts"
-# Every script of the ConfigMap, lib.sh included (the others source it).
+# Every script of the ConfigMap (the Jobs'), lib.sh included (the others source it).
 SCRIPT_NAMES = tuple(sorted(p.name for p in SCRIPTS_SRC.glob("*.sh")))
 
 # Passwords with quotes, backslashes and spaces exercise every quoting path
@@ -51,8 +51,7 @@ S3_SECRET_SENTINEL_LEN = 40
 
 DEFAULT_TIMEOUT = 60.0
 
-# `lockstep instance` (the Rust instance manager that replaces entrypoint.sh): the
-# binary under test, built by `cargo build --bin lockstep` (LOCKSTEP_BIN overrides).
+# `lockstep instance` (the instance manager every pod runs): the binary under test, built by `cargo build --bin lockstep` (LOCKSTEP_BIN overrides).
 LOCKSTEP_BIN = os.environ.get("LOCKSTEP_BIN") or str(REPO / "target" / "debug" / "lockstep")
 _instance_copy: "str | None" = None
 
@@ -131,7 +130,7 @@ def chown_postgres(path: Path):
 
 
 class Pod:
-    """One PostgreSQL pod: data dir + labels file + entrypoint process."""
+    """One PostgreSQL pod: data dir + labels file + `lockstep instance` process."""
 
     def __init__(self, env: "Env", name: str):
         self.env = env
@@ -142,7 +141,7 @@ class Pod:
         chown_postgres(self.dir)
         self.pgdata = self.dir / "pgdata"
         self.labels = self.dir / "labels"
-        self.log = self.dir / "entrypoint.log"
+        self.log = self.dir / "instance.log"
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -157,6 +156,11 @@ class Pod:
             + 'statefulset.kubernetes.io/pod-name="x-0"\n'
         )
         self.labels.chmod(0o644)
+        return self.process_env(primary, **extra)
+
+    def process_env(self, primary: "Pod | None" = None, **extra) -> dict:
+        """The container's environment, without touching its labels file (which a pod's
+        running manager reads)."""
         env = self.env.base_env()
         env.update(
             PGDATA=str(self.pgdata),
@@ -180,11 +184,11 @@ class Pod:
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, instance=False, **extra):
-        """Runs entrypoint.sh, or with instance=True `lockstep instance` (LOCKSTEP_BIN)."""
+    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, **extra):
+        """Runs `lockstep instance` (LOCKSTEP_BIN), as the pod's container does."""
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} already running"
         env = self.script_env(role, primary, **extra)
-        command = [instance_binary(), "instance"] if instance else ["bash", str(self.env.scripts / "entrypoint.sh")]
+        command = [instance_binary(), "instance"]
         with open(self.log, "ab") as logf:
             logf.write(f"\n===== start as {role} =====\n".encode())
             logf.flush()
@@ -205,7 +209,7 @@ class Pod:
     def wait_ready(self, timeout=DEFAULT_TIMEOUT * 2):
         def ready():
             if self.proc.poll() is not None:
-                raise Fatal(f"{self.name} entrypoint exited with {self.proc.returncode}:\n{self.log_tail()}")
+                raise Fatal(f"{self.name} instance manager exited with {self.proc.returncode}:\n{self.log_tail()}")
             return self.try_sql("SELECT 1") == "1"
 
         try:

@@ -1,46 +1,25 @@
 """`lockstep instance`, the Rust instance manager (issue 21), on real PostgreSQL
 servers: the fence thread, the Lease through kube-rs (against the LeaseServer
-stand-in of test_fencing.py, reached through a kubeconfig), demotion that keeps
+stand-in of lease_stand_in.py, reached through a kubeconfig), demotion that keeps
 renewing and releases with the last position, a stray postmaster killed, SIGTERM.
 The binary is LOCKSTEP_BIN (default target/debug/lockstep: `cargo build --bin
 lockstep` first)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import time
 
+from lease_stand_in import UID0, UID1, instance_env, writable
 from pg_harness import LOCKSTEP_BIN, PG_BIN, SUPER_PASSWORD, user_kwargs, wait_until
-from test_fencing import LEASE, NS, TOKEN, UID0, UID1, LeaseServer, lease, writable  # noqa: F401
 
 assert os.path.exists(LOCKSTEP_BIN), f"build the manager first: cargo build --bin lockstep ({LOCKSTEP_BIN})"
 
 
-def instance_env(env, lease: LeaseServer, uid: str, **over) -> dict:
-    """The Lease settings, and a kubeconfig naming the stand-in API server and token."""
-    kubeconfig = env.base / "kubeconfig"
-    if not kubeconfig.exists():
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "t", "cluster": {"server": lease.url}}],
-            "users": [{"name": "t", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t", "namespace": NS}}],
-        }))
-        kubeconfig.chmod(0o644)
-    e = dict(
-        KUBECONFIG=str(kubeconfig), LOCKSTEP_LEASE_NAME=LEASE, POD_NAMESPACE=NS, POD_UID=uid,
-        # T - G (the agent's immediate-stop grace, 2 s) leaves room for several rounds of R.
-        LOCKSTEP_LEASE_SECONDS="10", LOCKSTEP_FENCE_SECONDS="5", LOCKSTEP_RENEW_SECONDS="1",
-    )
-    e.update(over)
-    return e
-
-
 def test_sigterm_stops_the_server_cleanly_and_the_manager_exits_0(env):
-    p = env.pod("pg-0").start("primary", instance=True)
+    p = env.pod("pg-0").start("primary")
     assert writable(p)
     p.proc.send_signal(signal.SIGTERM)
     assert p.wait_exit(timeout=60) == 0, p.log_tail()
@@ -51,7 +30,7 @@ def test_sigterm_stops_the_server_cleanly_and_the_manager_exits_0(env):
 def test_the_primary_renews_and_publishes_the_l_it_runs_with(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
     lease.lease["spec"]["leaseDurationSeconds"] = 120  # what an older spec wrote
-    p = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    p = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
     assert writable(p)
     n = lease.renewals
     wait_until(lambda: lease.renewals >= n + 2, timeout=20, what="renewals")
@@ -62,7 +41,7 @@ def test_the_primary_renews_and_publishes_the_l_it_runs_with(env, lease):
 
 def test_the_fence_kills_the_server_within_t_when_the_api_server_hangs(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
-    p = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    p = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
     wait_until(lambda: lease.renewals >= 2, timeout=20, what="renewals")
     last_ok = time.monotonic()
     lease.down = True  # every request hangs (3 s) past its 1 s bound
@@ -80,7 +59,7 @@ def test_the_fence_kills_the_server_within_t_when_the_api_server_hangs(env, leas
 
 def test_a_fenced_server_with_a_busy_backend_is_killed_with_its_children(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
-    p = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    p = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
     client = subprocess.Popen(
         [f"{PG_BIN}/psql", "-X", "-h", "127.0.0.1", "-p", str(p.port), "-U", "postgres", "-d", "postgres",
          "-c", "SELECT pg_sleep(60)"],
@@ -100,7 +79,7 @@ def test_a_fenced_server_with_a_busy_backend_is_killed_with_its_children(env, le
 
 def test_demotion_keeps_renewing_stops_cleanly_and_releases_with_the_last_position(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
-    old = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    old = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
     old.sql("CREATE TABLE items (v text)")
     old.sql("INSERT INTO items SELECT 'row-' || g FROM generate_series(1, 50) g")
     old.set_role("demoted")
@@ -118,7 +97,7 @@ def test_demotion_keeps_renewing_stops_cleanly_and_releases_with_the_last_positi
 
 def test_a_postmaster_started_by_hand_is_killed_before_the_manager_starts_its_own(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
-    p = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
+    p = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
     p.proc.send_signal(signal.SIGTERM)
     assert p.wait_exit(timeout=60) == 0, p.log_tail()
     # `kubectl exec … pg_ctl start` while the manager is not running its own server.
@@ -127,7 +106,7 @@ def test_a_postmaster_started_by_hand_is_killed_before_the_manager_starts_its_ow
     stray = int((p.pgdata / "postmaster.pid").read_text().splitlines()[0])
     assert writable(p), "the stray server runs writable and unsupervised"
     lease.set_holder(f"pg-1/{UID1}")  # not ours: the manager must not start its own
-    p.start("primary", wait=False, instance=True, **instance_env(env, lease, UID0))
+    p.start("primary", wait=False, **instance_env(env, lease, UID0))
 
     def stray_gone():
         try:
@@ -146,8 +125,8 @@ def test_a_postmaster_started_by_hand_is_killed_before_the_manager_starts_its_ow
 
 def test_a_switchover_loses_nothing_the_standby_promotes_itself_past_the_released_position(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
-    old = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
-    new = env.pod("pg-1").start("replica", primary=old, instance=True, **instance_env(env, lease, UID1))
+    old = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
+    new = env.pod("pg-1").start("replica", primary=old, **instance_env(env, lease, UID1))
     assert new.in_recovery() is True
     old.sql("CREATE TABLE items (v text)")
     old.sql("INSERT INTO items SELECT 'row-' || g FROM generate_series(1, 500) g")
@@ -168,8 +147,8 @@ def test_a_switchover_loses_nothing_the_standby_promotes_itself_past_the_release
 
 def test_a_standby_that_has_not_received_the_released_position_does_not_promote(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
-    primary = env.pod("pg-0").start("primary", instance=True, **instance_env(env, lease, UID0))
-    standby = env.pod("pg-1").start("replica", primary=primary, instance=True, **instance_env(env, lease, UID1))
+    primary = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
+    standby = env.pod("pg-1").start("replica", primary=primary, **instance_env(env, lease, UID1))
     primary.sql("CREATE TABLE t (v int)")
     primary.stop("immediate")  # gone without a release
     with lease.lock:

@@ -3,16 +3,16 @@ binaries and a moto S3 server on loopback. See pg_harness.py for the harness."""
 
 from __future__ import annotations
 
-import os
 import shutil
+import signal
 import subprocess
 
 import botocore.exceptions
 import pytest
 
 from pg_harness import (
-    IS_ROOT, PG_BIN, REPL_PASSWORD, REPL_USER, SCRIPT_NAMES, SCRIPTS_SRC, SUPER_PASSWORD, Env,
-    chown_postgres, wait_until,
+    IS_ROOT, REPL_PASSWORD, REPL_USER, SCRIPT_NAMES, SCRIPTS_SRC, SUPER_PASSWORD, Env,
+    chown_postgres, instance_binary, wait_until,
 )
 
 SECRETS = (SUPER_PASSWORD, REPL_PASSWORD)
@@ -69,28 +69,32 @@ def test_each_script_is_valid_bash_and_passes_shellcheck(name):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-# --- entrypoint: roles, bootstrap, streaming ------------------------------------
+# --- the instance manager: roles, bootstrap, streaming ----------------------------
 
-def test_entrypoint_rejects_an_unknown_role_read_from_the_labels_file(env):
+def test_an_unknown_role_read_from_the_labels_file_exits_2_naming_it(env):
     pod = env.pod("pg-0")
     pod.start("observer", wait=False)
     assert pod.wait_exit() == 2
-    assert "unknown role 'observer'" in pod.log_text()
+    log = pod.log_text()
+    assert 'the role label is "observer": it must be primary, replica or demoted' in log
+    assert str(pod.labels) in log, "the error names the labels file it read"
     assert not (pod.pgdata / "PG_VERSION").exists()
 
 
-def test_entrypoint_fails_clearly_when_the_labels_file_is_missing(env):
+def test_a_missing_labels_file_exits_2_at_once_naming_the_file(env):
     pod = env.pod("pg-0")
-    pod.start("primary", wait=False, LOCKSTEP_ROLE_FILE=str(pod.dir / "nope"))
-    assert pod.wait_exit() == 2
-    assert "LOCKSTEP_ROLE_FILE" in pod.log_text()
+    missing = pod.dir / "nope"
+    pod.start("primary", wait=False, LOCKSTEP_ROLE_FILE=str(missing))
+    assert pod.wait_exit(timeout=30) == 2
+    assert f"LOCKSTEP_ROLE_FILE={missing} cannot be read" in pod.log_text()
+    assert not (pod.pgdata / "PG_VERSION").exists()
 
 
-def test_entrypoint_waits_for_the_operator_to_assign_a_role(env):
+def test_an_unlabelled_pod_waits_for_the_operator_to_assign_a_role(env):
     pod = env.pod("pg-0")
-    pod.start(None, wait=False, ROLE_WAIT_SECONDS=60)
-    wait_until(lambda: "waiting up to 60s for the operator" in pod.log_text(),
-               what="the entrypoint to say it waits for a role")
+    pod.start(None, wait=False)
+    wait_until(lambda: "no role label yet: waiting for the operator to label this pod" in pod.log_text(),
+               what="the manager to say it waits for a role")
     assert pod.proc.poll() is None
     assert not (pod.pgdata / "PG_VERSION").exists()
     # The operator labels the pod; the kubelet rewrites the downward-API file.
@@ -99,19 +103,24 @@ def test_entrypoint_waits_for_the_operator_to_assign_a_role(env):
     assert pod.in_recovery() is False
 
 
-def test_entrypoint_gives_up_when_no_role_is_assigned_in_time(env):
+def test_an_unlabelled_pod_prepares_nothing_and_stops_at_once_when_asked(env):
+    # The manager waits for a role as long as it takes (the operator may be down); what
+    # must hold meanwhile is that nothing is prepared and a deletion is not held up.
     pod = env.pod("pg-0")
-    pod.start(None, wait=False, ROLE_WAIT_SECONDS=1)
-    assert pod.wait_exit() == 2
-    assert "lockstep.dev/role not found" in pod.log_text()
+    pod.start(None, wait=False)
+    wait_until(lambda: "waiting for the operator to label this pod" in pod.log_text(),
+               what="the manager to say it waits for a role")
+    pod.proc.send_signal(signal.SIGTERM)
+    assert pod.wait_exit(timeout=10) == 0
     assert not (pod.pgdata / "PG_VERSION").exists()
 
 
-def test_entrypoint_refuses_to_run_as_root(env):
+def test_the_manager_refuses_to_run_as_root(env):
     if not IS_ROOT:
         pytest.skip("tests are not running as root")
     pod = env.pod("pg-0")
-    r = env.run_script("entrypoint.sh", as_postgres=False, **pod.script_env("primary", None))
+    r = subprocess.run([instance_binary(), "instance"], env=pod.script_env("primary", None),
+                       capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert r.returncode == 2
     assert "must not run as root" in r.stderr
     assert not (pod.pgdata / "PG_VERSION").exists()
@@ -138,7 +147,9 @@ def test_primary_refuses_to_initdb_over_a_non_empty_foreign_directory(env):
     chown_postgres(pod.pgdata)
     pod.start("primary", wait=False)
     assert pod.wait_exit() == 2
-    assert "refusing to initdb" in pod.log_text()
+    log = pod.log_text()
+    assert "holds no PostgreSQL data directory: refusing to write over it" in log
+    assert f"pgdata={pod.pgdata}" in log, "the error names the directory"
     assert (pod.pgdata / "someone-elses-file").read_text() == "keep me"
 
 
@@ -172,7 +183,9 @@ def test_replica_streams_a_row_written_on_the_primary(env):
 def test_replica_waits_for_a_primary_that_starts_late(env):
     primary = env.pod("pg-0")
     replica = env.pod("pg-1").start("replica", primary=primary, wait=False)
-    wait_until(lambda: "waiting for primary" in replica.log_text(), what="replica to report waiting")
+    wait_until(lambda: f"for a writable primary at 127.0.0.1:{primary.port}" in replica.log_text(),
+               what="replica to report waiting")
+    assert not (replica.pgdata / "PG_VERSION").exists()
     primary.start("primary")
     replica.wait_ready()
     make_table(primary)
@@ -183,9 +196,9 @@ def test_replica_waits_for_a_primary_that_starts_late(env):
 def test_replica_gives_up_clearly_when_the_primary_never_appears(env):
     nobody = env.pod("pg-0")  # never started
     replica = env.pod("pg-1").start("replica", primary=nobody, wait=False, PRIMARY_WAIT_SECONDS=3)
-    assert replica.wait_exit(timeout=60) == 3
+    assert replica.wait_exit(timeout=60) == 4  # a preparation (the clone) failed
     log = replica.log_text()
-    assert f"gave up waiting 3s for primary 127.0.0.1:{nobody.port}" in log
+    assert f"no writable primary at 127.0.0.1:{nobody.port} within 3 s (PRIMARY_WAIT_SECONDS)" in log
     assert_no_secret_in(log)
 
 
@@ -213,7 +226,7 @@ def test_the_promote_job_waits_for_the_agent_and_promotes_nothing_itself(env):
     r = await_promotion(env, replica)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1].endswith("is primary (promoted by its agent)")
-    assert "labelled primary: promoting this standby" in replica.log_text()
+    assert "labelled primary (no Lease): promoting" in replica.log_text()
     insert(replica, "after-promote")
     assert count(replica, "after-promote") == "1"
     again = await_promotion(env, replica)
@@ -251,7 +264,7 @@ def test_demoted_primary_rewinds_discarding_diverged_writes_and_follows_the_new_
 
     old.start("replica", primary=new)
     log = old.log_text()
-    assert "pg_rewind completed" in log
+    assert "rewound: starting as a standby" in log
     assert "Done!" in log, "pg_rewind should have actually rewound the diverged timeline"
     assert old.in_recovery() is True
     old.wait_for_row("items", "on-new-primary")
@@ -277,8 +290,8 @@ def test_an_old_primary_labelled_demoted_restarts_in_place_as_a_standby_never_a_
 
     old.start("demoted", primary=new)
     log = old.log_text()
-    assert "role demoted" in log
-    assert "pg_rewind completed" in log
+    assert "labelled demoted: an old primary's data: rewinding it" in log
+    assert "rewound: starting as a standby" in log
     assert old.in_recovery() is True
     old.wait_for_row("items", "on-new-primary")
     assert count(old, "diverged") == "0"
@@ -339,7 +352,7 @@ def test_unrelated_data_directory_is_recloned_when_pg_rewind_fails(env):
     stray.stop()
     stray.start("replica", primary=primary)
     log = stray.log_text()
-    assert "pg_rewind FAILED" in log and "re-cloning" in log
+    assert "pg_rewind FAILED: DISCARDING $PGDATA and cloning the primary again" in log
     stray.wait_for_row("items", "the-real-data")
     assert stray.in_recovery() is True
 

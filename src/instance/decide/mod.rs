@@ -55,7 +55,7 @@ pub fn decide(
             .with_actions([AgentAction::KillStray { pid }])
             .requeue(spec.period())
         }
-        AgentState::Starting => prepare::starting(spec, seen),
+        AgentState::Starting => prepare::starting(spec, seen, signalled),
         AgentState::Bootstrapping
         | AgentState::PromotingLocally
         | AgentState::Cloning

@@ -9,13 +9,15 @@ use crate::instance::observe::{DataDir, Finished, Observation, RoleLabel, Task};
 use crate::instance::state::{AgentState, ExitCode};
 use crate::instance::table::reason::{
     BOOTSTRAPPED, CLONED, FOREIGN_DATA, LABELLED_PRIMARY, NO_DATA, OLD_PRIMARY_DATA,
-    PREPARE_FAILED, PREPARING, PROMOTED_LOCALLY, REWIND_FAILED, REWOUND, STANDBY_DATA,
+    PREPARE_FAILED, PREPARING, PROMOTED_LOCALLY, REWIND_FAILED, REWOUND, SIGNALLED, STANDBY_DATA,
     STANDBY_MAY_HAVE_DIVERGED, UNKNOWN_ROLE, WAITING_FOR_ROLE,
 };
 use crate::machines::postgres::actions::Role;
 
-/// Starting: the role label and `$PGDATA` say what comes next.
-pub(super) fn starting(spec: &AgentSpec, seen: &Observation) -> AgentDecision {
+/// Starting: the role label and `$PGDATA` say what comes next; asked to stop first, it
+/// exits at once (nothing of it runs yet, so a pod deleted before it was labelled does
+/// not wait out its grace period).
+pub(super) fn starting(spec: &AgentSpec, seen: &Observation, signalled: bool) -> AgentDecision {
     let exit = |why, message: String| {
         Decision::go(
             AgentState::Exited {
@@ -25,6 +27,15 @@ pub(super) fn starting(spec: &AgentSpec, seen: &Observation) -> AgentDecision {
             message,
         )
     };
+    if signalled {
+        return Decision::go(
+            AgentState::Exited {
+                code: ExitCode::Stopped,
+            },
+            SIGNALLED,
+            "asked to stop before preparing anything: exiting",
+        );
+    }
     let role = match &seen.role {
         RoleLabel::Absent => {
             return Decision::stay(

@@ -69,6 +69,18 @@ pub enum ManagerError {
     Kube(String),
 }
 
+impl ManagerError {
+    /// The exit status of a manager that could not start: 2 for its configuration (as
+    /// a misconfigured agent exits), 1 for anything else.
+    #[must_use]
+    pub fn status(&self) -> i32 {
+        match self {
+            ManagerError::Config(_) | ManagerError::Kube(_) => 2,
+            ManagerError::Fence(_) | ManagerError::Signals(_) => 1,
+        }
+    }
+}
+
 /// The path of the phase file the liveness check reads.
 #[must_use]
 pub fn phase_file(args: &InstanceArgs) -> PathBuf {
@@ -252,6 +264,9 @@ pub struct Manager {
     lease_read: LeaseRead,
     state: AgentState,
     signalled: bool,
+    /// The reason of the last round's stay (none after a transition): a stay is logged
+    /// at `info` when it begins, at `debug` while it lasts.
+    staying: Option<&'static str>,
 }
 
 impl Manager {
@@ -261,6 +276,24 @@ impl Manager {
     /// [`ManagerError`].
     pub async fn new(args: InstanceArgs) -> Result<Self, ManagerError> {
         let spec = agent_spec(&args)?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            return Err(ManagerError::Config(
+                "must not run as root: PostgreSQL refuses it; run as the postgres user (runAsUser: 999)"
+                    .to_owned(),
+            ));
+        }
+        if args.role.is_none()
+            && let Err(e) = std::fs::read_to_string(&args.role_file)
+        {
+            // The downward-API volume is in place before the container starts: a file
+            // missing now is a wrong LOCKSTEP_ROLE_FILE or a missing volume, not a wait.
+            return Err(ManagerError::Config(format!(
+                "the role labels file LOCKSTEP_ROLE_FILE={} cannot be read ({e}): \
+                 mount the pod's labels through the downward API there",
+                args.role_file.display()
+            )));
+        }
         let lease = match (&args.lease_name, &args.pod_namespace, args.holder()) {
             (Some(name), Some(namespace), Some(me)) => {
                 let mut config = kube::Config::infer()
@@ -290,6 +323,7 @@ impl Manager {
             lease_read: LeaseRead::Unreadable,
             state: AgentState::Starting,
             signalled: false,
+            staying: None,
         })
     }
 
@@ -317,6 +351,18 @@ impl Manager {
                     ..
                 } => {
                     tracing::info!(from = <&str>::from(crate::instance::AgentKind::from(&self.state)), to = <&str>::from(crate::instance::AgentKind::from(to)), reason, %message, "transition");
+                    if let AgentState::Exited { code } = to
+                        && code.status() == 2
+                    {
+                        // Misconfigured: name what a person has to fix.
+                        tracing::error!(
+                            reason,
+                            pgdata = %self.args.pgdata.display(),
+                            role_file = %self.args.role_file.display(),
+                            "{message}"
+                        );
+                    }
+                    self.staying = None;
                     (Some(to.clone()), Duration::ZERO)
                 }
                 Decision::Stay {
@@ -325,7 +371,12 @@ impl Manager {
                     wait,
                     ..
                 } => {
-                    tracing::debug!(reason, %message, "stay");
+                    if self.staying == Some(*reason) {
+                        tracing::debug!(reason, "{message}");
+                    } else {
+                        tracing::info!(reason, "{message}");
+                        self.staying = Some(*reason);
+                    }
                     let wait = match wait {
                         crate::engine::Wait::Requeue(d) => *d,
                         _ => self.spec.period(),

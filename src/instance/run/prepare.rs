@@ -649,7 +649,13 @@ impl Prepare {
                 });
             }
             if attempt == 1 {
-                tracing::info!(%last, "waiting for a writable primary");
+                tracing::info!(
+                    %last,
+                    "waiting up to {} s (PRIMARY_WAIT_SECONDS) for a writable primary at {}:{}",
+                    self.args.primary_wait_seconds,
+                    self.args.primary_host.as_deref().unwrap_or_default(),
+                    self.args.primary_port
+                );
             }
             tokio::time::sleep(Duration::from_secs(self.args.retry_interval_seconds)).await;
         }

@@ -16,6 +16,17 @@ fn a_pod_without_a_role_label_waits_for_one() {
 }
 
 #[test]
+fn a_pod_asked_to_stop_while_it_waits_for_a_role_label_exits_at_once() {
+    let unlabelled = Observation {
+        role: RoleLabel::Absent,
+        ..seen()
+    };
+    let d = decide(&spec(), &AgentState::Starting, &unlabelled, true);
+    let code = ExitCode::Stopped;
+    assert_eq!(goes(&d), Some((AgentState::Exited { code }, SIGNALLED)));
+}
+
+#[test]
 fn a_role_label_that_is_no_role_exits_misconfigured() {
     let d = decide_in(
         &AgentState::Starting,

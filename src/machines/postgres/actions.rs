@@ -16,7 +16,7 @@ pub enum Role {
     /// Selected by neither Service: a pod that is (or may still be) a writable primary
     /// but must not serve, e.g. the old primary of a switchover until it restarts. Only a
     /// recreated pod (a new UID, so no label) is labelled `replica` in its place; if it
-    /// restarts in place, its entrypoint treats `demoted` like `replica` (rewinds).
+    /// restarts in place, its agent treats `demoted` like `replica` (rewinds).
     Demoted,
 }
 

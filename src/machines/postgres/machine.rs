@@ -32,22 +32,22 @@
 //! `demoted`. A `demoted` pod keeps that label until it is recreated (a new pod has no
 //! label, waits for one and is labelled `replica`); outside a switchover the machine
 //! deletes it (UID-preconditioned) so that it comes back as a standby. If it restarts in
-//! place, its entrypoint treats `demoted` like `replica` (it rewinds).
+//! place, its agent treats `demoted` like `replica` (it rewinds).
 //!
 //! **Upgrading** (a change of `spec.version`'s minor or of `spec.image`): one pod at a
 //! time, the pod's UID persisted before its UID-preconditioned delete, each waiting for
 //! its replacement to be Ready at the target image: replicas first, highest ordinal
 //! first, then a **switchover** to an upgraded Ready replica, then the old primary,
-//! which rejoins as a standby (the entrypoint rewinds it).
+//! which rejoins as a standby (its agent rewinds it).
 //!
 //! **Fencing.** The Lease `<name>-primary` (coordination.k8s.io) names the one pod,
 //! `<pod-name>/<pod-uid>`, allowed to run a writable server. The pods run as
 //! `<name>-instance`, whose Role may get, update and patch that Lease and nothing else.
-//! The holder's agent (in the entrypoint, `scripts/README.md`) renews it every `R` = 2 s
-//! with its own clock as `renewTime`, and stops its server at once (`pg_ctl stop -m
-//! immediate`) when the Lease names someone else or nobody, when its role label is not
-//! `primary`, when it never renewed, or when no renewal succeeded for `T` = ⌊L/2⌋
-//! seconds; a server stopped on purpose (a demotion) releases the Lease
+//! The holder's agent (`lockstep instance`, `docs/instance-manager.md`) renews it every
+//! `R` = 2 s with its own clock as `renewTime`, and stops its server at once (an
+//! immediate stop, then a kill) when the Lease names someone else or nobody, when its
+//! role label is no role, when it never renewed, or when no renewal succeeded for
+//! `T` = ⌊L/2⌋ seconds; a server stopped on purpose (a demotion) releases the Lease
 //! (`lockstep.dev/released-by`). A pod starts a writable server, or promotes its running
 //! standby, only right after a renewal of its own, while it holds the Lease and is
 //! labelled `primary`: nobody promotes a server from outside. The operator is the only one who hands
@@ -185,7 +185,7 @@
 //!   standbys a survey read after the old primary was certainly fenced, the one that
 //!   received the most WAL.
 //! - **A lost status never labels a second primary**, never runs `initdb` over existing
-//!   data (the entrypoint keeps a data directory) and never promotes a replica while a
+//!   data (the agent keeps a data directory) and never promotes a replica while a
 //!   primary holds the Lease.
 //! - **Replicas are upgraded before the primary**, and the serving primary is never
 //!   deleted for an upgrade while another instance could take over: it first hands the
@@ -237,7 +237,7 @@
 //!   synchronous standby would refuse to acknowledge a thawed primary's commits).
 //! - The StatefulSet controller recreates deleted pods (`OnDelete`, `Parallel`) as
 //!   `<name>-<ordinal>`, from the current template, with the same volume claim.
-//! - A pod reads its role label when it starts (the entrypoint waits for the label), and
+//! - A pod reads its role label when it starts (its agent waits for the label), and
 //!   its readiness probe (`pg_isready`) is what "Ready" means here.
 //! - Only Lockstep writes `lockstep.dev/role`, and only Lockstep and the holder's agent
 //!   write the Lease. Volume claims are not deleted by hand (a primary that lost its data

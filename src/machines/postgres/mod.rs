@@ -11,9 +11,9 @@
 //!   `machines/postgrescluster.md`); [`actions`]: the side effects, as data.
 //! - [`observe`] and [`render`]: the bridge to Kubernetes objects;
 //!   [`status`]: the kind's own status fields.
-//! - `scripts/`: what runs in the pods and Jobs (`entrypoint.sh`, `promote.sh`,
-//!   `backup.sh`, `restore.sh`), shipped in a ConfigMap; their environment contract is in
-//!   `scripts/README.md`.
+//! - `scripts/`: what runs in the Jobs (`survey.sh`, `promote.sh`, `backup.sh`,
+//!   `restore.sh`), shipped in a ConfigMap; their environment contract is in
+//!   `scripts/README.md`. The pods run `lockstep instance` ([`crate::instance`]).
 //!
 //! This module binds them into an [`Operator`] the driver runs, and projects the kind's
 //! own status: `primaryPod` and `replicaPods` (from the role labels the Services select

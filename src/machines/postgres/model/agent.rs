@@ -666,6 +666,11 @@ pub(super) mod stories {
                 vec![env(Deleted(1)), env(AgentTick(1))],
             ),
             story(
+                "Starting -> Exited (Signalled)",
+                |w| waiting(w, 1, AgentState::Starting, Role::Replica),
+                vec![env(Deleted(1)), env(AgentTick(1))],
+            ),
+            story(
                 "StartingPrimary -> Exited (Signalled)",
                 |w| waiting(w, 1, AgentState::StartingPrimary, Role::Replica),
                 vec![env(Deleted(1)), env(AgentTick(1))],

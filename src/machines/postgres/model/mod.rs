@@ -176,7 +176,7 @@ struct Pod {
     ready: bool,
     role: Option<Role>,
     /// It runs as a writable primary: it started labelled `primary` while holding the
-    /// Lease (the entrypoint reads the label once, at start, and waits for the Lease) or
+    /// Lease (its agent, `lockstep instance`, waits for the Lease) or
     /// was promoted. It stays one until the pod is deleted or its agent fences it (it
     /// sees its label or the Lease name it no longer: [`Move::AgentTick`]; or its Lease
     /// lapsed unrenewed).

@@ -3,7 +3,7 @@
 # lockstep PostgresCluster promote Job: waits until the standby at
 # $TARGET_HOST:$TARGET_PORT has become the primary, then checkpoints it.
 #
-# It promotes nothing itself. The target's own agent (entrypoint.sh) promotes
+# It promotes nothing itself. The target's own agent (lockstep instance) promotes
 # its server once the pod is labelled primary and the primary Lease names it,
 # right after a renewal of its own, and guards it from then on. A promotion
 # from outside could arrive late - after the operator gave up on this target
