@@ -1012,6 +1012,8 @@ async fn the_backup_cronjob_follows_the_schedule_and_backup_now_runs_one_job() {
 #[tokio::test]
 async fn a_backup_whose_job_vanished_unread_says_so_in_last_backup() {
     let pg = Pg::new("pg-lost").await;
+    // KWOK runs no agent: without renewals the primary would be lost mid-test.
+    let _agents = LeaseAgents::start(&pg.env);
     let operator = pg.operator();
     let mut with_delay = backup();
     merge_json(
