@@ -20,6 +20,20 @@ pub enum Role {
     Demoted,
 }
 
+/// What a hand-over of the primary Lease does with the position the old primary
+/// released (`lockstep.dev/released-lsn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LsnGate {
+    /// Kept: the new holder's agent promotes only once it has received that position
+    /// (a planned switchover loses no acknowledged commit).
+    Keep,
+    /// Removed: a failover promises the most advanced standby, not the old primary's
+    /// last commits. Its release can name a position nobody received (it came back
+    /// after a crash, wrote, and was demoted before a standby reconnected); kept, it
+    /// would hold the new primary back forever.
+    Waive,
+}
+
 /// Why a pod is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeleteCause {
@@ -84,6 +98,9 @@ pub enum PgAction {
     HandLease {
         /// The new holder (`<pod-name>/<pod-uid>`), or nobody.
         holder: Option<String>,
+        /// Whether the old primary's released position stays a condition of the
+        /// promotion.
+        gate: LsnGate,
         /// `leaseTransitions` after the hand-over.
         transitions: i32,
         /// The operator's clock.

@@ -173,6 +173,9 @@
 //!   person removes the annotation, accepting the loss. The Lease is never handed over
 //!   by expiry alone while it names the old primary without a released position
 //!   (`WaitingForRelease`, Degraded, until the release or `lockstep.dev/fenced`).
+//!   A failover makes no such promise: its hand-over removes the released position in
+//!   the same fenced patch, so an old primary that came back after a crash and stopped
+//!   before any standby reconnected cannot hold the new primary back.
 //! - **A hung primary is failed over**: a primary that holds the Lease but has not
 //!   renewed it for longer than `L + S` is lost whatever its readiness says
 //!   (`PrimaryAvailable=False`, reason `PrimaryNotRenewing`), and failed over after

@@ -118,6 +118,7 @@ impl Operator for Postgres {
             }
             PgAction::HandLease {
                 holder,
+                gate,
                 transitions,
                 at,
                 uid,
@@ -128,7 +129,7 @@ impl Operator for Postgres {
                     uid: uid.clone(),
                     resource_version: version.clone(),
                 },
-                render::lease_hand_over(object, holder.as_deref(), *transitions, *at),
+                render::lease_hand_over(object, holder.as_deref(), *gate, *transitions, *at),
             )],
             PgAction::Label {
                 ordinal,

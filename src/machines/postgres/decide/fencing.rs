@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::machines::postgres::actions::PgAction;
+use crate::machines::postgres::actions::{LsnGate, PgAction};
 use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::{FENCED, LeaseView, Observed};
 
@@ -127,10 +127,23 @@ pub(crate) fn wait_for(until: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Opti
     })
 }
 
-/// The hand-over of the observed Lease to `holder` at `now`.
+/// The hand-over of the observed Lease to `holder` at `now`, keeping any released
+/// position as the condition of a promotion.
 pub(crate) fn hand(lease: &LeaseView, holder: Option<String>, now: DateTime<Utc>) -> PgAction {
+    hand_gated(lease, holder, LsnGate::Keep, now)
+}
+
+/// The hand-over of the observed Lease to `holder` at `now`, doing `gate` with the
+/// position the old primary released.
+pub(crate) fn hand_gated(
+    lease: &LeaseView,
+    holder: Option<String>,
+    gate: LsnGate,
+    now: DateTime<Utc>,
+) -> PgAction {
     PgAction::HandLease {
         holder,
+        gate,
         transitions: lease.transitions.saturating_add(1),
         at: now,
         uid: lease.uid.clone(),

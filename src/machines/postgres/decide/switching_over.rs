@@ -2,14 +2,16 @@
 //! intent, demote, fence, survey (a failover), promote, elect.
 
 use super::PROMOTE_RETRY_LIMIT;
-use super::fencing::{By, Fence, fence, hand, hatch, lease_seconds, stamp, wait_for};
+use super::fencing::{By, Fence, fence, hand_gated, hatch, lease_seconds, stamp, wait_for};
 use super::old_primary_role;
 use super::survey::{describe, most_advanced, parse};
 use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::RETRY_PROMOTE;
 use crate::machines::common::retry::{Attempts, JobStep, RetryBudget, backoff_stay, run_once_step};
-use crate::machines::postgres::actions::{DeleteCause, PgAction, Role, promote_key, survey_key};
+use crate::machines::postgres::actions::{
+    DeleteCause, LsnGate, PgAction, Role, promote_key, survey_key,
+};
 use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::{Observed, RELEASED_LSN, holder_identity};
 use crate::machines::postgres::state::{
@@ -336,7 +338,26 @@ fn hand_over(
             .degraded()
             .requeue(std::time::Duration::from_secs(10))
         }
-        Fence::Fenced { why, .. } => promote(vec![hand(lease, Some(target), world.now)], why),
+        // A failover waives the old primary's released position: it promises the most
+        // advanced standby, and a position nobody received (the old primary came back
+        // after a crash, wrote, and stopped before a standby reconnected) would hold the
+        // promotion back forever.
+        Fence::Fenced { why, .. } if !planned => {
+            let why = match &lease.released_lsn {
+                Some(lsn) => format!(
+                    "{why}; its released position {lsn} is not waited for (a failover promotes the most advanced standby: commits only the old primary had are lost)"
+                ),
+                None => why,
+            };
+            promote(
+                vec![hand_gated(lease, Some(target), LsnGate::Waive, world.now)],
+                why,
+            )
+        }
+        Fence::Fenced { why, .. } => promote(
+            vec![hand_gated(lease, Some(target), LsnGate::Keep, world.now)],
+            why,
+        ),
         Fence::Alive { until } => {
             let holder = lease.holder.as_deref().unwrap_or("its last holder");
             let grace = lease_seconds(spec, lease, o)

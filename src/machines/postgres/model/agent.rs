@@ -329,6 +329,7 @@ impl World {
                 let standby = self.volumes.get(&k) == Some(&Vol::Standby);
                 if let Some(p) = self.pods.get_mut(&k).filter(|_| standby) {
                     p.server = Srv::Standby;
+                    self.streaming.remove(&k);
                 }
                 standby
             }
@@ -344,6 +345,8 @@ impl World {
                     p.server = Srv::Writable;
                     p.writable = true;
                 }
+                // A server that starts writable has no standby connected yet.
+                self.streaming.clear();
                 true
             }
             AgentAction::Promote => {
@@ -355,6 +358,7 @@ impl World {
                 if let Some(p) = self.pods.get_mut(&k) {
                     p.server = Srv::Promoting;
                 }
+                self.streaming.clear();
                 true
             }
             AgentAction::Renew {
@@ -430,8 +434,10 @@ impl World {
         let was_primary = p.writable;
         p.server = Srv::Down;
         p.writable = false;
+        self.streaming.remove(&k);
         if was_primary {
             self.volumes.insert(k, Vol::Primary { clean });
+            self.streaming.clear();
         }
     }
 

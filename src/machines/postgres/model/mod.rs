@@ -120,13 +120,13 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 
-use super::actions::{DeleteCause, JobAction, PgAction, Role, ServiceKind, backup_key};
+use super::actions::{DeleteCause, JobAction, LsnGate, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::machine::Postgres;
 use super::observe::{
     CronJobView, InSync, LeaseView, Observed, Own, PgRequests, Requests, StatefulSetView,
 };
-use super::state::PgState;
+use super::state::{PgState, SwitchCause};
 use crate::engine::Machine;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
@@ -312,6 +312,10 @@ pub(super) struct World {
     wal: u64,
     /// The WAL each ordinal's data directory has received (kept on its volume).
     received: BTreeMap<i32, u64>,
+    /// The standbys connected to the writable server that runs now: each joins by a
+    /// [`Move::Replicate`] once both run, and a writable server that starts (after a
+    /// crash, or a promotion) has none. A clean stop sends its last WAL to these only.
+    streaming: BTreeSet<i32>,
     /// What each ordinal's volume holds (none: empty).
     volumes: BTreeMap<i32, Vol>,
     /// How every pod's agent decides: the real one, or a planted bug.
@@ -590,6 +594,7 @@ impl World {
             db_primary: 0,
             wal: 0,
             received: BTreeMap::new(),
+            streaming: BTreeSet::new(),
             volumes: BTreeMap::new(),
             agent_decide: REAL_AGENT,
             reclone_off: false,
@@ -626,6 +631,9 @@ impl World {
             pod.server = if k == 0 { Srv::Writable } else { Srv::Standby };
             pod.renewed = (k == 0).then_some(self.now);
             self.pods.insert(k, pod);
+            if k != 0 {
+                self.streaming.insert(k);
+            }
             self.volumes.insert(
                 k,
                 if k == 0 {

@@ -430,3 +430,46 @@ fn the_postgres_machine_keeps_one_primary_converges_under_faults_and_takes_every
         super::agent::agent_edges_taken()
     );
 }
+
+/// Seen on the real node: the primary's server crashes; its container comes back in
+/// place, still holding the Lease, and starts writable before any standby reconnects;
+/// the failover demotes it, it stops cleanly and releases the Lease naming a position
+/// nobody received. The failover still promotes the most advanced standby (what only
+/// the old primary had is the asynchronous window's loss), never waits for that
+/// position forever.
+#[test]
+fn a_failover_promotes_even_when_the_old_primary_came_back_and_released_a_position_nobody_has() {
+    use Move::*;
+    use story::{adopt, r};
+    let env = Event::Env;
+    let events = [
+        adopt(),
+        vec![
+            env(ServerCrashes(0)),
+            env(BecomesUnready(0)),
+            r(),
+            // Its container restarts and starts writable: no standby is connected.
+            env(AgentTick(0)),
+            env(AgentTick(0)),
+            env(Write),
+            Event::Tick(60),
+            r(),
+            r(),
+            // Demoted, it stops cleanly (nobody to send its last WAL to) and releases.
+            env(AgentTick(0)),
+            env(ServerStops(0)),
+            env(AgentTick(0)),
+            r(),
+            r(),
+            env(JobFinishes { nth: 0, ok: true }),
+            r(),
+            r(),
+            r(),
+            env(AgentTick(1)),
+        ],
+    ]
+    .concat();
+    if let Err(failure) = check_scenario::<Postgres, World>(&config(), running(3, false), &events) {
+        panic!("{failure}");
+    }
+}

@@ -115,13 +115,20 @@ impl World {
         released.is_none_or(|x| self.received.get(&k).copied().unwrap_or(0) >= x)
     }
 
-    /// Every standby that is Ready receives all that was written (a clean stop of the
-    /// writable server).
+    /// Every standby connected to the writable server receives all it wrote (its clean
+    /// stop waits for its walsenders). One not connected yet (the server came back
+    /// after a crash, and the standby has not reconnected) receives nothing.
     pub(super) fn clean_stop_replicates(&mut self) {
         let standbys: Vec<i32> = self
             .pods
             .iter()
-            .filter(|(_, p)| p.ready && !p.writable && !p.terminating)
+            .filter(|(k, p)| {
+                p.ready
+                    && !p.writable
+                    && !p.terminating
+                    && p.server == Srv::Standby
+                    && self.streaming.contains(k)
+            })
             .map(|(k, _)| *k)
             .collect();
         for k in standbys {
@@ -154,6 +161,7 @@ impl World {
             && self.pods.get(&w).is_some_and(|p| !p.paused)
         {
             self.received.insert(k, self.wal);
+            self.streaming.insert(k);
         }
     }
 
@@ -189,6 +197,7 @@ impl World {
     pub(super) fn hand_lease(
         &mut self,
         holder: Option<(i32, u64)>,
+        gate: LsnGate,
         at: DateTime<Utc>,
         transitions: i32,
     ) {
@@ -206,7 +215,10 @@ impl World {
             holder,
             renewed: at,
             released_by: None,
-            released_lsn: l.released_lsn,
+            released_lsn: match gate {
+                LsnGate::Keep => l.released_lsn,
+                LsnGate::Waive => None,
+            },
             transitions,
             version: l.version + 1,
             duration: self.lease_seconds,
@@ -242,6 +254,7 @@ impl World {
         }
         self.db_primary = k;
         self.round_primary = Some(k);
+        self.streaming = self.pods.keys().copied().filter(|j| *j != k).collect();
         let holder = self.pods.get(&k).map(|p| (k, p.uid));
         let now = self.now;
         if let Some(l) = self.lease.as_mut() {

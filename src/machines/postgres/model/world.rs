@@ -276,6 +276,7 @@ where
             }
             PgAction::HandLease {
                 holder,
+                gate,
                 transitions,
                 at,
                 version,
@@ -283,7 +284,12 @@ where
             } => {
                 // Fenced on the version read: a concurrent change refuses it.
                 if self.lease.as_ref().map(|l| l.version.to_string()).as_ref() == Some(version) {
-                    self.hand_lease(holder.as_deref().and_then(parse_holder), *at, *transitions);
+                    self.hand_lease(
+                        holder.as_deref().and_then(parse_holder),
+                        *gate,
+                        *at,
+                        *transitions,
+                    );
                 }
             }
         }
@@ -477,6 +483,21 @@ where
         }
         if writable.len() > 1 {
             return Err(format!("pods {writable:?} all run a writable server"));
+        }
+        // A failover promises the most advanced standby, not the old primary's last
+        // commits: it never hands the Lease over under a released position its target
+        // lacks (its agent would wait for it forever once nobody can send it).
+        if let PgState::SwitchingOver(s) = state
+            && s.cause == SwitchCause::Failover
+            && let Some(l) = &self.lease
+            && let Some(x) = l.released_lsn
+            && l.holder.is_some_and(|(k, _)| k == s.target.ordinal)
+            && !self.caught_up(s.target.ordinal)
+        {
+            return Err(format!(
+                "a failover handed the Lease to pod {} under the position {x} the old primary released, which pod {} never received (it cannot promote)",
+                s.target.ordinal, s.target.ordinal
+            ));
         }
         let primaries = self.primary_labels();
         if primaries.len() > 1 {

@@ -10,7 +10,9 @@ use kube::ResourceExt;
 use super::{metadata, namespace};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
+use crate::machines::postgres::actions::LsnGate;
 use crate::machines::postgres::api::PostgresCluster;
+use crate::machines::postgres::observe::{RELEASED_BY, RELEASED_LSN};
 
 /// The environment variable carrying the lease duration `L` a pod's fence runs with
 /// (fixed when the pod is created; the operator reads it back: a pod created under a
@@ -67,16 +69,23 @@ fn lease_seconds(pg: &PostgresCluster) -> i32 {
     i32::try_from(pg.spec.fencing.lease_duration_seconds).unwrap_or(i32::MAX)
 }
 
-/// The merge patch handing the primary Lease to `holder` (or nobody) at `at`.
+/// The merge patch handing the primary Lease to `holder` (or nobody) at `at`: it
+/// clears `released-by`, and `released-lsn` too when `gate` waives it.
 pub fn lease_hand_over(
     pg: &PostgresCluster,
     holder: Option<&str>,
+    gate: LsnGate,
     transitions: i32,
     at: chrono::DateTime<chrono::Utc>,
 ) -> serde_json::Value {
     let at = micro_time(at);
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(RELEASED_BY.to_owned(), serde_json::Value::Null);
+    if gate == LsnGate::Waive {
+        annotations.insert(RELEASED_LSN.to_owned(), serde_json::Value::Null);
+    }
     serde_json::json!({
-        "metadata": {"annotations": {crate::machines::postgres::observe::RELEASED_BY: null}},
+        "metadata": {"annotations": annotations},
         "spec": {
             "holderIdentity": holder,
             "leaseDurationSeconds": lease_seconds(pg),

@@ -4,7 +4,7 @@
 use super::upgrades::upgrade_observed;
 use super::*;
 use crate::driver::Operator;
-use crate::machines::postgres::actions::survey_key;
+use crate::machines::postgres::actions::{LsnGate, survey_key};
 use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED, RELEASED_LSN};
 use crate::machines::postgres::state::Surveyed;
 
@@ -459,6 +459,7 @@ fn the_lease_is_handed_over_only_as_it_was_read() {
         &pg,
         &PgAction::HandLease {
             holder: Some("pg-1/u1".to_owned()),
+            gate: LsnGate::Keep,
             transitions: 3,
             at: t(5),
             uid: "lease-uid".to_owned(),
@@ -483,6 +484,28 @@ fn the_lease_is_handed_over_only_as_it_was_read() {
     assert_eq!(patch["spec"]["holderIdentity"], "pg-1/u1");
     assert_eq!(patch["spec"]["leaseTransitions"], 3);
     assert!(patch["metadata"]["annotations"]["lockstep.dev/released-by"].is_null());
+    assert!(
+        patch["metadata"]["annotations"].get(RELEASED_LSN).is_none(),
+        "a kept gate leaves the released position in place: {patch}"
+    );
+}
+
+#[test]
+fn a_waived_gate_removes_the_released_position_in_the_same_fenced_patch() {
+    let pg = rendering::object(spec("16.3"));
+    let patch = crate::machines::postgres::render::lease_hand_over(
+        &pg,
+        Some("pg-1/u1"),
+        LsnGate::Waive,
+        3,
+        t(5),
+    );
+    let annotations = &patch["metadata"]["annotations"];
+    assert!(
+        annotations.get(RELEASED_LSN).is_some_and(|v| v.is_null()),
+        "{patch}"
+    );
+    assert!(annotations["lockstep.dev/released-by"].is_null());
 }
 
 #[test]
@@ -536,6 +559,41 @@ fn a_planned_switchover_never_hands_the_lease_over_by_expiry_without_a_released_
     asserted.own.requests.fenced = Some(identity(0, V1));
     let d = decide(&spec("16.4"), &state, asserted);
     assert_eq!(d.reason(), LEASE_HANDED_OVER);
+}
+
+fn gates(d: &Decision<PgState, PgAction>) -> Vec<LsnGate> {
+    picked!(d.actions(), PgAction::HandLease { gate, .. } => *gate)
+}
+
+#[test]
+fn a_planned_switchover_keeps_the_released_position_as_the_condition_of_the_promotion() {
+    let (state, mut o) = switchover_waiting_for(900);
+    edit_lease(&mut o, |l| {
+        l.released_by = l.holder.take();
+        l.released_lsn = Some("0/3000060".to_owned());
+    });
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+    assert_eq!(gates(&d), vec![LsnGate::Keep]);
+}
+
+/// Seen on the real node: the old primary's postmaster was killed, its container came
+/// back in place still holding the Lease, wrote (crash recovery), and was demoted by
+/// the failover before any standby reconnected. Its clean release names a position
+/// nobody received: kept, it would hold the new primary back forever.
+#[test]
+fn a_failover_waives_a_position_the_old_primary_released_and_says_so() {
+    let state = failing_over(SwitchStep::Fence);
+    let mut o = old_primary_lingering(990);
+    edit_lease(&mut o, |l| {
+        l.released_by = l.holder.take();
+        l.released_lsn = Some("0/40311D8".to_owned());
+    });
+    let d = decide_at(&spec("16.3"), &state, o, 996, 995);
+    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+    assert_eq!(hand_overs(&d), vec![Some(identity(1, V1))]);
+    assert_eq!(gates(&d), vec![LsnGate::Waive]);
+    assert_says(&d, &["0/40311D8", "not waited for"]);
 }
 
 #[test]
