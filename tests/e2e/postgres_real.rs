@@ -1193,11 +1193,19 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
         rel(handed_at)
     );
 
-    // The agent's own account of the fence, in the log of the container it stopped.
-    let (_, fenced_log) = real.kubectl(&["logs", &old, "-c", "postgres", "--previous"]);
+    // The agent's own account of the fence: the tail of the stopped container's log,
+    // kept on the pod as its termination message (the kubelet may drop the dead
+    // container and its log once the pod is deleted), or that log if still there.
+    let message = old_pods
+        .iter()
+        .find_map(|(_, p)| exit_5_message(p))
+        .unwrap_or_default();
+    let (_, previous_log) = real.kubectl(&["logs", &old, "-c", "postgres", "--previous"]);
     assert!(
-        fenced_log.contains("RenewalOverdue") || fenced_log.contains("FENCED"),
-        "{old}'s previous container did not fence for want of renewals:\n{fenced_log}"
+        [&message, &previous_log]
+            .iter()
+            .any(|l| l.contains("RenewalOverdue") || l.contains("FENCED")),
+        "{old}'s stopped container did not say it fenced for want of renewals:\ntermination message:\n{message}\nprevious log:\n{previous_log}"
     );
 
     // Rule removed and pod released: its container may rejoin as a standby (pg_rewind)
@@ -1267,6 +1275,17 @@ fn pg_ready_seen(clusters: &Recorder<PostgresCluster>, primary: &str) -> Option<
 
 /// When the pod's `postgres` container was seen to exit 5 (fenced), by its `finishedAt`.
 fn exit_5_at(p: &Pod) -> Option<f64> {
+    exit_5(p)?.finished_at.as_ref().map(|t| epoch(&t.0))
+}
+
+/// The termination message of the pod's `postgres` container that exited 5 (the tail
+/// of its log: `FallbackToLogsOnError`).
+fn exit_5_message(p: &Pod) -> Option<String> {
+    exit_5(p)?.message.clone()
+}
+
+/// The pod's `postgres` container's exit with code 5 (fenced), current or last.
+fn exit_5(p: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStateTerminated> {
     let c = p
         .status
         .as_ref()?
@@ -1278,10 +1297,7 @@ fn exit_5_at(p: &Pod) -> Option<f64> {
         .into_iter()
         .flatten()
         .filter_map(|s| s.terminated.as_ref())
-        .find(|t| t.exit_code == 5)?
-        .finished_at
-        .as_ref()
-        .map(|t| epoch(&t.0))
+        .find(|t| t.exit_code == 5)
 }
 
 /// Epoch seconds of a Kubernetes timestamp.

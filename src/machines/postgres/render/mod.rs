@@ -391,6 +391,10 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
         // its Lease (up to an hour).
         startup_probe: Some(alive(360)),
         liveness_probe: Some(alive(6)),
+        // Why the manager last exited stays on the pod (`kubectl describe`: Last State
+        // .. Message) after the kubelet drops the dead container and its log: a fence
+        // that fired while the pod was cut off is told there.
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         // No preStop hook: SIGTERM reaches the manager (PID 1), which stops the server
         // fast while it keeps renewing, then releases the Lease with its last position.
         volume_mounts: Some(vec![
