@@ -290,6 +290,12 @@ mod tests {
         wait_for("the child's own session", || {
             stat_of(child).is_some_and(|(_, _, pgrp)| pgrp == child)
         });
+        // The `mv` that wrote the pid file may not have been reaped yet (under load):
+        // the shell must be down to its one child before the count means anything.
+        let shell = parent.id().cast_signed();
+        wait_for("the shell's `mv` to be reaped", || {
+            children_of(shell) == [(child, child)]
+        });
 
         let pidfd = Pidfd::open(parent.id().cast_signed()).unwrap();
         assert_eq!(kill_tree(&pidfd).unwrap(), 1);
