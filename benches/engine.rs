@@ -206,6 +206,8 @@ fn pg_spec(version: &str) -> PostgresClusterSpec {
         backup_schedule: None,
         backup: None,
         fencing: Default::default(),
+        placement: None,
+        spread: Default::default(),
     }
 }
 

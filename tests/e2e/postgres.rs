@@ -619,6 +619,28 @@ async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
 /// Issue 12, bug 3: a status wiped after the primary moved (here by a failover) is
 /// adopted as the cluster runs: the Lease holder stays primary, no role moves, no pod is
 /// deleted, and the cluster is Ready again (`Adopted`).
+/// `spec.spread.mode: Required`: the scheduler puts each instance on a node of its own
+/// (the local cluster has three KWOK nodes).
+#[tokio::test]
+async fn a_required_spread_puts_each_instance_on_a_node_of_its_own() {
+    let pg = Pg::new("pg-spread").await;
+    let _operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
+    pg.create("pg", spec(json!({"spread": {"mode": "Required"}})))
+        .await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    let pods: Api<Pod> = pg.env.api();
+    let mut nodes = std::collections::BTreeSet::new();
+    for name in ["pg-0", "pg-1", "pg-2"] {
+        let pod = pods.get(name).await.expect("the pod");
+        let node = pod.spec.and_then(|s| s.node_name).expect("scheduled");
+        assert!(
+            nodes.insert(node.clone()),
+            "{name} shares {node}: {nodes:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
     let pg = Pg::new("pg-adopt").await;
@@ -1225,6 +1247,23 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
             "delay",
             with(json!({"failoverDelaySeconds": -1})),
             "spec.failoverDelaySeconds",
+        ),
+        (
+            "toleration",
+            with(json!({"placement": {"tolerations": [{"key": "k", "operator": "Exist"}]}})),
+            "placement.tolerations[].operator must be Exists or Equal",
+        ),
+        (
+            "skew",
+            with(json!({"placement": {"topologySpreadConstraints": [
+                {"maxSkew": 0, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}
+            ]}})),
+            "placement.topologySpreadConstraints[].maxSkew must be at least 1",
+        ),
+        (
+            "spread",
+            with(json!({"spread": {"mode": "Always"}})),
+            "spec.spread.mode",
         ),
     ] {
         let error = pg.refused_create(name, spec).await;

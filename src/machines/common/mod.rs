@@ -28,6 +28,8 @@
 //! - [`replace`]: where the replacement of one pod stands, and when a pod may be taken
 //!   down.
 //! - [`annotations`]: the documented escape hatches users set on a custom resource.
+//! - [`placement`]: where pods are scheduled (`spec.placement` of every kind), and the
+//!   spread of one object's instances over nodes.
 //!
 //! The files import each other without a cycle, from the bottom up: `meta`, `jobs`,
 //! `backup`, `observe`, then `replace`, `actions` and `retry`, then the sub-machines
@@ -61,6 +63,7 @@ pub mod meta;
 pub mod observe;
 pub mod on_demand;
 pub mod ops;
+pub mod placement;
 pub mod quantity;
 pub mod replace;
 pub mod retry;

@@ -44,7 +44,8 @@
 //!   `httpGet`, `tcpSocket` or `grpc`); `livenessProbe.successThreshold` 1.
 //!
 //! # Placement and probes
-//! `spec.placement` (`nodeSelector`, `tolerations`, `affinity`, the core/v1 types) is
+//! `spec.placement` (`nodeSelector`, `tolerations`, `affinity`,
+//! `topologySpreadConstraints`, the core/v1 types; shared with PostgresCluster) is
 //! copied into the pod template of the StatefulSet and of every hook, backup and
 //! scheduled-backup Job, so that the pods that reach the database run where it does
 //! (for example on nodes with a taint of their own). `spec.readinessProbe` and
@@ -62,7 +63,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, EnvVar, Probe, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{EnvVar, Probe, ResourceRequirements};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -72,6 +73,7 @@ use super::state::DdbState;
 use crate::engine::EngineStatus;
 use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
 use crate::machines::common::meta::{NAME_MESSAGE, NAME_RULE, PORT_NAME_MESSAGE, PORT_NAME_RULE};
+pub use crate::machines::common::placement::Placement;
 
 /// The shape of `status.lastBackup`, the same in every machine.
 pub use crate::machines::common::last_backup::LastBackup;
@@ -181,31 +183,6 @@ pub struct DistributedDBSpec {
 
 /// The CEL rule on a probe: exactly one handler.
 const ONE_HANDLER_RULE: &str = "[has(self.exec), has(self.httpGet), has(self.tcpSocket), has(self.grpc)].filter(h, h).size() == 1";
-
-/// Where pods are scheduled: the core/v1 fields of the same names, copied into the pod
-/// template of the database pods and of the hook, backup and scheduled-backup Jobs.
-#[skip_serializing_none]
-#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct Placement {
-    /// Labels a node must have (pod `nodeSelector`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
-    /// Taints the pods tolerate (pod `tolerations`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
-    #[x_kube(
-        validation = Rule::new("self.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])")
-            .message("placement.tolerations[].operator must be Exists or Equal"),
-        validation = Rule::new("self.all(t, !has(t.operator) || t.operator != 'Exists' || !has(t.value) || t.value == '')")
-            .message("placement.tolerations[].value must be empty when operator is Exists"),
-        validation = Rule::new("self.all(t, !has(t.effect) || t.effect in ['', 'NoSchedule', 'PreferNoSchedule', 'NoExecute'])")
-            .message("placement.tolerations[].effect must be NoSchedule, PreferNoSchedule or NoExecute (or empty: all)")
-    )]
-    pub tolerations: Vec<Toleration>,
-    /// Node and pod (anti-)affinity (pod `affinity`).
-    pub affinity: Option<Affinity>,
-}
 
 /// Persistent storage of each pod.
 #[skip_serializing_none]

@@ -261,16 +261,13 @@ pub fn hook_job(
     Ok(Some(job))
 }
 
-/// `pod` with `spec.placement` (node selector, tolerations, affinity) of `db`.
-fn placed(mut pod: PodSpec, db: &DistributedDB) -> PodSpec {
-    if let Some(placement) = &db.spec.placement {
-        pod.node_selector =
-            (!placement.node_selector.is_empty()).then(|| placement.node_selector.clone());
-        pod.tolerations =
-            (!placement.tolerations.is_empty()).then(|| placement.tolerations.clone());
-        pod.affinity = placement.affinity.clone();
+/// `pod` with `spec.placement` (node selector, tolerations, affinity, topology spread
+/// constraints) of `db`.
+fn placed(pod: PodSpec, db: &DistributedDB) -> PodSpec {
+    match &db.spec.placement {
+        Some(placement) => placement.apply(pod),
+        None => pod,
     }
-    pod
 }
 
 /// A hook or backup Job's pod template with `spec.placement` of `db`.

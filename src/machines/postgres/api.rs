@@ -16,6 +16,9 @@
 //!     prefix: prod
 //!     credentialsSecret: orders-s3        # keys accessKey, secretKey
 //!     image: registry.example/pg-backup:16  # pg_dump + curl, see the scripts README
+//!   spread: {mode: Preferred}   # instances prefer a node each (Required | None)
+//!   placement:                  # instances and Jobs: nodeSelector, tolerations, affinity,
+//!     nodeSelector: {disktype: ssd}  # topologySpreadConstraints (DistributedDB's type)
 //! ```
 //!
 //! # Validation (by the API server, each message naming the field)
@@ -28,7 +31,9 @@
 //!   `spec.credentialsSecret` immutable;
 //! - `spec.backupSchedule` a five-field cron expression or a macro such as `@daily`, and
 //!   only together with `spec.backup`;
-//! - `spec.failoverDelaySeconds` in 0..=3600.
+//! - `spec.failoverDelaySeconds` in 0..=3600;
+//! - `spec.spread.mode` one of `Preferred`, `Required`, `None`; `spec.placement`'s
+//!   tolerations and topology spread constraints as DistributedDB's.
 //!
 //! # Credentials
 //! The superuser (`postgres`) and replication (`replicator`) passwords come from the Secret
@@ -55,6 +60,7 @@ use crate::engine::EngineStatus;
 use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
 use crate::machines::common::last_backup::LastBackup;
 use crate::machines::common::meta::{NAME_MESSAGE, NAME_RULE};
+pub use crate::machines::common::placement::{HOSTNAME_TOPOLOGY_KEY, Placement, Spread};
 
 /// The longest name a `PostgresCluster` may have.
 pub const MAX_NAME: usize = 40;
@@ -201,6 +207,45 @@ pub struct PostgresClusterSpec {
     /// clock-skew bound the operator allows for (see the machine's `# Assumptions`).
     #[serde(default)]
     pub fencing: FencingSpec,
+    /// Where the instances, and the survey, promote and backup pods, are scheduled
+    /// (the same type as DistributedDB's).
+    pub placement: Option<Placement>,
+    /// How the instances keep apart, so that one node (or zone) lost takes one
+    /// instance, not the cluster: by default each prefers a node without another.
+    #[serde(default)]
+    pub spread: SpreadSpec,
+}
+
+/// `spec.spread`: the pod anti-affinity Lockstep adds to the instances' own, over one
+/// topology key.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadSpec {
+    /// `Preferred` (default): the scheduler puts each instance on a node without
+    /// another while it can, and shares one when it cannot. `Required`: never two on
+    /// one node (with fewer nodes than instances, the extra ones stay Pending).
+    /// `None`: no anti-affinity of Lockstep's (`placement.affinity` still applies).
+    #[serde(default)]
+    pub mode: Spread,
+    /// The node label whose values are the domains to spread over (default
+    /// `kubernetes.io/hostname`: one node each; `topology.kubernetes.io/zone`: one
+    /// zone each).
+    #[serde(default = "default_topology_key")]
+    #[schemars(length(min = 1, max = 316))]
+    pub topology_key: String,
+}
+
+impl Default for SpreadSpec {
+    fn default() -> Self {
+        Self {
+            mode: Spread::default(),
+            topology_key: default_topology_key(),
+        }
+    }
+}
+
+fn default_topology_key() -> String {
+    HOSTNAME_TOPOLOGY_KEY.to_owned()
 }
 
 /// The default `spec.fencing.leaseDurationSeconds`.

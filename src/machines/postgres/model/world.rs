@@ -54,6 +54,8 @@ where
                 lease_duration_seconds: self.lease_seconds,
                 clock_skew_seconds: SKEW_SECONDS,
             },
+            placement: None,
+            spread: Default::default(),
         }
     }
 

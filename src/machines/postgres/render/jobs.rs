@@ -13,8 +13,12 @@ use crate::machines::common::meta::{self, Owner};
 
 use super::*;
 
-/// Give a Job's pod the scripts, a scratch directory and the `postgres` user.
+/// Give a Job's pod `spec.placement`, the scripts, a scratch directory and the
+/// `postgres` user.
 fn job_pod_extras(pg: &PostgresCluster, spec: &mut JobSpec) {
+    if let Some(pod) = spec.template.spec.take() {
+        spec.template.spec = Some(placed(pg, pod));
+    }
     if let Some(pod) = spec.template.spec.as_mut() {
         pod.security_context = Some(security_context());
         pod.volumes = Some(vec![

@@ -51,6 +51,7 @@ use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::env::{from_field, from_secret, plain};
 use crate::machines::common::meta::{self, Owner};
+use crate::machines::common::placement;
 use crate::machines::common::storage;
 
 mod jobs;
@@ -135,6 +136,26 @@ pub fn labels(pg: &PostgresCluster) -> BTreeMap<String, String> {
 /// The PostgreSQL pods' selector (immutable once the StatefulSet exists).
 pub fn selector(pg: &PostgresCluster) -> BTreeMap<String, String> {
     meta::component_labels(KIND_LABEL, &pg.name_any(), "database")
+}
+
+/// `pod` with `spec.placement` (every pod of the cluster: instances and Jobs).
+pub(super) fn placed(pg: &PostgresCluster, pod: PodSpec) -> PodSpec {
+    match &pg.spec.placement {
+        Some(placement) => placement.apply(pod),
+        None => pod,
+    }
+}
+
+/// An instance's `pod` with the anti-affinity of `spec.spread` added to its own: the
+/// instances keep off each other's node (or zone).
+fn spread(pg: &PostgresCluster, mut pod: PodSpec) -> PodSpec {
+    pod.affinity = placement::spread_terms(
+        pod.affinity.take(),
+        pg.spec.spread.mode,
+        &pg.spec.spread.topology_key,
+        &selector(pg),
+    );
+    pod
 }
 
 pub(super) fn namespace(pg: &PostgresCluster) -> String {
@@ -446,16 +467,22 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                     labels: Some(selector(pg)),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
-                    init_containers: Some(vec![manager::install_container()]),
-                    containers: vec![container],
-                    service_account_name: Some(instance_name(pg)),
-                    automount_service_account_token: Some(true),
-                    security_context: Some(security_context()),
-                    termination_grace_period_seconds: Some(60),
-                    volumes: Some(vec![manager::bin_volume(), podinfo]),
-                    ..PodSpec::default()
-                }),
+                spec: Some(spread(
+                    pg,
+                    placed(
+                        pg,
+                        PodSpec {
+                            init_containers: Some(vec![manager::install_container()]),
+                            containers: vec![container],
+                            service_account_name: Some(instance_name(pg)),
+                            automount_service_account_token: Some(true),
+                            security_context: Some(security_context()),
+                            termination_grace_period_seconds: Some(60),
+                            volumes: Some(vec![manager::bin_volume(), podinfo]),
+                            ..PodSpec::default()
+                        },
+                    ),
+                )),
             },
             volume_claim_templates: Some(vec![storage::claim_template(
                 VOLUME,

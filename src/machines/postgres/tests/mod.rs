@@ -50,6 +50,8 @@ fn spec(version: &str) -> PostgresClusterSpec {
         backup_schedule: None,
         backup: None,
         fencing: Default::default(),
+        placement: None,
+        spread: Default::default(),
     }
 }
 

@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::machines::common::testing::{assert_env, assert_secret_env, job_pod};
-use k8s_openapi::api::core::v1::Probe;
+use crate::machines::postgres::api::{Placement, Spread, SpreadSpec};
+use k8s_openapi::api::core::v1::{PodAntiAffinity, Probe};
 
 pub(super) fn object(spec: PostgresClusterSpec) -> PostgresCluster {
     let mut pg = PostgresCluster::new("pg", spec);
@@ -255,4 +256,131 @@ fn primary_available_follows_the_primary_pod_in_the_middle_of_an_upgrade() {
         available(&o),
         Some(("False".to_owned(), "PrimaryNotReady".to_owned()))
     );
+}
+
+// --- issue 26: placement --------------------------------------------------------------
+
+fn instance_pod(pg: &PostgresCluster) -> k8s_openapi::api::core::v1::PodSpec {
+    render::statefulset(pg, V1, 3)
+        .expect("renders")
+        .spec
+        .template
+        .spec
+        .expect("a pod template")
+}
+
+fn anti_affinity(pod: &k8s_openapi::api::core::v1::PodSpec) -> PodAntiAffinity {
+    pod.affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn instances_prefer_a_node_each_by_default() {
+    let pod = instance_pod(&object(spec("16.3")));
+    let terms = anti_affinity(&pod)
+        .preferred_during_scheduling_ignored_during_execution
+        .unwrap_or_default();
+    let [term] = terms.as_slice() else {
+        panic!("one preferred term: {terms:?}")
+    };
+    assert_eq!(
+        term.pod_affinity_term.topology_key,
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        term.pod_affinity_term
+            .label_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.clone()),
+        Some(render::selector(&object(spec("16.3")))),
+        "the term selects this cluster's instances, nobody else's"
+    );
+    assert!(
+        anti_affinity(&pod)
+            .required_during_scheduling_ignored_during_execution
+            .is_none()
+    );
+}
+
+#[test]
+fn a_required_spread_over_zones_never_lets_two_instances_share_a_zone() {
+    let pg = object(PostgresClusterSpec {
+        spread: SpreadSpec {
+            mode: Spread::Required,
+            topology_key: "topology.kubernetes.io/zone".to_owned(),
+        },
+        ..spec("16.3")
+    });
+    let terms = anti_affinity(&instance_pod(&pg))
+        .required_during_scheduling_ignored_during_execution
+        .unwrap_or_default();
+    assert_eq!(
+        terms
+            .iter()
+            .map(|t| t.topology_key.as_str())
+            .collect::<Vec<_>>(),
+        ["topology.kubernetes.io/zone"]
+    );
+}
+
+#[test]
+fn placement_reaches_the_instances_and_every_job_but_only_instances_spread() {
+    let placement: Placement = serde_json::from_value(serde_json::json!({
+        "nodeSelector": {"disktype": "ssd"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}],
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}],
+    }))
+    .expect("a placement");
+    let pg = object(PostgresClusterSpec {
+        placement: Some(placement.clone()),
+        ..with_backups(spec("16.3"), Some("0 3 * * *"))
+    });
+    let placed = |pod: &k8s_openapi::api::core::v1::PodSpec, what: &str| {
+        assert_eq!(
+            pod.node_selector.as_ref(),
+            Some(&placement.node_selector),
+            "{what}"
+        );
+        assert_eq!(
+            pod.tolerations.as_ref(),
+            Some(&placement.tolerations),
+            "{what}"
+        );
+    };
+    let instance = instance_pod(&pg);
+    placed(&instance, "the instances");
+    assert_eq!(
+        instance.topology_spread_constraints.as_ref(),
+        Some(&placement.topology_spread_constraints)
+    );
+    assert!(
+        anti_affinity(&instance)
+            .preferred_during_scheduling_ignored_during_execution
+            .is_some()
+    );
+    let backup = render::backup_job(&pg, "final-backup-1", BackupKind::Final)
+        .ok()
+        .flatten()
+        .expect("renders");
+    let survey = render::survey_job(&pg, "survey-1", &[1, 2], V1).expect("renders");
+    let promote = render::promote_job(&pg, "promote-1-abc-1", 1, V1).expect("renders");
+    for (job, what) in [(backup, "backup"), (survey, "survey"), (promote, "promote")] {
+        let pod = job_pod(&job);
+        placed(&pod, what);
+        assert!(
+            anti_affinity(&pod)
+                .preferred_during_scheduling_ignored_during_execution
+                .is_none(),
+            "a {what} Job needs no node of its own"
+        );
+    }
+    let scheduled = render::cronjob(&pg)
+        .ok()
+        .flatten()
+        .and_then(|cj| cj.spec.job_template.spec)
+        .and_then(|j| j.template.spec)
+        .expect("a scheduled backup pod");
+    placed(&scheduled, "scheduled backups");
 }
