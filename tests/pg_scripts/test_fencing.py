@@ -275,7 +275,10 @@ def test_liveness_succeeds_while_preparing_then_follows_pg_isready(env, lease):
     try:
         assert live() != 0
     finally:
-        os.kill(pid, signal.SIGCONT)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # under load the manager may already have stopped the hung server
 
 
 def test_survey_reports_positions_and_omits_the_unreachable(env):
