@@ -164,6 +164,15 @@
 //! - **A replica that is not Ready is never chosen**: the Lease is handed, and the
 //!   target labelled `primary`, only for a target observed Ready with the UID the intent
 //!   recorded.
+//! - **A switchover on demand** (`lockstep.dev/switchover: <pod>[:<anything>]`) is a
+//!   planned switchover like an upgrade's, with the same guarantees; it runs once per
+//!   value (recorded in the record's acks as it begins), and a value it cannot serve
+//!   (no such instance, or not a Ready replica) is a Degraded stay (`SwitchoverRefused`),
+//!   not taken on.
+//! - **A planned switchover whose old primary released no position** (its stop was not
+//!   clean, or a person asserted it down) surveys the standbys and promotes the most
+//!   advanced, as a failover does: the target chosen before may lack commits another
+//!   standby received.
 //! - **A planned switchover loses no acknowledged commit**: the old primary stops
 //!   cleanly before the Lease moves (its walsenders send all WAL to connected standbys
 //!   before it exits) and releases the Lease with its last position
@@ -264,12 +273,13 @@
 use super::actions::PgAction;
 use super::api::PostgresClusterSpec;
 use super::decide::fencing::keep_lease;
+use super::decide::ready::Served;
 use super::decide::{
     D, backing_up::backing_up, creating::creating, primary_lost::primary_lost, ready::ready,
     scaling::scaling, switching_over::switching_over, upgrading::upgrading,
 };
-use super::observe::Observed;
-use super::state::{PgKind, PgState, SwitchStep};
+use super::observe::{Observed, SWITCHOVER};
+use super::state::{PgKind, PgState, SwitchStep, Switchover};
 use super::table::{TABLE, reason::FINALIZED};
 use crate::engine::{Deadline, Decision, Edge, Machine, Wait, World};
 
@@ -355,7 +365,17 @@ impl Machine for Postgres {
             } => creating(spec, *credentials_created, world),
             PgState::Ready { cluster } => {
                 let lost = on_demand::lost(world, o.requests.backup_now.as_deref());
-                ready(spec, cluster, world.acked(BACKUP_NOW), lost, o, world.now)
+                ready(
+                    spec,
+                    cluster,
+                    Served {
+                        backup: world.acked(BACKUP_NOW),
+                        switchover: world.acked(SWITCHOVER),
+                    },
+                    lost,
+                    o,
+                    world.now,
+                )
             }
             PgState::Scaling {
                 cluster,
@@ -404,6 +424,10 @@ impl Machine for Postgres {
     fn acks(state: &PgState) -> Vec<(&'static str, String)> {
         match state {
             PgState::BackingUp { request, .. } => vec![on_demand::ack(request)],
+            PgState::SwitchingOver(Switchover {
+                request: Some(token),
+                ..
+            }) => vec![(SWITCHOVER, token.clone())],
             _ => Vec::new(),
         }
     }

@@ -76,7 +76,14 @@ pub struct PgRequests {
     /// [`FENCED`]: the Lease holder (`<pod-name>/<pod-uid>`) a person says is certainly
     /// no longer writable (its node is powered off), when the operator cannot tell.
     pub fenced: Option<String>,
+    /// [`SWITCHOVER`]: the request to move the primary role to a pod.
+    pub switchover: Option<String>,
 }
+
+/// Request: `lockstep.dev/switchover: <pod>[:<anything>]` moves the primary role to
+/// `<pod>` by the same fenced switchover as an upgrade, once per value (a suffix after
+/// `:` makes a new request for the same pod).
+pub const SWITCHOVER: &str = "lockstep.dev/switchover";
 
 /// Escape hatch: `lockstep.dev/adopt-primary: <pod-name>` names the primary when a
 /// cluster whose status was lost cannot be re-adopted unambiguously.
@@ -93,6 +100,7 @@ impl PgRequests {
             retry_promote: annotations::token(a, annotations::RETRY_PROMOTE),
             adopt_primary: annotations::token(a, ADOPT_PRIMARY),
             fenced: annotations::token(a, FENCED),
+            switchover: annotations::token(a, SWITCHOVER),
         }
     }
 }

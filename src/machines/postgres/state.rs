@@ -54,6 +54,8 @@ pub enum SwitchCause {
     Scale,
     /// The primary was not Ready for longer than `failoverDelaySeconds`. Back to Ready.
     Failover,
+    /// A person asked for it (`lockstep.dev/switchover`). Back to Ready.
+    Requested,
 }
 
 /// A standby's WAL positions as a failover's survey read them.
@@ -96,6 +98,10 @@ pub struct Switchover {
     /// the choice, before the Lease is handed to it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub surveyed: Option<Vec<Surveyed>>,
+    /// A requested switchover: the `lockstep.dev/switchover` token it serves (recorded
+    /// in the status's acks as it begins, so it runs once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
 }
 
 /// The persisted state of a PostgresCluster (`status.machine.state`). Its CRD schema is

@@ -96,7 +96,8 @@ pub(super) fn primary_available(
                 ),
             )
         }
-        PgState::SwitchingOver(s) => {
+        // A request for the pod that is already primary moves nothing: it stays available.
+        PgState::SwitchingOver(s) if s.target.ordinal != s.cluster.primary => {
             let (from, to) = (pod(s.cluster.primary), pod(s.target.ordinal));
             match s.cause {
                 SwitchCause::Failover => (
@@ -106,7 +107,7 @@ pub(super) fn primary_available(
                         "promoting {to} in place of {from}, which was not Ready (or not renewing the primary Lease) for longer than failoverDelaySeconds"
                     ),
                 ),
-                SwitchCause::Upgrade | SwitchCause::Scale => (
+                SwitchCause::Upgrade | SwitchCause::Scale | SwitchCause::Requested => (
                     false,
                     "SwitchingOver",
                     format!("moving the primary role from {from} to {to}"),

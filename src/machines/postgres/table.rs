@@ -120,6 +120,13 @@ pub mod reason {
     pub const ADOPTION_AMBIGUOUS: &str = "AdoptionAmbiguous";
     /// Stay: the old primary's pod must be seen before the primary label moves.
     pub const WAITING_FOR_OLD_PRIMARY: &str = "WaitingForOldPrimary";
+    /// Edge: `lockstep.dev/switchover` has a token not yet served, naming an instance.
+    pub const SWITCHOVER_REQUESTED: &str = "SwitchoverRequested";
+    /// Edge: the requested switchover named the pod that is already primary.
+    pub const ALREADY_PRIMARY: &str = "AlreadyPrimary";
+    /// Stay (Degraded): the requested switchover cannot run (it names no instance, or
+    /// one that is not a Ready replica); it waits until it can, or the annotation goes.
+    pub const SWITCHOVER_REFUSED: &str = "SwitchoverRefused";
 }
 
 use reason::*;
@@ -132,6 +139,7 @@ mod by {
     pub const UPGRADING: &str = "src/machines/postgres/decide/upgrading.rs";
     pub const SWITCHING_OVER: &str = "src/machines/postgres/decide/switching_over.rs";
     pub const PRIMARY_LOST: &str = "src/machines/postgres/decide/primary_lost.rs";
+    pub const REQUESTED: &str = "src/machines/postgres/decide/requested.rs";
 }
 
 /// The declared transition table.
@@ -143,6 +151,8 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         Ready: ADOPTED, "a lost status: the pods and the primary Lease of a running cluster are adopted as they are", by::CREATING;
     }
     Ready -> Upgrading: IMAGE_CHANGED, "spec.version or spec.image changed (or an instance runs another image)", by::READY;
+    Ready -> SwitchingOver: SWITCHOVER_REQUESTED,
+        "lockstep.dev/switchover has a new token naming an instance (a Ready replica, or the primary itself): the same fenced switchover as an upgrade", by::REQUESTED;
     Upgrading -> {
         Upgrading: IMAGE_CHANGED, "the spec's image changed mid-upgrade while no pod was in flight: retarget", by::UPGRADING;
         Upgrading: POD_CHOSEN, "the next pod to replace is chosen (replicas first, highest ordinal first); its UID is recorded", by::UPGRADING;
@@ -163,12 +173,13 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         SwitchingOver: PROMOTION_RETRIED, "the promote Job failed and its backoff is over (within its retry limit, or lockstep.dev/retry-promote has a new token)", by::SWITCHING_OVER;
         SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SWITCHING_OVER;
         SwitchingOver: LEASE_HANDED_OVER, "the Lease holder is certainly fenced (released, pod gone, or renewTime + L + S passed): the Lease names the target", by::SWITCHING_OVER;
-        SwitchingOver: OLD_PRIMARY_FENCED, "failover: the old primary is certainly fenced; a survey Job reads the standbys' WAL positions", by::SWITCHING_OVER;
-        SwitchingOver: MOST_ADVANCED_CHOSEN, "failover: the most advanced Ready standby of the survey (receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
+        SwitchingOver: OLD_PRIMARY_FENCED, "a failover's old primary is certainly fenced (or a planned switchover's, without its released position): a survey Job reads the standbys' WAL positions", by::SWITCHING_OVER;
+        SwitchingOver: MOST_ADVANCED_CHOSEN, "failover (or a switchover surveyed): the most advanced Ready standby of the survey (receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
         SwitchingOver: SURVEY_RETRIED, "failover: the survey Job failed and its backoff is over", by::SWITCHING_OVER;
         SwitchingOver: LEASE_LOST, "mid-promotion the Lease no longer names the target: its holder is fenced again first", by::SWITCHING_OVER;
         Upgrading: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; the old primary is upgraded next", by::SWITCHING_OVER;
-        Ready: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; scaling follows", by::SWITCHING_OVER;
+        Ready: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary (a scale-down: scaling follows; a requested switchover: done)", by::SWITCHING_OVER;
+        Ready: ALREADY_PRIMARY, "the requested switchover names the pod that is already primary: nothing moves", by::SWITCHING_OVER;
         Ready: FAILOVER_COMPLETED, "a Ready replica is promoted and labelled primary in place of the failed one", by::SWITCHING_OVER;
     }
     [Ready, Scaling] -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready", by::PRIMARY_LOST;

@@ -6,13 +6,15 @@
 //!   [`primary_lost`], [`backing_up`]: one per
 //!   state; deletion is [`crate::machines::common::finalize::deleting`].
 //! - [`ready`] is split into its sub-decisions: a lost primary, scaling, upgrades and
-//!   stray images, backups, Job pruning and reporting.
+//!   stray images, a switchover on demand ([`requested`]), backups, Job pruning and
+//!   reporting.
 
 pub(super) mod backing_up;
 pub(super) mod creating;
 pub(super) mod fencing;
 pub(super) mod primary_lost;
 pub(super) mod ready;
+pub(super) mod requested;
 pub(super) mod scaling;
 pub(super) mod survey;
 pub(super) mod switching_over;
@@ -220,5 +222,5 @@ pub(crate) fn switch_to(
     message: impl FnOnce(String, String) -> String,
 ) -> D {
     let message = message(o.pod_name(cluster.primary), o.pod_name(target.ordinal));
-    begin_switchover(cluster, target, cause, o, reason, message)
+    begin_switchover(cluster, target, cause, None, o, reason, message)
 }

@@ -10,6 +10,7 @@ use std::ops::ControlFlow;
 
 use super::RESYNC;
 use super::primary_lost::{lose_primary, primary_down};
+use super::requested::requested;
 use super::scaling::rescale;
 use super::{D, rest, stay, upkeep_at};
 use crate::engine::Decision;
@@ -23,13 +24,22 @@ use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PgState, Topology};
 use crate::machines::postgres::table::reason::*;
 
+/// The request tokens last taken on (the record's acks).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Served<'a> {
+    /// `lockstep.dev/backup-now`'s.
+    pub backup: Option<&'a str>,
+    /// `lockstep.dev/switchover`'s.
+    pub switchover: Option<&'a str>,
+}
+
 /// Decide in Ready: every instance Ready at `cluster.image`, roles as it says.
-/// `served` is the `backup-now` token last served (the record's ack); `lost` the
-/// message of a backup it asked for whose outcome is unknown ([`on_demand::lost`]).
+/// `served` holds the request tokens last taken on; `lost` the message of a backup it
+/// asked for whose outcome is unknown ([`on_demand::lost`]).
 pub(crate) fn ready(
     spec: &PostgresClusterSpec,
     cluster: &Topology,
-    served: Option<&str>,
+    served: Served<'_>,
     lost: Option<String>,
     o: &Observed,
     now: chrono::DateTime<chrono::Utc>,
@@ -44,7 +54,10 @@ pub(crate) fn ready(
     if let Some(go) = upgrade(spec, cluster, o) {
         return go;
     }
-    if let ControlFlow::Break(decision) = backup(spec, cluster, served, o, &actions) {
+    if let ControlFlow::Break(decision) = requested(cluster, served.switchover, o, &actions) {
+        return decision;
+    }
+    if let ControlFlow::Break(decision) = backup(spec, cluster, served.backup, o, &actions) {
         return decision;
     }
     actions.extend(actions::release_finished::<PgAction>(&o.jobs));

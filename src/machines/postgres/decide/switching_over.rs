@@ -13,9 +13,9 @@ use crate::machines::postgres::actions::{
     DeleteCause, LsnGate, PgAction, Role, promote_key, survey_key,
 };
 use crate::machines::postgres::api::PostgresClusterSpec;
-use crate::machines::postgres::observe::{Observed, RELEASED_LSN, holder_identity};
+use crate::machines::postgres::observe::{Observed, RELEASED_LSN, SWITCHOVER, holder_identity};
 use crate::machines::postgres::state::{
-    PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology,
+    PgState, PodRef, Surveyed, SwitchCause, SwitchStep, Switchover, Topology,
 };
 use crate::machines::postgres::table::reason::*;
 
@@ -27,6 +27,7 @@ pub(crate) fn begin_switchover(
     cluster: &Topology,
     target: PodRef,
     cause: SwitchCause,
+    request: Option<String>,
     o: &Observed,
     reason: &'static str,
     message: String,
@@ -42,6 +43,7 @@ pub(crate) fn begin_switchover(
             budget: RetryBudget::begin(o.own.requests.retry_promote.clone()),
             survey_attempt: None,
             surveyed: None,
+            request,
         }),
         reason,
         message,
@@ -59,8 +61,23 @@ pub(crate) fn switching_over(
     let t = s.target.ordinal;
     let what = match s.cause {
         SwitchCause::Failover => "failover",
-        SwitchCause::Upgrade | SwitchCause::Scale => "switchover",
+        SwitchCause::Upgrade | SwitchCause::Scale | SwitchCause::Requested => "switchover",
     };
+    // A request for the pod that is already primary moves nothing: it is served (its
+    // token recorded as this state began) and done.
+    if s.cause == SwitchCause::Requested && t == old {
+        return Decision::go(
+            PgState::Ready {
+                cluster: cluster.clone(),
+            },
+            ALREADY_PRIMARY,
+            format!(
+                "{SWITCHOVER}={}: {} is already the primary; nothing moved",
+                s.request.as_deref().unwrap_or_default(),
+                o.pod_name(old)
+            ),
+        );
+    }
     // Mid-switchover nobody is labelled primary until the target holds the Lease.
     let mut actions = objects(spec, &cluster.image, cluster.replicas, o);
     actions.extend(match s.step {
@@ -113,7 +130,7 @@ pub(crate) fn switching_over(
             .with_actions(demote)
         }
         SwitchStep::Fence => hand_over(spec, s, world, what, actions),
-        SwitchStep::Survey => survey(s, world, what, actions),
+        SwitchStep::Survey => survey(s, world, target_bound(spec, s), what, actions),
         SwitchStep::Promote => match lease_holds_target(s, o) {
             Ok(()) => promote(s, world, target_bound(spec, s), what, actions),
             Err(why) => Decision::go(
@@ -131,10 +148,18 @@ pub(crate) fn switching_over(
     }
 }
 
-/// Survey (failover): run the survey Job against every other live pod, and once it
-/// succeeded record the most advanced Ready standby it read as the target, with the
-/// positions (intent first), before the Lease is handed to it.
-fn survey(s: &Switchover, world: &World<Observed>, what: &str, actions: Vec<PgAction>) -> D {
+/// Survey (a failover, or a planned switchover whose old primary released no
+/// position): run the survey Job against every other live pod below `below` (a
+/// scale-down's targets), and once it succeeded record the most advanced Ready standby
+/// it read as the target, with the positions (intent first), before the Lease is handed
+/// to it.
+fn survey(
+    s: &Switchover,
+    world: &World<Observed>,
+    below: i32,
+    what: &str,
+    actions: Vec<PgAction>,
+) -> D {
     let o = &world.observed;
     let old = s.cluster.primary;
     let attempt = s.survey_attempt.unwrap_or(1);
@@ -147,7 +172,7 @@ fn survey(s: &Switchover, world: &World<Observed>, what: &str, actions: Vec<PgAc
     let (step, job_name) = run_once_step(o.job(&key), &key, attempts, world.now);
     match step {
         JobStep::Start => {
-            let hosts: Vec<i32> = (0..s.cluster.replicas)
+            let hosts: Vec<i32> = (0..s.cluster.replicas.min(below))
                 .filter(|k| *k != old && o.live(*k).is_some())
                 .collect();
             stay(
@@ -178,7 +203,12 @@ fn survey(s: &Switchover, world: &World<Observed>, what: &str, actions: Vec<PgAc
                 )
                 .requeue(std::time::Duration::from_secs(5));
             };
-            match most_advanced(o, &surveyed, old, None) {
+            let eligible: Vec<Surveyed> = surveyed
+                .iter()
+                .filter(|x| x.ordinal < below)
+                .cloned()
+                .collect();
+            match most_advanced(o, &eligible, old, None) {
                 Some(target) => {
                     let message = format!(
                         "{what}: {} is the most advanced Ready standby ({})",
@@ -354,6 +384,25 @@ fn hand_over(
                 why,
             )
         }
+        // A planned switchover whose old primary stopped without releasing its position
+        // (its fence killed it, a person asserts it is down, or the Lease names nobody)
+        // knows neither what it acknowledged nor which standby has the most of it: the
+        // pre-chosen target may lack commits another standby received. Survey first, as
+        // a failover does (found by the model check with switchovers on demand).
+        Fence::Fenced { why, .. }
+            if planned && s.surveyed.is_none() && lease.released_lsn.is_none() =>
+        {
+            Decision::go(
+            PgState::SwitchingOver(Switchover {
+                step: SwitchStep::Survey,
+                ..s.clone()
+            }),
+            OLD_PRIMARY_FENCED,
+                format!(
+                    "{what}: {why}, but it released no last WAL position: the standbys' positions are surveyed so that the most advanced is promoted (not necessarily {name})"
+                ),
+            )
+        }
         Fence::Fenced { why, .. } => promote(
             vec![hand_gated(lease, Some(target), LsnGate::Keep, world.now)],
             why,
@@ -404,7 +453,7 @@ fn hand_over(
 pub(crate) fn target_bound(spec: &PostgresClusterSpec, s: &Switchover) -> i32 {
     match s.cause {
         SwitchCause::Scale => spec.replicas.min(s.cluster.replicas),
-        SwitchCause::Upgrade | SwitchCause::Failover => s.cluster.replicas,
+        SwitchCause::Upgrade | SwitchCause::Failover | SwitchCause::Requested => s.cluster.replicas,
     }
 }
 
@@ -607,6 +656,16 @@ pub(crate) fn elect(s: &Switchover, o: &Observed, what: &str, actions: Vec<PgAct
             SWITCHOVER_COMPLETED,
             format!(
                 "switchover: {} is primary; {} follows it",
+                o.pod_name(t),
+                o.pod_name(old)
+            ),
+        ),
+        SwitchCause::Requested => (
+            PgState::Ready { cluster: elected },
+            SWITCHOVER_COMPLETED,
+            format!(
+                "switchover ({SWITCHOVER}={}): {} is primary; {} follows it",
+                s.request.as_deref().unwrap_or_default(),
                 o.pod_name(t),
                 o.pod_name(old)
             ),

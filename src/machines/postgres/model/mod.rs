@@ -281,6 +281,13 @@ pub(super) struct World {
     backup: bool,
     schedule: usize,
     backup_token: u32,
+    /// `lockstep.dev/switchover`: the ordinal it names and its token's serial
+    /// (`pg-<k>:<n>`), if set.
+    switchover: Option<(i32, u32)>,
+    /// The serial of the last `lockstep.dev/switchover` token a persisted state took on
+    /// (what the record's acks hold), noted as the states are checked: a request is
+    /// served once a switchover state carried it.
+    switchover_served: std::cell::Cell<u32>,
     skip_final: bool,
     /// `lockstep.dev/retry-promote` is set (to one token: the settled world's).
     retry_promote: bool,
@@ -425,6 +432,8 @@ pub(super) enum Move {
     Drift,
     /// The user sets a new `backup-now` token.
     RequestBackup,
+    /// A person sets `lockstep.dev/switchover` to a new token naming this ordinal.
+    RequestSwitchover(i32),
     /// The user sets `skip-final-backup=true`.
     SkipFinalBackup,
     /// Someone (a TTL controller, a cleanup) deletes the `nth` finished backup Job.
@@ -576,6 +585,8 @@ impl World {
             backup,
             schedule: if backup { schedule } else { 0 },
             backup_token: 0,
+            switchover: None,
+            switchover_served: std::cell::Cell::new(0),
             skip_final: false,
             retry_promote: false,
             adopt_hatch: false,
@@ -664,6 +675,10 @@ impl World {
         self.retry_promote = true;
         // A user who finds an adoption ambiguous names the primary.
         self.adopt_hatch = true;
+        // A user whose switchover request names a pod that no longer exists removes it.
+        if self.switchover.is_some_and(|(k, _)| k >= self.replicas) {
+            self.switchover = None;
+        }
         // A user who finds a switchover waiting for a release that cannot come (the old
         // primary's node is down) says so.
         self.fenced_hatch = true;

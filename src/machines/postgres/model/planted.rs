@@ -180,6 +180,9 @@ fn the_model_check_finds_a_promotion_before_the_old_primary_is_fenced() {
                 ..config()
             })
             .err()
+            // A seed whose first failure is another consequence of the bug (a cluster
+            // left with nobody writable to clone from) is passed over.
+            .filter(|f| f.reason.contains("writable server") || f.reason.contains("promoted pod"))
         })
         .expect("generated runs find the planted bug");
     assert!(
@@ -490,6 +493,10 @@ fn force_deleted_switchover() -> (World, Vec<Event<Move, Edit>>) {
         env(ForceDeleted(2)),
         env(Write),
         r(),
+        r(),
+        r(),
+        // Pod 2 released no position: the standbys are surveyed before the hand-over.
+        env(JobFinishes { nth: 0, ok: true }),
         r(),
         r(),
         env(AgentTick(0)),

@@ -168,6 +168,7 @@ where
                     retry_promote: self.retry_promote.then(|| "settled".to_owned()),
                     adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.db_primary)),
                     fenced: self.fenced_hatch.then(|| self.fenced()).flatten(),
+                    switchover: self.switchover.map(|(k, n)| format!("pg-{k}:{n}")),
                 },
                 lease_seconds: self
                     .pods
@@ -308,6 +309,7 @@ where
                 .prop_map(|(nth, ok)| Move::JobFinishes { nth, ok }),
             1 => Just(Move::Drift),
             1 => Just(Move::RequestBackup),
+            1 => (0..MAX_PODS).prop_map(Move::RequestSwitchover),
             1 => Just(Move::SkipFinalBackup),
             1 => any::<u8>().prop_map(Move::BackupJobDeleted),
             3 => (0..MAX_PODS).prop_map(Move::AgentTick),
@@ -370,6 +372,10 @@ where
             // the liveness phase would read as a quiet rest it is not.
             Move::RequestBackup if self.backup => self.backup_token += 1,
             Move::RequestBackup => {}
+            Move::RequestSwitchover(k) => {
+                let n = self.switchover.map_or(0, |(_, n)| n) + 1;
+                self.switchover = Some((k, n));
+            }
             Move::SkipFinalBackup => self.skip_final = true,
             Move::AgentTick(k) => self.agent_tick(k),
             Move::Partition(k) => self.partition(k),
@@ -471,6 +477,16 @@ where
     }
 
     fn invariants(&self, state: &PgState) -> Result<(), String> {
+        if let PgState::SwitchingOver(s) = state
+            && let Some(serial) = s
+                .request
+                .as_deref()
+                .and_then(|t| t.split(':').nth(1))
+                .and_then(|n| n.parse::<u32>().ok())
+        {
+            self.switchover_served
+                .set(self.switchover_served.get().max(serial));
+        }
         if let Some(v) = self.violations.first() {
             return Err(v.clone());
         }
@@ -555,6 +571,10 @@ where
         let token = format!("t{}", self.backup_token);
         // Served: its Job was created (it may have been deleted since).
         let token_served = self.backup_token == 0 || self.backup_keys.contains(&backup_key(&token));
+        // A switchover request is served once a switchover state took its token on.
+        let switchover_served = self
+            .switchover
+            .is_none_or(|(_, n)| self.switchover_served.get() >= n);
         // At rest, finished on-demand Jobs are within their history limit.
         let bounded = [true, false].iter().all(|ok| {
             self.jobs
@@ -599,6 +619,7 @@ where
                 .iter()
                 .any(|j| matches!(j.kind, JobKind::Promote { .. }))
             && token_served
+            && switchover_served
     }
 
     fn clock(&mut self, now: DateTime<Utc>) {

@@ -231,10 +231,19 @@ fn a_planned_switchover_demotes_the_old_primary_and_waits_for_it_to_release_the_
     let state = switching(SwitchStep::Fence, 1, SwitchCause::Upgrade);
     let d = decide(&spec("16.4"), &state, o.clone());
     assert_eq!(d.reason(), WAITING_FOR_FENCE);
-    edit_lease(&mut o, |l| l.released_by = l.holder.take());
-    let d = decide(&spec("16.4"), &state, o);
+    edit_lease(&mut o, |l| {
+        l.released_by = l.holder.take();
+        l.released_lsn = Some("0/3000060".to_owned());
+    });
+    let d = decide(&spec("16.4"), &state, o.clone());
     assert_eq!(d.reason(), LEASE_HANDED_OVER);
     assert_eq!(hand_overs(&d), vec![Some(format!("pg-1/{}", uid(1, V2)))]);
+    // Released without a position (its stop was not clean): nobody knows which standby
+    // has the most of what it acknowledged, so they are surveyed first.
+    edit_lease(&mut o, |l| l.released_lsn = None);
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), OLD_PRIMARY_FENCED);
+    assert!(hand_overs(&d).is_empty());
 }
 
 #[test]
@@ -554,11 +563,13 @@ fn a_planned_switchover_never_hands_the_lease_over_by_expiry_without_a_released_
     });
     let d = decide(&spec("16.4"), &state, released);
     assert_eq!(d.reason(), LEASE_HANDED_OVER);
-    // Or a person says its node is down, accepting what only it had.
+    // Or a person says its node is down, accepting what only it had: the standbys are
+    // surveyed first, so that the most advanced is promoted.
     let mut asserted = o;
     asserted.own.requests.fenced = Some(identity(0, V1));
     let d = decide(&spec("16.4"), &state, asserted);
-    assert_eq!(d.reason(), LEASE_HANDED_OVER);
+    assert_eq!(d.reason(), OLD_PRIMARY_FENCED);
+    assert!(hand_overs(&d).is_empty());
 }
 
 fn gates(d: &Decision<PgState, PgAction>) -> Vec<LsnGate> {

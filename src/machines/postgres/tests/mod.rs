@@ -7,6 +7,7 @@ mod failover;
 mod fencing;
 mod records;
 mod rendering;
+mod requested;
 mod upgrades;
 
 use std::collections::BTreeMap;
@@ -181,6 +182,7 @@ fn failover_at(step: SwitchStep) -> PgState {
         budget: crate::machines::common::retry::RetryBudget::begin(None),
         survey_attempt: None,
         surveyed: None,
+        request: None,
     })
 }
 
@@ -248,6 +250,7 @@ fn switching(step: SwitchStep, attempt: u32, cause: SwitchCause) -> PgState {
         budget: crate::machines::common::retry::RetryBudget::begin(None),
         survey_attempt: None,
         surveyed: None,
+        request: None,
     })
 }
 
