@@ -806,6 +806,84 @@ async fn replication_then_upgrade_switchover() {
     real.finish().await;
 }
 
+/// (d) A switchover on demand (`lockstep.dev/switchover`) under a writer: the role moves
+/// to the pod named, no acknowledged commit is lost, `-rw` never selects two pods, the
+/// old primary streams from the new one, and the same value again moves nothing.
+#[tokio::test]
+async fn switchover_on_demand_loses_no_acknowledged_commit() {
+    if !real_node() {
+        return;
+    }
+    let mut real = Real::new("pgreal-so").await;
+    let name = "pg";
+    let pg = real.cluster(name, 3, json!({})).await;
+    let old = primary_of(&pg);
+    let target = if old == "pg-2" { "pg-1" } else { "pg-2" };
+    real.start_client(name).await;
+    let watch = RwWatch::start(&real.pg.env, name).await;
+    real.writing(true);
+    let before = real.acks_grow(0, 20).await;
+    real.pg
+        .merge_patch(
+            name,
+            json!({"metadata": {"annotations": {"lockstep.dev/switchover": target}}}),
+        )
+        .await;
+    let target_owned = target.to_owned();
+    let pg = until(
+        &real.pg.api,
+        name,
+        "Ready with the requested primary",
+        SLOW,
+        move |pg| {
+            is_ready_at(pg, IMAGE)
+                && pg.status.as_ref().and_then(|s| s.primary_pod.as_deref())
+                    == Some(target_owned.as_str())
+        },
+    )
+    .await;
+    let after = real.acks_grow(real.acks().len(), 20).await;
+    let acked = real.stop_client();
+    let rows = real.rows(name);
+    let lost: Vec<&u64> = acked.iter().filter(|id| !rows.contains_key(id)).collect();
+    eprintln!(
+        "(d) {old} -> {target} on demand: {} commits acknowledged ({before} before the request, {after} at the end), {} rows, lost {lost:?}; -rw selected {:?}",
+        acked.len(),
+        rows.len(),
+        watch.seen()
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged commits lost in the switchover: {lost:?}"
+    );
+    assert!(
+        watch.most() <= 1,
+        "{name}-rw selected {} pods at once: {:?}",
+        watch.most(),
+        watch.seen()
+    );
+    let reasons: Vec<String> = history(&pg).into_iter().map(|h| h.reason).collect();
+    assert!(
+        reasons.iter().any(|r| r == "SwitchoverRequested")
+            && reasons.iter().any(|r| r == "SwitchoverCompleted"),
+        "{reasons:?}"
+    );
+    rejoined_as_a_replica(&real, name, &old, target).await;
+    // Served once: a reconcile later (an edit wakes it), the same value moves nothing.
+    real.pg
+        .merge_patch(name, json!({"metadata": {"labels": {"e2e-touch": "1"}}}))
+        .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pg = real.pg.api.get(name).await.expect("the cluster");
+    assert_eq!(primary_of(&pg), target);
+    let now: Vec<String> = history(&pg).into_iter().map(|h| h.reason).collect();
+    assert_eq!(
+        now, reasons,
+        "nothing transitioned for a value already served"
+    );
+    real.finish().await;
+}
+
 /// (c) Failover: the primary's postmaster is killed (SIGKILL; the instance manager, its
 /// parent, exits with it). A replica is promoted and the old primary rejoins through pg_rewind.
 ///
@@ -1262,6 +1340,16 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
         "{old} did not rejoin through pg_rewind:\nheld container:\n{held_log}\nrecreated pod:\n{new_log}"
     );
     real.finish().await;
+}
+
+/// The machine's transitions as the status records them.
+fn history(pg: &PostgresCluster) -> Vec<lockstep::engine::HistoryEntry> {
+    pg.status
+        .as_ref()
+        .and_then(|s| s.engine.machine.as_ref())
+        .and_then(|m| m.to_value().get("history").cloned())
+        .and_then(|h| serde_json::from_value(h).ok())
+        .unwrap_or_default()
 }
 
 /// When the cluster was first seen Ready with `primary` (epoch seconds).
