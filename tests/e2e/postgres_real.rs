@@ -599,17 +599,26 @@ fn streaming_standbys(real: &Real, name: &str) -> BTreeSet<String> {
 
 /// After a failover from `old` to `new`: `old` is labelled `replica` again, and every
 /// replica streams from `new`.
+/// (The old primary's pod is deleted as the target is promoted and labelled `replica`
+/// once its successor is seen: waited for, with a deadline.)
 async fn rejoined_as_a_replica(real: &Real, name: &str, old: &str, new: &str) {
-    let roles = real.roles(name).await;
-    let replicas: Vec<String> = roles
-        .iter()
-        .filter(|(pod, (role, _, _))| role == "replica" && pod.as_str() != new)
-        .map(|(pod, _)| pod.clone())
-        .collect();
-    assert!(
-        replicas.iter().any(|r| r == old),
-        "{old} is not a replica again: {roles:?}"
-    );
+    let deadline = tokio::time::Instant::now() + SLOW;
+    let replicas = loop {
+        let roles = real.roles(name).await;
+        let replicas: Vec<String> = roles
+            .iter()
+            .filter(|(pod, (role, _, _))| role == "replica" && pod.as_str() != new)
+            .map(|(pod, _)| pod.clone())
+            .collect();
+        if replicas.iter().any(|r| r == old) {
+            break replicas;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{old} is not a replica again: {roles:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     standbys_become(real, name, &replicas).await;
 }
 
