@@ -4,6 +4,7 @@ use super::*;
 use crate::machines::common::testing::{assert_env, assert_secret_env, job_pod};
 use crate::machines::postgres::api::{Placement, Spread, SpreadSpec};
 use k8s_openapi::api::core::v1::{PodAntiAffinity, Probe};
+use serde::Deserialize;
 
 pub(super) fn object(spec: PostgresClusterSpec) -> PostgresCluster {
     let mut pg = PostgresCluster::new("pg", spec);
@@ -383,4 +384,19 @@ fn placement_reaches_the_instances_and_every_job_but_only_instances_spread() {
         .and_then(|j| j.template.spec)
         .expect("a scheduled backup pod");
     placed(&scheduled, "scheduled backups");
+}
+
+#[test]
+fn the_example_in_examples_is_a_postgres_cluster_this_operator_reads() {
+    let text = include_str!("../../../../examples/postgrescluster.yaml");
+    let clusters: Vec<PostgresCluster> = serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde_yaml::Value::deserialize(doc).expect("a YAML document"))
+        .filter(|v| v.get("kind").and_then(|k| k.as_str()) == Some("PostgresCluster"))
+        .map(|v| serde_yaml::from_value(v).expect("a PostgresCluster"))
+        .collect();
+    let [pg] = clusters.as_slice() else {
+        panic!("one PostgresCluster in the example: {clusters:?}")
+    };
+    assert_eq!(pg.spec.spread.mode, Spread::Preferred);
+    assert!(pg.spec.backup.is_some());
 }
