@@ -95,14 +95,26 @@ impl Status {
     }
 }
 
+/// What `/metrics` serves: the operator's [`Metrics`], or the instance manager's.
+pub trait Scrape: Clone + Send + Sync + 'static {
+    /// The OpenMetrics text exposition.
+    fn encode(&self) -> String;
+}
+
+impl Scrape for Metrics {
+    fn encode(&self) -> String {
+        Metrics::encode(self)
+    }
+}
+
 /// Serve the health endpoints on `listener` until `shutdown` is cancelled.
 ///
 /// # Errors
 /// [`Error::Serve`] if accepting connections fails.
-pub async fn serve(
+pub async fn serve<S: Scrape>(
     listener: TcpListener,
     status: Status,
-    metrics: Metrics,
+    metrics: S,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -156,10 +168,10 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
         .map_err(|source| Error::Bind { addr, source })
 }
 
-fn respond(
+fn respond<S: Scrape>(
     request: &Request<Incoming>,
     status: &Status,
-    metrics: &Metrics,
+    metrics: &S,
 ) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());

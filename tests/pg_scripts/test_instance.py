@@ -11,9 +11,10 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 
 from lease_stand_in import UID0, UID1, instance_env, writable
-from pg_harness import LOCKSTEP_BIN, PG_BIN, SUPER_PASSWORD, user_kwargs, wait_until
+from pg_harness import LOCKSTEP_BIN, PG_BIN, SUPER_PASSWORD, free_port, user_kwargs, wait_until
 
 assert os.path.exists(LOCKSTEP_BIN), f"build the manager first: cargo build --bin lockstep ({LOCKSTEP_BIN})"
 
@@ -37,6 +38,43 @@ def test_the_primary_renews_and_publishes_the_l_it_runs_with(env, lease):
     spec = lease.get()["spec"]
     assert spec["holderIdentity"] == f"pg-0/{UID0}"
     assert spec["leaseDurationSeconds"] == 10, "the L this holder's fence runs with (finding 2)"
+
+
+def metrics(port: int) -> dict:
+    """The manager's /metrics as {series: value} (one sample per line)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1]
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def test_metrics_say_which_server_is_writable_holds_the_lease_and_how_far_the_standby_lags(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    pp, sp = free_port(), free_port()
+    primary = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0, LOCKSTEP_METRICS_PORT=str(pp)))
+    standby = env.pod("pg-1").start("replica", primary=primary,
+                                    **instance_env(env, lease, UID1, LOCKSTEP_METRICS_PORT=str(sp)))
+    primary.sql("CREATE TABLE items (v int)")
+    primary.sql("INSERT INTO items SELECT generate_series(1, 100)")
+
+    def primary_says():
+        m = metrics(pp)
+        return (m.get("lockstep_instance_writable") == "1"
+                and m.get("lockstep_instance_lease_held") == "1"
+                and m.get('lockstep_instance_state{state="Primary"}') == "1")
+
+    wait_until(primary_says, timeout=20, what="the primary's metrics")
+
+    def standby_says():
+        m = metrics(sp)
+        return (m.get("lockstep_instance_writable") == "0"
+                and m.get("lockstep_instance_lease_held") == "0"
+                and m.get("lockstep_instance_streaming") == "1"
+                and "lockstep_instance_replay_lag_bytes" in m
+                and int(m.get("lockstep_instance_wal_position_bytes", "0")) > 0)
+
+    wait_until(standby_says, timeout=30, what="the standby's metrics")
+    assert standby.in_recovery() is True
 
 
 def test_the_fence_kills_the_server_within_t_when_the_api_server_hangs(env, lease):

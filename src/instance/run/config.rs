@@ -117,6 +117,10 @@ pub struct InstanceArgs {
     /// The bound of one Lease request, in seconds.
     #[arg(long, env = "LEASE_REQUEST_SECONDS", default_value_t = 1)]
     pub lease_request_seconds: u64,
+    /// The port `/metrics` is served on, on every address ([`super::metrics`]); none
+    /// without it.
+    #[arg(long, env = "LOCKSTEP_METRICS_PORT")]
+    pub metrics_port: Option<u16>,
 }
 
 impl InstanceArgs {

@@ -39,6 +39,7 @@ use super::clock::Moment;
 use super::config::InstanceArgs;
 use super::fence::Fence;
 use super::lease::LeaseClient;
+use super::metrics::InstanceMetrics;
 use super::postmaster::Postmaster;
 use super::prepare::{Layout, Prepare};
 use super::process::{self, Pidfd, Signal};
@@ -267,6 +268,8 @@ pub struct Manager {
     /// The reason of the last round's stay (none after a transition): a stay is logged
     /// at `info` when it begins, at `debug` while it lasts.
     staying: Option<&'static str>,
+    /// What the last round saw, for `/metrics`.
+    metrics: InstanceMetrics,
 }
 
 impl Manager {
@@ -324,6 +327,7 @@ impl Manager {
             state: AgentState::Starting,
             signalled: false,
             staying: None,
+            metrics: InstanceMetrics::new(),
         })
     }
 
@@ -340,8 +344,13 @@ impl Manager {
         let mut int = signal(SignalKind::interrupt()).map_err(ManagerError::Signals)?;
         let mut quit = signal(SignalKind::quit()).map_err(ManagerError::Signals)?;
         self.phase("starting");
+        if let Some(port) = self.args.metrics_port {
+            self.serve_metrics(port).await;
+        }
+        let me = self.args.holder();
         loop {
             let seen = self.observe().await;
+            self.metrics.record(&seen, &self.state, me.as_deref());
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);
             let (to, wait) = match &decision {
                 Decision::Go {
@@ -425,6 +434,30 @@ impl Manager {
                 _ = int.recv() => self.on_signal(Signal::Int),
                 _ = quit.recv() => self.on_signal(Signal::Quit),
             }
+        }
+    }
+
+    /// Serve `/metrics` (and `/healthz`) on `port` for as long as the process runs. A
+    /// port that cannot be bound is logged, not fatal: the database runs without it.
+    async fn serve_metrics(&self, port: u16) {
+        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+        match crate::ops::health::bind(addr).await {
+            Ok(listener) => {
+                let status = crate::ops::health::Status::new(false);
+                status.set_leader(true);
+                status.set_synced(true);
+                let metrics = self.metrics.clone();
+                tokio::spawn(async move {
+                    let shutdown = tokio_util::sync::CancellationToken::new();
+                    if let Err(error) =
+                        crate::ops::health::serve(listener, status, metrics, shutdown).await
+                    {
+                        tracing::warn!(%error, "the metrics server stopped");
+                    }
+                });
+                tracing::info!(%addr, "serving /metrics");
+            }
+            Err(error) => tracing::warn!(%error, "not serving /metrics"),
         }
     }
 

@@ -25,6 +25,7 @@ pub mod fence;
 pub mod install;
 pub mod lease;
 pub mod manager;
+pub mod metrics;
 pub mod postmaster;
 pub mod prepare;
 pub mod process;

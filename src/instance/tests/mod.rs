@@ -1,5 +1,6 @@
 //! Unit tests of the agent's decisions, one rule each.
 
+mod metrics;
 mod prepare;
 mod serve;
 mod stop;

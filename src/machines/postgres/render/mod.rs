@@ -89,6 +89,8 @@ pub const SCRIPTS_PATH: &str = "/lockstep/scripts";
 pub const PODINFO_PATH: &str = "/etc/lockstep/podinfo";
 /// The PostgreSQL port.
 pub const PORT: i32 = 5432;
+/// The port of the instance manager's `/metrics` in every instance (named `metrics`).
+pub const METRICS_PORT: i32 = 9187;
 /// The uid and gid of `postgres` in the official images.
 pub const POSTGRES_UID: i64 = 999;
 /// How long `promote.sh` waits for the target's agent to promote it.
@@ -342,6 +344,7 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
     let mut env = vec![
         plain("PGDATA", PGDATA),
         plain("PGPORT", PORT.to_string()),
+        plain("LOCKSTEP_METRICS_PORT", METRICS_PORT.to_string()),
         from_field("POD_NAME", "metadata.name"),
         plain("LOCKSTEP_ROLE_FILE", format!("{PODINFO_PATH}/labels")),
         plain("LOCKSTEP_ROLE_LABEL", ROLE_LABEL),
@@ -384,11 +387,19 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
         name: CONTAINER.to_owned(),
         image: Some(image.to_owned()),
         command: Some(INSTANCE_COMMAND.map(str::to_owned).to_vec()),
-        ports: Some(vec![ContainerPort {
-            name: Some("postgresql".to_owned()),
-            container_port: PORT,
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("postgresql".to_owned()),
+                container_port: PORT,
+                ..ContainerPort::default()
+            },
+            // The instance manager's `/metrics` (`src/instance/run/metrics.rs`).
+            ContainerPort {
+                name: Some("metrics".to_owned()),
+                container_port: METRICS_PORT,
+                ..ContainerPort::default()
+            },
+        ]),
         env: Some(server_env(pg)),
         resources: pg.spec.resources.clone(),
         readiness_probe: Some(Probe {

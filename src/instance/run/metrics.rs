@@ -1,0 +1,219 @@
+//! The instance manager's metrics: what it last saw of its server and its Lease, in
+//! Prometheus conventions, served at `/metrics` on `LOCKSTEP_METRICS_PORT` (the pod's
+//! port named `metrics`) by the operator's own health server
+//! ([`crate::ops::health::serve`]).
+//!
+//! Every series is a gauge refreshed at each of the manager's rounds (every `R` seconds
+//! at most) from the same observation its `decide` reads: a scrape never touches the
+//! server or the API. Position and lag are bytes of WAL; a series that does not apply
+//! (a primary's replay lag) is absent, never a made-up zero.
+//!
+//! | series | meaning |
+//! |---|---|
+//! | `lockstep_instance_up` | 1 when the server answered this round |
+//! | `lockstep_instance_writable` | 1 when it accepts writes (a primary) |
+//! | `lockstep_instance_state{state}` | 1 for the manager's state (`Primary`, `Standby`, …) |
+//! | `lockstep_instance_role{role}` | 1 for the pod's role label as read (`primary`, `replica`, `demoted`, `none`) |
+//! | `lockstep_instance_timeline` | the timeline of its last position |
+//! | `lockstep_instance_wal_position_bytes` | a primary's write position, a standby's furthest (received or replayed) |
+//! | `lockstep_instance_replay_lag_bytes` | a standby's received minus replayed |
+//! | `lockstep_instance_streaming` | 1 when a standby's WAL receiver streams |
+//! | `lockstep_instance_lease_held` | 1 when the primary Lease names this pod |
+//! | `lockstep_instance_seconds_since_renewal` | since its last accepted renewal (a holder's) |
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::instance::observe::{LeaseRead, Observation, Position, RoleLabel, Server};
+use crate::instance::{AgentKind, AgentState};
+use crate::ops::health::Scrape;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RoleLabels {
+    role: &'static str,
+}
+
+/// The manager's gauges. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct InstanceMetrics {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    registry: Registry,
+    up: Gauge,
+    writable: Gauge,
+    state: Family<StateLabels, Gauge>,
+    role: Family<RoleLabels, Gauge>,
+    timeline: Gauge,
+    position: Gauge,
+    replay_lag: Gauge,
+    streaming: Gauge,
+    lease_held: Gauge,
+    since_renewal: Gauge,
+}
+
+impl Default for InstanceMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl InstanceMetrics {
+    /// Every gauge registered, none set yet.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("lockstep_instance");
+        let inner = Inner {
+            up: Gauge::default(),
+            writable: Gauge::default(),
+            state: Family::default(),
+            role: Family::default(),
+            timeline: Gauge::default(),
+            position: Gauge::default(),
+            replay_lag: Gauge::default(),
+            streaming: Gauge::default(),
+            lease_held: Gauge::default(),
+            since_renewal: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "up",
+            "1 when the server answered the manager's last round",
+            inner.up.clone(),
+        );
+        registry.register(
+            "writable",
+            "1 when the server accepts writes",
+            inner.writable.clone(),
+        );
+        registry.register(
+            "state",
+            "1 for the instance manager's state",
+            inner.state.clone(),
+        );
+        registry.register(
+            "role",
+            "1 for the pod's role label as last read",
+            inner.role.clone(),
+        );
+        registry.register(
+            "timeline",
+            "The timeline of the server's last position",
+            inner.timeline.clone(),
+        );
+        registry.register(
+            "wal_position_bytes",
+            "A primary's write position, a standby's furthest received or replayed, in bytes of WAL",
+            inner.position.clone(),
+        );
+        registry.register(
+            "replay_lag_bytes",
+            "A standby's received minus replayed WAL, in bytes",
+            inner.replay_lag.clone(),
+        );
+        registry.register(
+            "streaming",
+            "1 when a standby's WAL receiver streams",
+            inner.streaming.clone(),
+        );
+        registry.register(
+            "lease_held",
+            "1 when the primary Lease names this pod",
+            inner.lease_held.clone(),
+        );
+        registry.register(
+            "seconds_since_renewal",
+            "Seconds since this pod's last accepted renewal of the primary Lease",
+            inner.since_renewal.clone(),
+        );
+        Self {
+            inner: Arc::new(Inner { registry, ..inner }),
+        }
+    }
+
+    /// Refresh every gauge from a round's observation, the state the manager is in, and
+    /// its identity `me` (`<pod>/<uid>`) on the Lease.
+    pub fn record(&self, seen: &Observation, state: &AgentState, me: Option<&str>) {
+        let m = &self.inner;
+        m.state.clear();
+        m.state
+            .get_or_create(&StateLabels {
+                state: AgentKind::from(state).into(),
+            })
+            .set(1);
+        m.role.clear();
+        m.role
+            .get_or_create(&RoleLabels {
+                role: role_name(&seen.role),
+            })
+            .set(1);
+        let (up, writable) = match &seen.server {
+            Server::Down { .. } | Server::Unanswering => (false, false),
+            Server::Standby(_) => (true, false),
+            Server::Writable { .. } => (true, true),
+        };
+        m.up.set(i64::from(up));
+        m.writable.set(i64::from(writable));
+        let furthest: Option<Position> = match &seen.server {
+            Server::Writable { position } => Some(*position),
+            Server::Standby(s) => s.furthest(),
+            _ => None,
+        };
+        if let Some(p) = furthest {
+            m.timeline.set(i64::from(p.timeline));
+            m.position.set(bytes(p));
+        }
+        match &seen.server {
+            Server::Standby(s) => {
+                m.streaming.set(i64::from(s.streaming));
+                if let (Some(r), Some(p)) = (s.received, s.replayed) {
+                    m.replay_lag.set(bytes(r).saturating_sub(bytes(p)).max(0));
+                }
+            }
+            _ => {
+                m.streaming.set(0);
+                m.replay_lag.set(0);
+            }
+        }
+        let held = match (&seen.lease, me) {
+            (LeaseRead::Seen(l), Some(me)) => l.names(me),
+            _ => false,
+        };
+        m.lease_held.set(i64::from(held));
+        m.since_renewal.set(
+            seen.since_renewal()
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
+        );
+    }
+}
+
+impl Scrape for InstanceMetrics {
+    fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
+        out
+    }
+}
+
+fn bytes(p: Position) -> i64 {
+    i64::try_from(p.lsn.0).unwrap_or(i64::MAX)
+}
+
+fn role_name(role: &RoleLabel) -> &'static str {
+    match role {
+        RoleLabel::Is(role) => (*role).into(),
+        RoleLabel::Absent => "none",
+        RoleLabel::Unknown(_) => "unknown",
+    }
+}

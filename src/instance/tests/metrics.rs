@@ -1,0 +1,77 @@
+//! The manager's `/metrics`, from one round's observation.
+
+use super::*;
+use crate::instance::run::metrics::InstanceMetrics;
+use crate::ops::health::Scrape;
+
+fn line<'a>(text: &'a str, series: &str) -> Option<&'a str> {
+    text.lines().find(|l| l.starts_with(series))
+}
+
+#[test]
+fn a_primary_reports_itself_up_writable_holding_the_lease_at_its_position() {
+    let m = InstanceMetrics::new();
+    let seen = Observation {
+        server: writable(),
+        ..seen()
+    };
+    m.record(&seen, &AgentState::Primary, Some(ME));
+    let text = m.encode();
+    for want in [
+        "lockstep_instance_up 1",
+        "lockstep_instance_writable 1",
+        "lockstep_instance_lease_held 1",
+        "lockstep_instance_timeline 2",
+        "lockstep_instance_wal_position_bytes 500",
+        "lockstep_instance_seconds_since_renewal 1",
+        "lockstep_instance_state{state=\"Primary\"} 1",
+        "lockstep_instance_role{role=\"primary\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want} in:\n{text}");
+    }
+}
+
+#[test]
+fn a_standby_reports_its_replay_lag_and_streaming_and_only_its_current_state() {
+    let m = InstanceMetrics::new();
+    m.record(&seen(), &AgentState::Starting, Some(ME));
+    let standby = Observation {
+        role: RoleLabel::Is(Role::Replica),
+        server: Server::Standby(Standby {
+            received: Some(Position {
+                timeline: 3,
+                lsn: Lsn(900),
+            }),
+            replayed: Some(Position {
+                timeline: 3,
+                lsn: Lsn(850),
+            }),
+            streaming: true,
+        }),
+        lease: lease(Some("pg-1/u1")),
+        ..seen()
+    };
+    m.record(&standby, &AgentState::Standby, Some(ME));
+    let text = m.encode();
+    assert_eq!(
+        line(&text, "lockstep_instance_replay_lag_bytes"),
+        Some("lockstep_instance_replay_lag_bytes 50")
+    );
+    assert_eq!(
+        line(&text, "lockstep_instance_streaming"),
+        Some("lockstep_instance_streaming 1")
+    );
+    assert_eq!(
+        line(&text, "lockstep_instance_writable"),
+        Some("lockstep_instance_writable 0")
+    );
+    assert_eq!(
+        line(&text, "lockstep_instance_lease_held"),
+        Some("lockstep_instance_lease_held 0")
+    );
+    assert!(
+        !text.contains("state=\"Starting\""),
+        "the state before is gone:\n{text}"
+    );
+    assert!(text.contains("role=\"replica\"} 1"), "{text}");
+}
