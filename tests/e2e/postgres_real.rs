@@ -878,6 +878,24 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
         "{reasons:?}"
     );
     rejoined_as_a_replica(&real, name, &old, target).await;
+    // Each instance's manager says so on its own /metrics (port `metrics`).
+    for (pod, writable) in [(target, "1"), (old.as_str(), "0")] {
+        let (ok, ip) = real.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
+        assert!(ok, "{ip}");
+        let want = format!("lockstep_instance_writable {writable}");
+        let deadline = std::time::Instant::now() + SLOW;
+        loop {
+            let text = scrape(ip.trim(), 9187).unwrap_or_default();
+            if text.lines().any(|l| l == want) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pod}'s /metrics never said {want}:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
     // Served once: a reconcile later (an edit wakes it), the same value moves nothing.
     real.pg
         .merge_patch(name, json!({"metadata": {"labels": {"e2e-touch": "1"}}}))
@@ -1349,6 +1367,23 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
         "{old} did not rejoin through pg_rewind:\nheld container:\n{held_log}\nrecreated pod:\n{new_log}"
     );
     real.finish().await;
+}
+
+/// `GET /metrics` from `ip:port` over plain HTTP/1.0 (the pod network is routed from
+/// the host to the real node).
+fn scrape(ip: &str, port: u16) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(
+        &format!("{ip}:{port}")
+            .parse()
+            .map_err(|e| std::io::Error::other(format!("{e}")))?,
+        Duration::from_secs(3),
+    )?;
+    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body)?;
+    Ok(body)
 }
 
 /// The machine's transitions as the status records them.
