@@ -46,6 +46,30 @@ enum Command {
     /// Copy this binary into a directory (the init container of PostgreSQL pods, which
     /// then run `<dir>/lockstep instance`).
     InstallInstance(InstallArgs),
+    /// The kubectl plugin's commands (`kubectl lockstep …` when this binary is installed
+    /// as `kubectl-lockstep`): status, history, switchover, backup, retry, psql.
+    Kubectl(KubectlArgs),
+}
+
+/// `kubectl lockstep …`: the kubectl plugin, run when this binary is called
+/// `kubectl-lockstep` (`ln -s "$(command -v lockstep)" ~/bin/kubectl-lockstep`).
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl lockstep",
+    version,
+    about = "Lockstep's kubectl plugin"
+)]
+struct PluginCli {
+    #[command(flatten)]
+    args: KubectlArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct KubectlArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    #[command(flatten)]
+    plugin: lockstep::ops::plugin::PluginArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -144,6 +168,18 @@ struct GenerateArgs {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
+    let as_plugin = std::env::args_os()
+        .next()
+        .and_then(|a| {
+            PathBuf::from(a)
+                .file_name()
+                .map(|n| n == "kubectl-lockstep")
+        })
+        .unwrap_or(false);
+    if as_plugin {
+        let cli = PluginCli::parse();
+        return tokio_runtime()?.block_on(kubectl(cli.args));
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Crds(args) => generate(&args, with_kustomization(crd_files()?)),
@@ -157,6 +193,7 @@ fn main() -> anyhow::Result<ExitCode> {
             logging::init(cli.log_format);
             tokio_runtime()?.block_on(narrate(args))
         }
+        Command::Kubectl(args) => tokio_runtime()?.block_on(kubectl(args)),
         Command::InstallInstance(args) => {
             let path = lockstep::instance::run::install::install(&args.to)?;
             println!("installed {}", path.display());
@@ -276,6 +313,15 @@ async fn narrate(args: NarrateArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
     narrate::narrate(client, &target, &mut out).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+async fn kubectl(args: KubectlArgs) -> anyhow::Result<ExitCode> {
+    let config = kube_config(&args.cluster).await?;
+    let namespace = config.default_namespace.clone();
+    let client = kube::Client::try_from(config).map_err(lockstep::ops::Error::Config)?;
+    let mut out = std::io::stdout();
+    let code = lockstep::ops::plugin::run(client, &namespace, args.plugin, &mut out).await?;
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }
 
 /// Add `kustomization.yaml` listing every CRD, so that `kubectl apply -k crds` installs

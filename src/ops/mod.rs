@@ -24,6 +24,7 @@ pub mod memory;
 pub mod metrics;
 pub mod narrate;
 pub mod observe;
+pub mod plugin;
 pub mod runner;
 
 use std::net::SocketAddr;

@@ -619,6 +619,66 @@ async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
 /// Issue 12, bug 3: a status wiped after the primary moved (here by a failover) is
 /// adopted as the cluster runs: the Lease holder stays primary, no role moves, no pod is
 /// deleted, and the cluster is Ready again (`Adopted`).
+/// `lockstep kubectl …` (the kubectl plugin) against the test cluster: its exit status
+/// and stdout.
+async fn plugin(args: &[&str]) -> (i32, String) {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"))
+            .arg("kubectl")
+            .args(&args)
+            .env("KUBECONFIG", crate::support::kubeconfig_path())
+            .output()
+            .expect("run lockstep kubectl")
+    })
+    .await
+    .expect("the plugin ran");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// The kubectl plugin: `status` and `history` read the object and its pods,
+/// `switchover` sets the request and waits for its outcome, a refused request fails
+/// naming why.
+#[tokio::test]
+async fn the_kubectl_plugin_shows_the_cluster_and_switches_over_on_demand() {
+    let pg = Pg::new("pg-plugin").await;
+    let _operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
+    pg.create("pg", spec(json!({}))).await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    let ns = pg.env.ns.name.clone();
+
+    let (code, out) = plugin(&["status", "pg", "-n", &ns, "-o", "json"]).await;
+    assert_eq!(code, 0, "{out}");
+    let status: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(status["phase"], "Ready", "{status}");
+    assert_eq!(status["primary"], "pg-0");
+    assert_eq!(status["instances"].as_array().map(Vec::len), Some(3));
+    let (code, text) = plugin(&["status", "postgrescluster/pg", "-n", &ns]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("primary: pg-0") && text.contains("ClusterCreated"),
+        "{text}"
+    );
+
+    let (code, out) = plugin(&["switchover", "pg", "pg-2", "-n", &ns, "--timeout", "300"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("pg-2 is primary"), "{out}");
+    let (code, out) = plugin(&["history", "pg", "-n", &ns, "-o", "yaml"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("SwitchoverRequested") && out.contains("SwitchoverCompleted"),
+        "{out}"
+    );
+
+    let (code, out) = plugin(&["switchover", "pg", "pg-9", "-n", &ns, "--timeout", "60"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("names no instance"), "{out}");
+}
+
 /// `spec.spread.mode: Required`: the scheduler puts each instance on a node of its own
 /// (the local cluster has three KWOK nodes).
 #[tokio::test]

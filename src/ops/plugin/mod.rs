@@ -1,0 +1,428 @@
+//! `kubectl lockstep`: the kubectl plugin (the `lockstep` binary run as
+//! `kubectl-lockstep`, or `lockstep kubectl …`).
+//!
+//! | command | what it does |
+//! |---|---|
+//! | `status NAME` | phase, step, primary, last backup, conditions, the instances (role, Ready, restarts, node) and the last transitions |
+//! | `history NAME` | every transition the status records, with its reason and message |
+//! | `switchover NAME POD` | sets `lockstep.dev/switchover=<POD>:<token>` and waits until `POD` is primary and the cluster Ready, or the request is refused |
+//! | `backup NAME` | sets `lockstep.dev/backup-now=<token>` and waits for that backup's outcome in `status.lastBackup` |
+//! | `retry NAME` | a new `lockstep.dev/retry-promote` (PostgresCluster) or `lockstep.dev/retry-hook` (DistributedDB) token |
+//! | `skip-final-backup NAME` | `lockstep.dev/skip-final-backup=true` |
+//! | `psql NAME [--replica]` | `kubectl exec -it` into the primary's (or a replica's) `postgres` container, running `psql` |
+//!
+//! `NAME` is `NAME` (a PostgresCluster, else a DistributedDB) or `KIND/NAME`. `status` and
+//! `history` take `-o text|json|yaml`; the waiting commands take `--no-wait` and
+//! `--timeout`.
+//!
+//! # Guarantees
+//! - It only reads objects and pods, and writes the one annotation a command names (a
+//!   merge patch of `metadata.annotations`): never the spec or the status.
+//! - A wait ends: with the outcome (exit 0), a refusal or failure (exit 1, its message
+//!   printed), or the timeout (exit 1).
+//! - It prints no Secret.
+
+pub mod view;
+
+use std::io::Write;
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+use super::Error;
+use super::narrate::resolve;
+use crate::machines::common::annotations::{
+    BACKUP_NOW, RETRY_HOOK, RETRY_PROMOTE, SKIP_FINAL_BACKUP,
+};
+use crate::machines::common::jobs::job_name;
+use crate::machines::common::on_demand;
+use crate::machines::postgres::observe::SWITCHOVER;
+
+/// How `status` and `history` print.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// Aligned text.
+    #[default]
+    Text,
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// `kubectl lockstep`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct PluginArgs {
+    /// The namespace (default: the kubeconfig's).
+    #[arg(long, short = 'n', global = true)]
+    pub namespace: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: PluginCommand,
+}
+
+/// The options of the commands that wait.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WaitArgs {
+    /// Set the annotation and return at once.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for the outcome, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
+
+/// A `kubectl lockstep` command.
+#[derive(Debug, clap::Subcommand)]
+pub enum PluginCommand {
+    /// Phase, step, conditions, instances and the last transitions.
+    Status {
+        /// `NAME` or `KIND/NAME`.
+        name: String,
+        /// How to print.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: Output,
+        /// How many transitions to show.
+        #[arg(long, default_value_t = 5)]
+        last: usize,
+    },
+    /// Every recorded transition.
+    History {
+        /// `NAME` or `KIND/NAME`.
+        name: String,
+        /// How to print.
+        #[arg(long, short = 'o', value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Move a PostgresCluster's primary role to `pod`, and wait for it.
+    Switchover {
+        /// `NAME` or `postgrescluster/NAME`.
+        name: String,
+        /// The pod to promote.
+        pod: String,
+        /// When to return.
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Take an on-demand backup, and wait for its outcome.
+    Backup {
+        /// `NAME` or `KIND/NAME`.
+        name: String,
+        /// When to return.
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Try a promotion (PostgresCluster) or a hook (DistributedDB) again, with a fresh
+    /// retry budget.
+    Retry {
+        /// `NAME` or `KIND/NAME`.
+        name: String,
+    },
+    /// Delete without the final backup (or stop retrying a failing one).
+    SkipFinalBackup {
+        /// `NAME` or `KIND/NAME`.
+        name: String,
+    },
+    /// psql on the primary (or a replica) of a PostgresCluster.
+    Psql {
+        /// `NAME` or `postgrescluster/NAME`.
+        name: String,
+        /// Connect to a replica instead.
+        #[arg(long)]
+        replica: bool,
+    },
+}
+
+/// The object a command is about.
+struct Found {
+    resource: ApiResource,
+    api: Api<DynamicObject>,
+    name: String,
+    namespace: String,
+}
+
+impl Found {
+    fn is_postgres(&self) -> bool {
+        self.resource.kind == "PostgresCluster"
+    }
+
+    async fn get(&self) -> Result<Value, Error> {
+        let object = self
+            .api
+            .get(&self.name)
+            .await
+            .map_err(|source| Error::Api {
+                what: format!("reading {} {}", self.resource.kind, self.name),
+                source,
+            })?;
+        serde_json::to_value(object).map_err(|e| Error::Resolve(e.to_string()))
+    }
+
+    async fn pods(&self, client: &Client) -> Result<Vec<Value>, Error> {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(client.clone(), &self.namespace);
+        let selector = format!(
+            "app.kubernetes.io/instance={},lockstep.dev/component=database",
+            self.name
+        );
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|source| Error::Api {
+                what: format!("listing the pods of {}", self.name),
+                source,
+            })?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|p| serde_json::to_value(p).ok())
+            .collect())
+    }
+
+    async fn annotate(&self, key: &str, value: &str) -> Result<(), Error> {
+        let patch = json!({"metadata": {"annotations": {key: value}}});
+        self.api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::Api {
+                what: format!("annotating {} {} with {key}", self.resource.kind, self.name),
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// Poll the object every second until `done` says how it ended, or `timeout`.
+    async fn wait(
+        &self,
+        timeout: u64,
+        done: impl Fn(&Value) -> Option<Result<String, String>>,
+    ) -> Result<Result<String, String>, Error> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+        loop {
+            let object = self.get().await?;
+            if let Some(outcome) = done(&object) {
+                return Ok(outcome);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(Err(format!(
+                    "no outcome within {timeout}s (phase {}, step {})",
+                    view::status("", &object, &[], 0).phase.unwrap_or_default(),
+                    view::status("", &object, &[], 0).step.unwrap_or_default()
+                )));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// `NAME` (a PostgresCluster, else a DistributedDB) or `KIND/NAME`.
+async fn find(client: &Client, namespace: &str, arg: &str) -> Result<Found, Error> {
+    let (kinds, name): (Vec<&str>, &str) = match arg.split_once('/') {
+        Some((kind, name)) => (vec![kind], name),
+        None => (vec!["postgrescluster", "distributeddb"], arg),
+    };
+    let mut last = None;
+    for kind in kinds {
+        let resource = match resolve(client, kind).await {
+            Ok(r) => r,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        match api.get_opt(name).await {
+            Ok(Some(_)) => {
+                return Ok(Found {
+                    resource,
+                    api,
+                    name: name.to_owned(),
+                    namespace: namespace.to_owned(),
+                });
+            }
+            Ok(None) => {}
+            Err(source) => {
+                return Err(Error::Api {
+                    what: format!("reading {kind} {name}"),
+                    source,
+                });
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        Error::Resolve(format!(
+            "no PostgresCluster or DistributedDB {namespace}/{name}"
+        ))
+    }))
+}
+
+fn token() -> String {
+    chrono::Utc::now().format("%Y%m%d%H%M%S").to_string()
+}
+
+fn print(out: &mut impl Write, output: Output, value: &impl serde::Serialize, text: &str) {
+    let rendered = match output {
+        Output::Text => text.to_owned(),
+        Output::Json => serde_json::to_string_pretty(value).unwrap_or_default() + "\n",
+        Output::Yaml => serde_yaml::to_string(value).unwrap_or_default(),
+    };
+    let _ = out.write_all(rendered.as_bytes());
+}
+
+/// The condition `type_` of `object` if it is `True`: `(reason, message)`.
+fn condition_true(object: &Value, type_: &str) -> Option<(String, String)> {
+    view::conditions(object)
+        .into_iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| (c.reason, c.message))
+}
+
+/// Run `args` against the cluster; the process's exit status.
+///
+/// # Errors
+/// [`Error`] when the object cannot be found or read, or the annotation not written.
+pub async fn run(
+    client: Client,
+    default_namespace: &str,
+    args: PluginArgs,
+    out: &mut impl Write,
+) -> Result<i32, Error> {
+    let namespace = args
+        .namespace
+        .unwrap_or_else(|| default_namespace.to_owned());
+    match args.command {
+        PluginCommand::Status { name, output, last } => {
+            let found = find(&client, &namespace, &name).await?;
+            let object = found.get().await?;
+            let pods = found.pods(&client).await?;
+            let v = view::status(&found.resource.kind, &object, &pods, last);
+            print(out, output, &v, &view::render_status(&v));
+            Ok(0)
+        }
+        PluginCommand::History { name, output } => {
+            let found = find(&client, &namespace, &name).await?;
+            let t = view::transitions(&found.get().await?);
+            print(out, output, &t, &view::render_history(&t));
+            Ok(0)
+        }
+        PluginCommand::Switchover { name, pod, wait } => {
+            let found = find(&client, &namespace, &name).await?;
+            if !found.is_postgres() {
+                return Err(Error::Resolve(format!("{name} is not a PostgresCluster")));
+            }
+            let value = format!("{pod}:{}", token());
+            found.annotate(SWITCHOVER, &value).await?;
+            let _ = writeln!(out, "{SWITCHOVER}={value} set on {}", found.name);
+            if wait.no_wait {
+                return Ok(0);
+            }
+            let outcome = found
+                .wait(wait.timeout, |o| {
+                    if let Some((reason, message)) = condition_true(o, "Degraded")
+                        && reason == "SwitchoverRefused"
+                        && message.contains(&value)
+                    {
+                        return Some(Err(message));
+                    }
+                    let primary = o.pointer("/status/primaryPod").and_then(Value::as_str);
+                    let phase = o.pointer("/status/phase").and_then(Value::as_str);
+                    (primary == Some(pod.as_str()) && phase == Some("Ready"))
+                        .then(|| Ok(format!("{pod} is primary; {} is Ready", found.name)))
+                })
+                .await?;
+            Ok(report(out, outcome))
+        }
+        PluginCommand::Backup { name, wait } => {
+            let found = find(&client, &namespace, &name).await?;
+            let value = token();
+            found.annotate(BACKUP_NOW, &value).await?;
+            let _ = writeln!(out, "{BACKUP_NOW}={value} set on {}", found.name);
+            if wait.no_wait {
+                return Ok(0);
+            }
+            let job = job_name(&found.name, &on_demand::key(&value));
+            let outcome = found
+                .wait(wait.timeout, |o| {
+                    if let Some((reason, message)) = condition_true(o, "Degraded")
+                        && reason == "BackupNotConfigured"
+                    {
+                        return Some(Err(message));
+                    }
+                    let last = o.pointer("/status/lastBackup")?;
+                    (last.get("job").and_then(Value::as_str) == Some(job.as_str())).then(|| {
+                        let outcome = last
+                            .get("outcome")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
+                        if outcome == "Succeeded" {
+                            Ok(format!("backup {job}: {outcome}"))
+                        } else {
+                            Err(format!("backup {job}: {outcome}"))
+                        }
+                    })
+                })
+                .await?;
+            Ok(report(out, outcome))
+        }
+        PluginCommand::Retry { name } => {
+            let found = find(&client, &namespace, &name).await?;
+            let key = if found.is_postgres() {
+                RETRY_PROMOTE
+            } else {
+                RETRY_HOOK
+            };
+            let value = token();
+            found.annotate(key, &value).await?;
+            let _ = writeln!(out, "{key}={value} set on {}", found.name);
+            Ok(0)
+        }
+        PluginCommand::SkipFinalBackup { name } => {
+            let found = find(&client, &namespace, &name).await?;
+            found.annotate(SKIP_FINAL_BACKUP, "true").await?;
+            let _ = writeln!(out, "{SKIP_FINAL_BACKUP}=true set on {}", found.name);
+            Ok(0)
+        }
+        PluginCommand::Psql { name, replica } => {
+            let found = find(&client, &namespace, &name).await?;
+            let pods: Vec<view::InstanceView> = found
+                .pods(&client)
+                .await?
+                .iter()
+                .map(view::instance)
+                .collect();
+            let want = if replica { "replica" } else { "primary" };
+            let Some(pod) = pods
+                .iter()
+                .find(|p| p.ready && p.role.as_deref() == Some(want))
+            else {
+                let _ = writeln!(out, "no Ready {want} in {}", found.name);
+                return Ok(1);
+            };
+            let status = std::process::Command::new("kubectl")
+                .args([
+                    "exec", "-it", "-n", &namespace, &pod.pod, "-c", "postgres", "--", "psql",
+                    "-U", "postgres",
+                ])
+                .status()
+                .map_err(|e| Error::Resolve(format!("running kubectl exec: {e}")))?;
+            Ok(status.code().unwrap_or(1))
+        }
+    }
+}
+
+fn report(out: &mut impl Write, outcome: Result<String, String>) -> i32 {
+    match outcome {
+        Ok(message) => {
+            let _ = writeln!(out, "{message}");
+            0
+        }
+        Err(message) => {
+            let _ = writeln!(out, "failed: {message}");
+            1
+        }
+    }
+}

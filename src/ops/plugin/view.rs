@@ -1,0 +1,327 @@
+//! What `kubectl lockstep status` and `history` print, read from an object as JSON: any
+//! kind whose status embeds the engine's (`phase`, `step`, `conditions`,
+//! `machine.history`), with PostgresCluster's roles and DistributedDB's counts when
+//! present. Pure: the caller fetches, this formats.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One condition as `status.conditions` holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConditionView {
+    /// Its type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Its reason.
+    pub reason: String,
+    /// Its message.
+    pub message: String,
+}
+
+/// One transition of `status.machine.history`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TransitionView {
+    /// When (RFC 3339).
+    pub at: String,
+    /// The state left (empty for the first).
+    pub from: String,
+    /// The state entered.
+    pub to: String,
+    /// The edge's declared reason.
+    pub reason: String,
+    /// What the machine said.
+    pub message: String,
+}
+
+/// One instance (pod) of the object, as the pods say.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceView {
+    /// The pod.
+    pub pod: String,
+    /// Its `lockstep.dev/role` label, if any.
+    pub role: Option<String>,
+    /// Whether it is Ready.
+    pub ready: bool,
+    /// Container restarts.
+    pub restarts: i64,
+    /// Its node.
+    pub node: Option<String>,
+}
+
+/// Everything `status` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusView {
+    /// `Kind namespace/name`.
+    pub object: String,
+    /// `status.phase`.
+    pub phase: Option<String>,
+    /// `status.step`.
+    pub step: Option<String>,
+    /// PostgresCluster's `status.primaryPod`.
+    pub primary: Option<String>,
+    /// `status.lastBackup`, as `outcome (job, time)`.
+    pub last_backup: Option<String>,
+    /// The conditions.
+    pub conditions: Vec<ConditionView>,
+    /// The last transitions, oldest first.
+    pub transitions: Vec<TransitionView>,
+    /// The instances.
+    pub instances: Vec<InstanceView>,
+}
+
+fn text(v: &Value, path: &[&str]) -> Option<String> {
+    let mut v = v;
+    for key in path {
+        v = v.get(key)?;
+    }
+    v.as_str().map(str::to_owned)
+}
+
+/// The transitions `object`'s status records, oldest first.
+pub fn transitions(object: &Value) -> Vec<TransitionView> {
+    object
+        .pointer("/status/machine/history")
+        .and_then(Value::as_array)
+        .map(|entries| {
+            entries
+                .iter()
+                .map(|h| TransitionView {
+                    at: text(h, &["at"]).unwrap_or_default(),
+                    from: text(h, &["from"]).unwrap_or_default(),
+                    to: text(h, &["to"]).unwrap_or_default(),
+                    reason: text(h, &["reason"]).unwrap_or_default(),
+                    message: text(h, &["message"]).unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The conditions of `object`'s status.
+pub fn conditions(object: &Value) -> Vec<ConditionView> {
+    object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| ConditionView {
+                    type_: text(c, &["type"]).unwrap_or_default(),
+                    status: text(c, &["status"]).unwrap_or_default(),
+                    reason: text(c, &["reason"]).unwrap_or_default(),
+                    message: text(c, &["message"]).unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A pod as an [`InstanceView`].
+pub fn instance(pod: &Value) -> InstanceView {
+    let ready = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                text(c, &["type"]).as_deref() == Some("Ready")
+                    && text(c, &["status"]).as_deref() == Some("True")
+            })
+        });
+    let restarts = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .map_or(0, |cs| {
+            cs.iter()
+                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                .sum()
+        });
+    InstanceView {
+        pod: text(pod, &["metadata", "name"]).unwrap_or_default(),
+        role: pod
+            .pointer("/metadata/labels/lockstep.dev~1role")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        ready,
+        restarts,
+        node: text(pod, &["spec", "nodeName"]),
+    }
+}
+
+/// The view of `object` (of `kind`) and its `pods`, with its last `last` transitions.
+pub fn status(kind: &str, object: &Value, pods: &[Value], last: usize) -> StatusView {
+    let all = transitions(object);
+    let skip = all.len().saturating_sub(last);
+    let mut instances: Vec<InstanceView> = pods.iter().map(instance).collect();
+    instances.sort_by(|a, b| a.pod.cmp(&b.pod));
+    StatusView {
+        object: format!(
+            "{kind} {}/{}",
+            text(object, &["metadata", "namespace"]).unwrap_or_default(),
+            text(object, &["metadata", "name"]).unwrap_or_default()
+        ),
+        phase: text(object, &["status", "phase"]),
+        step: text(object, &["status", "step"]),
+        primary: text(object, &["status", "primaryPod"]),
+        last_backup: object.pointer("/status/lastBackup").map(|b| {
+            format!(
+                "{} ({}, {})",
+                text(b, &["outcome"]).unwrap_or_default(),
+                text(b, &["job"]).unwrap_or_default(),
+                text(b, &["time"]).unwrap_or_default()
+            )
+        }),
+        conditions: conditions(object),
+        transitions: all.into_iter().skip(skip).collect(),
+        instances,
+    }
+}
+
+/// `view` as the plain text `status` prints.
+pub fn render_status(view: &StatusView) -> String {
+    let mut out = String::new();
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+    out.push_str(&format!("{}\n", view.object));
+    out.push_str(&format!(
+        "phase: {}   step: {}\n",
+        dash(&view.phase),
+        dash(&view.step)
+    ));
+    if let Some(p) = &view.primary {
+        out.push_str(&format!("primary: {p}\n"));
+    }
+    if let Some(b) = &view.last_backup {
+        out.push_str(&format!("last backup: {b}\n"));
+    }
+    out.push_str("\nconditions:\n");
+    for c in &view.conditions {
+        out.push_str(&format!(
+            "  {:<18} {:<7} {:<28} {}\n",
+            c.type_, c.status, c.reason, c.message
+        ));
+    }
+    if !view.instances.is_empty() {
+        out.push_str("\ninstances:\n");
+        out.push_str(&format!(
+            "  {:<24} {:<9} {:<6} {:<9} {}\n",
+            "POD", "ROLE", "READY", "RESTARTS", "NODE"
+        ));
+        for i in &view.instances {
+            out.push_str(&format!(
+                "  {:<24} {:<9} {:<6} {:<9} {}\n",
+                i.pod,
+                i.role.as_deref().unwrap_or("-"),
+                i.ready,
+                i.restarts,
+                i.node.as_deref().unwrap_or("-")
+            ));
+        }
+    }
+    out.push_str("\nlast transitions:\n");
+    out.push_str(&render_history(&view.transitions));
+    out
+}
+
+/// `transitions` as the plain text `history` prints, one line each.
+pub fn render_history(transitions: &[TransitionView]) -> String {
+    transitions
+        .iter()
+        .map(|t| {
+            let from = if t.from.is_empty() { "·" } else { &t.from };
+            format!(
+                "  {}  {from} → {}  {}: {}\n",
+                t.at, t.to, t.reason, t.message
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pgc() -> Value {
+        json!({
+            "metadata": {"name": "orders", "namespace": "db"},
+            "status": {
+                "phase": "Ready",
+                "primaryPod": "orders-1",
+                "conditions": [
+                    {"type": "Available", "status": "True", "reason": "AllReady", "message": "3 of 3"},
+                    {"type": "Degraded", "status": "False", "reason": "AsExpected", "message": ""}
+                ],
+                "lastBackup": {"time": "2026-12-01T03:00:00Z", "job": "orders-backup-t1", "outcome": "Succeeded"},
+                "machine": {"history": [
+                    {"from": "", "to": "Creating", "reason": "Initialized", "message": "first", "at": "2026-12-01T00:00:00Z"},
+                    {"from": "Creating", "to": "Ready", "reason": "ClusterCreated", "message": "up", "at": "2026-12-01T00:01:00Z"},
+                    {"from": "Ready", "to": "SwitchingOver", "reason": "SwitchoverRequested", "message": "to orders-1", "at": "2026-12-01T00:02:00Z"},
+                    {"from": "SwitchingOver Promote", "to": "Ready", "reason": "SwitchoverCompleted", "message": "done", "at": "2026-12-01T00:03:00Z"}
+                ]}
+            }
+        })
+    }
+
+    fn pod(name: &str, role: &str, ready: bool) -> Value {
+        json!({
+            "metadata": {"name": name, "labels": {"lockstep.dev/role": role}},
+            "spec": {"nodeName": "node-a"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                "containerStatuses": [{"restartCount": 2}]
+            }
+        })
+    }
+
+    #[test]
+    fn the_status_shows_phase_primary_backup_conditions_instances_and_the_last_transitions() {
+        let view = status(
+            "PostgresCluster",
+            &pgc(),
+            &[
+                pod("orders-1", "primary", true),
+                pod("orders-0", "replica", false),
+            ],
+            2,
+        );
+        assert_eq!(view.object, "PostgresCluster db/orders");
+        assert_eq!(view.primary.as_deref(), Some("orders-1"));
+        assert_eq!(view.instances[0].pod, "orders-0", "sorted by pod");
+        assert!(!view.instances[0].ready && view.instances[1].ready);
+        assert_eq!(view.instances[1].restarts, 2);
+        assert_eq!(
+            view.transitions
+                .iter()
+                .map(|t| t.reason.as_str())
+                .collect::<Vec<_>>(),
+            ["SwitchoverRequested", "SwitchoverCompleted"]
+        );
+        let text = render_status(&view);
+        for want in [
+            "phase: Ready",
+            "primary: orders-1",
+            "last backup: Succeeded (orders-backup-t1",
+            "Available",
+            "orders-0",
+            "SwitchingOver Promote → Ready  SwitchoverCompleted: done",
+        ] {
+            assert!(text.contains(want), "{want:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_first_transition_comes_from_nowhere_and_a_status_less_object_shows_dashes() {
+        let lines = render_history(&transitions(&pgc()));
+        assert!(
+            lines
+                .lines()
+                .next()
+                .is_some_and(|l| l.contains("· → Creating")),
+            "{lines}"
+        );
+        let view = status("DistributedDB", &json!({"metadata": {"name": "d"}}), &[], 5);
+        assert!(render_status(&view).contains("phase: -   step: -"));
+        assert!(view.transitions.is_empty() && view.conditions.is_empty());
+    }
+}
