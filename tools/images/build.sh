@@ -217,7 +217,12 @@ build_one() {
       # LOCKSTEP_IMAGE_PROFILE picks the cargo profile: `release` (the default, what
       # is shipped) or `image-test` (the e2e tiers: the same code unoptimized, minutes
       # faster to build on a cold CI machine).
+      # The lockstep crate itself is always rebuilt from this tree: the target dir is
+      # shared by every clone on the machine, and cargo judges freshness by mtimes, so
+      # a tree whose files are older than another clone's last build would otherwise
+      # get that clone's binary (seen: an image without the code its hash named).
       (cd "$ROOT" && flock "$target/.lockstep-image.lock" bash -c '
+        CARGO_TARGET_DIR="$1" cargo clean --profile "$3" -p lockstep --target x86_64-unknown-linux-gnu >&2 &&
         RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$1" \
           cargo build --locked --profile "$3" --bin lockstep --target x86_64-unknown-linux-gnu >&2 &&
           install -D -m 0755 "$1/x86_64-unknown-linux-gnu/$3/lockstep" "$2/lockstep"' _ "$target" "$rootfs" "$IMAGE_PROFILE")
