@@ -139,8 +139,8 @@ fn primary_pod(pg: &PostgresCluster) -> Option<&str> {
     pg.status.as_ref()?.primary_pod.as_deref()
 }
 
-/// The machine's history: `(from, to, reason, message, at)`.
-fn history(pg: &PostgresCluster) -> Vec<lockstep::engine::HistoryEntry> {
+/// The machine's transitions as the status records them (shared with `postgres_real`).
+pub(crate) fn history(pg: &PostgresCluster) -> Vec<lockstep::engine::HistoryEntry> {
     pg.status
         .as_ref()
         .and_then(|s| s.engine.machine.as_ref())

@@ -30,6 +30,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
+use kube::runtime::wait::await_condition;
 use serde_json::{Value, json};
 
 use super::Error;
@@ -39,6 +40,8 @@ use crate::machines::common::annotations::{
 };
 use crate::machines::common::jobs::job_name;
 use crate::machines::common::on_demand;
+use crate::machines::distributeddb::DistributedDB;
+use crate::machines::postgres::PostgresCluster;
 use crate::machines::postgres::observe::SWITCHOVER;
 
 /// How `status` and `history` print.
@@ -194,45 +197,54 @@ impl Found {
         Ok(())
     }
 
-    /// Poll the object every second until `done` says how it ended, or `timeout`.
+    /// Watch the object until `done` says how it ended, or `timeout` passes.
     async fn wait(
         &self,
         timeout: u64,
         done: impl Fn(&Value) -> Option<Result<String, String>>,
     ) -> Result<Result<String, String>, Error> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
-        loop {
-            let object = self.get().await?;
-            if let Some(outcome) = done(&object) {
-                return Ok(outcome);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(Err(format!(
+        let ended = |o: Option<&DynamicObject>| {
+            o.and_then(|o| serde_json::to_value(o).ok())
+                .is_some_and(|v| done(&v).is_some())
+        };
+        let watched = tokio::time::timeout(
+            Duration::from_secs(timeout),
+            await_condition(self.api.clone(), &self.name, ended),
+        )
+        .await;
+        let object = self.get().await?;
+        Ok(match watched {
+            // The object as the watch last saw it met the condition; read once more for
+            // the outcome (it is terminal: a served token is not served again).
+            Ok(Ok(_)) => view::outcome(&object, &done),
+            Ok(Err(e)) => Err(format!("the watch of {} failed: {e}", self.name)),
+            Err(_) => {
+                let v = view::status("", &object, &[], 0);
+                Err(format!(
                     "no outcome within {timeout}s (phase {}, step {})",
-                    view::status("", &object, &[], 0).phase.unwrap_or_default(),
-                    view::status("", &object, &[], 0).step.unwrap_or_default()
-                )));
+                    v.phase.unwrap_or_default(),
+                    v.step.unwrap_or_default()
+                ))
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        })
     }
 }
 
-/// `NAME` (a PostgresCluster, else a DistributedDB) or `KIND/NAME`.
+/// `NAME` (a PostgresCluster, else a DistributedDB: this crate's own kinds, no discovery)
+/// or `KIND/NAME` (any kind discovery finds).
 async fn find(client: &Client, namespace: &str, arg: &str) -> Result<Found, Error> {
-    let (kinds, name): (Vec<&str>, &str) = match arg.split_once('/') {
-        Some((kind, name)) => (vec![kind], name),
-        None => (vec!["postgrescluster", "distributeddb"], arg),
+    let (resources, name): (Vec<ApiResource>, &str) = match arg.split_once('/') {
+        Some((kind, name)) => (vec![resolve(client, kind).await?], name),
+        None => (
+            vec![
+                ApiResource::erase::<PostgresCluster>(&()),
+                ApiResource::erase::<DistributedDB>(&()),
+            ],
+            arg,
+        ),
     };
-    let mut last = None;
-    for kind in kinds {
-        let resource = match resolve(client, kind).await {
-            Ok(r) => r,
-            Err(e) => {
-                last = Some(e);
-                continue;
-            }
-        };
+    for resource in resources {
+        let kind = resource.kind.clone();
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         match api.get_opt(name).await {
             Ok(Some(_)) => {
@@ -252,11 +264,7 @@ async fn find(client: &Client, namespace: &str, arg: &str) -> Result<Found, Erro
             }
         }
     }
-    Err(last.unwrap_or_else(|| {
-        Error::Resolve(format!(
-            "no PostgresCluster or DistributedDB {namespace}/{name}"
-        ))
-    }))
+    Err(Error::Resolve(format!("no {arg} in namespace {namespace}")))
 }
 
 fn token() -> String {

@@ -223,6 +223,15 @@ pub fn render_status(view: &StatusView) -> String {
     out
 }
 
+/// The outcome `done` reads from `object`, or why there is none.
+pub fn outcome(
+    object: &Value,
+    done: &impl Fn(&Value) -> Option<Result<String, String>>,
+) -> Result<String, String> {
+    done(object)
+        .unwrap_or_else(|| Err("the object changed again before its outcome was read".to_owned()))
+}
+
 /// `transitions` as the plain text `history` prints, one line each.
 pub fn render_history(transitions: &[TransitionView]) -> String {
     transitions
