@@ -208,6 +208,7 @@ fn pg_spec(version: &str) -> PostgresClusterSpec {
         fencing: Default::default(),
         placement: None,
         spread: Default::default(),
+        postgresql: Default::default(),
     }
 }
 
@@ -260,6 +261,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             job_results: BTreeMap::new(),
             requests: pg::PgRequests::default(),
             lease_seconds: BTreeMap::new(),
+            unconfigured: Default::default(),
         },
     }
 }

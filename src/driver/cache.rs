@@ -26,7 +26,7 @@
 //! - Owned objects carry [`labels::NAME`] = the owner's kind label and
 //!   [`labels::INSTANCE`] = the owner's name, and live in the owner's namespace.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
@@ -115,7 +115,8 @@ impl Project for Pod {
     /// flag); each container's name, image and literal `LOCKSTEP_*` environment
     /// variables (what a pod was created with: PostgresCluster reads the lease duration
     /// its fence runs with); the Ready condition's type and status while it holds
-    /// (`True`): what readiness, images, ordinals and roles are read from. Annotations,
+    /// (`True`): what readiness, images, ordinals and roles are read from; the digests of
+    /// [`DIGESTED_ANNOTATIONS`]. Other annotations,
     /// other environment variables and the labels other controllers add
     /// (`controller-revision-hash`, `pod-index`, …) are dropped.
     ///
@@ -177,7 +178,20 @@ impl Project for Pod {
 /// without `apiVersion` and `blockOwnerDeletion`.
 fn slim_metadata(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
-    meta.annotations = None;
+    // The annotations a machine writes and reads back stay, each as the digest of its
+    // value: enough to tell whether it holds what the machine would write, at a fixed
+    // cost.
+    meta.annotations = meta
+        .annotations
+        .take()
+        .map(|annotations| {
+            annotations
+                .into_iter()
+                .filter(|(key, _)| DIGESTED_ANNOTATIONS.contains(&key.as_str()))
+                .map(|(key, value)| (key, digest(&value)))
+                .collect::<BTreeMap<_, _>>()
+        })
+        .filter(|kept| !kept.is_empty());
     meta.finalizers = None;
     meta.generate_name = None;
     meta.generation = None;
@@ -194,6 +208,20 @@ fn slim_metadata(meta: &mut ObjectMeta) {
             reference.block_owner_deletion = None;
         }
     }
+}
+
+/// The annotations a projected object keeps, as [`digest`]s: PostgresCluster's settings
+/// (`machines::postgres::settings`), which it writes on its pods.
+pub const DIGESTED_ANNOTATIONS: &[&str] = &["lockstep.dev/postgresql"];
+
+/// What a projected object keeps of a [`DIGESTED_ANNOTATIONS`] `value`: a digest
+/// that differs for different values (within this process: compare it only with
+/// another `digest`).
+#[must_use]
+pub fn digest(value: &str) -> String {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(value);
+    format!("{hash:016x}")
 }
 
 /// The label the Job controller puts on its pods.
@@ -854,6 +882,32 @@ pub(crate) mod tests {
         let status = stored.status.as_ref().expect("status");
         assert!(status.container_statuses.is_none());
         assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn a_pod_keeps_its_settings_annotation_as_a_digest_that_tells_values_apart() {
+        let pod = |value: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "db-1", "namespace": "ns", "uid": "u1",
+                    "annotations": {"lockstep.dev/postgresql": value, "other": "x"},
+                    "labels": {"app.kubernetes.io/name": "beacon",
+                        "app.kubernetes.io/instance": "db"}}
+            }))
+            .expect("a pod")
+        };
+        let kept = |value: &str| {
+            let s = Owned::<Pod>::from_objects("beacon", vec![pod(value)]);
+            s.of(Some("ns"), "db")[0].metadata.annotations.clone()
+        };
+        let a = kept("{\"parameters\":{\"work_mem\":\"8MB\"}}");
+        assert_eq!(
+            a,
+            Some(BTreeMap::from([(
+                "lockstep.dev/postgresql".to_owned(),
+                digest("{\"parameters\":{\"work_mem\":\"8MB\"}}")
+            )]))
+        );
+        assert_ne!(a, kept("{\"parameters\":{\"work_mem\":\"16MB\"}}"));
     }
 
     #[test]

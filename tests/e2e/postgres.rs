@@ -1325,6 +1325,28 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
             with(json!({"spread": {"mode": "Always"}})),
             "spec.spread.mode",
         ),
+        (
+            "managed",
+            with(
+                json!({"postgresql": {"parameters": {"work_mem": "8MB", "wal_level": "logical"}}}),
+            ),
+            "spec.postgresql.parameters: wal_level is managed by Lockstep",
+        ),
+        (
+            "upper",
+            with(json!({"postgresql": {"parameters": {"Work_Mem": "8MB"}}})),
+            "spec.postgresql.parameters: every name is a PostgreSQL parameter name in lower case",
+        ),
+        (
+            "newline",
+            with(json!({"postgresql": {"parameters": {"work_mem": "8MB\nport = 1"}}})),
+            "spec.postgresql.parameters: every value is one line",
+        ),
+        (
+            "hba",
+            with(json!({"postgresql": {"pgHba": ["host all all all trust\nlocal all all trust"]}})),
+            "spec.postgresql.pgHba: every rule is one line",
+        ),
     ] {
         let error = pg.refused_create(name, spec).await;
         assert!(error.contains(says), "{name}: {error}");

@@ -26,6 +26,10 @@
 //!   (`tools/node/s3.sh`) and restores into a new cluster; then the cluster is deleted
 //!   and its final backup appears in S3 before the finalizer is released, and restores.
 //! - [`lease_agent_against_the_api_server`]: the pod side of fencing alone.
+//! - [`settings_reach_every_instance_by_a_reload`]: `spec.postgresql` reaches both
+//!   servers by a reload (no restart); a value PostgreSQL refuses keeps the last good
+//!   one on the server and in its files; a restart's parameter is reported pending and
+//!   applies when the pod starts again.
 //!
 //! Volumes: the cluster's hostpath provisioner makes root-owned 0750 directories and the
 //! kubelet applies no `fsGroup` to hostPath volumes, so PostgreSQL (uid 999) could not
@@ -110,14 +114,32 @@ async fn until<K>(
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
+    match within(api, name, what, deadline, condition).await {
+        Some(object) => object,
+        None => panic!("timed out after {deadline:?} waiting for {what} ({name})"),
+    }
+}
+
+/// Wait on a watch of `name` until `condition`, for at most `deadline`: `None` when the
+/// deadline passes first (a vanished object or a failed watch still panic).
+async fn within<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    deadline: Duration,
+    condition: impl Fn(&K) -> bool + Send + 'static,
+) -> Option<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
     let watched = await_condition(api.clone(), name, move |o: Option<&K>| {
         o.is_some_and(&condition)
     });
     match tokio::time::timeout(deadline, watched).await {
-        Ok(Ok(Some(object))) => object,
+        Ok(Ok(Some(object))) => Some(object),
         Ok(Ok(None)) => panic!("{name} is gone while waiting for {what}"),
         Ok(Err(e)) => panic!("the watch failed while waiting for {what} ({name}): {e}"),
-        Err(_) => panic!("timed out after {deadline:?} waiting for {what} ({name})"),
+        Err(_) => None,
     }
 }
 
@@ -233,14 +255,11 @@ impl Real {
 
     async fn ready_at(&self, name: &str, image: &str) -> PostgresCluster {
         let image = image.to_owned();
-        let pg = until(
-            &self.pg.api,
-            name,
-            &format!("Ready at {image}"),
-            SLOW,
-            move |pg| is_ready_at(pg, &image),
-        )
-        .await;
+        let pg = self
+            .cluster_until(name, &format!("Ready at {image}"), move |pg| {
+                is_ready_at(pg, &image)
+            })
+            .await;
         self.all_ready(name).await;
         pg
     }
@@ -297,21 +316,77 @@ impl Real {
         ]);
         assert!(ok, "kill the postmaster of {old}: {out}");
         let old = old.to_owned();
-        until(
-            &self.pg.api,
-            name,
-            "Ready with a new primary",
-            SLOW,
-            move |pg| {
-                is_ready_at(pg, IMAGE)
-                    && pg
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.primary_pod.as_deref())
-                        .is_some_and(|p| p != old)
-            },
-        )
+        self.cluster_until(name, "Ready with a new primary", move |pg| {
+            is_ready_at(pg, IMAGE)
+                && pg
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.primary_pod.as_deref())
+                    .is_some_and(|p| p != old)
+        })
         .await
+    }
+
+    /// Poll `sql` on `pod` until it answers `want` (a setting reaches a server through
+    /// its files: there is nothing to watch), for at most [`SLOW`].
+    async fn shows(&self, pod: &str, sql: &str, want: &str) {
+        let deadline = std::time::Instant::now() + SLOW;
+        loop {
+            let (ok, out) = self.psql_on(pod, sql);
+            if ok && out.trim() == want {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pod} never answered {want:?} to {sql:?} (last: {out:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Wait on a watch of cluster `name` until `condition`, for at most [`SLOW`]; on
+    /// timeout, print what the cluster, its pods, its Lease and its events say (the
+    /// operator runs in this process, so nothing else would keep it) and panic.
+    async fn cluster_until(
+        &self,
+        name: &str,
+        what: &str,
+        condition: impl Fn(&PostgresCluster) -> bool + Send + 'static,
+    ) -> PostgresCluster {
+        match within(&self.pg.api, name, what, SLOW, condition).await {
+            Some(pg) => pg,
+            None => {
+                eprintln!("{}", self.explain(name));
+                panic!("timed out after {SLOW:?} waiting for {what} ({name})")
+            }
+        }
+    }
+
+    /// What a person would look at when cluster `name` is stuck: its status, its pods,
+    /// its Lease, the namespace's events, and the tail of each instance's log.
+    fn explain(&self, name: &str) -> String {
+        let mut out = format!("--- why {name} is stuck ---\n");
+        let mut show = |title: &str, args: &[&str]| {
+            let (_, text) = self.kubectl(args);
+            out.push_str(&format!("# {title}\n{text}\n"));
+        };
+        show("status", &["get", "pgc", name, "-o", "jsonpath={.status}"]);
+        show("pods", &["get", "pods", "-o", "wide", "--show-labels"]);
+        show("leases", &["get", "leases", "-o", "yaml"]);
+        show("events", &["get", "events", "--sort-by=.lastTimestamp"]);
+        let selector = format!("app.kubernetes.io/instance={name},lockstep.dev/component=database");
+        let (_, pods) = self.kubectl(&["get", "pods", "-l", &selector, "-o", "name"]);
+        for pod in pods.lines() {
+            show(
+                &format!("{pod} log"),
+                &["logs", pod, "-c", "postgres", "--tail=60"],
+            );
+            show(
+                &format!("{pod} previous log"),
+                &["logs", pod, "-c", "postgres", "--previous", "--tail=60"],
+            );
+        }
+        out
     }
 
     fn psql_on(&self, pod: &str, sql: &str) -> (bool, String) {
@@ -901,6 +976,108 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+    real.finish().await;
+}
+
+/// (f) Settings: `spec.postgresql` reaches every instance by a reload, with no pod
+/// restarted; a value PostgreSQL refuses keeps the last one it accepted, on the server
+/// and in its files, so the pod starts again; a parameter that needs a restart is
+/// reported pending, and applies when the pod starts again.
+#[tokio::test]
+async fn settings_reach_every_instance_by_a_reload() {
+    if !real_node() {
+        return;
+    }
+    let mut real = Real::new("pgreal-set").await;
+    let name = "pg";
+    real.cluster(
+        name,
+        2,
+        json!({"postgresql": {"parameters": {"work_mem": "8MB"}}}),
+    )
+    .await;
+    let pods = ["pg-0", "pg-1"];
+    let started = |real: &Real, pod: &str| {
+        let (ok, out) = real.psql_on(pod, "SELECT pg_postmaster_start_time()");
+        assert!(ok, "{pod}: {out}");
+        out.trim().to_owned()
+    };
+    let first_start: Vec<String> = pods.iter().map(|p| started(&real, p)).collect();
+    for pod in pods {
+        real.shows(pod, "SHOW work_mem", "8MB").await;
+    }
+
+    real.pg
+        .merge_patch(
+            name,
+            json!({"spec": {"postgresql": {
+                "parameters": {"work_mem": "16MB"},
+                "pgHba": ["host all app 10.0.0.0/8 scram-sha-256"],
+            }}}),
+        )
+        .await;
+    for pod in pods {
+        real.shows(pod, "SHOW work_mem", "16MB").await;
+        real.shows(
+            pod,
+            "SELECT count(*) FROM pg_hba_file_rules WHERE 'app' = ANY(user_name) AND error IS NULL",
+            "1",
+        )
+        .await;
+    }
+    let now: Vec<String> = pods.iter().map(|p| started(&real, p)).collect();
+    assert_eq!(now, first_start, "a reload restarted no server");
+
+    // `banana` passes the schema (a value is a string) and PostgreSQL refuses it;
+    // shared_buffers needs a restart.
+    real.pg
+        .merge_patch(
+            name,
+            json!({"spec": {"postgresql": {"parameters": {"work_mem": "banana", "shared_buffers": "64MB"}}}}),
+        )
+        .await;
+    for pod in pods {
+        let (ok, ip) = real.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
+        assert!(ok, "{ip}");
+        let wanted = [
+            "lockstep_instance_settings_refused 1",
+            "lockstep_instance_settings_pending_restart 1",
+        ];
+        let deadline = std::time::Instant::now() + SLOW;
+        loop {
+            let text = scrape(ip.trim(), 9187).unwrap_or_default();
+            if wanted.iter().all(|w| text.lines().any(|l| l == *w)) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pod}'s /metrics never said {wanted:?}:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        real.shows(pod, "SHOW work_mem", "16MB").await;
+        let (ok, conf) = real.kubectl(&[
+            "exec",
+            pod,
+            "-c",
+            "postgres",
+            "--",
+            "bash",
+            "-c",
+            "grep -E '^(work_mem|shared_buffers)' \"$PGDATA/lockstep.conf\"",
+        ]);
+        assert!(ok, "{conf}");
+        assert!(
+            conf.contains("work_mem = '16MB'") && !conf.contains("banana"),
+            "{pod}'s files kept a refused value:\n{conf}"
+        );
+    }
+    // The replica starts again on those files: with the restart's parameter, without
+    // the refused value.
+    let (ok, out) = real.kubectl(&["delete", "pod", "pg-1", "--wait=true"]);
+    assert!(ok, "{out}");
+    real.all_ready(name).await;
+    real.shows("pg-1", "SHOW shared_buffers", "64MB").await;
     real.finish().await;
 }
 

@@ -27,6 +27,11 @@ pub struct InstanceArgs {
         default_value = "/etc/lockstep/podinfo/labels"
     )]
     pub role_file: PathBuf,
+    /// The downward-API annotations file (`key="value"` per line): the person's
+    /// settings come in its `lockstep.dev/postgresql` ([`super::settings`]). None: no
+    /// settings.
+    #[arg(long, env = "LOCKSTEP_ANNOTATIONS_FILE")]
+    pub annotations_file: Option<PathBuf>,
     /// The label holding the role.
     #[arg(long, env = "LOCKSTEP_ROLE_LABEL", default_value = "lockstep.dev/role")]
     pub role_label: String,

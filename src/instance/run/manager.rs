@@ -43,6 +43,7 @@ use super::metrics::InstanceMetrics;
 use super::postmaster::Postmaster;
 use super::prepare::{Layout, Prepare};
 use super::process::{self, Pidfd, Signal};
+use super::settings::Settings;
 use crate::engine::Decision;
 use crate::instance::machine::{AgentSpec, LeaseTerms};
 use crate::instance::observe::{
@@ -270,6 +271,10 @@ pub struct Manager {
     staying: Option<&'static str>,
     /// What the last round saw, for `/metrics`.
     metrics: InstanceMetrics,
+    /// The person's settings ([`super::settings`]).
+    settings: Settings,
+    /// A reload was sent: the next round reads what waits for a restart.
+    reloaded: bool,
 }
 
 impl Manager {
@@ -314,6 +319,7 @@ impl Manager {
             _ => None,
         };
         let fence = Fence::start(args.fence()).map_err(ManagerError::Fence)?;
+        let args_annotations = args.annotations_file.clone();
         Ok(Self {
             prepare: Prepare::new(args.clone()),
             args,
@@ -328,6 +334,8 @@ impl Manager {
             signalled: false,
             staying: None,
             metrics: InstanceMetrics::new(),
+            settings: Settings::new(args_annotations),
+            reloaded: false,
         })
     }
 
@@ -350,7 +358,9 @@ impl Manager {
         let me = self.args.holder();
         loop {
             let seen = self.observe().await;
+            self.apply_settings().await;
             self.metrics.record(&seen, &self.state, me.as_deref());
+            self.metrics.record_settings(&self.settings);
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);
             let (to, wait) = match &decision {
                 Decision::Go {
@@ -594,13 +604,123 @@ impl Manager {
         });
     }
 
-    fn start(&mut self, standby: bool) -> Result<(), String> {
+    /// Writes the configuration with the person's settings and has PostgreSQL check the
+    /// parameters before a start: the ones it refuses are left out (a start that fails
+    /// on them would fail again at every restart).
+    async fn write_checked_config(&mut self, standby: bool) -> Result<(), String> {
+        self.settings.read();
+        // Each round leaves out at least one more refused parameter.
+        for _ in 0..=self.settings.effective().parameters.len() {
+            self.prepare
+                .write_config(standby, &self.settings.effective())
+                .map_err(|e| e.to_string())?;
+            self.settings.written();
+            let refused = self
+                .prepare
+                .refused_parameters()
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut new = false;
+            for (name, error) in &refused {
+                new |= self.settings.refuse(name, error);
+            }
+            if !new {
+                break;
+            }
+        }
+        self.settings.accepted();
+        Ok(())
+    }
+
+    /// Applies a change of the person's settings to the running server: the files
+    /// rewritten (what `postgres -C` refuses left out, as before a start) and a reload;
+    /// then a `pg_hba.conf` rule the server cannot parse is left out (and the server
+    /// reloaded again), and the round after reads what waits for a restart. Failures
+    /// are logged and retried at the next round; the agent's decisions never wait on
+    /// them.
+    async fn apply_settings(&mut self) {
+        let standby = match self.state {
+            AgentState::Primary => false,
+            AgentState::Standby => true,
+            _ => return,
+        };
+        if self.postmaster.is_none() {
+            return;
+        }
+        let psql = self.prepare.local();
+        if std::mem::take(&mut self.reloaded) {
+            match psql
+                .query("SELECT name FROM pg_settings WHERE pending_restart")
+                .await
+            {
+                Ok(rows) => self.settings.set_pending_restart(
+                    rows.into_iter()
+                        .filter_map(|r| r.into_iter().next())
+                        .collect(),
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the settings pending a restart failed");
+                }
+            }
+        }
+        self.settings.read();
+        // At most twice: the second round leaves out a rule the first one refused.
+        for _ in 0..2 {
+            if !self.settings.stale() {
+                return;
+            }
+            if let Err(e) = self.write_checked_config(standby).await {
+                tracing::warn!(error = %e, "writing the settings failed");
+                self.settings.unwritten();
+                return;
+            }
+            if let Err(e) = psql.query("SELECT pg_reload_conf()").await {
+                tracing::warn!(error = %e, "reloading the server failed");
+                self.settings.unwritten();
+                return;
+            }
+            self.reloaded = true;
+            let hba =
+                std::fs::read_to_string(self.args.pgdata.join("pg_hba.conf")).unwrap_or_default();
+            let mut new = false;
+            match psql
+                .query("SELECT line_number, error FROM pg_hba_file_rules WHERE error IS NOT NULL")
+                .await
+            {
+                Ok(rows) => {
+                    for row in rows {
+                        if let [line, error] = row.as_slice()
+                            && let Some(rule) = line
+                                .parse::<usize>()
+                                .ok()
+                                .and_then(|n| hba.lines().nth(n.saturating_sub(1)))
+                        {
+                            new |= self.settings.refuse_rule(rule, error);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the refused pg_hba.conf rules failed");
+                }
+            }
+            if new {
+                self.settings.unwritten();
+            } else {
+                tracing::info!(settings = ?self.settings.effective(), "settings applied by a reload");
+                return;
+            }
+        }
+    }
+
+    async fn checked_start(&mut self, standby: bool) -> Result<(), String> {
         if self.postmaster.is_some() {
             return Ok(());
         }
-        self.prepare
-            .write_config(standby)
-            .map_err(|e| e.to_string())?;
+        self.write_checked_config(standby).await?;
+        self.start(standby)
+    }
+
+    fn start(&mut self, standby: bool) -> Result<(), String> {
         let pm = Postmaster::start(&self.args.binary("postgres"), &self.args.pgdata, &[])
             .map_err(|e| e.to_string())?;
         if !standby && self.spec.lease.is_some() {
@@ -644,8 +764,8 @@ impl Manager {
                 self.task_done(Task::Rewind, r);
                 Ok(())
             }
-            AgentAction::StartStandby => self.start(true),
-            AgentAction::StartPrimary => self.start(false),
+            AgentAction::StartStandby => self.checked_start(true).await,
+            AgentAction::StartPrimary => self.checked_start(false).await,
             AgentAction::Promote => {
                 let pm = self.postmaster.as_ref().ok_or("no server runs")?;
                 if self.spec.lease.is_some() && !self.fence.is_guarding() {

@@ -20,6 +20,8 @@
 //! | `lockstep_instance_streaming` | 1 when a standby's WAL receiver streams |
 //! | `lockstep_instance_lease_held` | 1 when the primary Lease names this pod |
 //! | `lockstep_instance_seconds_since_renewal` | since its last accepted renewal (a holder's) |
+//! | `lockstep_instance_settings_refused` | parameters and `pg_hba.conf` rules of `spec.postgresql` the server refused (kept out) |
+//! | `lockstep_instance_settings_pending_restart` | parameters written that the server applies only at its next start |
 
 use std::sync::Arc;
 
@@ -31,6 +33,8 @@ use prometheus_client::registry::Registry;
 use crate::instance::observe::{LeaseRead, Observation, Position, RoleLabel, Server};
 use crate::instance::{AgentKind, AgentState};
 use crate::ops::health::Scrape;
+
+use super::settings::Settings;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StateLabels {
@@ -61,6 +65,8 @@ struct Inner {
     streaming: Gauge,
     lease_held: Gauge,
     since_renewal: Gauge,
+    refused: Gauge,
+    pending_restart: Gauge,
 }
 
 impl Default for InstanceMetrics {
@@ -84,6 +90,8 @@ impl InstanceMetrics {
             streaming: Gauge::default(),
             lease_held: Gauge::default(),
             since_renewal: Gauge::default(),
+            refused: Gauge::default(),
+            pending_restart: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -136,9 +144,28 @@ impl InstanceMetrics {
             "Seconds since this pod's last accepted renewal of the primary Lease",
             inner.since_renewal.clone(),
         );
+        registry.register(
+            "settings_refused",
+            "Parameters and pg_hba.conf rules of spec.postgresql the server refused (kept out of its files)",
+            inner.refused.clone(),
+        );
+        registry.register(
+            "settings_pending_restart",
+            "Parameters written that the server applies only at its next start",
+            inner.pending_restart.clone(),
+        );
         Self {
             inner: Arc::new(Inner { registry, ..inner }),
         }
+    }
+
+    /// Refresh the settings gauges.
+    pub fn record_settings(&self, settings: &Settings) {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.inner.refused.set(count(settings.refused_count()));
+        self.inner
+            .pending_restart
+            .set(count(settings.pending_restart_count()));
     }
 
     /// Refresh every gauge from a round's observation, the state the manager is in, and

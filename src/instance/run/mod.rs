@@ -30,4 +30,5 @@ pub mod postmaster;
 pub mod prepare;
 pub mod process;
 pub mod quote;
+pub mod settings;
 pub mod sql;

@@ -33,7 +33,9 @@ use tokio::process::Command;
 
 use super::config::InstanceArgs;
 use super::quote;
+use super::settings::Settings;
 use super::sql::Psql;
+use crate::machines::postgres::settings::PostgresqlSpec;
 
 /// What went wrong preparing `$PGDATA`.
 #[derive(Debug, thiserror::Error)]
@@ -324,12 +326,21 @@ impl Prepare {
         Ok(Control::parse(&String::from_utf8_lossy(&output.stdout)))
     }
 
-    /// The managed settings of `lockstep.conf` for a primary or a standby.
+    /// `lockstep.conf` for a primary or a standby: the person's parameters (`user`)
+    /// first, then the managed settings, which win over any of the same name (read
+    /// later).
     #[must_use]
-    pub fn lockstep_conf(&self, standby: bool) -> String {
+    pub fn lockstep_conf(&self, standby: bool, user: &PostgresqlSpec) -> String {
         let a = &self.args;
         let mut lines = vec![
             "# Managed by lockstep instance; rewritten on every start. Do not edit.".to_owned(),
+        ];
+        if !user.parameters.is_empty() {
+            lines.push("# spec.postgresql.parameters".to_owned());
+            lines.extend(Settings::parameter_lines(user));
+            lines.push("# managed by Lockstep".to_owned());
+        }
+        lines.extend([
             format!("listen_addresses = {}", quote::conf(&a.listen_addresses)),
             format!("port = {}", a.port),
             format!(
@@ -344,7 +355,7 @@ impl Prepare {
             "wal_log_hints = on".to_owned(),
             "password_encryption = 'scram-sha-256'".to_owned(),
             "recovery_target_timeline = 'latest'".to_owned(),
-        ];
+        ]);
         if standby && let Some(host) = &a.primary_host {
             let conninfo = format!(
                 "host={} port={} user={} password={} application_name={} connect_timeout=10",
@@ -371,13 +382,17 @@ impl Prepare {
             .unwrap_or_else(|| "lockstep-replica".to_owned())
     }
 
-    /// Writes the managed configuration for a primary or a standby.
+    /// Writes the managed configuration for a primary or a standby, with the person's
+    /// settings `user`.
     ///
     /// # Errors
     /// [`PrepareError::Io`].
-    pub fn write_config(&self, standby: bool) -> Result<(), PrepareError> {
+    pub fn write_config(&self, standby: bool, user: &PostgresqlSpec) -> Result<(), PrepareError> {
         let dir = &self.layout.pgdata;
-        write_private(&dir.join("lockstep.conf"), &self.lockstep_conf(standby))?;
+        write_private(
+            &dir.join("lockstep.conf"),
+            &self.lockstep_conf(standby, user),
+        )?;
         let conf = dir.join("postgresql.conf");
         let text = fs::read_to_string(&conf).map_err(io("reading", &conf))?;
         if !text.contains("\ninclude_if_exists = 'lockstep.conf'") {
@@ -400,15 +415,7 @@ impl Prepare {
                 .collect();
             write_private(&auto, &kept)?;
         }
-        write_private(
-            &dir.join("pg_hba.conf"),
-            "# Managed by lockstep instance; rewritten on every start.\n\
-             # TYPE  DATABASE     USER  ADDRESS  METHOD\n\
-             local   all          all            trust\n\
-             local   replication  all            trust\n\
-             host    replication  all   all      scram-sha-256\n\
-             host    all          all   all      scram-sha-256\n",
-        )?;
+        write_private(&dir.join("pg_hba.conf"), &pg_hba(user))?;
         let signal = dir.join("standby.signal");
         if standby {
             write_private(&signal, "")?;
@@ -421,6 +428,42 @@ impl Prepare {
             }
         }
         Ok(())
+    }
+
+    /// Checks the parameters in the files with PostgreSQL itself (`postgres -C`, which
+    /// reads the configuration as a start would, without starting): the names of the
+    /// parameters it refuses, empty when it accepts them all.
+    ///
+    /// # Errors
+    /// [`PrepareError::Spawn`] when `postgres` cannot run.
+    pub async fn refused_parameters(&self) -> Result<Vec<(String, String)>, PrepareError> {
+        let output = Command::new(self.args.binary("postgres"))
+            .arg("-D")
+            .arg(&self.layout.pgdata)
+            .args(["-C", "port"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|source| PrepareError::Spawn {
+                tool: "postgres -C".to_owned(),
+                source,
+            })?;
+        if output.status.success() {
+            return Ok(Vec::new());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        Ok(super::settings::named_parameters(&stderr)
+            .into_iter()
+            .map(|name| {
+                let quoted = format!("\"{name}\"");
+                let line = stderr
+                    .lines()
+                    .find(|l| l.contains(&quoted))
+                    .unwrap_or_default();
+                (name, line.trim().to_owned())
+            })
+            .collect())
     }
 
     async fn temp_start(&self) -> Result<(), PrepareError> {
@@ -501,7 +544,7 @@ impl Prepare {
         args.extend(a.initdb_args.split_whitespace().map(str::to_owned));
         self.run("initdb", &args, &[], Duration::from_secs(600))
             .await?;
-        self.write_config(false)?;
+        self.write_config(false, &PostgresqlSpec::default())?;
         self.temp_start().await?;
         let mut sql = format!(
             "ALTER ROLE {} WITH PASSWORD {};\n",
@@ -592,7 +635,7 @@ impl Prepare {
         tracing::info!(
             "the data directory is a standby's but this pod is labelled primary: promoting it locally"
         );
-        self.write_config(false)?;
+        self.write_config(false, &PostgresqlSpec::default())?;
         write_private(&self.layout.pgdata.join("standby.signal"), "")?;
         self.temp_start().await?;
         let t = self.args.start_timeout_seconds.to_string();
@@ -776,6 +819,29 @@ fn write_private(path: &Path, text: &str) -> Result<(), PrepareError> {
     fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io("chmod 0600", path))
 }
 
+/// `pg_hba.conf`: local access and replication first (no rule of a person's can lock
+/// the manager or the standbys out), then the person's rules, then password access
+/// for everyone else.
+#[must_use]
+pub fn pg_hba(user: &PostgresqlSpec) -> String {
+    let mut text = String::from(
+        "# Managed by lockstep instance; rewritten on every start and settings change.\n\
+         # TYPE  DATABASE     USER  ADDRESS  METHOD\n\
+         local   all          all            trust\n\
+         local   replication  all            trust\n\
+         host    replication  all   all      scram-sha-256\n",
+    );
+    if !user.pg_hba.is_empty() {
+        text.push_str("# spec.postgresql.pgHba\n");
+        for rule in user.pg_hba.iter().filter(|r| !r.contains('\n')) {
+            text.push_str(rule);
+            text.push('\n');
+        }
+    }
+    text.push_str("host    all          all   all      scram-sha-256\n");
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -807,11 +873,14 @@ mod tests {
     #[test]
     fn a_standby_follows_the_primary_with_a_quoted_password_and_a_primary_does_not() {
         let p = prepare("/tmp/x/pgdata");
-        let standby = p.lockstep_conf(true);
+        let standby = p.lockstep_conf(true, &PostgresqlSpec::default());
         assert!(standby.contains(
             "primary_conninfo = 'host=''pg-rw.ns.svc'' port=5432 user=''replicator'' password=''r3pl\\\\''ic\\\\\\\\ \"ation pw'' application_name=''pg-1'' connect_timeout=10'"
         ), "{standby}");
-        assert!(!p.lockstep_conf(false).contains("primary_conninfo"));
+        assert!(
+            !p.lockstep_conf(false, &PostgresqlSpec::default())
+                .contains("primary_conninfo")
+        );
     }
 
     #[test]
@@ -858,8 +927,8 @@ mod tests {
         .unwrap();
         let p = prepare(pgdata.to_str().unwrap());
 
-        p.write_config(true).unwrap();
-        p.write_config(true).unwrap();
+        p.write_config(true, &PostgresqlSpec::default()).unwrap();
+        p.write_config(true, &PostgresqlSpec::default()).unwrap();
         let conf = fs::read_to_string(pgdata.join("postgresql.conf")).unwrap();
         assert_eq!(
             conf.matches("include_if_exists = 'lockstep.conf'").count(),
@@ -871,7 +940,7 @@ mod tests {
         );
         assert!(p.layout.is_standby());
 
-        p.write_config(false).unwrap();
+        p.write_config(false, &PostgresqlSpec::default()).unwrap();
         assert!(!p.layout.is_standby());
         let mode = fs::metadata(pgdata.join("lockstep.conf"))
             .unwrap()
@@ -879,5 +948,31 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600, "it holds the replication password");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_persons_parameters_come_before_the_managed_ones_and_their_rules_after_the_local_ones() {
+        let p = prepare("/data/pgdata");
+        let user = PostgresqlSpec {
+            parameters: [("work_mem", "16MB"), ("port", "1")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into(),
+            pg_hba: vec!["host all app 10.0.0.0/8 md5".to_owned()],
+        };
+        let conf = p.lockstep_conf(false, &user);
+        let at = |needle: &str| {
+            conf.find(needle)
+                .unwrap_or_else(|| panic!("{needle} in {conf}"))
+        };
+        assert!(at("work_mem = '16MB'") < at("wal_level = replica"));
+        // Read later, the managed port wins over one that slipped through.
+        assert!(at("port = '1'") < at("port = 5432"));
+        let hba = pg_hba(&user);
+        let line = |needle: &str| {
+            hba.find(needle)
+                .unwrap_or_else(|| panic!("{needle} in {hba}"))
+        };
+        assert!(line("local   replication") < line("host all app"));
+        assert!(line("host all app") < line("host    all          all   all"));
     }
 }

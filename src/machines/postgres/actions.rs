@@ -84,6 +84,17 @@ pub enum PgAction {
         /// Its resourceVersion as observed.
         version: String,
     },
+    /// Set pod `ordinal`'s settings annotation to the spec's `postgresql` (removed when
+    /// nothing is set), only on the pod as observed (`uid` at `version`). Its instance
+    /// manager reloads the server from it ([`super::settings`]).
+    Configure {
+        /// The ordinal.
+        ordinal: i32,
+        /// The UID of the pod as observed.
+        uid: String,
+        /// Its resourceVersion as observed.
+        version: String,
+    },
     /// Create the primary Lease `<name>-primary` (if absent), naming `holder`
     /// (`<pod-name>/<pod-uid>`) with `renewTime` = `at`, or nobody.
     CreateLease {

@@ -17,6 +17,9 @@
 //!     credentialsSecret: orders-s3        # keys accessKey, secretKey
 //!     image: registry.example/pg-backup:16  # pg_dump + curl, see the scripts README
 //!   spread: {mode: Preferred}   # instances prefer a node each (Required | None)
+//!   postgresql:                 # applied by a reload; see `settings`
+//!     parameters: {work_mem: 16MB, max_connections: "200"}
+//!     pgHba: ["host all app 10.0.0.0/8 scram-sha-256"]
 //!   placement:                  # instances and Jobs: nodeSelector, tolerations, affinity,
 //!     nodeSelector: {disktype: ssd}  # topologySpreadConstraints (DistributedDB's type)
 //! ```
@@ -33,7 +36,10 @@
 //!   only together with `spec.backup`;
 //! - `spec.failoverDelaySeconds` in 0..=3600;
 //! - `spec.spread.mode` one of `Preferred`, `Required`, `None`; `spec.placement`'s
-//!   tolerations and topology spread constraints as DistributedDB's.
+//!   tolerations and topology spread constraints as DistributedDB's;
+//! - `spec.postgresql.parameters` names no parameter Lockstep manages (the message
+//!   names the ones it does), every value one line; `spec.postgresql.pgHba` one line per
+//!   rule.
 //!
 //! # Credentials
 //! The superuser (`postgres`) and replication (`replicator`) passwords come from the Secret
@@ -55,6 +61,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 
+use super::settings::PostgresqlSpec;
 use super::state::PgState;
 use crate::engine::EngineStatus;
 use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
@@ -214,6 +221,10 @@ pub struct PostgresClusterSpec {
     /// instance, not the cluster: by default each prefers a node without another.
     #[serde(default)]
     pub spread: SpreadSpec,
+    /// PostgreSQL's own configuration: `parameters` (`postgresql.conf`) and `pgHba`
+    /// rules, applied by a reload without restarting any pod.
+    #[serde(default, skip_serializing_if = "PostgresqlSpec::is_empty")]
+    pub postgresql: PostgresqlSpec,
 }
 
 /// `spec.spread`: the pod anti-affinity Lockstep adds to the instances' own, over one

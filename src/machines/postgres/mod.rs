@@ -45,6 +45,7 @@ pub mod machine;
 mod model;
 pub mod observe;
 pub mod render;
+pub mod settings;
 pub mod state;
 pub mod status;
 pub mod table;
@@ -148,6 +149,20 @@ impl Operator for Postgres {
                     [(ROLE_LABEL.to_owned(), Some(role.to_owned()))].into(),
                 )]
             }
+            PgAction::Configure {
+                ordinal,
+                uid,
+                version,
+            } => vec![Op::patch_if::<Pod>(
+                pod(*ordinal),
+                Precondition {
+                    uid: uid.clone(),
+                    resource_version: version.clone(),
+                },
+                serde_json::json!({"metadata": {"annotations": {
+                    settings::SETTINGS_ANNOTATION: settings::annotation(&object.spec.postgresql),
+                }}}),
+            )],
             PgAction::DeletePod { ordinal, uid, .. } => vec![Op::delete::<Pod>(pod(*ordinal), uid)],
             PgAction::RunPromote { key, target, image } => {
                 vec![Op::create(&render::promote_job(

@@ -4,7 +4,7 @@
 //! Drift is judged here, against the objects [`super::render`] produces, so that `decide`
 //! only sees `in_sync` flags.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -14,8 +14,9 @@ use kube::ResourceExt;
 use super::actions::{PgAction, Role, ServiceKind};
 use super::api::{DEFAULT_LEASE_SECONDS, PostgresCluster};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
+use super::settings;
 use crate::driver::Cache;
-use crate::driver::cache::JOB_NAME_LABEL;
+use crate::driver::cache::{JOB_NAME_LABEL, digest};
 use crate::machines::common::annotations;
 use crate::machines::common::observe::{self as common, Reading};
 pub use crate::machines::common::observe::{CronJobView, Requests, StatefulSetView, ordinal_of};
@@ -161,6 +162,9 @@ pub struct Own {
     /// with ([`pod_lease_seconds`]): its fence runs with it, whatever the spec says now
     /// (pods are `OnDelete`), so a wait for a holder counts the longest of them.
     pub lease_seconds: BTreeMap<i32, i64>,
+    /// The live instance pods (by ordinal) whose settings annotation is not the spec's
+    /// `postgresql` ([`super::settings`]): their managers have yet to be told.
+    pub unconfigured: BTreeSet<i32>,
 }
 
 impl Observed {
@@ -287,12 +291,23 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter_map(|p| Some((ordinal_of(p, &name)?, pod_lease_seconds(p)?)))
         .collect();
 
+    // The cache keeps the annotation as a digest (`driver::cache::DIGESTED_ANNOTATIONS`).
+    let wanted = settings::annotation(&pg.spec.postgresql).map(|v| digest(&v));
+    let unconfigured = read
+        .owned(&cache.pods)
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.annotations().get(settings::SETTINGS_ANNOTATION) != wanted.as_ref())
+        .filter_map(|p| ordinal_of(p, &name))
+        .collect();
+
     let own = Own {
         in_sync,
         lease,
         job_results,
         requests: PgRequests::from_annotations(pg.annotations()),
         lease_seconds,
+        unconfigured,
     };
     read.observed(
         statefulset,

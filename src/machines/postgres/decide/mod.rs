@@ -159,6 +159,15 @@ pub(crate) fn objects(
             replicas,
         });
     }
+    // The settings reach each live instance on its pod (its manager reloads from it).
+    actions.extend(o.own.unconfigured.iter().filter_map(|k| {
+        let pod = o.live(*k)?;
+        Some(PgAction::Configure {
+            ordinal: *k,
+            uid: pod.uid.clone(),
+            version: pod.version.clone(),
+        })
+    }));
     let scheduled = spec.backup.is_some() && spec.backup_schedule.is_some();
     actions.extend(cronjob_upkeep(scheduled, o.cronjob.as_ref()).map(PgAction::Jobs));
     actions

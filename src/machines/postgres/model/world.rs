@@ -56,6 +56,7 @@ where
             },
             placement: None,
             spread: Default::default(),
+            postgresql: Default::default(),
         }
     }
 
@@ -175,6 +176,7 @@ where
                     .range(..GONE)
                     .map(|(k, p)| (*k, p.lease_seconds))
                     .collect(),
+                unconfigured: Default::default(),
             },
         }
     }
@@ -215,6 +217,8 @@ where
                 }
                 self.start_primaries();
             }
+            // The model has no settings: nothing is ever unconfigured.
+            PgAction::Configure { .. } => {}
             PgAction::DeletePod {
                 ordinal,
                 uid,

@@ -47,6 +47,7 @@ use super::api::{
     FencingSpec, PostgresCluster, REPLICATION_PASSWORD_KEY, REPLICATION_USER, SUPERUSER,
     SUPERUSER_PASSWORD_KEY,
 };
+use super::settings;
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::env::{from_field, from_secret, plain};
@@ -347,6 +348,10 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
         plain("LOCKSTEP_METRICS_PORT", METRICS_PORT.to_string()),
         from_field("POD_NAME", "metadata.name"),
         plain("LOCKSTEP_ROLE_FILE", format!("{PODINFO_PATH}/labels")),
+        plain(
+            "LOCKSTEP_ANNOTATIONS_FILE",
+            format!("{PODINFO_PATH}/annotations"),
+        ),
         plain("LOCKSTEP_ROLE_LABEL", ROLE_LABEL),
         plain("POSTGRES_USER", SUPERUSER),
         from_secret("POSTGRES_PASSWORD", &secret, SUPERUSER_PASSWORD_KEY),
@@ -375,6 +380,14 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
         env.push(plain("POSTGRES_DB", db));
     }
     env
+}
+
+/// The annotations that carry `spec.postgresql` to an instance pod ([`settings`]):
+/// none when nothing is set.
+#[must_use]
+pub fn settings_annotations(pg: &PostgresCluster) -> Option<BTreeMap<String, String>> {
+    settings::annotation(&pg.spec.postgresql)
+        .map(|value| BTreeMap::from([(settings::SETTINGS_ANNOTATION.to_owned(), value)]))
 }
 
 /// The StatefulSet running `image` × `replicas`.
@@ -439,14 +452,23 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
     let podinfo = Volume {
         name: PODINFO_VOLUME.to_owned(),
         downward_api: Some(DownwardAPIVolumeSource {
-            items: Some(vec![DownwardAPIVolumeFile {
-                path: "labels".to_owned(),
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.labels".to_owned(),
-                    api_version: None,
-                }),
-                ..DownwardAPIVolumeFile::default()
-            }]),
+            // The role label, and the settings annotation (`settings`): the kubelet
+            // rewrites both files as soon as it sees the pod change.
+            items: Some(
+                [
+                    ("labels", "metadata.labels"),
+                    ("annotations", "metadata.annotations"),
+                ]
+                .map(|(path, field)| DownwardAPIVolumeFile {
+                    path: path.to_owned(),
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: field.to_owned(),
+                        api_version: None,
+                    }),
+                    ..DownwardAPIVolumeFile::default()
+                })
+                .to_vec(),
+            ),
             ..DownwardAPIVolumeSource::default()
         }),
         ..Volume::default()
@@ -476,6 +498,7 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(selector(pg)),
+                    annotations: settings_annotations(pg),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(spread(

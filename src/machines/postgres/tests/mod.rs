@@ -24,6 +24,7 @@ use super::observe::{
     CronJobView, InSync, LeaseView, Observed, Own, PgRequests, PodView, Requests, StatefulSetView,
 };
 use super::render;
+use super::settings;
 use super::state::{PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology};
 use super::table::reason::*;
 use crate::engine::{Decision, Machine, Wait};
@@ -53,6 +54,7 @@ fn spec(version: &str) -> PostgresClusterSpec {
         fencing: Default::default(),
         placement: None,
         spread: Default::default(),
+        postgresql: Default::default(),
     }
 }
 
@@ -138,6 +140,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             job_results: BTreeMap::new(),
             requests: PgRequests::default(),
             lease_seconds: BTreeMap::new(),
+            unconfigured: Default::default(),
         },
     }
 }

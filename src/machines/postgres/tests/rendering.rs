@@ -400,3 +400,94 @@ fn the_example_in_examples_is_a_postgres_cluster_this_operator_reads() {
     assert_eq!(pg.spec.spread.mode, Spread::Preferred);
     assert!(pg.spec.backup.is_some());
 }
+
+// --- issue 26: settings ---------------------------------------------------------------
+
+fn with_work_mem() -> PostgresClusterSpec {
+    let mut s = spec("16.3");
+    s.postgresql
+        .parameters
+        .insert("work_mem".to_owned(), "16MB".to_owned());
+    s
+}
+
+#[test]
+fn settings_ride_on_the_pod_template_and_a_cluster_without_them_renders_none() {
+    let annotation = |pg: &PostgresCluster| {
+        render::statefulset(pg, V1, 3)
+            .expect("renders")
+            .spec
+            .template
+            .metadata
+            .and_then(|m| m.annotations)
+            .and_then(|a| a.get(settings::SETTINGS_ANNOTATION).cloned())
+    };
+    assert_eq!(annotation(&object(spec("16.3"))), None);
+    let carried = annotation(&object(with_work_mem())).expect("the settings annotation");
+    assert_eq!(
+        settings::parse(&carried).expect("parses").parameters["work_mem"],
+        "16MB"
+    );
+}
+
+#[test]
+fn a_live_pod_told_old_settings_is_patched_only_as_it_was_read() {
+    let s = with_work_mem();
+    let mut o = at_rest(V1, 0);
+    o.own.unconfigured = [2].into();
+    edit(&mut o, 2, |p| p.version = "42".to_owned());
+    let d = decide(&s, &ready(V1, 0), o.clone());
+    let configure = PgAction::Configure {
+        ordinal: 2,
+        uid: o.pods[&2].uid.clone(),
+        version: "42".to_owned(),
+    };
+    assert_eq!(d.actions(), std::slice::from_ref(&configure));
+    assert!(matches!(d, Decision::Stay { .. }), "settings move no state");
+
+    let ops =
+        <Postgres as crate::driver::Operator>::render(&object(s), &configure).expect("renders");
+    match ops.as_slice() {
+        [
+            crate::driver::Op::Patch {
+                name,
+                patch,
+                precondition,
+                ..
+            },
+        ] => {
+            assert_eq!(name, "pg-2");
+            assert_eq!(
+                (
+                    precondition.uid.as_str(),
+                    precondition.resource_version.as_str()
+                ),
+                (o.pods[&2].uid.as_str(), "42")
+            );
+            let value = patch["metadata"]["annotations"][settings::SETTINGS_ANNOTATION]
+                .as_str()
+                .expect("the settings");
+            assert!(value.contains("work_mem"));
+        }
+        other => panic!("one fenced pod patch, got {other:?}"),
+    }
+}
+
+#[test]
+fn settings_removed_from_the_spec_are_removed_from_the_pods() {
+    let ops = <Postgres as crate::driver::Operator>::render(
+        &object(spec("16.3")),
+        &PgAction::Configure {
+            ordinal: 0,
+            uid: "u".to_owned(),
+            version: "1".to_owned(),
+        },
+    )
+    .expect("renders");
+    match ops.as_slice() {
+        [crate::driver::Op::Patch { patch, .. }] => {
+            assert!(patch["metadata"]["annotations"][settings::SETTINGS_ANNOTATION].is_null())
+        }
+        other => panic!("one pod patch, got {other:?}"),
+    }
+}

@@ -1,0 +1,319 @@
+//! A person's PostgreSQL settings in this instance (`spec.postgresql`, see
+//! [`crate::machines::postgres::settings`]): read from the pod's annotations through the
+//! downward API, written into the managed configuration, applied by a reload.
+//!
+//! This is not a state of the agent's machine: applying settings never changes what the
+//! server is (primary or standby) or whether it may write, it is idempotent, and it may
+//! happen at any round.
+//!
+//! # Guarantees
+//! - The files never keep a value the running server refused: a parameter PostgreSQL
+//!   reports invalid (`pg_file_settings.error`) keeps the last value it accepted (or
+//!   none), and a `pg_hba.conf` rule it cannot parse (`pg_hba_file_rules.error`) is
+//!   left out. The next start cannot fail on either.
+//! - Before a start, the parameters are checked by PostgreSQL itself (`postgres -C`),
+//!   and the ones it refuses are left out the same way.
+//! - What is refused and what waits for a restart is logged once per change and
+//!   served on `/metrics`.
+//!
+//! # Errors
+//! A file that cannot be read or an annotation that does not parse leaves the settings
+//! as they were, logged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use crate::machines::postgres::settings::{PostgresqlSpec, SETTINGS_ANNOTATION, parse};
+
+use super::quote;
+
+/// What this instance was asked for, and what its server made of it.
+#[derive(Debug, Default)]
+pub struct Settings {
+    /// The downward-API annotations file.
+    file: PathBuf,
+    /// What the annotation says.
+    wanted: PostgresqlSpec,
+    /// The parameters the server refused (with its error), as last asked for.
+    refused: BTreeMap<String, (String, String)>,
+    /// The last value the server accepted for each parameter.
+    accepted: BTreeMap<String, String>,
+    /// The `pg_hba.conf` rules the server could not parse (with its error).
+    refused_rules: BTreeMap<String, String>,
+    /// What the files hold now, if they were written from the annotation.
+    written: Option<PostgresqlSpec>,
+    /// The parameters whose written value the running server applies only at a start.
+    pending_restart: BTreeSet<String>,
+}
+
+impl Settings {
+    /// Settings read from the annotations file `file` (`None`: no settings, as for a pod
+    /// made before settings existed).
+    #[must_use]
+    pub fn new(file: Option<PathBuf>) -> Self {
+        let mut settings = Settings {
+            file: file.unwrap_or_default(),
+            ..Settings::default()
+        };
+        settings.read();
+        settings
+    }
+
+    /// Reads the annotation again; `true` when what it asks for changed.
+    pub fn read(&mut self) -> bool {
+        if self.file.as_os_str().is_empty() {
+            return false;
+        }
+        let wanted = match std::fs::read_to_string(&self.file) {
+            Ok(text) => match from_annotations(&text) {
+                Ok(wanted) => wanted,
+                Err(why) => {
+                    if self.written.is_none() {
+                        tracing::warn!(%why, "the settings annotation is not usable; keeping the settings as they are");
+                    }
+                    return false;
+                }
+            },
+            // Not mounted (a pod from before settings): nothing asked for.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => PostgresqlSpec::default(),
+            Err(e) => {
+                tracing::warn!(file = %self.file.display(), error = %e, "reading the annotations failed");
+                return false;
+            }
+        };
+        if wanted == self.wanted {
+            return false;
+        }
+        self.wanted = wanted;
+        true
+    }
+
+    /// Whether the files should be written again: the annotation changed since.
+    #[must_use]
+    pub fn stale(&self) -> bool {
+        self.written.as_ref() != Some(&self.wanted)
+    }
+
+    /// What goes into the files: what is asked for, less what the server refused (a
+    /// refused parameter keeps the last value it accepted, if any).
+    #[must_use]
+    pub fn effective(&self) -> PostgresqlSpec {
+        let mut parameters = BTreeMap::new();
+        for (name, value) in &self.wanted.parameters {
+            match self.refused.get(name) {
+                Some((bad, _)) if bad == value => {
+                    if let Some(good) = self.accepted.get(name) {
+                        parameters.insert(name.clone(), good.clone());
+                    }
+                }
+                _ => {
+                    parameters.insert(name.clone(), value.clone());
+                }
+            }
+        }
+        PostgresqlSpec {
+            parameters,
+            pg_hba: self
+                .wanted
+                .pg_hba
+                .iter()
+                .filter(|r| !self.refused_rules.contains_key(*r))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The files now hold [`Self::effective`].
+    pub fn written(&mut self) {
+        self.written = Some(self.wanted.clone());
+    }
+
+    /// The files must be written again (what they hold was refused).
+    pub fn unwritten(&mut self) {
+        self.written = None;
+    }
+
+    /// The server refused `name` = `value` with `error`: it is left out of the files
+    /// from now on (until the annotation asks for another value). `true` if it is new.
+    pub fn refuse(&mut self, name: &str, error: &str) -> bool {
+        let Some(value) = self.wanted.parameters.get(name) else {
+            return false;
+        };
+        let new = self.refused.get(name).map(|(v, _)| v) != Some(value);
+        if new {
+            tracing::warn!(parameter = name, value = %value, %error, kept = ?self.accepted.get(name), "PostgreSQL refused a parameter: its last accepted value is kept");
+        }
+        self.refused
+            .insert(name.to_owned(), (value.clone(), error.to_owned()));
+        new
+    }
+
+    /// The server could not parse the `pg_hba.conf` rule `rule`: it is left out.
+    /// `true` if it is new.
+    pub fn refuse_rule(&mut self, rule: &str, error: &str) -> bool {
+        let new = !self.refused_rules.contains_key(rule);
+        if new {
+            tracing::warn!(%rule, %error, "PostgreSQL refused a pg_hba.conf rule: it is left out");
+        }
+        self.refused_rules.insert(rule.to_owned(), error.to_owned());
+        new
+    }
+
+    /// The server accepted every written parameter that it did not refuse.
+    pub fn accepted(&mut self) {
+        let effective = self.effective();
+        self.refused
+            .retain(|name, (value, _)| self.wanted.parameters.get(name) == Some(value));
+        self.refused_rules
+            .retain(|rule, _| self.wanted.pg_hba.contains(rule));
+        for (name, value) in effective.parameters {
+            self.accepted.insert(name, value);
+        }
+    }
+
+    /// The parameters the running server applies only at its next start.
+    pub fn set_pending_restart(&mut self, names: BTreeSet<String>) {
+        if names != self.pending_restart && !names.is_empty() {
+            tracing::info!(parameters = ?names, "settings changed that PostgreSQL applies only at a restart: pending until this instance's next start");
+        }
+        self.pending_restart = names;
+    }
+
+    /// How many parameters and rules are refused now.
+    #[must_use]
+    pub fn refused_count(&self) -> usize {
+        self.refused.len() + self.refused_rules.len()
+    }
+
+    /// How many parameters wait for a restart.
+    #[must_use]
+    pub fn pending_restart_count(&self) -> usize {
+        self.pending_restart.len()
+    }
+
+    /// The parameters of [`Self::effective`] as `postgresql.conf` lines.
+    #[must_use]
+    pub fn parameter_lines(spec: &PostgresqlSpec) -> Vec<String> {
+        spec.parameters
+            .iter()
+            .filter(|(_, value)| !value.contains('\n'))
+            .map(|(name, value)| format!("{name} = {}", quote::conf(value)))
+            .collect()
+    }
+}
+
+/// `spec.postgresql` as the annotations file (`key="value"` per line, values
+/// Go-quoted) carries it: empty when the annotation is absent.
+///
+/// # Errors
+/// The annotation's value is not a quoted string, or not the spec's JSON.
+pub fn from_annotations(text: &str) -> Result<PostgresqlSpec, String> {
+    let Some(quoted) = text.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key == SETTINGS_ANNOTATION).then_some(value.trim())
+    }) else {
+        return Ok(PostgresqlSpec::default());
+    };
+    let value =
+        quote::go_unquote(quoted).ok_or_else(|| format!("{SETTINGS_ANNOTATION} is not quoted"))?;
+    parse(&value).map_err(|e| format!("{SETTINGS_ANNOTATION}: {e}"))
+}
+
+/// The parameter names PostgreSQL's messages name (`parameter "work_mem"`), in order.
+#[must_use]
+pub fn named_parameters(messages: &str) -> Vec<String> {
+    messages
+        .split("parameter \"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"').map(|(name, _)| name.to_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(parameters: &[(&str, &str)], rules: &[&str]) -> PostgresqlSpec {
+        PostgresqlSpec {
+            parameters: parameters
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            pg_hba: rules.iter().map(|r| (*r).to_owned()).collect(),
+        }
+    }
+
+    fn settings_asking(spec: &PostgresqlSpec) -> Settings {
+        Settings {
+            wanted: spec.clone(),
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn the_annotations_file_gives_the_spec_and_nothing_when_the_annotation_is_absent() {
+        let text = "lockstep.dev/other=\"x\"\nlockstep.dev/postgresql=\"{\\\"parameters\\\":{\\\"work_mem\\\":\\\"16MB\\\"}}\"\n";
+        assert_eq!(
+            from_annotations(text),
+            Ok(asked(&[("work_mem", "16MB")], &[]))
+        );
+        assert_eq!(
+            from_annotations("lockstep.dev/other=\"x\"\n"),
+            Ok(PostgresqlSpec::default())
+        );
+        assert!(from_annotations("lockstep.dev/postgresql=\"not json\"\n").is_err());
+    }
+
+    #[test]
+    fn a_refused_value_keeps_the_last_accepted_one_until_another_is_asked_for() {
+        let mut s = settings_asking(&asked(&[("work_mem", "16MB")], &[]));
+        s.accepted();
+        s.wanted = asked(&[("work_mem", "banana"), ("geqo", "off")], &[]);
+        assert!(s.refuse("work_mem", "invalid value"));
+        assert!(!s.refuse("work_mem", "invalid value"), "said once");
+        assert_eq!(
+            s.effective(),
+            asked(&[("work_mem", "16MB"), ("geqo", "off")], &[])
+        );
+        s.accepted();
+        assert_eq!(s.refused_count(), 1);
+        s.wanted = asked(&[("work_mem", "32MB")], &[]);
+        assert_eq!(s.effective(), asked(&[("work_mem", "32MB")], &[]));
+        s.accepted();
+        assert_eq!(s.refused_count(), 0);
+    }
+
+    #[test]
+    fn a_refused_value_never_accepted_before_is_left_out() {
+        let mut s = settings_asking(&asked(&[("work_mem", "banana")], &[]));
+        s.refuse("work_mem", "invalid value");
+        assert_eq!(s.effective(), PostgresqlSpec::default());
+    }
+
+    #[test]
+    fn a_refused_rule_is_left_out_and_the_others_kept_in_order() {
+        let mut s = settings_asking(&asked(
+            &[],
+            &["host all a 10.0.0.0/8 md5", "nonsense", "local all b trust"],
+        ));
+        s.refuse_rule("nonsense", "invalid connection type");
+        assert_eq!(
+            s.effective().pg_hba,
+            ["host all a 10.0.0.0/8 md5", "local all b trust"]
+        );
+    }
+
+    #[test]
+    fn parameters_are_written_quoted() {
+        assert_eq!(
+            Settings::parameter_lines(&asked(&[("search_path", "'$user', public")], &[])),
+            ["search_path = '''$user'', public'"]
+        );
+    }
+
+    #[test]
+    fn the_parameters_postgresql_names_are_found_in_its_messages() {
+        let err = "LOG:  invalid value for parameter \"work_mem\": \"banana\"\nFATAL:  configuration file \"/d/lockstep.conf\" contains errors\nLOG: parameter \"geqo\" requires a Boolean value";
+        assert_eq!(named_parameters(err), ["work_mem", "geqo"]);
+    }
+}
