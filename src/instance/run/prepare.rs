@@ -435,18 +435,26 @@ impl Prepare {
     /// parameters it refuses, empty when it accepts them all.
     ///
     /// # Errors
-    /// [`PrepareError::Spawn`] when `postgres` cannot run.
+    /// [`PrepareError::Spawn`] when `postgres` cannot run; [`PrepareError::Tool`] when
+    /// it outlasts `START_TIMEOUT_SECONDS`.
     pub async fn refused_parameters(&self) -> Result<Vec<(String, String)>, PrepareError> {
-        let output = Command::new(self.args.binary("postgres"))
+        let tool = "postgres -C";
+        let bound = self.start_timeout();
+        let run = Command::new(self.args.binary("postgres"))
             .arg("-D")
             .arg(&self.layout.pgdata)
             .args(["-C", "port"])
             .stdin(Stdio::null())
             .kill_on_drop(true)
-            .output()
+            .output();
+        let output = tokio::time::timeout(bound, run)
             .await
+            .map_err(|_| PrepareError::Tool {
+                tool: tool.to_owned(),
+                status: format!("no end within {bound:?}"),
+            })?
             .map_err(|source| PrepareError::Spawn {
-                tool: "postgres -C".to_owned(),
+                tool: tool.to_owned(),
                 source,
             })?;
         if output.status.success() {

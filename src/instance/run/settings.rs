@@ -44,6 +44,8 @@ pub struct Settings {
     written: Option<PostgresqlSpec>,
     /// The parameters whose written value the running server applies only at a start.
     pending_restart: BTreeSet<String>,
+    /// Why the annotation was last unusable (logged once per reason).
+    unusable: Option<String>,
 }
 
 impl Settings {
@@ -68,8 +70,9 @@ impl Settings {
             Ok(text) => match from_annotations(&text) {
                 Ok(wanted) => wanted,
                 Err(why) => {
-                    if self.written.is_none() {
+                    if self.unusable.as_ref() != Some(&why) {
                         tracing::warn!(%why, "the settings annotation is not usable; keeping the settings as they are");
+                        self.unusable = Some(why);
                     }
                     return false;
                 }
@@ -81,6 +84,7 @@ impl Settings {
                 return false;
             }
         };
+        self.unusable = None;
         if wanted == self.wanted {
             return false;
         }
