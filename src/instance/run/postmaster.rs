@@ -108,17 +108,33 @@ impl Postmaster {
     /// # Errors
     /// [`SuperviseError::Spawn`], [`SuperviseError::Pidfd`].
     pub fn start(postgres: &Path, pgdata: &Path, args: &[String]) -> Result<Self, SuperviseError> {
-        let child = Command::new(postgres)
+        let mut command = Command::new(postgres);
+        command
             .arg("-D")
             .arg(pgdata)
             .args(args)
             .stdin(Stdio::null())
-            .kill_on_drop(false)
-            .spawn()
-            .map_err(|source| SuperviseError::Spawn {
-                binary: postgres.to_owned(),
-                source,
-            })?;
+            .kill_on_drop(false);
+        // The shutdown signals reach the server with their default dispositions, whatever
+        // the manager inherited: a process started in the background by a
+        // non-interactive shell (`nohup lockstep instance &`) has SIGINT and SIGQUIT
+        // ignored, and a shell script in front of the server could not trap them.
+        // SAFETY: between fork and exec only `signal(2)`, which is async-signal-safe, is
+        // called; nothing is allocated or locked.
+        unsafe {
+            command.pre_exec(|| {
+                for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+                    if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|source| SuperviseError::Spawn {
+            binary: postgres.to_owned(),
+            source,
+        })?;
         let pid = child.id().map_or(0, u32::cast_signed);
         // Not reaped before we wait for it, so the pid is still the child's here.
         let pidfd = Pidfd::open(pid).map_err(|source| SuperviseError::Pidfd { pid, source })?;
