@@ -327,6 +327,25 @@ impl Real {
         .await
     }
 
+    /// Scrape `pod`'s `/metrics` (its manager's, port `metrics`) until every line of
+    /// `wanted` is there, for at most [`SLOW`] (an HTTP endpoint: nothing to watch).
+    async fn metrics_say(&self, pod: &str, wanted: &[&str]) {
+        let (ok, ip) = self.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
+        assert!(ok, "{ip}");
+        let deadline = std::time::Instant::now() + SLOW;
+        loop {
+            let text = scrape(ip.trim(), 9187).unwrap_or_default();
+            if wanted.iter().all(|w| text.lines().any(|l| l == *w)) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pod}'s /metrics never said {wanted:?}:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// Poll `sql` on `pod` until it answers `want` (a setting reaches a server through
     /// its files: there is nothing to watch), for at most [`SLOW`].
     async fn shows(&self, pod: &str, sql: &str, want: &str) {
@@ -960,21 +979,8 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
     rejoined_as_a_replica(&real, name, &old, target).await;
     // Each instance's manager says so on its own /metrics (port `metrics`).
     for (pod, writable) in [(target, "1"), (old.as_str(), "0")] {
-        let (ok, ip) = real.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
-        assert!(ok, "{ip}");
-        let want = format!("lockstep_instance_writable {writable}");
-        let deadline = std::time::Instant::now() + SLOW;
-        loop {
-            let text = scrape(ip.trim(), 9187).unwrap_or_default();
-            if text.lines().any(|l| l == want) {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{pod}'s /metrics never said {want}:\n{text}"
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        real.metrics_say(pod, &[&format!("lockstep_instance_writable {writable}")])
+            .await;
     }
     real.finish().await;
 }
@@ -1037,24 +1043,14 @@ async fn settings_reach_every_instance_by_a_reload() {
         )
         .await;
     for pod in pods {
-        let (ok, ip) = real.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
-        assert!(ok, "{ip}");
-        let wanted = [
-            "lockstep_instance_settings_refused 1",
-            "lockstep_instance_settings_pending_restart 1",
-        ];
-        let deadline = std::time::Instant::now() + SLOW;
-        loop {
-            let text = scrape(ip.trim(), 9187).unwrap_or_default();
-            if wanted.iter().all(|w| text.lines().any(|l| l == *w)) {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{pod}'s /metrics never said {wanted:?}:\n{text}"
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        real.metrics_say(
+            pod,
+            &[
+                "lockstep_instance_settings_refused 1",
+                "lockstep_instance_settings_pending_restart 1",
+            ],
+        )
+        .await;
         real.shows(pod, "SHOW work_mem", "16MB").await;
         let (ok, conf) = real.kubectl(&[
             "exec",

@@ -281,16 +281,7 @@ impl Prepare {
             tool: tool.to_owned(),
             source,
         })?;
-        let status = tokio::time::timeout(bound, child.wait())
-            .await
-            .map_err(|_| PrepareError::Tool {
-                tool: tool.to_owned(),
-                status: format!("no end within {bound:?}"),
-            })?
-            .map_err(|source| PrepareError::Spawn {
-                tool: tool.to_owned(),
-                source,
-            })?;
+        let status = bounded(tool, bound, child.wait()).await?;
         if status.success() {
             Ok(())
         } else {
@@ -447,16 +438,7 @@ impl Prepare {
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .output();
-        let output = tokio::time::timeout(bound, run)
-            .await
-            .map_err(|_| PrepareError::Tool {
-                tool: tool.to_owned(),
-                status: format!("no end within {bound:?}"),
-            })?
-            .map_err(|source| PrepareError::Spawn {
-                tool: tool.to_owned(),
-                source,
-            })?;
+        let output = bounded(tool, bound, run).await?;
         if output.status.success() {
             return Ok(Vec::new());
         }
@@ -825,6 +807,24 @@ fn strings(args: &[&str]) -> Vec<String> {
 fn write_private(path: &Path, text: &str) -> Result<(), PrepareError> {
     fs::write(path, text).map_err(io("writing", path))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io("chmod 0600", path))
+}
+
+/// Waits for `tool`'s `run` for at most `bound`.
+async fn bounded<T>(
+    tool: &str,
+    bound: Duration,
+    run: impl Future<Output = std::io::Result<T>>,
+) -> Result<T, PrepareError> {
+    tokio::time::timeout(bound, run)
+        .await
+        .map_err(|_| PrepareError::Tool {
+            tool: tool.to_owned(),
+            status: format!("no end within {bound:?}"),
+        })?
+        .map_err(|source| PrepareError::Spawn {
+            tool: tool.to_owned(),
+            source,
+        })
 }
 
 /// `pg_hba.conf`: local access and replication first (no rule of a person's can lock
