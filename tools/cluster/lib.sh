@@ -16,15 +16,38 @@ HOSTPATH_PV_ROOT=/tmp/hostpath_pv
 
 log() { echo "[cluster] $*" >&2; }
 
-# pid_alive NAME: the process recorded in pids/NAME.pid is still ours and alive.
+# proc_start_time PID: the process's start time in clock ticks since boot
+# (field 22 of /proc/PID/stat); fails if PID is gone or a zombie. exec keeps
+# it, so it names one process across the setsid/nsenter/env chain a start
+# goes through, and a recycled pid gets a different one.
+proc_start_time() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  stat="${stat##*) }" # the command name may hold spaces and parentheses
+  # shellcheck disable=SC2086 # split the fields on purpose
+  set -- $stat
+  [ "$1" != Z ] || return 1
+  echo "${20}"
+}
+
+# pid_record NAME PID: remember PID (pids/NAME.pid) and its start time
+# (pids/NAME.start) the moment it is forked, so that liveness never depends on
+# how far the child has got in exec'ing its program.
+pid_record() {
+  echo "$2" >"$PIDS/$1.pid"
+  proc_start_time "$2" >"$PIDS/$1.start" || : >"$PIDS/$1.start"
+}
+
+# pid_alive NAME: the process recorded in pids/NAME.pid is alive, not a zombie,
+# and the same process (same start time) as when it was recorded.
 pid_alive() {
-  case "$1" in node-*) node_pid_alive "$1"; return ;; esac
-  local f="$PIDS/$1.pid" pid
+  local f="$PIDS/$1.pid" pid want got
   [ -f "$f" ] || return 1
   pid="$(cat "$f")"
-  [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
-  # Guard against a recycled pid: it must still be one of our binaries.
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -e lockstep-cluster -e '/kwok '
+  [ -n "$pid" ] || return 1
+  got="$(proc_start_time "$pid")" || return 1
+  want="$(cat "$PIDS/$1.start" 2>/dev/null)" || return 1
+  [ -n "$want" ] && [ "$got" = "$want" ]
 }
 
 kctl() {
@@ -53,7 +76,7 @@ stop() {
     fi
     log "stopped $name (pid $pid)"
   fi
-  rm -f "$f"
+  rm -f "$f" "$PIDS/$name.start"
 }
 
 # The real node (kubelet + containerd); LOCKSTEP_REAL_NODE=0 leaves it out.

@@ -201,7 +201,7 @@ start() {
   shift
   echo "+ $*" >"$LOGS/$name.log"
   setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
-  echo $! >"$PIDS/$name.pid"
+  pid_record "$name" $!
 }
 
 wait_for() { # DESCRIPTION CMD...

@@ -38,16 +38,13 @@ node_env() {
   . "$NODE_STATE/node.env"
 }
 
-# node_pid_alive NAME: pids/NAME.pid is alive and still the node's process.
+# node_pid_alive NAME: pids/NAME.pid is alive and still the same process
+# (pid_alive); the holder must also have exec'd into its named sleep, which is
+# when its namespaces exist.
 node_pid_alive() {
-  local f="$PIDS/$1.pid" pid cmd
-  [ -f "$f" ] || return 1
-  pid="$(cat "$f")"
-  [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
-  cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+  pid_alive "$1" || return 1
   case "$1" in
-    node-holder) [[ "$cmd" == lockstep-node-holder* ]] ;;
-    *) [[ "$cmd" == "$(cat "$NODE_STATE/bin-dir" 2>/dev/null)"/* ]] ;;
+    node-holder) [[ "$(tr '\0' ' ' <"/proc/$(cat "$PIDS/$1.pid")/cmdline" 2>/dev/null)" == lockstep-node-holder* ]] ;;
   esac
 }
 
@@ -97,7 +94,7 @@ EOF
   # The holder: `exec -a` names it so that its pid can be recognised later.
   setsid unshare --mount --net --propagation private -- \
     bash -c 'exec -a lockstep-node-holder sleep infinity' </dev/null >/dev/null 2>&1 &
-  echo $! >"$PIDS/node-holder.pid"
+  pid_record node-holder $!
   # Deadlines in seconds, not a count of tries: a loaded machine starts processes slowly.
   local deadline=$((SECONDS + 30))
   until node_pid_alive node-holder || ((SECONDS >= deadline)); do
@@ -352,7 +349,7 @@ node_start_proc() {
   echo "+ $*" >"$LOGS/$name.log"
   setsid nsenter -t "$(cat "$PIDS/node-holder.pid")" -m -n -- \
     env PATH="$(cat "$NODE_STATE/bin-dir"):/usr/sbin:/usr/bin:/sbin:/bin" "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
-  echo $! >"$PIDS/$name.pid"
+  pid_record "$name" $!
 }
 
 # node_ctr ARGS...: ctr against the node's containerd, namespace k8s.io.
