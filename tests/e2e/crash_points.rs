@@ -566,8 +566,9 @@ fn check_protocol(effects: &Effects, last: Option<&DistributedDB>) -> Result<(),
 /// its deletes). On this control plane KWOK plays the fake kubelet, and it deletes pods
 /// by name without a UID precondition (`deleteResource` in kwok v0.8.0's
 /// pod_controller.go): a late delete meant for a pod can hit its same-named replacement.
-/// A run where that happened saw a different world than the fault-free run, so it is
-/// not compared but run again.
+/// The test cluster refuses those (`tools/cluster/kwok/guard.yaml`: KWOK may delete only
+/// a terminating pod), so this should stay empty; a run where it is not saw a different
+/// world than the fault-free run, so it is not compared but run again.
 fn foreign_deletions(terminated: &BTreeSet<String>, log: &[Record]) -> Vec<String> {
     let deleted: BTreeSet<&str> = log
         .iter()

@@ -309,7 +309,7 @@ start kwok env HOME="$CLUSTER_DIR/kwok-home" "$BIN/kwok" \
 STARTED+=(kwok)
 
 # ---------------------------------------------------------------- objects
-log "creating $NODES KWOK nodes and StorageClasses"
+log "creating $NODES KWOK nodes, StorageClasses and the KWOK delete guard"
 {
   for i in $(seq 0 $((NODES - 1))); do
     zones=(a b c); zone="zone-${zones[$((i % 3))]}"
@@ -345,6 +345,8 @@ status:
 EOF
   done
   cat "$CLUSTER_TOOLS/storageclasses.yaml"
+  echo ---
+  cat "$CLUSTER_TOOLS/kwok/guard.yaml"
   if real_node_enabled; then node_bootstrap_yaml; fi
 } >"$CLUSTER_DIR/bootstrap.yaml"
 kctl apply -f "$CLUSTER_DIR/bootstrap.yaml" >>"$LOGS/bootstrap.log" 2>&1 || fail "applying $CLUSTER_DIR/bootstrap.yaml failed"
