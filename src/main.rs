@@ -202,6 +202,10 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Instance(cmd) => {
             if !cmd.liveness {
                 logging::init(cli.log_format);
+                // Before any thread exists: as PID 1, split into a reaper and the manager.
+                if let Err(e) = lockstep::instance::run::init::become_init() {
+                    tracing::warn!(error = %e, "orphans will not be reaped");
+                }
             }
             tokio_runtime()?.block_on(instance(*cmd))
         }

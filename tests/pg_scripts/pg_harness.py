@@ -184,11 +184,21 @@ class Pod:
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
-    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, **extra):
-        """Runs `lockstep instance` (LOCKSTEP_BIN), as the pod's container does."""
+    def start(self, role: "str | None", primary: "Pod | None" = None, wait=True, pid1=False, **extra):
+        """Runs `lockstep instance` (LOCKSTEP_BIN), as the pod's container does.
+
+        pid1: as PID 1 of a PID namespace of its own, as in a container (root only):
+        `self.proc` is then `unshare`, whose one child is the namespace's PID 1."""
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} already running"
         env = self.script_env(role, primary, **extra)
         command = [instance_binary(), "instance"]
+        run_as = user_kwargs()
+        if pid1:
+            assert IS_ROOT, "a PID namespace of its own needs root (as CI runs these tests)"
+            uid, gid = postgres_ids()
+            command = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL",
+                       "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *command]
+            run_as = {}
         with open(self.log, "ab") as logf:
             logf.write(f"\n===== start as {role} =====\n".encode())
             logf.flush()
@@ -200,7 +210,7 @@ class Pod:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                **user_kwargs(),
+                **run_as,
             )
         if wait:
             self.wait_ready()

@@ -200,3 +200,53 @@ def test_a_standby_that_has_not_received_the_released_position_does_not_promote(
         time.sleep(0.5)
     lease.drop_annotation("lockstep.dev/released-lsn")  # the person's escape hatch
     wait_until(lambda: writable(standby), timeout=30, what="the promotion once the gate is lifted")
+
+
+def children(pid: int) -> list[int]:
+    """The children of host pid `pid` (all its threads')."""
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def test_as_pid_1_an_orphan_is_reaped_and_sigterm_reaches_the_manager(env):
+    p = env.pod("pg-0").start("primary", pid1=True)
+    assert writable(p)
+    [init] = wait_until(lambda: children(p.proc.pid), timeout=10, what="the namespace's PID 1")
+    [manager] = wait_until(lambda: children(init), timeout=10, what="PID 1 forking the manager")
+    assert comm(manager) == "lockstep", comm(manager)
+
+    # What `kubectl exec` leaves behind: a shell that exits with a child still running.
+    # The child is reparented to PID 1; unreaped, it would stay a zombie in /proc until
+    # the container ends.
+    subprocess.run(["nsenter", f"--target={init}", "--pid", "--mount", "--",
+                    "sh", "-c", "sleep 1 & exit 0"], check=True, timeout=10)
+    [orphan] = wait_until(lambda: [c for c in children(init) if comm(c) == "sleep"], timeout=10,
+                          what="the orphan reparented to PID 1")
+    wait_until(lambda: not os.path.exists(f"/proc/{orphan}"), timeout=15,
+               what=f"the orphan {orphan} to be reaped once it exits")
+    assert children(init) == [manager] and comm(manager) == "lockstep", p.log_tail()
+    assert writable(p)
+
+    # The kubelet's SIGTERM goes to PID 1, which passes it on; the container exits with
+    # the manager's code.
+    os.kill(init, signal.SIGTERM)
+    assert p.wait_exit(timeout=60) == 0, p.log_tail()
+    assert p.try_sql("SELECT 1") is None
+    assert "database system is shut down" in p.log_text()
+    # Everything in the namespace ended with its PID 1; the pid file names a pid of that
+    # namespace, which means nothing out here.
+    (p.pgdata / "postmaster.pid").unlink(missing_ok=True)

@@ -12,6 +12,7 @@
 //! - `lease`: the primary Lease through kube-rs;
 //! - `manager`: the loop: observe, `decide`, act; and the liveness check;
 //! - `config`: the settings (the container's environment);
+//! - `init`: PID 1's duties: reap every orphan, forward signals to the manager;
 //! - `install`: the init container's copy of this binary into the pod;
 //! - `prepare`: bootstrap, local promotion, clone, rewind, the managed configuration;
 //! - `quote`: quoting values into SQL, conninfo and `postgresql.conf`.
@@ -22,6 +23,7 @@
 pub mod clock;
 pub mod config;
 pub mod fence;
+pub mod init;
 pub mod install;
 pub mod lease;
 pub mod manager;
