@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tests/pg_scripts needs, idempotently (safe to run every time):
 #   - PostgreSQL server binaries (Debian package `postgresql`, which also
-#     creates the `postgres` OS user the servers run as), curl, shellcheck
+#     creates the `postgres` OS user the servers run as), curl, shellcheck,
+#     util-linux (unshare, setpriv, nsenter)
 #   - the Python packages in requirements.txt (pytest, boto3, moto server)
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
@@ -18,6 +19,10 @@ missing=()
 compgen -G '/usr/lib/postgresql/*/bin/pg_rewind' >/dev/null || missing+=(postgresql)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+# unshare, setpriv, nsenter: the manager as PID 1 of a PID namespace of its own.
+for tool in unshare setpriv nsenter; do
+	command -v "$tool" >/dev/null 2>&1 || { missing+=(util-linux); break; }
+done
 if ((${#missing[@]})); then
 	echo "setup.sh: installing ${missing[*]}"
 	# Don't let the Debian package create and start a default cluster on 5432.
