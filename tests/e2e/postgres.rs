@@ -1326,6 +1326,11 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
             "spec.spread.mode",
         ),
         (
+            "sync-too-many",
+            with(json!({"synchronous": {"number": 3}})),
+            "spec.synchronous.number must be less than spec.replicas",
+        ),
+        (
             "managed",
             with(
                 json!({"postgresql": {"parameters": {"work_mem": "8MB", "wal_level": "logical"}}}),

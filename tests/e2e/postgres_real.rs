@@ -13,6 +13,10 @@
 //!   promoted; the only acknowledged commits the new primary may lack are the old
 //!   primary's last ones that no standby had received (asynchronous replication); the
 //!   old primary rejoins as a standby through `pg_rewind`.
+//! - [`with_synchronous_replication_a_failover_loses_no_acknowledged_commit`]:
+//!   `spec.synchronous` (ANY 1): every member names the others in
+//!   `synchronous_standby_names`; the primary's postmaster is killed under the writer;
+//!   the new primary has every acknowledged commit.
 //! - [`failover_never_promotes_a_lagging_replica`]: replay paused on one replica; the
 //!   other one is promoted.
 //! - [`failover_with_the_primary_cut_off_from_the_api`]: the primary's pod cut off from
@@ -1144,6 +1148,85 @@ async fn failover_after_the_primary_dies() {
         rewound(&logs),
         "{old} did not rejoin through pg_rewind:\n{logs}"
     );
+    real.finish().await;
+}
+
+/// `synchronous_standby_names` for `me` of a 3-member cluster `name` with ANY 1.
+fn any_one_of_the_others(name: &str, me: &str) -> String {
+    let others: Vec<String> = (0..3)
+        .map(|k| format!("{name}-{k}"))
+        .filter(|p| p != me)
+        .map(|p| format!("\"{p}\""))
+        .collect();
+    format!("ANY 1 ({})", others.join(", "))
+}
+
+/// (c'') Synchronous replication: with `spec.synchronous` (ANY 1 of the others,
+/// Required), a commit is acknowledged only once a standby flushed it, so killing the
+/// primary's postmaster under the writer loses none of them; the survey reads both
+/// standbys (the quorum) before the most advanced is promoted, and it names the others
+/// in turn.
+#[tokio::test]
+async fn with_synchronous_replication_a_failover_loses_no_acknowledged_commit() {
+    if !real_node() {
+        return;
+    }
+    let mut real = Real::new("pgreal-sync").await;
+    let name = "pg";
+    let pg = real
+        .cluster(
+            name,
+            3,
+            json!({"failoverDelaySeconds": 0, "synchronous": {"number": 1}}),
+        )
+        .await;
+    let old = primary_of(&pg);
+    real.shows(
+        &old,
+        "SHOW synchronous_standby_names",
+        &any_one_of_the_others(name, &old),
+    )
+    .await;
+    real.metrics_say(&old, &["lockstep_instance_synchronous_standbys 1"])
+        .await;
+    // Both standbys are in the quorum a commit waits for.
+    real.shows(
+        &old,
+        "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'quorum'",
+        "2",
+    )
+    .await;
+    real.start_client(name).await;
+    real.writing(true);
+    let before = real.acks_grow(0, 30).await;
+
+    let pg = real.kill_primary(name, &old).await;
+    let new = primary_of(&pg);
+    real.all_ready(name).await;
+    let after = real.acks().len();
+    real.acks_grow(after, 20).await;
+    let acked = real.stop_client();
+    let rows = real.rows(name);
+    let lost: Vec<u64> = acked
+        .iter()
+        .copied()
+        .filter(|id| !rows.contains_key(id))
+        .collect();
+    eprintln!(
+        "(c'') {old} -> {new}, synchronous: {} acknowledged ({before} before the kill), {} rows; lost {lost:?}",
+        acked.len(),
+        rows.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged commits lost under synchronous replication: {lost:?}"
+    );
+    real.shows(
+        &new,
+        "SHOW synchronous_standby_names",
+        &any_one_of_the_others(name, &new),
+    )
+    .await;
     real.finish().await;
 }
 

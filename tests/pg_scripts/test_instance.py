@@ -7,6 +7,7 @@ lockstep` first)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -200,6 +201,75 @@ def test_a_standby_that_has_not_received_the_released_position_does_not_promote(
         time.sleep(0.5)
     lease.drop_annotation("lockstep.dev/released-lsn")  # the person's escape hatch
     wait_until(lambda: writable(standby), timeout=30, what="the promotion once the gate is lifted")
+
+
+
+def synchronous_annotations(env, durability: str) -> str:
+    """The downward-API annotations file of a 2-member cluster with spec.synchronous
+    (ANY 1), as the operator renders it."""
+    settings = {"synchronous": {"number": 1, "method": "Any", "dataDurability": durability,
+                                "members": ["pg-0", "pg-1"]}}
+    path = env.base / f"annotations-{durability}"
+    path.write_text(f"lockstep.dev/postgresql={json.dumps(json.dumps(settings))}\n")
+    path.chmod(0o644)
+    return str(path)
+
+
+def test_preferred_synchronous_replication_waits_for_a_standby_only_while_one_streams(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    pp = free_port()
+    annotations = synchronous_annotations(env, "Preferred")
+    primary = env.pod("pg-0").start("primary", **instance_env(
+        env, lease, UID0, LOCKSTEP_METRICS_PORT=str(pp), LOCKSTEP_ANNOTATIONS_FILE=annotations))
+
+    def says(names: str, degraded: str):
+        return lambda: (primary.sql("SHOW synchronous_standby_names") == names
+                        and metrics(pp).get("lockstep_instance_synchronous_degraded") == degraded)
+
+    # Alone: asynchronous (a commit would wait for ever), and it says so.
+    wait_until(says("", "1"), timeout=30, what="asynchronous while no standby streams")
+    primary.sql("CREATE TABLE items (v int)")
+    standby = env.pod("pg-1").start("replica", primary=primary, **instance_env(
+        env, lease, UID1, LOCKSTEP_ANNOTATIONS_FILE=annotations))
+    wait_until(says('ANY 1 ("pg-1")', "0"), timeout=30, what="synchronous once the standby streams")
+    wait_until(lambda: primary.sql("SELECT sync_state FROM pg_stat_replication") == "quorum",
+               timeout=20, what="the standby in the quorum")
+    primary.sql("INSERT INTO items VALUES (1)")
+    wait_until(lambda: standby.sql("SELECT count(*) FROM items") == "1", timeout=20,
+               what="the commit on the standby")
+    standby.stop()
+    wait_until(says("", "1"), timeout=30, what="asynchronous again once it stopped")
+    primary.sql("INSERT INTO items VALUES (2)")
+
+
+def test_required_synchronous_replication_names_the_standby_even_when_none_streams(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    pp = free_port()
+    primary = env.pod("pg-0").start("primary", **instance_env(
+        env, lease, UID0, LOCKSTEP_METRICS_PORT=str(pp),
+        LOCKSTEP_ANNOTATIONS_FILE=synchronous_annotations(env, "Required")))
+    wait_until(lambda: primary.sql("SHOW synchronous_standby_names") == 'ANY 1 ("pg-1")', timeout=30,
+               what="the standby named")
+    m = metrics(pp)
+    assert m.get("lockstep_instance_synchronous_standbys") == "1", m
+    assert m.get("lockstep_instance_synchronous_degraded") == "0", m
+    # A commit waits for a standby to have it: none streams, so it is never acknowledged
+    # (it waits on SyncRep until cancelled; PostgreSQL then says it was not replicated).
+    client = subprocess.Popen(
+        [f"{PG_BIN}/psql", "-X", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+         "-d", "postgres", "-c", "CREATE TABLE items (v int)"],
+        env=dict(os.environ, PGPASSWORD=SUPER_PASSWORD), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        wait_until(lambda: primary.sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == "1",
+                   timeout=20, what="the commit waiting for a synchronous standby")
+        assert client.poll() is None, "the commit was acknowledged without a standby"
+        primary.sql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+        _, err = client.communicate(timeout=20)
+        assert "canceling wait for synchronous replication" in err, err
+    finally:
+        if client.poll() is None:
+            client.kill()
 
 
 def children(pid: int) -> list[int]:

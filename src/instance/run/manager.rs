@@ -608,11 +608,19 @@ impl Manager {
     /// parameters before a start: the ones it refuses are left out (a start that fails
     /// on them would fail again at every restart).
     async fn write_checked_config(&mut self, standby: bool) -> Result<(), String> {
-        self.settings.read();
+        if self.settings.read() || self.settings.written_never() {
+            // Before a start nothing streams from this server yet: the full value (a
+            // Preferred primary relaxes it at its first round if too few stream).
+            self.settings.decide_synchronous(&self.member(), None);
+        }
         // Each round leaves out at least one more refused parameter.
         for _ in 0..=self.settings.effective().parameters.len() {
             self.prepare
-                .write_config(standby, &self.settings.effective())
+                .write_config(
+                    standby,
+                    &self.settings.effective(),
+                    self.settings.synchronous(),
+                )
                 .map_err(|e| e.to_string())?;
             self.settings.written();
             let refused = self
@@ -630,6 +638,11 @@ impl Manager {
         }
         self.settings.accepted();
         Ok(())
+    }
+
+    /// This member's name in `synchronous_standby_names` (its `application_name`).
+    fn member(&self) -> String {
+        self.prepare.application_name()
     }
 
     /// Applies a change of the person's settings to the running server: the files
@@ -664,6 +677,25 @@ impl Manager {
             }
         }
         self.settings.read();
+        if !standby && self.settings.follows_streaming() {
+            match psql
+                .query("SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'")
+                .await
+            {
+                Ok(rows) => {
+                    let streaming = rows
+                        .into_iter()
+                        .filter_map(|r| r.into_iter().next())
+                        .collect();
+                    self.settings
+                        .decide_synchronous(&self.member(), Some(&streaming));
+                }
+                // Undecided this round: the value written stays.
+                Err(e) => tracing::warn!(error = %e, "reading which standbys stream failed"),
+            }
+        } else {
+            self.settings.decide_synchronous(&self.member(), None);
+        }
         // At most twice: the second round leaves out a rule the first one refused.
         for _ in 0..2 {
             if !self.settings.stale() {

@@ -22,6 +22,8 @@
 //! | `lockstep_instance_seconds_since_renewal` | since its last accepted renewal (a holder's) |
 //! | `lockstep_instance_settings_refused` | parameters and `pg_hba.conf` rules of `spec.postgresql` the server refused (kept out) |
 //! | `lockstep_instance_settings_pending_restart` | parameters written that the server applies only at its next start |
+//! | `lockstep_instance_synchronous_standbys` | how many standbys a commit waits for (`spec.synchronous.number`; 0: asynchronous) |
+//! | `lockstep_instance_synchronous_degraded` | 1 while `spec.synchronous` asks for standbys but replication is asynchronous (`Preferred`, too few stream) |
 
 use std::sync::Arc;
 
@@ -67,6 +69,8 @@ struct Inner {
     since_renewal: Gauge,
     refused: Gauge,
     pending_restart: Gauge,
+    synchronous: Gauge,
+    synchronous_degraded: Gauge,
 }
 
 impl Default for InstanceMetrics {
@@ -92,6 +96,8 @@ impl InstanceMetrics {
             since_renewal: Gauge::default(),
             refused: Gauge::default(),
             pending_restart: Gauge::default(),
+            synchronous: Gauge::default(),
+            synchronous_degraded: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -154,6 +160,16 @@ impl InstanceMetrics {
             "Parameters written that the server applies only at its next start",
             inner.pending_restart.clone(),
         );
+        registry.register(
+            "synchronous_standbys",
+            "How many standbys a commit waits for (spec.synchronous.number; 0: asynchronous)",
+            inner.synchronous.clone(),
+        );
+        registry.register(
+            "synchronous_degraded",
+            "1 while spec.synchronous asks for standbys but replication is asynchronous (Preferred, too few stream)",
+            inner.synchronous_degraded.clone(),
+        );
         Self {
             inner: Arc::new(Inner { registry, ..inner }),
         }
@@ -166,6 +182,12 @@ impl InstanceMetrics {
         self.inner
             .pending_restart
             .set(count(settings.pending_restart_count()));
+        self.inner
+            .synchronous
+            .set(count(settings.synchronous_number()));
+        self.inner
+            .synchronous_degraded
+            .set(i64::from(settings.synchronous_degraded()));
     }
 
     /// Refresh every gauge from a round's observation, the state the manager is in, and

@@ -321,7 +321,7 @@ impl Prepare {
     /// first, then the managed settings, which win over any of the same name (read
     /// later).
     #[must_use]
-    pub fn lockstep_conf(&self, standby: bool, user: &PostgresqlSpec) -> String {
+    pub fn lockstep_conf(&self, standby: bool, user: &PostgresqlSpec, synchronous: &str) -> String {
         let a = &self.args;
         let mut lines = vec![
             "# Managed by lockstep instance; rewritten on every start. Do not edit.".to_owned(),
@@ -346,6 +346,8 @@ impl Prepare {
             "wal_log_hints = on".to_owned(),
             "password_encryption = 'scram-sha-256'".to_owned(),
             "recovery_target_timeline = 'latest'".to_owned(),
+            // spec.synchronous (empty: asynchronous), the same on every member.
+            format!("synchronous_standby_names = {}", quote::conf(synchronous)),
         ]);
         if standby && let Some(host) = &a.primary_host {
             let conninfo = format!(
@@ -365,7 +367,9 @@ impl Prepare {
         lines.join("\n") + "\n"
     }
 
-    fn application_name(&self) -> String {
+    /// The name this server streams under (`application_name`): the pod's by default.
+    #[must_use]
+    pub fn application_name(&self) -> String {
         self.args
             .application_name
             .clone()
@@ -378,11 +382,16 @@ impl Prepare {
     ///
     /// # Errors
     /// [`PrepareError::Io`].
-    pub fn write_config(&self, standby: bool, user: &PostgresqlSpec) -> Result<(), PrepareError> {
+    pub fn write_config(
+        &self,
+        standby: bool,
+        user: &PostgresqlSpec,
+        synchronous: &str,
+    ) -> Result<(), PrepareError> {
         let dir = &self.layout.pgdata;
         write_private(
             &dir.join("lockstep.conf"),
-            &self.lockstep_conf(standby, user),
+            &self.lockstep_conf(standby, user, synchronous),
         )?;
         let conf = dir.join("postgresql.conf");
         let text = fs::read_to_string(&conf).map_err(io("reading", &conf))?;
@@ -534,7 +543,9 @@ impl Prepare {
         args.extend(a.initdb_args.split_whitespace().map(str::to_owned));
         self.run("initdb", &args, &[], Duration::from_secs(600))
             .await?;
-        self.write_config(false, &PostgresqlSpec::default())?;
+        // The temporary server is never synchronous: it would wait for standbys to have
+        // its own writes.
+        self.write_config(false, &PostgresqlSpec::default(), "")?;
         self.temp_start().await?;
         let mut sql = format!(
             "ALTER ROLE {} WITH PASSWORD {};\n",
@@ -625,7 +636,9 @@ impl Prepare {
         tracing::info!(
             "the data directory is a standby's but this pod is labelled primary: promoting it locally"
         );
-        self.write_config(false, &PostgresqlSpec::default())?;
+        // The temporary server is never synchronous: it would wait for standbys to have
+        // its own writes.
+        self.write_config(false, &PostgresqlSpec::default(), "")?;
         write_private(&self.layout.pgdata.join("standby.signal"), "")?;
         self.temp_start().await?;
         let t = self.args.start_timeout_seconds.to_string();
@@ -881,12 +894,12 @@ mod tests {
     #[test]
     fn a_standby_follows_the_primary_with_a_quoted_password_and_a_primary_does_not() {
         let p = prepare("/tmp/x/pgdata");
-        let standby = p.lockstep_conf(true, &PostgresqlSpec::default());
+        let standby = p.lockstep_conf(true, &PostgresqlSpec::default(), "");
         assert!(standby.contains(
             "primary_conninfo = 'host=''pg-rw.ns.svc'' port=5432 user=''replicator'' password=''r3pl\\\\''ic\\\\\\\\ \"ation pw'' application_name=''pg-1'' connect_timeout=10'"
         ), "{standby}");
         assert!(
-            !p.lockstep_conf(false, &PostgresqlSpec::default())
+            !p.lockstep_conf(false, &PostgresqlSpec::default(), "")
                 .contains("primary_conninfo")
         );
     }
@@ -935,8 +948,10 @@ mod tests {
         .unwrap();
         let p = prepare(pgdata.to_str().unwrap());
 
-        p.write_config(true, &PostgresqlSpec::default()).unwrap();
-        p.write_config(true, &PostgresqlSpec::default()).unwrap();
+        p.write_config(true, &PostgresqlSpec::default(), "")
+            .unwrap();
+        p.write_config(true, &PostgresqlSpec::default(), "")
+            .unwrap();
         let conf = fs::read_to_string(pgdata.join("postgresql.conf")).unwrap();
         assert_eq!(
             conf.matches("include_if_exists = 'lockstep.conf'").count(),
@@ -948,7 +963,8 @@ mod tests {
         );
         assert!(p.layout.is_standby());
 
-        p.write_config(false, &PostgresqlSpec::default()).unwrap();
+        p.write_config(false, &PostgresqlSpec::default(), "")
+            .unwrap();
         assert!(!p.layout.is_standby());
         let mode = fs::metadata(pgdata.join("lockstep.conf"))
             .unwrap()
@@ -967,7 +983,7 @@ mod tests {
                 .into(),
             pg_hba: vec!["host all app 10.0.0.0/8 md5".to_owned()],
         };
-        let conf = p.lockstep_conf(false, &user);
+        let conf = p.lockstep_conf(false, &user, r#"ANY 1 ("pg-1", "pg-2")"#);
         let at = |needle: &str| {
             conf.find(needle)
                 .unwrap_or_else(|| panic!("{needle} in {conf}"))
@@ -975,6 +991,7 @@ mod tests {
         assert!(at("work_mem = '16MB'") < at("wal_level = replica"));
         // Read later, the managed port wins over one that slipped through.
         assert!(at("port = '1'") < at("port = 5432"));
+        at(r#"synchronous_standby_names = 'ANY 1 ("pg-1", "pg-2")'"#);
         let hba = pg_hba(&user);
         let line = |needle: &str| {
             hba.find(needle)

@@ -23,7 +23,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use crate::machines::postgres::settings::{PostgresqlSpec, SETTINGS_ANNOTATION, parse};
+use crate::machines::postgres::settings::{
+    InstanceSettings, PostgresqlSpec, SETTINGS_ANNOTATION, parse,
+};
+use crate::machines::postgres::synchronous::{DataDurability, standby_names};
 
 use super::quote;
 
@@ -33,15 +36,18 @@ pub struct Settings {
     /// The downward-API annotations file.
     file: PathBuf,
     /// What the annotation says.
-    wanted: PostgresqlSpec,
+    wanted: InstanceSettings,
+    /// `synchronous_standby_names` as last decided ([`Self::decide_synchronous`]).
+    synchronous: String,
     /// The parameters the server refused (with its error), as last asked for.
     refused: BTreeMap<String, (String, String)>,
     /// The last value the server accepted for each parameter.
     accepted: BTreeMap<String, String>,
     /// The `pg_hba.conf` rules the server could not parse (with its error).
     refused_rules: BTreeMap<String, String>,
-    /// What the files hold now, if they were written from the annotation.
-    written: Option<PostgresqlSpec>,
+    /// What the files hold now (the annotation and `synchronous_standby_names`), if they
+    /// were written from it.
+    written: Option<(InstanceSettings, String)>,
     /// The parameters whose written value the running server applies only at a start.
     pending_restart: BTreeSet<String>,
     /// Why the annotation was last unusable (logged once per reason).
@@ -78,7 +84,7 @@ impl Settings {
                 }
             },
             // Not mounted (a pod from before settings): nothing asked for.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => PostgresqlSpec::default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => InstanceSettings::default(),
             Err(e) => {
                 tracing::warn!(file = %self.file.display(), error = %e, "reading the annotations failed");
                 return false;
@@ -92,10 +98,69 @@ impl Settings {
         true
     }
 
-    /// Whether the files should be written again: the annotation changed since.
+    /// Whether the files should be written again: the annotation, or the decided
+    /// `synchronous_standby_names`, changed since.
     #[must_use]
     pub fn stale(&self) -> bool {
-        self.written.as_ref() != Some(&self.wanted)
+        self.written
+            .as_ref()
+            .is_none_or(|(wanted, sync)| *wanted != self.wanted || *sync != self.synchronous)
+    }
+
+    /// Whether the value of `synchronous_standby_names` depends on which standbys
+    /// stream (`dataDurability: Preferred`): a primary then reads them every round.
+    #[must_use]
+    pub fn follows_streaming(&self) -> bool {
+        self.wanted
+            .synchronous
+            .as_ref()
+            .is_some_and(|s| s.spec.data_durability == DataDurability::Preferred)
+    }
+
+    /// Decides `synchronous_standby_names` for the member `me`, a primary reading
+    /// `streaming` (see [`standby_names`]); logs when it turns asynchronous or back.
+    pub fn decide_synchronous(&mut self, me: &str, streaming: Option<&BTreeSet<String>>) {
+        let value = self
+            .wanted
+            .synchronous
+            .as_ref()
+            .map(|s| standby_names(s, me, streaming))
+            .unwrap_or_default();
+        if value != self.synchronous && self.wanted.synchronous.is_some() {
+            if value.is_empty() {
+                tracing::warn!(streaming = ?streaming, "too few standbys stream for synchronous replication (dataDurability: Preferred): replicating asynchronously until they do");
+            } else {
+                tracing::info!(synchronous_standby_names = %value, "synchronous replication");
+            }
+        }
+        self.synchronous = value;
+    }
+
+    /// How many standbys a commit waits for under the decided value (0: asynchronous).
+    #[must_use]
+    pub fn synchronous_number(&self) -> usize {
+        self.synchronous
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// `synchronous_standby_names` as decided (empty: asynchronous).
+    #[must_use]
+    pub fn synchronous(&self) -> &str {
+        &self.synchronous
+    }
+
+    /// Synchronous replication is asked for but turned asynchronous (too few standbys
+    /// stream, `Preferred`).
+    #[must_use]
+    pub fn synchronous_degraded(&self) -> bool {
+        self.wanted
+            .synchronous
+            .as_ref()
+            .is_some_and(|s| s.members.len() > 1)
+            && self.synchronous.is_empty()
     }
 
     /// What goes into the files: what is asked for, less what the server refused (a
@@ -103,7 +168,7 @@ impl Settings {
     #[must_use]
     pub fn effective(&self) -> PostgresqlSpec {
         let mut parameters = BTreeMap::new();
-        for (name, value) in &self.wanted.parameters {
+        for (name, value) in &self.wanted.postgresql.parameters {
             match self.refused.get(name) {
                 Some((bad, _)) if bad == value => {
                     if let Some(good) = self.accepted.get(name) {
@@ -119,6 +184,7 @@ impl Settings {
             parameters,
             pg_hba: self
                 .wanted
+                .postgresql
                 .pg_hba
                 .iter()
                 .filter(|r| !self.refused_rules.contains_key(*r))
@@ -129,7 +195,13 @@ impl Settings {
 
     /// The files now hold [`Self::effective`].
     pub fn written(&mut self) {
-        self.written = Some(self.wanted.clone());
+        self.written = Some((self.wanted.clone(), self.synchronous.clone()));
+    }
+
+    /// Nothing was written from the annotation yet.
+    #[must_use]
+    pub fn written_never(&self) -> bool {
+        self.written.is_none()
     }
 
     /// The files must be written again (what they hold was refused).
@@ -140,7 +212,7 @@ impl Settings {
     /// The server refused `name` = `value` with `error`: it is left out of the files
     /// from now on (until the annotation asks for another value). `true` if it is new.
     pub fn refuse(&mut self, name: &str, error: &str) -> bool {
-        let Some(value) = self.wanted.parameters.get(name) else {
+        let Some(value) = self.wanted.postgresql.parameters.get(name) else {
             return false;
         };
         let new = self.refused.get(name).map(|(v, _)| v) != Some(value);
@@ -167,9 +239,9 @@ impl Settings {
     pub fn accepted(&mut self) {
         let effective = self.effective();
         self.refused
-            .retain(|name, (value, _)| self.wanted.parameters.get(name) == Some(value));
+            .retain(|name, (value, _)| self.wanted.postgresql.parameters.get(name) == Some(value));
         self.refused_rules
-            .retain(|rule, _| self.wanted.pg_hba.contains(rule));
+            .retain(|rule, _| self.wanted.postgresql.pg_hba.contains(rule));
         for (name, value) in effective.parameters {
             self.accepted.insert(name, value);
         }
@@ -211,12 +283,12 @@ impl Settings {
 ///
 /// # Errors
 /// The annotation's value is not a quoted string, or not the spec's JSON.
-pub fn from_annotations(text: &str) -> Result<PostgresqlSpec, String> {
+pub fn from_annotations(text: &str) -> Result<InstanceSettings, String> {
     let Some(quoted) = text.lines().find_map(|line| {
         let (key, value) = line.split_once('=')?;
         (key == SETTINGS_ANNOTATION).then_some(value.trim())
     }) else {
-        return Ok(PostgresqlSpec::default());
+        return Ok(InstanceSettings::default());
     };
     let value =
         quote::go_unquote(quoted).ok_or_else(|| format!("{SETTINGS_ANNOTATION} is not quoted"))?;
@@ -249,7 +321,10 @@ mod tests {
 
     fn settings_asking(spec: &PostgresqlSpec) -> Settings {
         Settings {
-            wanted: spec.clone(),
+            wanted: InstanceSettings {
+                postgresql: spec.clone(),
+                synchronous: None,
+            },
             ..Settings::default()
         }
     }
@@ -258,12 +333,12 @@ mod tests {
     fn the_annotations_file_gives_the_spec_and_nothing_when_the_annotation_is_absent() {
         let text = "lockstep.dev/other=\"x\"\nlockstep.dev/postgresql=\"{\\\"parameters\\\":{\\\"work_mem\\\":\\\"16MB\\\"}}\"\n";
         assert_eq!(
-            from_annotations(text),
+            from_annotations(text).map(|s| s.postgresql),
             Ok(asked(&[("work_mem", "16MB")], &[]))
         );
         assert_eq!(
             from_annotations("lockstep.dev/other=\"x\"\n"),
-            Ok(PostgresqlSpec::default())
+            Ok(InstanceSettings::default())
         );
         assert!(from_annotations("lockstep.dev/postgresql=\"not json\"\n").is_err());
     }
@@ -272,7 +347,7 @@ mod tests {
     fn a_refused_value_keeps_the_last_accepted_one_until_another_is_asked_for() {
         let mut s = settings_asking(&asked(&[("work_mem", "16MB")], &[]));
         s.accepted();
-        s.wanted = asked(&[("work_mem", "banana"), ("geqo", "off")], &[]);
+        s.wanted.postgresql = asked(&[("work_mem", "banana"), ("geqo", "off")], &[]);
         assert!(s.refuse("work_mem", "invalid value"));
         assert!(!s.refuse("work_mem", "invalid value"), "said once");
         assert_eq!(
@@ -281,7 +356,7 @@ mod tests {
         );
         s.accepted();
         assert_eq!(s.refused_count(), 1);
-        s.wanted = asked(&[("work_mem", "32MB")], &[]);
+        s.wanted.postgresql = asked(&[("work_mem", "32MB")], &[]);
         assert_eq!(s.effective(), asked(&[("work_mem", "32MB")], &[]));
         s.accepted();
         assert_eq!(s.refused_count(), 0);

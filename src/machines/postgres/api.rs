@@ -63,6 +63,7 @@ use serde_with::skip_serializing_none;
 
 use super::settings::PostgresqlSpec;
 use super::state::PgState;
+use super::synchronous::SynchronousSpec;
 use crate::engine::EngineStatus;
 use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
 use crate::machines::common::last_backup::LastBackup;
@@ -127,6 +128,9 @@ fn version_rule() -> String {
     validation = Rule::new(NAME_RULE).message(NAME_MESSAGE),
 )]
 #[x_kube(
+    validation = Rule::new("!has(self.synchronous) || self.synchronous.number < self.replicas")
+        .message("spec.synchronous.number must be less than spec.replicas: a commit cannot wait for more standbys than the cluster has")
+        .field_path(".synchronous.number"),
     validation = Rule::new("!has(self.backupSchedule) || has(self.backup)")
         .message("spec.backupSchedule needs spec.backup: scheduled backups need a destination")
         .field_path(".backupSchedule"),
@@ -225,6 +229,12 @@ pub struct PostgresClusterSpec {
     /// rules, applied by a reload without restarting any pod.
     #[serde(default, skip_serializing_if = "PostgresqlSpec::is_empty")]
     pub postgresql: PostgresqlSpec,
+    /// Synchronous replication: a commit is acknowledged only once `number` standbys
+    /// have it, and a failover promotes only a member that must have every
+    /// acknowledged commit (see `docs/postgrescluster.md`). Without it, replication is
+    /// asynchronous and a failover may lose the last acknowledged commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous: Option<SynchronousSpec>,
 }
 
 /// `spec.spread`: the pod anti-affinity Lockstep adds to the instances' own, over one

@@ -48,6 +48,7 @@ pub mod render;
 pub mod settings;
 pub mod state;
 pub mod status;
+pub mod synchronous;
 pub mod table;
 #[cfg(test)]
 mod tests;
@@ -160,7 +161,7 @@ impl Operator for Postgres {
                     resource_version: version.clone(),
                 },
                 serde_json::json!({"metadata": {"annotations": {
-                    settings::SETTINGS_ANNOTATION: settings::annotation(&object.spec.postgresql),
+                    settings::SETTINGS_ANNOTATION: settings::annotation(&settings::InstanceSettings::of(object)),
                 }}}),
             )],
             PgAction::DeletePod { ordinal, uid, .. } => vec![Op::delete::<Pod>(pod(*ordinal), uid)],

@@ -27,7 +27,11 @@
 use std::collections::BTreeMap;
 
 use kube::KubeSchema;
+use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
+
+use super::api::PostgresCluster;
+use super::synchronous::SyncStandbys;
 
 /// The pod annotation carrying [`PostgresqlSpec`] as JSON to the instance manager (the
 /// driver's cache keeps its digest: [`crate::driver::cache::DIGESTED_ANNOTATIONS`]).
@@ -130,21 +134,49 @@ impl PostgresqlSpec {
     }
 }
 
-/// The value of [`SETTINGS_ANNOTATION`] for `spec`, or `None` when nothing is set (so
-/// that a cluster without settings renders exactly as before them).
+/// What the pods' settings annotation carries: the person's `spec.postgresql`, and
+/// `spec.synchronous` with the cluster's members.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceSettings {
+    /// `spec.postgresql`.
+    #[serde(flatten)]
+    pub postgresql: PostgresqlSpec,
+    /// `spec.synchronous`, with the members it names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous: Option<SyncStandbys>,
+}
+
+impl InstanceSettings {
+    /// The settings of `pg`'s instances.
+    #[must_use]
+    pub fn of(pg: &PostgresCluster) -> Self {
+        InstanceSettings {
+            postgresql: pg.spec.postgresql.clone(),
+            synchronous: pg
+                .spec
+                .synchronous
+                .as_ref()
+                .map(|s| SyncStandbys::new(s, &pg.name_any(), pg.spec.replicas)),
+        }
+    }
+}
+
+/// The value of [`SETTINGS_ANNOTATION`] for `settings`, or `None` when nothing is set
+/// (so that a cluster without settings renders exactly as before them).
 #[must_use]
-pub fn annotation(spec: &PostgresqlSpec) -> Option<String> {
-    if spec.is_empty() {
+pub fn annotation(settings: &InstanceSettings) -> Option<String> {
+    if settings.postgresql.is_empty() && settings.synchronous.is_none() {
         return None;
     }
-    serde_json::to_string(spec).ok()
+    serde_json::to_string(settings).ok()
 }
 
 /// The settings an annotation value carries.
 ///
 /// # Errors
-/// The value is not this spec's JSON.
-pub fn parse(value: &str) -> Result<PostgresqlSpec, serde_json::Error> {
+/// The value is not this type's JSON.
+pub fn parse(value: &str) -> Result<InstanceSettings, serde_json::Error> {
     serde_json::from_str(value)
 }
 
@@ -154,16 +186,50 @@ mod tests {
 
     #[test]
     fn an_empty_spec_puts_no_annotation_on_the_pods() {
-        assert_eq!(annotation(&PostgresqlSpec::default()), None);
+        assert_eq!(annotation(&InstanceSettings::default()), None);
     }
 
     #[test]
     fn the_annotation_carries_the_spec_back_unchanged() {
-        let spec = PostgresqlSpec {
-            parameters: BTreeMap::from([("work_mem".to_owned(), "16MB".to_owned())]),
-            pg_hba: vec!["host all app 10.0.0.0/8 scram-sha-256".to_owned()],
+        let spec = InstanceSettings {
+            postgresql: PostgresqlSpec {
+                parameters: BTreeMap::from([("work_mem".to_owned(), "16MB".to_owned())]),
+                pg_hba: vec!["host all app 10.0.0.0/8 scram-sha-256".to_owned()],
+            },
+            synchronous: None,
         };
         let text = annotation(&spec).expect("an annotation");
+        assert_eq!(parse(&text).expect("it parses"), spec);
+        // What a pod made before synchronous replication carries still parses.
+        assert_eq!(
+            parse(r#"{"parameters":{"work_mem":"16MB"}}"#)
+                .expect("it parses")
+                .synchronous,
+            None
+        );
+    }
+
+    #[test]
+    fn synchronous_replication_alone_puts_the_members_on_the_pods() {
+        use super::super::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
+        let sync = SyncStandbys::new(
+            &SynchronousSpec {
+                number: 1,
+                method: SyncMethod::Any,
+                data_durability: DataDurability::Required,
+            },
+            "pg",
+            2,
+        );
+        let spec = InstanceSettings {
+            postgresql: PostgresqlSpec::default(),
+            synchronous: Some(sync),
+        };
+        let text = annotation(&spec).expect("an annotation");
+        assert_eq!(
+            text,
+            r#"{"synchronous":{"number":1,"method":"Any","dataDurability":"Required","members":["pg-0","pg-1"]}}"#
+        );
         assert_eq!(parse(&text).expect("it parses"), spec);
     }
 

@@ -17,6 +17,7 @@ use crate::machines::postgres::observe::{Observed, RELEASED_LSN, SWITCHOVER, hol
 use crate::machines::postgres::state::{
     PgState, PodRef, Surveyed, SwitchCause, SwitchStep, Switchover, Topology,
 };
+use crate::machines::postgres::synchronous::survey_quorum;
 use crate::machines::postgres::table::reason::*;
 
 /// How long past `L + S` a switchover may wait for the Lease holder to be fenced before
@@ -130,7 +131,7 @@ pub(crate) fn switching_over(
             .with_actions(demote)
         }
         SwitchStep::Fence => hand_over(spec, s, world, what, actions),
-        SwitchStep::Survey => survey(s, world, target_bound(spec, s), what, actions),
+        SwitchStep::Survey => survey(spec, s, world, what, actions),
         SwitchStep::Promote => match lease_holds_target(s, o) {
             Ok(()) => promote(s, world, target_bound(spec, s), what, actions),
             Err(why) => Decision::go(
@@ -154,12 +155,13 @@ pub(crate) fn switching_over(
 /// it read as the target, with the positions (intent first), before the Lease is handed
 /// to it.
 fn survey(
+    spec: &PostgresClusterSpec,
     s: &Switchover,
     world: &World<Observed>,
-    below: i32,
     what: &str,
     actions: Vec<PgAction>,
 ) -> D {
+    let below = target_bound(spec, s);
     let o = &world.observed;
     let old = s.cluster.primary;
     let attempt = s.survey_attempt.unwrap_or(1);
@@ -203,6 +205,9 @@ fn survey(
                 )
                 .requeue(std::time::Duration::from_secs(5));
             };
+            if let Some(wait) = quorum_unread(spec, s, world, &job_name, &surveyed, what) {
+                return wait.with_actions(actions);
+            }
             let eligible: Vec<Surveyed> = surveyed
                 .iter()
                 .filter(|x| x.ordinal < below)
@@ -254,6 +259,73 @@ fn survey(
             format!("{what}: survey Job {job_name} {failure}; surveying again"),
         ),
     }
+}
+
+/// How long a survey that read too few members for synchronous replication's quorum
+/// waits before it surveys again.
+pub(crate) const QUORUM_RESURVEY_SECONDS: i64 = 10;
+
+/// With `spec.synchronous` Required, every acknowledged commit is on `number` of the
+/// other members, so a failover must read `others - number + 1` of them to be sure the
+/// most advanced one read has them all (`synchronous::survey_quorum`). A survey that read
+/// fewer: wait (Degraded, naming who and the way out), then survey again. `None`: the
+/// survey read enough, or there is no quorum to meet.
+fn quorum_unread(
+    spec: &PostgresClusterSpec,
+    s: &Switchover,
+    world: &World<Observed>,
+    job_name: &str,
+    surveyed: &[Surveyed],
+    what: &str,
+) -> Option<D> {
+    let o = &world.observed;
+    let old = s.cluster.primary;
+    let others: Vec<i32> = (0..s.cluster.replicas).filter(|k| *k != old).collect();
+    let needed = survey_quorum(spec.synchronous.as_ref(), others.len())?;
+    let read: Vec<i32> = others
+        .iter()
+        .copied()
+        .filter(|k| surveyed.iter().any(|x| x.ordinal == *k))
+        .collect();
+    if read.len() >= needed {
+        return None;
+    }
+    let unread: Vec<i32> = others
+        .iter()
+        .copied()
+        .filter(|k| !read.contains(k))
+        .collect();
+    let number = spec.synchronous.as_ref().map_or(0, |x| x.number);
+    let message = format!(
+        "{what}: every acknowledged commit is on {number} of the {} other members \
+         (spec.synchronous), so {needed} must be read to promote one that has them all; \
+         survey Job {job_name} read {} ({}); waiting for {} to answer. To promote the most \
+         advanced member read instead, losing the commits only the others may hold, set \
+         spec.synchronous.dataDurability to Preferred",
+        others.len(),
+        read.len(),
+        describe(o, surveyed),
+        o.pod_names(&unread),
+    );
+    let key = survey_key(
+        s.old_uid.as_deref().unwrap_or_default(),
+        s.survey_attempt.unwrap_or(1),
+    );
+    let finished = o.job(&key).and_then(|j| j.outcome.finished_at());
+    let again_at = finished.map(|at| at + chrono::Duration::seconds(QUORUM_RESURVEY_SECONDS));
+    Some(match again_at {
+        Some(at) if world.now < at => stay(NO_PROMOTION_TARGET, message, vec![])
+            .degraded()
+            .requeue((at - world.now).to_std().unwrap_or_default()),
+        _ => Decision::go(
+            PgState::SwitchingOver(Switchover {
+                survey_attempt: Some(s.survey_attempt.unwrap_or(1).saturating_add(1)),
+                ..s.clone()
+            }),
+            SURVEY_RETRIED,
+            message,
+        ),
+    })
 }
 
 /// Whether the Lease names the target (the pod the intent recorded), or why not.

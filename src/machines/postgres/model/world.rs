@@ -43,6 +43,7 @@ where
             resources: None,
             failover_delay_seconds: 30,
             credentials_secret: None,
+            synchronous: None,
             database: None,
             backup_schedule: if self.backup {
                 SCHEDULES[self.schedule].map(str::to_owned)

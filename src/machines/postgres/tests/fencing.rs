@@ -7,6 +7,7 @@ use crate::driver::Operator;
 use crate::machines::postgres::actions::{LsnGate, survey_key};
 use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED, RELEASED_LSN};
 use crate::machines::postgres::state::Surveyed;
+use crate::machines::postgres::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
 
 fn identity(k: i32, image: &str) -> String {
     format!("pg-{k}/{}", uid(k, image))
@@ -712,4 +713,62 @@ fn a_lease_missing_mid_switchover_is_recreated_degraded_naming_the_escape_hatch(
     assert_degraded(&d, WAITING_FOR_FENCE);
     assert_eq!(requeue_secs(&d), Some(17));
     assert_says(&d, &[FENCED]);
+}
+
+// --- synchronous replication: a failover reads the quorum ------------------------------
+
+fn synchronous(durability: DataDurability) -> PostgresClusterSpec {
+    PostgresClusterSpec {
+        synchronous: Some(SynchronousSpec {
+            number: 1,
+            method: SyncMethod::Any,
+            data_durability: durability,
+        }),
+        ..spec("16.3")
+    }
+}
+
+const ONLY_PG2: &str = r#"{"pg-2": {"receive": "0/1", "replay": "0/1", "inRecovery": true}}"#;
+
+#[test]
+fn with_synchronous_replication_a_failover_that_read_too_few_members_waits_and_surveys_again() {
+    let required = synchronous(DataDurability::Required);
+    // ANY 1 of pg-1 and pg-2: a commit pg-2 lacks may be on pg-1, unread.
+    let d = decide_at(&required, &at_survey(None), surveyed(ONLY_PG2), 12, 0);
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+    assert!(target(&d).is_none(), "nobody is promoted: {d:?}");
+    for needle in [
+        "waiting for pg-1",
+        "2 must be read",
+        "dataDurability to Preferred",
+    ] {
+        assert!(message(&d).contains(needle), "{needle}: {}", message(&d));
+    }
+    // Some seconds after the survey finished: a new survey Job.
+    let d = decide_at(&required, &at_survey(None), surveyed(ONLY_PG2), 30, 0);
+    assert_goes(&d, SURVEY_RETRIED, &at_survey(Some(2)));
+}
+
+#[test]
+fn with_synchronous_replication_a_failover_that_read_every_needed_member_promotes_the_most_advanced()
+ {
+    let both = r#"{"pg-1": {"receive": "0/9", "replay": "0/9", "inRecovery": true}, "pg-2": {"receive": "0/1", "replay": "0/1", "inRecovery": true}}"#;
+    let d = decide_at(
+        &synchronous(DataDurability::Required),
+        &at_survey(None),
+        surveyed(both),
+        12,
+        0,
+    );
+    assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
+    assert!(matches!(target(&d), Some(PgState::SwitchingOver(s)) if s.target.ordinal == 1));
+    // Preferred promises nothing once asynchronous: the member read is promoted.
+    let d = decide_at(
+        &synchronous(DataDurability::Preferred),
+        &at_survey(None),
+        surveyed(ONLY_PG2),
+        12,
+        0,
+    );
+    assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
 }

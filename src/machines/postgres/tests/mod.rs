@@ -48,6 +48,7 @@ fn spec(version: &str) -> PostgresClusterSpec {
         resources: None,
         failover_delay_seconds: 30,
         credentials_secret: Some("pg-creds".to_owned()),
+        synchronous: None,
         database: Some("app".to_owned()),
         backup_schedule: None,
         backup: None,

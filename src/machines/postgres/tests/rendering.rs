@@ -425,7 +425,10 @@ fn settings_ride_on_the_pod_template_and_a_cluster_without_them_renders_none() {
     assert_eq!(annotation(&object(spec("16.3"))), None);
     let carried = annotation(&object(with_work_mem())).expect("the settings annotation");
     assert_eq!(
-        settings::parse(&carried).expect("parses").parameters["work_mem"],
+        settings::parse(&carried)
+            .expect("parses")
+            .postgresql
+            .parameters["work_mem"],
         "16MB"
     );
 }

@@ -1,0 +1,228 @@
+//! Synchronous replication (`spec.synchronous`): a commit is acknowledged only once
+//! `number` standbys have it, so a failover that promotes one of them loses nothing
+//! acknowledged.
+//!
+//! The operator renders the request and the cluster's members into the pods'
+//! settings annotation ([`super::settings::InstanceSettings`]); each instance manager
+//! turns them into `synchronous_standby_names` ([`standby_names`]), naming every other
+//! member by its `application_name` (the pod name), and applies it by a reload. The
+//! value is the same on every member, so a promoted standby enforces it at once.
+//!
+//! # Guarantees
+//! - `dataDurability: Required` (the default): the primary always names `number` of the
+//!   other members, whether or not they are connected. A commit waits (it is not
+//!   acknowledged) until that many have flushed it. A failover promotes only a member the
+//!   survey read among at least `others - number + 1` of the other members (every
+//!   acknowledged commit is on `number` of them, so on one of those read), the most
+//!   advanced by (receive, replay); with fewer, it waits, Degraded, and surveys again.
+//! - `dataDurability: Preferred`: as `Required` while at least `number` standbys stream;
+//!   below that the primary drops to asynchronous replication (an empty
+//!   `synchronous_standby_names`), says so in its log and on `/metrics`
+//!   (`lockstep_instance_synchronous_degraded`), and goes back once they stream again.
+//!   A failover then promotes the most advanced member that answered, as without
+//!   `spec.synchronous`.
+//!
+//! # Assumptions
+//! - Standbys connect with `application_name` = their pod name (the manager's default).
+//! - `number` < `spec.replicas` (the API server refuses more): a primary never waits for
+//!   more standbys than the cluster has.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `spec.synchronous`.
+#[derive(JsonSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SynchronousSpec {
+    /// How many standbys must have a commit before it is acknowledged (at least 1, less
+    /// than `spec.replicas`).
+    #[schemars(range(min = 1, max = 8))]
+    pub number: i32,
+    /// `Any` (a quorum: any `number` of the other members, PostgreSQL's `ANY`) or
+    /// `First` (the first `number` by ordinal that are connected, `FIRST`).
+    #[serde(default)]
+    pub method: SyncMethod,
+    /// `Required`: a commit waits for `number` standbys, even if that means waiting.
+    /// `Preferred`: replication turns asynchronous while fewer than `number` stream.
+    #[serde(default)]
+    pub data_durability: DataDurability,
+}
+
+/// Which standbys count towards `number`.
+#[derive(JsonSchema, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMethod {
+    /// Any `number` of the other members (a quorum).
+    #[default]
+    Any,
+    /// The first `number` connected members, by ordinal.
+    First,
+}
+
+/// What a commit waits for when too few standbys stream.
+#[derive(JsonSchema, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataDurability {
+    /// Wait: no commit is acknowledged that fewer than `number` standbys have.
+    #[default]
+    Required,
+    /// Turn asynchronous until enough standbys stream again.
+    Preferred,
+}
+
+/// What the instances are told: the request and the cluster's members (pod names, by
+/// ordinal), part of the settings annotation.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncStandbys {
+    /// `spec.synchronous`.
+    #[serde(flatten)]
+    pub spec: SynchronousSpec,
+    /// Every member's pod name, by ordinal.
+    pub members: Vec<String>,
+}
+
+impl SyncStandbys {
+    /// The request for a cluster `name` of `replicas` members.
+    #[must_use]
+    pub fn new(spec: &SynchronousSpec, name: &str, replicas: i32) -> Self {
+        SyncStandbys {
+            spec: spec.clone(),
+            members: (0..replicas).map(|k| format!("{name}-{k}")).collect(),
+        }
+    }
+}
+
+/// `synchronous_standby_names` for the member `me`: the other members, `number` of them
+/// required. `streaming`: the `application_name`s streaming from this server now, when
+/// it is a primary (`Preferred` turns asynchronous, an empty value, while fewer than
+/// `number` of the others stream). Empty when there is no other member.
+#[must_use]
+pub fn standby_names(
+    sync: &SyncStandbys,
+    me: &str,
+    streaming: Option<&std::collections::BTreeSet<String>>,
+) -> String {
+    let others: Vec<&String> = sync.members.iter().filter(|m| *m != me).collect();
+    let Ok(number) = usize::try_from(sync.spec.number) else {
+        return String::new();
+    };
+    let number = number.min(others.len());
+    if number == 0 {
+        return String::new();
+    }
+    if sync.spec.data_durability == DataDurability::Preferred
+        && let Some(streaming) = streaming
+        && others.iter().filter(|m| streaming.contains(**m)).count() < number
+    {
+        return String::new();
+    }
+    let method = match sync.spec.method {
+        SyncMethod::Any => "ANY",
+        SyncMethod::First => "FIRST",
+    };
+    let names: Vec<String> = others.iter().map(|m| format!("\"{m}\"")).collect();
+    format!("{method} {number} ({})", names.join(", "))
+}
+
+/// How many of the `others` other members a failover must read to be sure that one of
+/// them has every acknowledged commit (`None`: any answer will do).
+#[must_use]
+pub fn survey_quorum(spec: Option<&SynchronousSpec>, others: usize) -> Option<usize> {
+    let spec = spec?;
+    if spec.data_durability != DataDurability::Required {
+        return None;
+    }
+    let number = usize::try_from(spec.number).ok()?.min(others);
+    (number > 0).then(|| others - number + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn sync(number: i32, method: SyncMethod, durability: DataDurability) -> SyncStandbys {
+        SyncStandbys::new(
+            &SynchronousSpec {
+                number,
+                method,
+                data_durability: durability,
+            },
+            "pg",
+            3,
+        )
+    }
+
+    #[test]
+    fn every_member_names_the_others_so_a_promoted_standby_enforces_it_at_once() {
+        let s = sync(1, SyncMethod::Any, DataDurability::Required);
+        assert_eq!(standby_names(&s, "pg-0", None), r#"ANY 1 ("pg-1", "pg-2")"#);
+        assert_eq!(standby_names(&s, "pg-1", None), r#"ANY 1 ("pg-0", "pg-2")"#);
+        let s = sync(2, SyncMethod::First, DataDurability::Required);
+        assert_eq!(
+            standby_names(&s, "pg-2", None),
+            r#"FIRST 2 ("pg-0", "pg-1")"#
+        );
+    }
+
+    #[test]
+    fn required_waits_even_with_no_standby_streaming() {
+        let s = sync(1, SyncMethod::Any, DataDurability::Required);
+        let none = BTreeSet::new();
+        assert_eq!(
+            standby_names(&s, "pg-0", Some(&none)),
+            r#"ANY 1 ("pg-1", "pg-2")"#
+        );
+    }
+
+    #[test]
+    fn preferred_turns_asynchronous_while_too_few_stream_and_back() {
+        let s = sync(2, SyncMethod::Any, DataDurability::Preferred);
+        let one: BTreeSet<String> = ["pg-1".to_owned()].into();
+        assert_eq!(standby_names(&s, "pg-0", Some(&one)), "");
+        let two: BTreeSet<String> = ["pg-1".to_owned(), "pg-2".to_owned()].into();
+        assert_eq!(
+            standby_names(&s, "pg-0", Some(&two)),
+            r#"ANY 2 ("pg-1", "pg-2")"#
+        );
+        // Not a primary (no streaming set read): the value a promotion starts from.
+        assert_eq!(standby_names(&s, "pg-0", None), r#"ANY 2 ("pg-1", "pg-2")"#);
+    }
+
+    #[test]
+    fn a_single_member_has_no_one_to_wait_for() {
+        let s = SyncStandbys::new(
+            &SynchronousSpec {
+                number: 1,
+                method: SyncMethod::Any,
+                data_durability: DataDurability::Required,
+            },
+            "pg",
+            1,
+        );
+        assert_eq!(standby_names(&s, "pg-0", None), "");
+    }
+
+    #[test]
+    fn a_failover_reads_enough_members_to_meet_every_quorum() {
+        let required = SynchronousSpec {
+            number: 1,
+            method: SyncMethod::Any,
+            data_durability: DataDurability::Required,
+        };
+        // 2 others, 1 must have each commit: both must be read.
+        assert_eq!(survey_quorum(Some(&required), 2), Some(2));
+        // 4 others, 2 must have each commit: any 3 of them hold every commit.
+        let two = SynchronousSpec {
+            number: 2,
+            ..required.clone()
+        };
+        assert_eq!(survey_quorum(Some(&two), 4), Some(3));
+        let preferred = SynchronousSpec {
+            data_durability: DataDurability::Preferred,
+            ..required
+        };
+        assert_eq!(survey_quorum(Some(&preferred), 2), None);
+        assert_eq!(survey_quorum(None, 2), None);
+    }
+}
