@@ -50,6 +50,11 @@
 //!     of the position a primary that stopped cleanly on demotion released the Lease at
 //!     (the agent's gate; only a person removing that position from the Lease, the
 //!     settling world's escape hatch, accepts a loss).
+//! 14. **With `spec.synchronous` (one standby, `Required`), no promotion loses an
+//!     acknowledged commit**: none falls short of the furthest commit a standby had
+//!     received from the writable server of its time (what the client was told), in a
+//!     failover too, whatever pods are down, evicted or force-deleted meanwhile (the
+//!     survey must read every other member: `synchronous::survey_quorum`).
 //!
 //! Fencing in this world: the primary Lease (holder, renewal, release, edits by hand),
 //! and each pod's agent, which is the instance manager's own `decide`
@@ -97,7 +102,12 @@
 //! while it runs (finding 1), found in a slow switchover against the old operator, which
 //! hands a planned switchover over by expiry, and shrunk (each side's fix alone passes).
 //! The operator's side of findings 2 and 5 ([`planted`]): an expiry counting the spec's
-//! `L` alone, and a vanished pod taken for fenced.
+//! `L` alone, and a vanished pod taken for fenced. And synchronous replication's: a
+//! failover that promotes without reading the quorum (invariant 14), found where the
+//! standby that acknowledged the last commit is NotReady as the primary fails. Worlds
+//! with `spec.synchronous` (`number: 1`, `Required`) are a third of the generated ones
+//! with two members or more; an edit below two members is refused as the API server
+//! refuses it.
 //!
 //! Every edge of the agent's table is taken: by generated runs, or by the stories of
 //! `agent::stories` (asserted in `scenarios`), except the one `agent::UNIT_TESTED_ONLY`
@@ -127,6 +137,7 @@ use super::observe::{
     CronJobView, InSync, LeaseView, Observed, Own, PgRequests, Requests, StatefulSetView,
 };
 use super::state::{PgState, SwitchCause};
+use super::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
 use crate::engine::Machine;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
@@ -295,6 +306,9 @@ pub(super) struct World {
     adopt_hatch: bool,
     /// `spec.fencing.leaseDurationSeconds` ([`Edit::LeaseSeconds`]).
     lease_seconds: i64,
+    /// `spec.synchronous` is `{number: 1}` (`Any`, `Required`): a commit is acknowledged
+    /// only once a standby has it ([`World::acked`]).
+    synchronous: bool,
     /// `lockstep.dev/fenced` names the Lease's holder (or, with none, its last one)
     /// whenever that holder's server is not writable: a person who knows its node is
     /// down (the settling world's escape hatch).
@@ -315,8 +329,13 @@ pub(super) struct World {
     skew: i64,
     // PostgreSQL.
     db_primary: i32,
-    /// The head of the writable timeline (acknowledged commits).
+    /// The head of the writable timeline (acknowledged commits, when replication is
+    /// asynchronous).
     wal: u64,
+    /// With [`World::synchronous`]: the furthest commit acknowledged to a client, that is
+    /// one that a standby connected to its writable server had received. No promotion
+    /// may fall short of it (invariant 14).
+    acked: u64,
     /// The WAL each ordinal's data directory has received (kept on its volume).
     received: BTreeMap<i32, u64>,
     /// The standbys connected to the writable server that runs now: each joins by a
@@ -591,6 +610,7 @@ impl World {
             retry_promote: false,
             adopt_hatch: false,
             lease_seconds: LEASE_SECONDS,
+            synchronous: false,
             fenced_hatch: false,
             last_holder: None,
             in_sync: InSync::default(),
@@ -604,6 +624,7 @@ impl World {
             skew: 0,
             db_primary: 0,
             wal: 0,
+            acked: 0,
             received: BTreeMap::new(),
             streaming: BTreeSet::new(),
             volumes: BTreeMap::new(),

@@ -58,8 +58,37 @@ impl Bug<Postgres> for ReadEveryPositionAsEqual {
     }
 }
 
+/// A failover counts every member as read: with synchronous replication it promotes the
+/// most advanced standby that answered, though the one that has the last acknowledged
+/// commits did not (the behaviour before the quorum rule).
+struct CountEveryMemberAsRead;
+
+impl Bug<Postgres> for CountEveryMemberAsRead {
+    const NAME: &'static str = "postgrescluster-ignore-the-synchronous-quorum";
+
+    fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
+        // The bug: a member the survey did not read is taken as read (at no position).
+        let mut lying = world.clone();
+        for result in lying.observed.own.job_results.values_mut() {
+            if let Ok(serde_json::Value::Object(mut answers)) =
+                serde_json::from_str::<serde_json::Value>(result)
+            {
+                for k in 0..MAX_PODS {
+                    answers.entry(format!("pg-{k}")).or_insert_with(|| {
+                        serde_json::json!({"receive": "0/0", "replay": "0/0", "inRecovery": true})
+                    });
+                }
+                *result = serde_json::Value::Object(answers).to_string();
+            }
+        }
+        Some(lying)
+    }
+}
+
 /// Promote before the old primary is fenced.
 type PromoteBeforeFenced = Planted<Postgres, TakeTheHolderForFenced>;
+/// Promote without reading the synchronous quorum.
+type IgnoreTheQuorum = Planted<Postgres, CountEveryMemberAsRead>;
 /// Choose the failover target by ordinal.
 type ChooseByOrdinal = Planted<Postgres, ReadEveryPositionAsEqual>;
 
@@ -139,6 +168,63 @@ fn the_model_check_finds_a_failover_that_chooses_by_ordinal() {
     assert!(
         failure.reason.contains("promoted pod 1 at WAL"),
         "the most-advanced invariant fails:\n{failure}"
+    );
+}
+
+/// With `spec.synchronous` (one standby, Required): pod 2 has received (and so
+/// acknowledged) a commit pod 1 has not, then goes NotReady, and pod 0, the primary,
+/// fails. The survey reads pod 1 alone.
+fn synchronous_failover_with_the_acknowledging_standby_down() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let env = Event::Env;
+    let (mut world, events) = running_three(
+        [
+            vec![env(Write), env(Replicate(2)), env(BecomesUnready(2))],
+            fail_over(),
+            surveyed(true),
+            vec![r(), r()],
+        ]
+        .concat(),
+    );
+    world.synchronous = true;
+    (world, events)
+}
+
+#[test]
+fn with_synchronous_replication_a_failover_waits_for_the_member_it_did_not_read() {
+    let (world, mut events) = synchronous_failover_with_the_acknowledging_standby_down();
+    // It waits, then surveys again; pod 2 comes back, is read, and is promoted.
+    events.extend([
+        Event::Tick(15),
+        r(),
+        Event::Env(Move::BecomesReady(2)),
+        r(),
+        r(),
+        Event::Env(Move::JobFinishes { nth: 0, ok: true }),
+        r(),
+        r(),
+    ]);
+    let report = passes((world, events));
+    assert_took(&report, "SwitchingOver -> SwitchingOver (SurveyRetried)");
+    assert!(
+        report
+            .trace
+            .iter()
+            .any(|l| l.contains("HandLease { holder: Some(\"pg-2/")),
+        "{}",
+        report.trace.join("\n")
+    );
+}
+
+#[test]
+fn the_model_check_finds_a_failover_that_ignores_the_synchronous_quorum() {
+    let failure =
+        found::<IgnoreTheQuorum>(synchronous_failover_with_the_acknowledging_standby_down());
+    assert!(
+        failure
+            .reason
+            .contains("short of the 1 a standby had acknowledged"),
+        "the synchronous invariant fails:\n{failure}"
     );
 }
 

@@ -57,6 +57,12 @@ impl World {
                 "promoted pod {target} at WAL {mine}, short of the {x} a primary acknowledged before it stopped cleanly for a switchover"
             ));
         }
+        if self.synchronous && mine < self.acked {
+            self.violations.push(format!(
+                "promoted pod {target} at WAL {mine}, short of the {} a standby had acknowledged (synchronous replication)",
+                self.acked
+            ));
+        }
         if let Some(l) = self.lease.as_mut() {
             l.released_lsn = None;
         }
@@ -133,6 +139,15 @@ impl World {
             .collect();
         for k in standbys {
             self.received.insert(k, self.wal);
+            self.standby_has(self.wal);
+        }
+    }
+
+    /// A standby connected to the writable server has its WAL up to `position`: with
+    /// synchronous replication (one standby), the commits up to it are acknowledged.
+    fn standby_has(&mut self, position: u64) {
+        if self.synchronous {
+            self.acked = self.acked.max(position);
         }
     }
 
@@ -162,6 +177,7 @@ impl World {
         {
             self.received.insert(k, self.wal);
             self.streaming.insert(k);
+            self.standby_has(self.wal);
         }
     }
 

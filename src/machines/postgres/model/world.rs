@@ -23,9 +23,12 @@ where
             any::<bool>(),
             0..SCHEDULES.len(),
             prop_oneof![1 => Just(false), 3 => Just(true)],
+            prop_oneof![2 => Just(false), 1 => Just(true)],
         )
-            .prop_map(|(replicas, backup, schedule, running)| {
+            .prop_map(|(replicas, backup, schedule, running, synchronous)| {
                 let mut world = World::fresh(replicas, backup, schedule);
+                // `number` < `replicas`, as the API server requires.
+                world.synchronous = synchronous && replicas >= 2;
                 if running {
                     world.running();
                 }
@@ -43,7 +46,11 @@ where
             resources: None,
             failover_delay_seconds: 30,
             credentials_secret: None,
-            synchronous: None,
+            synchronous: self.synchronous.then(|| SynchronousSpec {
+                number: 1,
+                method: SyncMethod::Any,
+                data_durability: DataDurability::Required,
+            }),
             database: None,
             backup_schedule: if self.backup {
                 SCHEDULES[self.schedule].map(str::to_owned)
@@ -76,6 +83,8 @@ where
         self.quiet_settles = 0;
         match *edit {
             Edit::Version(v) => self.version = v,
+            // The API server refuses `replicas` at or below `spec.synchronous.number`.
+            Edit::Replicas(n) if self.synchronous && n < 2 => {}
             Edit::Replicas(n) => self.replicas = n,
             Edit::Schedule(s) if self.backup => self.schedule = s,
             Edit::Schedule(_) => {}
