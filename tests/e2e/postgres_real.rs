@@ -583,6 +583,34 @@ exec sleep infinity
         }
     }
 
+    /// Stop the writer for good and count what cluster `name` kept of what it was told.
+    fn tally(&self, name: &str) -> Tally {
+        let acked = self.stop_client();
+        let rows = self.rows(name);
+        let lost = acked
+            .iter()
+            .copied()
+            .filter(|id| !rows.contains_key(id))
+            .collect();
+        Tally { acked, rows, lost }
+    }
+
+    /// Under the writer (30 commits acknowledged first), kill `old`'s postmaster; once a
+    /// new primary is Ready, every pod Ready and 20 more commits acknowledged, stop and
+    /// count. Returns the new primary, the commits acknowledged before the kill, and the
+    /// tally.
+    async fn kill_primary_under_the_writer(&self, name: &str, old: &str) -> (String, usize, Tally) {
+        self.start_client(name).await;
+        self.writing(true);
+        let before = self.acks_grow(0, 30).await;
+        let pg = self.kill_primary(name, old).await;
+        let new = primary_of(&pg);
+        self.all_ready(name).await;
+        let after = self.acks().len();
+        self.acks_grow(after, 20).await;
+        (new, before, self.tally(name))
+    }
+
     /// Stop the writer for good and return the acknowledged ids.
     fn stop_client(&self) -> BTreeSet<u64> {
         self.stop_writer("client");
@@ -876,9 +904,7 @@ async fn replication_then_upgrade_switchover() {
         .await;
     let pg = real.ready_at(name, NEXT_IMAGE).await;
     let after = real.acks_grow(real.acks().len(), 20).await;
-    let acked = real.stop_client();
-    let rows = real.rows(name);
-    let lost: Vec<&u64> = acked.iter().filter(|id| !rows.contains_key(id)).collect();
+    let Tally { acked, rows, lost } = real.tally(name);
     let new_primary = primary_of(&pg);
     eprintln!(
         "(b) {primary} -> {new_primary}: {} commits acknowledged ({before} before the upgrade, {after} at the end), {} rows, lost {lost:?}; -rw selected {:?}",
@@ -955,9 +981,7 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
     )
     .await;
     let after = real.acks_grow(real.acks().len(), 20).await;
-    let acked = real.stop_client();
-    let rows = real.rows(name);
-    let lost: Vec<&u64> = acked.iter().filter(|id| !rows.contains_key(id)).collect();
+    let Tally { acked, rows, lost } = real.tally(name);
     eprintln!(
         "(d) {old} -> {target} on demand: {} commits acknowledged ({before} before the request, {after} at the end), {} rows, lost {lost:?}; -rw selected {:?}",
         acked.len(),
@@ -1101,19 +1125,11 @@ async fn failover_after_the_primary_dies() {
         .cluster(name, 3, json!({"failoverDelaySeconds": 0}))
         .await;
     let old = primary_of(&pg);
-    real.start_client(name).await;
-    real.writing(true);
-    let before = real.acks_grow(0, 30).await;
     let (ok, old_ip) = real.kubectl(&["get", "pod", &old, "-o", "jsonpath={.status.podIP}"]);
     assert!(ok, "{old_ip}");
 
-    let pg = real.kill_primary(name, &old).await;
-    let new = primary_of(&pg);
-    real.all_ready(name).await;
-    let after = real.acks().len();
-    real.acks_grow(after, 20).await;
-    let acked = real.stop_client();
-    let rows = real.rows(name);
+    let (new, before, Tally { acked, rows, lost }) =
+        real.kill_primary_under_the_writer(name, &old).await;
     let old_ip = old_ip.trim().to_owned();
     let last_old = rows
         .iter()
@@ -1127,11 +1143,6 @@ async fn failover_after_the_primary_dies() {
         .map(|(id, _)| *id)
         .min()
         .unwrap_or(u64::MAX);
-    let lost: Vec<u64> = acked
-        .iter()
-        .copied()
-        .filter(|id| !rows.contains_key(id))
-        .collect();
     eprintln!(
         "(c) {old} -> {new}: {} acknowledged ({before} before the kill), {} rows; lost {lost:?} (old primary's last row {last_old}, new primary's first {first_new})",
         acked.len(),
@@ -1196,22 +1207,9 @@ async fn with_synchronous_replication_a_failover_loses_no_acknowledged_commit() 
         "2",
     )
     .await;
-    real.start_client(name).await;
-    real.writing(true);
-    let before = real.acks_grow(0, 30).await;
 
-    let pg = real.kill_primary(name, &old).await;
-    let new = primary_of(&pg);
-    real.all_ready(name).await;
-    let after = real.acks().len();
-    real.acks_grow(after, 20).await;
-    let acked = real.stop_client();
-    let rows = real.rows(name);
-    let lost: Vec<u64> = acked
-        .iter()
-        .copied()
-        .filter(|id| !rows.contains_key(id))
-        .collect();
+    let (new, before, Tally { acked, rows, lost }) =
+        real.kill_primary_under_the_writer(name, &old).await;
     eprintln!(
         "(c'') {old} -> {new}, synchronous: {} acknowledged ({before} before the kill), {} rows; lost {lost:?}",
         acked.len(),
@@ -1267,11 +1265,19 @@ async fn failover_never_promotes_a_lagging_replica() {
         new, advanced,
         "the failover promoted {new}, not the most advanced replica {advanced} ({lagging} had replay paused)"
     );
-    let acked = real.stop_client();
-    let rows = real.rows(name);
-    let lost: Vec<&u64> = acked.iter().filter(|id| !rows.contains_key(id)).collect();
+    let lost = real.tally(name).lost;
     eprintln!("(c') {old} -> {new} ({lagging} paused): lost {lost:?}");
     real.finish().await;
+}
+
+/// What a writer was told, and what the cluster kept of it.
+struct Tally {
+    /// The ids whose commit was acknowledged.
+    acked: BTreeSet<u64>,
+    /// `(id, server address)` of every row the cluster has.
+    rows: BTreeMap<u64, String>,
+    /// The acknowledged ids the cluster lacks.
+    lost: Vec<u64>,
 }
 
 /// The writer that bypasses the Services writes ids from here (the `-rw` one from 1).

@@ -608,11 +608,7 @@ impl Manager {
     /// parameters before a start: the ones it refuses are left out (a start that fails
     /// on them would fail again at every restart).
     async fn write_checked_config(&mut self, standby: bool) -> Result<(), String> {
-        if self.settings.read() || self.settings.written_never() {
-            // Before a start nothing streams from this server yet: the full value (a
-            // Preferred primary relaxes it at its first round if too few stream).
-            self.settings.decide_synchronous(&self.member(), None);
-        }
+        self.settings.read();
         // Each round leaves out at least one more refused parameter.
         for _ in 0..=self.settings.effective().parameters.len() {
             self.prepare
@@ -748,6 +744,10 @@ impl Manager {
         if self.postmaster.is_some() {
             return Ok(());
         }
+        self.settings.read();
+        // Nothing streams from a server before it starts: the full value (a Preferred
+        // primary relaxes it at its first round if too few standbys stream).
+        self.settings.decide_synchronous(&self.member(), None);
         self.write_checked_config(standby).await?;
         self.start(standby)
     }

@@ -198,12 +198,6 @@ impl Settings {
         self.written = Some((self.wanted.clone(), self.synchronous.clone()));
     }
 
-    /// Nothing was written from the annotation yet.
-    #[must_use]
-    pub fn written_never(&self) -> bool {
-        self.written.is_none()
-    }
-
     /// The files must be written again (what they hold was refused).
     pub fn unwritten(&mut self) {
         self.written = None;

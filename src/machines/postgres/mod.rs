@@ -161,7 +161,7 @@ impl Operator for Postgres {
                     resource_version: version.clone(),
                 },
                 serde_json::json!({"metadata": {"annotations": {
-                    settings::SETTINGS_ANNOTATION: settings::annotation(&settings::InstanceSettings::of(object)),
+                    settings::SETTINGS_ANNOTATION: settings::annotation_of(object),
                 }}}),
             )],
             PgAction::DeletePod { ordinal, uid, .. } => vec![Op::delete::<Pod>(pod(*ordinal), uid)],

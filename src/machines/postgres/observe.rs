@@ -292,7 +292,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .collect();
 
     // The cache keeps the annotation as a digest (`driver::cache::DIGESTED_ANNOTATIONS`).
-    let wanted = settings::annotation(&settings::InstanceSettings::of(pg)).map(|v| digest(&v));
+    let wanted = settings::annotation_of(pg).map(|v| digest(&v));
     let unconfigured = read
         .owned(&cache.pods)
         .iter()

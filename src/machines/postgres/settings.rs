@@ -172,6 +172,13 @@ pub fn annotation(settings: &InstanceSettings) -> Option<String> {
     serde_json::to_string(settings).ok()
 }
 
+/// The value of [`SETTINGS_ANNOTATION`] on `pg`'s pods (what [`annotation`] makes of
+/// [`InstanceSettings::of`]).
+#[must_use]
+pub fn annotation_of(pg: &PostgresCluster) -> Option<String> {
+    annotation(&InstanceSettings::of(pg))
+}
+
 /// The settings an annotation value carries.
 ///
 /// # Errors

@@ -205,7 +205,10 @@ fn survey(
                 )
                 .requeue(std::time::Duration::from_secs(5));
             };
-            if let Some(wait) = quorum_unread(spec, s, world, &job_name, &surveyed, what) {
+            let finished = o.job(&key).and_then(|j| j.outcome.finished_at());
+            if let Some(wait) =
+                quorum_unread(spec, s, world, (&job_name, finished), &surveyed, what)
+            {
                 return wait.with_actions(actions);
             }
             let eligible: Vec<Surveyed> = surveyed
@@ -268,13 +271,14 @@ pub(crate) const QUORUM_RESURVEY_SECONDS: i64 = 10;
 /// With `spec.synchronous` Required, every acknowledged commit is on `number` of the
 /// other members, so a failover must read `others - number + 1` of them to be sure the
 /// most advanced one read has them all (`synchronous::survey_quorum`). A survey that read
-/// fewer: wait (Degraded, naming who and the way out), then survey again. `None`: the
-/// survey read enough, or there is no quorum to meet.
+/// fewer: wait (Degraded, naming who and the way out) until [`QUORUM_RESURVEY_SECONDS`]
+/// after its Job (`job`: its name and when it finished) finished, then survey again.
+/// `None`: the survey read enough, or there is no quorum to meet.
 fn quorum_unread(
     spec: &PostgresClusterSpec,
     s: &Switchover,
     world: &World<Observed>,
-    job_name: &str,
+    (job_name, finished): (&str, Option<chrono::DateTime<chrono::Utc>>),
     surveyed: &[Surveyed],
     what: &str,
 ) -> Option<D> {
@@ -307,11 +311,6 @@ fn quorum_unread(
         describe(o, surveyed),
         o.pod_names(&unread),
     );
-    let key = survey_key(
-        s.old_uid.as_deref().unwrap_or_default(),
-        s.survey_attempt.unwrap_or(1),
-    );
-    let finished = o.job(&key).and_then(|j| j.outcome.finished_at());
     let again_at = finished.map(|at| at + chrono::Duration::seconds(QUORUM_RESURVEY_SECONDS));
     Some(match again_at {
         Some(at) if world.now < at => stay(NO_PROMOTION_TARGET, message, vec![])

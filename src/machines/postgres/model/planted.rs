@@ -42,20 +42,30 @@ impl Bug<Postgres> for ReadEveryPositionAsEqual {
 
     fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
         // The bug: every surveyed position reads the same.
-        let mut lying = world.clone();
-        for result in lying.observed.own.job_results.values_mut() {
-            if let Ok(serde_json::Value::Object(mut answers)) =
-                serde_json::from_str::<serde_json::Value>(result)
-            {
-                for answer in answers.values_mut() {
-                    answer["receive"] = "0/1".into();
-                    answer["replay"] = "0/1".into();
-                }
-                *result = serde_json::Value::Object(answers).to_string();
+        Some(survey_answers_read_as(world, |answers| {
+            for answer in answers.values_mut() {
+                answer["receive"] = "0/1".into();
+                answer["replay"] = "0/1".into();
             }
-        }
-        Some(lying)
+        }))
     }
+}
+
+/// `world` with every survey result's answers (`{"pg-<k>": {...}}`) rewritten by `lie`.
+fn survey_answers_read_as(
+    world: &Seen<Observed>,
+    lie: impl Fn(&mut serde_json::Map<String, serde_json::Value>),
+) -> Seen<Observed> {
+    let mut lying = world.clone();
+    for result in lying.observed.own.job_results.values_mut() {
+        if let Ok(serde_json::Value::Object(mut answers)) =
+            serde_json::from_str::<serde_json::Value>(result)
+        {
+            lie(&mut answers);
+            *result = serde_json::Value::Object(answers).to_string();
+        }
+    }
+    lying
 }
 
 /// A failover counts every member as read: with synchronous replication it promotes the
@@ -68,20 +78,13 @@ impl Bug<Postgres> for CountEveryMemberAsRead {
 
     fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
         // The bug: a member the survey did not read is taken as read (at no position).
-        let mut lying = world.clone();
-        for result in lying.observed.own.job_results.values_mut() {
-            if let Ok(serde_json::Value::Object(mut answers)) =
-                serde_json::from_str::<serde_json::Value>(result)
-            {
-                for k in 0..MAX_PODS {
-                    answers.entry(format!("pg-{k}")).or_insert_with(|| {
-                        serde_json::json!({"receive": "0/0", "replay": "0/0", "inRecovery": true})
-                    });
-                }
-                *result = serde_json::Value::Object(answers).to_string();
+        Some(survey_answers_read_as(world, |answers| {
+            for k in 0..MAX_PODS {
+                answers.entry(format!("pg-{k}")).or_insert_with(
+                    || serde_json::json!({"receive": "0/0", "replay": "0/0", "inRecovery": true}),
+                );
             }
-        }
-        Some(lying)
+        }))
     }
 }
 

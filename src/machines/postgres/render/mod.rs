@@ -386,7 +386,7 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
 /// none when nothing is set.
 #[must_use]
 pub fn settings_annotations(pg: &PostgresCluster) -> Option<BTreeMap<String, String>> {
-    settings::annotation(&settings::InstanceSettings::of(pg))
+    settings::annotation_of(pg)
         .map(|value| BTreeMap::from([(settings::SETTINGS_ANNOTATION.to_owned(), value)]))
 }
 

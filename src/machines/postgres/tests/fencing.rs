@@ -730,11 +730,26 @@ fn synchronous(durability: DataDurability) -> PostgresClusterSpec {
 
 const ONLY_PG2: &str = r#"{"pg-2": {"receive": "0/1", "replay": "0/1", "inRecovery": true}}"#;
 
+/// The decision at `now` of a failover at its survey, whose Job (finished at 10 s)
+/// reported `result`, with `spec.synchronous` of `durability`.
+fn surveyed_with(
+    durability: DataDurability,
+    result: &str,
+    now: i64,
+) -> Decision<PgState, PgAction> {
+    decide_at(
+        &synchronous(durability),
+        &at_survey(None),
+        surveyed(result),
+        now,
+        0,
+    )
+}
+
 #[test]
 fn with_synchronous_replication_a_failover_that_read_too_few_members_waits_and_surveys_again() {
-    let required = synchronous(DataDurability::Required);
     // ANY 1 of pg-1 and pg-2: a commit pg-2 lacks may be on pg-1, unread.
-    let d = decide_at(&required, &at_survey(None), surveyed(ONLY_PG2), 12, 0);
+    let d = surveyed_with(DataDurability::Required, ONLY_PG2, 12);
     assert_degraded(&d, NO_PROMOTION_TARGET);
     assert!(target(&d).is_none(), "nobody is promoted: {d:?}");
     for needle in [
@@ -745,7 +760,7 @@ fn with_synchronous_replication_a_failover_that_read_too_few_members_waits_and_s
         assert!(message(&d).contains(needle), "{needle}: {}", message(&d));
     }
     // Some seconds after the survey finished: a new survey Job.
-    let d = decide_at(&required, &at_survey(None), surveyed(ONLY_PG2), 30, 0);
+    let d = surveyed_with(DataDurability::Required, ONLY_PG2, 30);
     assert_goes(&d, SURVEY_RETRIED, &at_survey(Some(2)));
 }
 
@@ -753,22 +768,10 @@ fn with_synchronous_replication_a_failover_that_read_too_few_members_waits_and_s
 fn with_synchronous_replication_a_failover_that_read_every_needed_member_promotes_the_most_advanced()
  {
     let both = r#"{"pg-1": {"receive": "0/9", "replay": "0/9", "inRecovery": true}, "pg-2": {"receive": "0/1", "replay": "0/1", "inRecovery": true}}"#;
-    let d = decide_at(
-        &synchronous(DataDurability::Required),
-        &at_survey(None),
-        surveyed(both),
-        12,
-        0,
-    );
+    let d = surveyed_with(DataDurability::Required, both, 12);
     assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
     assert!(matches!(target(&d), Some(PgState::SwitchingOver(s)) if s.target.ordinal == 1));
     // Preferred promises nothing once asynchronous: the member read is promoted.
-    let d = decide_at(
-        &synchronous(DataDurability::Preferred),
-        &at_survey(None),
-        surveyed(ONLY_PG2),
-        12,
-        0,
-    );
+    let d = surveyed_with(DataDurability::Preferred, ONLY_PG2, 12);
     assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
 }
