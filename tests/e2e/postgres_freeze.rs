@@ -18,9 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -32,11 +30,8 @@ use crate::support::{Env, Fixture};
 
 /// The locally built PostgreSQL image (`tools/images`).
 const IMAGE: &str = "postgres:15";
-/// No provisioner: the test makes the volumes (as `postgres_real.rs` does, for the same
-/// reason: the hostpath provisioner's directories are not writable by uid 999).
-const STORAGE_CLASS: &str = "lockstep-pgreal-static";
-/// Where the hostpath provisioner puts its volumes (`cluster-down` removes them).
-const HOSTPATH_ROOT: &str = "/tmp/hostpath_pv";
+/// The local cluster's node-local class, writable by the pods' `fsGroup` (999).
+const STORAGE_CLASS: &str = "local";
 /// Creating and failing over real instances on a loaded 2-core machine.
 const SLOW: Duration = Duration::from_secs(300);
 /// The freezer hierarchy of the real node's kubelet (`cgroupRoot: /lockstep-node-<N>`).
@@ -162,51 +157,6 @@ impl Drop for Frozen {
     }
 }
 
-/// Make the StorageClass and a PersistentVolume for each claim of cluster `name`.
-async fn volumes(pg: &Fixture<Postgres>, name: &str, replicas: usize) -> Vec<(String, PathBuf)> {
-    let classes: Api<StorageClass> = Api::all(pg.env.client.clone());
-    let class: StorageClass = serde_json::from_value(json!({
-        "metadata": {"name": STORAGE_CLASS},
-        "provisioner": "kubernetes.io/no-provisioner",
-        "volumeBindingMode": "Immediate",
-        "reclaimPolicy": "Retain",
-    }))
-    .expect("a StorageClass");
-    match classes.create(&PostParams::default(), &class).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => panic!("create the StorageClass {STORAGE_CLASS}: {e}"),
-    }
-    let api: Api<PersistentVolume> = Api::all(pg.env.client.clone());
-    let ns = pg.env.namespace().to_owned();
-    let mut made = Vec::new();
-    for ordinal in 0..replicas {
-        let claim = format!("data-{name}-{ordinal}");
-        let pv_name = format!("{ns}-{claim}");
-        let dir = PathBuf::from(HOSTPATH_ROOT).join(&pv_name);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        std::os::unix::fs::chown(&dir, Some(999), Some(999))
-            .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
-        let pv: PersistentVolume = serde_json::from_value(json!({
-            "metadata": {"name": pv_name, "labels": {"lockstep.dev/e2e": "true"}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": STORAGE_CLASS,
-                "hostPath": {"path": dir.to_string_lossy(), "type": "Directory"},
-                "claimRef": {"namespace": ns, "name": claim},
-            }
-        }))
-        .expect("a PersistentVolume");
-        api.create(&PostParams::default(), &pv)
-            .await
-            .unwrap_or_else(|e| panic!("create the PersistentVolume {pv_name}: {e}"));
-        made.push((pv_name, dir));
-    }
-    made
-}
-
 /// A 3-instance cluster; its primary's pod is frozen (still Ready to the kubelet, its
 /// Lease no longer renewed). `PrimaryAvailable` turns False naming the missing renewals,
 /// and another pod becomes primary.
@@ -219,7 +169,6 @@ async fn a_frozen_primary_is_reported_lost_and_failed_over() {
     let pg = Fixture::<Postgres>::in_env(env).await;
     let operator = pg.operator();
     let name = "pz";
-    let made = volumes(&pg, name, 3).await;
     let object = PostgresCluster::new(
         name,
         serde_json::from_value(json!({
@@ -298,12 +247,5 @@ async fn a_frozen_primary_is_reported_lost_and_failed_over() {
     // Thawed, the old pod (deleted by the failover) dies and goes.
     drop(frozen);
     operator.stop().await;
-    let volumes: Api<PersistentVolume> = Api::all(pg.env.client.clone());
     pg.env.finish().await;
-    for (pv, dir) in made {
-        let _ = volumes
-            .delete(&pv, &kube::api::DeleteParams::default())
-            .await;
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }

@@ -35,26 +35,23 @@
 //!   one on the server and in its files; a restart's parameter is reported pending and
 //!   applies when the pod starts again.
 //!
-//! Volumes: the cluster's hostpath provisioner makes root-owned 0750 directories and the
-//! kubelet applies no `fsGroup` to hostPath volumes, so PostgreSQL (uid 999) could not
-//! write them. Each test pre-creates its claims' PersistentVolumes (a no-provisioner
-//! StorageClass, a `claimRef` per claim, directories owned by 999 under the provisioner's
-//! root, so `make cluster-down` removes them).
+//! Volumes: the claims use the local cluster's StorageClass `local`, whose provisioner
+//! (`tools/cluster/provisioner`) makes node-local PersistentVolumes; the kubelet gives
+//! them the pods' `fsGroup` (999), so PostgreSQL writes them as on any cluster with local
+//! storage. Deleting the namespace deletes the claims, and their volumes with them.
 //!
 //! `LOCKSTEP_REAL_NODE=0` (a cluster without the real node) skips the tier, as it skips
 //! `make node-smoke`; the Makefile runs it after the KWOK tier.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::chown;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::runtime::watcher;
@@ -63,6 +60,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use lockstep::engine::conditions;
+use lockstep::machines::postgres::table::reason::FAILOVER_STARTED;
 use lockstep::machines::postgres::{Postgres, PostgresCluster};
 
 use crate::postgres::history;
@@ -73,10 +71,8 @@ const ROLE: &str = "lockstep.dev/role";
 const IMAGE: &str = "postgres:15";
 /// The upgrade target (`tools/images/build.sh --name postgres-15-next`).
 const NEXT_IMAGE: &str = "lockstep.local/postgres:15-next";
-/// No provisioner: the tests make the volumes.
-const STORAGE_CLASS: &str = "lockstep-pgreal-static";
-/// Where the hostpath provisioner puts its volumes (`cluster-down` removes them).
-const HOSTPATH_ROOT: &str = "/tmp/hostpath_pv";
+/// The local cluster's node-local class (`tools/cluster/storageclasses.yaml`).
+const STORAGE_CLASS: &str = "local";
 /// Creating, upgrading, failing over real instances on a loaded 2-core machine.
 const SLOW: Duration = Duration::from_secs(300);
 
@@ -160,37 +156,18 @@ fn is_ready_at(pg: &PostgresCluster, image: &str) -> bool {
             .is_some_and(|c| c.status == conditions::status::TRUE)
 }
 
-/// A real-node namespace with the CRD, the operator in this process, and volumes made
-/// for the claims of the clusters it creates.
+/// A real-node namespace with the CRD and the operator in this process.
 struct Real {
     pg: Fixture<Postgres>,
     operator: Option<InProcessOperator>,
-    volumes: Vec<(String, PathBuf)>,
 }
 
 impl Real {
     async fn new(prefix: &str) -> Self {
         let env = Env::labelled(prefix, &[("lockstep.dev/real-node", "true")]).await;
         let pg = Fixture::<Postgres>::in_env(env).await;
-        let classes: Api<StorageClass> = Api::all(pg.env.client.clone());
-        let class: StorageClass = serde_json::from_value(json!({
-            "metadata": {"name": STORAGE_CLASS},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-            "reclaimPolicy": "Retain",
-        }))
-        .expect("a StorageClass");
-        match classes.create(&PostParams::default(), &class).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => panic!("create the StorageClass {STORAGE_CLASS}: {e}"),
-        }
         let operator = Some(pg.operator());
-        Self {
-            pg,
-            operator,
-            volumes: Vec::new(),
-        }
+        Self { pg, operator }
     }
 
     fn ns(&self) -> &str {
@@ -203,45 +180,14 @@ impl Real {
         kubectl(&all)
     }
 
-    /// A volume for the claim of instance `ordinal` of cluster `name`: a directory owned
-    /// by uid/gid 999 and a PersistentVolume bound to the claim ahead of time.
-    async fn volume(&mut self, name: &str, ordinal: usize) {
-        let claim = format!("data-{name}-{ordinal}");
-        let pv_name = format!("{}-{claim}", self.ns());
-        let dir = PathBuf::from(HOSTPATH_ROOT).join(&pv_name);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        chown(&dir, Some(999), Some(999))
-            .unwrap_or_else(|e| panic!("chown {}: {e}", dir.display()));
-        let pv: PersistentVolume = serde_json::from_value(json!({
-            "metadata": {"name": pv_name, "labels": {"lockstep.dev/e2e": "true"}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": STORAGE_CLASS,
-                "hostPath": {"path": dir.to_string_lossy(), "type": "Directory"},
-                "claimRef": {"namespace": self.ns(), "name": claim},
-            }
-        }))
-        .expect("a PersistentVolume");
-        let api: Api<PersistentVolume> = Api::all(self.pg.env.client.clone());
-        api.create(&PostParams::default(), &pv)
-            .await
-            .unwrap_or_else(|e| panic!("create the PersistentVolume {pv_name}: {e}"));
-        self.volumes.push((pv_name, dir));
-    }
-
     /// Create the cluster `name` (`replicas` instances of [`IMAGE`]) with `extra` spec
     /// fields and wait until it is Ready.
     async fn cluster(
-        &mut self,
+        &self,
         name: &str,
         replicas: usize,
         extra: serde_json::Value,
     ) -> PostgresCluster {
-        for ordinal in 0..replicas {
-            self.volume(name, ordinal).await;
-        }
         let mut spec = json!({
             "version": "15",
             "replicas": replicas,
@@ -304,21 +250,38 @@ impl Real {
             .collect()
     }
 
-    /// psql on the pod `pod` as the superuser over the local socket.
-    /// SIGKILL `old`'s postmaster, then wait until cluster `name` is Ready with another
-    /// primary.
+    /// Kill `old`'s postmaster, and again each time its container brings it back, until
+    /// the machine has begun a failover; then wait until the cluster is Ready with another
+    /// primary. A server that crashes once and restarts in place within seconds is, by
+    /// design, not failed over (it comes back as the primary it was, still holding the
+    /// Lease), so a single kill would make the test a race between the kubelet's restart
+    /// and the operator's two reconciles: a primary that keeps dying is what fails over.
     async fn kill_primary(&self, name: &str, old: &str) -> PostgresCluster {
-        let (ok, out) = self.kubectl(&[
-            "exec",
-            old,
-            "-c",
-            "postgres",
-            "--",
-            "bash",
-            "-c",
-            "kill -KILL \"$(head -1 \"$PGDATA/postmaster.pid\")\"",
-        ]);
-        assert!(ok, "kill the postmaster of {old}: {out}");
+        let deadline = std::time::Instant::now() + SLOW;
+        let mut kills = 0;
+        loop {
+            let pg = self.pg.api.get(name).await.expect("the cluster");
+            if history(&pg).iter().any(|h| h.reason == FAILOVER_STARTED) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no failover began after {kills} kills of {old}'s postmaster"
+            );
+            let (ok, _) = self.kubectl(&[
+                "exec",
+                old,
+                "-c",
+                "postgres",
+                "--",
+                "bash",
+                "-c",
+                "kill -KILL \"$(head -1 \"$PGDATA/postmaster.pid\")\"",
+            ]);
+            kills += usize::from(ok);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert!(kills > 0, "the failover began before {old} was killed");
         let old = old.to_owned();
         self.cluster_until(name, "Ready with a new primary", move |pg| {
             is_ready_at(pg, IMAGE)
@@ -682,14 +645,8 @@ exec sleep infinity
         if let Some(operator) = self.operator.take() {
             operator.stop().await;
         }
-        let api: Api<PersistentVolume> = Api::all(self.pg.env.client.clone());
-        let volumes = std::mem::take(&mut self.volumes);
         let Self { pg, .. } = self;
         pg.env.finish().await;
-        for (name, dir) in volumes {
-            let _ = api.delete(&name, &kube::api::DeleteParams::default()).await;
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 }
 
@@ -858,7 +815,7 @@ async fn replication_then_upgrade_switchover() {
     if !real_node() {
         return;
     }
-    let mut real = Real::new("pgreal-up").await;
+    let real = Real::new("pgreal-up").await;
     let name = "pg";
     let pg = real.cluster(name, 3, json!({})).await;
     let primary = primary_of(&pg);
@@ -952,7 +909,7 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
     if !real_node() {
         return;
     }
-    let mut real = Real::new("pgreal-so").await;
+    let real = Real::new("pgreal-so").await;
     let name = "pg";
     let pg = real.cluster(name, 3, json!({})).await;
     let old = primary_of(&pg);
@@ -1022,7 +979,7 @@ async fn settings_reach_every_instance_by_a_reload() {
     if !real_node() {
         return;
     }
-    let mut real = Real::new("pgreal-set").await;
+    let real = Real::new("pgreal-set").await;
     let name = "pg";
     real.cluster(
         name,
@@ -1119,7 +1076,7 @@ async fn failover_after_the_primary_dies() {
     if !real_node() {
         return;
     }
-    let mut real = Real::new("pgreal-fo").await;
+    let real = Real::new("pgreal-fo").await;
     let name = "pg";
     let pg = real
         .cluster(name, 3, json!({"failoverDelaySeconds": 0}))
@@ -1182,7 +1139,7 @@ async fn with_synchronous_replication_a_failover_loses_no_acknowledged_commit() 
     if !real_node() {
         return;
     }
-    let mut real = Real::new("pgreal-sync").await;
+    let real = Real::new("pgreal-sync").await;
     let name = "pg";
     let pg = real
         .cluster(
@@ -1238,7 +1195,7 @@ async fn failover_never_promotes_a_lagging_replica() {
     if !real_node() {
         return;
     }
-    let mut real = Real::new("pgreal-lag").await;
+    let real = Real::new("pgreal-lag").await;
     let name = "pg";
     let pg = real
         .cluster(name, 3, json!({"failoverDelaySeconds": 0}))
@@ -1316,7 +1273,7 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
     if !real_node() {
         return;
     }
-    let mut real = Real::new("pgreal-cut").await;
+    let real = Real::new("pgreal-cut").await;
     let name = "pg";
     let pg = real
         .cluster(
@@ -1781,7 +1738,7 @@ async fn status_wipe_moves_no_role() {
     if !real_node() {
         return;
     }
-    let mut real = Real::new("pgreal-wipe").await;
+    let real = Real::new("pgreal-wipe").await;
     let name = "pg";
     real.cluster(name, 2, json!({})).await;
     // A switchover first, so that the primary is not the lowest ordinal.
@@ -1821,7 +1778,7 @@ async fn backup_to_s3_and_restore() {
     let s3 = s3_env();
     let bucket = "pg-backups";
     s3_cli(&s3, &["mb", bucket]);
-    let mut real = Real::new("pgreal-bk").await;
+    let real = Real::new("pgreal-bk").await;
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "s3-real"},
         "stringData": {"accessKey": s3["AWS_ACCESS_KEY_ID"], "secretKey": s3["AWS_SECRET_ACCESS_KEY"]},

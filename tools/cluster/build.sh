@@ -24,6 +24,9 @@ input_files() {
       echo tools/cluster/go.mod
       echo tools/cluster/go.sum
       find tools/cluster/cmd -type f -name '*.go'
+      echo tools/cluster/provisioner/go.mod
+      echo tools/cluster/provisioner/go.sum
+      find tools/cluster/provisioner -type f -name '*.go'
       if [ -d tools/kwok ]; then
         echo tools/kwok/go.mod
         echo tools/kwok/go.sum
@@ -53,7 +56,7 @@ if [ "${1:-}" = "--print" ]; then
   exit 0
 fi
 
-if [ -x "$BIN/lockstep-cluster" ] && [ -x "$BIN/kwok" ] && [ -f "$OUT/.complete" ]; then
+if [ -x "$BIN/lockstep-cluster" ] && [ -x "$BIN/lockstep-local-provisioner" ] && [ -x "$BIN/kwok" ] && [ -f "$OUT/.complete" ]; then
   touch "$OUT/.complete" 2>/dev/null || true # last use, for pruning
   echo "$BIN"
   exit 0
@@ -68,7 +71,7 @@ if ! flock -n 9; then
   log "waiting for another build to finish (lock $CACHE_ROOT/.build.lock)"
   flock 9
 fi
-if [ -x "$BIN/lockstep-cluster" ] && [ -x "$BIN/kwok" ] && [ -f "$OUT/.complete" ]; then
+if [ -x "$BIN/lockstep-cluster" ] && [ -x "$BIN/lockstep-local-provisioner" ] && [ -x "$BIN/kwok" ] && [ -f "$OUT/.complete" ]; then
   echo "$BIN"
   exit 0
 fi
@@ -96,6 +99,9 @@ done
 
 log "building lockstep-cluster (kube $K8S_VERSION) -> $BIN (this takes a while on a cold cache)"
 (cd "$HERE" && go build -trimpath -ldflags "-s -w$vflags" -o "$TMP/bin/lockstep-cluster" ./cmd/lockstep-cluster)
+
+log "building lockstep-local-provisioner"
+(cd "$HERE/provisioner" && go build -trimpath -ldflags "-s -w" -o "$TMP/bin/lockstep-local-provisioner" .)
 
 if [ -d "$KWOK_DIR" ]; then
   KWOK_VERSION="$(cd "$KWOK_DIR" && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)"

@@ -10,9 +10,11 @@ LOGS="$CLUSTER_DIR/logs"
 PIDS="$CLUSTER_DIR/pids"
 KUBECONFIG_ADMIN="$CLUSTER_DIR/kubeconfig"
 # Processes in stop order (reverse of start order).
-COMPONENTS_STOP_ORDER=(kwok scheduler controller-manager apiserver)
+COMPONENTS_STOP_ORDER=(kwok local-provisioner scheduler controller-manager apiserver)
 # The hostpath provisioner of kube-controller-manager always writes here.
 HOSTPATH_PV_ROOT=/tmp/hostpath_pv
+# The volumes of the StorageClass "local" (provisioner/): removed with the cluster.
+LOCAL_PV_ROOT="$CLUSTER_DIR/volumes"
 
 log() { echo "[cluster] $*" >&2; }
 

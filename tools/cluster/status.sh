@@ -9,7 +9,7 @@ if [ ! -d "$CLUSTER_DIR" ]; then
   exit 1
 fi
 rc=0
-for c in apiserver controller-manager scheduler kwok; do
+for c in apiserver controller-manager scheduler local-provisioner kwok; do
   if pid_alive "$c"; then
     echo "$c: running (pid $(cat "$PIDS/$c.pid"))"
   else

@@ -150,6 +150,8 @@ log "generating certificates in $PKI"
   sign scheduler "/CN=system:kube-scheduler" "$client_ext"
   # KWOK plays every kubelet: simplest to give it cluster-admin.
   sign kwok "/O=system:masters/CN=kwok" "$client_ext"
+  # The local volume provisioner creates and deletes PersistentVolumes cluster-wide.
+  sign local-provisioner "/O=system:masters/CN=lockstep-local-provisioner" "$client_ext"
   # Front-proxy client for the aggregation layer.
   sign front-proxy-client "/CN=front-proxy-client" "$client_ext"
   if real_node_enabled; then node_certs; fi
@@ -157,7 +159,7 @@ log "generating certificates in $PKI"
   openssl rsa -in sa.key -pubout -out sa.pub >/dev/null
   chmod 600 ./*.key
 ) || true
-certs=(ca.crt apiserver.crt admin.crt controller-manager.crt scheduler.crt kwok.crt front-proxy-client.crt sa.key sa.pub)
+certs=(ca.crt apiserver.crt admin.crt controller-manager.crt scheduler.crt kwok.crt local-provisioner.crt front-proxy-client.crt sa.key sa.pub)
 if real_node_enabled; then certs+=(kubelet-client.crt kubelet-serving.crt kube-proxy.crt coredns.crt apiserver-kubelet-client.crt); fi
 for f in "${certs[@]}"; do
   [ -s "$PKI/$f" ] || fail "certificate generation failed (openssl): no $PKI/$f; see $LOGS/pki.log"
@@ -192,6 +194,7 @@ EOF
 write_kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" controller-manager
 write_kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" scheduler
 write_kubeconfig "$CLUSTER_DIR/kwok.kubeconfig" kwok
+write_kubeconfig "$CLUSTER_DIR/local-provisioner.kubeconfig" local-provisioner
 # The admin kubeconfig is written last: its presence means "PKI complete".
 write_kubeconfig "$KUBECONFIG_ADMIN.tmp" admin
 
@@ -268,7 +271,7 @@ mv "$KUBECONFIG_ADMIN.tmp" "$KUBECONFIG_ADMIN"
 log "kube-apiserver ready"
 
 # ---------------------------------------------------------------- controllers
-log "starting kube-controller-manager, kube-scheduler, kwok"
+log "starting kube-controller-manager, kube-scheduler, the local volume provisioner, kwok"
 start controller-manager "$BIN/lockstep-cluster" controller-manager \
   --kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
   --authentication-kubeconfig="$CLUSTER_DIR/controller-manager.kubeconfig" \
@@ -298,6 +301,13 @@ start scheduler "$BIN/lockstep-cluster" scheduler \
   --profiling=false \
   --v=1
 STARTED+=(scheduler)
+
+# Node-local volumes that honour a pod's fsGroup (StorageClass "local"; see
+# provisioner/main.go for why the in-tree hostpath provisioner cannot serve them).
+start local-provisioner "$BIN/lockstep-local-provisioner" \
+  --kubeconfig="$CLUSTER_DIR/local-provisioner.kubeconfig" \
+  --root="$LOCAL_PV_ROOT"
+STARTED+=(local-provisioner)
 
 kwok_configs=(--config="$CLUSTER_TOOLS/kwok/kwok.yaml")
 for f in "$CLUSTER_TOOLS"/kwok/stages/*.yaml; do kwok_configs+=(--config="$f"); done

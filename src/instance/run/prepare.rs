@@ -378,7 +378,11 @@ impl Prepare {
     }
 
     /// Writes the managed configuration for a primary or a standby, with the person's
-    /// settings `user`.
+    /// settings `user`, and gives `$PGDATA` the mode PostgreSQL requires (`0700`): the
+    /// kubelet applies a pod's `fsGroup` to a volume by adding group `rwx` and setgid to
+    /// everything on it when it mounts it, and PostgreSQL refuses to start on a data
+    /// directory open to its group for writing (as CloudNativePG's instance manager,
+    /// this one sets the mode back before every start).
     ///
     /// # Errors
     /// [`PrepareError::Io`].
@@ -389,6 +393,8 @@ impl Prepare {
         synchronous: &str,
     ) -> Result<(), PrepareError> {
         let dir = &self.layout.pgdata;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(io("chmod 0700", dir))?;
         write_private(
             &dir.join("lockstep.conf"),
             &self.lockstep_conf(standby, user, synchronous),
@@ -971,6 +977,26 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600, "it holds the replication password");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_data_directory_the_kubelet_opened_to_its_fs_group_is_made_private_before_a_start() {
+        let dir = std::env::temp_dir().join(format!("lockstep-fsgroup-{}", std::process::id()));
+        let pgdata = dir.join("pgdata");
+        fs::create_dir_all(&pgdata).unwrap();
+        fs::write(pgdata.join("postgresql.conf"), "port = 1\n").unwrap();
+        // What the kubelet leaves after applying fsGroup: group rwx and setgid.
+        fs::set_permissions(&pgdata, fs::Permissions::from_mode(0o2770)).unwrap();
+        prepare(pgdata.to_str().unwrap())
+            .write_config(true, &PostgresqlSpec::default(), "")
+            .unwrap();
+        let mode = fs::metadata(&pgdata).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o7777,
+            0o700,
+            "PostgreSQL refuses anything wider than 0750"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -223,11 +223,15 @@ fn scripts_volume(pg: &PostgresCluster) -> Volume {
     }
 }
 
+/// PostgreSQL's user; the volume is its group's. The kubelet walks the whole volume to
+/// apply the group only when the volume's root does not have it yet (`OnRootMismatch`),
+/// not on every mount of a data directory that may hold millions of files.
 fn security_context() -> PodSecurityContext {
     PodSecurityContext {
         run_as_user: Some(POSTGRES_UID),
         run_as_group: Some(POSTGRES_UID),
         fs_group: Some(POSTGRES_UID),
+        fs_group_change_policy: Some("OnRootMismatch".to_owned()),
         run_as_non_root: Some(true),
         ..PodSecurityContext::default()
     }

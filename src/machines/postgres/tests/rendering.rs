@@ -47,9 +47,15 @@ fn the_pods_run_the_instance_manager_copied_in_by_an_init_container() {
         "roles come from the operator, never from the template"
     );
     let pod = template.spec.unwrap_or_default();
+    let security = pod.security_context.clone().unwrap_or_default();
     assert_eq!(
-        pod.security_context.and_then(|s| s.run_as_user),
-        Some(render::POSTGRES_UID)
+        (security.run_as_user, security.fs_group),
+        (Some(render::POSTGRES_UID), Some(render::POSTGRES_UID))
+    );
+    assert_eq!(
+        security.fs_group_change_policy.as_deref(),
+        Some("OnRootMismatch"),
+        "the kubelet walks the data directory for fsGroup only once, not at every mount"
     );
 
     let init = pod.init_containers.clone().unwrap_or_default();
