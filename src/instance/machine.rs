@@ -25,6 +25,10 @@ pub struct AgentSpec {
     pub immediate_grace: Duration,
     /// A failed `pg_rewind` discards `$PGDATA` and clones again (else the agent exits 4).
     pub reclone_on_rewind_failure: bool,
+    /// How long a standby labelled replica may answer without streaming while a writable
+    /// primary answers upstream before it stops cleanly to rejoin (its next start
+    /// rewinds it against that primary).
+    pub standby_stall: Duration,
 }
 
 /// The Lease an agent renews, and the timings its fence runs with.
@@ -56,13 +60,14 @@ impl LeaseTerms {
 
 impl AgentSpec {
     /// An agent renewing `lease`, with a 120 s clean-stop bound, a 2 s immediate-stop
-    /// grace, and re-cloning when a rewind fails.
+    /// grace, re-cloning when a rewind fails, and a 20 s bound on a standby's stall.
     pub fn with_lease(lease: LeaseTerms) -> Self {
         AgentSpec {
             lease: Some(lease),
             clean_stop: Duration::from_secs(120),
             immediate_grace: Duration::from_secs(2),
             reclone_on_rewind_failure: true,
+            standby_stall: Duration::from_secs(20),
         }
     }
 

@@ -55,6 +55,10 @@
 //!   agent's L into `spec.leaseDurationSeconds` (finding 2).
 //! - **No stray postmaster.** Before its own server runs, a postmaster on `$PGDATA` that
 //!   this agent did not start is killed (finding 7).
+//! - **No standby waits for ever on a primary it cannot follow.** A standby labelled
+//!   replica that has not streamed for `standby_stall` while a writable primary answers
+//!   upstream stops cleanly; its restart rewinds it against that primary. A standby
+//!   chosen to promote is never stopped for it.
 //!
 //! # Assumptions
 //! - The runtime observes truthfully and acts as the actions say: the actions of one

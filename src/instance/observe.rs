@@ -308,6 +308,9 @@ pub struct Observation {
     pub finished: Option<Finished>,
     /// A writable primary answers at the upstream address (`<cluster>-rw`).
     pub upstream_writable: bool,
+    /// Since when the server has answered as a standby whose WAL receiver does not
+    /// stream (in this process); `None` while it streams, or when it is no standby.
+    pub not_streaming_since: Option<Mono>,
 }
 
 impl Observation {

@@ -70,6 +70,10 @@ pub mod reason {
     /// Edge: labelled `demoted` while it serves as the primary: a clean stop for the
     /// hand-over.
     pub const DEMOTED: &str = "Demoted";
+    /// Labelled replica, the standby has not streamed for the stall bound while a
+    /// writable primary answers upstream (a timeline it cannot follow, a broken
+    /// replication connection): a clean stop, and the restart rewinds it and rejoins.
+    pub const STREAM_STALLED: &str = "StreamStalled";
     /// Edge: the container was asked to stop (SIGTERM: the pod is deleted).
     pub const SIGNALLED: &str = "Signalled";
     /// Edge: the server exited on its own.
@@ -175,6 +179,7 @@ pub static TABLE: &[Edge<AgentKind>] = crate::edges![AgentKind;
         Promoting: CHOSEN, "labelled primary, the Lease names this pod, the released position (if any) is here: renewed, then pg_promote", by::STANDBY;
         Fencing: PROMOTED_BY_SOMEONE_ELSE, "writable though this agent asked no promotion", by::STANDBY;
         Stopping: SIGNALLED, "asked to stop: a clean stop", by::STANDBY;
+        Stopping: STREAM_STALLED, "labelled replica, not streaming for the stall bound while a writable primary answers: a clean stop; the restart rewinds it and rejoins", by::STANDBY;
         Exited: SERVER_EXITED, "the server exited", by::STANDBY;
     }
     Promoting -> Primary: PROMOTED, "the server accepts writes", by::STANDBY;

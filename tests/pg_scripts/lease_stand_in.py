@@ -16,6 +16,7 @@ NS = "ns1"
 LEASE = "pg-primary"
 UID0 = "uid-0000"
 UID1 = "uid-1111"
+UID2 = "uid-2222"
 
 
 class LeaseServer:

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -306,6 +307,65 @@ class Pod:
             lambda: self.try_sql(f"SELECT count(*) FROM {table} WHERE v = '{value}'") == "1",
             timeout=timeout, what=f"row {value!r} on {self.name}",
         )
+
+
+class Forwarder:
+    """A TCP forwarder on a port of its own, in front of one server at a time: what a
+    Service (`<cluster>-rw`) is to the pods. `point_at` moves it to another server and
+    drops the connections it carries, as a Service's endpoints change in a failover."""
+
+    def __init__(self, port: int):
+        self.port = free_port()
+        self.target = port
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def point_at(self, port: int):
+        with self.lock:
+            self.target = port
+            conns, self.conns = self.conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    def close(self):
+        self.server.close()
+        self.point_at(self.target)
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for c in (src, dst):
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 class Env:

@@ -14,8 +14,8 @@ import subprocess
 import time
 import urllib.request
 
-from lease_stand_in import UID0, UID1, instance_env, writable
-from pg_harness import LOCKSTEP_BIN, PG_BIN, SUPER_PASSWORD, free_port, user_kwargs, wait_until
+from lease_stand_in import UID0, UID1, UID2, instance_env, writable
+from pg_harness import LOCKSTEP_BIN, PG_BIN, SUPER_PASSWORD, Forwarder, free_port, user_kwargs, wait_until
 
 assert os.path.exists(LOCKSTEP_BIN), f"build the manager first: cargo build --bin lockstep ({LOCKSTEP_BIN})"
 
@@ -202,6 +202,45 @@ def test_a_standby_that_has_not_received_the_released_position_does_not_promote(
     lease.drop_annotation("lockstep.dev/released-lsn")  # the person's escape hatch
     wait_until(lambda: writable(standby), timeout=30, what="the promotion once the gate is lifted")
 
+
+
+def test_a_standby_past_a_failovers_fork_stops_when_it_cannot_follow_and_its_restart_rewinds(env, lease):
+    """pg-1 follows the primary through a forwarder (the `-rw` Service). It receives rows
+    that pg-2, stopped, never does; the primary dies, pg-2 is promoted (a new timeline
+    forked before those rows) and the forwarder moves to it. pg-1 cannot follow that
+    timeline: it stops once it has not streamed for STANDBY_STALL_SECONDS, and its
+    restart rewinds it against the new primary, where it streams again."""
+    lease.set_holder(f"pg-0/{UID0}")
+    old = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
+    rw = Forwarder(old.port)
+    try:
+        stalled_env = instance_env(env, lease, UID1, STANDBY_STALL_SECONDS="4", PRIMARY_PORT=str(rw.port))
+        ahead = env.pod("pg-1").start("replica", primary=old, **stalled_env)
+        behind = env.pod("pg-2").start("replica", primary=old, **instance_env(env, lease, UID2))
+        old.sql("CREATE TABLE items (v text)")
+        wait_until(lambda: behind.try_sql("SELECT count(*) FROM items") == "0", timeout=30,
+                   what="the table on pg-2")
+        behind.proc.send_signal(signal.SIGTERM)
+        assert behind.wait_exit(timeout=60) == 0, behind.log_tail()
+        old.sql("INSERT INTO items VALUES ('only-on-the-old-timeline')")
+        ahead.wait_for_row("items", "only-on-the-old-timeline")
+        old.stop("immediate")
+        # The failover: the Lease and the label to pg-2, the Service's endpoint with them.
+        lease.set_holder(f"pg-2/{UID2}")
+        behind.start("primary", wait=False, **instance_env(env, lease, UID2))
+        wait_until(lambda: writable(behind), timeout=60, what="pg-2 promoted")
+        rw.point_at(behind.port)
+        assert ahead.wait_exit(timeout=60) == 0, ahead.log_tail()
+        assert "has not streamed for" in ahead.log_text(), ahead.log_tail()
+        behind.sql("INSERT INTO items VALUES ('after-the-failover')")
+        ahead.start("replica", primary=old, **stalled_env)
+        wait_until(lambda: ahead.try_sql("SELECT status FROM pg_stat_wal_receiver") == "streaming",
+                   timeout=60, what="pg-1 streaming from the new primary")
+        ahead.wait_for_row("items", "after-the-failover")
+        assert ahead.sql("SELECT count(*) FROM items WHERE v = 'only-on-the-old-timeline'") == "0"
+        assert "StandbyMayHaveDiverged" in ahead.log_text(), ahead.log_tail()
+    finally:
+        rw.close()
 
 
 def synchronous_annotations(env, durability: str) -> str:

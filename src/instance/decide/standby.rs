@@ -2,6 +2,11 @@
 //! Lease names it, it has the position the primary before it released the Lease at, and
 //! a renewal of its own was just accepted (Patroni's rule: only the holder of the leader
 //! key promotes, and only while it can renew it). Nothing else promotes a server.
+//!
+//! A standby labelled replica that has not streamed for the stall bound while a writable
+//! primary answers upstream cannot follow it as it is (a timeline it cannot follow after
+//! a failover, a broken replication connection): it stops cleanly, and its next start
+//! rewinds it against that primary.
 
 use super::{AgentDecision, fence, me, renew};
 use crate::engine::Decision;
@@ -11,6 +16,7 @@ use crate::instance::observe::{Observation, ReleasedAt, RoleLabel, Server};
 use crate::instance::state::{AgentState, ExitCode};
 use crate::instance::table::reason::{
     CHOSEN, FOLLOWING, HELD_BACK, PROMOTED, PROMOTED_BY_SOMEONE_ELSE, SERVER_EXITED, SIGNALLED,
+    STREAM_STALLED,
 };
 use crate::machines::postgres::actions::Role;
 
@@ -51,7 +57,21 @@ pub(super) fn standby(spec: &AgentSpec, seen: &Observation, signalled: bool) -> 
         Server::Standby(s) => s,
     };
     if seen.role != RoleLabel::Is(Role::Primary) {
-        return following();
+        return match stalled_for(spec, seen) {
+            Some(stalled) => Decision::go(
+                AgentState::Stopping {
+                    began: seen.now,
+                    primary: false,
+                },
+                STREAM_STALLED,
+                format!(
+                    "the standby has not streamed for {}s while a writable primary answers: stopping cleanly, so that the restart rewinds it and rejoins",
+                    stalled.as_secs()
+                ),
+            )
+            .with_actions([AgentAction::StopClean]),
+            None => following(),
+        };
     }
     let chosen = |message: &str| {
         Decision::go(AgentState::Promoting, CHOSEN, message.to_owned())
@@ -81,6 +101,13 @@ pub(super) fn standby(spec: &AgentSpec, seen: &Observation, signalled: bool) -> 
         .requeue(spec.period()),
         _ => chosen("labelled primary and holding the Lease: renewed, then promoting"),
     }
+}
+
+/// How long the standby has gone without streaming, once that is at least the stall
+/// bound while a writable primary answers upstream; `None` otherwise.
+fn stalled_for(spec: &AgentSpec, seen: &Observation) -> Option<std::time::Duration> {
+    let stalled = seen.now.since(seen.not_streaming_since?);
+    (seen.upstream_writable && stalled >= spec.standby_stall).then_some(stalled)
 }
 
 /// Asked to promote: once writable, the server is the primary. (Until then it is

@@ -156,6 +156,7 @@ pub fn agent_spec(args: &InstanceArgs) -> Result<AgentSpec, ManagerError> {
     };
     spec.clean_stop = Duration::from_secs(args.start_timeout_seconds);
     spec.reclone_on_rewind_failure = args.reclone_on_rewind_failure;
+    spec.standby_stall = Duration::from_secs(args.standby_stall_seconds);
     if let Some(l) = &spec.lease {
         // The fence starts at T - G: that must leave room for two renewals, or one
         // slow renewal (or none yet, right after a start) fences a healthy primary.
@@ -275,6 +276,8 @@ pub struct Manager {
     settings: Settings,
     /// A reload was sent: the next round reads what waits for a restart.
     reloaded: bool,
+    /// Since when the server has answered as a standby that does not stream.
+    not_streaming_since: Option<Mono>,
 }
 
 impl Manager {
@@ -328,6 +331,7 @@ impl Manager {
             fence,
             postmaster: None,
             last_exit: None,
+            not_streaming_since: None,
             finished: None,
             lease_read: LeaseRead::Unreadable,
             state: AgentState::Starting,
@@ -504,6 +508,12 @@ impl Manager {
         let stray = process::stray_postmaster(&self.args.pgdata, own)
             .and_then(|pid| u32::try_from(pid).ok());
         let streaming = matches!(&server, Server::Standby(s) if s.streaming);
+        self.not_streaming_since = match &server {
+            Server::Standby(s) if !s.streaming => self
+                .not_streaming_since
+                .or_else(|| Some(mono(Moment::now()))),
+            _ => None,
+        };
         let upstream_writable = match self.state {
             AgentState::Starting => self.prepare.upstream_writable().await.is_ok(),
             AgentState::Standby if !streaming => self.prepare.upstream_writable().await.is_ok(),
@@ -519,6 +529,7 @@ impl Manager {
             stray,
             finished: self.finished.take(),
             upstream_writable,
+            not_streaming_since: self.not_streaming_since,
         }
     }
 

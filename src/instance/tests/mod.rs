@@ -45,6 +45,7 @@ fn seen() -> Observation {
         stray: None,
         finished: None,
         upstream_writable: false,
+        not_streaming_since: None,
     }
 }
 

@@ -38,6 +38,48 @@ fn a_standby_not_named_by_the_lease_follows_whatever_its_label() {
 }
 
 #[test]
+fn a_replica_that_has_not_streamed_for_the_stall_bound_while_a_primary_answers_stops_to_rejoin() {
+    let stalled = |since: u64, upstream_writable: bool| Observation {
+        role: RoleLabel::Is(Role::Replica),
+        server: Server::Standby(Standby {
+            streaming: false,
+            ..Standby::default()
+        }),
+        lease: lease(Some("pg-1/u1")),
+        upstream_writable,
+        not_streaming_since: Some(at(since)),
+        ..seen()
+    };
+    // 20 s without streaming (now is 100 s), the primary answering: a clean stop.
+    let d = decide_in(&AgentState::Standby, &stalled(80, true));
+    let stopping = AgentState::Stopping {
+        began: at(100),
+        primary: false,
+    };
+    assert_eq!(goes(&d), Some((stopping, STREAM_STALLED)));
+    assert_eq!(d.actions(), [AgentAction::StopClean]);
+    // Short of the bound, or with no writable primary to rejoin: it keeps following.
+    for (since, upstream) in [(81, true), (0, false)] {
+        let d = decide_in(&AgentState::Standby, &stalled(since, upstream));
+        assert_eq!(
+            (goes(&d), d.reason()),
+            (None, FOLLOWING),
+            "{since} {upstream}"
+        );
+    }
+}
+
+#[test]
+fn a_standby_chosen_as_primary_is_never_stopped_for_not_streaming() {
+    let chosen = Observation {
+        upstream_writable: true,
+        not_streaming_since: Some(at(0)),
+        ..chosen_with(None, standby_at(10))
+    };
+    assert_eq!(decide_in(&AgentState::Standby, &chosen).reason(), CHOSEN);
+}
+
+#[test]
 fn a_chosen_standby_short_of_the_released_position_does_not_promote() {
     let short = chosen_with(Some(ReleasedAt::Lsn(Lsn(300))), standby_at(299));
     let d = decide_in(&AgentState::Standby, &short);

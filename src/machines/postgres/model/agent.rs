@@ -115,6 +115,7 @@ impl World {
         p.writable = false;
         p.renewed = None;
         p.finished = None;
+        p.stream_broken = None;
         p.next_round = now + chrono::Duration::seconds(RENEW_SECONDS);
     }
 
@@ -141,11 +142,15 @@ impl World {
             Srv::Standby | Srv::Promoting => Server::Standby(Standby {
                 received: Some(position(mine)),
                 replayed: Some(position(mine)),
-                streaming: true,
+                streaming: p.stream_broken.is_none(),
             }),
             Srv::Writable => Server::Writable {
                 position: position(self.wal),
             },
+        };
+        let not_streaming_since = match server {
+            Server::Standby(_) => p.stream_broken.map(mono),
+            _ => None,
         };
         let lease = match (&self.lease, p.cut) {
             (Some(l), None) => LeaseRead::Seen(LeaseSeen {
@@ -172,6 +177,7 @@ impl World {
                 .pods
                 .iter()
                 .any(|(j, q)| *j != k && q.server == Srv::Writable),
+            not_streaming_since,
         })
     }
 
@@ -329,6 +335,7 @@ impl World {
                 let standby = self.volumes.get(&k) == Some(&Vol::Standby);
                 if let Some(p) = self.pods.get_mut(&k).filter(|_| standby) {
                     p.server = Srv::Standby;
+                    p.stream_broken = None;
                     self.streaming.remove(&k);
                 }
                 standby
@@ -434,6 +441,7 @@ impl World {
         let was_primary = p.writable;
         p.server = Srv::Down;
         p.writable = false;
+        p.stream_broken = None;
         self.streaming.remove(&k);
         if was_primary {
             self.volumes.insert(k, Vol::Primary { clean });
@@ -470,6 +478,21 @@ impl World {
     pub(super) fn server_crashes(&mut self, k: i32) {
         if self.pods.get(&k).is_some_and(|p| !p.paused) {
             self.server_down(k, false);
+        }
+    }
+
+    /// Standby `k`'s WAL receiver stops streaming: it is no longer connected to the
+    /// writable server (a clean stop sends it nothing, and it acknowledges nothing), and
+    /// it receives nothing until its server starts again.
+    pub(super) fn stream_breaks(&mut self, k: i32) {
+        let now = self.now;
+        if let Some(p) = self
+            .pods
+            .get_mut(&k)
+            .filter(|p| !p.paused && p.server == Srv::Standby && p.stream_broken.is_none())
+        {
+            p.stream_broken = Some(now);
+            self.streaming.remove(&k);
         }
     }
 
@@ -764,6 +787,19 @@ pub(super) mod stories {
                     env(Deleted(1)),
                     env(AgentTick(1)),
                     env(ServerStops(1)),
+                    env(AgentTick(1)),
+                ],
+            ),
+            story(
+                "Standby -> Stopping (StreamStalled), Stopping -> Exited (StoppedCleanly), Starting -> Rewinding (StandbyMayHaveDiverged)",
+                |_| {},
+                vec![
+                    env(StreamBreaks(1)),
+                    env(AgentTick(1)),
+                    Event::Tick(21),
+                    env(AgentTick(1)),
+                    env(ServerStops(1)),
+                    env(AgentTick(1)),
                     env(AgentTick(1)),
                 ],
             ),

@@ -65,8 +65,10 @@
 //! to the API server can fail, a renewal can be slower than `R`, the whole pod can
 //! pause). Failed primaries whose pods linger Terminating while their server may still
 //! run ([`Move::Terminated`] ends them), commits and replication ([`Move::Write`],
-//! [`Move::Replicate`]) so that standbys stand at different WAL positions, and the
-//! survey Job reporting them. Lost status is the world's initial state (a running
+//! [`Move::Replicate`]) so that standbys stand at different WAL positions, a standby
+//! whose stream breaks for good ([`Move::StreamBreaks`]: it receives and acknowledges
+//! nothing until its agent, once the stall bound has passed with a writable primary
+//! answering, stops it and its restart rewinds it), and the survey Job reporting them. Lost status is the world's initial state (a running
 //! cluster, the machine in `Creating`), with the primary moved in a scenario.
 //!
 //! Partitions and clocks: the world keeps the true time (the operator's clock, told by
@@ -233,6 +235,9 @@ struct Pod {
     /// A person set its role label to something that is no role ([`Move::LabelGarbled`];
     /// the operator's view is left as it was).
     garbled: bool,
+    /// Its standby's WAL receiver stopped streaming at this instant (true time;
+    /// [`Move::StreamBreaks`]): it receives nothing until its server starts again.
+    stream_broken: Option<DateTime<Utc>>,
 }
 
 impl Pod {
@@ -258,6 +263,7 @@ impl Pod {
             refuse_next: false,
             slow_next: false,
             fail_task: false,
+            stream_broken: None,
             garbled: false,
         }
     }
@@ -514,6 +520,10 @@ pub(super) enum Move {
     PromotedByHand(i32),
     /// Someone leaves files on the pod's empty volume.
     ForeignFiles(i32),
+    /// The pod's standby stops streaming and cannot start again as it is (a timeline it
+    /// cannot follow, a broken replication connection): it receives nothing more until
+    /// its server restarts.
+    StreamBreaks(i32),
 }
 
 impl World {

@@ -168,7 +168,11 @@ impl World {
     /// Standby `k` catches up with the writable server, if one runs.
     pub(super) fn replicate(&mut self, k: i32) {
         let streams = self.pods.get(&k).is_some_and(|p| {
-            !p.writable && !p.terminating && !p.paused && p.server == Srv::Standby
+            !p.writable
+                && !p.terminating
+                && !p.paused
+                && p.server == Srv::Standby
+                && p.stream_broken.is_none()
         });
         let source = self.writable();
         if streams

@@ -346,6 +346,7 @@ where
             1 => (0..MAX_PODS).prop_map(Move::LabelGarbled),
             1 => (0..MAX_PODS).prop_map(Move::PromotedByHand),
             1 => (0..MAX_PODS).prop_map(Move::ForeignFiles),
+            1 => (0..MAX_PODS).prop_map(Move::StreamBreaks),
             1 => (0..MAX_PODS).prop_map(Move::ForceDeleted),
             1 => Just(Move::LeaseDeleted),
         ]
@@ -435,6 +436,7 @@ where
                 }
             }
             Move::ForceDeleted(k) => self.force_delete(k),
+            Move::StreamBreaks(k) => self.stream_breaks(k),
             Move::LeaseDeleted => {
                 // The agents read no Lease (as unreadable: they cannot renew it) until
                 // the operator creates it again; a writable holder stops by `T` after
