@@ -17,7 +17,7 @@ use crate::machines::postgres::observe::{Observed, RELEASED_LSN, SWITCHOVER, hol
 use crate::machines::postgres::state::{
     PgState, PodRef, Surveyed, SwitchCause, SwitchStep, Switchover, Topology,
 };
-use crate::machines::postgres::synchronous::survey_quorum;
+use crate::machines::postgres::synchronous::{DataDurability, survey_quorum};
 use crate::machines::postgres::table::reason::*;
 
 /// How long past `L + S` a switchover may wait for the Lease holder to be fenced before
@@ -444,9 +444,20 @@ fn hand_over(
         // after a crash, wrote, and stopped before a standby reconnected) would hold the
         // promotion back forever.
         Fence::Fenced { why, .. } if !planned => {
+            // Under `Required` a commit is acknowledged only once a standby has it, and the
+            // quorum rule made sure the survey read one that does.
+            let lost = if spec
+                .synchronous
+                .as_ref()
+                .is_some_and(|s| s.data_durability == DataDurability::Required)
+            {
+                "WAL only the old primary had was never acknowledged (synchronous replication, dataDurability: Required): no acknowledged commit is lost"
+            } else {
+                "commits only the old primary had are lost"
+            };
             let why = match &lease.released_lsn {
                 Some(lsn) => format!(
-                    "{why}; its released position {lsn} is not waited for (a failover promotes the most advanced standby: commits only the old primary had are lost)"
+                    "{why}; its released position {lsn} is not waited for (a failover promotes the most advanced standby: {lost})"
                 ),
                 None => why,
             };

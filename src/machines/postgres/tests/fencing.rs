@@ -608,6 +608,30 @@ fn a_failover_waives_a_position_the_old_primary_released_and_says_so() {
     assert_says(&d, &["0/40311D8", "not waited for"]);
 }
 
+/// Under `Required` nothing the old primary alone had was acknowledged: the failover
+/// says so instead of announcing a loss.
+#[test]
+fn under_required_synchronous_replication_a_waived_position_is_no_acknowledged_loss() {
+    let state = failing_over(SwitchStep::Fence);
+    let mut o = old_primary_lingering(990);
+    edit_lease(&mut o, |l| {
+        l.released_by = l.holder.take();
+        l.released_lsn = Some("0/40311D8".to_owned());
+    });
+    let mut spec = spec("16.3");
+    spec.synchronous = Some(SynchronousSpec {
+        number: 1,
+        method: SyncMethod::Any,
+        data_durability: DataDurability::Required,
+    });
+    let d = decide_at(&spec, &state, o, 996, 995);
+    assert_eq!(gates(&d), vec![LsnGate::Waive]);
+    assert_says(
+        &d,
+        &["never acknowledged", "no acknowledged commit is lost"],
+    );
+}
+
 #[test]
 fn a_failover_hands_the_lease_over_by_expiry_as_before() {
     // A failover promises the most advanced replica, not every acknowledged commit: the
