@@ -21,8 +21,9 @@ use std::collections::HashSet;
 use std::io::Write;
 
 use futures::TryStreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::ApiResource;
 use kube::discovery::{Discovery, Scope};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -34,7 +35,8 @@ use crate::driver::WatchBackoff;
 /// What [`narrate`] watches and when it stops.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// The kind, plural or singular name (`distributeddb`, `DistributedDB`, `distributeddbs`).
+    /// The kind, its plural, or a custom resource's short name (`DistributedDB`,
+    /// `distributeddbs`, `ddb`), case-insensitively.
     pub kind: String,
     /// The object's name.
     pub name: String,
@@ -61,7 +63,9 @@ impl Target {
     }
 }
 
-/// Find the API of `kind` (by kind, plural or singular, case-insensitively).
+/// Find the API of `kind`: a namespaced resource whose kind or plural it is, or a custom
+/// resource whose short name it is (read from its CRD, as kubectl does, since discovery
+/// does not carry short names), case-insensitively.
 ///
 /// # Errors
 /// [`Error::Api`] if discovery fails, [`Error::Resolve`] if no namespaced kind matches.
@@ -74,20 +78,48 @@ pub async fn resolve(client: &Client, kind: &str) -> Result<ApiResource, Error> 
             source,
         })?;
     let wanted = kind.to_ascii_lowercase();
-    for group in discovery.groups() {
-        for (resource, caps) in group.recommended_resources() {
-            let names = [
-                resource.kind.to_ascii_lowercase(),
-                resource.plural.to_ascii_lowercase(),
-            ];
-            if caps.scope == Scope::Namespaced && names.contains(&wanted) {
-                return Ok(resource);
-            }
+    let mut namespaced = discovery.groups().flat_map(|group| {
+        group
+            .recommended_resources()
+            .into_iter()
+            .filter(|(_, caps)| caps.scope == Scope::Namespaced)
+            .map(|(resource, _)| resource)
+    });
+    if let Some(found) = namespaced
+        .find(|r| r.kind.eq_ignore_ascii_case(&wanted) || r.plural.eq_ignore_ascii_case(&wanted))
+    {
+        return Ok(found);
+    }
+    // A short name: the CRDs name them (a person who can narrate can usually read them;
+    // without that right, the kind or plural still works).
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if let Ok(list) = crds.list(&ListParams::default()).await
+        && let Some((group, plural)) = short_name_of(&list.items, &wanted)
+    {
+        let mut all = discovery.groups().flat_map(|g| g.recommended_resources());
+        if let Some((resource, _)) = all.find(|(r, caps)| {
+            caps.scope == Scope::Namespaced && r.group == group && r.plural == plural
+        }) {
+            return Ok(resource);
         }
     }
     Err(Error::Resolve(format!(
         "no namespaced kind {kind:?} is served (are the CRDs installed?)"
     )))
+}
+
+/// The group and plural of the custom resource whose short name is `wanted` (lower case).
+fn short_name_of(crds: &[CustomResourceDefinition], wanted: &str) -> Option<(String, String)> {
+    crds.iter()
+        .find(|crd| {
+            crd.spec
+                .names
+                .short_names
+                .iter()
+                .flatten()
+                .any(|s| s.eq_ignore_ascii_case(wanted))
+        })
+        .map(|crd| (crd.spec.group.clone(), crd.spec.names.plural.clone()))
 }
 
 /// Watch `target` and write one line per transition to `out` until the object is
@@ -326,6 +358,23 @@ mod tests {
         assert!(lines[2].contains("! error: boom"), "{lines:?}");
         // The same error is not repeated.
         assert!(story.update(&object(json!([]), Some("boom"))).is_empty());
+    }
+
+    #[test]
+    fn a_short_name_is_found_in_the_crds_of_lockstep_and_others() {
+        let crds = [
+            crate::driver::crd::<crate::machines::distributeddb::DistributedDB>(),
+            crate::driver::crd::<crate::machines::postgres::PostgresCluster>(),
+        ];
+        assert_eq!(
+            short_name_of(&crds, "pgc"),
+            Some(("lockstep.dev".to_owned(), "postgresclusters".to_owned()))
+        );
+        assert_eq!(
+            short_name_of(&crds, "ddb").map(|(_, plural)| plural),
+            Some("distributeddbs".to_owned())
+        );
+        assert_eq!(short_name_of(&crds, "po"), None);
     }
 
     #[test]
