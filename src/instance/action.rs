@@ -46,6 +46,9 @@ pub enum AgentAction {
         /// Drop the annotation `lockstep.dev/released-lsn`: this server is writable and
         /// has moved past it.
         drop_released_lsn: bool,
+        /// Add the annotation `lockstep.dev/initialized` if it is missing: this pod has
+        /// the cluster's data (every renewal but the one before a bootstrap).
+        mark_initialized: bool,
     },
     /// PUT the Lease back without a holder, with `lockstep.dev/released-by` = this pod
     /// and, given a position, `lockstep.dev/released-lsn` = it; preconditioned on the

@@ -55,6 +55,11 @@
 //!   agent's L into `spec.leaseDurationSeconds` (finding 2).
 //! - **No stray postmaster.** Before its own server runs, a postmaster on `$PGDATA` that
 //!   this agent did not start is killed (finding 7).
+//! - **No empty database in place of the cluster's.** Every renewal made with data on
+//!   the volume marks the Lease `lockstep.dev/initialized` (the first one right before
+//!   the first writable start); while it is there, a pod labelled primary with no data
+//!   (its volume lost) never runs `initdb`: it waits, and the operator fails over to a
+//!   member that has the data. Patroni's `initialize` key plays the same part.
 //! - **No standby waits for ever on a primary it cannot follow.** A standby labelled
 //!   replica that has not streamed for `standby_stall` while a writable primary answers
 //!   upstream stops cleanly; its restart rewinds it against that primary. A standby
@@ -74,6 +79,9 @@
 //!   than any pause it must outlast is not guaranteed), until the zero-loss issue
 //!   removes it.
 //! - `T < L`, and `T - G` leaves room for several rounds of `R`.
+//! - The `initialized` mark lives on the Lease: a Lease deleted by hand (or the
+//!   annotation removed) takes it away until a holder with data renews again, and pods
+//!   still running a manager from before the mark was introduced do not write it.
 //!
 //! # Errors
 //! `decide` has no error path. A failed bootstrap, clone, local promotion or rewind (with

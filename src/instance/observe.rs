@@ -229,6 +229,8 @@ pub struct LeaseSeen {
     pub released_by: Option<String>,
     /// The annotation `lockstep.dev/released-lsn`.
     pub released_at: Option<ReleasedAt>,
+    /// The annotation `lockstep.dev/initialized` is there: the cluster's database exists.
+    pub initialized: bool,
 }
 
 impl LeaseSeen {

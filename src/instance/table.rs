@@ -106,6 +106,9 @@ pub mod reason {
     pub const PREPARING: &str = "Preparing";
     /// Stay: a postmaster this agent did not start runs: it is killed.
     pub const STRAY_POSTMASTER: &str = "StrayPostmaster";
+    /// Stay: labelled primary with no data while the Lease says the cluster's database
+    /// exists: it never bootstraps an empty one in its place.
+    pub const ALREADY_INITIALIZED: &str = "AlreadyInitialized";
     /// Stay: a standby follows the primary.
     pub const FOLLOWING: &str = "Following";
     /// Stay: chosen, but short of the position the primary before it released the

@@ -53,7 +53,7 @@ async fn a_renewal_publishes_the_holders_l_and_a_write_since_the_read_wins() {
     let api = lease_named(&env, ME).await;
     let leases = client(&env);
 
-    let renewed = leases.renew(false).await.expect("renews");
+    let renewed = leases.renew(false, false).await.expect("renews");
     let spec = renewed.lease.spec.clone().unwrap_or_default();
     assert_eq!(
         spec.lease_duration_seconds,
@@ -67,13 +67,24 @@ async fn a_renewal_publishes_the_holders_l_and_a_write_since_the_read_wins() {
         "kept until writable past it"
     );
 
-    // A writable server past the released position drops it.
-    let renewed = leases.renew(true).await.expect("renews");
+    // A writable server past the released position drops it; a renewal with data marks
+    // the cluster initialized, through the API server.
+    let renewed = leases.renew(true, true).await.expect("renews");
     assert_eq!(renewed.released_lsn(), None);
+    let marked = api.get("pg-primary").await.expect("reads");
+    assert_eq!(
+        marked
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("lockstep.dev/initialized")
+            .map(String::as_str),
+        Some("true")
+    );
 
     // A stale read loses: replacing the version read before another write is a 409.
     let stale = leases.read().await.expect("reads");
-    leases.renew(false).await.expect("renews");
+    leases.renew(false, false).await.expect("renews");
     let err = api
         .replace("pg-primary", &PostParams::default(), &stale.lease)
         .await
@@ -90,7 +101,7 @@ async fn nobody_renews_a_lease_naming_someone_else_and_a_release_says_who_and_wh
     lease_named(&env, "pg-1/uid-1").await;
     let leases = client(&env);
     assert!(matches!(
-        leases.renew(false).await,
+        leases.renew(false, true).await,
         Err(LeaseError::NotHolder { holder: Some(ref h) }) if h == "pg-1/uid-1"
     ));
     assert!(

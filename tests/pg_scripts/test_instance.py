@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -241,6 +242,32 @@ def test_a_standby_past_a_failovers_fork_stops_when_it_cannot_follow_and_its_res
         assert "StandbyMayHaveDiverged" in ahead.log_text(), ahead.log_tail()
     finally:
         rw.close()
+
+
+def test_a_primary_whose_volume_was_lost_never_bootstraps_an_empty_database_in_its_place(env, lease):
+    lease.set_holder(f"pg-0/{UID0}")
+    primary = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
+    marked = lambda: lease.get()["metadata"].get("annotations", {}).get("lockstep.dev/initialized") == "true"
+    wait_until(marked, timeout=30, what="the first primary to mark the Lease initialized")
+    primary.sql("CREATE TABLE items (v int)")
+    primary.stop()
+    # Its volume is lost: the pod comes back, still labelled primary and named by the
+    # Lease, with an empty data directory.
+    shutil.rmtree(primary.pgdata)
+    lease.set_holder(f"pg-0/{UID0}")  # the operator hands it back (the stop released it)
+    primary.start("primary", wait=False, **instance_env(env, lease, UID0))
+    # A negative is watched for a window: 8 s is 8 rounds of R, each of which could initdb.
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        assert primary.proc.poll() is None, primary.log_tail()
+        assert not (primary.pgdata / "PG_VERSION").exists(), "bootstrapped over the cluster's database"
+        time.sleep(0.5)
+    assert "AlreadyInitialized" in primary.log_text(), primary.log_tail()
+    # The person's way out, to start anew and empty: remove the mark.
+    lease.drop_annotation("lockstep.dev/initialized")
+    primary.wait_ready()
+    assert primary.try_sql("SELECT to_regclass('items') IS NULL") == "t", "a new, empty database"
+    wait_until(marked, timeout=30, what="the new primary to mark the Lease again")
 
 
 def synchronous_annotations(env, durability: str) -> str:

@@ -2,17 +2,18 @@
 //! server writable, only while the Lease names it and right after a renewal of its own
 //! was accepted.
 
-use super::{AgentDecision, me, renew};
+use super::{AgentDecision, me, renew, renew_marking};
 use crate::engine::Decision;
 use crate::instance::action::AgentAction;
 use crate::instance::machine::AgentSpec;
 use crate::instance::observe::{DataDir, Observation, RoleLabel};
 use crate::instance::state::{AgentState, ExitCode};
 use crate::instance::table::reason::{
-    LEASE_HELD, LEASE_MOVED, RELEASED_POSITION_PENDING, ROLE_CHANGED, SIGNALLED, STARTED_WRITABLE,
-    WAITING_FOR_LEASE,
+    ALREADY_INITIALIZED, LEASE_HELD, LEASE_MOVED, RELEASED_POSITION_PENDING, ROLE_CHANGED,
+    SIGNALLED, STARTED_WRITABLE, WAITING_FOR_LEASE,
 };
 use crate::machines::postgres::actions::Role;
+use crate::machines::postgres::observe::INITIALIZED;
 
 /// How the Lease stands for a writable start.
 enum Standing {
@@ -82,13 +83,28 @@ pub(super) fn awaiting(spec: &AgentSpec, seen: &Observation, signalled: bool) ->
         }
     }
     let released = seen.lease.seen().and_then(|l| l.released_at.as_ref());
+    let initialized = seen.lease.seen().is_some_and(|l| l.initialized);
+    let no_data = matches!(seen.data, DataDir::Empty | DataDir::Interrupted);
+    if no_data && initialized {
+        return Decision::stay(
+            ALREADY_INITIALIZED,
+            format!(
+                "labelled primary with no data, but the cluster's database exists (the Lease's {INITIALIZED}): not bootstrapping an empty one in its place; the operator fails over to a member that has the data (remove the annotation only to start the cluster anew, empty)"
+            ),
+        )
+        .requeue(spec.period());
+    }
     let held = |to, message: &str| {
         Decision::go(
             to,
             LEASE_HELD,
             format!("the Lease is this pod's: {message}"),
         )
-        .with_actions(renew(spec, false))
+        .with_actions(renew_marking(
+            spec,
+            false,
+            matches!(seen.data, DataDir::Standby { .. } | DataDir::Primary { .. }),
+        ))
     };
     match seen.data {
         DataDir::Standby { .. } if released.is_some() => Decision::go(

@@ -83,13 +83,23 @@ fn fence(seen: &Observation, why: &'static str, message: String) -> AgentDecisio
     .with_actions([AgentAction::StopImmediate])
 }
 
-/// Renew the Lease with the L this agent runs with.
+/// Renew the Lease with the L this agent runs with, marking the cluster initialized:
+/// this pod has its data.
 fn renew(spec: &AgentSpec, drop_released_lsn: bool) -> Vec<AgentAction> {
+    renew_marking(spec, drop_released_lsn, true)
+}
+
+fn renew_marking(
+    spec: &AgentSpec,
+    drop_released_lsn: bool,
+    mark_initialized: bool,
+) -> Vec<AgentAction> {
     spec.lease
         .as_ref()
         .map(|l| AgentAction::Renew {
             lease: l.duration,
             drop_released_lsn,
+            mark_initialized,
         })
         .into_iter()
         .collect()

@@ -24,7 +24,7 @@ use kube::Api;
 use kube::api::PostParams;
 
 use super::clock::Moment;
-use crate::machines::postgres::observe::{RELEASED_BY, RELEASED_LSN};
+use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 
 /// What went wrong with the Lease.
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +84,8 @@ impl Seen {
 
 /// The Lease's text of a renewal by `me` at `now` with `L` = `lease_seconds`; with
 /// `moved_past_released_lsn`, the `released-lsn` annotation is dropped (this server
-/// is writable past it).
+/// is writable past it); with `mark_initialized`, the `initialized` annotation is added
+/// if missing (this pod has the cluster's data).
 ///
 /// # Errors
 /// [`LeaseError::NotHolder`] when the Lease does not name `me`.
@@ -94,6 +95,7 @@ pub fn renewed(
     lease_seconds: i32,
     now: k8s_openapi::jiff::Timestamp,
     moved_past_released_lsn: bool,
+    mark_initialized: bool,
 ) -> Result<Lease, LeaseError> {
     let mut lease = lease.clone();
     let spec = lease.spec.get_or_insert_with(Default::default);
@@ -105,6 +107,14 @@ pub fn renewed(
     spec.lease_duration_seconds = Some(lease_seconds);
     if moved_past_released_lsn && let Some(annotations) = &mut lease.metadata.annotations {
         annotations.remove(RELEASED_LSN);
+    }
+    if mark_initialized {
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .entry(INITIALIZED.to_owned())
+            .or_insert_with(|| "true".to_owned());
     }
     Ok(lease)
 }
@@ -218,7 +228,11 @@ impl LeaseClient {
     ///
     /// # Errors
     /// [`LeaseError`]; [`LeaseError::NotHolder`] when it names someone else or nobody.
-    pub async fn renew(&self, moved_past_released_lsn: bool) -> Result<Seen, LeaseError> {
+    pub async fn renew(
+        &self,
+        moved_past_released_lsn: bool,
+        mark_initialized: bool,
+    ) -> Result<Seen, LeaseError> {
         let seen = self.read().await?;
         let lease = renewed(
             &seen.lease,
@@ -226,6 +240,7 @@ impl LeaseClient {
             self.lease_seconds,
             k8s_openapi::jiff::Timestamp::now(),
             moved_past_released_lsn,
+            mark_initialized,
         )?;
         let lease = self.replace(&lease).await?;
         Ok(Seen {
@@ -277,7 +292,15 @@ mod tests {
     #[test]
     fn a_renewal_writes_now_and_the_l_this_holder_runs_with_on_the_version_it_read() {
         let now = k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap();
-        let out = renewed(&lease(Some(ME), Some("0/3000060")), ME, 15, now, false).unwrap();
+        let out = renewed(
+            &lease(Some(ME), Some("0/3000060")),
+            ME,
+            15,
+            now,
+            false,
+            false,
+        )
+        .unwrap();
         let spec = out.spec.unwrap();
         assert_eq!(spec.renew_time, Some(MicroTime(now)));
         assert_eq!(spec.lease_duration_seconds, Some(15));
@@ -296,8 +319,33 @@ mod tests {
     #[test]
     fn a_renewal_by_a_writable_server_drops_the_released_lsn() {
         let now = k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap();
-        let out = renewed(&lease(Some(ME), Some("0/3000060")), ME, 15, now, true).unwrap();
+        let out = renewed(
+            &lease(Some(ME), Some("0/3000060")),
+            ME,
+            15,
+            now,
+            true,
+            false,
+        )
+        .unwrap();
         assert!(!out.metadata.annotations.unwrap().contains_key(RELEASED_LSN));
+    }
+
+    #[test]
+    fn a_renewal_with_data_marks_the_cluster_initialized_and_never_unmarks_it() {
+        let now = k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap();
+        let marked = renewed(&lease(Some(ME), None), ME, 15, now, false, true).unwrap();
+        let value = |l: &Lease| {
+            l.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(INITIALIZED).cloned())
+        };
+        assert_eq!(value(&marked).as_deref(), Some("true"));
+        let before_a_bootstrap = renewed(&marked, ME, 15, now, false, false).unwrap();
+        assert_eq!(value(&before_a_bootstrap).as_deref(), Some("true"));
+        let unmarked = renewed(&lease(Some(ME), None), ME, 15, now, false, false).unwrap();
+        assert_eq!(value(&unmarked), None);
     }
 
     #[test]
@@ -305,7 +353,7 @@ mod tests {
         let now = k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap();
         for holder in [Some("pg-1/uid-1"), Some(""), None] {
             assert!(matches!(
-                renewed(&lease(holder, None), ME, 15, now, false),
+                renewed(&lease(holder, None), ME, 15, now, false, true),
                 Err(LeaseError::NotHolder { .. })
             ));
             assert!(matches!(

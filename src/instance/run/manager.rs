@@ -52,7 +52,7 @@ use crate::instance::observe::{
 };
 use crate::instance::{AgentAction, AgentState, decide};
 use crate::machines::postgres::actions::Role;
-use crate::machines::postgres::observe::{RELEASED_BY, RELEASED_LSN};
+use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 
 /// What keeps the manager from running.
 #[derive(Debug, thiserror::Error)]
@@ -246,6 +246,7 @@ fn lease_seen(lease: &k8s_openapi::api::coordination::v1::Lease) -> LeaseSeen {
             v.parse::<Lsn>()
                 .map_or_else(|_| ReleasedAt::Invalid(v.clone()), ReleasedAt::Lsn)
         }),
+        initialized: annotations.is_some_and(|a| a.contains_key(INITIALIZED)),
     }
 }
 
@@ -827,11 +828,13 @@ impl Manager {
                 }
             }
             AgentAction::Renew {
-                drop_released_lsn, ..
+                drop_released_lsn,
+                mark_initialized,
+                ..
             } => {
                 let lease = self.lease.as_ref().ok_or("no Lease configured")?;
                 let seen = lease
-                    .renew(*drop_released_lsn)
+                    .renew(*drop_released_lsn, *mark_initialized)
                     .await
                     .map_err(|e| e.to_string())?;
                 self.fence.renewed(seen.read_at);

@@ -81,10 +81,12 @@ fn goes(d: &Decision<AgentState, AgentAction>) -> Option<(AgentState, &'static s
     }
 }
 
+/// A renewal by a pod that has the cluster's data (it marks the Lease initialized).
 fn renew() -> AgentAction {
     AgentAction::Renew {
         lease: Duration::from_secs(15),
         drop_released_lsn: false,
+        mark_initialized: true,
     }
 }
 

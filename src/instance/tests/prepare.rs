@@ -73,12 +73,27 @@ fn while_the_lease_names_another_pod_a_pod_labelled_primary_waits() {
 
 #[test]
 fn the_lease_held_prepares_only_through_an_accepted_renewal() {
-    for (data, to) in [
-        (DataDir::Empty, AgentState::Bootstrapping),
-        (DataDir::Interrupted, AgentState::Bootstrapping),
+    // Only a pod that has the cluster's data marks the Lease initialized.
+    let before_a_bootstrap = AgentAction::Renew {
+        lease: Duration::from_secs(15),
+        drop_released_lsn: false,
+        mark_initialized: false,
+    };
+    for (data, to, renewal) in [
+        (
+            DataDir::Empty,
+            AgentState::Bootstrapping,
+            before_a_bootstrap.clone(),
+        ),
+        (
+            DataDir::Interrupted,
+            AgentState::Bootstrapping,
+            before_a_bootstrap,
+        ),
         (
             DataDir::Standby { clean: true },
             AgentState::PromotingLocally,
+            renew(),
         ),
         (
             DataDir::Primary {
@@ -86,11 +101,34 @@ fn the_lease_held_prepares_only_through_an_accepted_renewal() {
                 checkpoint: None,
             },
             AgentState::StartingPrimary,
+            renew(),
         ),
     ] {
         let d = decide_in(&AgentState::AwaitingLease, &Observation { data, ..seen() });
         assert_eq!(goes(&d), Some((to, LEASE_HELD)));
-        assert_eq!(d.actions(), [renew()]);
+        assert_eq!(d.actions(), [renewal]);
+    }
+}
+
+#[test]
+fn a_pod_with_no_data_never_bootstraps_once_the_lease_says_the_database_exists() {
+    for data in [DataDir::Empty, DataDir::Interrupted] {
+        let seen = Observation {
+            data,
+            lease: LeaseRead::Seen(LeaseSeen {
+                holder: Some(ME.to_owned()),
+                initialized: true,
+                ..LeaseSeen::default()
+            }),
+            ..seen()
+        };
+        let d = decide_in(&AgentState::AwaitingLease, &seen);
+        assert_eq!((goes(&d), d.reason()), (None, ALREADY_INITIALIZED));
+        assert!(d.actions().is_empty(), "no renewal, no initdb");
+        let Decision::Stay { message, .. } = &d else {
+            unreachable!("a stay, checked above");
+        };
+        assert!(message.contains("lockstep.dev/initialized"), "{message}");
     }
 }
 

@@ -144,6 +144,7 @@ fn the_primary_renews_every_round_and_drops_the_released_position_once_writable(
         [AgentAction::Renew {
             lease: Duration::from_secs(15),
             drop_released_lsn: true,
+            mark_initialized: true,
         }]
     );
     // Started but not answering yet: still guarded, but the position stays.

@@ -118,13 +118,13 @@ pub(crate) fn fence(
 }
 
 /// How long to wait before looking again at a Lease that expires `until` (one second
-/// past it), if it does.
+/// past it), if it does and that is still ahead: an expiry already past is the
+/// decision's to act on now, not a reason to wake (a zero wait would be a hot loop;
+/// found by the model check with a primary's volume lost).
 pub(crate) fn wait_for(until: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<Duration> {
-    until.map(|u| {
-        (u - now + chrono::Duration::seconds(1))
-            .to_std()
-            .unwrap_or(Duration::from_secs(1))
-    })
+    until
+        .and_then(|u| (u - now + chrono::Duration::seconds(1)).to_std().ok())
+        .filter(|d| !d.is_zero())
 }
 
 /// The hand-over of the observed Lease to `holder` at `now`, keeping any released

@@ -157,6 +157,7 @@ impl World {
                 holder: l.holder.map(|(j, uid)| format!("pg-{j}/{uid}")),
                 released_by: l.released_by.map(|(j, uid)| format!("pg-{j}/{uid}")),
                 released_at: l.released_lsn.map(|x| ReleasedAt::Lsn(Lsn(x))),
+                initialized: l.initialized,
             }),
             _ => LeaseRead::Unreadable,
         };
@@ -300,6 +301,11 @@ impl World {
         match action {
             AgentAction::KillStray { .. } => true,
             AgentAction::Bootstrap => {
+                if self.served && !self.mark_lost {
+                    self.violations.push(format!(
+                        "pod {k} bootstrapped an empty database in place of the cluster's, which had served writes"
+                    ));
+                }
                 self.volumes.insert(k, Vol::Primary { clean: true });
                 self.received.insert(k, 0);
                 if !self.volumes.keys().any(|j| *j != k) {
@@ -354,6 +360,7 @@ impl World {
                 }
                 // A server that starts writable has no standby connected yet.
                 self.streaming.clear();
+                self.served = true;
                 true
             }
             AgentAction::Promote => {
@@ -371,6 +378,7 @@ impl World {
             AgentAction::Renew {
                 lease,
                 drop_released_lsn,
+                mark_initialized,
             } => {
                 if !self.api_accepts(k) || self.lease.as_ref().and_then(|l| l.holder) != me {
                     return false;
@@ -391,6 +399,10 @@ impl World {
                     l.version += 1;
                     if *drop_released_lsn {
                         l.released_lsn = None;
+                    }
+                    if *mark_initialized {
+                        l.initialized = true;
+                        self.mark_lost = false;
                     }
                 }
                 if let Some(p) = self.pods.get_mut(&k) {
@@ -726,6 +738,11 @@ pub(super) mod stories {
                     lease_to(w, 1);
                     waiting(w, 1, AgentState::AwaitingLease, Role::Primary);
                     w.volumes.remove(&1);
+                    // A person removed the mark to start the cluster anew.
+                    if let Some(l) = w.lease.as_mut() {
+                        l.initialized = false;
+                    }
+                    w.mark_lost = true;
                 },
                 vec![env(TaskFails(1)), env(AgentTick(1))],
             ),

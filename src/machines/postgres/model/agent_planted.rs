@@ -245,3 +245,66 @@ fn the_model_check_finds_and_shrinks_a_clean_stop_that_renews_nothing() {
         "{failure}"
     );
 }
+
+/// An agent blind to the Lease's `initialized` mark (the agent before it): labelled
+/// primary with an empty volume and named by the Lease, it bootstraps a new database.
+fn bootstrap_blind_to_the_mark(
+    spec: &AgentSpec,
+    state: &AgentState,
+    seen: &Observation,
+    signalled: bool,
+) -> Decision<AgentState, AgentAction> {
+    let mut blind = seen.clone();
+    if let LeaseRead::Seen(l) = &mut blind.lease {
+        l.initialized = false;
+    }
+    instance::decide(spec, state, &blind, signalled)
+}
+
+/// The primary's pod and volume are lost at rest (a claim deleted with its pod); the
+/// StatefulSet makes pod 0 again with an empty volume, and the operator, still at rest
+/// with pod 0 as its primary, hands the Lease to it once the old holder is certainly
+/// fenced (L + S later).
+fn primary_volume_lost() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let events = vec![
+        r(),
+        r(),
+        env(VolumeLost(0)),
+        r(),
+        env(Recreate(0)),
+        r(),
+        r(),
+        Event::Tick(46),
+        r(),
+        r(),
+        env(AgentTick(0)),
+        env(AgentTick(0)),
+        env(AgentTick(0)),
+        r(),
+    ];
+    (world, events)
+}
+
+#[test]
+fn the_model_check_finds_an_agent_that_bootstraps_over_a_lost_volume() {
+    let (mut world, events) = primary_volume_lost();
+    world.agent_decide = bootstrap_blind_to_the_mark;
+    let failure = check_scenario::<Postgres, World>(&config(), world, &events)
+        .expect_err("the planted bug is found");
+    assert!(
+        failure.reason.contains("bootstrapped an empty database"),
+        "{failure}"
+    );
+}
+
+#[test]
+fn the_real_agent_passes_the_same_story_without_bootstrapping() {
+    // Invariant 15 is checked at every step of it, and the world settles Ready.
+    let (world, events) = primary_volume_lost();
+    assert!(world.agent_decide_is_real());
+    passes((world, events));
+}

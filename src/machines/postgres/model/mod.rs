@@ -55,6 +55,13 @@
 //!     received from the writable server of its time (what the client was told), in a
 //!     failover too, whatever pods are down, evicted or force-deleted meanwhile (the
 //!     survey must read every other member: `synchronous::survey_quorum`).
+//! 15. **No empty database in place of the cluster's**: once a server accepted writes,
+//!     no pod bootstraps (`initdb`) a new one, even when the primary's pod and volume are
+//!     lost ([`Move::VolumeLost`]) and the operator hands the Lease to its empty
+//!     successor (the agent's guard: the Lease's `lockstep.dev/initialized` mark; only
+//!     a person removing it, the settling world's way out when no member within the
+//!     replicas has the data, accepts the loss). The planted agent blind to the mark is
+//!     found in `agent_planted.rs`.
 //!
 //! Fencing in this world: the primary Lease (holder, renewal, release, edits by hand),
 //! and each pod's agent, which is the instance manager's own `decide`
@@ -287,6 +294,9 @@ struct ModelLease {
     /// `spec.leaseDurationSeconds` as written: the spec's at a creation or hand-over,
     /// the holder's own `L` at each of its renewals.
     duration: i64,
+    /// The annotation `lockstep.dev/initialized`: added by a holder's renewal made with
+    /// data, kept by the operator's hand-overs (a merge patch), gone with the Lease.
+    initialized: bool,
 }
 
 /// The simulated cluster.
@@ -342,6 +352,13 @@ pub(super) struct World {
     /// one that a standby connected to its writable server had received. No promotion
     /// may fall short of it (invariant 14).
     acked: u64,
+    /// A server of this cluster has accepted writes: its database exists, and a
+    /// bootstrap of an empty one in its place would lose it (invariant 15).
+    served: bool,
+    /// The Lease, and its `initialized` mark, was deleted after [`World::served`]: the
+    /// guard against a new bootstrap is off until a holder with data renews it again (an
+    /// assumption of the agent's: `src/instance/mod.rs`).
+    mark_lost: bool,
     /// The WAL each ordinal's data directory has received (kept on its volume).
     received: BTreeMap<i32, u64>,
     /// The standbys connected to the writable server that runs now: each joins by a
@@ -524,6 +541,10 @@ pub(super) enum Move {
     /// cannot follow, a broken replication connection): it receives nothing more until
     /// its server restarts.
     StreamBreaks(i32),
+    /// The pod and its volume are gone (a claim deleted with its pod, a disk replaced):
+    /// the StatefulSet makes it again with an empty volume. Only while another member
+    /// has data: losing the last copy is a restore from a backup, not a failover.
+    VolumeLost(i32),
 }
 
 impl World {
@@ -635,6 +656,8 @@ impl World {
             db_primary: 0,
             wal: 0,
             acked: 0,
+            served: false,
+            mark_lost: false,
             received: BTreeMap::new(),
             streaming: BTreeSet::new(),
             volumes: BTreeMap::new(),
@@ -694,13 +717,37 @@ impl World {
             transitions: 0,
             version: 1,
             duration: self.lease_seconds,
+            initialized: true,
         });
+        self.served = true;
         self.round = 1;
         self.round_primary = Some(0);
     }
 }
 
 impl World {
+    /// The member a person names with `lockstep.dev/adopt-primary`: the database's
+    /// primary, unless its volume was lost; then the member (within the spec's replicas)
+    /// that has the most of the data.
+    fn adoptable(&self) -> i32 {
+        let has_data = |k: &i32| {
+            *k < self.replicas
+                && matches!(
+                    self.volumes.get(k),
+                    Some(Vol::Primary { .. } | Vol::Standby)
+                )
+        };
+        if has_data(&self.db_primary) {
+            return self.db_primary;
+        }
+        self.volumes
+            .keys()
+            .filter(|k| has_data(k))
+            .max_by_key(|k| (self.received.get(k).copied().unwrap_or(0), -**k))
+            .copied()
+            .unwrap_or(self.db_primary)
+    }
+
     fn settle_once(&mut self) {
         // A user who finds a promotion out of retries asks for it to be tried again.
         self.retry_promote = true;
@@ -723,6 +770,17 @@ impl World {
             l.released_lsn = None;
         }
         let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
+        // A user whose cluster no longer has its data on any member (the volumes were lost
+        // or scaled away) while an empty member waits behind the Lease's `initialized`
+        // mark starts it anew, empty: they remove the mark, accepting the loss.
+        let data_within = self
+            .volumes
+            .iter()
+            .any(|(k, v)| *k < n && matches!(v, Vol::Primary { .. } | Vol::Standby));
+        if !data_within && let Some(l) = self.lease.as_mut().filter(|l| l.initialized) {
+            l.initialized = false;
+            self.mark_lost = true;
+        }
         // Partitioned nodes answer: the kubelet kills the containers of pods that no
         // longer exist (force-deleted ones, [`GONE`]).
         self.pods.retain(|k, p| *k < n && !p.terminating);

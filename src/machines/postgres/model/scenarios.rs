@@ -123,6 +123,12 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             adopt(),
         ),
         (
+            // Deleted at rest with skip-final-backup.
+            "Ready -> Finalized (FinalBackupSkipped)",
+            running(3, true),
+            [adopt(), vec![env(SkipFinalBackup), Event::Delete, r()]].concat(),
+        ),
+        (
             // Deleted with skip-final-backup while the primary is lost.
             "PrimaryLost -> Finalized (FinalBackupSkipped)",
             running(3, true),

@@ -242,6 +242,7 @@ impl World {
             transitions,
             version: l.version + 1,
             duration: self.lease_seconds,
+            initialized: l.initialized,
         });
         self.start_primaries();
     }

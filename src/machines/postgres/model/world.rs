@@ -177,7 +177,7 @@ where
                 }),
                 requests: PgRequests {
                     retry_promote: self.retry_promote.then(|| "settled".to_owned()),
-                    adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.db_primary)),
+                    adopt_primary: self.adopt_hatch.then(|| format!("pg-{}", self.adoptable())),
                     fenced: self.fenced_hatch.then(|| self.fenced()).flatten(),
                     switchover: self.switchover.map(|(k, n)| format!("pg-{k}:{n}")),
                 },
@@ -287,6 +287,7 @@ where
                         transitions: 0,
                         version: 1,
                         duration: self.lease_seconds,
+                        initialized: false,
                     });
                     self.start_primaries();
                 }
@@ -347,6 +348,7 @@ where
             1 => (0..MAX_PODS).prop_map(Move::PromotedByHand),
             1 => (0..MAX_PODS).prop_map(Move::ForeignFiles),
             1 => (0..MAX_PODS).prop_map(Move::StreamBreaks),
+            1 => (0..MAX_PODS).prop_map(Move::VolumeLost),
             1 => (0..MAX_PODS).prop_map(Move::ForceDeleted),
             1 => Just(Move::LeaseDeleted),
         ]
@@ -437,6 +439,18 @@ where
             }
             Move::ForceDeleted(k) => self.force_delete(k),
             Move::StreamBreaks(k) => self.stream_breaks(k),
+            Move::VolumeLost(k) => {
+                let others = self
+                    .volumes
+                    .iter()
+                    .any(|(j, v)| *j != k && matches!(v, Vol::Primary { .. } | Vol::Standby));
+                if others && self.pods.contains_key(&k) {
+                    self.pods.remove(&k);
+                    self.volumes.remove(&k);
+                    self.received.remove(&k);
+                    self.streaming.remove(&k);
+                }
+            }
             Move::LeaseDeleted => {
                 // The agents read no Lease (as unreadable: they cannot renew it) until
                 // the operator creates it again; a writable holder stops by `T` after
@@ -446,6 +460,7 @@ where
                     .as_ref()
                     .and_then(|l| l.holder)
                     .or(self.last_holder);
+                self.mark_lost |= self.served;
                 self.lease = None;
             }
             Move::Write => self.write(),
