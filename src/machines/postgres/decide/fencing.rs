@@ -205,3 +205,19 @@ pub(crate) fn keep_lease(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expiry_still_ahead_wakes_a_second_after_it_and_one_already_past_wakes_nothing() {
+        let now = DateTime::<Utc>::from_timestamp(1_000, 0).unwrap_or_default();
+        let at = |s: i64| Some(now + chrono::Duration::seconds(s));
+        assert_eq!(wait_for(at(9), now), Some(Duration::from_secs(10)));
+        // Exactly a second past would have been a zero wait: a hot loop.
+        assert_eq!(wait_for(at(-1), now), None);
+        assert_eq!(wait_for(at(-30), now), None);
+        assert_eq!(wait_for(None, now), None);
+    }
+}
