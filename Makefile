@@ -4,7 +4,8 @@
 #                 API docs, unit + model checks, pod-script tests against real
 #                 PostgreSQL and S3, e2e on a real control plane, real pods, a real
 #                 etcd and real PostgreSQL clusters on the real node)
-#   make demo     the DistributedDB lifecycle, narrated, on a local control plane
+#   make demo     the DistributedDB lifecycle on etcd, then the PostgresCluster one on
+#                 PostgreSQL (make demo-postgres alone), narrated, on a local control plane
 #   make bench    benchmarks at scale on a local control plane (not part of `make test`)
 #
 # Run `make help` for the rest.
@@ -80,8 +81,16 @@ e2e-postgres-real: ## PostgresCluster on real PostgreSQL pods on the real node (
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- postgres_real:: postgres_freeze:: --test-threads=2
 
 .PHONY: demo
-demo: ## The DistributedDB lifecycle, narrated, on the local control plane (DEMO_TEARDOWN=1 to tear down after).
-	bash hack/demo.sh
+# The DistributedDB part keeps the control plane up for the PostgreSQL part, which tears
+# it down at the end if asked (DEMO_TEARDOWN=1); with LOCKSTEP_REAL_NODE=0 the
+# PostgreSQL part says it needs the real node and is skipped.
+demo: ## The DistributedDB lifecycle on etcd, then PostgresCluster on PostgreSQL, narrated, on the local control plane (DEMO_TEARDOWN=1 to tear down after).
+	DEMO_TEARDOWN=0 bash hack/demo.sh
+	bash hack/demo-postgres.sh
+
+.PHONY: demo-postgres
+demo-postgres: ## The PostgresCluster part of `make demo` alone: real PostgreSQL on the real node, on the running control plane (brought up if none is).
+	bash hack/demo-postgres.sh
 
 .PHONY: test
 # `node-etcd-check` (the etcd images alone) is not in `test`: the e2e etcd tier drives the
@@ -89,7 +98,7 @@ demo: ## The DistributedDB lifecycle, narrated, on the local control plane (DEMO
 test: lint fresh docs unit scripts ## Everything CI checks; the control plane is torn down afterwards.
 	@status=0; $(MAKE) --no-print-directory e2e || status=$$?; \
 	  if [ "$$status" = 0 ] && [ "$${LOCKSTEP_REAL_NODE:-1}" != 0 ]; then \
-	    $(MAKE) --no-print-directory node-smoke e2e-postgres-real || status=$$?; \
+	    $(MAKE) --no-print-directory node-smoke e2e-postgres-real demo || status=$$?; \
 	  fi; \
 	  $(MAKE) --no-print-directory cluster-down; exit $$status
 

@@ -30,17 +30,11 @@
 #   LOCKSTEP_REAL_NODE=0   the KWOK-only fallback
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+# shellcheck source-path=SCRIPTDIR source=demo-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/demo-lib.sh"
 
 TEARDOWN="${DEMO_TEARDOWN:-0}"
-for arg in "$@"; do
-  case "$arg" in
-    --teardown) TEARDOWN=1 ;;
-    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
-  esac
-done
+demo_args "$@"
 
 NS="${DEMO_NAMESPACE:-lockstep-demo}"
 TIMEOUT="${DEMO_TIMEOUT:-300}"
@@ -48,60 +42,8 @@ REAL=1
 [ "${LOCKSTEP_REAL_NODE:-1}" != 0 ] || REAL=0
 if [ "$REAL" = 1 ]; then EXAMPLE="examples/etcd.yaml"; else EXAMPLE="examples/distributeddb-full.yaml"; fi
 DEMO_DIR="$ROOT/target/demo"
-KUBECTL="$ROOT/target/cluster/bin/kubectl"
-LOCKSTEP="$ROOT/target/debug/lockstep"
-export KUBECONFIG="$ROOT/target/cluster/kubeconfig"
 
-if [ -t 1 ]; then
-  BOLD=$'\033[1m'; DIM=$'\033[2m'; CYAN=$'\033[36m'; RESET=$'\033[0m'
-else
-  BOLD=""; DIM=""; CYAN=""; RESET=""
-fi
-step() { printf '\n%s== %s%s\n' "$BOLD" "$*" "$RESET"; }
-explain() { printf '%s   %s%s\n' "$DIM" "$*" "$RESET"; }
-show() { sed "s/^/   /"; }
-fail() { printf '\ndemo failed: %s\n   operator log: %s\n' "$*" "$DEMO_DIR/operator.log" >&2; exit 1; }
-
-# wait_until DESCRIPTION COMMAND...: poll COMMAND (every half second) until it succeeds,
-# at most TIMEOUT seconds (once the operator runs, also fail as soon as it exits). Every
-# wait of the demo goes through here: a first read that fails (an object not created
-# yet, a status not written yet) is only a reason to look again.
-wait_until() {
-  local what="$1" deadline=$((SECONDS + TIMEOUT))
-  shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${TIMEOUT}s waiting for $what"
-    if [ -n "$OPERATOR_PID" ] && ! kill -0 "$OPERATOR_PID" 2>/dev/null; then
-      fail "the operator exited while waiting for $what"
-    fi
-    sleep 0.5
-  done
-}
-
-k() { "$KUBECTL" "$@"; }
-# condition_true TYPE OBJECT [kubectl args...]: OBJECT's condition TYPE is True. Unlike
-# `kubectl wait --for=condition=...`, which errors out on an object the server has not
-# yet given conditions (".status.conditions accessor error: <nil>"), this only reads, so
-# wait_until polls it until the deadline.
-condition_true() {
-  local type="$1"
-  shift
-  [ "$(k get "$@" -o "jsonpath={.status.conditions[?(@.type==\"$type\")].status}" 2>/dev/null)" = True ]
-}
 field() { k get distributeddb "$NAME" -n "$NS" -o "jsonpath=$1" 2>/dev/null; }
-
-OPERATOR_PID=""
-NARRATOR_PID=""
-cleanup() {
-  # Stop what this script started, by pid: the narrator, then the operator (SIGTERM:
-  # it drains in-flight reconciles and exits).
-  if [ -n "$NARRATOR_PID" ] && kill -0 "$NARRATOR_PID" 2>/dev/null; then kill "$NARRATOR_PID" 2>/dev/null || true; fi
-  if [ -n "$OPERATOR_PID" ] && kill -0 "$OPERATOR_PID" 2>/dev/null; then
-    kill -TERM "$OPERATOR_PID" 2>/dev/null || true
-    wait "$OPERATOR_PID" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
 
 [ -f "$EXAMPLE" ] || fail "$EXAMPLE is missing"
 mkdir -p "$DEMO_DIR"
@@ -125,50 +67,19 @@ fi
 
 step "1. Build lockstep and install the CRDs"
 cargo build --quiet --bins
-# (kubectl's warnings about schema formats go to the log, not the narration.)
-k apply --server-side --field-manager=lockstep-demo -f crds/distributeddbs.lockstep.dev.yaml \
-  >"$DEMO_DIR/crd-apply.log" 2>&1 || fail "installing the CRD failed: $(cat "$DEMO_DIR/crd-apply.log")"
-wait_until "the CRD to be Established" condition_true Established crd/distributeddbs.lockstep.dev
+install_crd crds/distributeddbs.lockstep.dev.yaml distributeddbs.lockstep.dev
 explain "crds/ is generated from the Rust types (lockstep crds); the statechart the"
 explain "operator enforces is in machines/distributeddb.md (lockstep machines)."
 if [ "$REAL" = 1 ]; then
-  explain "Images (no registry: built here as OCI archives, imported into the node's containerd):"
-  tools/images/load.sh etcd-3.6 etcd-3.7 backup >"$DEMO_DIR/images.log" 2>&1 ||
-    fail "building/importing the images failed: $(tail -5 "$DEMO_DIR/images.log")"
-  for i in etcd-3.6 etcd-3.7 backup; do explain "  $(tools/images/build.sh --name "$i")"; done
-  S3ENV="$(tools/node/s3.sh 2>>"$DEMO_DIR/images.log")" || fail "the S3 server did not start"
-  set -a; eval "$S3ENV"; set +a
-  explain "S3 (versitygw) runs as a pod: $S3_ENDPOINT from pods, $S3_HOST_ENDPOINT from here."
+  load_images etcd-3.6 etcd-3.7 backup
+  start_s3
 fi
 
 step "2. Start the operator"
-k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
-PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-"$LOCKSTEP" --log-format json run --namespace "$NS" --machines distributeddb \
-  --metrics-addr "127.0.0.1:$PORT" >"$DEMO_DIR/operator.log" 2>&1 &
-OPERATOR_PID=$!
-wait_until "the operator to be ready" curl -sf "http://127.0.0.1:$PORT/readyz"
-explain "lockstep run (pid $OPERATOR_PID) watches namespace $NS; logs (JSON) in target/demo/operator.log;"
-explain "health and metrics on http://127.0.0.1:$PORT/{healthz,readyz,metrics}."
-explain "Every reconcile reads the state persisted in .status.machine, decides one declared"
-explain "transition (or none), acts, and writes the new state with one fenced status patch."
+start_operator distributeddb
 
-# A field of the example's DistributedDB (the file holds other objects too, such as a
-# Secret); empty when absent.
-ddb_field() {
-  k create --dry-run=client -o json -f "$EXAMPLE" | python3 -c '
-import json, sys
-text, decoder, items, at = sys.stdin.read(), json.JSONDecoder(), [], 0
-while text[at:].strip():
-    at += len(text[at:]) - len(text[at:].lstrip())
-    doc, at = decoder.raw_decode(text, at)
-    items += doc["items"] if doc.get("kind") == "List" else [doc]
-ddb = next(i for i in items if i.get("kind") == "DistributedDB")
-value = ddb
-for key in sys.argv[1].split("."):
-    value = value.get(key, "") if isinstance(value, dict) else ""
-print(value)' "$1"
-}
+# A field of the example's DistributedDB; empty when absent.
+ddb_field() { example_field DistributedDB "$1"; }
 NAME="$(ddb_field metadata.name)"
 FROM_IMAGE="$(ddb_field spec.image)"
 if [ "$REAL" = 1 ]; then
@@ -202,14 +113,9 @@ k delete pvc -n "$NS" -l "app.kubernetes.io/instance=$NAME" --wait=true >/dev/nu
 # etcdctl in member 0 (the etcd images carry it).
 etcdctl() { k exec -n "$NS" "$NAME-0" -c db -- etcdctl "$@"; }
 members() { echo "http://$NAME-0.$NAME.$NS.svc:2379,http://$NAME-1.$NAME.$NS.svc:2379,http://$NAME-2.$NAME.$NS.svc:2379"; }
-# s3 on this machine (tools/images/backup/s3), against the S3 pod.
-s3() { S3_ENDPOINT="$S3_HOST_ENDPOINT" tools/images/backup/s3 "$@"; }
 
 step "3. Create distributeddb/$NAME ($EXAMPLE)"
-explain "The narrator below prints one line per transition, as the operator persists it:"
-explain "  time  name  from → to  reason: message"
-"$LOCKSTEP" narrate "distributeddb/$NAME" -n "$NS" 2>>"$DEMO_DIR/narrate.log" | sed -u "s/^/   ${CYAN}▸${RESET} /" &
-NARRATOR_PID=$!
+start_narrator "distributeddb/$NAME"
 k apply -n "$NS" -f "$EXAMPLE" >/dev/null
 explain "Creating: a headless Service and a StatefulSet; Ready once every pod is Ready."
 if [ "$REAL" = 1 ]; then
@@ -350,9 +256,7 @@ explain "The finalizer holds the object while the machine runs a final backup; i
 explain "only once the final state is persisted."
 k delete distributeddb "$NAME" -n "$NS" --wait=true --timeout="${TIMEOUT}s" >/dev/null
 # The narrator ends by itself when the object is gone.
-deadline=$((SECONDS + 30))
-while kill -0 "$NARRATOR_PID" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
-NARRATOR_PID=""
+narrator_finish
 if [ "$REAL" = 1 ]; then
   FINAL="$(s3 ls "$BUCKET" "$PREFIX$NAME-final-backup-" | tail -1)"
   [ -n "$FINAL" ] || fail "no final snapshot in s3://$BUCKET/$PREFIX"
@@ -361,9 +265,7 @@ if [ "$REAL" = 1 ]; then
 fi
 
 step "$((DELSTEP + 1)). What the operator counted (http://127.0.0.1:$PORT/metrics)"
-curl -sf "http://127.0.0.1:$PORT/metrics" |
-  grep -E '^lockstep_(transitions_total|reconciles_total|reconcile_errors_total|state_duration_seconds_count)' |
-  show || true
+operator_metrics
 explain "Events (one per transition): kubectl get events -n $NS --field-selector involvedObject.name=$NAME"
 
 cleanup
@@ -380,11 +282,7 @@ else
   step "Summary (KWOK-only fallback: no container ran, so no database, writer or snapshot)"
 fi
 
-if [ "$TEARDOWN" = 1 ]; then
-  step "Tearing the control plane down"
-  make --no-print-directory cluster-down
-  exit 0
-fi
+maybe_teardown
 
 step "Done. The control plane is still up:"
 cat <<EOF
