@@ -621,7 +621,7 @@ async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
 /// deleted, and the cluster is Ready again (`Adopted`).
 /// `lockstep kubectl …` (the kubectl plugin) against the test cluster: its exit status
 /// and stdout.
-async fn plugin(args: &[&str]) -> (i32, String) {
+pub(crate) async fn plugin(args: &[&str]) -> (i32, String) {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"))

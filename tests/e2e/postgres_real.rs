@@ -898,7 +898,39 @@ async fn replication_then_upgrade_switchover() {
         .map(|(pod, _)| pod.clone())
         .collect();
     standbys_become(&real, name, &replicas).await;
+    plugin_shows_replication(&real, name, &new_primary).await;
     real.finish().await;
+}
+
+/// `kubectl lockstep status -o json` shows every instance's timeline and LSN, read from
+/// its manager's `/metrics` through the API server's pod proxy, and each standby
+/// streaming; polled with a deadline (a standby that just restarted reconnects).
+async fn plugin_shows_replication(real: &Real, name: &str, primary: &str) {
+    let deadline = std::time::Instant::now() + SLOW;
+    loop {
+        let (code, out) =
+            crate::postgres::plugin(&["status", name, "-n", real.ns(), "-o", "json"]).await;
+        assert_eq!(code, 0, "{out}");
+        let view: serde_json::Value = serde_json::from_str(&out).expect("status as JSON");
+        let instances = view["instances"].as_array().cloned().unwrap_or_default();
+        let shown = instances.len() == 3
+            && instances.iter().all(|i| {
+                let server = &i["server"];
+                let standby_streams =
+                    i["pod"] == primary || server["streaming"] == serde_json::Value::Bool(true);
+                server["timeline"].as_u64().is_some_and(|t| t >= 2)
+                    && server["lsn"].as_str().is_some_and(|l| l.contains('/'))
+                    && standby_streams
+            });
+        if shown {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the plugin never showed every instance's timeline and LSN:\n{out}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// (d) A switchover on demand (`lockstep.dev/switchover`) under a writer: the role moves

@@ -306,7 +306,14 @@ pub async fn run(
             let found = find(&client, &namespace, &name).await?;
             let object = found.get().await?;
             let pods = found.pods(&client).await?;
-            let v = view::status(&found.resource.kind, &object, &pods, last);
+            let mut v = view::status(&found.resource.kind, &object, &pods, last);
+            if found.is_postgres() {
+                for i in &mut v.instances {
+                    i.server = instance_metrics(&client, &namespace, &i.pod)
+                        .await
+                        .map(|text| view::server(&text));
+                }
+            }
             print(out, output, &v, &view::render_status(&v));
             Ok(0)
         }
@@ -420,6 +427,26 @@ pub async fn run(
             Ok(status.code().unwrap_or(1))
         }
     }
+}
+
+/// How long one instance's `/metrics` may take before `status` shows dashes for it.
+const METRICS_BOUND: Duration = Duration::from_secs(3);
+
+/// The `/metrics` text of PostgreSQL pod `pod`'s instance manager, read through the API
+/// server's pod proxy (so the plugin needs no route to the pods; the person needs `get`
+/// on `pods/proxy`); `None` when it cannot be read in time (the pod is not running, or
+/// that right is missing): `status` then shows dashes.
+async fn instance_metrics(client: &Client, namespace: &str, pod: &str) -> Option<String> {
+    let port = crate::machines::postgres::render::METRICS_PORT;
+    let request = http::Request::get(format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/metrics"
+    ))
+    .body(Vec::new())
+    .ok()?;
+    tokio::time::timeout(METRICS_BOUND, client.request_text(request))
+        .await
+        .ok()?
+        .ok()
 }
 
 fn report(out: &mut impl Write, outcome: Result<String, String>) -> i32 {

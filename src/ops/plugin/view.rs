@@ -48,6 +48,48 @@ pub struct InstanceView {
     pub restarts: i64,
     /// Its node.
     pub node: Option<String>,
+    /// What its instance manager reports on `/metrics` (PostgresCluster; none when it
+    /// could not be read).
+    pub server: Option<ServerView>,
+}
+
+/// A PostgreSQL instance as its manager's `/metrics` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerView {
+    /// The timeline it is on.
+    pub timeline: Option<u64>,
+    /// Its WAL position (written, or received by a standby), as PostgreSQL prints an
+    /// LSN.
+    pub lsn: Option<String>,
+    /// A standby's replay lag behind what it received, in bytes.
+    pub lag_bytes: Option<u64>,
+    /// Whether a standby's WAL receiver streams.
+    pub streaming: Option<bool>,
+}
+
+/// The unlabelled series `name` of a Prometheus text exposition.
+fn series(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(' ')?;
+            (n == name).then(|| v.trim().parse::<f64>().ok())?
+        })
+        .and_then(|v| (v >= 0.0 && v.is_finite()).then_some(v as u64))
+}
+
+/// An instance manager's `/metrics` text as a [`ServerView`].
+pub fn server(metrics: &str) -> ServerView {
+    let writable = series(metrics, "lockstep_instance_writable") == Some(1);
+    ServerView {
+        timeline: series(metrics, "lockstep_instance_timeline"),
+        lsn: series(metrics, "lockstep_instance_wal_position_bytes")
+            .map(|b| format!("{:X}/{:X}", b >> 32, b & 0xFFFF_FFFF)),
+        lag_bytes: series(metrics, "lockstep_instance_replay_lag_bytes").filter(|_| !writable),
+        streaming: series(metrics, "lockstep_instance_streaming")
+            .filter(|_| !writable)
+            .map(|v| v == 1),
+    }
 }
 
 /// Everything `status` shows.
@@ -146,6 +188,7 @@ pub fn instance(pod: &Value) -> InstanceView {
         ready,
         restarts,
         node: text(pod, &["spec", "nodeName"]),
+        server: None,
     }
 }
 
@@ -203,19 +246,39 @@ pub fn render_status(view: &StatusView) -> String {
     }
     if !view.instances.is_empty() {
         out.push_str("\ninstances:\n");
+        let servers = view.instances.iter().any(|i| i.server.is_some());
         out.push_str(&format!(
-            "  {:<24} {:<9} {:<6} {:<9} {}\n",
+            "  {:<24} {:<9} {:<6} {:<9} {:<16}",
             "POD", "ROLE", "READY", "RESTARTS", "NODE"
         ));
+        if servers {
+            out.push_str(&format!(
+                " {:<3} {:<14} {:<10} {}",
+                "TL", "LSN", "LAG", "STREAMING"
+            ));
+        }
+        out.push('\n');
         for i in &view.instances {
             out.push_str(&format!(
-                "  {:<24} {:<9} {:<6} {:<9} {}\n",
+                "  {:<24} {:<9} {:<6} {:<9} {:<16}",
                 i.pod,
                 i.role.as_deref().unwrap_or("-"),
                 i.ready,
                 i.restarts,
                 i.node.as_deref().unwrap_or("-")
             ));
+            if servers {
+                let s = i.server.clone().unwrap_or_default();
+                let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+                out.push_str(&format!(
+                    " {:<3} {:<14} {:<10} {}",
+                    or_dash(s.timeline.map(|t| t.to_string())),
+                    or_dash(s.lsn.clone()),
+                    or_dash(s.lag_bytes.map(|b| format!("{b} B"))),
+                    or_dash(s.streaming.map(|b| b.to_string())),
+                ));
+            }
+            out.push('\n');
         }
     }
     out.push_str("\nlast transitions:\n");
@@ -317,6 +380,47 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want:?} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn each_instance_shows_its_timeline_lsn_and_a_standbys_lag_from_its_metrics() {
+        let primary = "lockstep_instance_writable 1\nlockstep_instance_timeline 2\n\
+                       lockstep_instance_wal_position_bytes 50331976\n\
+                       lockstep_instance_role{role=\"primary\"} 1\n";
+        let standby = "lockstep_instance_writable 0\nlockstep_instance_timeline 2\n\
+                       lockstep_instance_wal_position_bytes 50331648\n\
+                       lockstep_instance_replay_lag_bytes 328\nlockstep_instance_streaming 1\n";
+        assert_eq!(
+            server(primary),
+            ServerView {
+                timeline: Some(2),
+                lsn: Some("0/3000148".to_owned()),
+                lag_bytes: None,
+                streaming: None,
+            }
+        );
+        let mut view = status(
+            "PostgresCluster",
+            &pgc(),
+            &[
+                pod("orders-1", "primary", true),
+                pod("orders-0", "replica", true),
+            ],
+            2,
+        );
+        view.instances[0].server = Some(server(standby));
+        let text = render_status(&view);
+        assert!(text.contains("TL  LSN"), "{text}");
+        assert!(
+            text.contains("2   0/3000000      328 B      true"),
+            "{text}"
+        );
+        // orders-1's metrics could not be read: dashes, not a failure.
+        assert!(
+            text.lines()
+                .any(|l| l.contains("orders-1") && l.trim_end().ends_with('-')),
+            "{text}"
+        );
     }
 
     #[test]
