@@ -616,9 +616,6 @@ async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
         .and_then(|s| s.holder_identity)
 }
 
-/// Issue 12, bug 3: a status wiped after the primary moved (here by a failover) is
-/// adopted as the cluster runs: the Lease holder stays primary, no role moves, no pod is
-/// deleted, and the cluster is Ready again (`Adopted`).
 /// `lockstep kubectl …` (the kubectl plugin) against the test cluster: its exit status
 /// and stdout.
 pub(crate) async fn plugin(args: &[&str]) -> (i32, String) {
@@ -701,6 +698,9 @@ async fn a_required_spread_puts_each_instance_on_a_node_of_its_own() {
     }
 }
 
+/// Issue 12, bug 3: a status wiped after the primary moved (here by a failover) is
+/// adopted as the cluster runs: the Lease holder stays primary, no role moves, no pod is
+/// deleted, and the cluster is Ready again (`Adopted`).
 #[tokio::test]
 async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
     let pg = Pg::new("pg-adopt").await;
