@@ -17,6 +17,7 @@ LEASE = "pg-primary"
 UID0 = "uid-0000"
 UID1 = "uid-1111"
 UID2 = "uid-2222"
+UID3 = "uid-3333"
 
 
 class LeaseServer:

@@ -304,6 +304,7 @@ def test_survey_reports_positions_and_omits_the_unreachable(env):
     assert sorted(out) == ["pg-0", "pg-1", "pg-2"]  # pg-9 did not answer: omitted
     assert out["pg-0"]["inRecovery"] is False and out["pg-0"]["receive"] == out["pg-0"]["replay"]
     assert out["pg-1"]["inRecovery"] is True and out["pg-2"]["inRecovery"] is True
+    assert [out[p]["timeline"] for p in ("pg-0", "pg-1", "pg-2")] == [1, 1, 1]
     one, two = out["pg-1"], out["pg-2"]
 
     def lsn(s):

@@ -15,7 +15,7 @@ import subprocess
 import time
 import urllib.request
 
-from lease_stand_in import UID0, UID1, UID2, instance_env, writable
+from lease_stand_in import UID0, UID1, UID2, UID3, instance_env, writable
 from pg_harness import LOCKSTEP_BIN, PG_BIN, SUPER_PASSWORD, Forwarder, free_port, user_kwargs, wait_until
 
 assert os.path.exists(LOCKSTEP_BIN), f"build the manager first: cargo build --bin lockstep ({LOCKSTEP_BIN})"
@@ -240,6 +240,61 @@ def test_a_standby_past_a_failovers_fork_stops_when_it_cannot_follow_and_its_res
         ahead.wait_for_row("items", "after-the-failover")
         assert ahead.sql("SELECT count(*) FROM items WHERE v = 'only-on-the-old-timeline'") == "0"
         assert "StandbyMayHaveDiverged" in ahead.log_text(), ahead.log_tail()
+    finally:
+        rw.close()
+
+
+def lsn(text: str) -> int:
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) + int(lo, 16)
+
+
+def test_the_survey_reads_each_standbys_timeline_from_its_wal_once_no_primary_is_left(env, lease):
+    """A failover ranks a standby that followed the newest timeline above one holding
+    more WAL of an older timeline (finding 4 of issue 21). pg-1 receives rows on
+    timeline 1 after pg-2 and pg-3 stopped; pg-2 is promoted (timeline 2) and pg-3
+    follows it. Then pg-2 is gone as well: no WAL receiver runs and no restartpoint has
+    recorded timeline 2, and survey.sh still reads each standby's timeline, from the
+    segment files its WAL receiver wrote."""
+    lease.set_holder(f"pg-0/{UID0}")
+    old = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
+    rw = Forwarder(old.port)
+    try:
+        through_rw = dict(STANDBY_STALL_SECONDS="3600", PRIMARY_PORT=str(rw.port))
+        ahead = env.pod("pg-1").start("replica", primary=old, **instance_env(env, lease, UID1, **through_rw))
+        promoted = env.pod("pg-2").start("replica", primary=old, **instance_env(env, lease, UID2))
+        follower = env.pod("pg-3").start("replica", primary=old, **instance_env(env, lease, UID3, **through_rw))
+        old.sql("CREATE TABLE items (v text)")
+        for p in (promoted, follower):
+            wait_until(lambda: p.try_sql("SELECT count(*) FROM items") == "0", timeout=30,
+                       what=f"the table on {p.name}")
+            p.proc.send_signal(signal.SIGTERM)
+            assert p.wait_exit(timeout=60) == 0, p.log_tail()
+        old.sql("INSERT INTO items SELECT 'only-on-timeline-1' FROM generate_series(1, 20000)")
+        wait_until(lambda: ahead.try_sql("SELECT count(*) FROM items") == "20000", timeout=60,
+                   what="pg-1 to replay the rows of timeline 1")
+        old.stop("immediate")
+        lease.set_holder(f"pg-2/{UID2}")
+        promoted.start("primary", wait=False, **instance_env(env, lease, UID2))
+        wait_until(lambda: writable(promoted), timeout=60, what="pg-2 promoted")
+        rw.point_at(promoted.port)
+        follower.start("replica", primary=old, **instance_env(env, lease, UID3, **through_rw))
+        promoted.sql("INSERT INTO items VALUES ('on-timeline-2')")
+        follower.wait_for_row("items", "on-timeline-2")
+        promoted.stop("immediate")
+        wait_until(lambda: follower.try_sql("SELECT count(*) FROM pg_stat_wal_receiver") == "0", timeout=30,
+                   what="pg-3's WAL receiver to stop")
+        assert follower.sql("SELECT timeline_id FROM pg_control_checkpoint()") == "1", \
+            "pg-3's last restartpoint predates timeline 2: the checkpoint alone would say 1"
+        term = env.sockets / "termination-log"
+        hosts = f"pg-1=127.0.0.1:{ahead.port} pg-3=127.0.0.1:{follower.port}"
+        r = env.run_script("survey.sh", SURVEY_HOSTS=hosts, POSTGRES_PASSWORD=SUPER_PASSWORD,
+                           CONNECT_TIMEOUT_SECONDS=2, TERMINATION_LOG=str(term))
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout.strip())
+        assert out["pg-1"]["timeline"] == 1 and out["pg-3"]["timeline"] == 2, out
+        assert lsn(out["pg-1"]["receive"]) > lsn(out["pg-3"]["receive"]), \
+            f"pg-1 holds more WAL, of the older timeline: {out}"
     finally:
         rw.close()
 

@@ -114,8 +114,9 @@
 //! (with a provisional target): `Demote` labels and deletes the failed primary; `Fence`
 //! waits until it is certainly fenced (so no WAL moves any more); `Survey` runs the
 //! survey Job (`survey.sh` against every other live pod, its result in the Job pod's
-//! termination message) and records the most advanced Ready standby it read (highest
-//! receive LSN, then replay LSN, then the lowest ordinal) as the target, with the
+//! termination message) and records the most advanced Ready standby it read (the newest
+//! timeline, then the highest receive LSN, then replay LSN, then the lowest ordinal) as
+//! the target, with the
 //! positions (`MostAdvancedChosen`, intent first; a standby the survey did not reach is
 //! never chosen); then `Fence` hands it the Lease and `Promote` promotes it as above. The
 //! history, the `PrimaryAvailable` condition and `status.lastFailover` say why.
@@ -200,7 +201,8 @@
 //!   once, naming `lockstep.dev/fenced`.
 //! - **A failover promotes the most advanced available replica**: among the Ready
 //!   standbys a survey read after the old primary was certainly fenced, the one that
-//!   received the most WAL.
+//!   received the most WAL of the newest timeline (WAL past a newer timeline's fork,
+//!   which a standby that has not rewound may hold, never wins).
 //! - **A lost status never labels a second primary**, never runs `initdb` over existing
 //!   data (the agent keeps a data directory) and never promotes a replica while a
 //!   primary holds the Lease.

@@ -68,6 +68,10 @@ pub struct Surveyed {
     pub receive: String,
     /// `pg_last_wal_replay_lsn()`.
     pub replay: String,
+    /// The timeline of the WAL it received last (the newest timeline whose segment
+    /// file holds its receive position); `None` from a survey that read none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<u32>,
 }
 
 /// A switchover in progress: the intent, persisted before anything moves.

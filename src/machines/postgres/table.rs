@@ -174,7 +174,7 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SWITCHING_OVER;
         SwitchingOver: LEASE_HANDED_OVER, "the Lease holder is certainly fenced (released, pod gone, or renewTime + L + S passed): the Lease names the target", by::SWITCHING_OVER;
         SwitchingOver: OLD_PRIMARY_FENCED, "a failover's old primary is certainly fenced (or a planned switchover's, without its released position): a survey Job reads the standbys' WAL positions", by::SWITCHING_OVER;
-        SwitchingOver: MOST_ADVANCED_CHOSEN, "failover (or a switchover surveyed): the most advanced Ready standby of the survey (receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
+        SwitchingOver: MOST_ADVANCED_CHOSEN, "failover (or a switchover surveyed): the most advanced Ready standby of the survey (the newest timeline, then receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
         SwitchingOver: SURVEY_RETRIED, "failover: the survey Job failed and its backoff is over", by::SWITCHING_OVER;
         SwitchingOver: LEASE_LOST, "mid-promotion the Lease no longer names the target: its holder is fenced again first", by::SWITCHING_OVER;
         Upgrading: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; the old primary is upgraded next", by::SWITCHING_OVER;

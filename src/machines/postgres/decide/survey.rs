@@ -1,5 +1,12 @@
-//! Failover's survey: which standby is the most advanced, by the WAL positions a survey
-//! Job read from each (`survey.sh`, its result in the Job pod's termination message).
+//! Failover's survey: which standby is the most advanced, by the timelines and WAL
+//! positions a survey Job read from each (`survey.sh`, its result in the Job pod's
+//! termination message).
+//!
+//! Positions are compared only on one history: a standby on an older timeline than
+//! another holds nothing past the newer timeline's fork that the cluster still has (it
+//! either has not switched yet, and stops at or before the fork, or it received WAL
+//! the old timeline's primary wrote after the fork, which no newer member has and a
+//! rewind discards). So the newest timeline ranks first, then the positions.
 
 use std::cmp::Reverse;
 
@@ -16,6 +23,7 @@ struct Answer {
     receive: Option<String>,
     replay: Option<String>,
     in_recovery: Option<bool>,
+    timeline: Option<u32>,
 }
 
 /// An LSN (`16/B374D848`) as a number; `None` if it is not one.
@@ -27,7 +35,7 @@ pub(crate) fn lsn(text: &str) -> Option<u64> {
 }
 
 /// The standbys of a survey's result (`{"<pod>": {"receive": …, "replay": …,
-/// "inRecovery": true}, …}`), by ordinal; pods not in recovery, of another cluster or
+/// "timeline": …, "inRecovery": true}, …}`), by ordinal; pods not in recovery, of another cluster or
 /// with unreadable positions are left out. `None` if the result is not that JSON.
 pub(crate) fn parse(o: &Observed, result: &str) -> Option<Vec<Surveyed>> {
     let answers: std::collections::BTreeMap<String, Answer> =
@@ -44,6 +52,7 @@ pub(crate) fn parse(o: &Observed, result: &str) -> Option<Vec<Surveyed>> {
                 ordinal,
                 receive,
                 replay,
+                timeline: a.timeline.filter(|t| *t > 0),
             })
         })
         .collect();
@@ -52,8 +61,9 @@ pub(crate) fn parse(o: &Observed, result: &str) -> Option<Vec<Surveyed>> {
 }
 
 /// The most advanced standby of `surveyed` that is a Ready replica now (not `old`, not
-/// `demoted`, not `excluded`): the highest receive LSN, then the highest replay LSN,
-/// then the lowest ordinal. A pod the survey did not reach is never chosen.
+/// `demoted`, not `excluded`): the newest timeline, then the highest receive LSN, then
+/// the highest replay LSN, then the lowest ordinal. A pod the survey did not reach is
+/// never chosen.
 pub(crate) fn most_advanced(
     o: &Observed,
     surveyed: &[Surveyed],
@@ -72,6 +82,7 @@ pub(crate) fn most_advanced(
         })
         .max_by_key(|(s, _)| {
             (
+                s.timeline.unwrap_or(0),
                 lsn(&s.receive)
                     .unwrap_or(0)
                     .max(lsn(&s.replay).unwrap_or(0)),
@@ -85,14 +96,18 @@ pub(crate) fn most_advanced(
         })
 }
 
-/// The positions of `surveyed`, for messages: `pg-1 receive 0/3000060 replay 0/3000060`.
+/// The positions of `surveyed`, for messages: `pg-1 timeline 2 receive 0/3000060
+/// replay 0/3000060` (no timeline where the survey read none).
 pub(crate) fn describe(o: &Observed, surveyed: &[Surveyed]) -> String {
     surveyed
         .iter()
         .map(|s| {
             format!(
-                "{} receive {} replay {}",
+                "{}{} receive {} replay {}",
                 o.pod_name(s.ordinal),
+                s.timeline
+                    .map(|t| format!(" timeline {t}"))
+                    .unwrap_or_default(),
                 if s.receive.is_empty() {
                     "-"
                 } else {

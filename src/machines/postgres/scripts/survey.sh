@@ -7,13 +7,22 @@
 # line of JSON to stdout and to the termination log (the operator reads it from the
 # Job pod's terminated state):
 #
-#   {"<pod-name>": {"receive": "<lsn>", "replay": "<lsn>", "inRecovery": true}, ...}
+#   {"<pod-name>": {"receive": "<lsn>", "replay": "<lsn>", "timeline": <n>,
+#                   "inRecovery": true}, ...}
 #
 # receive = pg_last_wal_receive_lsn() (the last WAL position received and flushed
 # from a primary; a standby that never streamed has none: its replay position is
 # used), replay = pg_last_wal_replay_lsn(). A server not in recovery (a primary)
 # reports pg_current_wal_lsn() for both with "inRecovery": false. Pods that do not
 # answer within CONNECT_TIMEOUT_SECONDS are omitted.
+#
+# timeline = the timeline of the WAL at the receive position: the newest timeline
+# whose segment file in pg_wal holds the byte before it (the WAL receiver names each
+# segment by the timeline it streamed it on). PostgreSQL gives a standby's timeline
+# through SQL only while its WAL receiver runs (pg_stat_wal_receiver), and not at all
+# once its primary is gone, which is when a failover surveys; the checkpoint's
+# timeline lags a switch until the next restartpoint. Those two still count, as
+# lower bounds, when no segment file is found.
 #
 # Needs: bash, psql. The password goes through PGPASSWORD only.
 #
@@ -50,12 +59,26 @@ json_string() {
 	printf '"%s"' "$v"
 }
 
-# One row: in_recovery|receive|replay (a primary: f|current|current).
-SQL="SELECT pg_is_in_recovery(),
-	CASE WHEN pg_is_in_recovery()
-		THEN coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())
-		ELSE pg_current_wal_lsn() END,
-	CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END"
+# One row: in_recovery|receive|replay|timeline (a primary: f|current|current|its own).
+SQL="WITH s AS (
+	SELECT pg_is_in_recovery() AS rec,
+		CASE WHEN pg_is_in_recovery()
+			THEN coalesce(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())
+			ELSE pg_current_wal_lsn() END AS receive,
+		CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS replay,
+		(SELECT setting::numeric FROM pg_settings WHERE name = 'wal_segment_size') AS seg
+), f AS (
+	SELECT *, floor(greatest(receive - '0/1'::pg_lsn, 0) / seg) AS segno, 4294967296 / seg AS per_id FROM s
+), n AS (
+	SELECT *, lpad(upper(to_hex(floor(segno / per_id)::bigint)), 8, '0')
+		|| lpad(upper(to_hex(mod(segno, per_id)::bigint)), 8, '0') AS suffix FROM f
+)
+SELECT rec, receive, replay, greatest(
+	(SELECT max(('x' || substr(name, 1, 8))::bit(32)::bigint) FROM pg_ls_waldir()
+		WHERE name ~ '^[0-9A-F]{24}\$' AND substr(name, 9) = n.suffix),
+	(SELECT timeline_id FROM pg_control_checkpoint()),
+	(SELECT received_tli FROM pg_stat_wal_receiver LIMIT 1))
+FROM n"
 
 out="{" sep="" standbys=0
 for pair in $SURVEY_HOSTS; do
@@ -74,7 +97,8 @@ for pair in $SURVEY_HOSTS; do
 		log "$pod ($host): no answer: ${row//$'\n'/ }"
 		continue
 	fi
-	IFS='|' read -r rec receive replay <<<"$row"
+	IFS='|' read -r rec receive replay timeline <<<"$row"
+	[[ "$timeline" =~ ^[0-9]+$ ]] || timeline=null
 	if [[ -z "$receive" || -z "$replay" ]]; then
 		log "$pod ($host): no WAL position (${row//$'\n'/ }); omitted"
 		continue
@@ -85,8 +109,8 @@ for pair in $SURVEY_HOSTS; do
 	else
 		in_recovery=false
 	fi
-	log "$pod ($host): receive $receive replay $replay inRecovery $in_recovery"
-	out+="$sep$(json_string "$pod"): {\"receive\": $(json_string "$receive"), \"replay\": $(json_string "$replay"), \"inRecovery\": $in_recovery}"
+	log "$pod ($host): receive $receive replay $replay timeline $timeline inRecovery $in_recovery"
+	out+="$sep$(json_string "$pod"): {\"receive\": $(json_string "$receive"), \"replay\": $(json_string "$replay"), \"timeline\": $timeline, \"inRecovery\": $in_recovery}"
 	sep=", "
 done
 out+="}"

@@ -46,6 +46,7 @@ fn failing_over(step: SwitchStep) -> PgState {
                 ordinal: 1,
                 receive: "0/3000000".to_owned(),
                 replay: "0/3000000".to_owned(),
+                timeline: Some(1),
             }]),
             ..s
         }),
@@ -353,6 +354,37 @@ fn ties_go_to_the_higher_replay_position_then_to_the_lowest_ordinal() {
             r#"{"pg-1": {"receive": "0/5", "replay": "0/4", "inRecovery": true}, "pg-2": {"receive": "0/5", "replay": "0/4", "inRecovery": true}}"#
         ),
         1
+    );
+}
+
+#[test]
+fn a_standby_on_an_older_timeline_loses_to_one_on_the_newest_whatever_its_position() {
+    // pg-1 received WAL the timeline-1 primary wrote after the fork of timeline 2: more
+    // bytes, none of them on the history the cluster kept.
+    let d = decide(
+        &spec("16.3"),
+        &at_survey(None),
+        surveyed(
+            r#"{"pg-1": {"receive": "0/9000000", "replay": "0/9000000", "timeline": 1, "inRecovery": true},
+                "pg-2": {"receive": "0/3000148", "replay": "0/3000148", "timeline": 2, "inRecovery": true}}"#
+                .replace('\n', " ")
+                .as_str(),
+        ),
+    );
+    let Some(PgState::SwitchingOver(s)) = target(&d) else {
+        panic!("{d:?}")
+    };
+    assert_eq!(s.target.ordinal, 2);
+    assert!(
+        message(&d).contains("pg-1 timeline 1 receive 0/9000000")
+            && message(&d).contains("pg-2 timeline 2 receive 0/3000148"),
+        "{}",
+        message(&d)
+    );
+    let recorded = s.surveyed.clone().unwrap_or_default();
+    assert_eq!(
+        recorded.iter().map(|x| x.timeline).collect::<Vec<_>>(),
+        [Some(1), Some(2)]
     );
 }
 
