@@ -51,6 +51,9 @@ pub mod reason {
     pub const PROMOTION_RETRIED: &str = "PromotionRetried";
     /// Edge: the target is no longer a Ready replica; another one is promoted instead.
     pub const TARGET_CHANGED: &str = "TargetChanged";
+    /// A planned switchover's promotion failed while the Lease holds the old primary's
+    /// released position: the target may lack that WAL; the members are surveyed.
+    pub const TARGET_SHORT_OF_RELEASED: &str = "TargetShortOfReleased";
     /// Edge: the target is promoted and labelled primary (switchover for an upgrade or a
     /// scale-down).
     pub const SWITCHOVER_COMPLETED: &str = "SwitchoverCompleted";
@@ -172,10 +175,11 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         SwitchingOver: OLD_PRIMARY_DEMOTED, "the old primary is labelled demoted (a failed one is also deleted): neither -rw nor -ro selects it", by::SWITCHING_OVER;
         SwitchingOver: PROMOTION_RETRIED, "the promote Job failed and its backoff is over (within its retry limit, or lockstep.dev/retry-promote has a new token)", by::SWITCHING_OVER;
         SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SWITCHING_OVER;
+        SwitchingOver: TARGET_SHORT_OF_RELEASED, "a planned switchover's promote Job failed while the Lease holds the old primary's released position (the target may lack that WAL: it was not streaming when the old primary stopped): a survey Job reads the members, and the most advanced is promoted", by::SWITCHING_OVER;
         SwitchingOver: LEASE_HANDED_OVER, "the Lease holder is certainly fenced (released, pod gone, or renewTime + L + S passed): the Lease names the target", by::SWITCHING_OVER;
         SwitchingOver: OLD_PRIMARY_FENCED, "a failover's old primary is certainly fenced (or a planned switchover's, without its released position): a survey Job reads the standbys' WAL positions", by::SWITCHING_OVER;
         SwitchingOver: MOST_ADVANCED_CHOSEN, "failover (or a switchover surveyed): the most advanced Ready standby of the survey (the newest timeline, then receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
-        SwitchingOver: SURVEY_RETRIED, "failover: the survey Job failed and its backoff is over", by::SWITCHING_OVER;
+        SwitchingOver: SURVEY_RETRIED, "failover: the survey Job failed and its backoff is over, or it read too few members (the synchronous quorum, or not every live member, up to SURVEYS_FOR_EVERY_MEMBER surveys) and RESURVEY_SECONDS passed since it finished", by::SWITCHING_OVER;
         SwitchingOver: LEASE_LOST, "mid-promotion the Lease no longer names the target: its holder is fenced again first", by::SWITCHING_OVER;
         Upgrading: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; the old primary is upgraded next", by::SWITCHING_OVER;
         Ready: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary (a scale-down: scaling follows; a requested switchover: done)", by::SWITCHING_OVER;

@@ -211,6 +211,11 @@ fn survey(
             {
                 return wait.with_actions(actions);
             }
+            let read = (job_name.as_str(), finished, surveyed.as_slice());
+            let skipped = match members_unread(s, world, read, below, what) {
+                Ok(skipped) => skipped,
+                Err(wait) => return (*wait).with_actions(actions),
+            };
             let eligible: Vec<Surveyed> = surveyed
                 .iter()
                 .filter(|x| x.ordinal < below)
@@ -219,9 +224,10 @@ fn survey(
             match most_advanced(o, &eligible, old, None) {
                 Some(target) => {
                     let message = format!(
-                        "{what}: {} is the most advanced Ready standby ({})",
+                        "{what}: {} is the most advanced Ready standby ({}){}",
                         o.pod_name(target.ordinal),
-                        describe(o, &surveyed)
+                        describe(o, &surveyed),
+                        skipped.map(|x| format!("; {x}")).unwrap_or_default(),
                     );
                     Decision::go(
                         PgState::SwitchingOver(Switchover {
@@ -264,14 +270,89 @@ fn survey(
     }
 }
 
-/// How long a survey that read too few members for synchronous replication's quorum
-/// waits before it surveys again.
-pub(crate) const QUORUM_RESURVEY_SECONDS: i64 = 10;
+/// How long a survey that read too few members (for synchronous replication's quorum,
+/// or not every live member) waits after its Job finished before it surveys again.
+pub(crate) const RESURVEY_SECONDS: i64 = 10;
+
+/// How many surveys a failover runs ([`RESURVEY_SECONDS`] apart) while a live member
+/// does not answer, before it chooses among the members that did: a member that holds
+/// newer WAL but is slow (its server restarting, its node loaded) is waited for, up to
+/// about `2 × RESURVEY_SECONDS` plus the Jobs' own time, never without end.
+pub(crate) const SURVEYS_FOR_EVERY_MEMBER: u32 = 3;
+
+/// Every live member other than the old primary (below `below`, a scale-down's bound) may hold
+/// newer WAL than those the survey read, so a survey that read fewer waits and surveys
+/// again, up to [`SURVEYS_FOR_EVERY_MEMBER`] surveys. `Ok(None)`: every live member
+/// answered; `Ok(Some(note))`: the last survey still missed some, named in the note
+/// the transition's message carries into the history; `Err`: wait or survey again.
+fn members_unread(
+    s: &Switchover,
+    world: &World<Observed>,
+    (job_name, finished, surveyed): (&str, Option<chrono::DateTime<chrono::Utc>>, &[Surveyed]),
+    below: i32,
+    what: &str,
+) -> Result<Option<String>, Box<D>> {
+    let o = &world.observed;
+    let old = s.cluster.primary;
+    let unread: Vec<i32> = (0..s.cluster.replicas.min(below))
+        .filter(|k| *k != old && o.live(*k).is_some())
+        .filter(|k| surveyed.iter().all(|x| x.ordinal != *k))
+        .collect();
+    if unread.is_empty() {
+        return Ok(None);
+    }
+    let attempt = s.survey_attempt.unwrap_or(1);
+    let names = o.pod_names(&unread);
+    if attempt >= SURVEYS_FOR_EVERY_MEMBER {
+        return Ok(Some(format!(
+            "{names} did not answer {attempt} surveys and {} skipped",
+            if unread.len() == 1 { "was" } else { "were" }
+        )));
+    }
+    let message = format!(
+        "{what}: survey Job {job_name} read {} ({}), not {names}, which may hold newer \
+         WAL; surveying again (survey {} of at most {SURVEYS_FOR_EVERY_MEMBER})",
+        surveyed.len(),
+        describe(o, surveyed),
+        attempt.saturating_add(1),
+    );
+    Err(Box::new(resurvey(
+        s, world, finished, SURVEYING, message, false,
+    )))
+}
+
+/// Stay (`reason`, Degraded if `degraded`) until [`RESURVEY_SECONDS`] after the survey
+/// Job finished at `finished`, then go to the next survey (`SurveyRetried`).
+fn resurvey(
+    s: &Switchover,
+    world: &World<Observed>,
+    finished: Option<chrono::DateTime<chrono::Utc>>,
+    reason: &'static str,
+    message: String,
+    degraded: bool,
+) -> D {
+    let again_at = finished.map(|at| at + chrono::Duration::seconds(RESURVEY_SECONDS));
+    match again_at {
+        Some(at) if world.now < at => {
+            let wait = stay(reason, message, vec![])
+                .requeue((at - world.now).to_std().unwrap_or_default());
+            if degraded { wait.degraded() } else { wait }
+        }
+        _ => Decision::go(
+            PgState::SwitchingOver(Switchover {
+                survey_attempt: Some(s.survey_attempt.unwrap_or(1).saturating_add(1)),
+                ..s.clone()
+            }),
+            SURVEY_RETRIED,
+            message,
+        ),
+    }
+}
 
 /// With `spec.synchronous` Required, every acknowledged commit is on `number` of the
 /// other members, so a failover must read `others - number + 1` of them to be sure the
 /// most advanced one read has them all (`synchronous::survey_quorum`). A survey that read
-/// fewer: wait (Degraded, naming who and the way out) until [`QUORUM_RESURVEY_SECONDS`]
+/// fewer: wait (Degraded, naming who and the way out) until [`RESURVEY_SECONDS`]
 /// after its Job (`job`: its name and when it finished) finished, then survey again.
 /// `None`: the survey read enough, or there is no quorum to meet.
 fn quorum_unread(
@@ -311,20 +392,14 @@ fn quorum_unread(
         describe(o, surveyed),
         o.pod_names(&unread),
     );
-    let again_at = finished.map(|at| at + chrono::Duration::seconds(QUORUM_RESURVEY_SECONDS));
-    Some(match again_at {
-        Some(at) if world.now < at => stay(NO_PROMOTION_TARGET, message, vec![])
-            .degraded()
-            .requeue((at - world.now).to_std().unwrap_or_default()),
-        _ => Decision::go(
-            PgState::SwitchingOver(Switchover {
-                survey_attempt: Some(s.survey_attempt.unwrap_or(1).saturating_add(1)),
-                ..s.clone()
-            }),
-            SURVEY_RETRIED,
-            message,
-        ),
-    })
+    Some(resurvey(
+        s,
+        world,
+        finished,
+        NO_PROMOTION_TARGET,
+        message,
+        true,
+    ))
 }
 
 /// Whether the Lease names the target (the pod the intent recorded), or why not.
@@ -631,6 +706,28 @@ pub(crate) fn promote(
             actions,
         ),
         JobStep::Succeeded => elect(s, o, what, actions),
+        JobStep::Retry { failure } | JobStep::Exhausted { failure }
+            if s.cause != SwitchCause::Failover
+                && s.surveyed.is_none()
+                && o.own.lease.as_ref().is_some_and(|l| l.released_lsn.is_some()) =>
+        {
+            // The target's agent promotes only once it has the released position. A
+            // target that was not streaming when the old primary stopped (restarted
+            // just before, by the upgrade itself) never gets it from a stopped
+            // primary, while another member may have it: survey, as a failover does.
+            Decision::go(
+                PgState::SwitchingOver(Switchover {
+                    step: SwitchStep::Survey,
+                    attempt: 1,
+                    budget: s.budget.restart(),
+                    ..s.clone()
+                }),
+                TARGET_SHORT_OF_RELEASED,
+                format!(
+                    "{what}: promote Job {job_name} {failure}: {name} may lack the WAL the old primary released the Lease at (it promotes only once it has it); the members' positions are surveyed and the most advanced is promoted"
+                ),
+            )
+        }
         JobStep::Backoff { failure, at, wait } => backoff_stay(
             PROMOTION_FAILED,
             format!(

@@ -77,14 +77,21 @@ impl World {
             // deadline otherwise.
             JobKind::Promote { target } => ok && self.pods.get(&target).is_some_and(|p| p.writable),
             JobKind::Survey { ref hosts } => {
-                // Every standby that answers reports the WAL it received (and replayed).
-                let answers: Vec<String> = hosts
+                // Every Ready standby whose answer is not lost reports the WAL it received
+                // (and replayed).
+                let ready: Vec<i32> = hosts
                     .iter()
+                    .copied()
                     .filter(|k| {
                         self.pods
                             .get(k)
                             .is_some_and(|p| !p.terminating && !p.writable && p.ready)
                     })
+                    .collect();
+                let lost = std::mem::take(&mut self.answers_lost);
+                let answers: Vec<String> = ready
+                    .iter()
+                    .filter(|k| !lost.contains(k))
                     .map(|k| {
                         let lsn = format!("0/{:X}", self.received.get(k).copied().unwrap_or(0));
                         format!(
@@ -93,6 +100,13 @@ impl World {
                     })
                     .collect();
                 let answered = ok && !answers.is_empty();
+                // A host asked and not read (its answer lost, it was not Ready, or the
+                // Job failed) counts a miss; one read starts again from none.
+                for k in hosts {
+                    let read = answered && ready.contains(k) && !lost.contains(k);
+                    let missed = self.missed.entry(*k).or_default();
+                    *missed = if read { 0 } else { *missed + 1 };
+                }
                 if let Some(j) = self.jobs.get_mut(index) {
                     j.result = answered.then(|| format!("{{{}}}", answers.join(", ")));
                 }

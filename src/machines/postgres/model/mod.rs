@@ -75,7 +75,9 @@
 //! [`Move::Replicate`]) so that standbys stand at different WAL positions, a standby
 //! whose stream breaks for good ([`Move::StreamBreaks`]: it receives and acknowledges
 //! nothing until its agent, once the stall bound has passed with a writable primary
-//! answering, stops it and its restart rewinds it), and the survey Job reporting them. Lost status is the world's initial state (a running
+//! answering, stops it and its restart rewinds it), and the survey Job reporting them
+//! (an answer can time out: [`Move::AnswerLost`]; the real machine surveys again, and
+//! skips such a member only after `SURVEYS_FOR_EVERY_MEMBER` surveys missed it). Lost status is the world's initial state (a running
 //! cluster, the machine in `Creating`), with the primary moved in a scenario.
 //!
 //! Partitions and clocks: the world keeps the true time (the operator's clock, told by
@@ -361,6 +363,13 @@ pub(super) struct World {
     mark_lost: bool,
     /// The WAL each ordinal's data directory has received (kept on its volume).
     received: BTreeMap<i32, u64>,
+    /// The ordinals whose answer to the next survey to finish is lost
+    /// ([`Move::AnswerLost`]).
+    answers_lost: BTreeSet<i32>,
+    /// How many surveys in a row each ordinal did not answer though it was Ready and
+    /// asked; a failover may skip it only after `SURVEYS_FOR_EVERY_MEMBER` (the
+    /// most-advanced invariant's one exception).
+    missed: BTreeMap<i32, u32>,
     /// The standbys connected to the writable server that runs now: each joins by a
     /// [`Move::Replicate`] once both run, and a writable server that starts (after a
     /// crash, or a promotion) has none. A clean stop sends its last WAL to these only.
@@ -541,6 +550,9 @@ pub(super) enum Move {
     /// cannot follow, a broken replication connection): it receives nothing more until
     /// its server restarts.
     StreamBreaks(i32),
+    /// The pod's answer to the next survey to finish is lost: the survey's connection
+    /// to it timed out (its server slow, its node loaded), though it is Ready.
+    AnswerLost(i32),
     /// The pod and its volume are gone (a claim deleted with its pod, a disk replaced):
     /// the StatefulSet makes it again with an empty volume. Only while another member
     /// has data: losing the last copy is a restore from a backup, not a failover.
@@ -659,6 +671,8 @@ impl World {
             served: false,
             mark_lost: false,
             received: BTreeMap::new(),
+            answers_lost: BTreeSet::new(),
+            missed: BTreeMap::new(),
             streaming: BTreeSet::new(),
             volumes: BTreeMap::new(),
             agent_decide: REAL_AGENT,
@@ -761,11 +775,19 @@ impl World {
         // primary's node is down) says so.
         self.fenced_hatch = true;
         // A user who finds a promotion held back short of the position the old primary
-        // stopped at (nobody has it) removes it from the Lease, accepting the loss.
+        // stopped at (no Ready member but the old primary has it: the operator's survey
+        // finds one that has it otherwise) removes it from the Lease, accepting the loss.
         let held_back = self
             .pods
             .iter()
-            .any(|(k, p)| p.role == Some(Role::Primary) && !p.writable && !self.caught_up(*k));
+            .any(|(k, p)| p.role == Some(Role::Primary) && !p.writable && !self.caught_up(*k))
+            && !self.pods.iter().any(|(k, p)| {
+                *k != self.db_primary
+                    && *k < GONE
+                    && p.ready
+                    && !p.terminating
+                    && self.caught_up(*k)
+            });
         if held_back && let Some(l) = self.lease.as_mut() {
             l.released_lsn = None;
         }

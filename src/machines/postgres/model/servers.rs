@@ -72,6 +72,10 @@ impl World {
             .filter(|(k, p)| {
                 **k != target && **k != self.db_primary && p.ready && !p.terminating && !p.writable
             })
+            .filter(|(k, _)| {
+                self.missed.get(k).copied().unwrap_or(0)
+                    < crate::machines::postgres::decide::switching_over::SURVEYS_FOR_EVERY_MEMBER
+            })
             .map(|(k, _)| (*k, self.received.get(k).copied().unwrap_or(0)))
             .find(|(_, theirs)| *theirs > mine)
         {

@@ -348,6 +348,7 @@ where
             1 => (0..MAX_PODS).prop_map(Move::PromotedByHand),
             1 => (0..MAX_PODS).prop_map(Move::ForeignFiles),
             1 => (0..MAX_PODS).prop_map(Move::StreamBreaks),
+            1 => (0..MAX_PODS).prop_map(Move::AnswerLost),
             1 => (0..MAX_PODS).prop_map(Move::VolumeLost),
             1 => (0..MAX_PODS).prop_map(Move::ForceDeleted),
             1 => Just(Move::LeaseDeleted),
@@ -439,6 +440,9 @@ where
             }
             Move::ForceDeleted(k) => self.force_delete(k),
             Move::StreamBreaks(k) => self.stream_breaks(k),
+            Move::AnswerLost(k) => {
+                self.answers_lost.insert(k);
+            }
             Move::VolumeLost(k) => {
                 let others = self
                     .volumes

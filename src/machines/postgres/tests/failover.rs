@@ -168,6 +168,40 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
     assert!(target(&d).is_none() && is_degraded(&d), "{d:?}");
 }
 
+/// A planned switchover's target that was not streaming when the old primary stopped
+/// lacks the WAL the Lease's released position names, and its agent never promotes it;
+/// another member may have it. A failed promote Job surveys them (found by the model
+/// check: an upgrade restarts its target just before the switchover).
+#[test]
+fn a_planned_switchover_whose_promotion_failed_short_of_the_released_position_surveys_the_members()
+{
+    let planned = match failing_promote(1) {
+        PgState::SwitchingOver(s) => PgState::SwitchingOver(Switchover {
+            cause: SwitchCause::Requested,
+            ..s
+        }),
+        other => other,
+    };
+    let mut o = at_rest(V1, 0);
+    hand_over_to_1(&mut o, V1);
+    edit_lease(&mut o, |l| l.released_lsn = Some("0/3000148".to_owned()));
+    o.jobs = vec![promote_job(V1, 1, failed(0))];
+    let d = decide_at(&spec("16.3"), &planned, o.clone(), 10_000, 0);
+    assert_eq!(d.reason(), TARGET_SHORT_OF_RELEASED);
+    let Some(PgState::SwitchingOver(next)) = target(&d) else {
+        panic!("{d:?}")
+    };
+    assert_eq!((next.step, next.attempt), (SwitchStep::Survey, 1));
+    assert_says(
+        &d,
+        &["may lack the WAL the old primary released", "surveyed"],
+    );
+    // Without a released position there is nothing it may lack: retried as before.
+    edit_lease(&mut o, |l| l.released_lsn = None);
+    let d = decide_at(&spec("16.3"), &planned, o, 10_000, 0);
+    assert_eq!(d.reason(), PROMOTION_RETRIED);
+}
+
 fn failing_promote(attempt: u32) -> PgState {
     serde_json::from_value(serde_json::json!({
         "name": "SwitchingOver",

@@ -274,8 +274,13 @@ fn at_survey(attempt: Option<u32>) -> PgState {
 
 /// The survey Job succeeded and its pod reported `result`.
 fn surveyed(result: &str) -> Observed {
+    surveyed_by(result, 1)
+}
+
+/// The survey Job of `attempt` succeeded and its pod reported `result`.
+fn surveyed_by(result: &str, attempt: u32) -> Observed {
     let mut o = old_primary_gone(0);
-    let key = survey_key(&uid(0, V1), 1);
+    let key = survey_key(&uid(0, V1), attempt);
     o.jobs = vec![job(
         &key,
         Purpose::Promote,
@@ -389,8 +394,43 @@ fn a_standby_on_an_older_timeline_loses_to_one_on_the_newest_whatever_its_positi
 }
 
 #[test]
+fn a_live_member_the_survey_did_not_reach_is_surveyed_again_then_skipped_with_the_reason_in_the_history()
+ {
+    let o = surveyed(ONLY_PG2);
+    // pg-1 may hold newer WAL: a survey 10 s after this one finished, not a target.
+    let d = decide_at(&spec("16.3"), &at_survey(None), o.clone(), 12, 0);
+    assert_stays(&d, SURVEYING);
+    assert!(target(&d).is_none(), "{d:?}");
+    assert!(
+        message(&d).contains(
+            "not pg-1, which may hold newer WAL; surveying again (survey 2 of at most 3)"
+        ),
+        "{}",
+        message(&d)
+    );
+    let d = decide_at(&spec("16.3"), &at_survey(None), o.clone(), 30, 0);
+    assert_goes(&d, SURVEY_RETRIED, &at_survey(Some(2)));
+    // The third survey that misses it chooses among those read, and says so.
+    let d = decide_at(
+        &spec("16.3"),
+        &at_survey(Some(3)),
+        surveyed_by(ONLY_PG2, 3),
+        12,
+        0,
+    );
+    assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
+    assert!(matches!(target(&d), Some(PgState::SwitchingOver(s)) if s.target.ordinal == 2));
+    assert!(
+        message(&d).contains("pg-1 did not answer 3 surveys and was skipped"),
+        "{}",
+        message(&d)
+    );
+}
+
+#[test]
 fn a_standby_the_survey_did_not_reach_or_that_is_not_ready_is_never_chosen() {
-    let mut o = surveyed(r#"{"pg-2": {"receive": "0/1", "replay": "0/1", "inRecovery": true}}"#);
+    let mut o = surveyed(ONLY_PG2);
+    edit(&mut o, 1, |p| p.terminating = true);
     let d = decide(&spec("16.3"), &at_survey(None), o.clone());
     assert!(matches!(
         target(&d),
@@ -827,7 +867,14 @@ fn with_synchronous_replication_a_failover_that_read_every_needed_member_promote
     let d = surveyed_with(DataDurability::Required, both, 12);
     assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
     assert!(matches!(target(&d), Some(PgState::SwitchingOver(s)) if s.target.ordinal == 1));
-    // Preferred promises nothing once asynchronous: the member read is promoted.
-    let d = surveyed_with(DataDurability::Preferred, ONLY_PG2, 12);
+    // Preferred promises nothing once asynchronous: the member read is promoted, once
+    // the unread one was waited for as in asynchronous replication.
+    let d = decide_at(
+        &synchronous(DataDurability::Preferred),
+        &at_survey(Some(3)),
+        surveyed_by(ONLY_PG2, 3),
+        12,
+        0,
+    );
     assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
 }
