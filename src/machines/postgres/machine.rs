@@ -132,7 +132,10 @@
 //! the cluster is Ready again (`Adopted`, or `ClusterCreated` when pod 0 is primary and
 //! the Lease never moved: indistinguishable from a bootstrap). When it is ambiguous
 //! (several pods labelled `primary`, or none and several unlabelled), the machine holds
-//! Degraded until `lockstep.dev/adopt-primary: <pod-name>` names the primary.
+//! Degraded until `lockstep.dev/adopt-primary: <pod-name>` names the primary. In a
+//! state naming the primary, a missing Lease (deleted) is created naming nobody and
+//! handed to the primary's pod once it expired: the pod now at that ordinal may not be
+//! the one that held it.
 //!
 //! **Design.** The Lease plays the part of Patroni's leader key: a record with a time to
 //! live in a store every member reads (here the API server), which only its holder

@@ -169,40 +169,53 @@ pub(crate) fn hatch(holder: Option<&str>) -> String {
     format!("{FENCED}={}", holder.unwrap_or("<pod>/<uid>"))
 }
 
-/// At rest (a state naming `primary`): the Lease must name the primary's pod. Created
-/// naming it if absent; handed to it once whoever holds it is certainly fenced (the
-/// primary's pod was recreated: a new UID). Returns the moves, and when to look again:
-/// when a holder that may still be writable would expire, and, while the Lease names
-/// the primary's pod, when its Lease would expire unrenewed (a hung primary:
-/// [`super::primary_lost::primary_down`]).
+/// At rest (a state naming `primary`): the Lease must name the primary's pod. Handed
+/// to it once whoever holds it is certainly fenced (the primary's pod was recreated: a
+/// new UID). Returns the moves, and when to look again: when a holder that may still be
+/// writable would expire, and, while the Lease names the primary's pod, when its Lease
+/// would expire unrenewed (a hung primary: [`super::primary_lost::primary_down`]).
+///
+/// A missing Lease (deleted) is created naming nobody, renewed now, whether or not the
+/// primary's pod is live: whoever held it, perhaps a pod force-deleted on a partitioned
+/// node whose server still runs, cannot renew it and stops by its last renewal + `T +
+/// R + 1`, before this one expires. Naming the primary's pod at once would make two
+/// writable servers when the pod now at that ordinal is not the one that held it (found
+/// by the model check from seed 1).
 pub(crate) fn keep_lease(
     spec: &PostgresClusterSpec,
     primary: i32,
     o: &Observed,
     now: DateTime<Utc>,
 ) -> (Vec<PgAction>, Option<Duration>) {
+    let Some(lease) = &o.own.lease else {
+        let l = spec
+            .fencing
+            .lease_duration_seconds
+            .max(o.own.lease_seconds.values().copied().max().unwrap_or(0))
+            .saturating_add(spec.fencing.clock_skew_seconds);
+        return (
+            vec![PgAction::CreateLease {
+                holder: None,
+                at: now,
+            }],
+            wait_for(Some(now + chrono::Duration::seconds(l)), now),
+        );
+    };
     let Some(id) = o.live(primary).and_then(|_| o.identity(primary)) else {
         return (Vec::new(), None);
     };
-    match &o.own.lease {
-        None => (
-            vec![PgAction::CreateLease {
-                holder: Some(id),
-                at: now,
-            }],
-            None,
-        ),
-        Some(lease) if lease.holder.as_deref() == Some(id.as_str()) => (
+    if lease.holder.as_deref() == Some(id.as_str()) {
+        return (
             stamp(lease, now).into_iter().collect(),
             wait_for(expiry(spec, lease, o), now),
+        );
+    }
+    match fence(spec, lease, o, now) {
+        Fence::Fenced { .. } => (vec![hand(lease, Some(id), now)], None),
+        Fence::Alive { until } => (
+            stamp(lease, now).into_iter().collect(),
+            wait_for(until, now),
         ),
-        Some(lease) => match fence(spec, lease, o, now) {
-            Fence::Fenced { .. } => (vec![hand(lease, Some(id), now)], None),
-            Fence::Alive { until } => (
-                stamp(lease, now).into_iter().collect(),
-                wait_for(until, now),
-            ),
-        },
     }
 }
 

@@ -774,3 +774,39 @@ fn an_upgrade_whose_target_missed_the_released_wal_promotes_the_member_that_has_
     );
     assert_handed_to_pod_2(&report);
 }
+
+/// Found by generated runs (seed 1): the one pod of a one-instance cluster is
+/// force-deleted on a partitioned node (its server runs on), the Lease is deleted, and
+/// the pod is recreated. The Lease was created naming the new pod at once, and it
+/// started writable beside the old server. It is created naming nobody instead, and
+/// handed to the new pod only once that Lease expired, after the old server stopped.
+#[test]
+fn a_deleted_lease_at_rest_is_recreated_naming_nobody_until_any_old_holder_stopped() {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(1, false, 0);
+    world.running();
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        env(ForceDeleted(0)),
+        env(LeaseDeleted),
+        r(),
+        env(Recreate(0)),
+        r(),
+        r(),
+        Event::Tick(u32::try_from(LEASE_SECONDS + SKEW_SECONDS + 1).unwrap_or(60)),
+        r(),
+        r(),
+    ];
+    let report = passes((world, events));
+    let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
+    assert!(
+        at("CreateLease { holder: None").is_some()
+            && at("CreateLease { holder: Some").is_none()
+            && at("CreateLease { holder: None") < at("HandLease { holder: Some(\"pg-0/"),
+        "{}",
+        report.trace.join("\n")
+    );
+}
