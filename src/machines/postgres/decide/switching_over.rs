@@ -209,6 +209,13 @@ fn survey(
             if let Some(wait) =
                 quorum_unread(spec, s, world, (&job_name, finished), &surveyed, what)
             {
+                // The old primary, back on its volume, has every acknowledged commit: a
+                // quorum that stays unmet goes back to it rather than wait without end.
+                if attempt >= SURVEYS_FOR_EVERY_MEMBER
+                    && let Some(back) = abandon(s, o, &surveyed)
+                {
+                    return back;
+                }
                 return wait.with_actions(actions);
             }
             let read = (job_name.as_str(), finished, surveyed.as_slice());
@@ -240,16 +247,26 @@ fn survey(
                         message,
                     )
                 }
-                None => stay(
-                    NO_PROMOTION_TARGET,
-                    format!(
+                None => {
+                    let message = format!(
                         "{what}: no standby the survey read is a Ready replica ({})",
                         describe(o, &surveyed)
-                    ),
-                    actions,
-                )
-                .degraded()
-                .requeue(std::time::Duration::from_secs(10)),
+                    );
+                    // A standby may be restarting: read them again before giving up.
+                    if attempt < SURVEYS_FOR_EVERY_MEMBER {
+                        let again = format!(
+                            "{message}; surveying again (survey {} of at most {SURVEYS_FOR_EVERY_MEMBER})",
+                            attempt.saturating_add(1)
+                        );
+                        return resurvey(s, world, finished, NO_PROMOTION_TARGET, again, true)
+                            .with_actions(actions);
+                    }
+                    abandon(s, o, &surveyed).unwrap_or_else(|| {
+                        stay(NO_PROMOTION_TARGET, message, actions)
+                            .degraded()
+                            .requeue(std::time::Duration::from_secs(10))
+                    })
+                }
             }
         }
         JobStep::Backoff { failure, at, wait } => backoff_stay(
@@ -259,15 +276,62 @@ fn survey(
             wait,
             actions,
         ),
-        JobStep::Retry { failure } | JobStep::Exhausted { failure } => Decision::go(
-            PgState::SwitchingOver(Switchover {
-                survey_attempt: Some(attempt.saturating_add(1)),
-                ..s.clone()
+        JobStep::Retry { failure } | JobStep::Exhausted { failure } => (attempt
+            >= SURVEYS_FOR_EVERY_MEMBER)
+            .then(|| abandon(s, o, &[]))
+            .flatten()
+            .unwrap_or_else(|| {
+                Decision::go(
+                    PgState::SwitchingOver(Switchover {
+                        survey_attempt: Some(attempt.saturating_add(1)),
+                        ..s.clone()
+                    }),
+                    SURVEY_RETRIED,
+                    format!("{what}: survey Job {job_name} {failure}; surveying again"),
+                )
             }),
-            SURVEY_RETRIED,
-            format!("{what}: survey Job {job_name} {failure}; surveying again"),
-        ),
     }
+}
+
+/// A failover whose survey read no standby that can be promoted goes back to the old
+/// primary when that is safe and possible: its ordinal has a live pod that is not the
+/// failed one (recreated, on its volume), no survey chose a target yet, and the Lease
+/// names nobody or that ordinal, so no other server was writable since and the old
+/// primary's WAL is the newest. Back in
+/// `PrimaryLost` it is labelled primary and given the Lease once its failed pod's
+/// expired (found by the model check from seed 0: the only standby's volume was lost
+/// mid-failover, and the failover waited forever for a standby that could never
+/// exist). `None`: keep waiting for a standby.
+fn abandon(s: &Switchover, o: &Observed, surveyed: &[Surveyed]) -> Option<D> {
+    let old = s.cluster.primary;
+    let pod = o.live(old).filter(|p| !p.terminating)?;
+    let ours = format!("{}/", o.pod_name(old));
+    let never_left = o.own.lease.as_ref().is_some_and(|l| {
+        l.holder.as_deref().is_none_or(|h| h.starts_with(&ours))
+            && l.released_by
+                .as_deref()
+                .is_none_or(|h| h.starts_with(&ours))
+    });
+    let recreated = s.old_uid.as_deref() != Some(pod.uid.as_str());
+    // No survey chose a target yet: a failover hands the Lease only to one chosen.
+    let unchosen = s.surveyed.is_none();
+    (s.cause == SwitchCause::Failover && unchosen && never_left && recreated).then(|| {
+        Decision::go(
+            PgState::PrimaryLost {
+                cluster: s.cluster.clone(),
+            },
+            FAILOVER_ABANDONED,
+            format!(
+                "failover: no standby the survey read can be promoted ({}); {} is back on its volume and the Lease never left it, so it has the newest WAL: it is the primary again",
+                if surveyed.is_empty() {
+                    "none answered".to_owned()
+                } else {
+                    describe(o, surveyed)
+                },
+                o.pod_name(old)
+            ),
+        )
+    })
 }
 
 /// How long a survey that read too few members (for synchronous replication's quorum,

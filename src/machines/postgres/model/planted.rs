@@ -759,15 +759,7 @@ fn generated_runs_find_a_vanished_pod_taken_for_fenced_and_shrink_it() {
 /// surveyed, and pod 2, which has the commit, is promoted.
 #[test]
 fn an_upgrade_whose_target_missed_the_released_wal_promotes_the_member_that_has_it() {
-    use Move::*;
-    let mut world = World::fresh(3, false, 0);
-    world.running();
-    let events = vec![
-        Event::Env(StreamBreaks(1)),
-        Event::Env(Write),
-        Event::Edit(Edit::Version(1)),
-    ];
-    let report = passes((world, events));
+    let report = passes(super::scenarios::upgrade_target_short_of_released());
     assert_took(
         &report,
         "SwitchingOver -> SwitchingOver (TargetShortOfReleased)",
@@ -809,4 +801,16 @@ fn a_deleted_lease_at_rest_is_recreated_naming_nobody_until_any_old_holder_stopp
         "{}",
         report.trace.join("\n")
     );
+}
+
+/// Found by generated runs (seed 0): the primary's pod is evicted, the failover starts,
+/// and the only standby's volume is lost. No standby can ever be promoted (the empty one
+/// has no primary to clone from), and the failover waited for one without end. The old
+/// primary's pod is back on its volume and the Lease never left it, so the failover is
+/// abandoned and it is the primary again.
+#[test]
+fn a_failover_with_no_standby_left_goes_back_to_the_old_primary_on_its_volume() {
+    let report = passes(super::scenarios::failover_losing_the_only_standby());
+    assert_took(&report, "SwitchingOver -> PrimaryLost (FailoverAbandoned)");
+    assert_took(&report, "PrimaryLost -> Ready (PrimaryRecovered)");
 }

@@ -69,6 +69,41 @@ pub(super) mod story {
 /// Scenarios for the edges generated sequences seldom reach: the edge (`From -> To
 /// (Reason)`), the world and a short story that takes it (the liveness phase then
 /// settles the world as for any run).
+/// The primary's pod is evicted, a failover starts, and the only standby's volume is
+/// lost: no standby can be promoted (`FailoverAbandoned`).
+pub(super) fn failover_losing_the_only_standby() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    use story::r;
+    let env = Event::Env;
+    let mut world = World::fresh(2, false, 0);
+    world.running();
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        env(Evicted(0)),
+        r(),
+        Event::Tick(30),
+        r(),
+        env(VolumeLost(1)),
+    ];
+    (world, events)
+}
+
+/// Pod 1's stream breaks, a commit reaches pod 2 only, and an upgrade makes pod 1 the
+/// target: it misses the released position (`TargetShortOfReleased`).
+pub(super) fn upgrade_target_short_of_released() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let events = vec![
+        Event::Env(StreamBreaks(1)),
+        Event::Env(Write),
+        Event::Edit(Edit::Version(1)),
+    ];
+    (world, events)
+}
+
 fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     use Move::*;
     use story::{adopt, fail_over, r, surveyed};
@@ -87,7 +122,21 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
     // The primary's pod freezes (still Ready), and L + S passes without a renewal.
     let frozen = || vec![env(Pause(0)), Event::Tick(46), r()];
+    let (abandoned, abandoned_events) = failover_losing_the_only_standby();
+    let (short, short_events) = upgrade_target_short_of_released();
     vec![
+        (
+            // The only standby's volume is lost mid-failover.
+            "SwitchingOver -> PrimaryLost (FailoverAbandoned)",
+            abandoned,
+            abandoned_events,
+        ),
+        (
+            // An upgrade's target missed the released position.
+            "SwitchingOver -> SwitchingOver (TargetShortOfReleased)",
+            short,
+            short_events,
+        ),
         (
             // The primary freezes at rest.
             "Ready -> PrimaryLost (PrimaryNotRenewing)",

@@ -5,6 +5,7 @@ use super::upgrades::upgrade_observed;
 use super::*;
 use crate::driver::Operator;
 use crate::machines::postgres::actions::{LsnGate, survey_key};
+use crate::machines::postgres::decide::switching_over::SURVEYS_FOR_EVERY_MEMBER;
 use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED, RELEASED_LSN};
 use crate::machines::postgres::state::Surveyed;
 use crate::machines::postgres::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
@@ -438,6 +439,55 @@ fn a_standby_the_survey_did_not_reach_or_that_is_not_ready_is_never_chosen() {
     ));
     edit(&mut o, 2, |p| p.ready = false);
     let d = decide(&spec("16.3"), &at_survey(None), o);
+    // A standby may be restarting: it is read again before the failover gives up.
+    assert_goes(&d, SURVEY_RETRIED, &at_survey(Some(2)));
+}
+
+/// After the last survey no standby can be promoted, but the old primary's pod is back
+/// (recreated on its volume) and the Lease still names its ordinal: nobody else was
+/// writable, so the failover goes back to it. With a target already chosen by a survey
+/// (the Lease may have been handed on), or the Lease naming another ordinal, it waits.
+#[test]
+fn a_failover_with_no_standby_to_promote_goes_back_to_the_old_primary_back_on_its_volume() {
+    let back = || {
+        let mut o = surveyed_by(ONLY_PG2, SURVEYS_FOR_EVERY_MEMBER);
+        let mut pod = o.pods.get(&1).cloned().expect("pod 1");
+        pod.uid = "recreated".to_owned();
+        pod.role = Some(Role::Replica);
+        o.pods.insert(0, pod);
+        edit(&mut o, 1, |p| p.terminating = true);
+        edit(&mut o, 2, |p| p.ready = false);
+        o
+    };
+    let state = at_survey(Some(SURVEYS_FOR_EVERY_MEMBER));
+    let d = decide(&spec("16.3"), &state, back());
+    assert_eq!(d.reason(), FAILOVER_ABANDONED, "{d:?}");
+    assert!(matches!(target(&d), Some(PgState::PrimaryLost { cluster }) if cluster.primary == 0));
+
+    let mut elsewhere = back();
+    edit_lease(&mut elsewhere, |l| l.holder = Some(identity(2, V1)));
+    let d = decide(&spec("16.3"), &state, elsewhere);
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+
+    let PgState::SwitchingOver(s) = &state else {
+        unreachable!("at_survey is a switchover")
+    };
+    let chosen = PgState::SwitchingOver(Switchover {
+        surveyed: Some(Vec::new()),
+        ..s.clone()
+    });
+    let d = decide(&spec("16.3"), &chosen, back());
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+}
+
+/// After the last survey, no Ready standby and no old primary back on its volume: the
+/// failover waits, Degraded.
+#[test]
+fn a_failover_that_surveyed_three_times_and_found_no_ready_standby_waits_degraded() {
+    let mut o = surveyed_by(ONLY_PG2, SURVEYS_FOR_EVERY_MEMBER);
+    edit(&mut o, 1, |p| p.terminating = true);
+    edit(&mut o, 2, |p| p.ready = false);
+    let d = decide(&spec("16.3"), &at_survey(Some(SURVEYS_FOR_EVERY_MEMBER)), o);
     assert_degraded(&d, NO_PROMOTION_TARGET);
 }
 
