@@ -692,10 +692,44 @@ pub(super) mod stories {
         (edge, world, events[3..].to_vec())
     }
 
+    /// `story` without its first reconciles: the agent looks before the operator relabels
+    /// anyone.
+    fn without_operator((edge, world, events): Story) -> Story {
+        (edge, world, events[3..].to_vec())
+    }
+
     pub(in super::super) fn all() -> Vec<Story> {
         use Move::*;
         let env = Event::Env;
         vec![
+            without_operator(story(
+                "StartingPrimary -> AwaitingLease (LeaseMoved)",
+                // Pod 1, the primary, stopped cleanly and is about to start writable
+                // again, but the Lease was deleted and created again naming nobody.
+                |w| {
+                    waiting(w, 0, AgentState::Starting, Role::Replica);
+                    waiting(w, 1, AgentState::StartingPrimary, Role::Primary);
+                    w.volumes.insert(0, Vol::Standby);
+                    w.volumes.insert(1, Vol::Primary { clean: true });
+                    w.db_primary = 1;
+                    if let Some(l) = w.lease.as_mut() {
+                        l.holder = None;
+                        l.version += 1;
+                    }
+                },
+                vec![env(AgentTick(1))],
+            )),
+            without_operator(story(
+                "AwaitingLease -> Standby (ReleasedPositionPending)",
+                |w| {
+                    lease_to(w, 1);
+                    waiting(w, 1, AgentState::AwaitingLease, Role::Primary);
+                    if let Some(l) = w.lease.as_mut() {
+                        l.released_lsn = Some(w.wal);
+                    }
+                },
+                vec![env(AgentTick(1))],
+            )),
             story(
                 "StartingPrimary -> Starting (RoleChanged)",
                 |w| waiting(w, 1, AgentState::StartingPrimary, Role::Replica),

@@ -753,10 +753,10 @@ fn generated_runs_find_a_vanished_pod_taken_for_fenced_and_shrink_it() {
 }
 
 /// Found by generated runs: pod 1's stream breaks, a commit reaches pod 2 only, and an
-/// upgrade restarts pod 1 (not streaming yet) and makes it the switchover's target. The
-/// old primary stops cleanly and releases the Lease at the commit, which pod 1 can no
-/// longer get: its agent never promotes it. The promote Job fails, the members are
-/// surveyed, and pod 2, which has the commit, is promoted.
+/// upgrade makes pod 1 the switchover's target. The old primary stops cleanly and
+/// releases the Lease at the commit, which pod 1 can no longer get: its agent never
+/// promotes it. The promote Job fails, the members are surveyed, and pod 2, which has the
+/// commit, is promoted.
 #[test]
 fn an_upgrade_whose_target_missed_the_released_wal_promotes_the_member_that_has_it() {
     let report = passes(super::scenarios::upgrade_target_short_of_released());

@@ -90,16 +90,35 @@ pub(super) fn failover_losing_the_only_standby() -> (World, Vec<Event<Move, Edit
     (world, events)
 }
 
-/// Pod 1's stream breaks, a commit reaches pod 2 only, and an upgrade makes pod 1 the
-/// target: it misses the released position (`TargetShortOfReleased`).
+/// The replicas already run the new image; pod 1's stream breaks and a commit reaches
+/// pod 2 only; the upgrade's switchover makes pod 1 the target. The old primary stops
+/// cleanly and releases at the commit, which pod 1 cannot get, so its promote Job fails
+/// (`TargetShortOfReleased`) and pod 2, surveyed, is promoted.
 pub(super) fn upgrade_target_short_of_released() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
+    use story::r;
+    let env = Event::Env;
     let mut world = World::fresh(3, false, 0);
     world.running();
+    for k in [1, 2] {
+        if let Some(p) = world.pods.get_mut(&k) {
+            p.image = image(1);
+        }
+    }
     let events = vec![
-        Event::Env(StreamBreaks(1)),
-        Event::Env(Write),
+        env(StreamBreaks(1)),
+        env(Write),
         Event::Edit(Edit::Version(1)),
+        r(),
+        r(),
+        r(),
+        r(),
+        r(),
+        env(AgentTick(0)),
+        r(),
+        env(AgentTick(1)),
+        env(JobFinishes { nth: 0, ok: false }),
+        r(),
     ];
     (world, events)
 }
