@@ -104,9 +104,10 @@ pub mod reason {
     pub const PROMOTION_EXHAUSTED: &str = "PromotionExhausted";
     /// Stay (Degraded): no Ready replica to promote.
     pub const NO_PROMOTION_TARGET: &str = "NoPromotionTarget";
-    /// Edge: a failover found no standby to promote while the old primary's pod is back
-    /// with its volume and the Lease never left its ordinal: it is the primary again.
-    pub const FAILOVER_ABANDONED: &str = "FailoverAbandoned";
+    /// Edge: a failover or switchover found no standby to promote while the old primary's
+    /// pod is live on its volume and the Lease never left its ordinal: it is the primary
+    /// again.
+    pub const BACK_TO_OLD_PRIMARY: &str = "BackToOldPrimary";
     /// Stay (Degraded): the primary is not Ready; waiting `failoverDelaySeconds`.
     pub const AWAITING_FAILOVER: &str = "AwaitingFailover";
     /// Stay (Degraded after `L + S` + 30 s): the Lease holder may still be writable.
@@ -188,7 +189,7 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         Ready: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary (a scale-down: scaling follows; a requested switchover: done)", by::SWITCHING_OVER;
         Ready: ALREADY_PRIMARY, "the requested switchover names the pod that is already primary: nothing moves", by::SWITCHING_OVER;
         Ready: FAILOVER_COMPLETED, "a Ready replica is promoted and labelled primary in place of the failed one", by::SWITCHING_OVER;
-        PrimaryLost: FAILOVER_ABANDONED, "a failover's survey read no standby that can be promoted, the old primary's pod is back (recreated, with its volume) and the Lease never named another ordinal: no other server was writable, so the old primary has the newest WAL and is labelled primary again (given the Lease once its failed pod's expired)", by::SWITCHING_OVER;
+        PrimaryLost: BACK_TO_OLD_PRIMARY, "three surveys read no standby that can be promoted, no survey chose a target, the Lease never named another ordinal, and the old primary's pod is live (a failover's recreated on its volume, a switchover's stopped on purpose): no other server was writable, so the old primary has the newest WAL and is labelled primary again (given the Lease once any failed pod's expired)", by::SWITCHING_OVER;
     }
     [Ready, Scaling] -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready", by::PRIMARY_LOST;
     Upgrading -> PrimaryLost: PRIMARY_NOT_READY,

@@ -293,15 +293,15 @@ fn survey(
     }
 }
 
-/// A failover whose survey read no standby that can be promoted goes back to the old
-/// primary when that is safe and possible: its ordinal has a live pod that is not the
-/// failed one (recreated, on its volume), no survey chose a target yet, and the Lease
-/// names nobody or that ordinal, so no other server was writable since and the old
-/// primary's WAL is the newest. Back in
-/// `PrimaryLost` it is labelled primary and given the Lease once its failed pod's
-/// expired (found by the model check from seed 0: the only standby's volume was lost
-/// mid-failover, and the failover waited forever for a standby that could never
-/// exist). `None`: keep waiting for a standby.
+/// A failover or switchover whose surveys read no standby that can be promoted goes
+/// back to the old primary when that is safe and possible: its ordinal has a live pod
+/// (for a failover, not the failed one: recreated, on its volume; a switchover's old
+/// primary stopped on purpose), no survey chose a target yet, and the Lease names nobody
+/// or that ordinal, so no other server was writable since and the old primary's WAL is
+/// the newest. Back in `PrimaryLost` it is labelled primary and given the Lease once
+/// any failed pod's expired (found by the model check from seeds 0 and 1: the only
+/// standby's volume was lost mid-failover, or mid-switchover, and the machine waited
+/// for a standby that could never exist). `None`: keep waiting for a standby.
 fn abandon(s: &Switchover, o: &Observed, surveyed: &[Surveyed]) -> Option<D> {
     let old = s.cluster.primary;
     let pod = o.live(old).filter(|p| !p.terminating)?;
@@ -312,17 +312,20 @@ fn abandon(s: &Switchover, o: &Observed, surveyed: &[Surveyed]) -> Option<D> {
                 .as_deref()
                 .is_none_or(|h| h.starts_with(&ours))
     });
+    let failed = s.cause == SwitchCause::Failover;
     let recreated = s.old_uid.as_deref() != Some(pod.uid.as_str());
-    // No survey chose a target yet: a failover hands the Lease only to one chosen.
+    // No survey chose a target yet: a surveyed switchover hands the Lease only to one
+    // chosen.
     let unchosen = s.surveyed.is_none();
-    (s.cause == SwitchCause::Failover && unchosen && never_left && recreated).then(|| {
+    (unchosen && never_left && (recreated || !failed)).then(|| {
         Decision::go(
             PgState::PrimaryLost {
                 cluster: s.cluster.clone(),
             },
-            FAILOVER_ABANDONED,
+            BACK_TO_OLD_PRIMARY,
             format!(
-                "failover: no standby the survey read can be promoted ({}); {} is back on its volume and the Lease never left it, so it has the newest WAL: it is the primary again",
+                "{}: no standby the survey read can be promoted ({}); {} is back on its volume and the Lease never left it, so it has the newest WAL: it is the primary again",
+                if failed { "failover" } else { "switchover" },
                 if surveyed.is_empty() {
                     "none answered".to_owned()
                 } else {

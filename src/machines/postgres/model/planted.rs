@@ -811,6 +811,6 @@ fn a_deleted_lease_at_rest_is_recreated_naming_nobody_until_any_old_holder_stopp
 #[test]
 fn a_failover_with_no_standby_left_goes_back_to_the_old_primary_on_its_volume() {
     let report = passes(super::scenarios::failover_losing_the_only_standby());
-    assert_took(&report, "SwitchingOver -> PrimaryLost (FailoverAbandoned)");
+    assert_took(&report, "SwitchingOver -> PrimaryLost (BackToOldPrimary)");
     assert_took(&report, "PrimaryLost -> Ready (PrimaryRecovered)");
 }

@@ -70,7 +70,7 @@ pub(super) mod story {
 /// (Reason)`), the world and a short story that takes it (the liveness phase then
 /// settles the world as for any run).
 /// The primary's pod is evicted, a failover starts, and the only standby's volume is
-/// lost: no standby can be promoted (`FailoverAbandoned`).
+/// lost: no standby can be promoted (`BackToOldPrimary`).
 pub(super) fn failover_losing_the_only_standby() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     use story::r;
@@ -146,7 +146,7 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     vec![
         (
             // The only standby's volume is lost mid-failover.
-            "SwitchingOver -> PrimaryLost (FailoverAbandoned)",
+            "SwitchingOver -> PrimaryLost (BackToOldPrimary)",
             abandoned,
             abandoned_events,
         ),

@@ -461,7 +461,7 @@ fn a_failover_with_no_standby_to_promote_goes_back_to_the_old_primary_back_on_it
     };
     let state = at_survey(Some(SURVEYS_FOR_EVERY_MEMBER));
     let d = decide(&spec("16.3"), &state, back());
-    assert_eq!(d.reason(), FAILOVER_ABANDONED, "{d:?}");
+    assert_eq!(d.reason(), BACK_TO_OLD_PRIMARY, "{d:?}");
     assert!(matches!(target(&d), Some(PgState::PrimaryLost { cluster }) if cluster.primary == 0));
 
     let mut elsewhere = back();
