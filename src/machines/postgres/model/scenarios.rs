@@ -347,6 +347,45 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             .concat(),
         ),
         (
+            // The primary stops being Ready while an on-demand backup runs.
+            "BackingUp -> PrimaryLost (PrimaryNotReady)",
+            running(1, true),
+            [backing_up(), vec![env(BecomesUnready(0)), r()]].concat(),
+        ),
+        (
+            // spec.replicas changes again while a replica is added.
+            "Scaling -> Scaling (ReplicasChanged)",
+            running(2, false),
+            [
+                adopt(),
+                vec![
+                    Event::Edit(Edit::Replicas(3)),
+                    r(),
+                    Event::Edit(Edit::Replicas(2)),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            // Deleted; the final backup Job fails once, and after its backoff another runs.
+            "Finalizing -> Finalizing (FinalBackupRetried)",
+            running(1, true),
+            [
+                adopt(),
+                vec![
+                    Event::Delete,
+                    r(),
+                    r(),
+                    env(JobFinishes { nth: 0, ok: false }),
+                    r(),
+                    Event::Tick(120),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
             // Deleted while backing up.
             "BackingUp -> Finalizing (DeletionRequested)",
             running(1, true),
