@@ -141,6 +141,26 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     let backing_up = || [adopt(), vec![env(RequestBackup), r()]].concat();
     // The primary's pod freezes (still Ready), and L + S passes without a renewal.
     let frozen = || vec![env(Pause(0)), Event::Tick(46), r()];
+    // The Job running fails, and its backoff passes.
+    let job_fails_and_backs_off = || {
+        vec![
+            env(JobFinishes { nth: 0, ok: false }),
+            r(),
+            Event::Tick(120),
+            r(),
+        ]
+    };
+    // Deleted, and the final backup Job started.
+    let finalizing = || vec![Event::Delete, r(), r()];
+    // spec.replicas set to `a`, then to `b`, each reconciled.
+    let rescale = |a: i32, b: i32| {
+        vec![
+            Event::Edit(Edit::Replicas(a)),
+            r(),
+            Event::Edit(Edit::Replicas(b)),
+            r(),
+        ]
+    };
     let (abandoned, abandoned_events) = failover_losing_the_only_standby();
     let (short, short_events) = upgrade_target_short_of_released();
     vec![
@@ -226,12 +246,7 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
                 adopt(),
                 fail_over(),
                 to_promote(),
-                vec![
-                    env(JobFinishes { nth: 0, ok: false }),
-                    r(),
-                    Event::Tick(120),
-                    r(),
-                ],
+                job_fails_and_backs_off(),
             ]
             .concat(),
         ),
@@ -300,11 +315,8 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
                     r(),
                     env(BecomesReady(0)),
                     r(),
-                    Event::Edit(Edit::Replicas(2)),
-                    r(),
-                    Event::Edit(Edit::Replicas(1)),
-                    r(),
                 ],
+                rescale(2, 1),
             ]
             .concat(),
         ),
@@ -356,34 +368,13 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             // spec.replicas changes again while a replica is added.
             "Scaling -> Scaling (ReplicasChanged)",
             running(2, false),
-            [
-                adopt(),
-                vec![
-                    Event::Edit(Edit::Replicas(3)),
-                    r(),
-                    Event::Edit(Edit::Replicas(2)),
-                    r(),
-                ],
-            ]
-            .concat(),
+            [adopt(), rescale(3, 2)].concat(),
         ),
         (
             // Deleted; the final backup Job fails once, and after its backoff another runs.
             "Finalizing -> Finalizing (FinalBackupRetried)",
             running(1, true),
-            [
-                adopt(),
-                vec![
-                    Event::Delete,
-                    r(),
-                    r(),
-                    env(JobFinishes { nth: 0, ok: false }),
-                    r(),
-                    Event::Tick(120),
-                    r(),
-                ],
-            ]
-            .concat(),
+            [adopt(), finalizing(), job_fails_and_backs_off()].concat(),
         ),
         (
             // Deleted while backing up.
@@ -449,13 +440,8 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             running(1, true),
             [
                 adopt(),
-                vec![
-                    Event::Delete,
-                    r(),
-                    r(),
-                    Event::Edit(Edit::ToggleBackup),
-                    r(),
-                ],
+                finalizing(),
+                vec![Event::Edit(Edit::ToggleBackup), r()],
             ]
             .concat(),
         ),
