@@ -64,10 +64,17 @@ pub(crate) enum Fence {
 /// created before `spec.fencing.leaseDurationSeconds` was lowered fences itself by the
 /// old, longer one). Lowering `L` never shortens a wait (finding 2 of issue 21).
 pub(crate) fn lease_seconds(spec: &PostgresClusterSpec, lease: &LeaseView, o: &Observed) -> i64 {
-    o.own.lease_seconds.values().copied().fold(
-        lease.duration.max(spec.fencing.lease_duration_seconds),
-        i64::max,
-    )
+    lease.duration.max(living_lease_seconds(spec, o))
+}
+
+/// The longest `L` of the spec and of every observed pod: [`lease_seconds`] without a
+/// Lease to read one from (it was deleted).
+fn living_lease_seconds(spec: &PostgresClusterSpec, o: &Observed) -> i64 {
+    o.own
+        .lease_seconds
+        .values()
+        .copied()
+        .fold(spec.fencing.lease_duration_seconds, i64::max)
 }
 
 /// When the Lease's current holder is certainly no longer writable by expiry
@@ -188,11 +195,7 @@ pub(crate) fn keep_lease(
     now: DateTime<Utc>,
 ) -> (Vec<PgAction>, Option<Duration>) {
     let Some(lease) = &o.own.lease else {
-        let l = spec
-            .fencing
-            .lease_duration_seconds
-            .max(o.own.lease_seconds.values().copied().max().unwrap_or(0))
-            .saturating_add(spec.fencing.clock_skew_seconds);
+        let l = living_lease_seconds(spec, o).saturating_add(spec.fencing.clock_skew_seconds);
         return (
             vec![PgAction::CreateLease {
                 holder: None,

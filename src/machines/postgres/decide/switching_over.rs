@@ -212,7 +212,7 @@ fn survey(
                 // The old primary, back on its volume, has every acknowledged commit: a
                 // quorum that stays unmet goes back to it rather than wait without end.
                 if attempt >= SURVEYS_FOR_EVERY_MEMBER
-                    && let Some(back) = abandon(s, o, &surveyed)
+                    && let Some(back) = abandon(s, o, &surveyed, what)
                 {
                     return back;
                 }
@@ -261,7 +261,7 @@ fn survey(
                         return resurvey(s, world, finished, NO_PROMOTION_TARGET, again, true)
                             .with_actions(actions);
                     }
-                    abandon(s, o, &surveyed).unwrap_or_else(|| {
+                    abandon(s, o, &surveyed, what).unwrap_or_else(|| {
                         stay(NO_PROMOTION_TARGET, message, actions)
                             .degraded()
                             .requeue(std::time::Duration::from_secs(10))
@@ -276,11 +276,11 @@ fn survey(
             wait,
             actions,
         ),
-        JobStep::Retry { failure } | JobStep::Exhausted { failure } => (attempt
-            >= SURVEYS_FOR_EVERY_MEMBER)
-            .then(|| abandon(s, o, &[]))
-            .flatten()
-            .unwrap_or_else(|| {
+        JobStep::Retry { failure } | JobStep::Exhausted { failure } => {
+            let back = (attempt >= SURVEYS_FOR_EVERY_MEMBER)
+                .then(|| abandon(s, o, &[], what))
+                .flatten();
+            back.unwrap_or_else(|| {
                 Decision::go(
                     PgState::SwitchingOver(Switchover {
                         survey_attempt: Some(attempt.saturating_add(1)),
@@ -289,7 +289,8 @@ fn survey(
                     SURVEY_RETRIED,
                     format!("{what}: survey Job {job_name} {failure}; surveying again"),
                 )
-            }),
+            })
+        }
     }
 }
 
@@ -302,7 +303,7 @@ fn survey(
 /// any failed pod's expired (found by the model check from seeds 0 and 1: the only
 /// standby's volume was lost mid-failover, or mid-switchover, and the machine waited
 /// for a standby that could never exist). `None`: keep waiting for a standby.
-fn abandon(s: &Switchover, o: &Observed, surveyed: &[Surveyed]) -> Option<D> {
+fn abandon(s: &Switchover, o: &Observed, surveyed: &[Surveyed], what: &str) -> Option<D> {
     let old = s.cluster.primary;
     let pod = o.live(old).filter(|p| !p.terminating)?;
     let ours = format!("{}/", o.pod_name(old));
@@ -324,8 +325,7 @@ fn abandon(s: &Switchover, o: &Observed, surveyed: &[Surveyed]) -> Option<D> {
             },
             BACK_TO_OLD_PRIMARY,
             format!(
-                "{}: no standby the survey read can be promoted ({}); {} is back on its volume and the Lease never left it, so it has the newest WAL: it is the primary again",
-                if failed { "failover" } else { "switchover" },
+                "{what}: no standby the survey read can be promoted ({}); {} is back on its volume and the Lease never left it, so it has the newest WAL: it is the primary again",
                 if surveyed.is_empty() {
                     "none answered".to_owned()
                 } else {

@@ -665,7 +665,7 @@ pub(super) mod stories {
     /// promotion has not finished.
     fn promoting(edge: &'static str, role: Role, events: Vec<Event<Move, Edit>>) -> Story {
         // No reconcile first: the operator would label pod 1 primary at once.
-        let (edge, world, events) = story(
+        without_operator(story(
             edge,
             |w| {
                 lease_to(w, 1);
@@ -688,8 +688,7 @@ pub(super) mod stories {
                 w.db_primary = 1;
             },
             events,
-        );
-        (edge, world, events[3..].to_vec())
+        ))
     }
 
     /// `story` without its first reconciles: the agent looks before the operator relabels

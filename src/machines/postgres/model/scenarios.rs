@@ -66,9 +66,6 @@ pub(super) mod story {
     }
 }
 
-/// Scenarios for the edges generated sequences seldom reach: the edge (`From -> To
-/// (Reason)`), the world and a short story that takes it (the liveness phase then
-/// settles the world as for any run).
 /// The primary's pod is evicted, a failover starts, and the only standby's volume is
 /// lost: no standby can be promoted (`BackToOldPrimary`).
 pub(super) fn failover_losing_the_only_standby() -> (World, Vec<Event<Move, Edit>>) {
@@ -123,6 +120,9 @@ pub(super) fn upgrade_target_short_of_released() -> (World, Vec<Event<Move, Edit
     (world, events)
 }
 
+/// Scenarios for the edges generated sequences seldom reach: the edge (`From -> To
+/// (Reason)`), the world and a short story that takes it (the liveness phase then
+/// settles the world as for any run).
 fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     use Move::*;
     use story::{adopt, fail_over, r, surveyed};
