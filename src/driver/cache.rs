@@ -115,7 +115,9 @@ impl Project for Pod {
     /// flag); each container's name, image and literal `LOCKSTEP_*` environment
     /// variables (what a pod was created with: PostgresCluster reads the lease duration
     /// its fence runs with); the Ready condition's type and status while it holds
-    /// (`True`): what readiness, images, ordinals and roles are read from; the digests of
+    /// (`True`): what readiness, images, ordinals and roles are read from; the type,
+    /// status, reason and message of the conditions a pod's own agent writes (types
+    /// under [`LOCKSTEP_CONDITION_PREFIX`]); the digests of
     /// [`DIGESTED_ANNOTATIONS`]. Other annotations,
     /// other environment variables and the labels other controllers add
     /// (`controller-revision-hash`, `pod-index`, …) are dropped.
@@ -154,11 +156,26 @@ impl Project for Pod {
             conditions: status.conditions.map(|conditions| {
                 conditions
                     .into_iter()
-                    .filter(|c| c.type_ == "Ready" && c.status == "True")
-                    .map(|c| PodCondition {
-                        type_: c.type_,
-                        status: c.status,
-                        ..PodCondition::default()
+                    .filter_map(|c| {
+                        if c.type_ == "Ready" && c.status == "True" {
+                            Some(PodCondition {
+                                type_: c.type_,
+                                status: c.status,
+                                ..PodCondition::default()
+                            })
+                        } else if c.type_.starts_with(LOCKSTEP_CONDITION_PREFIX) {
+                            // What a pod's own agent reports (a PostgreSQL instance's
+                            // settings): its words, not its times.
+                            Some(PodCondition {
+                                type_: c.type_,
+                                status: c.status,
+                                reason: c.reason,
+                                message: c.message,
+                                ..PodCondition::default()
+                            })
+                        } else {
+                            None
+                        }
                     })
                     .collect()
             }),
@@ -223,6 +240,10 @@ pub fn digest(value: &str) -> String {
     let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(value);
     format!("{hash:016x}")
 }
+
+/// The prefix of the pod condition types Lockstep's agents write on their own pods
+/// (`lockstep.dev/SettingsApplied`), which the cache keeps.
+pub const LOCKSTEP_CONDITION_PREFIX: &str = "lockstep.dev/";
 
 /// The label the Job controller puts on its pods.
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";

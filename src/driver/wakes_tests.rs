@@ -104,6 +104,38 @@ fn a_pod_wakes_its_owner_when_it_is_being_deleted_or_runs_another_image() {
     ));
 }
 
+#[test]
+fn a_pod_wakes_its_owner_when_its_agent_reports_otherwise_not_when_only_the_time_moves() {
+    let reporting = |status: &str, message: &str, at: &str| {
+        let mut p = pod(Some("True"), Some("n1"), "Running");
+        p["status"]["conditions"]
+            .as_array_mut()
+            .expect("conditions")
+            .push(
+                json!({"type": "lockstep.dev/SettingsApplied", "status": status,
+                "reason": "R", "message": message, "lastTransitionTime": at}),
+            );
+        p
+    };
+    let at = "2026-01-01T00:00:00Z";
+    assert!(wakes::<Pod>(
+        pod(Some("True"), Some("n1"), "Running"),
+        reporting("True", "all", at)
+    ));
+    assert!(wakes::<Pod>(
+        reporting("True", "all", at),
+        reporting("False", "pending restart: shared_buffers", at)
+    ));
+    assert!(wakes::<Pod>(
+        reporting("False", "pending restart: a", at),
+        reporting("False", "pending restart: a, b", at)
+    ));
+    assert!(!wakes::<Pod>(
+        reporting("True", "all", at),
+        reporting("True", "all", "2026-01-02T00:00:00Z")
+    ));
+}
+
 fn service(port: i32, ingress: &str) -> Value {
     json!({"spec": {"clusterIP": "None", "ports": [{"name": "db", "port": port}]},
         "status": {"loadBalancer": {"ingress": [{"ip": ingress}]}}})

@@ -52,6 +52,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::runtime::watcher;
@@ -60,8 +61,8 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use lockstep::engine::conditions;
-use lockstep::machines::postgres::table::reason::FAILOVER_STARTED;
-use lockstep::machines::postgres::{Postgres, PostgresCluster};
+use lockstep::machines::postgres::table::reason::{FAILOVER_STARTED, SETTINGS_REFUSED};
+use lockstep::machines::postgres::{Postgres, PostgresCluster, SETTINGS_APPLIED};
 
 use crate::postgres::history;
 use crate::support::{Env, Fixture, InProcessOperator, kubeconfig_path, wait_for_all_within};
@@ -1085,13 +1086,72 @@ async fn settings_reach_every_instance_by_a_reload() {
             "{pod}'s files kept a refused value:\n{conf}"
         );
     }
+    // Each instance tells the operator on its pod; the cluster says it where people look:
+    // Degraded naming the refused field and the instances, SettingsApplied naming what
+    // waits for a restart, and a Warning Event.
+    let degraded_on_work_mem = |pg: &PostgresCluster| {
+        condition_of(pg, conditions::DEGRADED).is_some_and(|c| {
+            c.status == conditions::status::TRUE
+                && c.reason == SETTINGS_REFUSED
+                && c.message
+                    .contains("spec.postgresql.parameters.work_mem (pg-0, pg-1)")
+        })
+    };
+    real.cluster_until(name, "Degraded, naming the refused field", move |pg| {
+        degraded_on_work_mem(pg)
+            && condition_of(pg, SETTINGS_APPLIED).is_some_and(|c| {
+                c.reason == "Refused" && c.message.contains("shared_buffers (pg-0, pg-1)")
+            })
+    })
+    .await;
+    let refused = |e: &Event| {
+        e.type_.as_deref() == Some("Warning")
+            && e.reason.as_deref() == Some(SETTINGS_REFUSED)
+            && e.note.as_deref().is_some_and(|n| n.contains("work_mem"))
+    };
+    let events: Api<Event> = real.pg.env.api();
+    wait_for_all_within(
+        &events,
+        "",
+        "the SettingsRefused Warning",
+        SLOW,
+        move |all| all.iter().any(refused),
+    )
+    .await;
+
     // The replica starts again on those files: with the restart's parameter, without
     // the refused value.
     let (ok, out) = real.kubectl(&["delete", "pod", "pg-1", "--wait=true"]);
     assert!(ok, "{out}");
     real.all_ready(name).await;
     real.shows("pg-1", "SHOW shared_buffers", "64MB").await;
+
+    // Asked for a value it accepts, every instance applies it by a reload: the cluster
+    // is no longer Degraded, and only the primary, never restarted, waits for a restart.
+    real.pg
+        .merge_patch(
+            name,
+            json!({"spec": {"postgresql": {"parameters": {"work_mem": "32MB"}}}}),
+        )
+        .await;
+    for pod in pods {
+        real.shows(pod, "SHOW work_mem", "32MB").await;
+    }
+    real.cluster_until(name, "the refusal cleared, pg-0 pending a restart", |pg| {
+        condition_of(pg, conditions::DEGRADED)
+            .is_some_and(|c| c.status == conditions::status::FALSE)
+            && condition_of(pg, SETTINGS_APPLIED).is_some_and(|c| {
+                c.reason == "PendingRestart"
+                    && c.message.contains("pending restart: shared_buffers (pg-0)")
+            })
+    })
+    .await;
     real.finish().await;
+}
+
+/// The condition `type_` of the cluster's status, if it has one.
+fn condition_of(pg: &PostgresCluster, type_: &str) -> Option<lockstep::engine::Condition> {
+    pg.status.as_ref()?.engine.condition(type_).cloned()
 }
 
 /// (c) Failover: the primary's postmaster is killed (SIGKILL; the instance manager, its

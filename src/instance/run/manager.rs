@@ -43,6 +43,7 @@ use super::metrics::InstanceMetrics;
 use super::postmaster::Postmaster;
 use super::prepare::{Layout, Prepare};
 use super::process::{self, Pidfd, Signal};
+use super::report::Reporter;
 use super::settings::Settings;
 use crate::engine::Decision;
 use crate::instance::machine::{AgentSpec, LeaseTerms};
@@ -275,6 +276,8 @@ pub struct Manager {
     metrics: InstanceMetrics,
     /// The person's settings ([`super::settings`]).
     settings: Settings,
+    /// Tells the operator what the server made of them ([`super::report`]).
+    reporter: Option<Reporter>,
     /// A reload was sent: the next round reads what waits for a restart.
     reloaded: bool,
     /// Since when the server has answered as a standby that does not stream.
@@ -306,7 +309,7 @@ impl Manager {
                 args.role_file.display()
             )));
         }
-        let lease = match (&args.lease_name, &args.pod_namespace, args.holder()) {
+        let (lease, reporter) = match (&args.lease_name, &args.pod_namespace, args.holder()) {
             (Some(name), Some(namespace), Some(me)) => {
                 let mut config = kube::Config::infer()
                     .await
@@ -318,9 +321,16 @@ impl Manager {
                 let client = kube::Client::try_from(config)
                     .map_err(|e| ManagerError::Kube(e.to_string()))?;
                 let l = i32::try_from(args.lease_seconds).unwrap_or(i32::MAX);
-                Some(LeaseClient::new(client, namespace, name, &me, l, bound))
+                let reporter = args
+                    .pod_name
+                    .as_deref()
+                    .map(|pod| Reporter::start(client.clone(), namespace, pod));
+                (
+                    Some(LeaseClient::new(client, namespace, name, &me, l, bound)),
+                    reporter,
+                )
             }
-            _ => None,
+            _ => (None, None),
         };
         let fence = Fence::start(args.fence()).map_err(ManagerError::Fence)?;
         let args_annotations = args.annotations_file.clone();
@@ -340,6 +350,7 @@ impl Manager {
             staying: None,
             metrics: InstanceMetrics::new(),
             settings: Settings::new(args_annotations),
+            reporter,
             reloaded: false,
         })
     }
@@ -366,6 +377,11 @@ impl Manager {
             self.apply_settings().await;
             self.metrics.record(&seen, &self.state, me.as_deref());
             self.metrics.record_settings(&self.settings);
+            if let Some(reporter) = &self.reporter
+                && self.settings.is_written()
+            {
+                reporter.report(self.settings.report());
+            }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);
             let (to, wait) = match &decision {
                 Decision::Go {

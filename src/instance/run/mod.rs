@@ -15,7 +15,10 @@
 //! - `init`: PID 1's duties: reap every orphan, forward signals to the manager;
 //! - `install`: the init container's copy of this binary into the pod;
 //! - `prepare`: bootstrap, local promotion, clone, rewind, the managed configuration;
-//! - `quote`: quoting values into SQL, conninfo and `postgresql.conf`.
+//! - `quote`: quoting values into SQL, conninfo and `postgresql.conf`;
+//! - `report`: the settings' outcome, told to the operator on the pod (a condition);
+//! - `settings`: the person's `spec.postgresql`, written and reloaded;
+//! - `metrics`: what the last round saw, on `/metrics`.
 //!
 //! The design, and how it compares with CloudNativePG's instance manager and Patroni's
 //! watchdog: `docs/instance-manager.md`.
@@ -32,5 +35,6 @@ pub mod postmaster;
 pub mod prepare;
 pub mod process;
 pub mod quote;
+pub mod report;
 pub mod settings;
 pub mod sql;

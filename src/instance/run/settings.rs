@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use crate::machines::postgres::applied::{SettingsReport, parameter_field, rule_field};
 use crate::machines::postgres::settings::{
     InstanceSettings, PostgresqlSpec, SETTINGS_ANNOTATION, parse,
 };
@@ -198,6 +199,12 @@ impl Settings {
         self.written = Some((self.wanted.clone(), self.synchronous.clone()));
     }
 
+    /// The files hold what is asked for (so what is refused and pending is known).
+    #[must_use]
+    pub fn is_written(&self) -> bool {
+        self.written.is_some()
+    }
+
     /// The files must be written again (what they hold was refused).
     pub fn unwritten(&mut self) {
         self.written = None;
@@ -247,6 +254,32 @@ impl Settings {
             tracing::info!(parameters = ?names, "settings changed that PostgreSQL applies only at a restart: pending until this instance's next start");
         }
         self.pending_restart = names;
+    }
+
+    /// What this instance tells the operator (the pod condition of
+    /// [`crate::machines::postgres::applied`]): each refused value by the field that
+    /// holds it, and the parameters pending a restart.
+    #[must_use]
+    pub fn report(&self) -> SettingsReport {
+        let rules = &self.wanted.postgresql.pg_hba;
+        let wanted = &self.wanted.postgresql.parameters;
+        let mut refused: Vec<String> = self
+            .refused
+            .iter()
+            .filter(|(name, (value, _))| wanted.get(*name) == Some(value))
+            .map(|(name, _)| parameter_field(name))
+            .collect();
+        refused.extend(
+            rules
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| self.refused_rules.contains_key(*r))
+                .map(|(i, _)| rule_field(i)),
+        );
+        SettingsReport {
+            refused,
+            pending_restart: self.pending_restart.iter().cloned().collect(),
+        }
     }
 
     /// How many parameters and rules are refused now.
@@ -374,6 +407,31 @@ mod tests {
             s.effective().pg_hba,
             ["host all a 10.0.0.0/8 md5", "local all b trust"]
         );
+    }
+
+    #[test]
+    fn the_report_names_each_refused_value_by_its_field_and_what_waits_for_a_restart() {
+        let mut s = settings_asking(&asked(
+            &[("work_mem", "banana"), ("geqo", "off")],
+            &["host all a 10.0.0.0/8 md5", "nonsense"],
+        ));
+        s.refuse("work_mem", "invalid value");
+        s.refuse_rule("nonsense", "invalid connection type");
+        s.set_pending_restart(["shared_buffers".to_owned()].into());
+        assert_eq!(
+            s.report(),
+            SettingsReport {
+                refused: vec![
+                    "spec.postgresql.parameters.work_mem".to_owned(),
+                    "spec.postgresql.pgHba[1]".to_owned()
+                ],
+                pending_restart: vec!["shared_buffers".to_owned()],
+            }
+        );
+        // Asked for another value: no longer refused, even before the next check.
+        s.wanted.postgresql = asked(&[("work_mem", "16MB")], &[]);
+        s.set_pending_restart(BTreeSet::new());
+        assert!(s.report().applied());
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! - [`state`]: the persisted state; [`table`]: the declared edges and their reasons,
 //!   each edge naming the file that takes it (the generated statechart is
 //!   `machines/postgrescluster.md`); [`actions`]: the side effects, as data.
-//! - [`observe`] and [`render`]: the bridge to Kubernetes objects;
+//! - [`observe`] and [`render`]: the bridge to Kubernetes objects; [`applied`]: what
+//!   each instance reports on its pod of the settings it was given;
 //!   [`status`]: the kind's own status fields.
 //! - `scripts/`: what runs in the Jobs (`survey.sh`, `promote.sh`, `backup.sh`,
 //!   `restore.sh`), shipped in a ConfigMap; their environment contract is in
@@ -19,7 +20,8 @@
 //! own status: `primaryPod` and `replicaPods` (from the role labels the Services select
 //! by), `targetPrimary` mid-switchover, `image`, `lastBackupTime`, `lastBackup` (which
 //! says when a requested backup's outcome is unknown), `lastFailover`, and the condition
-//! `PrimaryAvailable`.
+//! `PrimaryAvailable`, and `SettingsApplied` (what the instances report of
+//! `spec.postgresql`, [`applied`]).
 //!
 //! # Guarantees
 //! See [`machine`]. Additionally, `status` is a deterministic function of the persisted
@@ -39,6 +41,7 @@
 
 pub mod actions;
 pub mod api;
+pub mod applied;
 mod decide;
 pub mod machine;
 #[cfg(test)]
@@ -69,7 +72,12 @@ use crate::engine::EngineStatus;
 use crate::machines::common::{last_backup, ops};
 use actions::Role;
 use render::ROLE_LABEL;
-use status::{last_failover, primary_available, rest_image};
+use status::{last_failover, primary_available, rest_image, settings_applied};
+
+/// The condition type saying what the instances made of `spec.postgresql`: applied,
+/// refused by PostgreSQL, or pending a restart, from what each instance reports
+/// ([`applied`]).
+pub const SETTINGS_APPLIED: &str = "SettingsApplied";
 
 /// The condition type saying whether a primary serves writes (through `<name>-rw`), and
 /// why not or since when.
@@ -212,6 +220,12 @@ impl Operator for Postgres {
                 now,
                 engine.observed_generation,
             )
+        {
+            engine.conditions.push(condition);
+        }
+        if state.is_some()
+            && let Some(condition) =
+                settings_applied(object, observed, now, engine.observed_generation)
         {
             engine.conditions.push(condition);
         }

@@ -13,6 +13,7 @@ use kube::ResourceExt;
 
 use super::actions::{PgAction, Role, ServiceKind};
 use super::api::{DEFAULT_LEASE_SECONDS, PostgresCluster};
+use super::applied::{SETTINGS_APPLIED, SettingsReport};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use super::settings;
 use crate::driver::Cache;
@@ -170,6 +171,9 @@ pub struct Own {
     /// The live instance pods (by ordinal) whose settings annotation is not the spec's
     /// `postgresql` ([`super::settings`]): their managers have yet to be told.
     pub unconfigured: BTreeSet<i32>,
+    /// What the live instance pods (by ordinal) report their servers made of the
+    /// settings ([`super::applied`]); a pod that reports nothing yet is absent.
+    pub settings: BTreeMap<i32, SettingsReport>,
 }
 
 impl Observed {
@@ -306,6 +310,13 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter_map(|p| ordinal_of(p, &name))
         .collect();
 
+    let reports = read
+        .owned(&cache.pods)
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| Some((ordinal_of(p, &name)?, settings_report(p)?)))
+        .collect();
+
     let own = Own {
         in_sync,
         lease,
@@ -313,6 +324,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         requests: PgRequests::from_annotations(pg.annotations()),
         lease_seconds,
         unconfigured,
+        settings: reports,
     };
     read.observed(
         statefulset,
@@ -320,6 +332,19 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         || render::cronjob(pg).ok().flatten(),
         own,
     )
+}
+
+/// What the pod's instance manager reports of its settings: its condition
+/// [`SETTINGS_APPLIED`], if it carries one this version can read.
+pub fn settings_report(pod: &Pod) -> Option<SettingsReport> {
+    let condition = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == SETTINGS_APPLIED)?;
+    SettingsReport::from_condition(&condition.status, condition.message.as_deref()?)
 }
 
 /// The pod's `lockstep.dev/role` label, if it is a known role.

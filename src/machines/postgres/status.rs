@@ -3,11 +3,12 @@
 
 use kube::ResourceExt;
 
-use super::PRIMARY_AVAILABLE;
 use super::api::{FailoverRecord, PostgresCluster};
+use super::applied::{Gathered, reason as applied_reason};
 use super::observe::Observed;
 use super::state::{PgState, SwitchCause};
 use super::table::reason;
+use super::{PRIMARY_AVAILABLE, SETTINGS_APPLIED};
 use crate::engine::{Condition, HistoryEntry, conditions};
 use crate::machines::common::jobs::JobOutcome;
 
@@ -152,6 +153,68 @@ pub(super) fn primary_available(
         .map_or(now, |c| c.last_transition_time);
     Some(Condition {
         type_: PRIMARY_AVAILABLE.to_owned(),
+        status: status.to_owned(),
+        reason: why.to_owned(),
+        message,
+        last_transition_time: since,
+        observed_generation: generation,
+    })
+}
+
+/// `SettingsApplied`: what the instances made of `spec.postgresql`, from what each
+/// reports on its pod ([`super::applied`]): `False` while one refused a setting
+/// (`Refused`) or one waits for a restart to apply a parameter (`PendingRestart`),
+/// naming each field and its instances; `True` (`Applied`) once every instance that
+/// reports applies them all. Absent while no instance reports (a server not started
+/// yet, or pods made before instances reported).
+pub(super) fn settings_applied(
+    object: &PostgresCluster,
+    observed: &Observed,
+    now: chrono::DateTime<chrono::Utc>,
+    generation: Option<i64>,
+) -> Option<Condition> {
+    let reports = &observed.own.settings;
+    if reports.is_empty() {
+        return None;
+    }
+    let name = object.name_any();
+    let pod = |k: i32| format!("{name}-{k}");
+    let gathered = Gathered::of(reports);
+    let pending = (!gathered.pending_restart.is_empty()).then(|| {
+        format!(
+            "pending restart: {} (each applies at the instance's next start)",
+            gathered.pending_text(pod)
+        )
+    });
+    let (holds, why, message) = if !gathered.refused.is_empty() {
+        let refused = format!("refused: {}", gathered.refused_text(pod));
+        let message = match pending {
+            Some(pending) => format!("{refused}; {pending}"),
+            None => refused,
+        };
+        (false, applied_reason::REFUSED, message)
+    } else if let Some(pending) = pending {
+        (false, applied_reason::PENDING_RESTART, pending)
+    } else {
+        let message = format!(
+            "{} instance(s) report every setting of spec.postgresql applied",
+            reports.len()
+        );
+        (true, applied_reason::APPLIED, message)
+    };
+    let status = if holds {
+        conditions::status::TRUE
+    } else {
+        conditions::status::FALSE
+    };
+    let since = object
+        .status
+        .as_ref()
+        .and_then(|s| s.engine.condition(SETTINGS_APPLIED))
+        .filter(|c| c.status == status)
+        .map_or(now, |c| c.last_transition_time);
+    Some(Condition {
+        type_: SETTINGS_APPLIED.to_owned(),
         status: status.to_owned(),
         reason: why.to_owned(),
         message,

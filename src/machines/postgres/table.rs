@@ -91,6 +91,9 @@ pub mod reason {
     pub const RESTORING: &str = "Restoring";
     /// Stay (Degraded): at rest, but some replicas are not Ready.
     pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
+    /// Stay (Degraded): at rest, but an instance reports a setting of `spec.postgresql`
+    /// that its server refused (it runs on the last value it accepted).
+    pub const SETTINGS_REFUSED: &str = "SettingsRefused";
     /// Stay: waiting for pods (to exist, to be Ready, to be labelled).
     pub const WAITING_FOR_PODS: &str = "WaitingForPods";
     /// Stay: the chosen pod is being deleted and recreated.

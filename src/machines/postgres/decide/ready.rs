@@ -4,7 +4,9 @@
 //! finalizer of every finished Job ([`actions::release_finished`]: their outcomes are recorded),
 //! prunes promote Jobs
 //! ([`prune_promote_jobs`]) and on-demand backup Jobs beyond their history limit
-//! ([`on_demand::prune`]) and reports ([`report`]).
+//! ([`on_demand::prune`]) and reports ([`report`]): Degraded while a replica is not Ready,
+//! while an instance reports a setting of `spec.postgresql` its server refused
+//! ([`crate::machines::postgres::applied`]), or while a backup's outcome is unknown.
 
 use std::ops::ControlFlow;
 
@@ -20,9 +22,13 @@ use crate::machines::common::jobs::{self, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::postgres::actions::{PgAction, spec_image};
 use crate::machines::postgres::api::PostgresClusterSpec;
+use crate::machines::postgres::applied::Gathered;
 use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PgState, Topology};
 use crate::machines::postgres::table::reason::*;
+
+/// What a person does about a setting PostgreSQL refused, named in the message.
+pub const SETTINGS_WAY_OUT: &str = "each instance keeps running on the last value it accepted; correct the value in spec.postgresql (the instance manager's log gives PostgreSQL's reason), and this clears once the instances accept it";
 
 /// The request tokens last taken on (the record's acks).
 #[derive(Debug, Clone, Copy, Default)]
@@ -149,6 +155,19 @@ fn report(cluster: &Topology, o: &Observed, lost: Option<String>, actions: Vec<P
                 "primary {} serves; replica {} not Ready",
                 o.pod_name(cluster.primary),
                 o.pod_names(&down)
+            ),
+            actions,
+        )
+        .degraded()
+        .requeue(RESYNC);
+    }
+    let settings = Gathered::of(&o.own.settings);
+    if !settings.refused.is_empty() {
+        return stay(
+            SETTINGS_REFUSED,
+            format!(
+                "PostgreSQL refused {}: {SETTINGS_WAY_OUT}",
+                settings.refused_text(|k| o.pod_name(k))
             ),
             actions,
         )

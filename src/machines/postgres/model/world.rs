@@ -187,6 +187,9 @@ where
                     .map(|(k, p)| (*k, p.lease_seconds))
                     .collect(),
                 unconfigured: Default::default(),
+                // The model's instances apply every setting: what they report moves
+                // no role and no write, only a condition and a Degraded stay at rest.
+                settings: Default::default(),
             },
         }
     }

@@ -109,20 +109,36 @@ pub fn service_account(pg: &PostgresCluster) -> Result<ServiceAccount, Error> {
     with_applied_hash(sa, |s| &mut s.metadata)
 }
 
-/// The pods' Role: get, update and patch the Lease `<name>-primary`, nothing else.
+/// The pods' Role: get, update and patch the Lease `<name>-primary`, and patch the
+/// status of the cluster's own pods (`<name>-0` … `<name>-<replicas - 1>`: each
+/// reports its settings there, [`crate::machines::postgres::applied`]); nothing else.
 ///
 /// # Errors
 /// [`Error`] if the owner has no UID or the object does not serialize.
 pub fn instance_role(pg: &PostgresCluster) -> Result<RbacRole, Error> {
+    let name = pg.name_any();
     let role = RbacRole {
         metadata: metadata(pg, instance_name(pg))?,
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
-            resources: Some(vec!["leases".to_owned()]),
-            resource_names: Some(vec![lease_name(pg)]),
-            verbs: ["get", "update", "patch"].map(str::to_owned).to_vec(),
-            ..PolicyRule::default()
-        }]),
+        rules: Some(vec![
+            PolicyRule {
+                api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
+                resources: Some(vec!["leases".to_owned()]),
+                resource_names: Some(vec![lease_name(pg)]),
+                verbs: ["get", "update", "patch"].map(str::to_owned).to_vec(),
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["pods/status".to_owned()]),
+                resource_names: Some(
+                    (0..pg.spec.replicas.max(1))
+                        .map(|k| format!("{name}-{k}"))
+                        .collect(),
+                ),
+                verbs: vec!["patch".to_owned()],
+                ..PolicyRule::default()
+            },
+        ]),
     };
     with_applied_hash(role, |r| &mut r.metadata)
 }

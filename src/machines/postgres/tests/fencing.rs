@@ -558,11 +558,20 @@ fn at_rest_a_lease_renewed_by_its_holder_asks_for_nothing() {
 // --- rendering -------------------------------------------------------------------------
 
 #[test]
-fn the_pods_may_only_get_update_and_patch_their_own_lease() {
+fn the_pods_may_only_get_update_and_patch_their_own_lease_and_patch_their_own_status() {
     let pg = rendering::object(spec("16.3"));
     let role = render::instance_role(&pg).expect("renders");
     let rules = role.rules.unwrap_or_default();
-    assert_eq!(rules.len(), 1);
+    assert_eq!(rules.len(), 2);
+    assert_eq!(
+        rules[1].resources.as_deref(),
+        Some(&["pods/status".to_owned()][..])
+    );
+    assert_eq!(
+        rules[1].resource_names.as_deref(),
+        Some(&["pg-0".to_owned(), "pg-1".to_owned(), "pg-2".to_owned()][..])
+    );
+    assert_eq!(rules[1].verbs, ["patch"]);
     assert_eq!(
         rules[0].resources.as_deref(),
         Some(&["leases".to_owned()][..])

@@ -19,6 +19,7 @@ use super::actions::{
     DeleteCause, JobAction, PgAction, Role, ServiceKind, backup_key, promote_key,
 };
 use super::api::{BackupSpec, PostgresCluster, PostgresClusterSpec};
+use super::applied::SettingsReport;
 use super::machine::Postgres;
 use super::observe::{
     CronJobView, InSync, LeaseView, Observed, Own, PgRequests, PodView, Requests, StatefulSetView,
@@ -142,6 +143,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             requests: PgRequests::default(),
             lease_seconds: BTreeMap::new(),
             unconfigured: Default::default(),
+            settings: BTreeMap::new(),
         },
     }
 }

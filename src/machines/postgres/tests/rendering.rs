@@ -500,3 +500,123 @@ fn settings_removed_from_the_spec_are_removed_from_the_pods() {
         other => panic!("one pod patch, got {other:?}"),
     }
 }
+
+// --- issue 26: what the instances report of their settings ------------------------------
+
+fn reporting(refused: &[&str], pending: &[&str]) -> SettingsReport {
+    SettingsReport {
+        refused: refused.iter().map(|s| (*s).to_owned()).collect(),
+        pending_restart: pending.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+#[test]
+fn a_setting_an_instance_refused_makes_the_cluster_degraded_naming_the_field_and_the_pods() {
+    let mut o = at_rest(V1, 0);
+    o.own.settings = BTreeMap::from([
+        (0, reporting(&["spec.postgresql.parameters.work_mem"], &[])),
+        (1, reporting(&["spec.postgresql.parameters.work_mem"], &[])),
+        (2, reporting(&[], &[])),
+    ]);
+    let d = decide(&with_work_mem(), &ready(V1, 0), o);
+    match &d {
+        Decision::Stay {
+            reason,
+            message,
+            health,
+            ..
+        } => {
+            assert_eq!(*reason, SETTINGS_REFUSED);
+            assert_eq!(*health, crate::engine::Health::Degraded);
+            assert!(
+                message.contains("spec.postgresql.parameters.work_mem (pg-0, pg-1)")
+                    && message.contains("correct the value in spec.postgresql"),
+                "{message}"
+            );
+        }
+        other => panic!("a degraded stay, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_parameter_pending_a_restart_is_no_fault_of_the_cluster() {
+    let mut o = at_rest(V1, 0);
+    o.own.settings = BTreeMap::from([(0, reporting(&[], &["shared_buffers"]))]);
+    let d = decide(&with_work_mem(), &ready(V1, 0), o);
+    assert_eq!(d.reason(), SERVING);
+}
+
+#[test]
+fn the_settings_applied_condition_names_what_waits_for_a_restart_and_where() {
+    let pg = object(with_work_mem());
+    let condition = |o: &Observed| {
+        crate::machines::postgres::status::settings_applied(&pg, o, t(5), Some(1))
+            .map(|c| (c.status, c.reason, c.message))
+    };
+    let mut o = at_rest(V1, 0);
+    assert_eq!(condition(&o), None, "no instance reports yet");
+    o.own.settings = BTreeMap::from([
+        (0, reporting(&[], &["shared_buffers"])),
+        (1, reporting(&[], &["shared_buffers"])),
+        (2, reporting(&[], &[])),
+    ]);
+    assert_eq!(
+        condition(&o),
+        Some((
+            "False".to_owned(),
+            "PendingRestart".to_owned(),
+            "pending restart: shared_buffers (pg-0, pg-1) (each applies at the instance's next start)"
+                .to_owned()
+        ))
+    );
+    o.own
+        .settings
+        .insert(1, reporting(&["spec.postgresql.pgHba[0]"], &[]));
+    let (_, why, message) = condition(&o).expect("a condition");
+    assert_eq!(why, "Refused");
+    assert!(
+        message.starts_with(
+            "refused: spec.postgresql.pgHba[0] (pg-1); pending restart: shared_buffers (pg-0)"
+        ),
+        "{message}"
+    );
+    o.own.settings = BTreeMap::from([(0, reporting(&[], &[]))]);
+    assert_eq!(
+        condition(&o).map(|(status, why, _)| (status, why)),
+        Some(("True".to_owned(), "Applied".to_owned()))
+    );
+}
+
+#[test]
+fn an_instance_pods_settings_condition_is_read_back_and_a_foreign_one_ignored() {
+    let pod_with = |conditions: serde_json::Value| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pg-0"},
+            "status": {"conditions": conditions},
+        }))
+        .expect("a pod")
+    };
+    let written = crate::instance::run::report::patch(
+        &reporting(
+            &["spec.postgresql.parameters.work_mem"],
+            &["shared_buffers"],
+        ),
+        true,
+        t(5),
+    );
+    let pod = pod_with(written["status"]["conditions"].clone());
+    assert_eq!(
+        crate::machines::postgres::observe::settings_report(&pod),
+        Some(reporting(
+            &["spec.postgresql.parameters.work_mem"],
+            &["shared_buffers"]
+        ))
+    );
+    let foreign = pod_with(serde_json::json!([
+        {"type": "lockstep.dev/SettingsApplied", "status": "False", "message": "something else"},
+    ]));
+    assert_eq!(
+        crate::machines::postgres::observe::settings_report(&foreign),
+        None
+    );
+}
