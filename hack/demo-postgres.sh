@@ -6,6 +6,7 @@
 #   create: 3 instances, synchronous replication (ANY 1, Required) -> Ready
 #     -> a writer inserts numbered rows through the Service <name>-rw
 #     -> a switchover on demand (lockstep.dev/switchover), under the writer
+#     -> settings: work_mem by a reload, shared_buffers by a rolling restart
 #     -> a failover: the primary's postmaster killed, the most advanced standby promoted
 #     -> the writer's tally (acknowledged, rows present, lost: must be 0)
 #     -> an on-demand backup (lockstep.dev/backup-now): pg_dump to S3
@@ -250,7 +251,39 @@ acks_grow 20
 explain "writer: $ACKS rows acknowledged so far"
 OLD="$TARGET"
 
-timed_step "6. Failover: kill the primary's postmaster ($OLD), again whenever it comes back"
+timed_step "6. Settings: work_mem by a reload, shared_buffers by a rolling restart"
+explain "spec.postgresql.parameters reach each instance through its pod's annotation; its manager"
+explain "writes them and reloads the server (no restart), and says on its pod what the server made"
+explain "of them; the cluster's SettingsApplied condition gathers that."
+k patch pgc "$NAME" -n "$NS" --type merge -p '{"spec":{"postgresql":{"parameters":{"work_mem":"16MB"}}}}' >/dev/null
+shows_everywhere() {
+  local pod
+  for pod in $(k get pods -n "$NS" -l "$SELECTOR" -o name); do
+    [ "$(psql_on "${pod#pod/}" "SHOW $1" -A -t 2>/dev/null)" = "$2" ] || return 1
+  done
+}
+wait_until "every instance to show work_mem = 16MB" shows_everywhere work_mem 16MB
+explain "every instance: work_mem = 16MB, by a reload"
+explain "shared_buffers applies only at a start: each instance reports it pending, and the operator"
+explain "restarts them as an upgrade replaces pods (replicas first, then the same fenced switchover,"
+explain "then the old primary), under the writer."
+k patch pgc "$NAME" -n "$NS" --type merge -p '{"spec":{"postgresql":{"parameters":{"shared_buffers":"64MB"}}}}' >/dev/null
+# Every server runs the new value only once the last one restarted; Ready and
+# SettingsApplied=True then say the machine is done with it.
+restarted() {
+  shows_everywhere shared_buffers 64MB && at_rest &&
+    [ "$(pg_field '{.status.conditions[?(@.type=="SettingsApplied")].status}')" = True ]
+}
+wait_until "the rolling restart to apply shared_buffers everywhere" restarted
+explain "SettingsApplied: $(pg_field '{.status.conditions[?(@.type=="SettingsApplied")].message}')"
+OLD="$AT_REST_PRIMARY"
+wait_until "every instance Ready again" settled "$OLD"
+wait_until "both standbys in the synchronous quorum of $OLD" quorum "$OLD"
+roles
+acks_grow 20
+explain "writer: $ACKS rows acknowledged so far"
+
+timed_step "7. Failover: kill the primary's postmaster ($OLD), again whenever it comes back"
 explain "spec.failoverDelaySeconds: 0 for the demo. A primary whose server crashes once comes back"
 explain "in place within seconds, still holding the Lease, and keeps its role (PrimaryLost -> Ready,"
 explain "PrimaryRecovered: nothing moves), which is what the delay is for. A primary that keeps"
@@ -286,7 +319,7 @@ replication "$NEW"
 acks_grow 20
 explain "writer: $ACKS rows acknowledged so far"
 
-timed_step "7. The writer's tally"
+timed_step "8. The writer's tally"
 k exec -n "$NS" writer -- touch /tmp/stop
 writer_done() { k logs -n "$NS" writer | grep -qx stopped; }
 wait_until "the writer to stop" writer_done
@@ -306,7 +339,7 @@ explain "promised; present counts every row read back through $NAME-rw from the 
 explain "lost = acknowledged but absent, which synchronous replication (Required) must keep at 0)"
 [ "$LOST" = 0 ] || fail "$LOST acknowledged rows lost: $(comm -23 "$DEMO_DIR/acked" "$DEMO_DIR/rows" | head -20 | tr '\n' ' ')"
 
-timed_step "8. Back up on demand (annotation lockstep.dev/backup-now)"
+timed_step "9. Back up on demand (annotation lockstep.dev/backup-now)"
 explain "The annotation's value is a token: the machine runs one backup Job per new token"
 explain "(pg_dump -Fc of spec.database through $NAME-rw, uploaded to s3://$BUCKET/$DUMPS<time>.dump)."
 BEFORE="$(pg_field '{.status.lastBackup.time}')"
@@ -333,7 +366,7 @@ DUMPED="$(k exec -i -n "$NS" writer -- bash -c 'cat >/tmp/d.dump && pg_restore -
 explain "s3://$BUCKET/$ON_DEMAND: $(stat -c %s "$DEMO_DIR/on-demand.dump") bytes; pg_restore finds $DUMPED rows of writes in it"
 [ "$DUMPED" = "$ROWS" ] || fail "the dump holds $DUMPED rows of writes, the database $ROWS"
 
-timed_step "9. Delete pgc/$NAME"
+timed_step "10. Delete pgc/$NAME"
 explain "The finalizer holds the object while the machine runs a final backup; it is released"
 explain "only once the backup succeeded and the final state is persisted."
 BEFORE_DELETE="$(dumps)"
@@ -350,7 +383,7 @@ explain "s3://$BUCKET/${DUMPS}latest names $LATEST"
 [ "$LATEST" = "$FINAL" ] || fail "s3://$BUCKET/${DUMPS}latest names $LATEST, not the final backup $FINAL"
 k delete pod writer -n "$NS" --wait=false >/dev/null 2>&1 || true
 
-timed_step "10. What the operator counted (http://127.0.0.1:$PORT/metrics)"
+timed_step "11. What the operator counted (http://127.0.0.1:$PORT/metrics)"
 operator_metrics
 explain "Events (one per transition): kubectl get events -n $NS --field-selector involvedObject.name=$NAME"
 

@@ -61,7 +61,9 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use lockstep::engine::conditions;
-use lockstep::machines::postgres::table::reason::{FAILOVER_STARTED, SETTINGS_REFUSED};
+use lockstep::machines::postgres::table::reason::{
+    FAILOVER_STARTED, SETTINGS_NEED_RESTART, SETTINGS_REFUSED,
+};
 use lockstep::machines::postgres::{Postgres, PostgresCluster, SETTINGS_APPLIED};
 
 use crate::postgres::history;
@@ -1005,8 +1007,9 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
 
 /// (f) Settings: `spec.postgresql` reaches every instance by a reload, with no pod
 /// restarted; a value PostgreSQL refuses keeps the last one it accepted, on the server
-/// and in its files, so the pod starts again; a parameter that needs a restart is
-/// reported pending, and applies when the pod starts again.
+/// and in its files, so the pod starts again, and the cluster is Degraded naming it; a
+/// parameter that needs a restart is rolled through the instances (replica, switchover,
+/// old primary).
 #[tokio::test]
 async fn settings_reach_every_instance_by_a_reload() {
     if !real_node() {
@@ -1053,23 +1056,72 @@ async fn settings_reach_every_instance_by_a_reload() {
     assert_eq!(now, first_start, "a reload restarted no server");
 
     // `banana` passes the schema (a value is a string) and PostgreSQL refuses it;
-    // shared_buffers needs a restart.
+    // shared_buffers needs a restart, which the operator rolls through the instances as
+    // an upgrade replaces them: the replica, a switchover, then the old primary.
     real.pg
         .merge_patch(
             name,
             json!({"spec": {"postgresql": {"parameters": {"work_mem": "banana", "shared_buffers": "64MB"}}}}),
         )
         .await;
+    // Each instance tells the operator on its pod; once the restart is done the cluster
+    // says what is left where people look: Degraded naming the refused field and the
+    // instances, SettingsApplied with nothing pending, and a Warning Event.
+    let pg = real
+        .cluster_until(
+            name,
+            "restarted, then Degraded naming the refused field",
+            |pg| {
+                let reasons: Vec<String> = history(pg).into_iter().map(|h| h.reason).collect();
+                let restarted = reasons
+                    .iter()
+                    .skip_while(|r| *r != SETTINGS_NEED_RESTART)
+                    .any(|r| r == "UpgradeCompleted");
+                restarted
+                    && condition_of(pg, conditions::DEGRADED).is_some_and(|c| {
+                        c.status == conditions::status::TRUE
+                            && c.reason == SETTINGS_REFUSED
+                            && c.message
+                                .contains("spec.postgresql.parameters.work_mem (pg-0, pg-1)")
+                    })
+                    && condition_of(pg, SETTINGS_APPLIED).is_some_and(|c| {
+                        c.reason == "Refused" && !c.message.contains("pending restart")
+                    })
+            },
+        )
+        .await;
+    assert_eq!(
+        primary_of(&pg),
+        "pg-1",
+        "the primary's restart came by a switchover"
+    );
+    let refused = |e: &Event| {
+        e.type_.as_deref() == Some("Warning")
+            && e.reason.as_deref() == Some(SETTINGS_REFUSED)
+            && e.note.as_deref().is_some_and(|n| n.contains("work_mem"))
+    };
+    let events: Api<Event> = real.pg.env.api();
+    wait_for_all_within(
+        &events,
+        "",
+        "the SettingsRefused Warning",
+        SLOW,
+        move |all| all.iter().any(refused),
+    )
+    .await;
     for pod in pods {
+        // Started again with the restart's parameter, without the refused value, on
+        // the files as well as on the server.
+        real.shows(pod, "SHOW shared_buffers", "64MB").await;
+        real.shows(pod, "SHOW work_mem", "16MB").await;
         real.metrics_say(
             pod,
             &[
                 "lockstep_instance_settings_refused 1",
-                "lockstep_instance_settings_pending_restart 1",
+                "lockstep_instance_settings_pending_restart 0",
             ],
         )
         .await;
-        real.shows(pod, "SHOW work_mem", "16MB").await;
         let (ok, conf) = real.kubectl(&[
             "exec",
             pod,
@@ -1086,48 +1138,9 @@ async fn settings_reach_every_instance_by_a_reload() {
             "{pod}'s files kept a refused value:\n{conf}"
         );
     }
-    // Each instance tells the operator on its pod; the cluster says it where people look:
-    // Degraded naming the refused field and the instances, SettingsApplied naming what
-    // waits for a restart, and a Warning Event.
-    let degraded_on_work_mem = |pg: &PostgresCluster| {
-        condition_of(pg, conditions::DEGRADED).is_some_and(|c| {
-            c.status == conditions::status::TRUE
-                && c.reason == SETTINGS_REFUSED
-                && c.message
-                    .contains("spec.postgresql.parameters.work_mem (pg-0, pg-1)")
-        })
-    };
-    real.cluster_until(name, "Degraded, naming the refused field", move |pg| {
-        degraded_on_work_mem(pg)
-            && condition_of(pg, SETTINGS_APPLIED).is_some_and(|c| {
-                c.reason == "Refused" && c.message.contains("shared_buffers (pg-0, pg-1)")
-            })
-    })
-    .await;
-    let refused = |e: &Event| {
-        e.type_.as_deref() == Some("Warning")
-            && e.reason.as_deref() == Some(SETTINGS_REFUSED)
-            && e.note.as_deref().is_some_and(|n| n.contains("work_mem"))
-    };
-    let events: Api<Event> = real.pg.env.api();
-    wait_for_all_within(
-        &events,
-        "",
-        "the SettingsRefused Warning",
-        SLOW,
-        move |all| all.iter().any(refused),
-    )
-    .await;
 
-    // The replica starts again on those files: with the restart's parameter, without
-    // the refused value.
-    let (ok, out) = real.kubectl(&["delete", "pod", "pg-1", "--wait=true"]);
-    assert!(ok, "{out}");
-    real.all_ready(name).await;
-    real.shows("pg-1", "SHOW shared_buffers", "64MB").await;
-
-    // Asked for a value it accepts, every instance applies it by a reload: the cluster
-    // is no longer Degraded, and only the primary, never restarted, waits for a restart.
+    // Asked for a value it accepts, every instance applies it by a reload, and the
+    // cluster is no longer Degraded.
     real.pg
         .merge_patch(
             name,
@@ -1137,13 +1150,10 @@ async fn settings_reach_every_instance_by_a_reload() {
     for pod in pods {
         real.shows(pod, "SHOW work_mem", "32MB").await;
     }
-    real.cluster_until(name, "the refusal cleared, pg-0 pending a restart", |pg| {
+    real.cluster_until(name, "every setting applied, not Degraded", |pg| {
         condition_of(pg, conditions::DEGRADED)
             .is_some_and(|c| c.status == conditions::status::FALSE)
-            && condition_of(pg, SETTINGS_APPLIED).is_some_and(|c| {
-                c.reason == "PendingRestart"
-                    && c.message.contains("pending restart: shared_buffers (pg-0)")
-            })
+            && condition_of(pg, SETTINGS_APPLIED).is_some_and(|c| c.reason == "Applied")
     })
     .await;
     real.finish().await;

@@ -334,6 +334,11 @@ impl Manager {
         };
         let fence = Fence::start(args.fence()).map_err(ManagerError::Fence)?;
         let args_annotations = args.annotations_file.clone();
+        let mut settings = Settings::new(args_annotations);
+        // What this volume's server last ran with (absent on a new volume).
+        settings.remember_accepted(
+            &std::fs::read_to_string(args.pgdata.join("lockstep.conf")).unwrap_or_default(),
+        );
         Ok(Self {
             prepare: Prepare::new(args.clone()),
             args,
@@ -349,7 +354,7 @@ impl Manager {
             signalled: false,
             staying: None,
             metrics: InstanceMetrics::new(),
-            settings: Settings::new(args_annotations),
+            settings,
             reporter,
             reloaded: false,
         })
@@ -789,6 +794,9 @@ impl Manager {
         }
         self.last_exit = None;
         self.postmaster = Some(pm);
+        // A server that starts reads every parameter in its files: none waits any more.
+        self.settings
+            .set_pending_restart(std::collections::BTreeSet::new());
         Ok(())
     }
 

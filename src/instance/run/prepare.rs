@@ -327,7 +327,7 @@ impl Prepare {
             "# Managed by lockstep instance; rewritten on every start. Do not edit.".to_owned(),
         ];
         if !user.parameters.is_empty() {
-            lines.push("# spec.postgresql.parameters".to_owned());
+            lines.push(super::settings::PARAMETERS_SECTION.to_owned());
             lines.extend(Settings::parameter_lines(user));
             lines.push("# managed by Lockstep".to_owned());
         }

@@ -26,6 +26,23 @@ pub fn conf(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
 }
 
+/// The string [`conf`] quoted: `None` if `quoted` is not one.
+#[must_use]
+pub fn conf_unquote(quoted: &str) -> Option<String> {
+    let inner = quoted.strip_prefix('\'')?.strip_suffix('\'')?;
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next()?),
+            '\'' if chars.next()? == '\'' => out.push('\''),
+            '\'' => return None,
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
 /// The value of a downward-API file's `key="value"` line, which the kubelet writes with
 /// Go's `%q`: `\"`, `\\`, `\n` and the other escapes of a Go string literal (`\xHH`,
 /// `\uHHHH`, `\UHHHHHHHH`, octal `\NNN`). `None` if it is not such a literal.
@@ -82,6 +99,18 @@ pub fn go_unquote(quoted: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn a_conf_quoted_value_comes_back_as_it_was(value in ".*") {
+            proptest::prop_assert_eq!(conf_unquote(&conf(&value)), Some(value));
+        }
+    }
+
+    #[test]
+    fn a_conf_value_with_a_lone_quote_is_not_one() {
+        assert_eq!(conf_unquote("'it's'"), None);
+    }
 
     #[test]
     fn a_go_quoted_value_comes_back_as_it_was() {

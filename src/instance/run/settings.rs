@@ -31,6 +31,9 @@ use crate::machines::postgres::synchronous::{DataDurability, standby_names};
 
 use super::quote;
 
+/// The comment that opens the person's parameters in `lockstep.conf`.
+pub const PARAMETERS_SECTION: &str = "# spec.postgresql.parameters";
+
 /// What this instance was asked for, and what its server made of it.
 #[derive(Debug, Default)]
 pub struct Settings {
@@ -294,6 +297,26 @@ impl Settings {
         self.pending_restart.len()
     }
 
+    /// Remembers, as accepted, the person's parameters that `lockstep.conf` (as this
+    /// manager's predecessor on the volume left it) holds: the files never keep a value
+    /// the server refused, so a value asked for now and refused keeps the one it ran
+    /// with before this start, not PostgreSQL's default.
+    pub fn remember_accepted(&mut self, lockstep_conf: &str) {
+        let section = lockstep_conf
+            .lines()
+            .skip_while(|l| *l != PARAMETERS_SECTION)
+            .skip(1)
+            .take_while(|l| !l.starts_with('#'));
+        for line in section {
+            let Some((name, quoted)) = line.split_once(" = ") else {
+                continue;
+            };
+            if let Some(value) = quote::conf_unquote(quoted) {
+                self.accepted.entry(name.to_owned()).or_insert(value);
+            }
+        }
+    }
+
     /// The parameters of [`Self::effective`] as `postgresql.conf` lines.
     #[must_use]
     pub fn parameter_lines(spec: &PostgresqlSpec) -> Vec<String> {
@@ -432,6 +455,27 @@ mod tests {
         s.wanted.postgresql = asked(&[("work_mem", "16MB")], &[]);
         s.set_pending_restart(BTreeSet::new());
         assert!(s.report().applied());
+    }
+
+    #[test]
+    fn a_value_refused_after_a_restart_keeps_the_one_the_file_on_the_volume_held() {
+        let before = asked(
+            &[("work_mem", "16MB"), ("search_path", "'$user', public")],
+            &[],
+        );
+        let mut file = vec![
+            "# Managed by lockstep instance".to_owned(),
+            PARAMETERS_SECTION.to_owned(),
+        ];
+        file.extend(Settings::parameter_lines(&before));
+        file.extend(["# managed by Lockstep".to_owned(), "port = 5432".to_owned()]);
+        let mut s = settings_asking(&asked(
+            &[("work_mem", "banana"), ("search_path", "'$user', public")],
+            &[],
+        ));
+        s.remember_accepted(&file.join("\n"));
+        s.refuse("work_mem", "invalid value");
+        assert_eq!(s.effective(), before);
     }
 
     #[test]

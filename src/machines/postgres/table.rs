@@ -94,6 +94,9 @@ pub mod reason {
     /// Stay (Degraded): at rest, but an instance reports a setting of `spec.postgresql`
     /// that its server refused (it runs on the last value it accepted).
     pub const SETTINGS_REFUSED: &str = "SettingsRefused";
+    /// Edge: an instance reports a parameter its server applies only at its next start:
+    /// a rolling restart (an upgrade to the same image).
+    pub const SETTINGS_NEED_RESTART: &str = "SettingsNeedRestart";
     /// Stay: waiting for pods (to exist, to be Ready, to be labelled).
     pub const WAITING_FOR_PODS: &str = "WaitingForPods";
     /// Stay: the chosen pod is being deleted and recreated.
@@ -158,9 +161,11 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         Creating: CREDENTIALS_GENERATED, "no spec.credentialsSecret: <name>-credentials was created with random passwords", by::CREATING;
         Ready: CLUSTER_CREATED, "every instance is Ready with its role at the spec's image", by::CREATING;
         Upgrading: MIXED_IMAGES, "every instance is Ready but some run an earlier image of the spec", by::CREATING;
+        Upgrading: SETTINGS_NEED_RESTART, "every instance is Ready but some wait for a start to apply a parameter (an adopted cluster)", by::CREATING;
         Ready: ADOPTED, "a lost status: the pods and the primary Lease of a running cluster are adopted as they are", by::CREATING;
     }
     Ready -> Upgrading: IMAGE_CHANGED, "spec.version or spec.image changed (or an instance runs another image)", by::READY;
+    Ready -> Upgrading: SETTINGS_NEED_RESTART, "an instance reports a parameter of spec.postgresql that its server applies only at a start; the instances are restarted as an upgrade replaces them", by::READY;
     Ready -> SwitchingOver: SWITCHOVER_REQUESTED,
         "lockstep.dev/switchover has a new token naming an instance (a Ready replica, or the primary itself): the same fenced switchover as an upgrade", by::REQUESTED;
     Upgrading -> {

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::fencing::{Fence, fence, hand, stamp, wait_for};
+use super::upgrading::waits_for_restart;
 use super::{D, label_moves, objects, stay};
 use crate::engine::{Decision, World};
 use crate::machines::postgres::actions::{PgAction, Role, spec_image};
@@ -63,6 +64,19 @@ pub(crate) fn creating(
                 format!(
                     "all {replicas} instances Ready, but {} run an earlier image; upgrading to {image}",
                     o.pod_names(&stale)
+                ),
+            );
+        }
+        let waiting: Vec<i32> = (0..replicas).filter(|k| waits_for_restart(o, *k)).collect();
+        if !waiting.is_empty() {
+            // An adopted cluster whose servers wait for a start to apply a parameter:
+            // restarted as Ready would restart them, so that Ready means applied.
+            return Decision::go(
+                PgState::Upgrading { cluster, pod: None },
+                SETTINGS_NEED_RESTART,
+                format!(
+                    "all {replicas} instances Ready, but {} wait for a restart to apply a parameter; restarting them",
+                    o.pod_names(&waiting)
                 ),
             );
         }

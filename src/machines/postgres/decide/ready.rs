@@ -1,6 +1,7 @@
 //! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
 //! a lost primary ([`lose_primary`]: not Ready, or not renewing the Lease), scaling ([`rescale`]),
-//! [`upgrade`] (a new image or a stray one), [`backup`]; then, staying, it releases the outcome
+//! [`upgrade`] (a new image or a stray one), [`restart`] (a parameter waits for a start),
+//! [`backup`]; then, staying, it releases the outcome
 //! finalizer of every finished Job ([`actions::release_finished`]: their outcomes are recorded),
 //! prunes promote Jobs
 //! ([`prune_promote_jobs`]) and on-demand backup Jobs beyond their history limit
@@ -14,6 +15,7 @@ use super::RESYNC;
 use super::primary_lost::{lose_primary, primary_down};
 use super::requested::requested;
 use super::scaling::rescale;
+use super::upgrading::waits_for_restart;
 use super::{D, rest, stay, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::common::actions::{self, JobActions};
@@ -60,6 +62,9 @@ pub(crate) fn ready(
     if let Some(go) = upgrade(spec, cluster, o) {
         return go;
     }
+    if let Some(go) = restart(cluster, o) {
+        return go;
+    }
     if let ControlFlow::Break(decision) = requested(cluster, served.switchover, o, &actions) {
         return decision;
     }
@@ -74,6 +79,30 @@ pub(crate) fn ready(
             .map(PgAction::delete_job),
     );
     report(cluster, o, lost, actions)
+}
+
+/// An instance reports a parameter its server applies only at its next start: restart
+/// the instances that wait, as an upgrade to the same image replaces pods (replicas
+/// first, then a switchover, then the old primary), with the same safety.
+fn restart(cluster: &Topology, o: &Observed) -> Option<D> {
+    let waiting: Vec<i32> = (0..cluster.replicas)
+        .filter(|k| waits_for_restart(o, *k))
+        .collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    let pending = Gathered::of(&o.own.settings).pending_text(|k| o.pod_name(k));
+    Some(Decision::go(
+        PgState::Upgrading {
+            cluster: cluster.clone(),
+            pod: None,
+        },
+        SETTINGS_NEED_RESTART,
+        format!(
+            "restarting {} one at a time, replicas first, to apply what waits for a start: {pending}",
+            o.pod_names(&waiting)
+        ),
+    ))
 }
 
 /// The spec's image changed, or an instance runs another image: upgrade.

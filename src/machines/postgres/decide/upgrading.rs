@@ -1,5 +1,7 @@
 //! Upgrading: one pod at a time, replicas first (highest ordinal first), then a
-//! switchover, then the old primary.
+//! switchover, then the old primary. A pod is replaced when it runs another image than
+//! the target, or when its instance reports a parameter its server applies only at a
+//! start ([`waits_for_restart`]): a rolling restart is an upgrade to the same image.
 
 use super::primary_lost::{lose_primary, primary_down};
 use super::{D, choose_target, stay, switch_to, upkeep_at};
@@ -10,6 +12,31 @@ use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PgState, PodRef, SwitchCause, Topology};
 use crate::machines::postgres::table::reason::*;
+
+/// The instance at `k` reports a parameter its server applies only at its next start
+/// ([`crate::machines::postgres::applied`]).
+pub(crate) fn waits_for_restart(o: &Observed, k: i32) -> bool {
+    o.own
+        .settings
+        .get(&k)
+        .is_some_and(|r| !r.pending_restart.is_empty())
+}
+
+/// What pod `k` is replaced for: `to run <target>`, or `to apply <parameters>`.
+fn replaced_for(o: &Observed, k: i32, target: &str) -> String {
+    match o.live(k) {
+        Some(p) if p.image.as_deref() != Some(target) => format!("to run {target}"),
+        _ => {
+            let pending = o
+                .own
+                .settings
+                .get(&k)
+                .map(|r| r.pending_restart.join(", "))
+                .unwrap_or_default();
+            format!("to apply {pending} at its start")
+        }
+    }
+}
 
 /// Why pod `k` may not be taken down now, if it may not
 /// ([`replace::hold_before_delete`]).
@@ -74,7 +101,9 @@ pub(crate) fn plan_upgrade(cluster: &Topology, o: &Observed, actions: Vec<PgActi
             actions,
         );
     }
-    let stale = |k: &i32| o.live(*k).and_then(|p| p.image.as_deref()) != Some(target);
+    let stale = |k: &i32| {
+        o.live(*k).and_then(|p| p.image.as_deref()) != Some(target) || waits_for_restart(o, *k)
+    };
     let down: Vec<i32> = (0..n).filter(|k| !o.serving(*k)).collect();
     let replicas: Vec<i32> = (0..n)
         .filter(|k| *k != cluster.primary && stale(k))
@@ -149,7 +178,11 @@ pub(crate) fn plan_upgrade(cluster: &Topology, o: &Observed, actions: Vec<PgActi
             pod: Some(PodRef { ordinal: pick, uid }),
         },
         POD_CHOSEN,
-        format!("replacing {} to run {target}", o.pod_name(pick)),
+        format!(
+            "replacing {} {}",
+            o.pod_name(pick),
+            replaced_for(o, pick, target)
+        ),
     )
 }
 
@@ -167,8 +200,9 @@ pub(crate) fn replace(cluster: &Topology, p: &PodRef, o: &Observed, actions: Vec
         Replacement::Terminating => {
             stay(REPLACING_POD, replace::terminating(&name, target), actions)
         }
-        // Recreated at the target by someone else before our delete: nothing to do.
-        Replacement::Present { image, .. } if image == Some(target) => {
+        // It runs the target with nothing waiting for a restart (its server restarted in
+        // place, as an old primary does when it rejoins): nothing to do.
+        Replacement::Present { image, .. } if image == Some(target) && !waits_for_restart(o, k) => {
             Decision::go(next(), REPLANNED, format!("{name} already runs {target}"))
         }
         Replacement::Present { .. } => match hold_before_delete(o, k, cluster) {

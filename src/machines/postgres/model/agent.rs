@@ -339,8 +339,10 @@ impl World {
             }
             AgentAction::StartStandby => {
                 let standby = self.volumes.get(&k) == Some(&Vol::Standby);
+                let settings = self.restart_settings;
                 if let Some(p) = self.pods.get_mut(&k).filter(|_| standby) {
                     p.server = Srv::Standby;
+                    p.settings_started = settings;
                     p.stream_broken = None;
                     self.streaming.remove(&k);
                 }
@@ -354,9 +356,11 @@ impl World {
                     self.promote(k, false);
                 }
                 self.volumes.insert(k, Vol::Primary { clean: false });
+                let settings = self.restart_settings;
                 if let Some(p) = self.pods.get_mut(&k) {
                     p.server = Srv::Writable;
                     p.writable = true;
+                    p.settings_started = settings;
                 }
                 // A server that starts writable has no standby connected yet.
                 self.streaming.clear();

@@ -27,7 +27,8 @@
 //!    image), the pod that was primary when the round began is deleted for the upgrade
 //!    only once every other pod runs the round's image (unless a failover took its role
 //!    away in between).
-//! 7. No pod is deleted twice for one upgrade round.
+//! 7. No pod is deleted twice for one upgrade round, nor twice for one change of a
+//!    restart-only parameter (a rolling restart is an upgrade to the same image).
 //! 8. The finalizer is released (state `Finalized`) only after a final backup Job
 //!    succeeded, or with the skip annotation, or without a backup destination.
 //! 9. No on-demand backup Job key is created twice: one `backup-now` token runs at most
@@ -143,6 +144,7 @@ use proptest::prelude::*;
 
 use super::actions::{DeleteCause, JobAction, LsnGate, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresClusterSpec};
+use super::applied::SettingsReport;
 use super::machine::Postgres;
 use super::observe::{
     CronJobView, InSync, LeaseView, Observed, Own, PgRequests, Requests, StatefulSetView,
@@ -247,6 +249,8 @@ struct Pod {
     /// Its standby's WAL receiver stopped streaming at this instant (true time;
     /// [`Move::StreamBreaks`]): it receives nothing until its server starts again.
     stream_broken: Option<DateTime<Utc>>,
+    /// The [`World::restart_settings`] its server last started with.
+    settings_started: u32,
 }
 
 impl Pod {
@@ -274,6 +278,7 @@ impl Pod {
             fail_task: false,
             stream_broken: None,
             garbled: false,
+            settings_started: 0,
         }
     }
 }
@@ -324,6 +329,10 @@ pub(super) struct World {
     adopt_hatch: bool,
     /// `spec.fencing.leaseDurationSeconds` ([`Edit::LeaseSeconds`]).
     lease_seconds: i64,
+    /// How many times a restart-only parameter of `spec.postgresql` changed
+    /// ([`Edit::RestartSetting`]): a running server that started before the last change
+    /// reports it pending ([`Pod::settings_started`]).
+    restart_settings: u32,
     /// `spec.synchronous` is `{number: 1}` (`Any`, `Required`): a commit is acknowledged
     /// only once a standby has it ([`World::acked`]).
     synchronous: bool,
@@ -383,7 +392,7 @@ pub(super) struct World {
     // Audit.
     round: u32,
     round_primary: Option<i32>,
-    upgrade_deletes: BTreeMap<(u32, i32), u32>,
+    upgrade_deletes: BTreeMap<(u32, u32, i32), u32>,
     final_backup_succeeded: bool,
     /// Every on-demand backup Job key ever created.
     backup_keys: BTreeSet<String>,
@@ -458,6 +467,10 @@ pub(super) enum Edit {
     /// Set `spec.fencing.leaseDurationSeconds` (pods keep the one they were created
     /// with).
     LeaseSeconds(i64),
+    /// Change a parameter of `spec.postgresql` that a server applies only at its start
+    /// (`shared_buffers`): every running server reports it pending until it starts
+    /// again ([`World::restart_settings`]).
+    RestartSetting,
     /// Add or remove `spec.backup` (scenarios only). Removing it removes the `backup-now`
     /// annotation too: a request without a destination is a Degraded hold until the
     /// annotation goes (unit-tested), which the liveness phase would read as a quiet
@@ -611,12 +624,13 @@ impl World {
                     ));
                 }
             }
-            let count = self.upgrade_deletes.entry((self.round, k)).or_default();
+            let round = (self.round, self.restart_settings, k);
+            let count = self.upgrade_deletes.entry(round).or_default();
             *count += 1;
             if *count > 1 {
                 self.violations.push(format!(
-                    "deleted pod {k} {count} times for upgrade round {}",
-                    self.round
+                    "deleted pod {k} {count} times for upgrade round {} (restart-only settings changed {} times)",
+                    self.round, self.restart_settings
                 ));
             }
         }
@@ -653,6 +667,7 @@ impl World {
             retry_promote: false,
             adopt_hatch: false,
             lease_seconds: LEASE_SECONDS,
+            restart_settings: 0,
             synchronous: false,
             fenced_hatch: false,
             last_holder: None,

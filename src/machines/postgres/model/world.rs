@@ -75,6 +75,7 @@ where
             1 => (0..SCHEDULES.len()).prop_map(Edit::Schedule),
             1 => prop_oneof![Just(LEASE_SECONDS), Just(LONG_LEASE_SECONDS)]
                 .prop_map(Edit::LeaseSeconds),
+            1 => Just(Edit::RestartSetting),
         ]
         .boxed()
     }
@@ -89,6 +90,7 @@ where
             Edit::Schedule(s) if self.backup => self.schedule = s,
             Edit::Schedule(_) => {}
             Edit::LeaseSeconds(l) => self.lease_seconds = l,
+            Edit::RestartSetting => self.restart_settings += 1,
             Edit::ToggleBackup => {
                 self.backup = !self.backup;
                 if !self.backup {
@@ -187,9 +189,23 @@ where
                     .map(|(k, p)| (*k, p.lease_seconds))
                     .collect(),
                 unconfigured: Default::default(),
-                // The model's instances apply every setting: what they report moves
-                // no role and no write, only a condition and a Degraded stay at rest.
-                settings: Default::default(),
+                // A running server that started before the last change of a
+                // restart-only parameter reports it pending (its manager reads
+                // `pg_settings.pending_restart` after the reload); the model's servers
+                // refuse no value.
+                settings: self
+                    .pods
+                    .range(..GONE)
+                    .filter(|(_, p)| !p.terminating && p.server != Srv::Down)
+                    .filter(|(_, p)| p.settings_started < self.restart_settings)
+                    .map(|(k, _)| {
+                        let report = SettingsReport {
+                            refused: Vec::new(),
+                            pending_restart: vec!["shared_buffers".to_owned()],
+                        };
+                        (*k, report)
+                    })
+                    .collect(),
             },
         }
     }

@@ -539,11 +539,69 @@ fn a_setting_an_instance_refused_makes_the_cluster_degraded_naming_the_field_and
 }
 
 #[test]
-fn a_parameter_pending_a_restart_is_no_fault_of_the_cluster() {
+fn a_parameter_pending_a_restart_restarts_the_instances_as_an_upgrade_replicas_first() {
+    let s = with_work_mem();
     let mut o = at_rest(V1, 0);
+    o.own.settings = (0..3)
+        .map(|k| (k, reporting(&[], &["shared_buffers"])))
+        .collect();
+    let d = decide(&s, &ready(V1, 0), o.clone());
+    let restarting = PgState::Upgrading {
+        cluster: cluster(V1, 0),
+        pod: None,
+    };
+    assert_goes(&d, SETTINGS_NEED_RESTART, &restarting);
+
+    // The highest replica first, deleted only as it was seen.
+    let d = decide(&s, &restarting, o.clone());
+    let pod_2 = PodRef {
+        ordinal: 2,
+        uid: o.pods[&2].uid.clone(),
+    };
+    let chosen = PgState::Upgrading {
+        cluster: cluster(V1, 0),
+        pod: Some(pod_2.clone()),
+    };
+    assert_goes(&d, POD_CHOSEN, &chosen);
+    match &d {
+        Decision::Go { message, .. } => assert_eq!(
+            message,
+            "replacing pg-2 to apply shared_buffers at its start"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let d = decide(&s, &chosen, o.clone());
+    assert_eq!(
+        deletes_in(&d),
+        vec![(2, pod_2.uid.clone(), DeleteCause::Upgrade)]
+    );
+
+    // Replicas restarted (their new pods report nothing pending): the primary's turn
+    // comes by a switchover, as in an upgrade.
     o.own.settings = BTreeMap::from([(0, reporting(&[], &["shared_buffers"]))]);
-    let d = decide(&with_work_mem(), &ready(V1, 0), o);
-    assert_eq!(d.reason(), SERVING);
+    let d = decide(&s, &restarting, o.clone());
+    assert_eq!(d.reason(), SWITCHOVER_STARTED);
+
+    // The old primary restarted in place as it rejoined: nothing waits, done.
+    o.own.settings.clear();
+    let d = decide(&s, &restarting, o);
+    assert_eq!(d.reason(), UPGRADE_COMPLETED);
+}
+
+#[test]
+fn a_pod_chosen_for_a_restart_that_restarted_in_place_is_not_deleted() {
+    let s = with_work_mem();
+    let o = at_rest(V1, 0);
+    let chosen = PgState::Upgrading {
+        cluster: cluster(V1, 0),
+        pod: Some(PodRef {
+            ordinal: 2,
+            uid: o.pods[&2].uid.clone(),
+        }),
+    };
+    let d = decide(&s, &chosen, o);
+    assert_eq!(d.reason(), REPLANNED);
+    assert!(deletes_in(&d).is_empty());
 }
 
 #[test]
