@@ -140,25 +140,13 @@ pub(super) fn primary_available(
             }
         }
     };
-    let status = if holds {
-        conditions::status::TRUE
-    } else {
-        conditions::status::FALSE
-    };
-    let since = object
-        .status
-        .as_ref()
-        .and_then(|s| s.engine.condition(PRIMARY_AVAILABLE))
-        .filter(|c| c.status == status)
-        .map_or(now, |c| c.last_transition_time);
-    Some(Condition {
-        type_: PRIMARY_AVAILABLE.to_owned(),
-        status: status.to_owned(),
-        reason: why.to_owned(),
-        message,
-        last_transition_time: since,
-        observed_generation: generation,
-    })
+    Some(condition(
+        object,
+        PRIMARY_AVAILABLE,
+        (holds, why, message),
+        now,
+        generation,
+    ))
 }
 
 /// `SettingsApplied`: what the instances made of `spec.postgresql`, from what each
@@ -202,6 +190,24 @@ pub(super) fn settings_applied(
         );
         (true, applied_reason::APPLIED, message)
     };
+    Some(condition(
+        object,
+        SETTINGS_APPLIED,
+        (holds, why, message),
+        now,
+        generation,
+    ))
+}
+
+/// The condition `type_` of `object` saying `(holds, reason, message)`: its transition
+/// time moves only when whether it holds does (kept from the status as it was read).
+fn condition(
+    object: &PostgresCluster,
+    type_: &str,
+    (holds, why, message): (bool, &str, String),
+    now: chrono::DateTime<chrono::Utc>,
+    generation: Option<i64>,
+) -> Condition {
     let status = if holds {
         conditions::status::TRUE
     } else {
@@ -210,15 +216,15 @@ pub(super) fn settings_applied(
     let since = object
         .status
         .as_ref()
-        .and_then(|s| s.engine.condition(SETTINGS_APPLIED))
+        .and_then(|s| s.engine.condition(type_))
         .filter(|c| c.status == status)
         .map_or(now, |c| c.last_transition_time);
-    Some(Condition {
-        type_: SETTINGS_APPLIED.to_owned(),
+    Condition {
+        type_: type_.to_owned(),
         status: status.to_owned(),
         reason: why.to_owned(),
         message,
         last_transition_time: since,
         observed_generation: generation,
-    })
+    }
 }

@@ -166,6 +166,10 @@ impl World {
         {
             self.wal += 1;
             self.received.insert(k, self.wal);
+            // A force-deleted pod's server writes on its ordinal's volume: a pod made
+            // there later starts on what it wrote (found from seed 0: without this, the
+            // recreated primary released a position short of the commit on its disk).
+            self.received.insert(ordinal(k), self.wal);
         }
     }
 

@@ -467,7 +467,9 @@ where
                     .volumes
                     .iter()
                     .any(|(j, v)| *j != k && matches!(v, Vol::Primary { .. } | Vol::Standby));
-                if others && self.pods.contains_key(&k) {
+                // Not while a force-deleted pod's server still runs on it: that server
+                // would lose its disk too, which the model does not play.
+                if others && self.pods.contains_key(&k) && !self.pods.contains_key(&(GONE + k)) {
                     self.pods.remove(&k);
                     self.volumes.remove(&k);
                     self.received.remove(&k);
