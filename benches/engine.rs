@@ -264,6 +264,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             lease_seconds: BTreeMap::new(),
             unconfigured: Default::default(),
             settings: BTreeMap::new(),
+            lagging: Default::default(),
         },
     }
 }

@@ -676,6 +676,64 @@ async fn the_kubectl_plugin_shows_the_cluster_and_switches_over_on_demand() {
     assert!(out.contains("names no instance"), "{out}");
 }
 
+/// Issue 26: a switchover on demand to a replica whose standby reports that it does not
+/// stream (the pod condition its instance manager writes; here the test writes it, as
+/// KWOK runs no manager) is refused up front, Degraded naming why, and runs once the
+/// replica says it streams again.
+#[tokio::test]
+async fn a_switchover_to_a_replica_that_does_not_stream_waits_degraded_until_it_streams() {
+    let pg = Pg::new("pg-lag").await;
+    let _operator = pg.operator();
+    let _agents = LeaseAgents::start(&pg.env);
+    pg.create("pg", spec(json!({}))).await;
+    pg.ready_at("pg", "postgres:16.3").await;
+    let pods: Api<Pod> = pg.env.api();
+    let says = |streams: &str| {
+        json!({"status": {"conditions": [{"type": "lockstep.dev/Streaming", "status": streams,
+            "reason": "R", "message": "as its instance manager would say"}]}})
+    };
+    pods.patch_status(
+        "pg-2",
+        &PatchParams::default(),
+        &Patch::Strategic(says("False")),
+    )
+    .await
+    .expect("pg-2 says it does not stream");
+    pg.merge_patch(
+        "pg",
+        json!({"metadata": {"annotations": {"lockstep.dev/switchover": "pg-2"}}}),
+    )
+    .await;
+    pg.until("pg", "the switchover refused, Degraded naming why", |pg| {
+        pg.status
+            .as_ref()
+            .and_then(|s| s.engine.condition(conditions::DEGRADED))
+            .is_some_and(|c| {
+                c.status == conditions::status::TRUE
+                    && c.reason == "SwitchoverRefused"
+                    && c.message
+                        .contains("pg-2 reports that its standby does not stream")
+            })
+    })
+    .await;
+    assert_eq!(
+        primary_pod(&pg.api.get("pg").await.expect("the cluster")),
+        Some("pg-0"),
+        "nothing moved"
+    );
+    pods.patch_status(
+        "pg-2",
+        &PatchParams::default(),
+        &Patch::Strategic(says("True")),
+    )
+    .await
+    .expect("pg-2 says it streams");
+    pg.until("pg", "switched over to pg-2", |pg| {
+        is_ready_at(pg, "postgres:16.3") && primary_pod(pg) == Some("pg-2")
+    })
+    .await;
+}
+
 /// `spec.spread.mode: Required`: the scheduler puts each instance on a node of its own
 /// (the local cluster has three KWOK nodes).
 #[tokio::test]

@@ -1033,6 +1033,27 @@ async fn settings_reach_every_instance_by_a_reload() {
     for pod in pods {
         real.shows(pod, "SHOW work_mem", "8MB").await;
     }
+    // The standby's manager says on its pod that it streams (what a switchover on
+    // demand reads of its target), as it says what its server made of the settings.
+    let standby: Api<Pod> = real.pg.env.api();
+    wait_for_all_within(&standby, "", "pg-1 to say it streams", SLOW, |all| {
+        all.iter().any(|p| {
+            p.name_any() == "pg-1"
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            (c.type_.as_str(), c.status.as_str())
+                                == ("lockstep.dev/Streaming", "True")
+                        }) && cs.iter().any(|c| {
+                            (c.type_.as_str(), c.status.as_str())
+                                == ("lockstep.dev/SettingsApplied", "True")
+                        })
+                    })
+        })
+    })
+    .await;
 
     real.pg
         .merge_patch(

@@ -43,7 +43,7 @@ use super::metrics::InstanceMetrics;
 use super::postmaster::Postmaster;
 use super::prepare::{Layout, Prepare};
 use super::process::{self, Pidfd, Signal};
-use super::report::Reporter;
+use super::report::{self, Reporter};
 use super::settings::Settings;
 use crate::engine::Decision;
 use crate::instance::machine::{AgentSpec, LeaseTerms};
@@ -54,6 +54,7 @@ use crate::instance::observe::{
 use crate::instance::{AgentAction, AgentState, decide};
 use crate::machines::postgres::actions::Role;
 use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
+use crate::machines::postgres::streaming::NOT_STREAMING_SECONDS;
 
 /// What keeps the manager from running.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +115,22 @@ pub async fn liveness(args: &InstanceArgs) -> i32 {
         Ok(Ok(s)) if s.code() == Some(2) => 1,
         Ok(Ok(_)) => 0,
         _ => 1,
+    }
+}
+
+/// Whether a standby says it streams this round ([`crate::machines::postgres::streaming`]):
+/// yes while its WAL receiver streams; no once it has not for
+/// [`NOT_STREAMING_SECONDS`]; nothing for a primary, a server that does not answer, or a
+/// shorter gap (a receiver reconnecting).
+#[must_use]
+pub fn streams(seen: &Observation) -> Option<bool> {
+    match &seen.server {
+        Server::Standby(s) if s.streaming => Some(true),
+        Server::Standby(_) => seen
+            .not_streaming_since
+            .filter(|since| seen.now.since(*since) >= Duration::from_secs(NOT_STREAMING_SECONDS))
+            .map(|_| false),
+        _ => None,
     }
 }
 
@@ -382,10 +399,9 @@ impl Manager {
             self.apply_settings().await;
             self.metrics.record(&seen, &self.state, me.as_deref());
             self.metrics.record_settings(&self.settings);
-            if let Some(reporter) = &self.reporter
-                && self.settings.is_written()
-            {
-                reporter.report(self.settings.report());
+            if let Some(reporter) = &self.reporter {
+                let settings = self.settings.is_written().then(|| self.settings.report());
+                reporter.report(report::report(settings.as_ref(), streams(&seen)));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);
             let (to, wait) = match &decision {

@@ -1,5 +1,6 @@
-//! What this instance made of `spec.postgresql`, told to the operator as the condition
-//! of [`crate::machines::postgres::applied`] on its own pod (`pods/status`).
+//! What this instance tells the operator, as conditions on its own pod (`pods/status`):
+//! what its server made of `spec.postgresql` ([`crate::machines::postgres::applied`]),
+//! and, for a standby, whether it streams ([`crate::machines::postgres::streaming`]).
 //!
 //! # Guarantees
 //! - **A write never delays a round of the manager** (its Lease renewals): the writes
@@ -7,16 +8,17 @@
 //!   waiting.
 //! - **The latest report wins**: the task always writes the newest report it was given,
 //!   never an older one after a newer.
-//! - **Written when it changes**: once after the manager starts (the pod may carry what
-//!   an earlier container wrote), then only when the report differs from the last one
-//!   written. An idle instance makes no request.
-//! - `lastTransitionTime` moves only when the condition's status does.
+//! - **Written when it changes**: each condition once after the manager starts (the pod
+//!   may carry what an earlier container wrote), then only when it differs from the
+//!   last one written. An idle instance makes no request.
+//! - `lastTransitionTime` moves only when a condition's status does.
 //!
 //! # Errors
 //! A failed write (the API server unreachable, the Role not yet naming a pod a scale-up
 //! just made) is logged once per error and tried again every [`RETRY`] until it succeeds
 //! or a newer report replaces it. The database runs on either way.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -26,21 +28,42 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
+use crate::machines::postgres::streaming::{self, STREAMING};
 
 /// The pause before a failed write is tried again.
 pub const RETRY: Duration = Duration::from_secs(5);
 
+/// One condition as written: status, reason, message.
+pub type Said = (&'static str, &'static str, String);
+
+/// What the manager tells the operator this round, by condition type.
+pub type Report = BTreeMap<&'static str, Said>;
+
+/// This round's report: the settings, and for a standby whether it streams (`None`:
+/// nothing to say about it this round).
+#[must_use]
+pub fn report(settings: Option<&SettingsReport>, streaming: Option<bool>) -> Report {
+    let mut report = Report::new();
+    if let Some(settings) = settings {
+        report.insert(SETTINGS_APPLIED, settings.condition());
+    }
+    if let Some(streams) = streaming {
+        report.insert(STREAMING, streaming::condition(streams));
+    }
+    report
+}
+
 /// Hands reports to the writing task.
 #[derive(Debug)]
 pub struct Reporter {
-    tx: watch::Sender<Option<SettingsReport>>,
+    tx: watch::Sender<Report>,
 }
 
 impl Reporter {
     /// Starts the task writing the reports of pod `pod` in `namespace`.
     #[must_use]
     pub fn start(client: kube::Client, namespace: &str, pod: &str) -> Self {
-        let (tx, rx) = watch::channel(None);
+        let (tx, rx) = watch::channel(Report::new());
         tokio::spawn(write_reports(
             Api::namespaced(client, namespace),
             pod.to_owned(),
@@ -49,74 +72,85 @@ impl Reporter {
         Self { tx }
     }
 
-    /// This round's report; returns at once.
-    pub fn report(&self, report: SettingsReport) {
+    /// This round's report (a condition it leaves out keeps what was said of it);
+    /// returns at once.
+    pub fn report(&self, report: Report) {
         self.tx.send_if_modified(|latest| {
-            let changed = latest.as_ref() != Some(&report);
+            let mut merged = latest.clone();
+            merged.extend(report);
+            let changed = merged != *latest;
             if changed {
-                *latest = Some(report);
+                *latest = merged;
             }
             changed
         });
     }
 }
 
-/// The strategic merge patch of `pods/status` that sets the condition (merged by its
-/// `type`, so the kubelet's conditions stay); with `transition`, it moves
-/// `lastTransitionTime` to `now`.
+/// The strategic merge patch of `pods/status` that sets the conditions of `changed`
+/// (merged by their `type`, so the kubelet's conditions stay); those named in
+/// `transitions` have their `lastTransitionTime` moved to `now`.
 #[must_use]
 pub fn patch(
-    report: &SettingsReport,
-    transition: bool,
+    changed: &Report,
+    transitions: &[&str],
     now: chrono::DateTime<chrono::Utc>,
 ) -> serde_json::Value {
-    let (status, reason, message) = report.condition();
-    let mut condition = json!({
-        "type": SETTINGS_APPLIED,
-        "status": status,
-        "reason": reason,
-        "message": message,
-    });
-    if transition {
-        condition["lastTransitionTime"] =
-            json!(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    }
-    json!({"status": {"conditions": [condition]}})
+    let conditions: Vec<serde_json::Value> = changed
+        .iter()
+        .map(|(type_, (status, reason, message))| {
+            let mut condition = json!({
+                "type": type_,
+                "status": status,
+                "reason": reason,
+                "message": message,
+            });
+            if transitions.contains(type_) {
+                condition["lastTransitionTime"] =
+                    json!(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            }
+            condition
+        })
+        .collect();
+    json!({"status": {"conditions": conditions}})
 }
 
-async fn write_reports(
-    api: Api<Pod>,
-    pod: String,
-    mut rx: watch::Receiver<Option<SettingsReport>>,
-) {
-    let mut written: Option<SettingsReport> = None;
+async fn write_reports(api: Api<Pod>, pod: String, mut rx: watch::Receiver<Report>) {
+    let mut written = Report::new();
     let mut last_error: Option<String> = None;
     while rx.changed().await.is_ok() {
         loop {
-            let Some(report) = rx.borrow_and_update().clone() else {
-                break;
-            };
-            if written.as_ref() == Some(&report) {
+            let report = rx.borrow_and_update().clone();
+            let changed: Report = report
+                .iter()
+                .filter(|(type_, said)| written.get(*type_) != Some(*said))
+                .map(|(type_, said)| (*type_, said.clone()))
+                .collect();
+            if changed.is_empty() {
                 break;
             }
-            let transition = written
-                .as_ref()
-                .is_none_or(|w| w.applied() != report.applied());
-            let body = patch(&report, transition, chrono::Utc::now());
+            let transitions: Vec<&str> = changed
+                .iter()
+                .filter(|(type_, (status, _, _))| {
+                    written.get(*type_).is_none_or(|(was, _, _)| was != status)
+                })
+                .map(|(type_, _)| *type_)
+                .collect();
+            let body = patch(&changed, &transitions, chrono::Utc::now());
             match api
                 .patch_status(&pod, &PatchParams::default(), &Patch::Strategic(body))
                 .await
             {
                 Ok(_) => {
-                    tracing::info!(condition = SETTINGS_APPLIED, report = ?report, "reported the settings on the pod");
-                    written = Some(report);
+                    tracing::info!(conditions = ?changed, "reported on the pod");
+                    written.extend(changed);
                     last_error = None;
                     break;
                 }
                 Err(error) => {
                     let error = error.to_string();
                     if last_error.as_deref() != Some(&error) {
-                        tracing::warn!(%error, "reporting the settings on the pod failed: trying again");
+                        tracing::warn!(%error, "reporting on the pod failed: trying again");
                         last_error = Some(error);
                     }
                     tokio::select! {
@@ -134,26 +168,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_patch_merges_one_condition_and_moves_its_time_only_on_a_transition() {
-        let report = SettingsReport {
+    fn the_patch_merges_the_changed_conditions_and_moves_a_time_only_on_a_transition() {
+        let settings = SettingsReport {
             refused: vec![],
             pending_restart: vec!["shared_buffers".to_owned()],
         };
         let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
+        let changed = report(Some(&settings), Some(false));
         assert_eq!(
-            patch(&report, true, now),
-            json!({"status": {"conditions": [{
-                "type": "lockstep.dev/SettingsApplied",
-                "status": "False",
-                "reason": "PendingRestart",
-                "message": "pending restart: shared_buffers",
-                "lastTransitionTime": "2027-01-15T08:00:00Z",
-            }]}})
-        );
-        assert!(
-            patch(&report, false, now)["status"]["conditions"][0]
-                .get("lastTransitionTime")
-                .is_none()
+            patch(&changed, &[SETTINGS_APPLIED], now),
+            json!({"status": {"conditions": [
+                {
+                    "type": "lockstep.dev/SettingsApplied",
+                    "status": "False",
+                    "reason": "PendingRestart",
+                    "message": "pending restart: shared_buffers",
+                    "lastTransitionTime": "2027-01-15T08:00:00Z",
+                },
+                {
+                    "type": "lockstep.dev/Streaming",
+                    "status": "False",
+                    "reason": "NotStreaming",
+                    "message": "its WAL receiver has not streamed for 10 s or more: it is behind the primary",
+                },
+            ]}})
         );
     }
 }

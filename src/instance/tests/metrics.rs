@@ -75,3 +75,26 @@ fn a_standby_reports_its_replay_lag_and_streaming_and_only_its_current_state() {
     );
     assert!(text.contains("role=\"replica\"} 1"), "{text}");
 }
+
+#[test]
+fn a_standby_says_it_does_not_stream_only_after_ten_seconds_without_and_a_primary_says_nothing() {
+    use crate::instance::run::manager::streams;
+    let standby = |streaming: bool, since: Option<u64>| Observation {
+        role: RoleLabel::Is(Role::Replica),
+        server: Server::Standby(Standby {
+            received: None,
+            replayed: None,
+            streaming,
+        }),
+        not_streaming_since: since.map(at),
+        ..seen()
+    };
+    assert_eq!(streams(&standby(true, None)), Some(true));
+    assert_eq!(
+        streams(&standby(false, Some(95))),
+        None,
+        "a receiver reconnecting"
+    );
+    assert_eq!(streams(&standby(false, Some(90))), Some(false));
+    assert_eq!(streams(&seen()), None);
+}

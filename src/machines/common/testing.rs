@@ -514,3 +514,23 @@ pub fn owner_db() -> Owner {
 pub fn label(meta: Option<&ObjectMeta>, key: &str) -> Option<String> {
     meta.and_then(|m| m.labels.as_ref()?.get(key).cloned())
 }
+
+/// A cache for owners of `kind_label` holding `statefulsets` and `pods` and nothing else.
+pub fn cache(
+    kind_label: &'static str,
+    statefulsets: Vec<k8s_openapi::api::apps::v1::StatefulSet>,
+    pods: Vec<k8s_openapi::api::core::v1::Pod>,
+) -> crate::driver::Cache {
+    use crate::driver::Owned;
+    crate::driver::Cache {
+        statefulsets: Owned::from_objects(kind_label, statefulsets),
+        pods: Owned::from_objects(kind_label, pods),
+        services: Owned::from_objects(kind_label, Vec::new()),
+        jobs: Owned::from_objects(kind_label, Vec::new()),
+        cronjobs: Owned::from_objects(kind_label, Vec::new()),
+        configmaps: Owned::from_objects(kind_label, Vec::new()),
+        pdbs: Owned::from_objects(kind_label, Vec::new()),
+        pvcs: Owned::from_objects(kind_label, Vec::new()),
+        leases: Owned::from_objects(kind_label, Vec::new()),
+    }
+}

@@ -51,6 +51,7 @@ pub mod render;
 pub mod settings;
 pub mod state;
 pub mod status;
+pub mod streaming;
 pub mod synchronous;
 pub mod table;
 #[cfg(test)]

@@ -16,6 +16,7 @@ use super::api::{DEFAULT_LEASE_SECONDS, PostgresCluster};
 use super::applied::{SETTINGS_APPLIED, SettingsReport};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use super::settings;
+use super::streaming::STREAMING;
 use crate::driver::Cache;
 use crate::driver::cache::{JOB_NAME_LABEL, digest};
 use crate::machines::common::annotations;
@@ -174,6 +175,9 @@ pub struct Own {
     /// What the live instance pods (by ordinal) report their servers made of the
     /// settings ([`super::applied`]); a pod that reports nothing yet is absent.
     pub settings: BTreeMap<i32, SettingsReport>,
+    /// The live instance pods (by ordinal) that report their standby not streaming
+    /// ([`super::streaming`]): behind the primary.
+    pub lagging: BTreeSet<i32>,
 }
 
 impl Observed {
@@ -317,6 +321,14 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter_map(|p| Some((ordinal_of(p, &name)?, settings_report(p)?)))
         .collect();
 
+    let lagging = read
+        .owned(&cache.pods)
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| condition_status(p, STREAMING) == Some("False"))
+        .filter_map(|p| ordinal_of(p, &name))
+        .collect();
+
     let own = Own {
         in_sync,
         lease,
@@ -325,6 +337,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         lease_seconds,
         unconfigured,
         settings: reports,
+        lagging,
     };
     read.observed(
         statefulset,
@@ -345,6 +358,17 @@ pub fn settings_report(pod: &Pod) -> Option<SettingsReport> {
         .iter()
         .find(|c| c.type_ == SETTINGS_APPLIED)?;
     SettingsReport::from_condition(&condition.status, condition.message.as_deref()?)
+}
+
+/// The status of the pod's condition `type_`, if it has one.
+fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
 }
 
 /// The pod's `lockstep.dev/role` label, if it is a known role.

@@ -10,26 +10,12 @@ use super::super::render;
 use super::super::state::DdbState;
 use super::super::{DistributedDB, DistributedDb};
 use super::{spec, with_backups, with_hooks};
-use crate::driver::{Cache, Operator, Owned, Project};
+use crate::driver::{Cache, Operator};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::testing::{assert_env, assert_runs_once, job_pod};
 
-fn store<K: Project>(objects: Vec<K>) -> Owned<K> {
-    Owned::from_objects(DistributedDb::KIND_LABEL, objects)
-}
-
 fn cache(statefulsets: Vec<StatefulSet>, pods: Vec<Pod>) -> Cache {
-    Cache {
-        statefulsets: store(statefulsets),
-        pods: store(pods),
-        services: store(Vec::new()),
-        jobs: store(Vec::new()),
-        cronjobs: store(Vec::new()),
-        configmaps: store(Vec::new()),
-        pdbs: store(Vec::new()),
-        pvcs: store(Vec::new()),
-        leases: store(Vec::new()),
-    }
+    crate::machines::common::testing::cache(DistributedDb::KIND_LABEL, statefulsets, pods)
 }
 
 fn db(spec: super::DistributedDBSpec) -> DistributedDB {

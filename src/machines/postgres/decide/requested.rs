@@ -3,8 +3,9 @@
 //! primary stops cleanly and releases the Lease with its last WAL position; the target
 //! promotes only once it has received it), once per value.
 //!
-//! A value the cluster cannot serve (it names no instance, or one that is not a Ready
-//! replica) is not taken on: Ready stays, Degraded with `SwitchoverRefused` naming why,
+//! A value the cluster cannot serve (it names no instance, one that is not a Ready
+//! replica, or one whose standby reports it does not stream,
+//! [`crate::machines::postgres::streaming`]) is not taken on: Ready stays, Degraded with `SwitchoverRefused` naming why,
 //! until it can run or the annotation goes.
 
 use std::ops::ControlFlow;
@@ -67,6 +68,12 @@ pub(crate) fn requested(
     };
     if k != cluster.primary && !(pod.serving() && pod.role == Some(Role::Replica)) {
         return refuse(format!("{} is not a Ready replica", o.pod_name(k)));
+    }
+    if k != cluster.primary && o.own.lagging.contains(&k) {
+        return refuse(format!(
+            "{} reports that its standby does not stream from the primary (it is behind: a switchover to it would keep writes unavailable until it caught up)",
+            o.pod_name(k)
+        ));
     }
     let target = PodRef {
         ordinal: k,

@@ -206,6 +206,23 @@ where
                         (*k, report)
                     })
                     .collect(),
+                // A standby whose receiver stopped streaming says so once it has not
+                // streamed for NOT_STREAMING_SECONDS (its manager's rule).
+                lagging: self
+                    .pods
+                    .range(..GONE)
+                    .filter(|(_, p)| !p.terminating && p.server == Srv::Standby)
+                    .filter(|(_, p)| {
+                        p.stream_broken.is_some_and(|at| {
+                            let quiet = crate::machines::postgres::streaming::NOT_STREAMING_SECONDS;
+                            self.now - at
+                                >= chrono::Duration::seconds(
+                                    i64::try_from(quiet).unwrap_or(i64::MAX),
+                                )
+                        })
+                    })
+                    .map(|(k, _)| *k)
+                    .collect(),
             },
         }
     }

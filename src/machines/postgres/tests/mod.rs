@@ -144,6 +144,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             lease_seconds: BTreeMap::new(),
             unconfigured: Default::default(),
             settings: BTreeMap::new(),
+            lagging: Default::default(),
         },
     }
 }

@@ -654,12 +654,14 @@ fn an_instance_pods_settings_condition_is_read_back_and_a_foreign_one_ignored() 
         }))
         .expect("a pod")
     };
-    let written = crate::instance::run::report::patch(
-        &reporting(
-            &["spec.postgresql.parameters.work_mem"],
-            &["shared_buffers"],
-        ),
-        true,
+    use crate::instance::run::report;
+    let settings = reporting(
+        &["spec.postgresql.parameters.work_mem"],
+        &["shared_buffers"],
+    );
+    let written = report::patch(
+        &report::report(Some(&settings), None),
+        &["lockstep.dev/SettingsApplied"],
         t(5),
     );
     let pod = pod_with(written["status"]["conditions"].clone());
@@ -677,4 +679,31 @@ fn an_instance_pods_settings_condition_is_read_back_and_a_foreign_one_ignored() 
         crate::machines::postgres::observe::settings_report(&foreign),
         None
     );
+}
+
+#[test]
+fn a_pod_whose_standby_says_it_does_not_stream_is_observed_lagging() {
+    let pod = |k: i32, streams: &str| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("pg-{k}"), "namespace": "db", "uid": format!("u{k}"),
+                "labels": {"app.kubernetes.io/name": "postgrescluster",
+                    "app.kubernetes.io/instance": "pg",
+                    "app.kubernetes.io/managed-by": "lockstep",
+                    "lockstep.dev/component": "database"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "name": "pg", "uid": "s1", "controller": true}]},
+            "status": {"conditions": [
+                {"type": "lockstep.dev/Streaming", "status": streams, "reason": "R"},
+            ]},
+        }))
+        .expect("a pod")
+    };
+    let cache = crate::machines::common::testing::cache(
+        render::KIND_LABEL,
+        Vec::new(),
+        vec![pod(1, "True"), pod(2, "False")],
+    );
+    let o = crate::machines::postgres::observe::observe(&object(spec("16.3")), &cache);
+    assert_eq!(o.pods.len(), 2, "both pods are the cluster's");
+    assert_eq!(o.own.lagging, [2].into());
 }

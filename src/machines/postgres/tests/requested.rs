@@ -79,6 +79,24 @@ fn a_request_the_cluster_cannot_serve_is_degraded_naming_why_and_the_way_out() {
 }
 
 #[test]
+fn a_request_for_a_replica_that_does_not_stream_is_refused_until_it_does() {
+    let mut o = asking("pg-2");
+    o.own.lagging = [2].into();
+    let d = decide(&spec("16.3"), &ready(V1, 0), o.clone());
+    assert_degraded(&d, SWITCHOVER_REFUSED);
+    assert_says(
+        &d,
+        &[
+            "pg-2 reports that its standby does not stream",
+            "remove the annotation",
+        ],
+    );
+    o.own.lagging.clear();
+    let d = decide(&spec("16.3"), &ready(V1, 0), o);
+    assert_eq!(d.reason(), SWITCHOVER_REQUESTED);
+}
+
+#[test]
 fn a_request_for_the_primary_itself_is_served_at_once_and_moves_nothing() {
     let d = decide(&spec("16.3"), &ready(V1, 0), asking("pg-0"));
     assert_eq!(d.reason(), SWITCHOVER_REQUESTED);
