@@ -88,6 +88,9 @@ wait_until() {
 }
 
 k() { "$KUBECTL" "$@"; }
+# plugin ARGS: `kubectl lockstep ARGS` in the demo's namespace (the lockstep binary, with
+# the cluster's kubectl on PATH for `psql`); its exit status is the command's.
+plugin() { PATH="$(dirname "$KUBECTL"):$PATH" "$LOCKSTEP" kubectl -n "$NS" "$@" </dev/null; }
 # condition_true TYPE OBJECT [kubectl args...]: OBJECT's condition TYPE is True. Unlike
 # `kubectl wait --for=condition=...`, which errors out on an object the server has not
 # yet given conditions (".status.conditions accessor error: <nil>"), this only reads, so

@@ -177,6 +177,8 @@ roles
 explain "Replication as the primary sees it (spec.synchronous: a commit waits for 1 of the others):"
 wait_until "both standbys in the synchronous quorum of $PRIMARY" quorum "$PRIMARY"
 replication "$PRIMARY"
+explain "kubectl lockstep status $NAME (the plugin: the lockstep binary installed as kubectl-lockstep):"
+plugin status "$NAME" | show
 
 timed_step "4. A writer: one row per transaction, through the Service $NAME-rw"
 WRITER_IMAGE="$(tools/images/build.sh --name postgres-15)"
@@ -234,15 +236,16 @@ acks_grow() {
 acks_grow 20
 explain "writer running: $ACKS rows acknowledged so far"
 
-timed_step "5. Switchover on demand (annotation lockstep.dev/switchover)"
+timed_step "5. Switchover on demand (kubectl lockstep switchover)"
 TARGET="$(pg_field '{.status.replicaPods[*]}' | tr ' ' '\n' | sort -V | tail -1)"
 [ -n "$TARGET" ] || fail "pgc/$NAME names no replica"
-explain "kubectl annotate pgc $NAME lockstep.dev/switchover=$TARGET --overwrite"
+explain "kubectl lockstep switchover $NAME $TARGET (sets lockstep.dev/switchover=$TARGET:<token>, waits)"
 explain "The same fenced switchover an upgrade runs: Demote (the primary is labelled demoted, so"
 explain "neither Service selects it, and stops cleanly, releasing the Lease with its last WAL"
 explain "position), Fence, Promote (the target's own manager promotes once it has that position)."
 SO_T0=$SECONDS
-k annotate pgc "$NAME" -n "$NS" --overwrite "lockstep.dev/switchover=$TARGET" >/dev/null
+plugin switchover "$NAME" "$TARGET" --timeout "$TIMEOUT" | show ||
+  fail "kubectl lockstep switchover $NAME $TARGET did not end with $TARGET primary"
 wait_until "pgc/$NAME to be Ready with $TARGET as its primary" ready_with "$TARGET"
 explain "Ready (every instance Ready) with $TARGET primary $((SECONDS - SO_T0))s after the request."
 wait_until "every instance Ready again ($PRIMARY rejoined as a replica)" settled "$TARGET"
@@ -339,11 +342,12 @@ explain "promised; present counts every row read back through $NAME-rw from the 
 explain "lost = acknowledged but absent, which synchronous replication (Required) must keep at 0)"
 [ "$LOST" = 0 ] || fail "$LOST acknowledged rows lost: $(comm -23 "$DEMO_DIR/acked" "$DEMO_DIR/rows" | head -20 | tr '\n' ' ')"
 
-timed_step "9. Back up on demand (annotation lockstep.dev/backup-now)"
+timed_step "9. Back up on demand (kubectl lockstep backup)"
 explain "The annotation's value is a token: the machine runs one backup Job per new token"
 explain "(pg_dump -Fc of spec.database through $NAME-rw, uploaded to s3://$BUCKET/$DUMPS<time>.dump)."
 BEFORE="$(pg_field '{.status.lastBackup.time}')"
-k annotate pgc "$NAME" -n "$NS" --overwrite "lockstep.dev/backup-now=demo-$(date +%s)" >/dev/null
+explain "kubectl lockstep backup $NAME (sets lockstep.dev/backup-now=<token>, waits for its outcome)"
+plugin backup "$NAME" --timeout "$TIMEOUT" | show || fail "kubectl lockstep backup $NAME did not succeed"
 backed_up() {
   local now
   now="$(pg_field '{.status.lastBackup.time}')"

@@ -346,11 +346,14 @@ async fn a_failing_pre_hook_stops_the_upgrade_with_a_clear_condition_until_retri
         json!([{"op": "remove", "path": "/spec/upgrade/preHook/podLabels"}]),
     )
     .await;
-    db.merge_patch(
-        "ledger",
-        json!({"metadata": {"annotations": {"lockstep.dev/retry-hook": "1"}}}),
-    )
-    .await;
+    let ns = db.env.ns.name.clone();
+    let (code, out) =
+        crate::postgres::plugin(&["retry", "ledger", "-n", &ns, "--timeout", "120"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("lockstep.dev/retry-hook=") && out.contains("taken on:"),
+        "{out}"
+    );
     db.ready_at("ledger", "registry.example/db:2").await;
     let steps = recorder.upgrade_steps();
     let deletes: Vec<&String> = steps.iter().filter(|e| e.starts_with("delete")).collect();

@@ -621,10 +621,21 @@ async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
 pub(crate) async fn plugin(args: &[&str]) -> (i32, String) {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let out = tokio::task::spawn_blocking(move || {
+        let kubeconfig = crate::support::kubeconfig_path();
+        // `psql` runs `kubectl exec`: the cluster's own kubectl, next to its kubeconfig.
+        let path = kubeconfig
+            .parent()
+            .map(|d| d.join("bin").display().to_string())
+            .into_iter()
+            .chain(std::env::var("PATH").ok())
+            .collect::<Vec<_>>()
+            .join(":");
         std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"))
             .arg("kubectl")
             .args(&args)
-            .env("KUBECONFIG", crate::support::kubeconfig_path())
+            .env("KUBECONFIG", kubeconfig)
+            .env("PATH", path)
+            .stdin(std::process::Stdio::null())
             .output()
             .expect("run lockstep kubectl")
     })
@@ -674,6 +685,10 @@ async fn the_kubectl_plugin_shows_the_cluster_and_switches_over_on_demand() {
     let (code, out) = plugin(&["switchover", "pg", "pg-9", "-n", &ns, "--timeout", "60"]).await;
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("names no instance"), "{out}");
+
+    let (code, out) = plugin(&["retry", "pg", "-n", &ns]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("nothing waits for a retry in pg"), "{out}");
 }
 
 /// Issue 26: a switchover on demand to a replica whose standby reports that it does not
@@ -1314,11 +1329,13 @@ async fn a_failing_final_backup_keeps_the_finalizer_until_the_skip_annotation() 
         "{message}"
     );
 
-    pg.merge_patch(
-        "pg",
-        json!({"metadata": {"annotations": {"lockstep.dev/skip-final-backup": "true"}}}),
-    )
-    .await;
+    let ns = pg.env.ns.name.clone();
+    let (code, out) = plugin(&["skip-final-backup", "pg", "-n", &ns, "--timeout", "300"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("pg is deleted, without a final backup"),
+        "{out}"
+    );
     wait_gone(
         &pg.api,
         "pg",

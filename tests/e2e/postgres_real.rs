@@ -907,7 +907,8 @@ async fn replication_then_upgrade_switchover() {
 
 /// `kubectl lockstep status -o json` shows every instance's timeline and LSN, read from
 /// its manager's `/metrics` through the API server's pod proxy, and each standby
-/// streaming; polled with a deadline (a standby that just restarted reconnects).
+/// streaming; polled with a deadline (a standby that just restarted reconnects). Then
+/// `kubectl lockstep psql` reaches the primary, and with `--replica` a standby.
 async fn plugin_shows_replication(real: &Real, name: &str, primary: &str) {
     let deadline = std::time::Instant::now() + SLOW;
     loop {
@@ -926,7 +927,7 @@ async fn plugin_shows_replication(real: &Real, name: &str, primary: &str) {
                     && standby_streams
             });
         if shown {
-            return;
+            break;
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -934,6 +935,18 @@ async fn plugin_shows_replication(real: &Real, name: &str, primary: &str) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let in_recovery = |replica: bool| {
+        let mut args = vec!["psql", name, "-n", real.ns()];
+        if replica {
+            args.push("--replica");
+        }
+        args.extend(["--", "-X", "-A", "-t", "-c", "SELECT pg_is_in_recovery()"]);
+        async move { crate::postgres::plugin(&args).await }
+    };
+    let (code, out) = in_recovery(false).await;
+    assert_eq!((code, out.trim()), (0, "f"), "psql on the primary: {out}");
+    let (code, out) = in_recovery(true).await;
+    assert_eq!((code, out.trim()), (0, "t"), "psql on a replica: {out}");
 }
 
 /// (d) A switchover on demand (`lockstep.dev/switchover`) under a writer: the role moves

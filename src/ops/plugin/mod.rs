@@ -7,9 +7,9 @@
 //! | `history NAME` | every transition the status records, with its reason and message |
 //! | `switchover NAME POD` | sets `lockstep.dev/switchover=<POD>:<token>` and waits until `POD` is primary and the cluster Ready, or the request is refused |
 //! | `backup NAME` | sets `lockstep.dev/backup-now=<token>` and waits for that backup's outcome in `status.lastBackup` |
-//! | `retry NAME` | a new `lockstep.dev/retry-promote` (PostgresCluster) or `lockstep.dev/retry-hook` (DistributedDB) token |
-//! | `skip-final-backup NAME` | `lockstep.dev/skip-final-backup=true` |
-//! | `psql NAME [--replica]` | `kubectl exec -it` into the primary's (or a replica's) `postgres` container, running `psql` |
+//! | `retry NAME` | when a promotion or a hook failed (`Degraded`), a new `lockstep.dev/retry-promote` (PostgresCluster) or `lockstep.dev/retry-hook` (DistributedDB) token, and waits until the step takes it on; refused when nothing waits for one |
+//! | `skip-final-backup NAME` | `lockstep.dev/skip-final-backup=true`, and, if the object is being deleted, waits until it is gone |
+//! | `psql NAME [--replica] [-- ARGS]` | `kubectl exec` into the primary's (or a replica's) `postgres` container, running `psql ARGS` (with a terminal when stdin is one) |
 //!
 //! `NAME` is `NAME` (a PostgresCluster, else a DistributedDB) or `KIND/NAME`. `status` and
 //! `history` take `-o text|json|yaml`; the waiting commands take `--no-wait` and
@@ -24,13 +24,14 @@
 
 pub mod view;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::wait::await_condition;
+use kube::runtime::wait::conditions::is_deleted;
 use serde_json::{Value, json};
 
 use super::Error;
@@ -123,11 +124,17 @@ pub enum PluginCommand {
     Retry {
         /// `NAME` or `KIND/NAME`.
         name: String,
+        /// When to return.
+        #[command(flatten)]
+        wait: WaitArgs,
     },
     /// Delete without the final backup (or stop retrying a failing one).
     SkipFinalBackup {
         /// `NAME` or `KIND/NAME`.
         name: String,
+        /// When to return.
+        #[command(flatten)]
+        wait: WaitArgs,
     },
     /// psql on the primary (or a replica) of a PostgresCluster.
     Psql {
@@ -136,6 +143,9 @@ pub enum PluginCommand {
         /// Connect to a replica instead.
         #[arg(long)]
         replica: bool,
+        /// psql's own arguments, after `--` (e.g. `-- -c 'SELECT 1'`).
+        #[arg(last = true)]
+        args: Vec<String>,
     },
 }
 
@@ -383,8 +393,19 @@ pub async fn run(
                 .await?;
             Ok(report(out, outcome))
         }
-        PluginCommand::Retry { name } => {
+        PluginCommand::Retry { name, wait } => {
             let found = find(&client, &namespace, &name).await?;
+            let object = found.get().await?;
+            let Some(waiting) = view::retry_waits(&object) else {
+                let v = view::status("", &object, &[], 0);
+                let _ = writeln!(
+                    out,
+                    "nothing waits for a retry in {} (phase {}): a retry answers a failed promotion or hook",
+                    found.name,
+                    v.phase.unwrap_or_default()
+                );
+                return Ok(1);
+            };
             let key = if found.is_postgres() {
                 RETRY_PROMOTE
             } else {
@@ -392,16 +413,63 @@ pub async fn run(
             };
             let value = token();
             found.annotate(key, &value).await?;
-            let _ = writeln!(out, "{key}={value} set on {}", found.name);
-            Ok(0)
+            let _ = writeln!(out, "{key}={value} set on {} ({waiting})", found.name);
+            if wait.no_wait {
+                return Ok(0);
+            }
+            let outcome = found
+                .wait(wait.timeout, |o| {
+                    view::retry_taken(o, &value).then(|| {
+                        Ok(format!(
+                            "taken on: {}",
+                            view::last_message(o).unwrap_or_default()
+                        ))
+                    })
+                })
+                .await?;
+            Ok(report(out, outcome))
         }
-        PluginCommand::SkipFinalBackup { name } => {
+        PluginCommand::SkipFinalBackup { name, wait } => {
             let found = find(&client, &namespace, &name).await?;
             found.annotate(SKIP_FINAL_BACKUP, "true").await?;
             let _ = writeln!(out, "{SKIP_FINAL_BACKUP}=true set on {}", found.name);
-            Ok(0)
+            let object = found.get().await?;
+            if object.pointer("/metadata/deletionTimestamp").is_none() {
+                let _ = writeln!(
+                    out,
+                    "{} is not being deleted: deleting it will skip the final backup",
+                    found.name
+                );
+                return Ok(0);
+            }
+            if wait.no_wait {
+                return Ok(0);
+            }
+            let uid = object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let gone = tokio::time::timeout(
+                Duration::from_secs(wait.timeout),
+                await_condition(found.api.clone(), &found.name, is_deleted(&uid)),
+            )
+            .await;
+            let outcome = match gone {
+                Ok(Ok(_)) => Ok(format!("{} is deleted, without a final backup", found.name)),
+                Ok(Err(e)) => Err(format!("the watch of {} failed: {e}", found.name)),
+                Err(_) => Err(format!(
+                    "{} is still there after {}s",
+                    found.name, wait.timeout
+                )),
+            };
+            Ok(report(out, outcome))
         }
-        PluginCommand::Psql { name, replica } => {
+        PluginCommand::Psql {
+            name,
+            replica,
+            args,
+        } => {
             let found = find(&client, &namespace, &name).await?;
             let pods: Vec<view::InstanceView> = found
                 .pods(&client)
@@ -417,11 +485,19 @@ pub async fn run(
                 let _ = writeln!(out, "no Ready {want} in {}", found.name);
                 return Ok(1);
             };
+            // A terminal gets one (psql's prompt and line editing); a pipe or a script
+            // gets plain stdin, so `psql NAME -- -c …` runs anywhere.
+            let tty = if std::io::stdin().is_terminal() {
+                "-it"
+            } else {
+                "-i"
+            };
             let status = std::process::Command::new("kubectl")
                 .args([
-                    "exec", "-it", "-n", &namespace, &pod.pod, "-c", "postgres", "--", "psql",
-                    "-U", "postgres",
+                    "exec", tty, "-n", &namespace, &pod.pod, "-c", "postgres", "--", "psql", "-U",
+                    "postgres",
                 ])
+                .args(&args)
                 .status()
                 .map_err(|e| Error::Resolve(format!("running kubectl exec: {e}")))?;
             Ok(status.code().unwrap_or(1))

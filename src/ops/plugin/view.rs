@@ -295,6 +295,46 @@ pub fn outcome(
         .unwrap_or_else(|| Err("the object changed again before its outcome was read".to_owned()))
 }
 
+/// The reasons of a `Degraded` condition that a retry token answers: a promotion or a
+/// hook that used up its retry budget (and, while it still backs off, one that will).
+pub const RETRY_WAITS_ON: [&str; 2] = ["PromotionExhausted", "HookFailed"];
+
+/// What waits for a `retry` token in `object`: the message of its `Degraded` condition
+/// when that says a promotion or a hook failed ([`RETRY_WAITS_ON`]); `None` when nothing
+/// does, and a token would wait unused.
+pub fn retry_waits(object: &Value) -> Option<String> {
+    conditions(object)
+        .into_iter()
+        .find(|c| {
+            c.type_ == "Degraded"
+                && c.status == "True"
+                && RETRY_WAITS_ON.contains(&c.reason.as_str())
+        })
+        .map(|c| c.message)
+}
+
+/// Whether the machine took on retry token `token`: a persisted step's retry budget
+/// (`retryAck`, anywhere under `status`) names it.
+pub fn retry_taken(object: &Value, token: &str) -> bool {
+    fn names(v: &Value, token: &str) -> bool {
+        match v {
+            Value::Object(map) => map
+                .iter()
+                .any(|(k, v)| (k == "retryAck" && v.as_str() == Some(token)) || names(v, token)),
+            Value::Array(items) => items.iter().any(|v| names(v, token)),
+            _ => false,
+        }
+    }
+    object.get("status").is_some_and(|s| names(s, token))
+}
+
+/// The last transition's message, if any (what a command that waited prints).
+pub fn last_message(object: &Value) -> Option<String> {
+    transitions(object)
+        .pop()
+        .map(|t| format!("{}: {}", t.reason, t.message))
+}
+
 /// `transitions` as the plain text `history` prints, one line each.
 pub fn render_history(transitions: &[TransitionView]) -> String {
     transitions
@@ -436,5 +476,26 @@ mod tests {
         let view = status("DistributedDB", &json!({"metadata": {"name": "d"}}), &[], 5);
         assert!(render_status(&view).contains("phase: -   step: -"));
         assert!(view.transitions.is_empty() && view.conditions.is_empty());
+    }
+
+    #[test]
+    fn a_retry_waits_only_on_an_exhausted_promotion_or_a_failed_hook_and_is_taken_when_a_budget_names_it()
+     {
+        let degraded = |reason: &str| {
+            json!({"status": {
+                "conditions": [{"type": "Degraded", "status": "True", "reason": reason, "message": "m"}],
+                "machine": {"state": {"upgrading": {"budget": {"roundStart": 3, "retryAck": "t2"}}}}
+            }})
+        };
+        assert_eq!(
+            retry_waits(&degraded("PromotionExhausted")).as_deref(),
+            Some("m")
+        );
+        assert_eq!(retry_waits(&degraded("HookFailed")).as_deref(), Some("m"));
+        assert_eq!(retry_waits(&degraded("SwitchoverRefused")), None);
+        assert_eq!(retry_waits(&pgc()), None);
+        assert!(retry_taken(&degraded("HookFailed"), "t2"));
+        assert!(!retry_taken(&degraded("HookFailed"), "t3"));
+        assert!(!retry_taken(&json!({"metadata": {"retryAck": "t2"}}), "t2"));
     }
 }
