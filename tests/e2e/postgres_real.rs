@@ -298,14 +298,21 @@ impl Real {
     }
 
     /// Scrape `pod`'s `/metrics` (its manager's, port `metrics`) until every line of
-    /// `wanted` is there, for at most [`SLOW`] (an HTTP endpoint: nothing to watch).
+    /// `wanted` is there, for at most [`SLOW`] (an HTTP endpoint: nothing to watch). A
+    /// wanted line ending in ` *` stands for the series with any value.
     async fn metrics_say(&self, pod: &str, wanted: &[&str]) {
         let (ok, ip) = self.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
         assert!(ok, "{ip}");
         let deadline = std::time::Instant::now() + SLOW;
         loop {
             let text = scrape(ip.trim(), 9187).unwrap_or_default();
-            if wanted.iter().all(|w| text.lines().any(|l| l == *w)) {
+            let says = |w: &str| match w.strip_suffix(" *") {
+                Some(series) => text
+                    .lines()
+                    .any(|l| l.split_once(' ').is_some_and(|(s, _)| s == series)),
+                None => text.lines().any(|l| l == w),
+            };
+            if wanted.iter().all(|w| says(w)) {
                 return;
             }
             assert!(
@@ -1012,8 +1019,19 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
     rejoined_as_a_replica(&real, name, &old, target).await;
     // Each instance's manager says so on its own /metrics (port `metrics`).
     for (pod, writable) in [(target, "1"), (old.as_str(), "0")] {
-        real.metrics_say(pod, &[&format!("lockstep_instance_writable {writable}")])
-            .await;
+        real.metrics_say(
+            pod,
+            &[
+                &format!("lockstep_instance_writable {writable}"),
+                "lockstep_instance_connections *",
+                "lockstep_instance_replay_lag_seconds *",
+                // No archive_command is set: nothing archived, nothing failed.
+                "lockstep_instance_wal_archived_total 0",
+                "lockstep_instance_wal_archive_failures_total 0",
+                "lockstep_instance_last_archived_timestamp_seconds 0.0",
+            ],
+        )
+        .await;
     }
     real.finish().await;
 }

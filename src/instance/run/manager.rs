@@ -39,7 +39,7 @@ use super::clock::Moment;
 use super::config::InstanceArgs;
 use super::fence::Fence;
 use super::lease::LeaseClient;
-use super::metrics::InstanceMetrics;
+use super::metrics::{InstanceMetrics, stats_from_row};
 use super::postmaster::Postmaster;
 use super::prepare::{Layout, Prepare};
 use super::process::{self, Pidfd, Signal};
@@ -241,14 +241,24 @@ pub fn server_from_row(row: &[String]) -> Server {
 }
 
 /// One row: in recovery, current LSN (a primary), received LSN, replayed LSN, the
-/// checkpoint's timeline, the WAL receiver's timeline, whether it streams.
+/// checkpoint's timeline, the WAL receiver's timeline, whether it streams (what
+/// `decide` reads, [`server_from_row`]); then, for `/metrics` only
+/// ([`super::metrics::stats_from_row`]): client connections, a standby's replay lag in
+/// seconds, and the archiver's archived and failed counts and last archived time.
 pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
      CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END, \
      coalesce(pg_last_wal_receive_lsn()::text, ''), \
      coalesce(pg_last_wal_replay_lsn()::text, ''), \
      (SELECT timeline_id FROM pg_control_checkpoint()), \
      coalesce((SELECT received_tli FROM pg_stat_wal_receiver LIMIT 1), 0), \
-     coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver LIMIT 1), false)";
+     coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver LIMIT 1), false), \
+     (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'), \
+     coalesce((CASE WHEN NOT pg_is_in_recovery() THEN NULL \
+       WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0 \
+       ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END)::text, ''), \
+     archived_count, failed_count, \
+     coalesce(extract(epoch FROM last_archived_time)::text, '') \
+     FROM pg_stat_archiver";
 
 /// The Lease as the agent sees it.
 fn lease_seen(lease: &k8s_openapi::api::coordination::v1::Lease) -> LeaseSeen {
@@ -592,6 +602,9 @@ impl Manager {
         }
         match self.prepare.local().query(SERVER_QUERY).await {
             Ok(rows) => {
+                if let Some(row) = rows.first() {
+                    self.metrics.record_stats(&stats_from_row(row));
+                }
                 let server = rows
                     .first()
                     .map_or(Server::Unanswering, |r| server_from_row(r));

@@ -24,10 +24,17 @@
 //! | `lockstep_instance_settings_pending_restart` | parameters written that the server applies only at its next start |
 //! | `lockstep_instance_synchronous_standbys` | how many standbys a commit waits for (`spec.synchronous.number`; 0: asynchronous) |
 //! | `lockstep_instance_synchronous_degraded` | 1 while `spec.synchronous` asks for standbys but replication is asynchronous (`Preferred`, too few stream) |
+//! | `lockstep_instance_connections` | client connections (`pg_stat_activity`'s client backends) |
+//! | `lockstep_instance_replay_lag_seconds` | a standby's replay lag in time: 0 when it has replayed all it received, else since the last transaction it replayed committed (0 on a primary) |
+//! | `lockstep_instance_wal_archived_total` | WAL files the archiver archived (`pg_stat_archiver.archived_count`, kept counting across server restarts) |
+//! | `lockstep_instance_wal_archive_failures_total` | failed archiving attempts (`pg_stat_archiver.failed_count`, the same way) |
+//! | `lockstep_instance_last_archived_timestamp_seconds` | when the archiver last archived a WAL file (Unix time; 0: never since the server started) |
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -71,6 +78,53 @@ struct Inner {
     pending_restart: Gauge,
     synchronous: Gauge,
     synchronous_degraded: Gauge,
+    connections: Gauge,
+    replay_lag_seconds: Gauge<f64, AtomicU64>,
+    archived: Counter,
+    archive_failures: Counter,
+    last_archived: Gauge<f64, AtomicU64>,
+    /// The archiver's counts as last read, to count on across a server restart (which
+    /// starts them again from 0).
+    archived_seen: AtomicI64,
+    archive_failures_seen: AtomicI64,
+}
+
+/// What one round's [`SERVER_QUERY`](super::manager::SERVER_QUERY) says beyond what
+/// `decide` reads: for `/metrics` only.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServerStats {
+    /// Client connections.
+    pub connections: i64,
+    /// A standby's replay lag in seconds (none on a primary).
+    pub replay_lag_seconds: Option<f64>,
+    /// `pg_stat_archiver.archived_count`.
+    pub archived: i64,
+    /// `pg_stat_archiver.failed_count`.
+    pub archive_failures: i64,
+    /// `pg_stat_archiver.last_archived_time`, as Unix time.
+    pub last_archived: Option<f64>,
+}
+
+/// [`ServerStats`] from the columns of [`SERVER_QUERY`](super::manager::SERVER_QUERY)
+/// after the ones `decide` reads (7 to 11); a column that does not parse reads as none.
+#[must_use]
+pub fn stats_from_row(row: &[String]) -> ServerStats {
+    let field = |i: usize| row.get(i).map(String::as_str).unwrap_or_default();
+    ServerStats {
+        connections: field(7).parse().unwrap_or(0),
+        replay_lag_seconds: field(8).parse().ok(),
+        archived: field(9).parse().unwrap_or(0),
+        archive_failures: field(10).parse().unwrap_or(0),
+        last_archived: field(11).parse().ok(),
+    }
+}
+
+/// Count `now` (a server-side count that restarts from 0 with the server) on `counter`:
+/// the growth since `seen`, or all of `now` once it went back.
+fn count_on(counter: &Counter, seen: &AtomicI64, now: i64) {
+    let before = seen.swap(now, Ordering::Relaxed);
+    let grown = if now >= before { now - before } else { now };
+    counter.inc_by(u64::try_from(grown).unwrap_or(0));
 }
 
 impl Default for InstanceMetrics {
@@ -98,6 +152,13 @@ impl InstanceMetrics {
             pending_restart: Gauge::default(),
             synchronous: Gauge::default(),
             synchronous_degraded: Gauge::default(),
+            connections: Gauge::default(),
+            replay_lag_seconds: Gauge::default(),
+            archived: Counter::default(),
+            archive_failures: Counter::default(),
+            last_archived: Gauge::default(),
+            archived_seen: AtomicI64::new(0),
+            archive_failures_seen: AtomicI64::new(0),
             registry: Registry::default(),
         };
         registry.register(
@@ -170,9 +231,49 @@ impl InstanceMetrics {
             "1 while spec.synchronous asks for standbys but replication is asynchronous (Preferred, too few stream)",
             inner.synchronous_degraded.clone(),
         );
+        registry.register(
+            "connections",
+            "Client connections to the server",
+            inner.connections.clone(),
+        );
+        registry.register(
+            "replay_lag_seconds",
+            "A standby's replay lag: 0 when it replayed all it received, else seconds since the last replayed transaction committed",
+            inner.replay_lag_seconds.clone(),
+        );
+        registry.register(
+            "wal_archived",
+            "WAL files the archiver archived",
+            inner.archived.clone(),
+        );
+        registry.register(
+            "wal_archive_failures",
+            "Failed attempts of the archiver",
+            inner.archive_failures.clone(),
+        );
+        registry.register(
+            "last_archived_timestamp_seconds",
+            "When the archiver last archived a WAL file (Unix time; 0: never since the server started)",
+            inner.last_archived.clone(),
+        );
         Self {
             inner: Arc::new(Inner { registry, ..inner }),
         }
+    }
+
+    /// Refresh the series read from [`ServerStats`].
+    pub fn record_stats(&self, stats: &ServerStats) {
+        let m = &self.inner;
+        m.connections.set(stats.connections);
+        m.replay_lag_seconds
+            .set(stats.replay_lag_seconds.unwrap_or(0.0).max(0.0));
+        count_on(&m.archived, &m.archived_seen, stats.archived);
+        count_on(
+            &m.archive_failures,
+            &m.archive_failures_seen,
+            stats.archive_failures,
+        );
+        m.last_archived.set(stats.last_archived.unwrap_or(0.0));
     }
 
     /// Refresh the settings gauges.

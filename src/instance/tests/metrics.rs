@@ -98,3 +98,39 @@ fn a_standby_says_it_does_not_stream_only_after_ten_seconds_without_and_a_primar
     assert_eq!(streams(&standby(false, Some(90))), Some(false));
     assert_eq!(streams(&seen()), None);
 }
+
+#[test]
+fn the_servers_connections_lag_and_archiver_counts_are_reported_and_count_on_across_a_restart() {
+    use crate::instance::run::metrics::stats_from_row;
+    let m = InstanceMetrics::new();
+    let row = |fields: &[&str]| fields.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>();
+    let decide = ["t", "", "0/5000000", "0/4000000", "1", "2", "t"];
+    let with = |extra: &[&str]| row(&[&decide[..], extra].concat());
+    m.record_stats(&stats_from_row(&with(&[
+        "3",
+        "1.5",
+        "7",
+        "2",
+        "1764730000.25",
+    ])));
+    // The server restarted: its counts start again from 0, the series count on.
+    m.record_stats(&stats_from_row(&with(&["4", "0", "1", "0", ""])));
+    let text = m.encode();
+    for want in [
+        "lockstep_instance_connections 4",
+        "lockstep_instance_replay_lag_seconds 0.0",
+        "lockstep_instance_wal_archived_total 8",
+        "lockstep_instance_wal_archive_failures_total 2",
+        "lockstep_instance_last_archived_timestamp_seconds 0.0",
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want} in:\n{text}");
+    }
+    let first = stats_from_row(&with(&["3", "1.5", "7", "2", "1764730000.25"]));
+    assert_eq!(first.replay_lag_seconds, Some(1.5));
+    assert_eq!(first.last_archived, Some(1_764_730_000.25));
+    // A primary's row has no lag: none, not a made-up number.
+    assert_eq!(
+        stats_from_row(&with(&["1", "", "0", "0", ""])).replay_lag_seconds,
+        None
+    );
+}
