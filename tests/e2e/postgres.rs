@@ -1379,6 +1379,14 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
             "spec.backupSchedule needs spec.backup",
         ),
         (
+            "plainarchive",
+            with(json!({"backup": {
+                "s3Endpoint": "http://s3.example", "bucket": "b", "credentialsSecret": "s3",
+                "image": "pg:16", "walArchive": {}
+            }})),
+            "spec.backup.walArchive needs an https:// endpoint",
+        ),
+        (
             "delay",
             with(json!({"failoverDelaySeconds": -1})),
             "spec.failoverDelaySeconds",

@@ -34,6 +34,9 @@
 //!   servers by a reload (no restart); a value PostgreSQL refuses keeps the last good
 //!   one on the server and in its files; a restart's parameter is reported pending and
 //!   applies when the pod starts again.
+//! - [`archive`]: the primary archives its WAL with pgBackRest into an S3 server over
+//!   TLS; the store unreachable is `Degraded` (`ArchiveFailing`) until it is back, with
+//!   no gap (`pgbackrest check`).
 //!
 //! Volumes: the claims use the local cluster's StorageClass `local`, whose provisioner
 //! (`tools/cluster/provisioner`) makes node-local PersistentVolumes; the kubelet gives
@@ -68,6 +71,8 @@ use lockstep::machines::postgres::{Postgres, PostgresCluster, SETTINGS_APPLIED};
 
 use crate::postgres::history;
 use crate::support::{Env, Fixture, InProcessOperator, kubeconfig_path, wait_for_all_within};
+
+mod archive;
 
 const ROLE: &str = "lockstep.dev/role";
 /// The first image (`tools/images/build.sh --name postgres-15`).

@@ -14,7 +14,7 @@
 #   pause:          lockstep.local/pause:3.10              pod sandbox (static Go, empty base)
 #   etcd-3.6:       lockstep.local/etcd:v3.6.16            etcd, etcdctl, etcdutl + entrypoint/hooks, Debian minbase + curl
 #   etcd-3.7:       lockstep.local/etcd:v3.7.3             the same at 3.7
-#   postgres-15:    docker.io/library/postgres:15          PostgreSQL 15 + curl (postgres uid 999 as in the official image)
+#   postgres-15:    docker.io/library/postgres:15          PostgreSQL 15 + curl + pgBackRest (postgres uid 999 as in the official image)
 #   postgres-15-next: lockstep.local/postgres:15-next      the same root filesystem under a second tag (and
 #                                                          LOCKSTEP_IMAGE_BUILD=next): the target of upgrade tests
 #   backup:         lockstep.local/backup:1                curl (S3 SigV4 uploads), etcdctl, etcdutl, s3 helper
@@ -170,7 +170,7 @@ build_one() {
         --env "LOCKSTEP_ETCD_VERSION=${v#v}" --workdir /var/lib/etcd
       ;;
     postgres-15)
-      debian_rootfs "$rootfs" ca-certificates curl postgresql-15 postgresql-client-15
+      debian_rootfs "$rootfs" ca-certificates curl postgresql-15 postgresql-client-15 pgbackrest
       # /var/run is an absolute symlink to /run: create the socket directory
       # through /run, or mkdir would follow the link onto the build machine.
       mkdir -p "$rootfs/run/postgresql" "$rootfs/var/lib/postgresql/data"

@@ -122,6 +122,10 @@ pub struct InstanceArgs {
     /// The bound of one Lease request, in seconds.
     #[arg(long, env = "LEASE_REQUEST_SECONDS", default_value_t = 1)]
     pub lease_request_seconds: u64,
+    /// The tool that archives the WAL ([`super::archive`]; only `pgbackrest`, configured
+    /// by its `PGBACKREST_*` variables); none: no archiving.
+    #[arg(long, env = "LOCKSTEP_WAL_ARCHIVE", value_parser = [super::archive::PGBACKREST])]
+    pub wal_archive: Option<String>,
     /// The port `/metrics` is served on, on every address ([`super::metrics`]); none
     /// without it.
     #[arg(long, env = "LOCKSTEP_METRICS_PORT")]

@@ -35,11 +35,12 @@ use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::archive::Archiver;
 use super::clock::Moment;
 use super::config::InstanceArgs;
 use super::fence::Fence;
 use super::lease::LeaseClient;
-use super::metrics::{InstanceMetrics, stats_from_row};
+use super::metrics::{InstanceMetrics, ServerStats, stats_from_row};
 use super::postmaster::Postmaster;
 use super::prepare::{Layout, Prepare};
 use super::process::{self, Pidfd, Signal};
@@ -244,7 +245,9 @@ pub fn server_from_row(row: &[String]) -> Server {
 /// checkpoint's timeline, the WAL receiver's timeline, whether it streams (what
 /// `decide` reads, [`server_from_row`]); then, for `/metrics` only
 /// ([`super::metrics::stats_from_row`]): client connections, a standby's replay lag in
-/// seconds, and the archiver's archived and failed counts and last archived time.
+/// seconds, the archiver's archived and failed counts and last archived time; and for
+/// the archive's report ([`super::archive`]), the last archived and last failed WAL
+/// files and when the last attempt failed.
 pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
      CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END, \
      coalesce(pg_last_wal_receive_lsn()::text, ''), \
@@ -257,7 +260,9 @@ pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
        WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0 \
        ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END)::text, ''), \
      archived_count, failed_count, \
-     coalesce(extract(epoch FROM last_archived_time)::text, '') \
+     coalesce(extract(epoch FROM last_archived_time)::text, ''), \
+     coalesce(last_archived_wal, ''), coalesce(last_failed_wal, ''), \
+     coalesce(extract(epoch FROM last_failed_time)::text, '') \
      FROM pg_stat_archiver";
 
 /// The Lease as the agent sees it.
@@ -309,6 +314,10 @@ pub struct Manager {
     reloaded: bool,
     /// Since when the server has answered as a standby that does not stream.
     not_streaming_since: Option<Mono>,
+    /// Continuous WAL archiving, when `LOCKSTEP_WAL_ARCHIVE` is set ([`super::archive`]).
+    archiver: Option<Archiver>,
+    /// What the last answer said beyond `decide`'s part (none when it did not answer).
+    stats: Option<ServerStats>,
 }
 
 impl Manager {
@@ -366,6 +375,7 @@ impl Manager {
         settings.remember_accepted(
             &std::fs::read_to_string(args.pgdata.join("lockstep.conf")).unwrap_or_default(),
         );
+        let archiver = args.wal_archive.is_some().then(Archiver::default);
         Ok(Self {
             prepare: Prepare::new(args.clone()),
             args,
@@ -375,6 +385,8 @@ impl Manager {
             postmaster: None,
             last_exit: None,
             not_streaming_since: None,
+            archiver,
+            stats: None,
             finished: None,
             lease_read: LeaseRead::Unreadable,
             state: AgentState::Starting,
@@ -409,9 +421,18 @@ impl Manager {
             self.apply_settings().await;
             self.metrics.record(&seen, &self.state, me.as_deref());
             self.metrics.record_settings(&self.settings);
+            let writable = matches!(seen.server, Server::Writable { .. });
+            let archiving = self
+                .archiver
+                .as_mut()
+                .and_then(|a| a.round(writable, self.stats.as_ref()));
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
-                reporter.report(report::report(settings.as_ref(), streams(&seen)));
+                reporter.report(report::report(
+                    settings.as_ref(),
+                    streams(&seen),
+                    archiving.as_ref(),
+                ));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);
             let (to, wait) = match &decision {
@@ -602,8 +623,9 @@ impl Manager {
         }
         match self.prepare.local().query(SERVER_QUERY).await {
             Ok(rows) => {
-                if let Some(row) = rows.first() {
-                    self.metrics.record_stats(&stats_from_row(row));
+                self.stats = rows.first().map(|row| stats_from_row(row));
+                if let Some(stats) = &self.stats {
+                    self.metrics.record_stats(stats);
                 }
                 let server = rows
                     .first()

@@ -91,7 +91,7 @@ struct Inner {
 
 /// What one round's [`SERVER_QUERY`](super::manager::SERVER_QUERY) says beyond what
 /// `decide` reads: for `/metrics` only.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServerStats {
     /// Client connections.
     pub connections: i64,
@@ -103,10 +103,26 @@ pub struct ServerStats {
     pub archive_failures: i64,
     /// `pg_stat_archiver.last_archived_time`, as Unix time.
     pub last_archived: Option<f64>,
+    /// `pg_stat_archiver.last_archived_wal`.
+    pub last_archived_wal: Option<String>,
+    /// `pg_stat_archiver.last_failed_wal`.
+    pub last_failed_wal: Option<String>,
+    /// `pg_stat_archiver.last_failed_time`, as Unix time.
+    pub last_failed: Option<f64>,
+}
+
+impl ServerStats {
+    /// The archiver's last attempt failed: it failed more recently than it succeeded,
+    /// and after `since` (Unix time; earlier failures do not count).
+    #[must_use]
+    pub fn archive_failing_since(&self, since: f64) -> bool {
+        self.last_failed
+            .is_some_and(|failed| failed > since && failed > self.last_archived.unwrap_or(0.0))
+    }
 }
 
 /// [`ServerStats`] from the columns of [`SERVER_QUERY`](super::manager::SERVER_QUERY)
-/// after the ones `decide` reads (7 to 11); a column that does not parse reads as none.
+/// after the ones `decide` reads (7 to 14); a column that does not parse reads as none.
 #[must_use]
 pub fn stats_from_row(row: &[String]) -> ServerStats {
     let field = |i: usize| row.get(i).map(String::as_str).unwrap_or_default();
@@ -116,6 +132,9 @@ pub fn stats_from_row(row: &[String]) -> ServerStats {
         archived: field(9).parse().unwrap_or(0),
         archive_failures: field(10).parse().unwrap_or(0),
         last_archived: field(11).parse().ok(),
+        last_archived_wal: Some(field(12)).filter(|w| !w.is_empty()).map(str::to_owned),
+        last_failed_wal: Some(field(13)).filter(|w| !w.is_empty()).map(str::to_owned),
+        last_failed: field(14).parse().ok(),
     }
 }
 

@@ -360,6 +360,9 @@ impl Prepare {
             );
             lines.push(format!("primary_conninfo = {}", quote::conf(&conninfo)));
         }
+        if a.wal_archive.is_some() {
+            lines.extend(super::archive::conf_lines());
+        }
         if let Some(extra) = &a.extra_conf {
             lines.push("# POSTGRES_EXTRA_CONF".to_owned());
             lines.push(extra.clone());

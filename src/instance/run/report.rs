@@ -1,6 +1,8 @@
 //! What this instance tells the operator, as conditions on its own pod (`pods/status`):
 //! what its server made of `spec.postgresql` ([`crate::machines::postgres::applied`]),
-//! and, for a standby, whether it streams ([`crate::machines::postgres::streaming`]).
+//! for a standby whether it streams ([`crate::machines::postgres::streaming`]), and for
+//! an archiving primary whether its WAL reaches the archive
+//! ([`crate::machines::postgres::archiving`]).
 //!
 //! # Guarantees
 //! - **A write never delays a round of the manager** (its Lease renewals): the writes
@@ -28,6 +30,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
+use crate::machines::postgres::archiving::{ARCHIVING, Archiving};
 use crate::machines::postgres::streaming::{self, STREAMING};
 
 /// The pause before a failed write is tried again.
@@ -39,16 +42,24 @@ pub type Said = (&'static str, &'static str, String);
 /// What the manager tells the operator this round, by condition type.
 pub type Report = BTreeMap<&'static str, Said>;
 
-/// This round's report: the settings, and for a standby whether it streams (`None`:
-/// nothing to say about it this round).
+/// This round's report: the settings, for a standby whether it streams, and for an
+/// archiving primary whether its WAL reaches the archive (`None`: nothing to say about
+/// it this round).
 #[must_use]
-pub fn report(settings: Option<&SettingsReport>, streaming: Option<bool>) -> Report {
+pub fn report(
+    settings: Option<&SettingsReport>,
+    streaming: Option<bool>,
+    archiving: Option<&Archiving>,
+) -> Report {
     let mut report = Report::new();
     if let Some(settings) = settings {
         report.insert(SETTINGS_APPLIED, settings.condition());
     }
     if let Some(streams) = streaming {
         report.insert(STREAMING, streaming::condition(streams));
+    }
+    if let Some(archiving) = archiving {
+        report.insert(ARCHIVING, archiving.condition());
     }
     report
 }
@@ -174,7 +185,7 @@ mod tests {
             pending_restart: vec!["shared_buffers".to_owned()],
         };
         let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
-        let changed = report(Some(&settings), Some(false));
+        let changed = report(Some(&settings), Some(false), None);
         assert_eq!(
             patch(&changed, &[SETTINGS_APPLIED], now),
             json!({"status": {"conditions": [

@@ -333,8 +333,16 @@ impl FencingSpec {
 
 /// The backup destination and the backup Jobs' pod.
 #[skip_serializing_none]
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new(
+        "!has(self.walArchive) || has(self.walArchive.s3Endpoint) || self.s3Endpoint.startsWith('https://')"
+    )
+    .message(
+        "spec.backup.walArchive needs an https:// endpoint (pgBackRest speaks only TLS to S3): set spec.backup.walArchive.s3Endpoint, or make spec.backup.s3Endpoint https"
+    )
+)]
 pub struct BackupSpec {
     /// The S3-compatible endpoint URL (`http(s)://host[:port]`).
     #[schemars(length(min = 1), regex(pattern = "^https?://[^/]+/?$"))]
@@ -370,6 +378,26 @@ pub struct BackupSpec {
     /// Extra annotations of backup pods (for example a cloud IAM role).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_annotations: BTreeMap<String, String>,
+    /// Continuous WAL archiving into the same bucket, by pgBackRest from each instance
+    /// (the primary archives): every WAL file it completes, and at least one a minute
+    /// while it writes. Absent: no archiving. See `docs/backup.md`.
+    pub wal_archive: Option<WalArchiveSpec>,
+}
+
+/// `spec.backup.walArchive`: where pgBackRest archives the WAL (its repository is
+/// `<prefix>/<cluster>/` in `spec.backup.bucket`, its stanza the cluster's name).
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WalArchiveSpec {
+    /// The endpoint pgBackRest reaches the bucket at, `https://host[:port]` (default
+    /// `spec.backup.s3Endpoint`, which must then be https: pgBackRest speaks only TLS).
+    #[schemars(regex(pattern = "^https://[^/:]+(:[0-9]+)?/?$"))]
+    pub s3_endpoint: Option<String>,
+    /// A Secret in the cluster's namespace whose key `ca.crt` holds the CA bundle that
+    /// verifies the endpoint's certificate (default: the image's system CAs).
+    #[schemars(length(min = 1, max = 253))]
+    pub ca_secret: Option<String>,
 }
 
 /// The observed state of a PostgresCluster.

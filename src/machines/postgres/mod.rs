@@ -42,6 +42,7 @@
 pub mod actions;
 pub mod api;
 pub mod applied;
+pub mod archiving;
 mod decide;
 pub mod machine;
 #[cfg(test)]
@@ -73,12 +74,18 @@ use crate::engine::EngineStatus;
 use crate::machines::common::{last_backup, ops};
 use actions::Role;
 use render::ROLE_LABEL;
-use status::{last_failover, primary_available, rest_image, settings_applied};
+use status::{
+    continuous_archiving, last_failover, primary_available, rest_image, settings_applied,
+};
 
 /// The condition type saying what the instances made of `spec.postgresql`: applied,
 /// refused by PostgreSQL, or pending a restart, from what each instance reports
 /// ([`applied`]).
 pub const SETTINGS_APPLIED: &str = "SettingsApplied";
+
+/// The condition type saying whether the primary's WAL reaches the archive
+/// (`spec.backup.walArchive`), from what the primary reports ([`archiving`]).
+pub const CONTINUOUS_ARCHIVING: &str = "ContinuousArchiving";
 
 /// The condition type saying whether a primary serves writes (through `<name>-rw`), and
 /// why not or since when.
@@ -227,6 +234,12 @@ impl Operator for Postgres {
         if state.is_some()
             && let Some(condition) =
                 settings_applied(object, observed, now, engine.observed_generation)
+        {
+            engine.conditions.push(condition);
+        }
+        if state.is_some()
+            && let Some(condition) =
+                continuous_archiving(object, observed, now, engine.observed_generation)
         {
             engine.conditions.push(condition);
         }

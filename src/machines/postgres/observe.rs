@@ -14,6 +14,7 @@ use kube::ResourceExt;
 use super::actions::{PgAction, Role, ServiceKind};
 use super::api::{DEFAULT_LEASE_SECONDS, PostgresCluster};
 use super::applied::{SETTINGS_APPLIED, SettingsReport};
+use super::archiving::ARCHIVING;
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use super::settings;
 use super::streaming::STREAMING;
@@ -178,6 +179,10 @@ pub struct Own {
     /// The live instance pods (by ordinal) that report their standby not streaming
     /// ([`super::streaming`]): behind the primary.
     pub lagging: BTreeSet<i32>,
+    /// What the live instance pods (by ordinal) last reported of WAL archiving
+    /// ([`super::archiving`]): whether it works, and the message. Only a primary
+    /// writes it; a pod keeps what it wrote while it was one.
+    pub archiving: BTreeMap<i32, (bool, String)>,
 }
 
 impl Observed {
@@ -329,6 +334,16 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter_map(|p| ordinal_of(p, &name))
         .collect();
 
+    let archiving = read
+        .owned(&cache.pods)
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let (status, message) = pod_condition(p, ARCHIVING)?;
+            Some((ordinal_of(p, &name)?, (status == "True", message)))
+        })
+        .collect();
+
     let own = Own {
         in_sync,
         lease,
@@ -338,6 +353,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         unconfigured,
         settings: reports,
         lagging,
+        archiving,
     };
     read.observed(
         statefulset,
@@ -362,13 +378,18 @@ pub fn settings_report(pod: &Pod) -> Option<SettingsReport> {
 
 /// The status of the pod's condition `type_`, if it has one.
 fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod_condition(pod, type_).map(|(status, _)| status)
+}
+
+/// The status and message of the pod's condition `type_`, if it has one.
+fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<(&'a str, String)> {
     pod.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_)
-        .map(|c| c.status.as_str())
+        .map(|c| (c.status.as_str(), c.message.clone().unwrap_or_default()))
 }
 
 /// The pod's `lockstep.dev/role` label, if it is a known role.

@@ -3,12 +3,14 @@
 
 use kube::ResourceExt;
 
+use super::actions::Role;
 use super::api::{FailoverRecord, PostgresCluster};
 use super::applied::{Gathered, reason as applied_reason};
+use super::archiving;
 use super::observe::Observed;
 use super::state::{PgState, SwitchCause};
 use super::table::reason;
-use super::{PRIMARY_AVAILABLE, SETTINGS_APPLIED};
+use super::{CONTINUOUS_ARCHIVING, PRIMARY_AVAILABLE, SETTINGS_APPLIED};
 use crate::engine::{Condition, HistoryEntry, conditions};
 use crate::machines::common::jobs::JobOutcome;
 
@@ -194,6 +196,44 @@ pub(super) fn settings_applied(
         object,
         SETTINGS_APPLIED,
         (holds, why, message),
+        now,
+        generation,
+    ))
+}
+
+/// `ContinuousArchiving`: whether the primary's WAL reaches the archive
+/// (`spec.backup.walArchive`), as the primary reports it on its pod
+/// ([`super::archiving`]): `True` (`Archiving`) or `False` (`ArchiveFailing`, its
+/// message). Absent without `walArchive`, or while the primary reports nothing (its
+/// stanza is being created).
+pub(super) fn continuous_archiving(
+    object: &PostgresCluster,
+    observed: &Observed,
+    now: chrono::DateTime<chrono::Utc>,
+    generation: Option<i64>,
+) -> Option<Condition> {
+    object.spec.backup.as_ref()?.wal_archive.as_ref()?;
+    let (primary, _) = observed
+        .pods
+        .iter()
+        .find(|(_, p)| !p.terminating && p.role == Some(Role::Primary))?;
+    let (works, said) = observed.own.archiving.get(primary)?;
+    let name = object.name_any();
+    let (why, message) = if *works {
+        (
+            archiving::reason::ARCHIVING,
+            format!("{name}-{primary} archives its WAL: {said}"),
+        )
+    } else {
+        (
+            archiving::reason::FAILING,
+            format!("{name}-{primary}: {said}"),
+        )
+    };
+    Some(condition(
+        object,
+        CONTINUOUS_ARCHIVING,
+        (*works, why, message),
         now,
         generation,
     ))

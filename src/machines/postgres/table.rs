@@ -94,6 +94,9 @@ pub mod reason {
     /// Stay (Degraded): at rest, but an instance reports a setting of `spec.postgresql`
     /// that its server refused (it runs on the last value it accepted).
     pub const SETTINGS_REFUSED: &str = "SettingsRefused";
+    /// Stay (Degraded): at rest, but the primary reports that its WAL does not reach
+    /// the archive (`spec.backup.walArchive`; [`crate::machines::postgres::archiving`]).
+    pub const ARCHIVE_FAILING: &str = "ArchiveFailing";
     /// Edge: an instance reports a parameter its server applies only at its next start:
     /// a rolling restart (an upgrade to the same image).
     pub const SETTINGS_NEED_RESTART: &str = "SettingsNeedRestart";

@@ -203,6 +203,18 @@ fn report(cluster: &Topology, o: &Observed, lost: Option<String>, actions: Vec<P
         .degraded()
         .requeue(RESYNC);
     }
+    if let Some((false, said)) = o.own.archiving.get(&cluster.primary) {
+        return stay(
+            ARCHIVE_FAILING,
+            format!(
+                "primary {} reports WAL archiving failing (spec.backup.walArchive): {said}",
+                o.pod_name(cluster.primary)
+            ),
+            actions,
+        )
+        .degraded()
+        .requeue(RESYNC);
+    }
     if let Some(message) = lost {
         return stay(BACKUP_OUTCOME_UNKNOWN, message, actions)
             .degraded()

@@ -650,6 +650,7 @@ impl World {
             suspend: false,
             pod_labels: BTreeMap::new(),
             pod_annotations: BTreeMap::new(),
+            wal_archive: None,
         }
     }
 

@@ -223,6 +223,9 @@ where
                     })
                     .map(|(k, _)| *k)
                     .collect(),
+                // The model's clusters do not archive (spec.backup.walArchive unset):
+                // an archiving report only ever makes a Ready stay Degraded.
+                archiving: BTreeMap::new(),
             },
         }
     }

@@ -55,6 +55,7 @@ use crate::machines::common::meta::{self, Owner};
 use crate::machines::common::placement;
 use crate::machines::common::storage;
 
+pub mod archive;
 mod jobs;
 mod lease;
 mod manager;
@@ -383,6 +384,7 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
     if let Some(db) = &pg.spec.database {
         env.push(plain("POSTGRES_DB", db));
     }
+    env.extend(archive::env(pg));
     env
 }
 
@@ -446,11 +448,16 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         // No preStop hook: SIGTERM reaches the manager (PID 1), which stops the server
         // fast while it keeps renewing, then releases the Lease with its last position.
-        volume_mounts: Some(vec![
-            mount(VOLUME, DATA_PATH, false),
-            mount(manager::BIN_VOLUME, BIN_PATH, true),
-            mount(PODINFO_VOLUME, PODINFO_PATH, true),
-        ]),
+        volume_mounts: Some(
+            [
+                mount(VOLUME, DATA_PATH, false),
+                mount(manager::BIN_VOLUME, BIN_PATH, true),
+                mount(PODINFO_VOLUME, PODINFO_PATH, true),
+            ]
+            .into_iter()
+            .chain(archive::ca_volume(pg).map(|(_, m)| m))
+            .collect(),
+        ),
         ..Container::default()
     };
     let podinfo = Volume {
@@ -516,7 +523,12 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                             automount_service_account_token: Some(true),
                             security_context: Some(security_context()),
                             termination_grace_period_seconds: Some(60),
-                            volumes: Some(vec![manager::bin_volume(), podinfo]),
+                            volumes: Some(
+                                [manager::bin_volume(), podinfo]
+                                    .into_iter()
+                                    .chain(archive::ca_volume(pg).map(|(v, _)| v))
+                                    .collect(),
+                            ),
                             ..PodSpec::default()
                         },
                     ),

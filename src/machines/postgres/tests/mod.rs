@@ -1,6 +1,7 @@
 //! Unit tests of `decide`, of rendering and of the status projection, read as sentences:
 //! one file per concern, sharing the fixtures here.
 
+mod archiving;
 mod at_rest;
 mod deletion;
 mod failover;
@@ -60,7 +61,7 @@ fn spec(version: &str) -> PostgresClusterSpec {
     }
 }
 
-fn backup() -> BackupSpec {
+pub(crate) fn backup() -> BackupSpec {
     BackupSpec {
         s3_endpoint: "https://s3.example".to_owned(),
         bucket: "backups".to_owned(),
@@ -73,6 +74,7 @@ fn backup() -> BackupSpec {
         suspend: false,
         pod_labels: BTreeMap::new(),
         pod_annotations: BTreeMap::new(),
+        wal_archive: None,
     }
 }
 
@@ -145,6 +147,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             unconfigured: Default::default(),
             settings: BTreeMap::new(),
             lagging: Default::default(),
+            archiving: BTreeMap::new(),
         },
     }
 }

@@ -1,0 +1,260 @@
+//! Continuous WAL archiving with pgBackRest (`spec.backup.walArchive`): what the manager
+//! adds to the server's configuration, the stanza it creates on a primary, and what it
+//! reports ([`crate::machines::postgres::archiving`]).
+//!
+//! The operator renders pgBackRest's options as `PGBACKREST_*` variables of the
+//! container (`machines::postgres::render::archive`); the postmaster inherits them, so
+//! `archive_command` needs no options of its own. pgBackRest is used rather than a
+//! hand-written uploader: it checks each file against the cluster's system identifier,
+//! compresses, verifies checksums, retries, and gives the restore side
+//! (`archive-get`) and base backups the same repository (see `docs/backup.md`).
+//!
+//! # Guarantees
+//! - **Nothing here delays a round** (the manager's Lease renewals): `stanza-create` runs
+//!   as a child process on its own task, bounded by [`STANZA_BOUND`], and the round only
+//!   looks at whether it finished.
+//! - The stanza is created only by a writable primary (pgBackRest reads the server's
+//!   system identifier and WAL position from it). `stanza-create` is idempotent: a
+//!   primary after a failover finds the stanza its predecessor made and goes on.
+//! - A failed `stanza-create` is tried again every [`STANZA_RETRY`], and reported until
+//!   it succeeds.
+//!
+//! # Assumptions
+//! - The image has `pgbackrest` on `PATH` (the local cluster's `postgres-15` image
+//!   installs Debian's package).
+
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use tokio::task::JoinHandle;
+
+use super::metrics::ServerStats;
+use crate::machines::postgres::archiving::Archiving;
+
+/// The tool `LOCKSTEP_WAL_ARCHIVE` names.
+pub const PGBACKREST: &str = "pgbackrest";
+/// How long one `stanza-create` may run.
+pub const STANZA_BOUND: Duration = Duration::from_secs(120);
+/// The pause after a failed `stanza-create`.
+pub const STANZA_RETRY: Duration = Duration::from_secs(30);
+/// `archive_timeout`: a primary that writes completes a WAL file (and archives it) at
+/// least this often, which bounds what a lost volume can take with it.
+pub const ARCHIVE_TIMEOUT_SECONDS: u32 = 60;
+
+/// The `lockstep.conf` lines of an archiving instance. `archive_mode = on` archives on a
+/// primary only; a standby keeps the setting so that it archives as soon as it is
+/// promoted (PostgreSQL then archives the new timeline's history file too).
+#[must_use]
+pub fn conf_lines() -> Vec<String> {
+    vec![
+        "archive_mode = on".to_owned(),
+        format!("archive_command = '{PGBACKREST} archive-push %p'"),
+        format!("archive_timeout = {ARCHIVE_TIMEOUT_SECONDS}"),
+    ]
+}
+
+/// Where the stanza stands.
+#[derive(Debug, Default)]
+enum Stanza {
+    /// Not created by this manager yet, and no attempt runs.
+    #[default]
+    Unknown,
+    /// `stanza-create` runs (again, after `failed`).
+    Creating {
+        /// The child's task.
+        task: JoinHandle<Result<(), String>>,
+        /// The error of the attempt before, reported until this one ends.
+        failed: Option<String>,
+    },
+    /// It exists, since `at` (Unix time): an archiving failure before then was the
+    /// stanza's absence, and does not count.
+    Created {
+        /// When this manager saw it created.
+        at: f64,
+    },
+    /// The last attempt failed, at `at`.
+    Failed {
+        /// Its error.
+        error: String,
+        /// When.
+        at: Instant,
+    },
+}
+
+/// The manager's archiving: the stanza, and each round's report.
+#[derive(Debug, Default)]
+pub struct Archiver {
+    stanza: Stanza,
+}
+
+impl Archiver {
+    /// One round on a server that `writable` or not, which answered `stats` (none when
+    /// it did not answer): starts or follows `stanza-create` on a writable primary, and
+    /// says what to report (none on a standby, or while the first `stanza-create`
+    /// runs).
+    pub fn round(&mut self, writable: bool, stats: Option<&ServerStats>) -> Option<Archiving> {
+        if !writable {
+            return None;
+        }
+        self.follow();
+        let due = match &self.stanza {
+            Stanza::Unknown => true,
+            Stanza::Failed { at, .. } => at.elapsed() >= STANZA_RETRY,
+            Stanza::Creating { .. } | Stanza::Created { .. } => false,
+        };
+        if due {
+            let failed = match std::mem::take(&mut self.stanza) {
+                Stanza::Failed { error, .. } => Some(error),
+                _ => None,
+            };
+            self.stanza = Stanza::Creating {
+                task: tokio::spawn(stanza_create()),
+                failed,
+            };
+        }
+        match &self.stanza {
+            Stanza::Unknown | Stanza::Creating { failed: None, .. } => None,
+            Stanza::Failed { error, .. }
+            | Stanza::Creating {
+                failed: Some(error),
+                ..
+            } => Some(Archiving::StanzaFailed {
+                error: error.clone(),
+            }),
+            Stanza::Created { at } => Some(match stats {
+                Some(s) if s.archive_failing_since(*at) => Archiving::Failing {
+                    wal: s.last_failed_wal.clone().unwrap_or_default(),
+                    last_archived: s.last_archived_wal.clone(),
+                },
+                _ => Archiving::Works,
+            }),
+        }
+    }
+
+    /// Takes the result of a `stanza-create` that finished.
+    fn follow(&mut self) {
+        let Stanza::Creating { task, .. } = &mut self.stanza else {
+            return;
+        };
+        // A finished task answers its first poll.
+        let Some(joined) = task.now_or_never() else {
+            return;
+        };
+        let result = joined.unwrap_or_else(|e| Err(format!("the stanza-create task failed: {e}")));
+        self.stanza = match result {
+            Ok(()) => {
+                tracing::info!("pgbackrest stanza-create: the stanza exists");
+                Stanza::Created { at: unix_now() }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "pgbackrest stanza-create failed; trying again in 30 s");
+                Stanza::Failed {
+                    error,
+                    at: Instant::now(),
+                }
+            }
+        };
+    }
+}
+
+/// Now, as Unix time (the server's `pg_stat_archiver` times are compared with it: one
+/// clock, the node's).
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// `pgbackrest stanza-create`, bounded by [`STANZA_BOUND`] (the child is killed past it):
+/// its error's last line on failure.
+async fn stanza_create() -> Result<(), String> {
+    let child = tokio::process::Command::new(PGBACKREST)
+        .arg("stanza-create")
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(STANZA_BOUND, child).await {
+        Err(_) => Err(format!(
+            "it did not finish within {} s",
+            STANZA_BOUND.as_secs()
+        )),
+        Ok(Err(e)) => Err(format!("{PGBACKREST} could not run: {e}")),
+        Ok(Ok(out)) if out.status.success() => Ok(()),
+        Ok(Ok(out)) => {
+            let text = String::from_utf8_lossy(&out.stderr).into_owned()
+                + &String::from_utf8_lossy(&out.stdout);
+            Err(text
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no output")
+                .trim()
+                .to_owned())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_standby_reports_nothing_and_a_primary_reports_once_the_stanza_exists() {
+        let mut a = Archiver::default();
+        assert_eq!(a.round(false, None), None);
+        a.stanza = Stanza::Created { at: 1000.0 };
+        assert_eq!(a.round(true, None), Some(Archiving::Works));
+        let failing = ServerStats {
+            last_failed: Some(1010.0),
+            last_archived: Some(1005.0),
+            last_failed_wal: Some("000000010000000000000004".to_owned()),
+            last_archived_wal: Some("000000010000000000000003".to_owned()),
+            ..ServerStats::default()
+        };
+        // Failures from before the stanza existed do not count.
+        let before = ServerStats {
+            last_failed: Some(990.0),
+            last_archived: None,
+            ..failing.clone()
+        };
+        assert_eq!(a.round(true, Some(&before)), Some(Archiving::Works));
+        assert_eq!(
+            a.round(true, Some(&failing)),
+            Some(Archiving::Failing {
+                wal: "000000010000000000000004".to_owned(),
+                last_archived: Some("000000010000000000000003".to_owned()),
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_stanza_is_reported_while_it_is_tried_again() {
+        let mut a = Archiver {
+            stanza: Stanza::Failed {
+                error: "unable to connect".to_owned(),
+                at: Instant::now(),
+            },
+        };
+        let failed = Some(Archiving::StanzaFailed {
+            error: "unable to connect".to_owned(),
+        });
+        assert_eq!(a.round(true, None), failed);
+        a.stanza = Stanza::Failed {
+            error: "unable to connect".to_owned(),
+            at: Instant::now()
+                .checked_sub(STANZA_RETRY)
+                .unwrap_or_else(Instant::now),
+        };
+        // Due again: a new attempt starts, and the failure stays reported meanwhile.
+        assert_eq!(a.round(true, None), failed);
+        assert!(matches!(a.stanza, Stanza::Creating { .. }));
+        assert_eq!(a.round(true, None), failed);
+    }
+
+    #[test]
+    fn an_archiving_server_archives_with_pgbackrest_at_least_once_a_minute() {
+        let lines = conf_lines();
+        assert!(lines.contains(&"archive_mode = on".to_owned()));
+        assert!(lines.contains(&"archive_command = 'pgbackrest archive-push %p'".to_owned()));
+        assert!(lines.contains(&"archive_timeout = 60".to_owned()));
+    }
+}

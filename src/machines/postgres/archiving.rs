@@ -1,0 +1,99 @@
+//! Whether the primary's WAL reaches the archive (`spec.backup.walArchive`), as its
+//! instance manager tells the operator: the pod condition [`ARCHIVING`], written on its
+//! own pod (as [`super::applied`]'s) when it changes.
+//!
+//! | status | reason | when |
+//! |---|---|---|
+//! | `True` | [`reason::ARCHIVING`] | the stanza exists and no archiving attempt failed since the last that succeeded |
+//! | `False` | [`reason::FAILING`] | `archive_command` failed for a WAL file more recently than one succeeded |
+//! | `False` | [`reason::STANZA_FAILED`] | pgBackRest could not create the stanza (the repository unreachable, refused, or another cluster's) |
+//!
+//! Only a writable primary writes it (only a primary archives). The message names no
+//! changing position while archiving works, so a healthy instance writes it once; a
+//! failing one writes again only when another WAL file starts to fail.
+//!
+//! The operator reads the primary's: `False` makes the cluster `Degraded`
+//! (`ArchiveFailing`, a Warning Event) naming the pod and what failed, and its
+//! `ContinuousArchiving` condition says the same.
+
+/// The pod condition's type.
+pub const ARCHIVING: &str = "lockstep.dev/Archiving";
+
+/// The condition's reasons.
+pub mod reason {
+    /// The archive takes the WAL.
+    pub const ARCHIVING: &str = "Archiving";
+    /// `archive_command` fails.
+    pub const FAILING: &str = "ArchiveFailing";
+    /// The stanza could not be created.
+    pub const STANZA_FAILED: &str = "StanzaCreateFailed";
+}
+
+/// What a primary's archiver shows this round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Archiving {
+    /// The stanza exists and nothing failed since the last success.
+    Works,
+    /// `archive_command` failed for `wal` more recently than any succeeded.
+    Failing {
+        /// The WAL file that failed last.
+        wal: String,
+        /// The last one archived, if any since the server started.
+        last_archived: Option<String>,
+    },
+    /// `pgbackrest stanza-create` failed.
+    StanzaFailed {
+        /// Its error, first line.
+        error: String,
+    },
+}
+
+impl Archiving {
+    /// The condition's status, reason and message.
+    #[must_use]
+    pub fn condition(&self) -> (&'static str, &'static str, String) {
+        match self {
+            Archiving::Works => (
+                "True",
+                reason::ARCHIVING,
+                "pgBackRest archives this primary's WAL".to_owned(),
+            ),
+            Archiving::Failing { wal, last_archived } => (
+                "False",
+                reason::FAILING,
+                format!(
+                    "archive_command (pgbackrest archive-push) fails for WAL file {wal}; the last archived is {}; the server keeps every WAL file not archived (its pg_wal grows) and tries again; the postgres container's log says why",
+                    last_archived
+                        .as_deref()
+                        .unwrap_or("none since the server started")
+                ),
+            ),
+            Archiving::StanzaFailed { error } => (
+                "False",
+                reason::STANZA_FAILED,
+                format!("pgbackrest stanza-create failed, so no WAL can be archived: {error}"),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn working_archiving_names_no_position_and_a_failure_names_the_file() {
+        assert_eq!(Archiving::Works.condition().0, "True");
+        let (status, reason, message) = Archiving::Failing {
+            wal: "000000010000000000000003".to_owned(),
+            last_archived: None,
+        }
+        .condition();
+        assert_eq!((status, reason), ("False", reason::FAILING));
+        assert!(message.contains("000000010000000000000003"), "{message}");
+        assert!(
+            message.contains("none since the server started"),
+            "{message}"
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! (h) Continuous WAL archiving with pgBackRest (issue 25), on real PostgreSQL: the
+//! primary archives into an S3 server over TLS; the store turning unreachable makes the
+//! cluster `Degraded` (`ArchiveFailing`) within a bound, and once it is back the WAL
+//! written meanwhile reaches it with no gap (`pgbackrest check`).
+//!
+//! The store is this test's own S3 server (versitygw, the image `tools/node/s3.sh`
+//! loads) behind the Service `store`, with a certificate for `store.<ns>.svc` from a CA
+//! the test makes with openssl. "Unreachable" is the Service selecting no pod: the
+//! server keeps its data, and no other test's S3 is touched.
+
+use std::process::Command;
+
+use super::*;
+
+/// The store's certificate and its CA, made in a directory of this namespace's own.
+fn make_tls(ns: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lockstep-{ns}-tls"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=store-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=store",
+        "-keyout",
+        "tls.key",
+        "-out",
+        "tls.csr",
+    ]);
+    std::fs::write(
+        dir.join("ext"),
+        format!("subjectAltName=DNS:store.{ns}.svc,DNS:store.{ns}.svc.cluster.local\n"),
+    )
+    .expect("write the extension");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "tls.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+        "-out",
+        "tls.crt",
+    ]);
+    dir
+}
+
+/// The store: versitygw over TLS on `/data` (its bucket `archive` made by an init
+/// container), behind the Service `store` on 443.
+fn deploy_store(real: &Real, tls: &std::path::Path) {
+    let file = |name: &str| tls.join(name).display().to_string();
+    for (secret, files) in [
+        ("store-tls", vec![file("tls.crt"), file("tls.key")]),
+        ("store-ca", vec![file("ca.crt")]),
+    ] {
+        let mut args = vec!["create", "secret", "generic", secret];
+        let from: Vec<String> = files.iter().map(|f| format!("--from-file={f}")).collect();
+        args.extend(from.iter().map(String::as_str));
+        let (ok, out) = real.kubectl(&args);
+        assert!(ok, "{out}");
+    }
+    let (ok, out) = real.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "store-credentials",
+        "--from-literal=accessKey=archiver",
+        "--from-literal=secretKey=archiver-secret",
+    ]);
+    assert!(ok, "{out}");
+    let manifest = format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: store}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: store}}}}
+  template:
+    metadata: {{labels: {{app: store}}}}
+    spec:
+      initContainers:
+      - name: bucket
+        image: {IMAGE}
+        command: [mkdir, -p, /data/archive]
+        volumeMounts: [{{name: data, mountPath: /data}}]
+      containers:
+      - name: s3
+        image: lockstep.local/s3:v1.8.0
+        args: [--port, ":7443", --cert, /tls/tls.crt, --key, /tls/tls.key, posix, /data]
+        env:
+        - {{name: ROOT_ACCESS_KEY, valueFrom: {{secretKeyRef: {{name: store-credentials, key: accessKey}}}}}}
+        - {{name: ROOT_SECRET_KEY, valueFrom: {{secretKeyRef: {{name: store-credentials, key: secretKey}}}}}}
+        readinessProbe: {{tcpSocket: {{port: 7443}}, periodSeconds: 1}}
+        volumeMounts: [{{name: data, mountPath: /data}}, {{name: tls, mountPath: /tls, readOnly: true}}]
+      volumes: [{{name: data, emptyDir: {{}}}}, {{name: tls, secret: {{secretName: store-tls}}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: store}}
+spec:
+  selector: {{app: store}}
+  ports: [{{name: s3, port: 443, targetPort: 7443}}]
+"#
+    );
+    let path = tls.join("store.yaml");
+    std::fs::write(&path, manifest).expect("write the manifest");
+    let (ok, out) = real.kubectl(&["apply", "-f", &path.display().to_string()]);
+    assert!(ok, "{out}");
+    let (ok, out) = real.kubectl(&["rollout", "status", "deployment/store", "--timeout=180s"]);
+    assert!(ok, "the store never became ready: {out}");
+}
+
+/// Point the Service `store` at the server (`true`) or at no pod (`false`).
+fn store_reachable(real: &Real, reachable: bool) {
+    let app = if reachable { "store" } else { "nobody" };
+    let patch = format!(r#"{{"spec":{{"selector":{{"app":"{app}"}}}}}}"#);
+    let (ok, out) = real.kubectl(&["patch", "service", "store", "-p", &patch]);
+    assert!(ok, "{out}");
+}
+
+/// The cluster's condition `type_`, if it has one: `(status, reason, message)`.
+fn cluster_condition(pg: &PostgresCluster, type_: &str) -> Option<(String, String, String)> {
+    pg.status
+        .as_ref()?
+        .engine
+        .condition(type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// `pgbackrest <args>` in the primary's container (its `PGBACKREST_*` environment).
+fn pgbackrest(real: &Real, pod: &str, args: &[&str]) -> (bool, String) {
+    let mut all = vec!["exec", pod, "-c", "postgres", "--", "pgbackrest"];
+    all.extend_from_slice(args);
+    real.kubectl(&all)
+}
+
+#[tokio::test]
+async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_is_degraded_until_it_is_back()
+ {
+    if !real_node() {
+        return;
+    }
+    // The S3 image: loaded with the shared server (this test runs its own).
+    let _ = s3_env();
+    let real = Real::new("pg-archive").await;
+    let tls = make_tls(real.ns());
+    deploy_store(&real, &tls);
+    let name = "archived";
+    real.cluster(
+        name,
+        2,
+        json!({"backup": {
+            "s3Endpoint": format!("https://store.{}.svc", real.ns()),
+            "bucket": "archive",
+            "prefix": "wal",
+            "credentialsSecret": "store-credentials",
+            "image": IMAGE,
+            "walArchive": {"caSecret": "store-ca"}
+        }}),
+    )
+    .await;
+    let primary = format!("{name}-0");
+
+    // The primary creates the stanza and reports archiving; a completed WAL file
+    // reaches the store.
+    real.cluster_until(name, "ContinuousArchiving True", |pg| {
+        cluster_condition(pg, "ContinuousArchiving").is_some_and(|(s, _, _)| s == "True")
+    })
+    .await;
+    let (ok, out) = real.psql_on(
+        &primary,
+        "CREATE TABLE t (i int); INSERT INTO t VALUES (1); SELECT pg_switch_wal()",
+    );
+    assert!(ok, "{out}");
+    real.shows(
+        &primary,
+        "SELECT archived_count > 0 FROM pg_stat_archiver",
+        "t",
+    )
+    .await;
+    let (ok, info) = pgbackrest(&real, &primary, &["info", "--output=json"]);
+    assert!(ok, "{info}");
+    let info: serde_json::Value = serde_json::from_str(&info).expect("pgbackrest info as JSON");
+    let max = |info: &serde_json::Value| -> String {
+        info[0]["archive"][0]["max"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let archived_before = max(&info);
+    assert!(!archived_before.is_empty(), "no WAL in the store: {info}");
+
+    // The store turns unreachable: the next WAL file cannot be archived, and the cluster
+    // says so, naming the primary and the file, within a bound.
+    store_reachable(&real, false);
+    let (ok, out) = real.psql_on(&primary, "INSERT INTO t VALUES (2); SELECT pg_switch_wal()");
+    assert!(ok, "{out}");
+    let degraded = real
+        .cluster_until(name, "Degraded: ArchiveFailing", |pg| {
+            cluster_condition(pg, "Degraded")
+                .is_some_and(|(s, reason, _)| s == "True" && reason == "ArchiveFailing")
+        })
+        .await;
+    let (_, _, message) = cluster_condition(&degraded, "Degraded").unwrap_or_default();
+    assert!(
+        message.contains(&format!("primary {primary} reports WAL archiving failing"))
+            && message.contains("fails for WAL file"),
+        "{message}"
+    );
+    assert!(
+        cluster_condition(&degraded, "ContinuousArchiving")
+            .is_some_and(|(s, reason, _)| s == "False" && reason == "ArchiveFailing"),
+        "{:?}",
+        degraded.status
+    );
+    // The Warning is published after the status write that made the cluster Degraded.
+    let events: Api<Event> = real.pg.env.api();
+    wait_for_all_within(
+        &events,
+        "",
+        "the ArchiveFailing Warning",
+        SLOW,
+        |all: &[Event]| {
+            all.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("ArchiveFailing")
+            })
+        },
+    )
+    .await;
+
+    // Back: what PostgreSQL kept is archived, the cluster is no longer Degraded, and
+    // `pgbackrest check` (a new WAL file, archived and found in the store) passes.
+    store_reachable(&real, true);
+    real.cluster_until(name, "ContinuousArchiving True again, not Degraded", |pg| {
+        cluster_condition(pg, "ContinuousArchiving").is_some_and(|(s, _, _)| s == "True")
+            && cluster_condition(pg, "Degraded").is_some_and(|(s, _, _)| s == "False")
+    })
+    .await;
+    let (ok, out) = pgbackrest(&real, &primary, &["check"]);
+    assert!(ok, "pgbackrest check: {out}");
+    let (ok, info) = pgbackrest(&real, &primary, &["info", "--output=json"]);
+    assert!(ok, "{info}");
+    let info: serde_json::Value = serde_json::from_str(&info).expect("pgbackrest info as JSON");
+    assert!(
+        max(&info) > archived_before,
+        "nothing archived after the store came back: {info}"
+    );
+    let _ = std::fs::remove_dir_all(&tls);
+    real.finish().await;
+}
