@@ -66,6 +66,18 @@ pub struct ServerView {
     pub lag_bytes: Option<u64>,
     /// Whether a standby's WAL receiver streams.
     pub streaming: Option<bool>,
+    /// A primary's archive: WAL files archived and failed attempts since its manager
+    /// started (`spec.backup.walArchive`; both 0 without it).
+    pub archive: Option<ArchiveView>,
+}
+
+/// A primary's WAL archiving, as its manager's `/metrics` counts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ArchiveView {
+    /// WAL files archived.
+    pub archived: u64,
+    /// Failed archiving attempts.
+    pub failed: u64,
 }
 
 /// The unlabelled series `name` of a Prometheus text exposition.
@@ -89,6 +101,14 @@ pub fn server(metrics: &str) -> ServerView {
         streaming: series(metrics, "lockstep_instance_streaming")
             .filter(|_| !writable)
             .map(|v| v == 1),
+        archive: writable
+            .then(|| {
+                Some(ArchiveView {
+                    archived: series(metrics, "lockstep_instance_wal_archived_total")?,
+                    failed: series(metrics, "lockstep_instance_wal_archive_failures_total")?,
+                })
+            })
+            .flatten(),
     }
 }
 
@@ -253,8 +273,8 @@ pub fn render_status(view: &StatusView) -> String {
         ));
         if servers {
             out.push_str(&format!(
-                " {:<3} {:<14} {:<10} {}",
-                "TL", "LSN", "LAG", "STREAMING"
+                " {:<3} {:<14} {:<10} {:<9} {}",
+                "TL", "LSN", "LAG", "STREAMING", "ARCHIVED"
             ));
         }
         out.push('\n');
@@ -271,11 +291,15 @@ pub fn render_status(view: &StatusView) -> String {
                 let s = i.server.clone().unwrap_or_default();
                 let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
                 out.push_str(&format!(
-                    " {:<3} {:<14} {:<10} {}",
+                    " {:<3} {:<14} {:<10} {:<9} {}",
                     or_dash(s.timeline.map(|t| t.to_string())),
                     or_dash(s.lsn.clone()),
                     or_dash(s.lag_bytes.map(|b| format!("{b} B"))),
                     or_dash(s.streaming.map(|b| b.to_string())),
+                    or_dash(
+                        s.archive
+                            .map(|a| format!("{} ({} failed)", a.archived, a.failed))
+                    ),
                 ));
             }
             out.push('\n');
@@ -426,7 +450,9 @@ mod tests {
     fn each_instance_shows_its_timeline_lsn_and_a_standbys_lag_from_its_metrics() {
         let primary = "lockstep_instance_writable 1\nlockstep_instance_timeline 2\n\
                        lockstep_instance_wal_position_bytes 50331976\n\
-                       lockstep_instance_role{role=\"primary\"} 1\n";
+                       lockstep_instance_role{role=\"primary\"} 1\n\
+                       lockstep_instance_wal_archived_total 12\n\
+                       lockstep_instance_wal_archive_failures_total 3\n";
         let standby = "lockstep_instance_writable 0\nlockstep_instance_timeline 2\n\
                        lockstep_instance_wal_position_bytes 50331648\n\
                        lockstep_instance_replay_lag_bytes 328\nlockstep_instance_streaming 1\n";
@@ -437,6 +463,10 @@ mod tests {
                 lsn: Some("0/3000148".to_owned()),
                 lag_bytes: None,
                 streaming: None,
+                archive: Some(ArchiveView {
+                    archived: 12,
+                    failed: 3,
+                }),
             }
         );
         let mut view = status(
@@ -452,9 +482,16 @@ mod tests {
         let text = render_status(&view);
         assert!(text.contains("TL  LSN"), "{text}");
         assert!(
-            text.contains("2   0/3000000      328 B      true"),
+            text.contains("2   0/3000000      328 B      true      -"),
             "{text}"
         );
+        view.instances[0].server = Some(server(primary));
+        assert!(
+            render_status(&view).contains("0/3000148      -          -         12 (3 failed)"),
+            "{}",
+            render_status(&view)
+        );
+        view.instances[0].server = Some(server(standby));
         // orders-1's metrics could not be read: dashes, not a failure.
         assert!(
             text.lines()
