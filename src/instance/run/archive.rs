@@ -29,7 +29,7 @@ use futures::FutureExt;
 use tokio::task::JoinHandle;
 
 use super::metrics::ServerStats;
-use crate::machines::postgres::archiving::Archiving;
+use crate::machines::postgres::archiving::{Archiving, STALL_SECONDS};
 
 /// The tool `LOCKSTEP_WAL_ARCHIVE` names.
 pub const PGBACKREST: &str = "pgbackrest";
@@ -89,10 +89,16 @@ pub struct Archiver {
 
 impl Archiver {
     /// One round on a server that `writable` or not, which answered `stats` (none when
-    /// it did not answer): starts or follows `stanza-create` on a writable primary, and
-    /// says what to report (none on a standby, or while the first `stanza-create`
-    /// runs).
-    pub fn round(&mut self, writable: bool, stats: Option<&ServerStats>) -> Option<Archiving> {
+    /// it did not answer), with `waiting` its oldest WAL file not yet archived and how
+    /// long it has waited ([`oldest_waiting`]): starts or follows `stanza-create` on a
+    /// writable primary, and says what to report (none on a standby, or while the first
+    /// `stanza-create` runs).
+    pub fn round(
+        &mut self,
+        writable: bool,
+        stats: Option<&ServerStats>,
+        waiting: Option<(String, Duration)>,
+    ) -> Option<Archiving> {
         if !writable {
             return None;
         }
@@ -121,11 +127,14 @@ impl Archiver {
             } => Some(Archiving::StanzaFailed {
                 error: error.clone(),
             }),
-            Stanza::Created { at } => Some(match stats {
-                Some(s) if s.archive_failing_since(*at) => Archiving::Failing {
+            Stanza::Created { at } => Some(match (stats, waiting) {
+                (Some(s), _) if s.archive_failing_since(*at) => Archiving::Failing {
                     wal: s.last_failed_wal.clone().unwrap_or_default(),
                     last_archived: s.last_archived_wal.clone(),
                 },
+                (_, Some((wal, waited))) if waited >= Duration::from_secs(STALL_SECONDS) => {
+                    Archiving::Stalled { wal }
+                }
                 _ => Archiving::Works,
             }),
         }
@@ -155,6 +164,22 @@ impl Archiver {
             }
         };
     }
+}
+
+/// The oldest WAL file of `pgdata` that waits to be archived (its
+/// `pg_wal/archive_status/<file>.ready` marker) and how long it has waited (since the
+/// marker was written); none when nothing waits or the directory cannot be read.
+#[must_use]
+pub fn oldest_waiting(pgdata: &std::path::Path) -> Option<(String, Duration)> {
+    let dir = std::fs::read_dir(pgdata.join("pg_wal/archive_status")).ok()?;
+    dir.filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let wal = name.strip_suffix(".ready")?.to_owned();
+            let waited = entry.metadata().ok()?.modified().ok()?.elapsed().ok()?;
+            Some((wal, waited))
+        })
+        .max_by_key(|(_, waited)| *waited)
 }
 
 /// Now, as Unix time (the server's `pg_stat_archiver` times are compared with it: one
@@ -200,9 +225,9 @@ mod tests {
     #[tokio::test]
     async fn a_standby_reports_nothing_and_a_primary_reports_once_the_stanza_exists() {
         let mut a = Archiver::default();
-        assert_eq!(a.round(false, None), None);
+        assert_eq!(a.round(false, None, None), None);
         a.stanza = Stanza::Created { at: 1000.0 };
-        assert_eq!(a.round(true, None), Some(Archiving::Works));
+        assert_eq!(a.round(true, None, None), Some(Archiving::Works));
         let failing = ServerStats {
             last_failed: Some(1010.0),
             last_archived: Some(1005.0),
@@ -216,14 +241,60 @@ mod tests {
             last_archived: None,
             ..failing.clone()
         };
-        assert_eq!(a.round(true, Some(&before)), Some(Archiving::Works));
+        assert_eq!(a.round(true, Some(&before), None), Some(Archiving::Works));
         assert_eq!(
-            a.round(true, Some(&failing)),
+            a.round(true, Some(&failing), None),
             Some(Archiving::Failing {
                 wal: "000000010000000000000004".to_owned(),
                 last_archived: Some("000000010000000000000003".to_owned()),
             })
         );
+    }
+
+    #[tokio::test]
+    async fn a_wal_file_waiting_past_the_bound_without_a_failure_is_a_stalled_archive() {
+        let mut a = Archiver {
+            stanza: Stanza::Created { at: 1000.0 },
+        };
+        let waiting = |secs| {
+            Some((
+                "000000010000000000000009".to_owned(),
+                Duration::from_secs(secs),
+            ))
+        };
+        assert_eq!(
+            a.round(true, None, waiting(STALL_SECONDS - 1)),
+            Some(Archiving::Works)
+        );
+        assert_eq!(
+            a.round(true, None, waiting(STALL_SECONDS)),
+            Some(Archiving::Stalled {
+                wal: "000000010000000000000009".to_owned()
+            })
+        );
+    }
+
+    #[test]
+    fn the_oldest_ready_marker_is_the_file_that_waits_longest() {
+        let dir =
+            std::env::temp_dir().join(format!("lockstep-archive-status-{}", std::process::id()));
+        let status = dir.join("pg_wal/archive_status");
+        std::fs::create_dir_all(&status).expect("a directory");
+        assert_eq!(oldest_waiting(&dir), None);
+        let old = status.join("000000010000000000000001.ready");
+        std::fs::write(&old, "").expect("a marker");
+        let f = std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .expect("open");
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(600))
+            .expect("set its time");
+        std::fs::write(status.join("000000010000000000000002.ready"), "").expect("a marker");
+        std::fs::write(status.join("000000010000000000000000.done"), "").expect("a marker");
+        let (wal, waited) = oldest_waiting(&dir).expect("one waits");
+        assert_eq!(wal, "000000010000000000000001");
+        assert!(waited >= Duration::from_secs(600));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -237,7 +308,7 @@ mod tests {
         let failed = Some(Archiving::StanzaFailed {
             error: "unable to connect".to_owned(),
         });
-        assert_eq!(a.round(true, None), failed);
+        assert_eq!(a.round(true, None, None), failed);
         a.stanza = Stanza::Failed {
             error: "unable to connect".to_owned(),
             at: Instant::now()
@@ -245,9 +316,9 @@ mod tests {
                 .unwrap_or_else(Instant::now),
         };
         // Due again: a new attempt starts, and the failure stays reported meanwhile.
-        assert_eq!(a.round(true, None), failed);
+        assert_eq!(a.round(true, None, None), failed);
         assert!(matches!(a.stanza, Stanza::Creating { .. }));
-        assert_eq!(a.round(true, None), failed);
+        assert_eq!(a.round(true, None, None), failed);
     }
 
     #[test]

@@ -422,10 +422,12 @@ impl Manager {
             self.metrics.record(&seen, &self.state, me.as_deref());
             self.metrics.record_settings(&self.settings);
             let writable = matches!(seen.server, Server::Writable { .. });
-            let archiving = self
-                .archiver
-                .as_mut()
-                .and_then(|a| a.round(writable, self.stats.as_ref()));
+            let archiving = self.archiver.as_mut().and_then(|a| {
+                let waiting = writable
+                    .then(|| super::archive::oldest_waiting(&self.args.pgdata))
+                    .flatten();
+                a.round(writable, self.stats.as_ref(), waiting)
+            });
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
                 reporter.report(report::report(

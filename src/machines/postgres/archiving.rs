@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `True` | [`reason::ARCHIVING`] | the stanza exists and no archiving attempt failed since the last that succeeded |
 //! | `False` | [`reason::FAILING`] | `archive_command` failed for a WAL file more recently than one succeeded |
+//! | `False` | [`reason::STALLED`] | the oldest WAL file waiting to be archived has waited longer than [`STALL_SECONDS`], with no failure recorded since (a hung `archive_command`, or a backlog that long) |
 //! | `False` | [`reason::STANZA_FAILED`] | pgBackRest could not create the stanza (the repository unreachable, refused, or another cluster's) |
 //!
 //! Only a writable primary writes it (only a primary archives). The message names no
@@ -19,6 +20,11 @@
 /// The pod condition's type.
 pub const ARCHIVING: &str = "lockstep.dev/Archiving";
 
+/// How long the oldest WAL file may wait to be archived before the primary says its
+/// archive is stalled: well beyond `archive_timeout` (60 s) and PostgreSQL's pause
+/// between failed rounds (60 s).
+pub const STALL_SECONDS: u64 = 300;
+
 /// The condition's reasons.
 pub mod reason {
     /// The archive takes the WAL.
@@ -27,6 +33,8 @@ pub mod reason {
     pub const FAILING: &str = "ArchiveFailing";
     /// The stanza could not be created.
     pub const STANZA_FAILED: &str = "StanzaCreateFailed";
+    /// A WAL file has waited too long, with no failure recorded.
+    pub const STALLED: &str = "ArchiveStalled";
 }
 
 /// What a primary's archiver shows this round.
@@ -40,6 +48,12 @@ pub enum Archiving {
         wal: String,
         /// The last one archived, if any since the server started.
         last_archived: Option<String>,
+    },
+    /// The oldest WAL file waiting to be archived, `wal`, has waited longer than
+    /// [`STALL_SECONDS`], and no attempt failed since.
+    Stalled {
+        /// That file.
+        wal: String,
     },
     /// `pgbackrest stanza-create` failed.
     StanzaFailed {
@@ -66,6 +80,13 @@ impl Archiving {
                     last_archived
                         .as_deref()
                         .unwrap_or("none since the server started")
+                ),
+            ),
+            Archiving::Stalled { wal } => (
+                "False",
+                reason::STALLED,
+                format!(
+                    "WAL file {wal} has waited more than {STALL_SECONDS} s to be archived, and no attempt failed meanwhile: archive_command (pgbackrest archive-push) hangs, or the archive is that far behind; the server keeps every WAL file not archived"
                 ),
             ),
             Archiving::StanzaFailed { error } => (
