@@ -72,12 +72,15 @@ pub struct ServerView {
 }
 
 /// A primary's WAL archiving, as its manager's `/metrics` counts it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ArchiveView {
     /// WAL files archived.
     pub archived: u64,
     /// Failed archiving attempts.
     pub failed: u64,
+    /// When a WAL file was last archived (RFC 3339), if one was since the server
+    /// started.
+    pub last: Option<String>,
 }
 
 /// The unlabelled series `name` of a Prometheus text exposition.
@@ -106,6 +109,11 @@ pub fn server(metrics: &str) -> ServerView {
                 Some(ArchiveView {
                     archived: series(metrics, "lockstep_instance_wal_archived_total")?,
                     failed: series(metrics, "lockstep_instance_wal_archive_failures_total")?,
+                    last: series(metrics, "lockstep_instance_last_archived_timestamp_seconds")
+                        .filter(|t| *t > 0)
+                        .and_then(|t| i64::try_from(t).ok())
+                        .and_then(|t| chrono::DateTime::from_timestamp(t, 0))
+                        .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
                 })
             })
             .flatten(),
@@ -296,10 +304,10 @@ pub fn render_status(view: &StatusView) -> String {
                     or_dash(s.lsn.clone()),
                     or_dash(s.lag_bytes.map(|b| format!("{b} B"))),
                     or_dash(s.streaming.map(|b| b.to_string())),
-                    or_dash(
-                        s.archive
-                            .map(|a| format!("{} ({} failed)", a.archived, a.failed))
-                    ),
+                    or_dash(s.archive.map(|a| match a.last {
+                        Some(last) => format!("{} ({} failed), last {last}", a.archived, a.failed),
+                        None => format!("{} ({} failed)", a.archived, a.failed),
+                    })),
                 ));
             }
             out.push('\n');
@@ -452,7 +460,8 @@ mod tests {
                        lockstep_instance_wal_position_bytes 50331976\n\
                        lockstep_instance_role{role=\"primary\"} 1\n\
                        lockstep_instance_wal_archived_total 12\n\
-                       lockstep_instance_wal_archive_failures_total 3\n";
+                       lockstep_instance_wal_archive_failures_total 3\n\
+                       lockstep_instance_last_archived_timestamp_seconds 1764730000.25\n";
         let standby = "lockstep_instance_writable 0\nlockstep_instance_timeline 2\n\
                        lockstep_instance_wal_position_bytes 50331648\n\
                        lockstep_instance_replay_lag_bytes 328\nlockstep_instance_streaming 1\n";
@@ -466,6 +475,7 @@ mod tests {
                 archive: Some(ArchiveView {
                     archived: 12,
                     failed: 3,
+                    last: Some("2025-12-03T02:46:40Z".to_owned()),
                 }),
             }
         );
@@ -487,7 +497,9 @@ mod tests {
         );
         view.instances[0].server = Some(server(primary));
         assert!(
-            render_status(&view).contains("0/3000148      -          -         12 (3 failed)"),
+            render_status(&view).contains(
+                "0/3000148      -          -         12 (3 failed), last 2025-12-03T02:46:40Z"
+            ),
             "{}",
             render_status(&view)
         );
