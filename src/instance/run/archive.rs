@@ -12,7 +12,13 @@
 //! # Guarantees
 //! - **Nothing here delays a round** (the manager's Lease renewals): `stanza-create` runs
 //!   as a child process on its own task, bounded by [`STANZA_BOUND`], and the round only
-//!   looks at whether it finished.
+//!   looks at whether it finished. The round itself reads one local directory
+//!   (`pg_wal/archive_status`, for a stalled archive) and the columns of the query it
+//!   already runs.
+//! - **A failure is reported, never hidden:** `archive_command` failing more recently
+//!   than it succeeded, a WAL file waiting longer than
+//!   [`STALL_SECONDS`](crate::machines::postgres::archiving::STALL_SECONDS), or the
+//!   stanza not created, each turns the pod condition `False` with what failed.
 //! - The stanza is created only by a writable primary (pgBackRest reads the server's
 //!   system identifier and WAL position from it). `stanza-create` is idempotent: a
 //!   primary after a failover finds the stanza its predecessor made and goes on.
@@ -22,6 +28,13 @@
 //! # Assumptions
 //! - The image has `pgbackrest` on `PATH` (the local cluster's `postgres-15` image
 //!   installs Debian's package).
+//! - The node's clock is the server's: `pg_stat_archiver`'s times are compared with the
+//!   moment the stanza was seen created.
+//!
+//! # Errors
+//! Nothing here fails the manager. `stanza-create`'s failure (or its bound passing) is
+//! reported as [`Archiving::StanzaFailed`] with its last line of output; an
+//! `archive_status` directory that cannot be read counts as nothing waiting.
 
 use std::time::{Duration, Instant};
 
