@@ -16,9 +16,8 @@
 //!   (`pg_wal/archive_status`, for a stalled archive) and the columns of the query it
 //!   already runs.
 //! - **A failure is reported, never hidden:** `archive_command` failing more recently
-//!   than it succeeded, a WAL file waiting longer than
-//!   [`STALL_SECONDS`](crate::machines::postgres::archiving::STALL_SECONDS), or the
-//!   stanza not created, each turns the pod condition `False` with what failed.
+//!   than it succeeded, a WAL file waiting longer than [`STALL_SECONDS`], or the stanza
+//!   not created, each turns the pod condition `False` with what failed.
 //! - The stanza is created only by a writable primary (pgBackRest reads the server's
 //!   system identifier and WAL position from it). `stanza-create` is idempotent: a
 //!   primary after a failover finds the stanza its predecessor made and goes on.
