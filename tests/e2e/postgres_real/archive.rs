@@ -283,18 +283,29 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
         max(&info) > archived_before,
         "nothing archived after the store came back: {info}"
     );
-    // `kubectl lockstep status` shows the primary's archive from its /metrics.
-    let (code, out) =
-        crate::postgres::plugin(&["status", name, "-n", real.ns(), "-o", "json"]).await;
-    assert_eq!(code, 0, "{out}");
-    let view: serde_json::Value = serde_json::from_str(&out).expect("status as JSON");
-    let shown = view["instances"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|i| i["pod"] == primary.as_str())
-        .map(|i| i["server"]["archive"]["archived"].as_u64().unwrap_or(0));
-    assert!(shown.is_some_and(|n| n > 0), "{out}");
+    // `kubectl lockstep status` shows the primary's archive from its /metrics (read
+    // through the pod proxy within 3 s, or dashes: polled with a deadline).
+    let deadline = std::time::Instant::now() + SLOW;
+    loop {
+        let (code, out) =
+            crate::postgres::plugin(&["status", name, "-n", real.ns(), "-o", "json"]).await;
+        assert_eq!(code, 0, "{out}");
+        let view: serde_json::Value = serde_json::from_str(&out).expect("status as JSON");
+        let archived = view["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["pod"] == primary.as_str())
+            .and_then(|i| i["server"]["archive"]["archived"].as_u64());
+        if archived.is_some_and(|n| n > 0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the plugin never showed the primary's archive:\n{out}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let _ = std::fs::remove_dir_all(&tls);
     real.finish().await;
 }
