@@ -222,13 +222,17 @@ impl Found {
             await_condition(self.api.clone(), &self.name, ended),
         )
         .await;
-        let object = self.get().await?;
         Ok(match watched {
-            // The object as the watch last saw it met the condition; read once more for
-            // the outcome (it is terminal: a served token is not served again).
-            Ok(Ok(_)) => view::outcome(&object, &done),
+            // The outcome as the watch saw it when it met the condition (a later read may
+            // already show the next step: a retry taken on, then the upgrade going on).
+            Ok(Ok(Some(seen))) => {
+                let seen = serde_json::to_value(seen).map_err(|e| Error::Resolve(e.to_string()))?;
+                view::outcome(&seen, &done)
+            }
+            Ok(Ok(None)) => Err(format!("{} was deleted while waiting", self.name)),
             Ok(Err(e)) => Err(format!("the watch of {} failed: {e}", self.name)),
             Err(_) => {
+                let object = self.get().await?;
                 let v = view::status("", &object, &[], 0);
                 Err(format!(
                     "no outcome within {timeout}s (phase {}, step {})",
@@ -266,6 +270,7 @@ async fn find(client: &Client, namespace: &str, arg: &str) -> Result<Found, Erro
                 });
             }
             Ok(None) => {}
+            Err(e) if kind_not_served(&e) => {}
             Err(source) => {
                 return Err(Error::Api {
                     what: format!("reading {kind} {name}"),
@@ -275,6 +280,13 @@ async fn find(client: &Client, namespace: &str, arg: &str) -> Result<Found, Erro
         }
     }
     Err(Error::Resolve(format!("no {arg} in namespace {namespace}")))
+}
+
+/// Whether a read failed because the API server serves no such kind here (its CRD is not
+/// installed: the path answers 404): the object is then not of that kind, and a bare
+/// `NAME` is looked for as the next kind.
+fn kind_not_served(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
 fn token() -> String {
@@ -535,5 +547,25 @@ fn report(out: &mut impl Write, outcome: Result<String, String>) -> i32 {
             let _ = writeln!(out, "failed: {message}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("404 page not found", "NotFound")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn a_kind_whose_crd_is_not_installed_is_passed_over_and_other_failures_are_not() {
+        assert!(kind_not_served(&api(404)));
+        assert!(!kind_not_served(&api(403)));
+        assert!(!kind_not_served(&api(500)));
     }
 }
