@@ -329,7 +329,10 @@ pub fn outcome(
 
 /// The reasons of a `Degraded` condition that a retry token answers: a promotion or a
 /// hook that used up its retry budget (and, while it still backs off, one that will).
-pub const RETRY_WAITS_ON: [&str; 2] = ["PromotionExhausted", "HookFailed"];
+pub const RETRY_WAITS_ON: [&str; 2] = [
+    crate::machines::postgres::table::reason::PROMOTION_EXHAUSTED,
+    crate::machines::distributeddb::table::reason::HOOK_FAILED,
+];
 
 /// What waits for a `retry` token in `object`: the message of its `Degraded` condition
 /// when that says a promotion or a hook failed ([`RETRY_WAITS_ON`]); `None` when nothing
