@@ -16,7 +16,8 @@
 //! - `/metrics`: the OpenMetrics text of [`Metrics`].
 //!
 //! # Guarantees
-//! - Only GET and HEAD are served; anything else is 405, unknown paths 404.
+//! - Only GET and HEAD are served (beyond what [`Scrape::route`] answers); anything
+//!   else is 405, unknown paths 404.
 //! - The server stops accepting when its shutdown token is cancelled and finishes the
 //!   requests in flight.
 //! - Nothing secret is ever served: the bodies are the metrics and the flags above.
@@ -99,6 +100,14 @@ impl Status {
 pub trait Scrape: Clone + Send + Sync + 'static {
     /// The OpenMetrics text exposition.
     fn encode(&self) -> String;
+
+    /// A request this server answers beyond the health endpoints (the instance manager's
+    /// `POST /backup`): its status code and plain-text body, or none to leave it to the
+    /// health endpoints. None by default.
+    fn route(&self, method: &Method, path: &str, query: Option<&str>) -> Option<(u16, String)> {
+        let _ = (method, path, query);
+        None
+    }
 }
 
 impl Scrape for Metrics {
@@ -173,6 +182,16 @@ fn respond<S: Scrape>(
     status: &Status,
     metrics: &S,
 ) -> Response<Full<Bytes>> {
+    if let Some((code, body)) = metrics.route(
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+    ) {
+        return text(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body,
+        );
+    }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
     }

@@ -1387,6 +1387,30 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
             "spec.backup.walArchive needs an https:// endpoint",
         ),
         (
+            "basebackupnoarchive",
+            with(json!({"backup": {
+                "s3Endpoint": "https://s3.example", "bucket": "b", "credentialsSecret": "s3",
+                "image": "pg:16", "method": "BaseBackup"
+            }})),
+            "spec.backup.method BaseBackup needs spec.backup.walArchive",
+        ),
+        (
+            "dumpretention",
+            with(json!({"backup": {
+                "s3Endpoint": "https://s3.example", "bucket": "b", "credentialsSecret": "s3",
+                "image": "pg:16", "retention": {"count": 3}
+            }})),
+            "spec.backup.retention applies to base backups only",
+        ),
+        (
+            "tworetentions",
+            with(json!({"backup": {
+                "s3Endpoint": "https://s3.example", "bucket": "b", "credentialsSecret": "s3",
+                "image": "pg:16", "walArchive": {}, "retention": {"count": 3, "days": 7}
+            }})),
+            "spec.backup.retention: set exactly one of count and days",
+        ),
+        (
             "delay",
             with(json!({"failoverDelaySeconds": -1})),
             "spec.failoverDelaySeconds",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tests/pg_scripts needs, idempotently (safe to run every time):
 #   - PostgreSQL server binaries (Debian package `postgresql`, which also
-#     creates the `postgres` OS user the servers run as), curl, shellcheck,
+#     creates the `postgres` OS user the servers run as), curl, shellcheck, pgbackrest,
 #     util-linux (unshare, setpriv, nsenter)
 #   - the Python packages in requirements.txt (pytest, boto3, moto server)
 # Needs root (or sudo) only when something is missing.
@@ -19,6 +19,8 @@ missing=()
 compgen -G '/usr/lib/postgresql/*/bin/pg_rewind' >/dev/null || missing+=(postgresql)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+# pgbackrest: the base backups `lockstep instance` takes (test_backup_tool.py).
+command -v pgbackrest >/dev/null 2>&1 || missing+=(pgbackrest)
 # unshare, setpriv, nsenter: the manager as PID 1 of a PID namespace of its own.
 for tool in unshare setpriv nsenter; do
 	command -v "$tool" >/dev/null 2>&1 || { missing+=(util-linux); break; }

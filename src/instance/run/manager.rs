@@ -36,6 +36,7 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::archive::Archiver;
+use super::basebackup::{BaseBackups, Endpoints};
 use super::clock::Moment;
 use super::config::InstanceArgs;
 use super::fence::Fence;
@@ -316,6 +317,8 @@ pub struct Manager {
     not_streaming_since: Option<Mono>,
     /// Continuous WAL archiving, when `LOCKSTEP_WAL_ARCHIVE` is set ([`super::archive`]).
     archiver: Option<Archiver>,
+    /// Base backups on request, when archiving ([`super::basebackup`]).
+    backups: Option<BaseBackups>,
     /// What the last answer said beyond `decide`'s part (none when it did not answer).
     stats: Option<ServerStats>,
 }
@@ -376,6 +379,7 @@ impl Manager {
             &std::fs::read_to_string(args.pgdata.join("lockstep.conf")).unwrap_or_default(),
         );
         let archiver = args.wal_archive.is_some().then(Archiver::default);
+        let backups = args.wal_archive.is_some().then(BaseBackups::default);
         Ok(Self {
             prepare: Prepare::new(args.clone()),
             args,
@@ -386,6 +390,7 @@ impl Manager {
             last_exit: None,
             not_streaming_since: None,
             archiver,
+            backups,
             stats: None,
             finished: None,
             lease_read: LeaseRead::Unreadable,
@@ -422,6 +427,9 @@ impl Manager {
             self.metrics.record(&seen, &self.state, me.as_deref());
             self.metrics.record_settings(&self.settings);
             let writable = matches!(seen.server, Server::Writable { .. });
+            if let Some(backups) = &self.backups {
+                backups.set_writable(writable);
+            }
             let archiving = self.archiver.as_mut().and_then(|a| {
                 let waiting = writable
                     .then(|| super::archive::oldest_waiting(&self.args.pgdata))
@@ -522,7 +530,7 @@ impl Manager {
         }
     }
 
-    /// Serve `/metrics` (and `/healthz`) on `port` for as long as the process runs. A
+    /// Serve `/metrics`, `/healthz` and `POST /backup` on `port` for as long as the process runs. A
     /// port that cannot be bound is logged, not fatal: the database runs without it.
     async fn serve_metrics(&self, port: u16) {
         let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
@@ -531,7 +539,10 @@ impl Manager {
                 let status = crate::ops::health::Status::new(false);
                 status.set_leader(true);
                 status.set_synced(true);
-                let metrics = self.metrics.clone();
+                let metrics = Endpoints {
+                    metrics: self.metrics.clone(),
+                    backups: self.backups.clone(),
+                };
                 tokio::spawn(async move {
                     let shutdown = tokio_util::sync::CancellationToken::new();
                     if let Err(error) =

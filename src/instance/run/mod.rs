@@ -19,12 +19,14 @@
 //! - `report`: the settings' outcome, told to the operator on the pod (a condition);
 //! - `settings`: the person's `spec.postgresql`, written and reloaded;
 //! - `metrics`: what the last round saw, on `/metrics`;
-//! - `archive`: continuous WAL archiving with pgBackRest (the stanza, the report).
+//! - `archive`: continuous WAL archiving with pgBackRest (the stanza, the report);
+//! - `basebackup`: base backups with pgBackRest, on the backup Job's request.
 //!
 //! The design, and how it compares with CloudNativePG's instance manager and Patroni's
 //! watchdog: `docs/instance-manager.md`.
 
 pub mod archive;
+pub mod basebackup;
 pub mod clock;
 pub mod config;
 pub mod fence;

@@ -341,6 +341,18 @@ impl FencingSpec {
     )
     .message(
         "spec.backup.walArchive needs an https:// endpoint (pgBackRest speaks only TLS to S3): set spec.backup.walArchive.s3Endpoint, or make spec.backup.s3Endpoint https"
+    ),
+    validation = Rule::new(
+        "!has(self.method) || self.method != 'BaseBackup' || has(self.walArchive)"
+    )
+    .message(
+        "spec.backup.method BaseBackup needs spec.backup.walArchive: a base backup restores only with the WAL archived since it began"
+    ),
+    validation = Rule::new(
+        "!has(self.retention) || (has(self.method) ? self.method : (has(self.walArchive) ? 'BaseBackup' : 'Dump')) == 'BaseBackup'"
+    )
+    .message(
+        "spec.backup.retention applies to base backups only (spec.backup.method BaseBackup, the default with spec.backup.walArchive)"
     )
 )]
 pub struct BackupSpec {
@@ -382,6 +394,63 @@ pub struct BackupSpec {
     /// (the primary archives): every WAL file it completes, and at least one a minute
     /// while it writes. Absent: no archiving. See `docs/backup.md`.
     pub wal_archive: Option<WalArchiveSpec>,
+    /// What a backup (scheduled, on demand or final) is: `BaseBackup`, a physical copy by
+    /// pgBackRest that restores to any point the archive reaches, or `Dump`, a logical
+    /// `pg_dump` of `spec.database`. Default: `BaseBackup` with `walArchive`, else `Dump`.
+    pub method: Option<BackupMethod>,
+    /// How many base backups the repository keeps; pgBackRest prunes the older ones, and
+    /// the WAL only they needed, after each backup that succeeded. Absent: all of them.
+    pub retention: Option<BackupRetention>,
+}
+
+/// `spec.backup.method`.
+#[derive(
+    Serialize,
+    Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+pub enum BackupMethod {
+    /// `pgbackrest backup` on the primary: a full physical backup into the WAL
+    /// archive's repository.
+    BaseBackup,
+    /// `pg_dump -Fc` of one database, uploaded as one object.
+    Dump,
+}
+
+impl BackupSpec {
+    /// The method backups take: `spec.backup.method`, or its default.
+    #[must_use]
+    pub fn effective_method(&self) -> BackupMethod {
+        self.method.unwrap_or(if self.wal_archive.is_some() {
+            BackupMethod::BaseBackup
+        } else {
+            BackupMethod::Dump
+        })
+    }
+}
+
+/// `spec.backup.retention`: by count or by age, one of them.
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.count) != has(self.days)")
+        .message("spec.backup.retention: set exactly one of count and days")
+)]
+pub struct BackupRetention {
+    /// Keep the newest this many base backups.
+    #[schemars(range(min = 1, max = 9_999_999))]
+    pub count: Option<u32>,
+    /// Keep the base backups of the last this many days (and always the newest).
+    #[schemars(range(min = 1, max = 9_999_999))]
+    pub days: Option<u32>,
 }
 
 /// `spec.backup.walArchive`: where pgBackRest archives the WAL (its repository is

@@ -1,7 +1,9 @@
-//! (h) Continuous WAL archiving with pgBackRest (issue 25), on real PostgreSQL: the
-//! primary archives into an S3 server over TLS; the store turning unreachable makes the
-//! cluster `Degraded` (`ArchiveFailing`) within a bound, and once it is back the WAL
-//! written meanwhile reaches it with no gap (`pgbackrest check`).
+//! (h) Continuous WAL archiving and base backups with pgBackRest (issue 25), on real
+//! PostgreSQL: the primary archives into an S3 server over TLS; the store turning
+//! unreachable makes the cluster `Degraded` (`ArchiveFailing`) within a bound, and once
+//! it is back the WAL written meanwhile reaches it with no gap (`pgbackrest check`).
+//! Then `backup-now` takes base backups into the same repository, and a retention of
+//! one prunes the older.
 //!
 //! The store is this test's own S3 server (versitygw, the image `tools/node/s3.sh`
 //! loads) behind the Service `store`, with a certificate for `store.<ns>.svc` from a CA
@@ -171,6 +173,57 @@ fn pgbackrest(real: &Real, pod: &str, args: &[&str]) -> (bool, String) {
     real.kubectl(&all)
 }
 
+/// Ask for a base backup with the token `token`, wait until a backup other than
+/// `before` finished: the Job that took it (asserted to have succeeded).
+async fn base_backup(real: &Real, name: &str, token: &str, before: Option<&str>) -> String {
+    let (ok, out) = real.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "postgrescluster",
+        name,
+        &format!("lockstep.dev/backup-now={token}"),
+    ]);
+    assert!(ok, "{out}");
+    let before = before.map(str::to_owned);
+    let pg = real
+        .cluster_until(
+            name,
+            &format!("the base backup {token} finished"),
+            move |pg| {
+                pg.status.as_ref().is_some_and(|s| {
+                    s.engine.phase.as_deref() == Some("Ready")
+                        && s.last_backup
+                            .as_ref()
+                            .is_some_and(|b| Some(&b.job) != before.as_ref())
+                })
+            },
+        )
+        .await;
+    let last = pg
+        .status
+        .and_then(|s| s.last_backup)
+        .expect("a last backup");
+    assert_eq!(last.outcome, "Succeeded", "{last:?}");
+    last.job
+}
+
+/// The tokens of the repository's backups, oldest first (`pgbackrest info`).
+fn backup_tokens(real: &Real, pod: &str) -> Vec<String> {
+    let (ok, info) = pgbackrest(real, pod, &["info", "--output=json"]);
+    assert!(ok, "{info}");
+    let info: serde_json::Value = serde_json::from_str(&info).expect("pgbackrest info as JSON");
+    info[0]["backup"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| {
+            b["annotation"]["lockstep-token"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_is_degraded_until_it_is_back()
  {
@@ -306,6 +359,25 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+
+    // Base backups (the default method with an archive): `backup-now` runs a Job that
+    // asks the primary's manager, which runs `pgbackrest backup` into the same
+    // repository; the backup carries the Job's name. A second one with a retention of
+    // one leaves only itself.
+    let first = base_backup(&real, name, "base-1", None).await;
+    assert_eq!(backup_tokens(&real, &primary), vec![first.clone()]);
+    let (ok, out) = real.kubectl(&[
+        "patch",
+        "postgrescluster",
+        name,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"backup":{"retention":{"count":1}}}}"#,
+    ]);
+    assert!(ok, "{out}");
+    let second = base_backup(&real, name, "base-2", Some(&first)).await;
+    assert_ne!(first, second);
+    assert_eq!(backup_tokens(&real, &primary), vec![second]);
     let _ = std::fs::remove_dir_all(&tls);
     real.finish().await;
 }

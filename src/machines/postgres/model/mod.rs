@@ -651,6 +651,8 @@ impl World {
             pod_labels: BTreeMap::new(),
             pod_annotations: BTreeMap::new(),
             wal_archive: None,
+            method: None,
+            retention: None,
         }
     }
 

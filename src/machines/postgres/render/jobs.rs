@@ -4,10 +4,12 @@ use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, EnvVar, Volume};
 use kube::ResourceExt;
 
-use super::super::api::{BackupSpec, PostgresCluster, SUPERUSER, SUPERUSER_PASSWORD_KEY};
+use super::super::api::{
+    BackupMethod, BackupRetention, BackupSpec, PostgresCluster, SUPERUSER, SUPERUSER_PASSWORD_KEY,
+};
 use crate::machines::common::Error;
 use crate::machines::common::backup::{self, BackupKind, Destination};
-use crate::machines::common::env::{from_secret, plain};
+use crate::machines::common::env::{from_field, from_secret, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
 use crate::machines::common::meta::{self, Owner};
 
@@ -178,16 +180,52 @@ pub fn backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -
     env
 }
 
+/// The base-backup container's environment (`basebackup.sh`): where the primary's
+/// instance manager answers, and what to ask it.
+pub fn base_backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> Vec<EnvVar> {
+    let mut env = vec![
+        plain(
+            "MANAGER_URL",
+            format!("http://{}:{METRICS_PORT}", primary_host(pg)),
+        ),
+        plain("BACKUP_KIND", <&str>::from(kind)),
+        from_field(
+            "BACKUP_NAME",
+            "metadata.labels['batch.kubernetes.io/job-name']",
+        ),
+        plain("BACKUP_TIMEOUT_SECONDS", backup.timeout_seconds.to_string()),
+    ];
+    match &backup.retention {
+        Some(BackupRetention { count: Some(n), .. }) => {
+            env.push(plain("BACKUP_RETENTION", format!("retention-count={n}")));
+        }
+        Some(BackupRetention { days: Some(d), .. }) => {
+            env.push(plain("BACKUP_RETENTION", format!("retention-days={d}")));
+        }
+        _ => {}
+    }
+    env
+}
+
 fn backup_pod(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> PodRecipe {
-    PodRecipe {
-        labels: backup.pod_labels.clone(),
-        annotations: backup.pod_annotations.clone(),
-        container: job_container(
+    let container = match backup.effective_method() {
+        BackupMethod::Dump => job_container(
             "backup",
             backup.image.clone(),
             "backup.sh",
             backup_env(pg, backup, kind),
         ),
+        BackupMethod::BaseBackup => job_container(
+            "backup",
+            backup.image.clone(),
+            "basebackup.sh",
+            base_backup_env(pg, backup, kind),
+        ),
+    };
+    PodRecipe {
+        labels: backup.pod_labels.clone(),
+        annotations: backup.pod_annotations.clone(),
+        container,
         ..PodRecipe::default()
     }
 }

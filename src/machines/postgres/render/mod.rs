@@ -7,7 +7,7 @@
 //!
 //! | object | name | notes |
 //! |---|---|---|
-//! | ConfigMap | `<name>-scripts` | the Jobs' scripts (`survey.sh`, `promote.sh`, `backup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` in the Jobs |
+//! | ConfigMap | `<name>-scripts` | the Jobs' scripts (`survey.sh`, `promote.sh`, `backup.sh`, `basebackup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` in the Jobs |
 //! | Secret | `<name>-credentials` | only without `spec.credentialsSecret`; random passwords; not owned (kept, like the claims) |
 //! | Service | `<name>` | headless, publishes not-ready addresses: each pod's stable DNS name |
 //! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
@@ -18,8 +18,8 @@
 //! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
 //! | survey Jobs | `<name>-survey-<hash>-<attempt>` | `survey.sh`: the standbys' WAL positions, in the termination message |
 //! | promote Jobs | `<name>-promote-<ordinal>-<hash>-<attempt>` | `promote.sh` against the target's stable DNS name |
-//! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw` |
-//! | CronJob | `<name>-backup` | scheduled `backup.sh` |
+//! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw`, or `basebackup.sh` asking its instance manager (`spec.backup.method`) |
+//! | CronJob | `<name>-backup` | scheduled backups, the same way |
 //!
 //! The server container's environment is `lockstep instance`'s settings
 //! (`src/instance/run/config.rs`); the Jobs' follows the scripts' contract
@@ -100,11 +100,12 @@ pub const PROMOTE_DEADLINE_SECONDS: i64 = 120;
 
 /// The pod scripts, shipped verbatim in the scripts ConfigMap (`lib.sh` first: the
 /// others source it from their own directory).
-pub const SCRIPTS: [(&str, &str); 5] = [
+pub const SCRIPTS: [(&str, &str); 6] = [
     ("lib.sh", include_str!("../scripts/lib.sh")),
     ("survey.sh", include_str!("../scripts/survey.sh")),
     ("promote.sh", include_str!("../scripts/promote.sh")),
     ("backup.sh", include_str!("../scripts/backup.sh")),
+    ("basebackup.sh", include_str!("../scripts/basebackup.sh")),
     ("restore.sh", include_str!("../scripts/restore.sh")),
 ];
 
@@ -305,18 +306,29 @@ pub fn service(pg: &PostgresCluster, kind: ServiceKind) -> Result<Service, Error
             (None, None)
         }
     };
+    let mut ports = vec![ServicePort {
+        name: Some("postgresql".to_owned()),
+        port: PORT,
+        target_port: Some(IntOrString::String("postgresql".to_owned())),
+        ..ServicePort::default()
+    }];
+    if kind == ServiceKind::ReadWrite {
+        // The primary's instance manager: the base-backup Jobs ask it for a backup
+        // (`POST /backup`, `instance::run::basebackup`).
+        ports.push(ServicePort {
+            name: Some("manager".to_owned()),
+            port: METRICS_PORT,
+            target_port: Some(IntOrString::String("metrics".to_owned())),
+            ..ServicePort::default()
+        });
+    }
     let svc = Service {
         metadata: metadata(pg, service_name(pg, kind))?,
         spec: Some(ServiceSpec {
             cluster_ip,
             publish_not_ready_addresses: publish_not_ready,
             selector: Some(select),
-            ports: Some(vec![ServicePort {
-                name: Some("postgresql".to_owned()),
-                port: PORT,
-                target_port: Some(IntOrString::String("postgresql".to_owned())),
-                ..ServicePort::default()
-            }]),
+            ports: Some(ports),
             ..ServiceSpec::default()
         }),
         status: None,

@@ -75,6 +75,8 @@ pub(crate) fn backup() -> BackupSpec {
         pod_labels: BTreeMap::new(),
         pod_annotations: BTreeMap::new(),
         wal_archive: None,
+        method: None,
+        retention: None,
     }
 }
 

@@ -212,6 +212,64 @@ fn backup_jobs_run_backup_sh_against_the_primary_with_secrets_by_reference() {
 }
 
 #[test]
+fn with_a_wal_archive_backups_are_base_backups_asked_of_the_primarys_manager() {
+    let mut with = with_backups(spec("16.3"), Some("0 3 * * *"));
+    if let Some(backup) = with.backup.as_mut() {
+        backup.wal_archive = Some(crate::machines::postgres::api::WalArchiveSpec::default());
+        backup.retention = Some(crate::machines::postgres::api::BackupRetention {
+            count: Some(7),
+            days: None,
+        });
+    }
+    let pg = object(with);
+    let job = render::backup_job(&pg, "backup-1", BackupKind::OnDemand)
+        .ok()
+        .flatten()
+        .expect("renders");
+    let c = &job_pod(&job).containers[0];
+    assert_runs(c, "basebackup.sh");
+    assert_env(
+        c,
+        &[
+            ("MANAGER_URL", "http://pg-rw.db.svc:9187"),
+            ("BACKUP_RETENTION", "retention-count=7"),
+        ],
+    );
+    let env = c.env.clone().unwrap_or_default();
+    assert!(
+        env.iter().all(|e| e.value_from.is_none()
+            || e.value_from
+                .as_ref()
+                .and_then(|v| v.secret_key_ref.as_ref())
+                .is_none()),
+        "a base-backup Job needs no secret: {env:?}"
+    );
+    // The -rw Service reaches the primary's manager.
+    let rw = render::service(
+        &pg,
+        crate::machines::postgres::actions::ServiceKind::ReadWrite,
+    )
+    .expect("renders");
+    let ports = rw.spec.and_then(|s| s.ports).unwrap_or_default();
+    assert!(
+        ports
+            .iter()
+            .any(|p| p.name.as_deref() == Some("manager") && p.port == 9187),
+        "{ports:?}"
+    );
+    // `method: Dump` keeps the logical export.
+    let mut dump = pg.clone();
+    if let Some(backup) = dump.spec.backup.as_mut() {
+        backup.method = Some(crate::machines::postgres::api::BackupMethod::Dump);
+    }
+    let job = render::backup_job(&dump, "backup-1", BackupKind::OnDemand)
+        .ok()
+        .flatten()
+        .expect("renders");
+    assert_runs(&job_pod(&job).containers[0], "backup.sh");
+}
+
+#[test]
 fn the_promote_job_targets_the_pod_by_its_stable_name() {
     let pg = object(spec("16.3"));
     let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1).expect("renders");

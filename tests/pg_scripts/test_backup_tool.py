@@ -1,0 +1,87 @@
+"""Base backups with pgBackRest (issue 25): the backup Job's script, basebackup.sh,
+asks the primary's `lockstep instance` (POST /backup on its metrics port), which runs
+the real `pgbackrest backup` into a repository on a local directory (the same
+commands the pods run against S3). The binary is LOCKSTEP_BIN, as in
+test_instance.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from pg_harness import chown_postgres, free_port, user_kwargs, wait_until
+
+
+def archiving(env, pod, repo, port) -> dict:
+    """The pgBackRest options the operator renders, with a posix repository."""
+    return dict(
+        LOCKSTEP_WAL_ARCHIVE="pgbackrest",
+        LOCKSTEP_METRICS_PORT=str(port),
+        PGBACKREST_STANZA="orders",
+        PGBACKREST_REPO1_TYPE="posix",
+        PGBACKREST_REPO1_PATH=str(repo),
+        PGBACKREST_PG1_PATH=str(pod.pgdata),
+        PGBACKREST_PG1_PORT=str(pod.port),
+        PGBACKREST_PG1_SOCKET_PATH=str(env.sockets),
+        PGBACKREST_LOG_LEVEL_FILE="off",
+        PGBACKREST_LOG_LEVEL_CONSOLE="warn",
+        PGBACKREST_LOCK_PATH=str(env.base / "pgbackrest-lock"),
+    )
+
+
+def backups(env, options: dict) -> list:
+    """`pgbackrest info`'s backups, oldest first."""
+    out = subprocess.run(["pgbackrest", "info", "--output=json"], env={**env.base_env(), **options},
+                         capture_output=True, text=True, timeout=60, check=True, **user_kwargs())
+    return json.loads(out.stdout)[0]["backup"]
+
+
+def ask(env, port, name, **extra):
+    return env.run_script("basebackup.sh", MANAGER_URL=f"http://127.0.0.1:{port}", BACKUP_NAME=name,
+                          BACKUP_POLL_SECONDS=1, **extra)
+
+
+def test_a_backup_job_gets_one_base_backup_per_token_and_retention_prunes_the_older(env):
+    repo, lock = env.base / "repo", env.base / "pgbackrest-lock"
+    for directory in (repo, lock):
+        directory.mkdir()
+        chown_postgres(directory)
+    port = free_port()
+    pod = env.pod("pg-0")
+    options = archiving(env, pod, repo, port)
+    pod.start("primary", **options)
+    pod.sql("CREATE TABLE items (v int); INSERT INTO items VALUES (1)")
+    # The primary's manager creates the stanza.
+    wait_until(lambda: (repo / "backup" / "orders" / "backup.info").exists(), timeout=60,
+               what="the stanza")
+
+    first = ask(env, port, "orders-backup-1")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("lockstep-backup: base backup "), first.stdout
+    taken = backups(env, options)
+    assert [b["annotation"]["lockstep-token"] for b in taken] == ["orders-backup-1"]
+    assert taken[0]["label"] in first.stdout
+
+    # The same Job asking again (its pod retried) gets the same backup, not another.
+    again = ask(env, port, "orders-backup-1")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+    assert len(backups(env, options)) == 1
+
+    # Another Job with a retention of one: its backup is kept, the older pruned.
+    second = ask(env, port, "orders-backup-2", BACKUP_RETENTION="retention-count=1")
+    assert second.returncode == 0, second.stderr
+    assert "keeps 1 backup(s)" in second.stdout, second.stdout
+    assert [b["annotation"]["lockstep-token"] for b in backups(env, options)] == ["orders-backup-2"]
+
+
+def test_a_backup_job_that_reaches_no_manager_gives_up_at_its_deadline_naming_why(env):
+    out = ask(env, free_port(), "orders-backup-1", BACKUP_WAIT_SECONDS=2)
+    assert out.returncode == 3, out.stderr
+    assert "no primary took the base backup within 2s: unreachable" in out.stderr
+
+
+def test_a_malformed_retention_is_refused_before_anything_is_asked(env):
+    out = ask(env, free_port(), "orders-backup-1", BACKUP_RETENTION="all")
+    assert out.returncode == 2, out.stderr
+    assert "BACKUP_RETENTION must be retention-count=N or retention-days=N" in out.stderr
