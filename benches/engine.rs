@@ -194,6 +194,7 @@ fn db_mid_upgrade() -> (DdbState, ddb::Observed) {
 
 fn pg_spec(version: &str) -> PostgresClusterSpec {
     PostgresClusterSpec {
+        bootstrap: None,
         version: version.trim_start_matches("postgres:").to_owned(),
         image: None,
         replicas: 3,

@@ -268,7 +268,7 @@ impl LeaseRead {
 /// A long-running action of the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display)]
 pub enum Task {
-    /// `initdb` and the roles.
+    /// `initdb` and the roles, or a restore from backups (`spec.bootstrap.recovery`).
     Bootstrap,
     /// The local promotion of standby data before a writable start.
     PromoteLocally,

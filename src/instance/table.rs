@@ -157,7 +157,7 @@ pub static TABLE: &[Edge<AgentKind>] = crate::edges![AgentKind;
     }
     Bootstrapping -> {
         StartingPrimary: BOOTSTRAPPED, "$PGDATA is a primary's", by::PREPARE;
-        Exited: PREPARE_FAILED, "initdb or the roles failed", by::PREPARE;
+        Exited: PREPARE_FAILED, "initdb or the roles, or the restore from backups (spec.bootstrap.recovery), failed", by::PREPARE;
     }
     PromotingLocally -> {
         StartingPrimary: PROMOTED_LOCALLY, "$PGDATA is a primary's", by::PREPARE;

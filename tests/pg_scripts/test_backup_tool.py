@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 from pg_harness import chown_postgres, free_port, user_kwargs, wait_until
 
 
-def archiving(env, pod, repo, port) -> dict:
+def archiving(env, pod, repo, port, stanza="orders") -> dict:
     """The pgBackRest options the operator renders, with a posix repository."""
     return dict(
         LOCKSTEP_WAL_ARCHIVE="pgbackrest",
         LOCKSTEP_METRICS_PORT=str(port),
-        PGBACKREST_STANZA="orders",
+        PGBACKREST_STANZA=stanza,
         PGBACKREST_REPO1_TYPE="posix",
         PGBACKREST_REPO1_PATH=str(repo),
         PGBACKREST_PG1_PATH=str(pod.pgdata),
@@ -85,3 +86,71 @@ def test_a_malformed_retention_is_refused_before_anything_is_asked(env):
     out = ask(env, free_port(), "orders-backup-1", BACKUP_RETENTION="all")
     assert out.returncode == 2, out.stderr
     assert "BACKUP_RETENTION must be retention-count=N or retention-days=N" in out.stderr
+
+
+def archived_source(env):
+    """A primary `orders` archiving into repo/orders (the S3 layout: one repository per
+    cluster), with a base backup taken: (pod, its options, the repository root)."""
+    root, lock = env.base / "repo", env.base / "pgbackrest-lock"
+    for directory in (root, root / "orders", lock):
+        directory.mkdir()
+        chown_postgres(directory)
+    port = free_port()
+    pod = env.pod("pg-0")
+    options = archiving(env, pod, root / "orders", port)
+    pod.start("primary", **options)
+    wait_until(lambda: (root / "orders" / "backup" / "orders" / "backup.info").exists(), timeout=60,
+               what="the stanza")
+    pod.sql("CREATE TABLE items (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp())")
+    taken = ask(env, port, "orders-backup-1")
+    assert taken.returncode == 0, taken.stderr
+    return pod, options, root
+
+
+def restored(env, root, name, target_type, target=None):
+    """A new cluster's first primary, bootstrapped from orders' repository."""
+    directory = root / name
+    directory.mkdir()
+    chown_postgres(directory)
+    pod = env.pod(name)
+    options = archiving(env, pod, directory, free_port(), stanza=name)
+    options.update(LOCKSTEP_RECOVERY_SOURCE="orders", LOCKSTEP_RECOVERY_REPO_PATH=str(root / "orders"),
+                   LOCKSTEP_RECOVERY_TARGET_TYPE=target_type)
+    if target:
+        options["LOCKSTEP_RECOVERY_TARGET"] = target
+    return pod, options
+
+
+def test_a_new_cluster_recovers_to_a_time_and_holds_exactly_the_rows_committed_before_it(env):
+    source, _, root = archived_source(env)
+    source.sql("INSERT INTO items (id) SELECT generate_series(1, 10)")
+    time.sleep(1.1)
+    # The form the operator renders spec.bootstrap.recovery.target.time in.
+    between = source.sql("SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US+00')")
+    time.sleep(1.1)
+    source.sql("INSERT INTO items (id) SELECT generate_series(11, 20)")
+    # The WAL of both inserts reaches the archive.
+    last = source.sql("SELECT pg_walfile_name(pg_switch_wal())")
+    wait_until(lambda: source.sql(f"SELECT last_archived_wal >= '{last}' FROM pg_stat_archiver") == "t",
+               timeout=60, what="the WAL archived")
+
+    pod, options = restored(env, root, "copy", "time", between)
+    pod.start("primary", **options)
+    assert pod.sql("SELECT count(*), max(id) FROM items") == "10|10", pod.log_tail()
+    assert pod.sql("SELECT pg_is_in_recovery()") == "f"
+    assert pod.sql("SHOW recovery_target_time") == "", "a standby cloned from it would inherit the target"
+    assert pod.sql("SHOW restore_command") == ""
+    pod.sql("INSERT INTO items (id) VALUES (100)")  # writable
+
+
+def test_a_target_beyond_the_archive_fails_the_bootstrap_naming_why_and_never_serves(env):
+    source, _, root = archived_source(env)
+    ahead = source.sql("SELECT to_char((clock_timestamp() + interval '1 hour') AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS+00')")
+    pod, options = restored(env, root, "ahead", "time", ahead)
+    pod.start("primary", wait=False, **options)
+    code = pod.wait_exit(timeout=120)
+    assert code != 0
+    log = pod.log_text()
+    assert f"recovery from backups failed: the server stopped before recovery reached the target (time {ahead})" in log, pod.log_tail()
+    assert "recovery ended before configured recovery target was reached" in log, pod.log_tail()
+    assert pod.try_sql("SELECT 1") is None

@@ -145,7 +145,9 @@ pub(super) fn preparing(spec: &AgentSpec, state: &AgentState, seen: &Observation
             .with_actions([AgentAction::StartStandby]),
         },
         Some(Finished { task: t, ok: false }) if t == task => match task {
-            Task::Bootstrap => failed("initdb or creating the roles failed"),
+            Task::Bootstrap => {
+                failed("initdb or creating the roles, or the restore from backups, failed")
+            }
             Task::PromoteLocally => failed("the local promotion failed"),
             Task::Clone => failed("pg_basebackup failed within its bound"),
             Task::Rewind if spec.reclone_on_rewind_failure => Decision::go(

@@ -126,6 +126,24 @@ pub struct InstanceArgs {
     /// by its `PGBACKREST_*` variables); none: no archiving.
     #[arg(long, env = "LOCKSTEP_WAL_ARCHIVE", value_parser = [super::archive::PGBACKREST])]
     pub wal_archive: Option<String>,
+    /// Bootstrap by restoring this cluster's pgBackRest repository (its stanza) instead of
+    /// `initdb` (`spec.bootstrap.recovery`); the other `LOCKSTEP_RECOVERY_*` settings
+    /// say where it is and how far to replay.
+    #[arg(long, env = "LOCKSTEP_RECOVERY_SOURCE")]
+    pub recovery_source: Option<String>,
+    /// The source repository's path in the bucket.
+    #[arg(long, env = "LOCKSTEP_RECOVERY_REPO_PATH")]
+    pub recovery_repo_path: Option<String>,
+    /// pgBackRest's restore `--type`.
+    #[arg(long, env = "LOCKSTEP_RECOVERY_TARGET_TYPE", default_value = "default",
+          value_parser = ["default", "time", "lsn", "name", "immediate"])]
+    pub recovery_target_type: String,
+    /// pgBackRest's restore `--target` (for `time`, `lsn` and `name`).
+    #[arg(long, env = "LOCKSTEP_RECOVERY_TARGET")]
+    pub recovery_target: Option<String>,
+    /// The bound of a restore and of the recovery that follows it, in seconds.
+    #[arg(long, env = "LOCKSTEP_RECOVERY_TIMEOUT_SECONDS", default_value_t = 6 * 3600)]
+    pub recovery_timeout_seconds: u64,
     /// The port `/metrics` is served on, on every address ([`super::metrics`]); none
     /// without it.
     #[arg(long, env = "LOCKSTEP_METRICS_PORT")]

@@ -71,6 +71,9 @@ pub enum PrepareError {
         /// Its exit status, or the bound it outlasted.
         status: String,
     },
+    /// A restore's recovery (`spec.bootstrap.recovery`) did not reach its target.
+    #[error("recovery from backups failed: {0}")]
+    Recovery(String),
     /// No writable primary answered within the bound.
     #[error(
         "no writable primary at {host}:{port} within {seconds} s (PRIMARY_WAIT_SECONDS): {last}"
@@ -267,7 +270,20 @@ impl Prepare {
         env: &[(&str, &str)],
         bound: Duration,
     ) -> Result<(), PrepareError> {
-        let mut command = Command::new(self.args.binary(tool));
+        self.run_program(self.args.binary(tool), tool, args, env, bound)
+            .await
+    }
+
+    /// [`Self::run`] for a program found by its own path (not a PostgreSQL binary).
+    async fn run_program(
+        &self,
+        program: PathBuf,
+        tool: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        bound: Duration,
+    ) -> Result<(), PrepareError> {
+        let mut command = Command::new(program);
         command
             .args(args)
             .stdin(Stdio::null())
@@ -539,6 +555,11 @@ impl Prepare {
         }
         self.layout.create()?;
         write_private(&marker, "")?;
+        if let Some(source) = self.args.recovery_source.clone() {
+            self.restore(&source).await?;
+            fs::remove_file(&marker).map_err(io("removing", &marker))?;
+            return Ok(());
+        }
         let a = &self.args;
         tracing::info!(superuser = %a.superuser, "initializing a new cluster");
         let mut args = vec![
@@ -579,6 +600,139 @@ impl Prepare {
         self.temp_stop().await?;
         fs::remove_file(&marker).map_err(io("removing", &marker))?;
         tracing::info!(superuser = %a.superuser, replication = %a.replication_user, "bootstrap complete");
+        Ok(())
+    }
+
+    /// `spec.bootstrap.recovery`: `pgbackrest restore` of `source`'s repository into the
+    /// empty data directory, a local-only start that replays the archive up to the target
+    /// and promotes there, then this cluster's passwords and the recovery settings reset,
+    /// and a stop. No client reaches the server before the target is reached: it listens
+    /// on no address until this returns.
+    ///
+    /// # Errors
+    /// [`PrepareError`]; [`PrepareError::Recovery`] when the server stops before it
+    /// reached the target (a target beyond the archive), or outlasts the bound.
+    async fn restore(&self, source: &str) -> Result<(), PrepareError> {
+        let a = &self.args;
+        let bound = Duration::from_secs(a.recovery_timeout_seconds);
+        let repo = a.recovery_repo_path.clone().unwrap_or_default();
+        let kind = a.recovery_target_type.as_str();
+        tracing::info!(%source, %repo, kind, target = ?a.recovery_target, "restoring the source's backups");
+        let repo_option = format!("--repo1-path={repo}");
+        let mut args = vec![
+            "restore".to_owned(),
+            format!("--stanza={source}"),
+            repo_option.clone(),
+            format!("--pg1-path={}", self.pgdata_str()),
+            format!("--type={kind}"),
+            // The WAL comes from the source's archive, whatever this cluster's own
+            // archive settings say.
+            format!(
+                "--recovery-option=restore_command=pgbackrest --stanza={source} {repo_option} archive-get %f \"%p\""
+            ),
+        ];
+        if let Some(target) = &a.recovery_target {
+            args.push(format!("--target={target}"));
+        }
+        if kind != "default" {
+            args.push("--target-action=promote".to_owned());
+        }
+        self.run_program(
+            PathBuf::from(super::archive::PGBACKREST),
+            "pgbackrest restore",
+            &args,
+            &[],
+            bound,
+        )
+        .await?;
+        self.write_config(false, &PostgresqlSpec::default(), "")?;
+        // A primary's configuration, in archive recovery until the target (the signal
+        // pgBackRest wrote, which a primary's configuration removes).
+        write_private(&self.layout.pgdata.join("recovery.signal"), "")?;
+        // Replays to the target, then promotes: started without waiting, then watched.
+        let start = [
+            "-D",
+            &self.pgdata_str(),
+            "-W",
+            "-o",
+            "-c listen_addresses=''",
+            "start",
+        ];
+        self.run("pg_ctl", &strings(&start), &[], self.start_timeout())
+            .await?;
+        let local = self.local();
+        let started = tokio::time::Instant::now();
+        let pid_file = self.layout.pgdata.join("postmaster.pid");
+        // The postmaster writes its pid file at once; give it a moment before its absence
+        // means it stopped.
+        let mut seen_running = false;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let running = pid_file.exists();
+            seen_running |= running;
+            match local.value("SELECT pg_is_in_recovery()").await {
+                Ok(Some(v)) if v == "f" => break,
+                _ if !running && (seen_running || started.elapsed() >= Duration::from_secs(10)) => {
+                    return Err(PrepareError::Recovery(format!(
+                        "the server stopped before recovery reached the target ({kind}{}): \
+                         the target is beyond what the archive of {source} holds, or before its \
+                         first backup; its log above says which",
+                        a.recovery_target
+                            .as_deref()
+                            .map(|t| format!(" {t}"))
+                            .unwrap_or_default()
+                    )));
+                }
+                _ if started.elapsed() >= bound => {
+                    let _ = self.temp_stop().await;
+                    return Err(PrepareError::Recovery(format!(
+                        "recovery did not reach its target within {} s",
+                        bound.as_secs()
+                    )));
+                }
+                _ => {}
+            }
+        }
+        tracing::info!("recovery reached its target and promoted");
+        let mut sql = format!(
+            "ALTER ROLE {} WITH PASSWORD {};\n",
+            quote::sql_ident(&a.superuser),
+            quote::sql_literal(&a.superuser_password)
+        );
+        if a.replication_user != a.superuser {
+            let role = quote::sql_ident(&a.replication_user);
+            sql += &format!(
+                "SELECT format('CREATE ROLE %I', {}) WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {}) \\gexec\n",
+                quote::sql_literal(&a.replication_user),
+                quote::sql_literal(&a.replication_user)
+            );
+            sql += &format!(
+                "ALTER ROLE {role} WITH LOGIN REPLICATION PASSWORD {};\n",
+                quote::sql_literal(&a.replication_password)
+            );
+        }
+        // The restore's settings: a standby cloned from this server must not inherit a
+        // recovery target.
+        for setting in [
+            "restore_command",
+            "recovery_target",
+            "recovery_target_time",
+            "recovery_target_lsn",
+            "recovery_target_name",
+            "recovery_target_xid",
+            "recovery_target_action",
+            "recovery_target_timeline",
+            "recovery_target_inclusive",
+        ] {
+            sql += &format!("ALTER SYSTEM RESET {setting};\n");
+        }
+        let done = self.psql_stdin(&sql).await;
+        if let Err(e) = done {
+            let _ = self.temp_stop().await;
+            return Err(e);
+        }
+        self.temp_stop().await?;
+        tracing::info!(%source, "restored: this cluster's passwords set, the recovery settings reset");
         Ok(())
     }
 

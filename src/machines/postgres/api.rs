@@ -146,6 +146,17 @@ fn version_rule() -> String {
         .message("spec.storageClassName is immutable: existing volumes cannot move to another StorageClass")
         .field_path(".storageClassName")
         .reason(Reason::FieldValueForbidden),
+    validation = Rule::new(
+        "has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)"
+    )
+        .message("spec.bootstrap is immutable: it is read only when the cluster is created")
+        .field_path(".bootstrap")
+        .reason(Reason::FieldValueForbidden),
+    validation = Rule::new(
+        "!has(self.bootstrap) || !has(self.bootstrap.recovery) || (has(self.backup) && has(self.backup.walArchive))"
+    )
+        .message("spec.bootstrap.recovery needs spec.backup with walArchive: the source repository is read from that store")
+        .field_path(".bootstrap.recovery"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterSpec {
@@ -235,6 +246,59 @@ pub struct PostgresClusterSpec {
     /// asynchronous and a failover may lose the last acknowledged commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub synchronous: Option<SynchronousSpec>,
+    /// How the cluster's first primary gets its data: absent, a new database (`initdb`);
+    /// `recovery`, a restore from another cluster's base backups and WAL archive, up to
+    /// an optional target. Read only when the cluster is created; immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<BootstrapSpec>,
+}
+
+/// `spec.bootstrap`.
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    /// Restore the first primary from a cluster's pgBackRest repository (see
+    /// `docs/backup.md`).
+    pub recovery: Option<RecoverySpec>,
+}
+
+/// `spec.bootstrap.recovery`: the source and how far to replay.
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoverySpec {
+    /// The cluster whose backups are restored: its repository is `<prefix>/<source>` in
+    /// this cluster's `spec.backup` bucket, read with the same endpoint, credentials and
+    /// CA (`spec.backup.walArchive`). It may be deleted; its repository stays.
+    #[schemars(length(min = 1, max = 40))]
+    pub source: String,
+    /// Where recovery stops and the restored primary is promoted. Absent: the end of
+    /// the archive.
+    pub target: Option<RecoveryTarget>,
+}
+
+/// `spec.bootstrap.recovery.target`: exactly one of its fields.
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new(
+        "[has(self.time), has(self.lsn), has(self.name), has(self.immediate)].filter(x, x).size() == 1 && (!has(self.immediate) || self.immediate)"
+    )
+    .message("spec.bootstrap.recovery.target: set exactly one of time, lsn, name and immediate (true)")
+)]
+pub struct RecoveryTarget {
+    /// Replay every transaction committed up to this moment (RFC 3339, inclusive).
+    pub time: Option<DateTime<Utc>>,
+    /// Replay up to this WAL position (`16/B374D848`, inclusive).
+    #[schemars(regex(pattern = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"))]
+    pub lsn: Option<String>,
+    /// Replay up to the restore point of this name (`pg_create_restore_point`).
+    #[schemars(length(min = 1, max = 63))]
+    pub name: Option<String>,
+    /// `true`: stop as soon as the base backup is consistent.
+    pub immediate: Option<bool>,
 }
 
 /// `spec.spread`: the pod anti-affinity Lockstep adds to the instances' own, over one

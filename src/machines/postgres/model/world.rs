@@ -46,6 +46,7 @@ where
             resources: None,
             failover_delay_seconds: 30,
             credentials_secret: None,
+            bootstrap: None,
             synchronous: self.synchronous.then_some(SynchronousSpec {
                 number: 1,
                 method: SyncMethod::Any,

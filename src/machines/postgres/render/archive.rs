@@ -118,6 +118,57 @@ pub fn env(pg: &PostgresCluster) -> Vec<EnvVar> {
     env
 }
 
+/// The names of the recovery settings the instance manager reads
+/// (`instance::run::config`): set only with `spec.bootstrap.recovery`.
+pub mod recovery {
+    /// The source cluster: its stanza.
+    pub const SOURCE: &str = "LOCKSTEP_RECOVERY_SOURCE";
+    /// Its repository's path in the bucket.
+    pub const REPO_PATH: &str = "LOCKSTEP_RECOVERY_REPO_PATH";
+    /// pgBackRest's `--type`: `default` (the end of the archive), `time`, `lsn`, `name`
+    /// or `immediate`.
+    pub const TARGET_TYPE: &str = "LOCKSTEP_RECOVERY_TARGET_TYPE";
+    /// pgBackRest's `--target`, for `time`, `lsn` and `name`.
+    pub const TARGET: &str = "LOCKSTEP_RECOVERY_TARGET";
+}
+
+/// The recovery environment of the PostgreSQL container: none without
+/// `spec.bootstrap.recovery` (or without the store it reads, which the CRD requires).
+#[must_use]
+pub fn recovery_env(pg: &PostgresCluster) -> Vec<EnvVar> {
+    let (Some(recovery), Some(backup)) = (
+        pg.spec.bootstrap.as_ref().and_then(|b| b.recovery.as_ref()),
+        pg.spec.backup.as_ref(),
+    ) else {
+        return Vec::new();
+    };
+    let (kind, target) = match &recovery.target {
+        None => ("default", None),
+        Some(t) => match (&t.time, &t.lsn, &t.name) {
+            // pgBackRest's form (and PostgreSQL's): `YYYY-MM-DD HH:MM:SS[.f]+00`.
+            (Some(time), _, _) => (
+                "time",
+                Some(time.format("%Y-%m-%d %H:%M:%S%.f+00").to_string()),
+            ),
+            (None, Some(lsn), _) => ("lsn", Some(lsn.clone())),
+            (None, None, Some(name)) => ("name", Some(name.clone())),
+            (None, None, None) => ("immediate", None),
+        },
+    };
+    let mut env = vec![
+        plain(recovery::SOURCE, &recovery.source),
+        plain(
+            recovery::REPO_PATH,
+            repository_path(backup, &recovery.source),
+        ),
+        plain(recovery::TARGET_TYPE, kind),
+    ];
+    if let Some(target) = target {
+        env.push(plain(recovery::TARGET, target));
+    }
+    env
+}
+
 /// The CA bundle's volume and its mount, when `spec.backup.walArchive.caSecret` names
 /// one.
 #[must_use]

@@ -397,6 +397,7 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
         env.push(plain("POSTGRES_DB", db));
     }
     env.extend(archive::env(pg));
+    env.extend(archive::recovery_env(pg));
     env
 }
 

@@ -132,3 +132,75 @@ fn a_primary_whose_archiving_fails_makes_the_cluster_degraded_naming_it_and_a_re
         other => panic!("a degraded stay, got {other:?}"),
     }
 }
+
+#[test]
+fn a_recovery_names_the_source_repository_and_the_target_for_pgbackrest() {
+    use crate::machines::postgres::api::{BootstrapSpec, RecoverySpec, RecoveryTarget};
+    let mut spec = super::spec("16.3");
+    let mut backup = super::backup();
+    backup.prefix = Some("wal".to_owned());
+    spec.backup = Some(backup);
+    let at = |target: Option<RecoveryTarget>| {
+        let mut spec = spec.clone();
+        spec.bootstrap = Some(BootstrapSpec {
+            recovery: Some(RecoverySpec {
+                source: "orders".to_owned(),
+                target,
+            }),
+        });
+        crate::machines::postgres::render::archive::recovery_env(&super::rendering::object(spec))
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect::<Vec<_>>()
+    };
+    let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+    assert_eq!(
+        at(None),
+        vec![
+            pair(
+                crate::machines::postgres::render::archive::recovery::SOURCE,
+                "orders"
+            ),
+            pair(
+                crate::machines::postgres::render::archive::recovery::REPO_PATH,
+                "/wal/orders"
+            ),
+            pair(
+                crate::machines::postgres::render::archive::recovery::TARGET_TYPE,
+                "default"
+            ),
+        ]
+    );
+    let time = "2026-12-03T06:30:00Z".parse().ok();
+    let timed = at(Some(RecoveryTarget {
+        time,
+        ..RecoveryTarget::default()
+    }));
+    assert!(timed.contains(&pair(
+        crate::machines::postgres::render::archive::recovery::TARGET_TYPE,
+        "time"
+    )));
+    assert!(timed.contains(&pair(
+        crate::machines::postgres::render::archive::recovery::TARGET,
+        "2026-12-03 06:30:00+00"
+    )));
+    let immediate = at(Some(RecoveryTarget {
+        immediate: Some(true),
+        ..RecoveryTarget::default()
+    }));
+    assert!(immediate.contains(&pair(
+        crate::machines::postgres::render::archive::recovery::TARGET_TYPE,
+        "immediate"
+    )));
+    assert!(
+        at(None)
+            .iter()
+            .all(|(k, _)| k != crate::machines::postgres::render::archive::recovery::TARGET)
+    );
+    let mut plain = spec.clone();
+    plain.bootstrap = None;
+    assert!(
+        crate::machines::postgres::render::archive::recovery_env(&super::rendering::object(plain))
+            .is_empty()
+    );
+}

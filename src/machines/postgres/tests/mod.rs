@@ -51,6 +51,7 @@ fn spec(version: &str) -> PostgresClusterSpec {
         failover_delay_seconds: 30,
         credentials_secret: Some("pg-creds".to_owned()),
         synchronous: None,
+        bootstrap: None,
         database: Some("app".to_owned()),
         backup_schedule: None,
         backup: None,
