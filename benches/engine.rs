@@ -261,6 +261,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
                 version: "1".to_owned(),
             }),
             job_results: BTreeMap::new(),
+            recovery_failed: BTreeMap::new(),
             requests: pg::PgRequests::default(),
             lease_seconds: BTreeMap::new(),
             unconfigured: Default::default(),

@@ -301,7 +301,11 @@ impl crate::ops::health::Scrape for Endpoints {
 
 /// Run `pgbackrest` with `args` within `bound`: its standard output, or its last line of
 /// error.
-async fn pgbackrest(program: &str, args: &[String], bound: Duration) -> Result<String, String> {
+pub(super) async fn pgbackrest(
+    program: &str,
+    args: &[String],
+    bound: Duration,
+) -> Result<String, String> {
     let child = tokio::process::Command::new(program)
         .args(args)
         .kill_on_drop(true)

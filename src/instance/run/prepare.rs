@@ -35,6 +35,7 @@ use super::config::InstanceArgs;
 use super::quote;
 use super::settings::Settings;
 use super::sql::Psql;
+use crate::machines::postgres::recovery::RECOVERY_FAILED;
 use crate::machines::postgres::settings::PostgresqlSpec;
 
 /// What went wrong preparing `$PGDATA`.
@@ -71,8 +72,10 @@ pub enum PrepareError {
         /// Its exit status, or the bound it outlasted.
         status: String,
     },
-    /// A restore's recovery (`spec.bootstrap.recovery`) did not reach its target.
-    #[error("recovery from backups failed: {0}")]
+    /// A restore (`spec.bootstrap.recovery`) failed, or its recovery did not reach the
+    /// target. Its text begins with [`RECOVERY_FAILED`], which the operator looks for in
+    /// the container's termination message.
+    #[error("{RECOVERY_FAILED}{0}")]
     Recovery(String),
     /// No writable primary answered within the bound.
     #[error(
@@ -556,7 +559,11 @@ impl Prepare {
         self.layout.create()?;
         write_private(&marker, "")?;
         if let Some(source) = self.args.recovery_source.clone() {
-            self.restore(&source).await?;
+            // Every failure of a restore names itself as one (the operator reads it).
+            self.restore(&source).await.map_err(|e| match e {
+                PrepareError::Recovery(_) => e,
+                other => PrepareError::Recovery(other.to_string()),
+            })?;
             fs::remove_file(&marker).map_err(io("removing", &marker))?;
             return Ok(());
         }
@@ -637,14 +644,9 @@ impl Prepare {
         if kind != "default" {
             args.push("--target-action=promote".to_owned());
         }
-        self.run_program(
-            PathBuf::from(super::archive::PGBACKREST),
-            "pgbackrest restore",
-            &args,
-            &[],
-            bound,
-        )
-        .await?;
+        super::basebackup::pgbackrest(super::archive::PGBACKREST, &args, bound)
+            .await
+            .map_err(|error| PrepareError::Recovery(format!("pgbackrest restore: {error}")))?;
         self.write_config(false, &PostgresqlSpec::default(), "")?;
         // A primary's configuration, in archive recovery until the target (the signal
         // pgBackRest wrote, which a primary's configuration removes).

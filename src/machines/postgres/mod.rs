@@ -48,6 +48,7 @@ pub mod machine;
 #[cfg(test)]
 mod model;
 pub mod observe;
+pub mod recovery;
 pub mod render;
 pub mod settings;
 pub mod state;

@@ -183,6 +183,9 @@ pub struct Own {
     /// ([`super::archiving`]): whether it works, and the message. Only a primary
     /// writes it; a pod keeps what it wrote while it was one.
     pub archiving: BTreeMap<i32, (bool, String)>,
+    /// The live instance pods (by ordinal) whose server container last exited because
+    /// its bootstrap from backups failed ([`super::recovery`]), with the error.
+    pub recovery_failed: BTreeMap<i32, String>,
 }
 
 impl Observed {
@@ -344,7 +347,15 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         })
         .collect();
 
+    let recovery_failed = read
+        .owned(&cache.pods)
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| Some((ordinal_of(p, &name)?, recovery_failure(p)?)))
+        .collect();
+
     let own = Own {
+        recovery_failed,
         in_sync,
         lease,
         job_results,
@@ -361,6 +372,28 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         || render::cronjob(pg).ok().flatten(),
         own,
     )
+}
+
+/// The error of a bootstrap from backups that the pod's server container last exited
+/// with, if its termination message names one ([`super::recovery::failure_in`]).
+fn recovery_failure(pod: &Pod) -> Option<String> {
+    let status = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == CONTAINER)?;
+    [status.state.as_ref(), status.last_state.as_ref()]
+        .into_iter()
+        .flatten()
+        .find_map(|s| {
+            s.terminated
+                .as_ref()?
+                .message
+                .as_deref()
+                .and_then(super::recovery::failure_in)
+        })
 }
 
 /// What the pod's instance manager reports of its settings: its condition

@@ -102,6 +102,10 @@ pub mod reason {
     pub const SETTINGS_NEED_RESTART: &str = "SettingsNeedRestart";
     /// Stay: waiting for pods (to exist, to be Ready, to be labelled).
     pub const WAITING_FOR_PODS: &str = "WaitingForPods";
+    /// Stay (Degraded): the first primary's bootstrap from backups
+    /// (`spec.bootstrap.recovery`) failed ([`crate::machines::postgres::recovery`]); its
+    /// pod tries again, and never serves a half-restored server.
+    pub const RECOVERY_FAILED: &str = "RecoveryFailed";
     /// Stay: the chosen pod is being deleted and recreated.
     pub const REPLACING_POD: &str = "ReplacingPod";
     /// Stay: the promote Job runs.

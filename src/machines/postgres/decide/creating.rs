@@ -102,6 +102,23 @@ pub(crate) fn creating(
         };
         return Decision::go(PgState::Ready { cluster }, reason, message);
     }
+    // A Ready primary's last exit is history (a retry that succeeded).
+    if let Some(error) = o
+        .own
+        .recovery_failed
+        .get(&primary)
+        .filter(|_| !o.serving(primary))
+    {
+        return stay(
+            RECOVERY_FAILED,
+            format!(
+                "{} could not bootstrap from backups (spec.bootstrap.recovery): {error}; it tries again, and serves nothing until a recovery reaches its target; spec.bootstrap is immutable: to restore to another target, delete this cluster and create it anew",
+                o.pod_name(primary)
+            ),
+            actions,
+        )
+        .degraded();
+    }
     stay(
         WAITING_FOR_PODS,
         format!(

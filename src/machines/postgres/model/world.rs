@@ -190,6 +190,8 @@ where
                     .map(|(k, p)| (*k, p.lease_seconds))
                     .collect(),
                 unconfigured: Default::default(),
+                // The model's clusters bootstrap with initdb.
+                recovery_failed: Default::default(),
                 // A running server that started before the last change of a
                 // restart-only parameter reports it pending (its manager reads
                 // `pg_settings.pending_restart` after the reload); the model's servers

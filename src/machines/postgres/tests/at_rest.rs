@@ -57,6 +57,38 @@ fn creation_completes_once_every_instance_is_ready_with_its_role() {
 }
 
 #[test]
+fn a_first_primary_whose_bootstrap_from_backups_failed_keeps_the_cluster_creating_and_degraded() {
+    let failing = |ready: bool| {
+        let mut o = at_rest(V1, 0);
+        o.own
+            .recovery_failed
+            .insert(0, "pgbackrest restore: ERROR: [075]: unable to find backup set".to_owned());
+        edit(&mut o, 0, |p| p.ready = ready);
+        o
+    };
+    match decide(&spec("16.3"), &Postgres::initial(), failing(false)) {
+        Decision::Stay {
+            reason,
+            message,
+            health,
+            ..
+        } => {
+            assert_eq!(reason, RECOVERY_FAILED);
+            assert_eq!(health, crate::engine::Health::Degraded);
+            assert!(
+                message.contains("pg-0 could not bootstrap from backups")
+                    && message.contains("unable to find backup set"),
+                "{message}"
+            );
+        }
+        other => panic!("a degraded stay, got {other:?}"),
+    }
+    // A Ready primary's last exit is history: a retry succeeded.
+    let d = decide(&spec("16.3"), &Postgres::initial(), failing(true));
+    assert_goes(&d, CLUSTER_CREATED, &ready(V1, 0));
+}
+
+#[test]
 fn an_explicit_image_overrides_the_version() {
     let mut s = spec("16");
     s.image = Some("registry.example/postgres:16-custom".to_owned());
