@@ -319,6 +319,9 @@ pub struct Manager {
     archiver: Option<Archiver>,
     /// Base backups on request, when archiving ([`super::basebackup`]).
     backups: Option<BaseBackups>,
+    /// The error of a bootstrap from backups that failed, told to the operator before
+    /// the manager exits ([`crate::machines::postgres::recovery`]).
+    recovery_failed: Option<String>,
     /// What the last answer said beyond `decide`'s part (none when it did not answer).
     stats: Option<ServerStats>,
 }
@@ -391,6 +394,7 @@ impl Manager {
             not_streaming_since: None,
             archiver,
             backups,
+            recovery_failed: None,
             stats: None,
             finished: None,
             lease_read: LeaseRead::Unreadable,
@@ -506,6 +510,15 @@ impl Manager {
             if let AgentState::Exited { code } = self.state {
                 if let Some(mut pm) = self.postmaster.take() {
                     let _ = pm.immediate().await;
+                }
+                if let (Some(error), Some(reporter)) = (&self.recovery_failed, &self.reporter) {
+                    let report = report::Report::from([(
+                        crate::machines::postgres::recovery::RECOVERY,
+                        crate::machines::postgres::recovery::condition(error),
+                    )]);
+                    reporter
+                        .tell_before_exit(&report, Duration::from_secs(5))
+                        .await;
                 }
                 self.phase("exited");
                 tracing::info!(status = code.status(), "exiting");
@@ -694,6 +707,9 @@ impl Manager {
     fn task_done(&mut self, task: Task, result: Result<(), super::prepare::PrepareError>) {
         if let Err(e) = &result {
             tracing::error!(%task, error = %e, "preparation failed");
+            if let super::prepare::PrepareError::Recovery(_) = e {
+                self.recovery_failed = Some(e.to_string());
+            }
         }
         self.finished = Some(Finished {
             task,

@@ -68,6 +68,8 @@ pub fn report(
 #[derive(Debug)]
 pub struct Reporter {
     tx: watch::Sender<Report>,
+    api: Api<Pod>,
+    pod: String,
 }
 
 impl Reporter {
@@ -75,12 +77,33 @@ impl Reporter {
     #[must_use]
     pub fn start(client: kube::Client, namespace: &str, pod: &str) -> Self {
         let (tx, rx) = watch::channel(Report::new());
-        tokio::spawn(write_reports(
-            Api::namespaced(client, namespace),
-            pod.to_owned(),
-            rx,
-        ));
-        Self { tx }
+        let api = Api::namespaced(client, namespace);
+        tokio::spawn(write_reports(api.clone(), pod.to_owned(), rx));
+        Self {
+            tx,
+            api,
+            pod: pod.to_owned(),
+        }
+    }
+
+    /// Writes `report` now, within `bound`, for a manager about to exit (whose writing
+    /// task would not get to it): whether it was written.
+    pub async fn tell_before_exit(&self, report: &Report, bound: Duration) -> bool {
+        let types: Vec<&str> = report.keys().copied().collect();
+        let body = Patch::Strategic(patch(report, &types, chrono::Utc::now()));
+        let params = PatchParams::default();
+        let write = self.api.patch_status(&self.pod, &params, &body);
+        match tokio::time::timeout(bound, write).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "could not tell the operator before exiting");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("could not tell the operator before exiting: no answer in time");
+                false
+            }
+        }
     }
 
     /// This round's report (a condition it leaves out keeps what was said of it);

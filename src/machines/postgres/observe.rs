@@ -183,8 +183,8 @@ pub struct Own {
     /// ([`super::archiving`]): whether it works, and the message. Only a primary
     /// writes it; a pod keeps what it wrote while it was one.
     pub archiving: BTreeMap<i32, (bool, String)>,
-    /// The live instance pods (by ordinal) whose server container last exited because
-    /// its bootstrap from backups failed ([`super::recovery`]), with the error.
+    /// The live instance pods (by ordinal) whose instance manager reported its
+    /// bootstrap from backups failed ([`super::recovery`]), with the error.
     pub recovery_failed: BTreeMap<i32, String>,
 }
 
@@ -374,26 +374,11 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
     )
 }
 
-/// The error of a bootstrap from backups that the pod's server container last exited
-/// with, if its termination message names one ([`super::recovery::failure_in`]).
+/// The error of a bootstrap from backups that the pod's instance manager reported
+/// before it exited ([`super::recovery`]).
 fn recovery_failure(pod: &Pod) -> Option<String> {
-    let status = pod
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == CONTAINER)?;
-    [status.state.as_ref(), status.last_state.as_ref()]
-        .into_iter()
-        .flatten()
-        .find_map(|s| {
-            s.terminated
-                .as_ref()?
-                .message
-                .as_deref()
-                .and_then(super::recovery::failure_in)
-        })
+    let (status, message) = pod_condition(pod, super::recovery::RECOVERY)?;
+    (status == "False").then_some(message)
 }
 
 /// What the pod's instance manager reports of its settings: its condition

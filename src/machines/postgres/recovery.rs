@@ -1,23 +1,28 @@
 //! A bootstrap from backups (`spec.bootstrap.recovery`) that failed, as the operator
-//! learns of it: the first primary's instance manager exits with an error that begins
-//! with [`RECOVERY_FAILED`], and its container's termination message (the log's tail,
-//! `FallbackToLogsOnError`) carries that line. The operator reads it from the pod
-//! ([`failure_in`]) and keeps the cluster `Creating`, `Degraded` with
-//! `RecoveryFailed`, naming the pod and the error; the pod never turns Ready, so
+//! learns of it: before it exits, the first primary's instance manager writes the pod
+//! condition [`RECOVERY`] (`False`, [`REASON`]) with its error, which begins with
+//! [`RECOVERY_FAILED`] in its log. The operator keeps the cluster `Creating`, `Degraded`
+//! with `RecoveryFailed`, naming the pod and the error; the pod never turns Ready, so
 //! nothing serves a half-restored cluster.
 
-/// How the manager's error begins.
+/// How the manager's error begins (in its log).
 pub const RECOVERY_FAILED: &str = "recovery from backups failed: ";
+/// The pod condition's type.
+pub const RECOVERY: &str = "lockstep.dev/Recovery";
+/// Its reason when the recovery failed.
+pub const REASON: &str = "RecoveryFailed";
 
-/// The error a termination message names after [`RECOVERY_FAILED`], to the end of its
-/// line; none when it names none.
+/// The condition a failed recovery's manager writes: status, reason and its error.
 #[must_use]
-pub fn failure_in(message: &str) -> Option<String> {
-    message.lines().rev().find_map(|line| {
-        let at = line.find(RECOVERY_FAILED)?;
-        let error = line[at + RECOVERY_FAILED.len()..].trim();
-        (!error.is_empty()).then(|| error.to_owned())
-    })
+pub fn condition(error: &str) -> (&'static str, &'static str, String) {
+    (
+        "False",
+        REASON,
+        error
+            .strip_prefix(RECOVERY_FAILED)
+            .unwrap_or(error)
+            .to_owned(),
+    )
 }
 
 #[cfg(test)]
@@ -25,14 +30,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_managers_log_tail_gives_the_error_and_nothing_else_gives_one() {
-        let tail = "2026-12-03T06:45:22Z  INFO restoring the source's backups\n\
-                    2026-12-03T06:45:22Z ERROR lockstep::instance::run::manager: preparation failed task=Bootstrap error=recovery from backups failed: pgbackrest restore: ERROR: [075]: unable to find backup set\n\
-                    2026-12-03T06:45:24Z  INFO exiting status=4\n";
+    fn the_condition_names_the_error_without_the_logs_prefix() {
         assert_eq!(
-            failure_in(tail).as_deref(),
-            Some("pgbackrest restore: ERROR: [075]: unable to find backup set")
+            condition("recovery from backups failed: pgbackrest restore: ERROR: [075]"),
+            (
+                "False",
+                REASON,
+                "pgbackrest restore: ERROR: [075]".to_owned()
+            )
         );
-        assert_eq!(failure_in("fenced: no renewal for 7 s"), None);
     }
 }

@@ -3,7 +3,9 @@
 //! unreachable makes the cluster `Degraded` (`ArchiveFailing`) within a bound, and once
 //! it is back the WAL written meanwhile reaches it with no gap (`pgbackrest check`).
 //! Then `backup-now` takes base backups into the same repository, and a retention of
-//! one prunes the older.
+//! one prunes the older; a new cluster recovers from them to a moment between two
+//! inserts and holds exactly the rows committed before it; and a target beyond the
+//! archive leaves a cluster Creating, Degraded with `RecoveryFailed`.
 //!
 //! The store is this test's own S3 server (versitygw, the image `tools/node/s3.sh`
 //! loads) behind the Service `store`, with a certificate for `store.<ns>.svc` from a CA
@@ -378,6 +380,106 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     let second = base_backup(&real, name, "base-2", Some(&first)).await;
     assert_ne!(first, second);
     assert_eq!(backup_tokens(&real, &primary), vec![second]);
+
+    // Point-in-time recovery into a new cluster: rows 1-10, a moment, rows 11-20, all
+    // archived; `copy` (2 instances) recovers to the moment and holds exactly rows 1-10
+    // on both, writable, with no recovery target left for a standby to inherit.
+    let (ok, out) = real.psql_on(
+        &primary,
+        "CREATE TABLE pitr (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp()); \
+         INSERT INTO pitr (id) SELECT generate_series(1, 10)",
+    );
+    assert!(ok, "{out}");
+    std::thread::sleep(Duration::from_millis(1100));
+    let (ok, between) = real.psql_on(
+        &primary,
+        "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+    );
+    assert!(ok, "{between}");
+    std::thread::sleep(Duration::from_millis(1100));
+    let (ok, last) = real.psql_on(
+        &primary,
+        "INSERT INTO pitr (id) SELECT generate_series(11, 20); SELECT pg_walfile_name(pg_switch_wal())",
+    );
+    assert!(ok, "{last}");
+    real.shows(
+        &primary,
+        &format!(
+            "SELECT last_archived_wal >= '{}' FROM pg_stat_archiver",
+            last.trim()
+        ),
+        "t",
+    )
+    .await;
+    let store = |recovery: serde_json::Value| {
+        json!({
+            "backup": {
+                "s3Endpoint": format!("https://store.{}.svc", real.ns()),
+                "bucket": "archive",
+                "prefix": "wal",
+                "credentialsSecret": "store-credentials",
+                "image": IMAGE,
+                "walArchive": {"caSecret": "store-ca"}
+            },
+            "bootstrap": {"recovery": recovery}
+        })
+    };
+    real.cluster(
+        "copy",
+        2,
+        store(json!({"source": name, "target": {"time": between.trim()}})),
+    )
+    .await;
+    for pod in ["copy-0", "copy-1"] {
+        real.shows(pod, "SELECT count(*), max(id) FROM pitr", "10|10")
+            .await;
+        real.shows(pod, "SHOW recovery_target_time", "").await;
+    }
+    let (ok, out) = real.psql_on("copy-0", "INSERT INTO pitr (id) VALUES (100)");
+    assert!(ok, "the recovered primary is writable: {out}");
+
+    // A target beyond the archive: the cluster stays Creating, Degraded (RecoveryFailed)
+    // naming the pod and PostgreSQL's reason, and never serves.
+    let (ok, ahead) = real.psql_on(
+        &primary,
+        "SELECT to_char((clock_timestamp() + interval '1 hour') AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+    );
+    assert!(ok, "{ahead}");
+    let object = PostgresCluster::new(
+        "ahead",
+        serde_json::from_value({
+            let mut spec = json!({
+                "version": "15", "replicas": 1, "storageSize": "1Gi",
+                "storageClassName": crate::postgres_real::STORAGE_CLASS,
+            });
+            crate::support::merge_json(
+                &mut spec,
+                store(json!({"source": name, "target": {"time": ahead.trim()}})),
+            );
+            spec
+        })
+        .expect("a valid spec"),
+    );
+    real.pg.create_object(&object).await;
+    let stuck = real
+        .cluster_until("ahead", "Degraded: RecoveryFailed", |pg| {
+            cluster_condition(pg, "Degraded")
+                .is_some_and(|(s, reason, _)| s == "True" && reason == "RecoveryFailed")
+        })
+        .await;
+    let (_, _, message) = cluster_condition(&stuck, "Degraded").unwrap_or_default();
+    assert!(
+        message.contains("ahead-0 could not bootstrap from backups")
+            && message.contains("the server stopped before recovery reached the target"),
+        "{message}"
+    );
+    assert_eq!(
+        stuck
+            .status
+            .as_ref()
+            .and_then(|s| s.engine.phase.as_deref()),
+        Some("Creating")
+    );
     let _ = std::fs::remove_dir_all(&tls);
     real.finish().await;
 }

@@ -60,9 +60,10 @@ fn creation_completes_once_every_instance_is_ready_with_its_role() {
 fn a_first_primary_whose_bootstrap_from_backups_failed_keeps_the_cluster_creating_and_degraded() {
     let failing = |ready: bool| {
         let mut o = at_rest(V1, 0);
-        o.own
-            .recovery_failed
-            .insert(0, "pgbackrest restore: ERROR: [075]: unable to find backup set".to_owned());
+        o.own.recovery_failed.insert(
+            0,
+            "pgbackrest restore: ERROR: [075]: unable to find backup set".to_owned(),
+        );
         edit(&mut o, 0, |p| p.ready = ready);
         o
     };
