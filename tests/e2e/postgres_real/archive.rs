@@ -397,10 +397,15 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     );
     assert!(ok, "{between}");
     std::thread::sleep(Duration::from_millis(1100));
-    let (ok, last) = real.psql_on(
+    let (ok, out) = real.psql_on(
         &primary,
-        "INSERT INTO pitr (id) SELECT generate_series(11, 20); SELECT pg_walfile_name(pg_switch_wal())",
+        "INSERT INTO pitr (id) SELECT generate_series(11, 20)",
     );
+    assert!(ok, "{out}");
+    // Its own statement: `psql -c` runs one string as one transaction, and the insert's
+    // commit record must be in the file switched out, or the archive would not hold a
+    // commit after the target until archive_timeout.
+    let (ok, last) = real.psql_on(&primary, "SELECT pg_walfile_name(pg_switch_wal())");
     assert!(ok, "{last}");
     real.shows(
         &primary,
