@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 from pg_harness import chown_postgres, free_port, user_kwargs, wait_until
 
@@ -124,10 +123,9 @@ def restored(env, root, name, target_type, target=None):
 def test_a_new_cluster_recovers_to_a_time_and_holds_exactly_the_rows_committed_before_it(env):
     source, _, root = archived_source(env)
     source.sql("INSERT INTO items (id) SELECT generate_series(1, 10)")
-    time.sleep(1.1)
-    # The form the operator renders spec.bootstrap.recovery.target.time in.
+    # Read after the first insert's commit returned, before the second begins: strictly
+    # between the two commits. In the form the operator renders a target time in.
     between = source.sql("SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US+00')")
-    time.sleep(1.1)
     source.sql("INSERT INTO items (id) SELECT generate_series(11, 20)")
     # The WAL of both inserts reaches the archive.
     last = source.sql("SELECT pg_walfile_name(pg_switch_wal())")

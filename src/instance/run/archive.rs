@@ -205,17 +205,30 @@ fn unix_now() -> f64 {
 /// `pgbackrest stanza-create`, bounded by [`STANZA_BOUND`] (the child is killed past it):
 /// its error's last line on failure.
 async fn stanza_create() -> Result<(), String> {
-    let child = tokio::process::Command::new(PGBACKREST)
-        .arg("stanza-create")
+    pgbackrest(PGBACKREST, &["stanza-create".to_owned()], STANZA_BOUND)
+        .await
+        .map(drop)
+}
+
+/// Run `program` (pgBackRest's command line) with `args` within `bound`, killed past it:
+/// its standard output, or the last line it printed on failure.
+pub(super) async fn pgbackrest(
+    program: &str,
+    args: &[String],
+    bound: Duration,
+) -> Result<String, String> {
+    let child = tokio::process::Command::new(program)
+        .args(args)
         .kill_on_drop(true)
         .output();
-    match tokio::time::timeout(STANZA_BOUND, child).await {
+    match tokio::time::timeout(bound, child).await {
         Err(_) => Err(format!(
-            "it did not finish within {} s",
-            STANZA_BOUND.as_secs()
+            "{PGBACKREST} {} did not finish within {} s",
+            args.first().map_or("", String::as_str),
+            bound.as_secs()
         )),
         Ok(Err(e)) => Err(format!("{PGBACKREST} could not run: {e}")),
-        Ok(Ok(out)) if out.status.success() => Ok(()),
+        Ok(Ok(out)) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into()),
         Ok(Ok(out)) => {
             let text = String::from_utf8_lossy(&out.stderr).into_owned()
                 + &String::from_utf8_lossy(&out.stdout);

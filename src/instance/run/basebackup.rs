@@ -40,7 +40,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::task::JoinHandle;
 
-use super::archive::PGBACKREST;
+use super::archive::{PGBACKREST, pgbackrest};
 
 /// The annotation each backup carries: the token (the Job's name) that asked for it.
 pub const TOKEN_ANNOTATION: &str = "lockstep-token";
@@ -299,39 +299,6 @@ impl crate::ops::health::Scrape for Endpoints {
     }
 }
 
-/// Run `pgbackrest` with `args` within `bound`: its standard output, or its last line of
-/// error.
-pub(super) async fn pgbackrest(
-    program: &str,
-    args: &[String],
-    bound: Duration,
-) -> Result<String, String> {
-    let child = tokio::process::Command::new(program)
-        .args(args)
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(bound, child).await {
-        Err(_) => Err(format!(
-            "{PGBACKREST} {} did not finish within {} s",
-            args.first().map_or("", String::as_str),
-            bound.as_secs()
-        )),
-        Ok(Err(e)) => Err(format!("{PGBACKREST} could not run: {e}")),
-        Ok(Ok(out)) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into()),
-        Ok(Ok(out)) => {
-            let text = String::from_utf8_lossy(&out.stderr).into_owned()
-                + &String::from_utf8_lossy(&out.stdout);
-            Err(text
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("no output")
-                .trim()
-                .to_owned())
-        }
-    }
-}
-
 /// The repository's backups, from `pgbackrest info --output=json`.
 async fn info(program: &str) -> Result<serde_json::Value, String> {
     let args = ["info".to_owned(), "--output=json".to_owned()];
@@ -460,12 +427,17 @@ mod tests {
             matches!(backups.request(ask("b")), Answer::Refused(why) if why.contains("the backup a runs"))
         );
         std::fs::write(dir.join("go"), "").expect("let it finish");
-        let done = loop {
-            match backups.request(ask("a")) {
-                Answer::Running => tokio::time::sleep(Duration::from_millis(20)).await,
-                done => break done,
+        // The stand-in ends as soon as it sees the file; asked until then, within a bound.
+        let done = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match backups.request(ask("a")) {
+                    Answer::Running => tokio::time::sleep(Duration::from_millis(20)).await,
+                    done => break done,
+                }
             }
-        };
+        })
+        .await
+        .expect("the backup ends within 30 s of being let go");
         assert_eq!(done, Answer::Failed("ERROR: [055]: no stanza".to_owned()));
         assert_eq!(
             done.http(),

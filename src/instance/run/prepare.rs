@@ -644,7 +644,7 @@ impl Prepare {
         if kind != "default" {
             args.push("--target-action=promote".to_owned());
         }
-        super::basebackup::pgbackrest(super::archive::PGBACKREST, &args, bound)
+        super::archive::pgbackrest(super::archive::PGBACKREST, &args, bound)
             .await
             .map_err(|error| PrepareError::Recovery(format!("pgbackrest restore: {error}")))?;
         self.write_config(false, &PostgresqlSpec::default(), "")?;

@@ -312,46 +312,39 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter_map(|p| Some((ordinal_of(p, &name)?, pod_lease_seconds(p)?)))
         .collect();
 
+    // What the live instance pods say, by ordinal: read once, asked five ways.
+    let pods = read.owned(&cache.pods);
+    let live: Vec<(i32, &Pod)> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| Some((ordinal_of(p, &name)?, p.as_ref())))
+        .collect();
     // The cache keeps the annotation as a digest (`driver::cache::DIGESTED_ANNOTATIONS`).
     let wanted = settings::annotation_of(pg).map(|v| digest(&v));
-    let unconfigured = read
-        .owned(&cache.pods)
+    let unconfigured = live
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| p.annotations().get(settings::SETTINGS_ANNOTATION) != wanted.as_ref())
-        .filter_map(|p| ordinal_of(p, &name))
+        .filter(|(_, p)| p.annotations().get(settings::SETTINGS_ANNOTATION) != wanted.as_ref())
+        .map(|(k, _)| *k)
         .collect();
-
-    let reports = read
-        .owned(&cache.pods)
+    let reports = live
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| Some((ordinal_of(p, &name)?, settings_report(p)?)))
+        .filter_map(|(k, p)| Some((*k, settings_report(p)?)))
         .collect();
-
-    let lagging = read
-        .owned(&cache.pods)
+    let lagging = live
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| condition_status(p, STREAMING) == Some("False"))
-        .filter_map(|p| ordinal_of(p, &name))
+        .filter(|(_, p)| condition_status(p, STREAMING) == Some("False"))
+        .map(|(k, _)| *k)
         .collect();
-
-    let archiving = read
-        .owned(&cache.pods)
+    let archiving = live
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
+        .filter_map(|(k, p)| {
             let (status, message) = pod_condition(p, ARCHIVING)?;
-            Some((ordinal_of(p, &name)?, (status == "True", message)))
+            Some((*k, (status == "True", message)))
         })
         .collect();
-
-    let recovery_failed = read
-        .owned(&cache.pods)
+    let recovery_failed = live
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| Some((ordinal_of(p, &name)?, recovery_failure(p)?)))
+        .filter_map(|(k, p)| Some((*k, recovery_failure(p)?)))
         .collect();
 
     let own = Own {

@@ -151,6 +151,18 @@ spec:
     assert!(ok, "the store never became ready: {out}");
 }
 
+/// `spec.backup` archiving into the store of [`deploy_store`] (its CA, its credentials).
+fn archiving_to_the_store(real: &Real) -> serde_json::Value {
+    json!({
+        "s3Endpoint": format!("https://store.{}.svc", real.ns()),
+        "bucket": "archive",
+        "prefix": "wal",
+        "credentialsSecret": "store-credentials",
+        "image": IMAGE,
+        "walArchive": {"caSecret": "store-ca"}
+    })
+}
+
 /// Point the Service `store` at the server (`true`) or at no pod (`false`).
 fn store_reachable(real: &Real, reachable: bool) {
     let app = if reachable { "store" } else { "nobody" };
@@ -238,19 +250,8 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     let tls = make_tls(real.ns());
     deploy_store(&real, &tls);
     let name = "archived";
-    real.cluster(
-        name,
-        2,
-        json!({"backup": {
-            "s3Endpoint": format!("https://store.{}.svc", real.ns()),
-            "bucket": "archive",
-            "prefix": "wal",
-            "credentialsSecret": "store-credentials",
-            "image": IMAGE,
-            "walArchive": {"caSecret": "store-ca"}
-        }}),
-    )
-    .await;
+    real.cluster(name, 2, json!({"backup": archiving_to_the_store(&real)}))
+        .await;
     let primary = format!("{name}-0");
 
     // The primary creates the stanza and reports archiving; a completed WAL file
@@ -390,13 +391,13 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
          INSERT INTO pitr (id) SELECT generate_series(1, 10)",
     );
     assert!(ok, "{out}");
-    std::thread::sleep(Duration::from_millis(1100));
+    // Read after the first insert's commit returned, before the second begins: strictly
+    // between the two commits (one server clock, microseconds).
     let (ok, between) = real.psql_on(
         &primary,
         "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
     );
     assert!(ok, "{between}");
-    std::thread::sleep(Duration::from_millis(1100));
     let (ok, out) = real.psql_on(
         &primary,
         "INSERT INTO pitr (id) SELECT generate_series(11, 20)",
@@ -416,19 +417,7 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
         "t",
     )
     .await;
-    let store = |recovery: serde_json::Value| {
-        json!({
-            "backup": {
-                "s3Endpoint": format!("https://store.{}.svc", real.ns()),
-                "bucket": "archive",
-                "prefix": "wal",
-                "credentialsSecret": "store-credentials",
-                "image": IMAGE,
-                "walArchive": {"caSecret": "store-ca"}
-            },
-            "bootstrap": {"recovery": recovery}
-        })
-    };
+    let store = |recovery: serde_json::Value| json!({"backup": archiving_to_the_store(&real), "bootstrap": {"recovery": recovery}});
     real.cluster(
         "copy",
         2,
