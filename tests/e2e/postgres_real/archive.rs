@@ -385,6 +385,25 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     // Point-in-time recovery into a new cluster: rows 1-10, a moment, rows 11-20, all
     // archived; `copy` (2 instances) recovers to the moment and holds exactly rows 1-10
     // on both, writable, with no recovery target left for a standby to inherit.
+    // pgBackRest records a backup's end in whole seconds, and restores to a time only from
+    // a backup that ended before it: the moment comes after that second.
+    let (ok, info) = pgbackrest(&real, &primary, &["info", "--output=json"]);
+    assert!(ok, "{info}");
+    let info: serde_json::Value = serde_json::from_str(&info).expect("pgbackrest info as JSON");
+    let stop = info[0]["backup"]
+        .as_array()
+        .and_then(|b| b.last())
+        .and_then(|b| b["timestamp"]["stop"].as_i64())
+        .expect("the last backup's end");
+    real.shows(
+        &primary,
+        &format!(
+            "SELECT extract(epoch FROM clock_timestamp()) > {}",
+            stop + 1
+        ),
+        "t",
+    )
+    .await;
     let (ok, out) = real.psql_on(
         &primary,
         "CREATE TABLE pitr (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp()); \
