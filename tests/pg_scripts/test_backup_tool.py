@@ -6,6 +6,7 @@ test_instance.py."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 import json
 import subprocess
 
@@ -69,10 +70,21 @@ def test_a_backup_job_gets_one_base_backup_per_token_and_retention_prunes_the_ol
     assert len(backups(env, options)) == 1
 
     # Another Job with a retention of one: its backup is kept, the older pruned.
-    second = ask(env, port, "orders-backup-2", BACKUP_RETENTION="retention-count=1")
+    # Its last line also goes to the termination log, where the operator reads the
+    # first recoverable point: the end of the one backup kept.
+    job_dir = env.base / "job"
+    job_dir.mkdir()
+    chown_postgres(job_dir)
+    termination_log = job_dir / "termination-log"
+    second = ask(env, port, "orders-backup-2", BACKUP_RETENTION="retention-count=1",
+                 TERMINATION_LOG=str(termination_log))
     assert second.returncode == 0, second.stderr
     assert "keeps 1 backup(s)" in second.stdout, second.stdout
-    assert [b["annotation"]["lockstep-token"] for b in backups(env, options)] == ["orders-backup-2"]
+    kept = backups(env, options)
+    assert [b["annotation"]["lockstep-token"] for b in kept] == ["orders-backup-2"]
+    assert termination_log.read_text() == second.stdout.splitlines()[-1] + "\n"
+    stop = datetime.fromtimestamp(kept[0]["timestamp"]["stop"], tz=timezone.utc)
+    assert f"the first recoverable point {stop.isoformat()})" in second.stdout, second.stdout
 
 
 def test_a_backup_job_that_reaches_no_manager_gives_up_at_its_deadline_naming_why(env):

@@ -41,6 +41,7 @@ use futures::FutureExt;
 use tokio::task::JoinHandle;
 
 use super::archive::{PGBACKREST, pgbackrest};
+use crate::machines::postgres::recoverability::FIRST_RECOVERABLE_POINT;
 
 /// The annotation each backup carries: the token (the Job's name) that asked for it.
 pub const TOKEN_ANNOTATION: &str = "lockstep-token";
@@ -328,7 +329,7 @@ pub fn summary(info: &serde_json::Value, token: &str) -> Option<String> {
     };
     let first = backups.iter().filter_map(stop).min();
     Some(format!(
-        "{label} (consistent at {}; the repository keeps {} backup(s), the first recoverable point {})",
+        "{label} (consistent at {}; the repository keeps {} backup(s), {FIRST_RECOVERABLE_POINT}{})",
         when(stop(taken)),
         backups.len(),
         when(first)

@@ -556,6 +556,10 @@ pub struct PostgresClusterStatus {
     /// its outcome: `Unknown (…)`, naming the `lockstep.dev/backup-now` token, when the
     /// Job of a requested backup was lost before its outcome was recorded.
     pub last_backup: Option<LastBackup>,
+    /// The earliest moment a recovery (`spec.bootstrap.recovery`) can target: when the
+    /// oldest base backup the repository keeps became consistent, as the newest base
+    /// backup reported it after its retention ran (`spec.backup.method: BaseBackup`).
+    pub first_recoverability_point: Option<DateTime<Utc>>,
     /// The most recent failover.
     pub last_failover: Option<FailoverRecord>,
 }

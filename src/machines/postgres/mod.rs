@@ -19,7 +19,8 @@
 //! This module binds them into an [`Operator`] the driver runs, and projects the kind's
 //! own status: `primaryPod` and `replicaPods` (from the role labels the Services select
 //! by), `targetPrimary` mid-switchover, `image`, `lastBackupTime`, `lastBackup` (which
-//! says when a requested backup's outcome is unknown), `lastFailover`, and the condition
+//! says when a requested backup's outcome is unknown), `firstRecoverabilityPoint`
+//! ([`recoverability`]), `lastFailover`, and the condition
 //! `PrimaryAvailable`, and `SettingsApplied` (what the instances report of
 //! `spec.postgresql`, [`applied`]).
 //!
@@ -48,6 +49,7 @@ pub mod machine;
 #[cfg(test)]
 mod model;
 pub mod observe;
+pub mod recoverability;
 pub mod recovery;
 pub mod render;
 pub mod settings;
@@ -254,6 +256,10 @@ impl Operator for Postgres {
             },
             image: rest_image(state).or_else(|| old.and_then(|s| s.image.clone())),
             last_backup_time: last_backup_time(observed, old.and_then(|s| s.last_backup_time)),
+            first_recoverability_point: recoverability::project(
+                observed,
+                old.and_then(|s| s.first_recoverability_point),
+            ),
             last_backup: last_backup::project(
                 history.as_ref(),
                 &name,

@@ -4,8 +4,10 @@
 //! it is back the WAL written meanwhile reaches it with no gap (`pgbackrest check`).
 //! Then `backup-now` takes base backups into the same repository, and a retention of
 //! one prunes the older; a new cluster recovers from them to a moment between two
-//! inserts and holds exactly the rows committed before it; and a target beyond the
-//! archive leaves a cluster Creating, Degraded with `RecoveryFailed`.
+//! inserts and holds exactly the rows committed before it; a target beyond the archive
+//! leaves a cluster Creating, Degraded with `RecoveryFailed`; and after a failover, a
+//! recovery to a moment on the new timeline holds exactly the rows committed before it
+//! on either timeline.
 //!
 //! The store is this test's own S3 server (versitygw, the image `tools/node/s3.sh`
 //! loads) behind the Service `store`, with a certificate for `store.<ns>.svc` from a CA
@@ -250,8 +252,12 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     let tls = make_tls(real.ns());
     deploy_store(&real, &tls);
     let name = "archived";
-    real.cluster(name, 2, json!({"backup": archiving_to_the_store(&real)}))
-        .await;
+    real.cluster(
+        name,
+        2,
+        json!({"backup": archiving_to_the_store(&real), "failoverDelaySeconds": 0}),
+    )
+    .await;
     let primary = format!("{name}-0");
 
     // The primary creates the stanza and reports archiving; a completed WAL file
@@ -366,7 +372,7 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     // Base backups (the default method with an archive): `backup-now` runs a Job that
     // asks the primary's manager, which runs `pgbackrest backup` into the same
     // repository; the backup carries the Job's name. A second one with a retention of
-    // one leaves only itself.
+    // one leaves only itself, and the status says from when the repository can recover.
     let first = base_backup(&real, name, "base-1", None).await;
     assert_eq!(backup_tokens(&real, &primary), vec![first.clone()]);
     let (ok, out) = real.kubectl(&[
@@ -395,6 +401,19 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
         .and_then(|b| b.last())
         .and_then(|b| b["timestamp"]["stop"].as_i64())
         .expect("the last backup's end");
+    // The status names the first recoverable point: the end of the one backup kept.
+    let point = chrono::DateTime::from_timestamp(stop, 0).expect("a time");
+    real.cluster_until(
+        name,
+        "status.firstRecoverabilityPoint is the kept backup's end",
+        move |pg| {
+            pg.status
+                .as_ref()
+                .and_then(|s| s.first_recoverability_point)
+                == Some(point)
+        },
+    )
+    .await;
     real.shows(
         &primary,
         &format!(
@@ -493,6 +512,61 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
             .and_then(|s| s.engine.phase.as_deref()),
         Some("Creating")
     );
+
+    // After a failover: the new primary archives on its new timeline (with the
+    // timeline's history file), and a recovery to a moment on that timeline crosses
+    // the switch: rows 21-30 committed on it before the moment are there, 31-40 after
+    // it are not. The base backup is the one from before the failover.
+    let promoted = primary_of(&real.kill_primary(name, &primary).await);
+    let (ok, timeline) = real.psql_on(
+        &promoted,
+        "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int",
+    );
+    assert!(ok, "{timeline}");
+    assert!(
+        timeline.trim().parse::<u32>().is_ok_and(|t| t >= 2),
+        "{promoted} writes on timeline {timeline}"
+    );
+    let (ok, out) = real.psql_on(
+        &promoted,
+        "INSERT INTO pitr (id) SELECT generate_series(21, 30)",
+    );
+    assert!(ok, "{out}");
+    let (ok, between) = real.psql_on(
+        &promoted,
+        "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+    );
+    assert!(ok, "{between}");
+    let (ok, out) = real.psql_on(
+        &promoted,
+        "INSERT INTO pitr (id) SELECT generate_series(31, 40)",
+    );
+    assert!(ok, "{out}");
+    let (ok, last) = real.psql_on(&promoted, "SELECT pg_walfile_name(pg_switch_wal())");
+    assert!(ok, "{last}");
+    real.shows(
+        &promoted,
+        &format!(
+            "SELECT last_archived_wal >= '{}' FROM pg_stat_archiver",
+            last.trim()
+        ),
+        "t",
+    )
+    .await;
+    real.cluster(
+        "later",
+        1,
+        store(json!({"source": name, "target": {"time": between.trim()}})),
+    )
+    .await;
+    real.shows("later-0", "SELECT count(*), max(id) FROM pitr", "30|30")
+        .await;
+    let (ok, out) = real.psql_on("later-0", "INSERT INTO pitr (id) VALUES (100)");
+    assert!(
+        ok,
+        "the primary recovered past the failover is writable: {out}"
+    );
+
     let _ = std::fs::remove_dir_all(&tls);
     real.finish().await;
 }

@@ -21,6 +21,9 @@
 #                           standby, another backup running) or an unreachable
 #                           manager is waited out (default 120).
 #   BACKUP_POLL_SECONDS     between two asks (default 5).
+#   TERMINATION_LOG         where the last line also goes, for the operator to read
+#                           the first recoverable point (default /dev/termination-log;
+#                           skipped if not writable).
 #
 # Exit codes: 0 taken; 2 configuration error / missing tool; 3 no primary took the
 # request within BACKUP_WAIT_SECONDS; 4 the backup failed.
@@ -37,6 +40,7 @@ require_tools curl
 BACKUP_TIMEOUT_SECONDS=${BACKUP_TIMEOUT_SECONDS:-3600}
 BACKUP_WAIT_SECONDS=${BACKUP_WAIT_SECONDS:-120}
 BACKUP_POLL_SECONDS=${BACKUP_POLL_SECONDS:-5}
+TERMINATION_LOG=${TERMINATION_LOG:-/dev/termination-log}
 require_uint BACKUP_TIMEOUT_SECONDS BACKUP_WAIT_SECONDS BACKUP_POLL_SECONDS
 [[ "$BACKUP_NAME" =~ ^[A-Za-z0-9.-]+$ ]] || die 2 "BACKUP_NAME may only contain A-Z a-z 0-9 . -"
 case ${BACKUP_RETENTION:-} in
@@ -58,7 +62,11 @@ while :; do
 		said=running
 		;;
 	succeeded\ *)
-		echo "lockstep-backup: base backup ${answer#succeeded }"
+		out="lockstep-backup: base backup ${answer#succeeded }"
+		echo "$out"
+		if [[ -w "$TERMINATION_LOG" ]] || { [[ ! -e "$TERMINATION_LOG" ]] && [[ -w "$(dirname "$TERMINATION_LOG")" ]]; }; then
+			printf '%s\n' "$out" >"$TERMINATION_LOG" || log "WARNING: cannot write $TERMINATION_LOG"
+		fi
 		exit 0
 		;;
 	failed\ *) die 4 "the base backup failed: ${answer#failed }" ;;

@@ -72,6 +72,40 @@ fn a_job_made_by_the_cronjob_counts_as_the_last_backup() {
 }
 
 #[test]
+fn the_newest_base_backup_says_the_first_recoverable_point_and_the_status_keeps_it_once_pruned() {
+    use crate::machines::postgres::recoverability::{FIRST_RECOVERABLE_POINT, project};
+    let mut o = at_rest(V1, 0);
+    let backup = |name: &str, finished: i64| JobView {
+        name: name.to_owned(),
+        uid: name.to_owned(),
+        key: None,
+        purpose: Some(Purpose::Backup),
+        created: Some(t(0)),
+        outcome: JobOutcome::Succeeded { at: t(finished) },
+        held: None,
+    };
+    o.jobs = vec![backup("pg-backup-1", 50), backup("pg-backup-2", 70)];
+    let said = |point: &str| {
+        format!(
+            "lockstep-backup: base backup L (consistent at x; the repository keeps 1 backup(s), {FIRST_RECOVERABLE_POINT}{point})"
+        )
+    };
+    o.own
+        .job_results
+        .insert("pg-backup-1".to_owned(), said("2026-12-03T05:00:00+00:00"));
+    o.own
+        .job_results
+        .insert("pg-backup-2".to_owned(), said("2026-12-03T06:00:00+00:00"));
+    let newest = chrono::DateTime::parse_from_rfc3339("2026-12-03T06:00:00+00:00")
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .ok();
+    assert_eq!(project(&o, Some(t(10))), newest);
+    // Both Jobs pruned: the status keeps what it said.
+    o.jobs.clear();
+    assert_eq!(project(&o, newest), newest);
+}
+
+#[test]
 fn a_requested_backup_whose_job_vanished_unread_is_the_last_backup_with_an_unknown_outcome() {
     use crate::driver::Operator;
     let s = with_backups(spec("16.3"), None);
