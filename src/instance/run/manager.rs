@@ -434,12 +434,15 @@ impl Manager {
             if let Some(backups) = &self.backups {
                 backups.set_writable(writable);
             }
-            let archiving = self.archiver.as_mut().and_then(|a| {
-                let waiting = writable
-                    .then(|| super::archive::oldest_waiting(&self.args.pgdata))
-                    .flatten();
-                a.round(writable, self.stats.as_ref(), waiting)
-            });
+            let waiting = (writable && self.archiver.is_some())
+                .then(|| super::archive::oldest_waiting(&self.args.pgdata))
+                .flatten();
+            let waited = waiting.as_ref().map(|(_, waited)| *waited);
+            let archiving = self
+                .archiver
+                .as_mut()
+                .and_then(|a| a.round(writable, self.stats.as_ref(), waiting));
+            self.metrics.record_archiving(waited, archiving.as_ref());
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
                 reporter.report(report::report(

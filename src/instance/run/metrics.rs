@@ -29,9 +29,12 @@
 //! | `lockstep_instance_wal_archived_total` | WAL files the archiver archived (`pg_stat_archiver.archived_count`, kept counting across server restarts) |
 //! | `lockstep_instance_wal_archive_failures_total` | failed archiving attempts (`pg_stat_archiver.failed_count`, the same way) |
 //! | `lockstep_instance_last_archived_timestamp_seconds` | when the archiver last archived a WAL file (Unix time; 0: never since the server started) |
+//! | `lockstep_instance_wal_archive_waiting_seconds` | how long the primary's oldest WAL file not yet archived has waited (0: none waits) |
+//! | `lockstep_instance_wal_archive_report{reason}` | 1 for what the primary reports of its archive (`Archiving`, `ArchiveFailing`, `ArchiveStalled`, `StanzaCreateFailed`); no series on a standby |
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -41,6 +44,7 @@ use prometheus_client::registry::Registry;
 
 use crate::instance::observe::{LeaseRead, Observation, Position, RoleLabel, Server};
 use crate::instance::{AgentKind, AgentState};
+use crate::machines::postgres::archiving::Archiving;
 use crate::ops::health::Scrape;
 
 use super::settings::Settings;
@@ -48,6 +52,11 @@ use super::settings::Settings;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -83,6 +92,8 @@ struct Inner {
     archived: Counter,
     archive_failures: Counter,
     last_archived: Gauge<f64, AtomicU64>,
+    archive_waiting: Gauge,
+    archive_report: Family<ReasonLabels, Gauge>,
     /// The archiver's counts as last read, to count on across a server restart (which
     /// starts them again from 0).
     archived_seen: AtomicI64,
@@ -176,6 +187,8 @@ impl InstanceMetrics {
             archived: Counter::default(),
             archive_failures: Counter::default(),
             last_archived: Gauge::default(),
+            archive_waiting: Gauge::default(),
+            archive_report: Family::default(),
             archived_seen: AtomicI64::new(0),
             archive_failures_seen: AtomicI64::new(0),
             registry: Registry::default(),
@@ -275,6 +288,16 @@ impl InstanceMetrics {
             "When the archiver last archived a WAL file (Unix time; 0: never since the server started)",
             inner.last_archived.clone(),
         );
+        registry.register(
+            "wal_archive_waiting_seconds",
+            "How long the primary's oldest WAL file not yet archived has waited (0: none waits)",
+            inner.archive_waiting.clone(),
+        );
+        registry.register(
+            "wal_archive_report",
+            "1 for what the primary reports of its archive (Archiving, ArchiveFailing, ArchiveStalled, StanzaCreateFailed)",
+            inner.archive_report.clone(),
+        );
         Self {
             inner: Arc::new(Inner { registry, ..inner }),
         }
@@ -293,6 +316,21 @@ impl InstanceMetrics {
             stats.archive_failures,
         );
         m.last_archived.set(stats.last_archived.unwrap_or(0.0));
+    }
+
+    /// Refresh the archive's gauges: how long the oldest WAL file not yet archived has
+    /// `waited` (none: none waits, or not a primary), and the primary's `report`.
+    pub fn record_archiving(&self, waited: Option<Duration>, report: Option<&Archiving>) {
+        let m = &self.inner;
+        m.archive_waiting
+            .set(waited.map_or(0, |w| i64::try_from(w.as_secs()).unwrap_or(i64::MAX)));
+        m.archive_report.clear();
+        if let Some(report) = report {
+            let (_, reason, _) = report.condition();
+            m.archive_report
+                .get_or_create(&ReasonLabels { reason })
+                .set(1);
+        }
     }
 
     /// Refresh the settings gauges.

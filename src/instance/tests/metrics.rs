@@ -134,3 +134,40 @@ fn the_servers_connections_lag_and_archiver_counts_are_reported_and_count_on_acr
         None
     );
 }
+
+#[test]
+fn a_stalled_archive_shows_in_the_report_series_and_the_oldest_files_wait_and_a_standby_has_neither()
+ {
+    use crate::machines::postgres::archiving::Archiving;
+    let m = InstanceMetrics::new();
+    let stalled = Archiving::Stalled {
+        wal: "000000010000000000000007".to_owned(),
+    };
+    m.record_archiving(Some(std::time::Duration::from_secs(420)), Some(&stalled));
+    let text = m.encode();
+    for want in [
+        "lockstep_instance_wal_archive_report{reason=\"ArchiveStalled\"} 1",
+        "lockstep_instance_wal_archive_waiting_seconds 420",
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want} in:\n{text}");
+    }
+    m.record_archiving(None, Some(&Archiving::Works));
+    let text = m.encode();
+    assert!(
+        text.lines()
+            .any(|l| l == "lockstep_instance_wal_archive_report{reason=\"Archiving\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains("{reason=\"ArchiveStalled\"}"), "{text}");
+    m.record_archiving(None, None);
+    let text = m.encode();
+    assert!(
+        !text.contains("lockstep_instance_wal_archive_report{"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == "lockstep_instance_wal_archive_waiting_seconds 0"),
+        "{text}"
+    );
+}

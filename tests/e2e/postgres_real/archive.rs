@@ -312,6 +312,12 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
         "{:?}",
         degraded.status
     );
+    // The primary's /metrics says the same.
+    real.metrics_say(
+        &primary,
+        &["lockstep_instance_wal_archive_report{reason=\"ArchiveFailing\"} 1"],
+    )
+    .await;
     // The Warning is published after the status write that made the cluster Degraded.
     let events: Api<Event> = real.pg.env.api();
     wait_for_all_within(
@@ -338,6 +344,11 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     .await;
     let (ok, out) = pgbackrest(&real, &primary, &["check"]);
     assert!(ok, "pgbackrest check: {out}");
+    real.metrics_say(
+        &primary,
+        &["lockstep_instance_wal_archive_report{reason=\"Archiving\"} 1"],
+    )
+    .await;
     let (ok, info) = pgbackrest(&real, &primary, &["info", "--output=json"]);
     assert!(ok, "{info}");
     let info: serde_json::Value = serde_json::from_str(&info).expect("pgbackrest info as JSON");
