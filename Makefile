@@ -6,7 +6,8 @@
 #                 etcd and real PostgreSQL clusters on the real node)
 #   make demo     the DistributedDB lifecycle on etcd, then the PostgresCluster one on
 #                 PostgreSQL (make demo-postgres alone), narrated, on a local control plane
-#   make bench    benchmarks at scale on a local control plane (not part of `make test`)
+#   make bench    benchmarks at scale on a local control plane (not part of `make test`);
+#                 make bench-postgres: failover and switchover times on real PostgreSQL
 #
 # Run `make help` for the rest.
 
@@ -101,6 +102,11 @@ test: lint fresh docs unit scripts ## Everything CI checks; the control plane is
 	    $(MAKE) --no-print-directory node-smoke e2e-postgres-real demo || status=$$?; \
 	  fi; \
 	  $(MAKE) --no-print-directory cluster-down; exit $$status
+
+.PHONY: bench-postgres
+bench-postgres: cluster-up ## Seconds writes are refused through -rw in switchovers and failovers, on real PostgreSQL on the real node (BENCH_PG_RUNS, default 5; docs/benchmarks.md).
+	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 lockstep
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --ignored --exact postgres_real::recovery_time::seconds_writes_are_refused_in_a_switchover_and_a_failover --nocapture
 
 .PHONY: bench
 bench: ## Benchmarks: criterion + scale on its own control plane (BENCH_SIZES, BENCH_QUICK=1; tools/bench/README.md).

@@ -11,8 +11,8 @@
 //! hierarchical). A frozen task cannot die until it is thawed, so the test thaws the pod
 //! whatever happens ([`Frozen`]'s drop), and the deleted pod then goes.
 //!
-//! Kept apart from `postgres_real.rs` (the `instance` branch edits that file); the
-//! Makefile runs it with the real-PostgreSQL tier (`postgres_freeze::`) and skips it in
+//! Its freezer ([`Frozen`], [`pod_cgroup`]) also serves `postgres_real::paused`, the same
+//! pause under synchronous replication with writers. The Makefile runs it with the real-PostgreSQL tier (`postgres_freeze::`) and skips it in
 //! the KWOK tier. `LOCKSTEP_REAL_NODE=0` skips it, as it skips that tier.
 
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ fn primary_available(pg: &PostgresCluster) -> Option<(String, String, String)> {
 }
 
 /// The freezer cgroup of the pod with UID `uid` on the real node.
-fn pod_cgroup(uid: &str) -> Option<PathBuf> {
+pub(crate) fn pod_cgroup(uid: &str) -> Option<PathBuf> {
     fn find(dir: &Path, want: &str, depth: u8) -> Option<PathBuf> {
         for entry in std::fs::read_dir(dir).ok()?.flatten() {
             let path = entry.path();
@@ -122,11 +122,11 @@ fn pod_cgroup(uid: &str) -> Option<PathBuf> {
 
 /// A frozen pod cgroup, thawed when dropped (a frozen task cannot die, so a pod left
 /// frozen would hold its namespace's deletion).
-struct Frozen(PathBuf);
+pub(crate) struct Frozen(PathBuf);
 
 impl Frozen {
     /// Freeze `cgroup` and wait (bounded) until every task in it is frozen.
-    async fn freeze(cgroup: PathBuf) -> Self {
+    pub(crate) async fn freeze(cgroup: PathBuf) -> Self {
         let state = cgroup.join("freezer.state");
         std::fs::write(&state, "FROZEN")
             .unwrap_or_else(|e| panic!("freeze {}: {e}", state.display()));

@@ -37,6 +37,13 @@
 //! - [`archive`]: the primary archives its WAL with pgBackRest into an S3 server over
 //!   TLS; the store unreachable is `Degraded` (`ArchiveFailing`) until it is back, with
 //!   no gap (`pgbackrest check`).
+//! - [`recovery_time`] (a benchmark, `#[ignore]`d; `make bench-postgres`): the seconds
+//!   writes are refused through `-rw` in switchovers and failovers, in both replication
+//!   modes.
+//! - [`zero_loss`]: under synchronous replication, with a writer on `-rw` and one on the
+//!   primary's pod IP, the primary's pod frozen (a process pause), or cut off from the
+//!   API server and from its standbys: the failover loses no acknowledged commit, and
+//!   the old server acknowledges nothing once it is cut off or frozen.
 //!
 //! Volumes: the claims use the local cluster's StorageClass `local`, whose provisioner
 //! (`tools/cluster/provisioner`) makes node-local PersistentVolumes; the kubelet gives
@@ -73,6 +80,8 @@ use crate::postgres::history;
 use crate::support::{Env, Fixture, InProcessOperator, kubeconfig_path, wait_for_all_within};
 
 mod archive;
+mod recovery_time;
+mod zero_loss;
 
 const ROLE: &str = "lockstep.dev/role";
 /// The first image (`tools/images/build.sh --name postgres-15`).
