@@ -268,7 +268,7 @@ impl Real {
     }
 
     /// Kill `old`'s postmaster, and again each time its container brings it back, until
-    /// the machine has begun a failover; then wait until the cluster is Ready with another
+    /// the machine has begun a failover (one after any already in its history); then wait until the cluster is Ready with another
     /// primary. A server that crashes once and restarts in place within seconds is, by
     /// design, not failed over (it comes back as the primary it was, still holding the
     /// Lease), so a single kill would make the test a race between the kubelet's restart
@@ -276,9 +276,19 @@ impl Real {
     async fn kill_primary(&self, name: &str, old: &str) -> PostgresCluster {
         let deadline = std::time::Instant::now() + SLOW;
         let mut kills = 0;
+        // The latest failover's start (the history keeps the last few transitions, so
+        // a later one is told by its time, not by a count).
+        let latest = |pg: &PostgresCluster| {
+            history(pg)
+                .into_iter()
+                .filter(|h| h.reason == FAILOVER_STARTED)
+                .map(|h| h.at)
+                .max()
+        };
+        let before = latest(&self.pg.api.get(name).await.expect("the cluster"));
         loop {
             let pg = self.pg.api.get(name).await.expect("the cluster");
-            if history(&pg).iter().any(|h| h.reason == FAILOVER_STARTED) {
+            if latest(&pg) > before {
                 break;
             }
             assert!(
