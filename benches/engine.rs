@@ -268,6 +268,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             settings: BTreeMap::new(),
             lagging: Default::default(),
             archiving: Default::default(),
+            synchronous: Default::default(),
         },
     }
 }

@@ -445,10 +445,14 @@ impl Manager {
             self.metrics.record_archiving(waited, archiving.as_ref());
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
+                let synchronous = writable
+                    .then(|| self.settings.synchronous_report())
+                    .flatten();
                 reporter.report(report::report(
                     settings.as_ref(),
                     streams(&seen),
                     archiving.as_ref(),
+                    synchronous,
                 ));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);

@@ -2,7 +2,9 @@
 //! what its server made of `spec.postgresql` ([`crate::machines::postgres::applied`]),
 //! for a standby whether it streams ([`crate::machines::postgres::streaming`]), and for
 //! an archiving primary whether its WAL reaches the archive
-//! ([`crate::machines::postgres::archiving`]).
+//! ([`crate::machines::postgres::archiving`]), and for a primary with
+//! `spec.synchronous` whether its commits wait for standbys
+//! ([`crate::machines::postgres::synchronous`]).
 //!
 //! # Guarantees
 //! - **A write never delays a round of the manager** (its Lease renewals): the writes
@@ -32,6 +34,7 @@ use tokio::sync::watch;
 use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
 use crate::machines::postgres::archiving::{ARCHIVING, Archiving};
 use crate::machines::postgres::streaming::{self, STREAMING};
+use crate::machines::postgres::synchronous::{self, SYNCHRONOUS};
 
 /// The pause before a failed write is tried again.
 pub const RETRY: Duration = Duration::from_secs(5);
@@ -42,14 +45,16 @@ pub type Said = (&'static str, &'static str, String);
 /// What the manager tells the operator this round, by condition type.
 pub type Report = BTreeMap<&'static str, Said>;
 
-/// This round's report: the settings, for a standby whether it streams, and for an
-/// archiving primary whether its WAL reaches the archive (`None`: nothing to say about
-/// it this round).
+/// This round's report: the settings, for a standby whether it streams, for an
+/// archiving primary whether its WAL reaches the archive, and for a primary with
+/// `spec.synchronous` whether it turned asynchronous, with `number` (`None`: nothing to
+/// say about it this round).
 #[must_use]
 pub fn report(
     settings: Option<&SettingsReport>,
     streaming: Option<bool>,
     archiving: Option<&Archiving>,
+    synchronous: Option<(bool, i32)>,
 ) -> Report {
     let mut report = Report::new();
     if let Some(settings) = settings {
@@ -60,6 +65,9 @@ pub fn report(
     }
     if let Some(archiving) = archiving {
         report.insert(ARCHIVING, archiving.condition());
+    }
+    if let Some((asynchronous, number)) = synchronous {
+        report.insert(SYNCHRONOUS, synchronous::condition(asynchronous, number));
     }
     report
 }
@@ -208,7 +216,7 @@ mod tests {
             pending_restart: vec!["shared_buffers".to_owned()],
         };
         let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
-        let changed = report(Some(&settings), Some(false), None);
+        let changed = report(Some(&settings), Some(false), None, None);
         assert_eq!(
             patch(&changed, &[SETTINGS_APPLIED], now),
             json!({"status": {"conditions": [
@@ -227,5 +235,20 @@ mod tests {
                 },
             ]}})
         );
+    }
+
+    #[test]
+    fn a_primary_with_synchronous_replication_says_whether_it_turned_asynchronous() {
+        let (_, said) = report(None, None, None, Some((true, 1)))
+            .remove(SYNCHRONOUS)
+            .map(|(status, reason, message)| ((status, reason), message))
+            .expect("a synchronous report");
+        assert!(said.contains("Preferred"), "{said}");
+        let waits = report(None, None, None, Some((false, 2)));
+        assert_eq!(
+            waits.get(SYNCHRONOUS).map(|(s, r, _)| (*s, *r)),
+            Some(("True", "Synchronous"))
+        );
+        assert!(!report(None, None, None, None).contains_key(SYNCHRONOUS));
     }
 }

@@ -156,6 +156,15 @@ impl Settings {
         &self.synchronous
     }
 
+    /// What a primary says of synchronous replication: `None` when none is asked for
+    /// (or the cluster has no other member), else whether `Preferred` turned it
+    /// asynchronous, and the `number` asked for.
+    #[must_use]
+    pub fn synchronous_report(&self) -> Option<(bool, i32)> {
+        let wanted = self.wanted.synchronous.as_ref()?;
+        (wanted.members.len() > 1).then(|| (self.synchronous_degraded(), wanted.spec.number))
+    }
+
     /// Synchronous replication is asked for but turned asynchronous (too few standbys
     /// stream, `Preferred`).
     #[must_use]

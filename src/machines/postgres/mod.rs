@@ -79,6 +79,7 @@ use actions::Role;
 use render::ROLE_LABEL;
 use status::{
     continuous_archiving, last_failover, primary_available, rest_image, settings_applied,
+    synchronous_replication,
 };
 
 /// The condition type saying what the instances made of `spec.postgresql`: applied,
@@ -89,6 +90,11 @@ pub const SETTINGS_APPLIED: &str = "SettingsApplied";
 /// The condition type saying whether the primary's WAL reaches the archive
 /// (`spec.backup.walArchive`), from what the primary reports ([`archiving`]).
 pub const CONTINUOUS_ARCHIVING: &str = "ContinuousArchiving";
+
+/// The condition type saying whether the primary's commits wait for standbys
+/// (`spec.synchronous`), from what the primary reports ([`synchronous::SYNCHRONOUS`]):
+/// `False` (`Asynchronous`) while `dataDurability: Preferred` turned it asynchronous.
+pub const SYNCHRONOUS_REPLICATION: &str = "SynchronousReplication";
 
 /// The condition type saying whether a primary serves writes (through `<name>-rw`), and
 /// why not or since when.
@@ -243,6 +249,12 @@ impl Operator for Postgres {
         if state.is_some()
             && let Some(condition) =
                 continuous_archiving(object, observed, now, engine.observed_generation)
+        {
+            engine.conditions.push(condition);
+        }
+        if state.is_some()
+            && let Some(condition) =
+                synchronous_replication(object, observed, now, engine.observed_generation)
         {
             engine.conditions.push(condition);
         }

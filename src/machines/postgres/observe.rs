@@ -18,6 +18,7 @@ use super::archiving::ARCHIVING;
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use super::settings;
 use super::streaming::STREAMING;
+use super::synchronous::SYNCHRONOUS;
 use crate::driver::Cache;
 use crate::driver::cache::{JOB_NAME_LABEL, digest};
 use crate::machines::common::annotations;
@@ -183,6 +184,10 @@ pub struct Own {
     /// ([`super::archiving`]): whether it works, and the message. Only a primary
     /// writes it; a pod keeps what it wrote while it was one.
     pub archiving: BTreeMap<i32, (bool, String)>,
+    /// What the live instance pods (by ordinal) last reported of synchronous
+    /// replication ([`super::synchronous::SYNCHRONOUS`]): whether commits wait for
+    /// standbys, and the message. Only a primary writes it.
+    pub synchronous: BTreeMap<i32, (bool, String)>,
     /// The live instance pods (by ordinal) whose instance manager reported its
     /// bootstrap from backups failed ([`super::recovery`]), with the error.
     pub recovery_failed: BTreeMap<i32, String>,
@@ -342,6 +347,13 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
             Some((*k, (status == "True", message)))
         })
         .collect();
+    let synchronous = live
+        .iter()
+        .filter_map(|(k, p)| {
+            let (status, message) = pod_condition(p, SYNCHRONOUS)?;
+            Some((*k, (status == "True", message)))
+        })
+        .collect();
     let recovery_failed = live
         .iter()
         .filter_map(|(k, p)| Some((*k, recovery_failure(p)?)))
@@ -358,6 +370,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         settings: reports,
         lagging,
         archiving,
+        synchronous,
     };
     read.observed(
         statefulset,

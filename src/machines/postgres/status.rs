@@ -6,11 +6,11 @@ use kube::ResourceExt;
 use super::actions::Role;
 use super::api::{FailoverRecord, PostgresCluster};
 use super::applied::{Gathered, reason as applied_reason};
-use super::archiving;
 use super::observe::Observed;
 use super::state::{PgState, SwitchCause};
 use super::table::reason;
-use super::{CONTINUOUS_ARCHIVING, PRIMARY_AVAILABLE, SETTINGS_APPLIED};
+use super::{CONTINUOUS_ARCHIVING, PRIMARY_AVAILABLE, SETTINGS_APPLIED, SYNCHRONOUS_REPLICATION};
+use super::{archiving, synchronous};
 use crate::engine::{Condition, HistoryEntry, conditions};
 use crate::machines::common::jobs::JobOutcome;
 
@@ -234,6 +234,39 @@ pub(super) fn continuous_archiving(
         object,
         CONTINUOUS_ARCHIVING,
         (*works, why, message),
+        now,
+        generation,
+    ))
+}
+
+/// `SynchronousReplication` (with `spec.synchronous`): what the pod labelled primary
+/// last reported, `False` while `Preferred` turned it asynchronous; none until it
+/// reported.
+pub(super) fn synchronous_replication(
+    object: &PostgresCluster,
+    observed: &Observed,
+    now: chrono::DateTime<chrono::Utc>,
+    generation: Option<i64>,
+) -> Option<Condition> {
+    object.spec.synchronous.as_ref()?;
+    let (primary, _) = observed
+        .pods
+        .iter()
+        .find(|(_, p)| !p.terminating && p.role == Some(Role::Primary))?;
+    let (waits, said) = observed.own.synchronous.get(primary)?;
+    let why = if *waits {
+        synchronous::reason::SYNCHRONOUS
+    } else {
+        synchronous::reason::ASYNCHRONOUS
+    };
+    Some(condition(
+        object,
+        SYNCHRONOUS_REPLICATION,
+        (
+            *waits,
+            why,
+            format!("{}-{primary}: {said}", object.name_any()),
+        ),
         now,
         generation,
     ))

@@ -30,6 +30,56 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The pod condition a primary's instance manager writes on its own pod (as
+/// [`super::archiving`]'s) while `spec.synchronous` is set, when it changes:
+///
+/// | status | reason | when |
+/// |---|---|---|
+/// | `True` | [`reason::SYNCHRONOUS`] | commits wait for `number` standbys |
+/// | `False` | [`reason::ASYNCHRONOUS`] | `Preferred` turned replication asynchronous: fewer than `number` standbys stream |
+///
+/// The operator reads the primary's into the cluster condition `SynchronousReplication`.
+pub const SYNCHRONOUS: &str = "lockstep.dev/Synchronous";
+
+/// The condition's reasons.
+pub mod reason {
+    /// Commits wait for the standbys.
+    pub const SYNCHRONOUS: &str = "Synchronous";
+    /// `Preferred` turned replication asynchronous.
+    pub const ASYNCHRONOUS: &str = "Asynchronous";
+}
+
+/// The condition's status, reason and message for a primary whose commits wait for
+/// `number` standbys, or that turned asynchronous.
+#[must_use]
+pub fn condition(asynchronous: bool, number: i32) -> (&'static str, &'static str, String) {
+    let standbys = if number == 1 {
+        "one standby".to_owned()
+    } else {
+        format!("{number} standbys")
+    };
+    if asynchronous {
+        let fewer = if number == 1 {
+            "no standby streams".to_owned()
+        } else {
+            format!("fewer than {number} standbys stream")
+        };
+        (
+            "False",
+            reason::ASYNCHRONOUS,
+            format!(
+                "{fewer}, so commits are acknowledged without waiting for {standbys} (spec.synchronous.dataDurability: Preferred): a failover now may lose the last of them"
+            ),
+        )
+    } else {
+        (
+            "True",
+            reason::SYNCHRONOUS,
+            format!("commits wait until {standbys} have them"),
+        )
+    }
+}
+
 /// `spec.synchronous`.
 #[derive(JsonSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -172,6 +222,26 @@ mod tests {
         assert_eq!(
             standby_names(&s, "pg-0", Some(&none)),
             r#"ANY 1 ("pg-1", "pg-2")"#
+        );
+    }
+
+    #[test]
+    fn the_condition_says_how_many_standbys_a_commit_waits_for_or_that_none_streams() {
+        assert_eq!(
+            condition(false, 2),
+            (
+                "True",
+                reason::SYNCHRONOUS,
+                "commits wait until 2 standbys have them".to_owned()
+            )
+        );
+        let (status, why, message) = condition(true, 1);
+        assert_eq!((status, why), ("False", reason::ASYNCHRONOUS));
+        assert!(
+            message.starts_with(
+                "no standby streams, so commits are acknowledged without waiting for one standby"
+            ),
+            "{message}"
         );
     }
 

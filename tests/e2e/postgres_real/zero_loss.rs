@@ -10,6 +10,9 @@
 //! - its pod cut off from the API server and from its standbys
 //!   (`tools/node/api-cut.sh`): it can neither renew its Lease nor have a commit
 //!   acknowledged by a standby.
+//!
+//! And `dataDurability: Preferred`, which gives the guarantee up while no standby
+//! streams, says so in the condition `SynchronousReplication`.
 
 use super::*;
 use crate::postgres_freeze::{Frozen, pod_cgroup};
@@ -195,4 +198,76 @@ fn peers_cut(op: &str, ip: &str, peers: &[String]) {
         "api-cut.sh {op} {ip} {peers:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `dataDurability: Preferred` trades the guarantee for availability, and says when it
+/// does: a 2-instance cluster whose standby is cut off from the primary (no API cut) turns
+/// asynchronous once the primary's walsender gives up on it (`wal_sender_timeout`, 60 s),
+/// commits go on being acknowledged, and the cluster condition `SynchronousReplication`
+/// turns `False` (`Asynchronous`), as does the primary's `/metrics`; healed, both turn
+/// back.
+#[tokio::test]
+async fn preferred_turns_asynchronous_when_no_standby_streams_and_says_so() {
+    if !real_node() {
+        return;
+    }
+    let real = Real::new("pgreal-pref").await;
+    let name = "pg";
+    let pg = real
+        .cluster(
+            name,
+            2,
+            json!({"synchronous": {"number": 1, "dataDurability": "Preferred"}}),
+        )
+        .await;
+    let primary = primary_of(&pg);
+    let standby = if primary == "pg-0" { "pg-1" } else { "pg-0" };
+    let sync = |pg: &PostgresCluster| {
+        pg.status
+            .as_ref()
+            .and_then(|s| s.engine.condition("SynchronousReplication"))
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    real.cluster_until(name, "SynchronousReplication True", move |pg| {
+        sync(pg).is_some_and(|(s, _)| s == "True")
+    })
+    .await;
+    let ip = |pod: &str| {
+        let (ok, ip) = real.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
+        assert!(ok, "{ip}");
+        ip.trim().to_owned()
+    };
+    let (primary_ip, standby_ip) = (ip(&primary), ip(standby));
+    peers_cut("peers", &primary_ip, std::slice::from_ref(&standby_ip));
+    let turned = real
+        .cluster_until(
+            name,
+            "SynchronousReplication False (Asynchronous)",
+            move |pg| sync(pg).is_some_and(|(s, r)| s == "False" && r == "Asynchronous"),
+        )
+        .await;
+    eprintln!(
+        "(i, preferred) {:?}",
+        turned
+            .status
+            .as_ref()
+            .and_then(|s| s.engine.condition("SynchronousReplication"))
+            .map(|c| c.message.clone())
+    );
+    real.metrics_say(&primary, &["lockstep_instance_synchronous_degraded 1"])
+        .await;
+    // Asynchronous: a commit is acknowledged with no standby to wait for.
+    let (ok, out) = real.psql_on(
+        &primary,
+        "CREATE TABLE alone (i int); INSERT INTO alone VALUES (1)",
+    );
+    assert!(ok, "a commit while asynchronous: {out}");
+    peers_cut("unpeer", &primary_ip, &[standby_ip]);
+    real.cluster_until(name, "SynchronousReplication True again", move |pg| {
+        sync(pg).is_some_and(|(s, _)| s == "True")
+    })
+    .await;
+    real.metrics_say(&primary, &["lockstep_instance_synchronous_degraded 0"])
+        .await;
+    real.finish().await;
 }

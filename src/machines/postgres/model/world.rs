@@ -229,6 +229,7 @@ where
                 // The model's clusters do not archive (spec.backup.walArchive unset):
                 // an archiving report only ever makes a Ready stay Degraded.
                 archiving: BTreeMap::new(),
+                synchronous: BTreeMap::new(),
             },
         }
     }

@@ -206,3 +206,75 @@ fn a_backup_without_a_destination_is_reported_not_attempted() {
     let d = decide(&spec("16.3"), &ready(V1, 0), o);
     assert_degraded(&d, BACKUP_NOT_CONFIGURED);
 }
+
+#[test]
+fn synchronous_replication_is_a_condition_from_the_primarys_report_false_once_preferred_turned_asynchronous()
+ {
+    use crate::driver::Operator;
+    use crate::machines::postgres::synchronous::{
+        DataDurability, SyncMethod, SynchronousSpec, condition,
+    };
+    let mut s = spec("16.3");
+    s.synchronous = Some(SynchronousSpec {
+        number: 1,
+        method: SyncMethod::Any,
+        data_durability: DataDurability::Preferred,
+    });
+    let pg = super::rendering::object(s);
+    let mut o = at_rest(V1, 0);
+    let said = |asynchronous: bool| {
+        let (status, _, message) = condition(asynchronous, 1);
+        (status == "True", message)
+    };
+    // A replica's report (from when it was a primary) is not the cluster's.
+    o.own.synchronous = BTreeMap::from([(0, said(true)), (1, said(false))]);
+    let status = Postgres::status(
+        &pg,
+        crate::engine::EngineStatus::default(),
+        Some(&ready(V1, 0)),
+        &o,
+        chrono::Utc::now(),
+    );
+    let sync = |status: &serde_json::Value| {
+        status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "SynchronousReplication")
+            .map(|c| {
+                (
+                    c["status"].clone(),
+                    c["reason"].clone(),
+                    c["message"].clone(),
+                )
+            })
+    };
+    let (held, reason, message) = sync(&status).expect("the condition");
+    assert_eq!((held, reason), ("False".into(), "Asynchronous".into()));
+    assert!(
+        message.as_str().is_some_and(|m| m.starts_with("pg-0: ")),
+        "{message}"
+    );
+    o.own.synchronous.insert(0, said(false));
+    let status = Postgres::status(
+        &pg,
+        crate::engine::EngineStatus::default(),
+        Some(&ready(V1, 0)),
+        &o,
+        chrono::Utc::now(),
+    );
+    assert_eq!(
+        sync(&status).map(|(held, reason, _)| (held, reason)),
+        Some(("True".into(), "Synchronous".into()))
+    );
+    // Without spec.synchronous there is no such condition.
+    let plain = super::rendering::object(spec("16.3"));
+    let status = Postgres::status(
+        &plain,
+        crate::engine::EngineStatus::default(),
+        Some(&ready(V1, 0)),
+        &o,
+        chrono::Utc::now(),
+    );
+    assert_eq!(sync(&status), None);
+}
