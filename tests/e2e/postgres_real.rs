@@ -835,6 +835,25 @@ impl Drop for RwWatch {
     }
 }
 
+/// Wait until `name` is Ready with a primary other than `old`; returns it.
+async fn failed_over_from(real: &Real, name: &str, old: &str) -> String {
+    let old = old.to_owned();
+    let pg = until(
+        &real.pg.api,
+        name,
+        "Ready with a new primary",
+        SLOW,
+        move |pg| {
+            pg.status.as_ref().is_some_and(|s| {
+                s.engine.phase.as_deref() == Some("Ready")
+                    && s.primary_pod.as_deref().is_some_and(|p| p != old)
+            })
+        },
+    )
+    .await;
+    primary_of(&pg)
+}
+
 fn primary_of(pg: &PostgresCluster) -> String {
     pg.status
         .as_ref()
@@ -1499,21 +1518,7 @@ async fn failover_with_the_primary_cut_off_from_the_api() {
 
     let cut_at = now_epoch();
     api_cut("add", &old_ip);
-    let old2 = old.clone();
-    let pg = until(
-        &real.pg.api,
-        name,
-        "Ready with a new primary",
-        SLOW,
-        move |pg| {
-            pg.status.as_ref().is_some_and(|s| {
-                s.engine.phase.as_deref() == Some("Ready")
-                    && s.primary_pod.as_deref().is_some_and(|p| p != old2)
-            })
-        },
-    )
-    .await;
-    let new = primary_of(&pg);
+    let new = failed_over_from(&real, name, &old).await;
     let new_pod = pods.get(&new).await.expect("get the new primary's pod");
     let new_id = format!("{new}/{}", new_pod.uid().unwrap_or_default());
     let new_ip = new_pod

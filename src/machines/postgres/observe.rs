@@ -340,20 +340,18 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter(|(_, p)| condition_status(p, STREAMING) == Some("False"))
         .map(|(k, _)| *k)
         .collect();
-    let archiving = live
-        .iter()
-        .filter_map(|(k, p)| {
-            let (status, message) = pod_condition(p, ARCHIVING)?;
-            Some((*k, (status == "True", message)))
-        })
-        .collect();
-    let synchronous = live
-        .iter()
-        .filter_map(|(k, p)| {
-            let (status, message) = pod_condition(p, SYNCHRONOUS)?;
-            Some((*k, (status == "True", message)))
-        })
-        .collect();
+    // What each live pod reports under the pod condition `type_`: whether it holds,
+    // and the message.
+    let reported = |type_: &str| -> BTreeMap<i32, (bool, String)> {
+        live.iter()
+            .filter_map(|(k, p)| {
+                let (status, message) = pod_condition(p, type_)?;
+                Some((*k, (status == "True", message)))
+            })
+            .collect()
+    };
+    let archiving = reported(ARCHIVING);
+    let synchronous = reported(SYNCHRONOUS);
     let recovery_failed = live
         .iter()
         .filter_map(|(k, p)| Some((*k, recovery_failure(p)?)))

@@ -213,11 +213,7 @@ pub(super) fn continuous_archiving(
     generation: Option<i64>,
 ) -> Option<Condition> {
     object.spec.backup.as_ref()?.wal_archive.as_ref()?;
-    let (primary, _) = observed
-        .pods
-        .iter()
-        .find(|(_, p)| !p.terminating && p.role == Some(Role::Primary))?;
-    let (works, said) = observed.own.archiving.get(primary)?;
+    let (primary, (works, said)) = primary_report(observed, &observed.own.archiving)?;
     let name = object.name_any();
     let (why, message) = if *works {
         (
@@ -249,11 +245,7 @@ pub(super) fn synchronous_replication(
     generation: Option<i64>,
 ) -> Option<Condition> {
     object.spec.synchronous.as_ref()?;
-    let (primary, _) = observed
-        .pods
-        .iter()
-        .find(|(_, p)| !p.terminating && p.role == Some(Role::Primary))?;
-    let (waits, said) = observed.own.synchronous.get(primary)?;
+    let (primary, (waits, said)) = primary_report(observed, &observed.own.synchronous)?;
     let why = if *waits {
         synchronous::reason::SYNCHRONOUS
     } else {
@@ -270,6 +262,19 @@ pub(super) fn synchronous_replication(
         now,
         generation,
     ))
+}
+
+/// The pod labelled primary (not terminating) and what it reported in `reports` (a
+/// replica's report, from when it was a primary, is nobody's).
+fn primary_report<'a>(
+    observed: &Observed,
+    reports: &'a std::collections::BTreeMap<i32, (bool, String)>,
+) -> Option<(i32, &'a (bool, String))> {
+    let (primary, _) = observed
+        .pods
+        .iter()
+        .find(|(_, p)| !p.terminating && p.role == Some(Role::Primary))?;
+    Some((*primary, reports.get(primary)?))
 }
 
 /// The condition `type_` of `object` saying `(holds, reason, message)`: its transition

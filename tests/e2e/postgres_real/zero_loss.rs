@@ -52,25 +52,6 @@ async fn synchronous_under_two_writers(real: &Real, name: &str) -> (String, Stri
     (old, old_ip, uid)
 }
 
-/// Wait until `name` is Ready with a primary other than `old`; returns it.
-async fn failed_over_from(real: &Real, name: &str, old: &str) -> String {
-    let old = old.to_owned();
-    let pg = until(
-        &real.pg.api,
-        name,
-        "Ready with a new primary",
-        SLOW,
-        move |pg| {
-            pg.status.as_ref().is_some_and(|s| {
-                s.engine.phase.as_deref() == Some("Ready")
-                    && s.primary_pod.as_deref().is_some_and(|p| p != old)
-            })
-        },
-    )
-    .await;
-    primary_of(&pg)
-}
-
 /// Once the direct writer made an attempt that began after `since`, stop both writers
 /// and assert that every acknowledged commit is in the cluster and that the old primary
 /// acknowledged no commit begun after `cut` (the freeze or the cut). `what` names the

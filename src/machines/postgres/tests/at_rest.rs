@@ -221,6 +221,15 @@ fn synchronous_replication_is_a_condition_from_the_primarys_report_false_once_pr
         data_durability: DataDurability::Preferred,
     });
     let pg = super::rendering::object(s);
+    let status_of = |pg: &PostgresCluster, o: &Observed| {
+        Postgres::status(
+            pg,
+            crate::engine::EngineStatus::default(),
+            Some(&ready(V1, 0)),
+            o,
+            chrono::Utc::now(),
+        )
+    };
     let mut o = at_rest(V1, 0);
     let said = |asynchronous: bool| {
         let (status, _, message) = condition(asynchronous, 1);
@@ -228,13 +237,7 @@ fn synchronous_replication_is_a_condition_from_the_primarys_report_false_once_pr
     };
     // A replica's report (from when it was a primary) is not the cluster's.
     o.own.synchronous = BTreeMap::from([(0, said(true)), (1, said(false))]);
-    let status = Postgres::status(
-        &pg,
-        crate::engine::EngineStatus::default(),
-        Some(&ready(V1, 0)),
-        &o,
-        chrono::Utc::now(),
-    );
+    let status = status_of(&pg, &o);
     let sync = |status: &serde_json::Value| {
         status["conditions"]
             .as_array()
@@ -256,25 +259,13 @@ fn synchronous_replication_is_a_condition_from_the_primarys_report_false_once_pr
         "{message}"
     );
     o.own.synchronous.insert(0, said(false));
-    let status = Postgres::status(
-        &pg,
-        crate::engine::EngineStatus::default(),
-        Some(&ready(V1, 0)),
-        &o,
-        chrono::Utc::now(),
-    );
+    let status = status_of(&pg, &o);
     assert_eq!(
         sync(&status).map(|(held, reason, _)| (held, reason)),
         Some(("True".into(), "Synchronous".into()))
     );
     // Without spec.synchronous there is no such condition.
     let plain = super::rendering::object(spec("16.3"));
-    let status = Postgres::status(
-        &plain,
-        crate::engine::EngineStatus::default(),
-        Some(&ready(V1, 0)),
-        &o,
-        chrono::Utc::now(),
-    );
+    let status = status_of(&plain, &o);
     assert_eq!(sync(&status), None);
 }
