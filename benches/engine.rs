@@ -265,6 +265,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             requests: pg::PgRequests::default(),
             lease_seconds: BTreeMap::new(),
             unconfigured: Default::default(),
+            unjudged: Default::default(),
             settings: BTreeMap::new(),
             lagging: Default::default(),
             archiving: Default::default(),

@@ -149,6 +149,33 @@ pub(crate) fn history(pg: &PostgresCluster) -> Vec<lockstep::engine::HistoryEntr
         .unwrap_or_default()
 }
 
+/// Every transition of a cluster seen by the one who watches it, in order, beyond the
+/// last [`lockstep::engine::HISTORY_LIMIT`] its status keeps: each history observed is
+/// merged on its overlap with what was seen before.
+#[derive(Clone, Default)]
+pub(crate) struct Transitions(
+    std::sync::Arc<std::sync::Mutex<Vec<lockstep::engine::HistoryEntry>>>,
+);
+
+impl Transitions {
+    /// Takes in the history `pg` shows.
+    pub(crate) fn see(&self, pg: &PostgresCluster) {
+        let now = history(pg);
+        let mut seen = self.0.lock().expect("no other holder panicked");
+        let overlap = (0..=now.len().min(seen.len()))
+            .rev()
+            .find(|k| seen[seen.len() - k..] == now[..*k])
+            .unwrap_or(0);
+        seen.extend_from_slice(&now[overlap..]);
+    }
+
+    /// The reasons of the transitions seen, in order.
+    pub(crate) fn reasons(&self) -> Vec<String> {
+        let seen = self.0.lock().expect("no other holder panicked");
+        seen.iter().map(|h| h.reason.clone()).collect()
+    }
+}
+
 fn reasons(pg: &PostgresCluster) -> Vec<String> {
     history(pg).into_iter().map(|h| h.reason).collect()
 }

@@ -869,7 +869,9 @@ impl Manager {
         // primary relaxes it at its first round if too few standbys stream).
         self.settings.decide_synchronous(&self.member(), None);
         self.write_checked_config(standby).await?;
-        self.start(standby)
+        self.start(standby)?;
+        self.settings.started();
+        Ok(())
     }
 
     fn start(&mut self, standby: bool) -> Result<(), String> {

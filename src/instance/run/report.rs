@@ -214,6 +214,7 @@ mod tests {
         let settings = SettingsReport {
             refused: vec![],
             pending_restart: vec!["shared_buffers".to_owned()],
+            judged: None,
         };
         let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
         let changed = report(Some(&settings), Some(false), None, None);

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 
 use crate::machines::postgres::applied::{SettingsReport, parameter_field, rule_field};
 use crate::machines::postgres::settings::{
-    InstanceSettings, PostgresqlSpec, SETTINGS_ANNOTATION, parse,
+    InstanceSettings, PostgresqlSpec, SETTINGS_ANNOTATION, digest_of, parse,
 };
 use crate::machines::postgres::synchronous::{DataDurability, standby_names};
 
@@ -54,6 +54,9 @@ pub struct Settings {
     written: Option<(InstanceSettings, String)>,
     /// The parameters whose written value the running server applies only at a start.
     pending_restart: BTreeSet<String>,
+    /// The digest of the settings that `pending_restart` is about (what the files held
+    /// when the server last started or reloaded them): what the report says it judged.
+    judged: Option<String>,
     /// Why the annotation was last unusable (logged once per reason).
     unusable: Option<String>,
 }
@@ -260,12 +263,27 @@ impl Settings {
         }
     }
 
-    /// The parameters the running server applies only at its next start.
+    /// The parameters the running server applies only at its next start, read after
+    /// it reloaded the files: the report now judges what they hold.
     pub fn set_pending_restart(&mut self, names: BTreeSet<String>) {
         if names != self.pending_restart && !names.is_empty() {
             tracing::info!(parameters = ?names, "settings changed that PostgreSQL applies only at a restart: pending until this instance's next start");
         }
         self.pending_restart = names;
+        self.judge_written();
+    }
+
+    /// The server started on the files: nothing waits for a restart, and the report
+    /// judges what they hold.
+    pub fn started(&mut self) {
+        self.pending_restart.clear();
+        self.judge_written();
+    }
+
+    fn judge_written(&mut self) {
+        if let Some((wanted, _)) = &self.written {
+            self.judged = Some(digest_of(wanted));
+        }
     }
 
     /// What this instance tells the operator (the pod condition of
@@ -291,6 +309,7 @@ impl Settings {
         SettingsReport {
             refused,
             pending_restart: self.pending_restart.iter().cloned().collect(),
+            judged: self.judged.clone(),
         }
     }
 
@@ -458,12 +477,33 @@ mod tests {
                     "spec.postgresql.pgHba[1]".to_owned()
                 ],
                 pending_restart: vec!["shared_buffers".to_owned()],
+                judged: None,
             }
         );
         // Asked for another value: no longer refused, even before the next check.
         s.wanted.postgresql = asked(&[("work_mem", "16MB")], &[]);
         s.set_pending_restart(BTreeSet::new());
         assert!(s.report().applied());
+    }
+
+    #[test]
+    fn a_report_judges_new_settings_only_once_the_server_reloaded_or_started_on_them() {
+        let first = asked(&[("shared_buffers", "64MB")], &[]);
+        let mut s = settings_asking(&first);
+        s.written();
+        s.started();
+        let judged_first = Some(digest_of(&s.wanted));
+        assert_eq!(s.report().judged, judged_first);
+        // New settings written and reloaded: until the server says what waits for a
+        // start, the report still judges the first ones.
+        s.wanted.postgresql = asked(&[("shared_buffers", "128MB")], &[]);
+        s.written();
+        assert_eq!(s.report().judged, judged_first);
+        s.set_pending_restart(["shared_buffers".to_owned()].into());
+        let report = s.report();
+        assert_eq!(report.judged, Some(digest_of(&s.wanted)));
+        assert_ne!(report.judged, judged_first);
+        assert_eq!(report.pending_restart, ["shared_buffers"]);
     }
 
     #[test]

@@ -13,6 +13,15 @@
 //! | `False` | [`reason::REFUSED`] | `refused: spec.postgresql.parameters.work_mem; pending restart: shared_buffers` |
 //! | `False` | [`reason::PENDING_RESTART`] | `pending restart: shared_buffers` |
 //!
+//! Each message ends with `; judged <digest>`: the digest
+//! ([`crate::driver::cache::digest`]) of the settings annotation the report is about
+//! ([`super::settings::digest_of`]). A parameter pending a restart is known only after
+//! the server reloaded the files, so an instance says it judged a value once it knows
+//! both what was refused and what waits for a start. The operator restarts no instance
+//! before every instance has judged the spec's settings: a report that arrives late
+//! (the kubelet refreshes each pod's annotations file on its own schedule) would
+//! otherwise find the role already moved and move it again.
+//!
 //! A refused entry names the field of the spec that holds it: a parameter
 //! (`spec.postgresql.parameters.<name>`) or a rule by its place
 //! (`spec.postgresql.pgHba[<i>]`). The server keeps its last accepted value meanwhile.
@@ -35,11 +44,15 @@ pub mod reason {
     /// The server refused a parameter or a `pg_hba.conf` rule (and maybe some parameter
     /// also waits for a restart).
     pub const REFUSED: &str = "Refused";
+    /// The cluster's condition only: an instance has yet to judge the spec's settings
+    /// (its report is about earlier ones).
+    pub const APPLYING: &str = "Applying";
 }
 
 const REFUSED_PREFIX: &str = "refused: ";
 const PENDING_PREFIX: &str = "pending restart: ";
 const ALL_APPLIED: &str = "every setting of spec.postgresql applied";
+const JUDGED_PREFIX: &str = "judged ";
 
 /// What an instance reports of its settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -48,6 +61,10 @@ pub struct SettingsReport {
     pub refused: Vec<String>,
     /// The parameters written that the server applies only at its next start, sorted.
     pub pending_restart: Vec<String>,
+    /// The digest of the settings annotation this report is about
+    /// ([`super::settings::digest_of`]); `None` from a manager too old to say, or one
+    /// whose server never started on its files.
+    pub judged: Option<String>,
 }
 
 /// A refused parameter, named by its field.
@@ -72,8 +89,13 @@ impl SettingsReport {
     /// The condition's status, reason and message.
     #[must_use]
     pub fn condition(&self) -> (&'static str, &'static str, String) {
+        let judged = self
+            .judged
+            .as_ref()
+            .map(|d| format!("; {JUDGED_PREFIX}{d}"))
+            .unwrap_or_default();
         if self.applied() {
-            return ("True", reason::APPLIED, ALL_APPLIED.to_owned());
+            return ("True", reason::APPLIED, format!("{ALL_APPLIED}{judged}"));
         }
         let mut parts = Vec::new();
         if !self.refused.is_empty() {
@@ -90,19 +112,20 @@ impl SettingsReport {
         } else {
             reason::REFUSED
         };
-        ("False", why, parts.join("; "))
+        ("False", why, format!("{}{judged}", parts.join("; ")))
     }
 
     /// The report a condition carries; `None` for a message this module did not write.
     #[must_use]
     pub fn from_condition(status: &str, message: &str) -> Option<Self> {
-        if status == "True" {
-            return Some(Self::default());
-        }
         let mut report = Self::default();
         for part in message.split("; ") {
             let list = |rest: &str| rest.split(", ").map(str::to_owned).collect::<Vec<_>>();
-            if let Some(rest) = part.strip_prefix(REFUSED_PREFIX) {
+            if let Some(rest) = part.strip_prefix(JUDGED_PREFIX) {
+                report.judged = Some(rest.to_owned());
+            } else if status == "True" {
+                continue;
+            } else if let Some(rest) = part.strip_prefix(REFUSED_PREFIX) {
                 report.refused = list(rest);
             } else if let Some(rest) = part.strip_prefix(PENDING_PREFIX) {
                 report.pending_restart = list(rest);
@@ -110,7 +133,7 @@ impl SettingsReport {
                 return None;
             }
         }
-        (!report.applied()).then_some(report)
+        (status == "True" || !report.applied()).then_some(report)
     }
 }
 
@@ -173,6 +196,7 @@ mod tests {
         let report = |refused: &[&str], pending: &[&str]| SettingsReport {
             refused: refused.iter().map(|s| (*s).to_owned()).collect(),
             pending_restart: pending.iter().map(|s| (*s).to_owned()).collect(),
+            judged: None,
         };
         let reports = BTreeMap::from([
             (
@@ -199,13 +223,14 @@ mod tests {
         let report = SettingsReport {
             refused: vec![parameter_field("work_mem"), rule_field(1)],
             pending_restart: vec!["shared_buffers".to_owned()],
+            judged: Some("0123456789abcdef".to_owned()),
         };
         assert_eq!(
             report.condition(),
             (
                 "False",
                 reason::REFUSED,
-                "refused: spec.postgresql.parameters.work_mem, spec.postgresql.pgHba[1]; pending restart: shared_buffers".to_owned()
+                "refused: spec.postgresql.parameters.work_mem, spec.postgresql.pgHba[1]; pending restart: shared_buffers; judged 0123456789abcdef".to_owned()
             )
         );
     }
@@ -229,10 +254,12 @@ mod tests {
         fn what_is_written_reads_back_the_same(
             refused in proptest::collection::btree_set("[a-z_.\\[\\]0-9]{1,20}", 0..4),
             pending in proptest::collection::btree_set("[a-z_]{1,20}", 0..4),
+            judged in proptest::option::of("[0-9a-f]{16}"),
         ) {
             let report = SettingsReport {
                 refused: refused.into_iter().collect(),
                 pending_restart: pending.into_iter().collect(),
+                judged,
             };
             let (status, _, message) = report.condition();
             prop_assert_eq!(SettingsReport::from_condition(status, &message), Some(report));

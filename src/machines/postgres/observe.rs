@@ -177,6 +177,10 @@ pub struct Own {
     /// What the live instance pods (by ordinal) report their servers made of the
     /// settings ([`super::applied`]); a pod that reports nothing yet is absent.
     pub settings: BTreeMap<i32, SettingsReport>,
+    /// The live instance pods (by ordinal) whose report is about other settings than the
+    /// spec's ([`SettingsReport::judged`]): their managers have yet to read, or their
+    /// servers to reload, what the spec asks for.
+    pub unjudged: BTreeSet<i32>,
     /// The live instance pods (by ordinal) that report their standby not streaming
     /// ([`super::streaming`]): behind the primary.
     pub lagging: BTreeSet<i32>,
@@ -331,9 +335,15 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter(|(_, p)| p.annotations().get(settings::SETTINGS_ANNOTATION) != wanted.as_ref())
         .map(|(k, _)| *k)
         .collect();
-    let reports = live
+    let reports: BTreeMap<i32, SettingsReport> = live
         .iter()
         .filter_map(|(k, p)| Some((*k, settings_report(p)?)))
+        .collect();
+    let spec_digest = settings::digest_of(&settings::InstanceSettings::of(pg));
+    let unjudged = reports
+        .iter()
+        .filter(|(_, r)| r.judged.as_ref().is_some_and(|d| *d != spec_digest))
+        .map(|(k, _)| *k)
         .collect();
     let lagging = live
         .iter()
@@ -366,6 +376,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         lease_seconds,
         unconfigured,
         settings: reports,
+        unjudged,
         lagging,
         archiving,
         synchronous,

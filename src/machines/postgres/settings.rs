@@ -179,6 +179,16 @@ pub fn annotation_of(pg: &PostgresCluster) -> Option<String> {
     annotation(&InstanceSettings::of(pg))
 }
 
+/// The digest of the annotation that carries `settings` ([`annotation`], digested as
+/// the driver's cache keeps it: [`crate::driver::cache::digest`]; no annotation digests
+/// as the empty value). An instance manager reports it with what its server made of
+/// the settings ([`super::applied`]), so the operator knows which value a report is
+/// about.
+#[must_use]
+pub fn digest_of(settings: &InstanceSettings) -> String {
+    crate::driver::cache::digest(&annotation(settings).unwrap_or_default())
+}
+
 /// The settings an annotation value carries.
 ///
 /// # Errors
@@ -207,6 +217,12 @@ mod tests {
         };
         let text = annotation(&spec).expect("an annotation");
         assert_eq!(parse(&text).expect("it parses"), spec);
+        // What an instance digests of what it parsed is what the operator digests of
+        // what it wrote.
+        assert_eq!(
+            digest_of(&parse(&text).expect("it parses")),
+            crate::driver::cache::digest(&text)
+        );
         // What a pod made before synchronous replication carries still parses.
         assert_eq!(
             parse(r#"{"parameters":{"work_mem":"16MB"}}"#)

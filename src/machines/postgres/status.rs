@@ -154,9 +154,11 @@ pub(super) fn primary_available(
 /// `SettingsApplied`: what the instances made of `spec.postgresql`, from what each
 /// reports on its pod ([`super::applied`]): `False` while one refused a setting
 /// (`Refused`) or one waits for a restart to apply a parameter (`PendingRestart`),
-/// naming each field and its instances; `True` (`Applied`) once every instance that
-/// reports applies them all. Absent while no instance reports (a server not started
-/// yet, or pods made before instances reported).
+/// naming each field and its instances; `False` (`Applying`) while an instance has yet
+/// to judge the spec's settings ([`Observed`]'s `unjudged`, named in every message);
+/// `True` (`Applied`) once every instance that reports applies them all. Absent while
+/// no instance reports (a server not started yet, or pods made before instances
+/// reported).
 pub(super) fn settings_applied(
     object: &PostgresCluster,
     observed: &Observed,
@@ -176,6 +178,11 @@ pub(super) fn settings_applied(
             gathered.pending_text(pod)
         )
     });
+    let unjudged: Vec<i32> = observed.own.unjudged.iter().copied().collect();
+    let unread = (!unjudged.is_empty()).then(|| {
+        let pods: Vec<String> = unjudged.iter().map(|k| pod(*k)).collect();
+        format!("{} yet to read the spec's settings", pods.join(", "))
+    });
     let (holds, why, message) = if !gathered.refused.is_empty() {
         let refused = format!("refused: {}", gathered.refused_text(pod));
         let message = match pending {
@@ -185,12 +192,18 @@ pub(super) fn settings_applied(
         (false, applied_reason::REFUSED, message)
     } else if let Some(pending) = pending {
         (false, applied_reason::PENDING_RESTART, pending)
+    } else if let Some(unread) = &unread {
+        (false, applied_reason::APPLYING, unread.clone())
     } else {
         let message = format!(
             "{} instance(s) report every setting of spec.postgresql applied",
             reports.len()
         );
         (true, applied_reason::APPLIED, message)
+    };
+    let message = match unread {
+        Some(unread) if why != applied_reason::APPLYING => format!("{message}; {unread}"),
+        _ => message,
     };
     Some(condition(
         object,

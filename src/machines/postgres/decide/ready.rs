@@ -84,11 +84,16 @@ pub(crate) fn ready(
 /// An instance reports a parameter its server applies only at its next start: restart
 /// the instances that wait, as an upgrade to the same image replaces pods (replicas
 /// first, then a switchover, then the old primary), with the same safety.
+///
+/// Not before every instance has judged the spec's settings
+/// ([`crate::machines::postgres::applied`]): the kubelet refreshes each pod's
+/// annotations on its own schedule, and a replica that says late that it waits too
+/// would find the role already moved to it, and move it a second time.
 fn restart(cluster: &Topology, o: &Observed) -> Option<D> {
     let waiting: Vec<i32> = (0..cluster.replicas)
         .filter(|k| waits_for_restart(o, *k))
         .collect();
-    if waiting.is_empty() {
+    if waiting.is_empty() || !o.own.unjudged.is_empty() {
         return None;
     }
     let pending = Gathered::of(&o.own.settings).pending_text(|k| o.pod_name(k));

@@ -190,6 +190,7 @@ where
                     .map(|(k, p)| (*k, p.lease_seconds))
                     .collect(),
                 unconfigured: Default::default(),
+                unjudged: Default::default(),
                 // The model's clusters bootstrap with initdb.
                 recovery_failed: Default::default(),
                 // A running server that started before the last change of a
@@ -205,6 +206,7 @@ where
                         let report = SettingsReport {
                             refused: Vec::new(),
                             pending_restart: vec!["shared_buffers".to_owned()],
+                            judged: None,
                         };
                         (*k, report)
                     })

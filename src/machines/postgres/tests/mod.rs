@@ -148,6 +148,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             requests: PgRequests::default(),
             lease_seconds: BTreeMap::new(),
             unconfigured: Default::default(),
+            unjudged: Default::default(),
             settings: BTreeMap::new(),
             lagging: Default::default(),
             archiving: BTreeMap::new(),

@@ -565,6 +565,7 @@ fn reporting(refused: &[&str], pending: &[&str]) -> SettingsReport {
     SettingsReport {
         refused: refused.iter().map(|s| (*s).to_owned()).collect(),
         pending_restart: pending.iter().map(|s| (*s).to_owned()).collect(),
+        judged: None,
     }
 }
 
@@ -647,6 +648,43 @@ fn a_parameter_pending_a_restart_restarts_the_instances_as_an_upgrade_replicas_f
 }
 
 #[test]
+fn no_instance_restarts_before_every_instance_judged_the_specs_settings() {
+    // The primary says first that shared_buffers waits for a start; the replicas'
+    // managers have yet to read the new annotation (they judged the last one).
+    let s = with_work_mem();
+    let mut o = at_rest(V1, 0);
+    o.own.settings = BTreeMap::from([(0, reporting(&[], &["shared_buffers"]))]);
+    o.own.unjudged = [1, 2].into();
+    let d = decide(&s, &ready(V1, 0), o.clone());
+    assert_ne!(d.reason(), SETTINGS_NEED_RESTART);
+    assert!(deletes_in(&d).is_empty());
+
+    // Mid-upgrade, the role does not move to a replica that may say next that it waits.
+    let restarting = PgState::Upgrading {
+        cluster: cluster(V1, 0),
+        pod: None,
+    };
+    let d = decide(&s, &restarting, o.clone());
+    assert_eq!(d.reason(), WAITING_FOR_PODS);
+    match &d {
+        Decision::Stay { message, .. } => assert!(
+            message.contains("waiting for pg-1, pg-2 to read the spec's settings"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+
+    // Once every instance judged them, the ones that wait restart, replicas first.
+    o.own.unjudged.clear();
+    o.own.settings = (0..3)
+        .map(|k| (k, reporting(&[], &["shared_buffers"])))
+        .collect();
+    let d = decide(&s, &ready(V1, 0), o.clone());
+    assert_goes(&d, SETTINGS_NEED_RESTART, &restarting);
+    assert_eq!(decide(&s, &restarting, o).reason(), POD_CHOSEN);
+}
+
+#[test]
 fn a_pod_chosen_for_a_restart_that_restarted_in_place_is_not_deleted() {
     let s = with_work_mem();
     let o = at_rest(V1, 0);
@@ -700,6 +738,16 @@ fn the_settings_applied_condition_names_what_waits_for_a_restart_and_where() {
     assert_eq!(
         condition(&o).map(|(status, why, _)| (status, why)),
         Some(("True".to_owned(), "Applied".to_owned()))
+    );
+    // An instance whose report is about earlier settings is named until it reads them.
+    o.own.unjudged = [1].into();
+    assert_eq!(
+        condition(&o),
+        Some((
+            "False".to_owned(),
+            "Applying".to_owned(),
+            "pg-1 yet to read the spec's settings".to_owned()
+        ))
     );
 }
 
