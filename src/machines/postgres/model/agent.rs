@@ -343,6 +343,7 @@ impl World {
                 if let Some(p) = self.pods.get_mut(&k).filter(|_| standby) {
                     p.server = Srv::Standby;
                     p.settings_started = settings;
+                    p.settings_judged = settings;
                     p.stream_broken = None;
                     self.streaming.remove(&k);
                 }
@@ -361,6 +362,7 @@ impl World {
                     p.server = Srv::Writable;
                     p.writable = true;
                     p.settings_started = settings;
+                    p.settings_judged = settings;
                 }
                 // A server that starts writable has no standby connected yet.
                 self.streaming.clear();

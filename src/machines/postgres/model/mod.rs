@@ -251,6 +251,9 @@ struct Pod {
     stream_broken: Option<DateTime<Utc>>,
     /// The [`World::restart_settings`] its server last started with.
     settings_started: u32,
+    /// The [`World::restart_settings`] its manager last read and reported on
+    /// ([`Move::SettingsRead`]; at its server's start it reads the current ones).
+    settings_judged: u32,
 }
 
 impl Pod {
@@ -279,6 +282,7 @@ impl Pod {
             stream_broken: None,
             garbled: false,
             settings_started: 0,
+            settings_judged: 0,
         }
     }
 }
@@ -468,7 +472,8 @@ pub(super) enum Edit {
     /// with).
     LeaseSeconds(i64),
     /// Change a parameter of `spec.postgresql` that a server applies only at its start
-    /// (`shared_buffers`): every running server reports it pending until it starts
+    /// (`shared_buffers`): every running server reports it pending, once its manager has
+    /// read the change ([`Move::SettingsRead`], each on its own schedule), until it starts
     /// again ([`World::restart_settings`]).
     RestartSetting,
     /// Add or remove `spec.backup` (scenarios only). Removing it removes the `backup-now`
@@ -528,6 +533,10 @@ pub(super) enum Move {
     /// Someone deletes the primary Lease: the agents read it as unreadable (they
     /// cannot renew it) until the operator creates it again.
     LeaseDeleted,
+    /// The pod's manager reads the settings annotation as it stands (the kubelet
+    /// refreshes each pod's file on its own schedule) and reports on them: a server
+    /// running since before a restart-only change then reports it pending.
+    SettingsRead(i32),
     /// The pods' clocks move to `sign × S` seconds from the operator's (within the
     /// bound `spec.fencing.clockSkewSeconds` the operator allows for). A holder's
     /// `renewTime` is written by its own clock.
@@ -835,6 +844,11 @@ impl World {
         }
         // A person clears files left on a volume.
         self.volumes.retain(|_, v| *v != Vol::Foreign);
+        // Every manager reads the settings annotation in the end.
+        let settings = self.restart_settings;
+        for p in self.pods.values_mut() {
+            p.settings_judged = settings;
+        }
         let paused: Vec<i32> = self
             .pods
             .iter()

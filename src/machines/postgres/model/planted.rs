@@ -730,15 +730,17 @@ fn a_lease_deleted_mid_switchover_is_recreated_and_expires() {
     assert_took(&report, "SwitchingOver -> Ready (SwitchoverCompleted)");
 }
 
-/// Generated runs find the vanished-pod bug too (from the seed `...seed 0001`; of the
-/// last bytes 1..=4, 1024 runs find it from every one), and shrink it to a short story.
+/// Generated runs find the vanished-pod bug too (from the seed `...seed 0003`; of the
+/// last bytes 1..=12, 1024 runs find it from 3, 4, 5, 8 and 11, and other failures from
+/// the rest), and shrink it to a short story. From seeds 2 and 7 the unplanted machine
+/// fails too: an open finding, see `docs/fencing.md` (Known gaps).
 /// Finding 2's planted bug is found by its scenario
 /// ([`the_model_check_finds_an_expiry_by_the_lowered_spec_alone`]): what generated runs
 /// of it found from these seeds were other failures.
 #[test]
 fn generated_runs_find_a_vanished_pod_taken_for_fenced_and_shrink_it() {
     let mut seed = *b"lockstep/engine/check: seed 0001";
-    seed[31] = 1;
+    seed[31] = 3;
     let failure = try_check_machine::<VanishedPodIsFenced, World>(&CheckConfig {
         cases: 1024,
         seed,

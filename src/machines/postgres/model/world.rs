@@ -190,18 +190,25 @@ where
                     .map(|(k, p)| (*k, p.lease_seconds))
                     .collect(),
                 unconfigured: Default::default(),
-                unjudged: Default::default(),
+                // A running server's manager reports on the settings it last read.
+                unjudged: self
+                    .pods
+                    .range(..GONE)
+                    .filter(|(_, p)| !p.terminating && p.server != Srv::Down)
+                    .filter(|(_, p)| p.settings_judged < self.restart_settings)
+                    .map(|(k, _)| *k)
+                    .collect(),
                 // The model's clusters bootstrap with initdb.
                 recovery_failed: Default::default(),
-                // A running server that started before the last change of a
-                // restart-only parameter reports it pending (its manager reads
+                // A running server that started before a change of a restart-only
+                // parameter its manager has read reports it pending (its manager reads
                 // `pg_settings.pending_restart` after the reload); the model's servers
                 // refuse no value.
                 settings: self
                     .pods
                     .range(..GONE)
                     .filter(|(_, p)| !p.terminating && p.server != Srv::Down)
-                    .filter(|(_, p)| p.settings_started < self.restart_settings)
+                    .filter(|(_, p)| p.settings_started < p.settings_judged)
                     .map(|(k, _)| {
                         let report = SettingsReport {
                             refused: Vec::new(),
@@ -397,6 +404,7 @@ where
             1 => (0..MAX_PODS).prop_map(Move::VolumeLost),
             1 => (0..MAX_PODS).prop_map(Move::ForceDeleted),
             1 => Just(Move::LeaseDeleted),
+            2 => (0..MAX_PODS).prop_map(Move::SettingsRead),
         ]
         .boxed()
     }
@@ -513,6 +521,12 @@ where
                     .or(self.last_holder);
                 self.mark_lost |= self.served;
                 self.lease = None;
+            }
+            Move::SettingsRead(k) => {
+                let settings = self.restart_settings;
+                if let Some(p) = self.pods.get_mut(&k).filter(|p| !p.paused) {
+                    p.settings_judged = settings;
+                }
             }
             Move::Write => self.write(),
             Move::Replicate(k) => self.replicate(k),
