@@ -328,8 +328,11 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| Some((ordinal_of(p, &name)?, p.as_ref())))
         .collect();
-    // The cache keeps the annotation as a digest (`driver::cache::DIGESTED_ANNOTATIONS`).
-    let wanted = settings::annotation_of(pg).map(|v| digest(&v));
+    // The cache keeps the annotation as a digest (`driver::cache::DIGESTED_ANNOTATIONS`);
+    // an instance reports the digest of the one it judged (`settings::digest_of`).
+    let annotation = settings::annotation_of(pg);
+    let wanted = annotation.as_deref().map(digest);
+    let spec_digest = settings::annotation_digest(annotation.as_deref());
     let unconfigured = live
         .iter()
         .filter(|(_, p)| p.annotations().get(settings::SETTINGS_ANNOTATION) != wanted.as_ref())
@@ -339,7 +342,6 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .iter()
         .filter_map(|(k, p)| Some((*k, settings_report(p)?)))
         .collect();
-    let spec_digest = settings::digest_of(&settings::InstanceSettings::of(pg));
     let unjudged = reports
         .iter()
         .filter(|(_, r)| r.judged.as_ref().is_some_and(|d| *d != spec_digest))

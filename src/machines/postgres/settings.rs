@@ -186,7 +186,13 @@ pub fn annotation_of(pg: &PostgresCluster) -> Option<String> {
 /// about.
 #[must_use]
 pub fn digest_of(settings: &InstanceSettings) -> String {
-    crate::driver::cache::digest(&annotation(settings).unwrap_or_default())
+    annotation_digest(annotation(settings).as_deref())
+}
+
+/// [`digest_of`] the settings an annotation value carries (`None`: no annotation).
+#[must_use]
+pub fn annotation_digest(annotation: Option<&str>) -> String {
+    crate::driver::cache::digest(annotation.unwrap_or_default())
 }
 
 /// The settings an annotation value carries.

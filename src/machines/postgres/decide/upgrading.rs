@@ -126,20 +126,20 @@ pub(crate) fn plan_upgrade(cluster: &Topology, o: &Observed, actions: Vec<PgActi
             }
         }
     } else if stale(&cluster.primary) {
-        // A replica yet to judge the spec's settings may say next that it waits for a
-        // restart too: the role moves to it only once it has said it does not.
-        let unjudged: Vec<i32> = o.own.unjudged.iter().copied().collect();
-        if n > 1 && !unjudged.is_empty() {
-            return stay(
-                WAITING_FOR_PODS,
-                format!(
-                    "every replica runs {target}; waiting for {} to read the spec's settings before the switchover",
-                    o.pod_names(&unjudged)
-                ),
-                actions,
-            );
-        }
         if n > 1 {
+            // A replica yet to judge the spec's settings may say next that it waits for
+            // a restart too: the role moves to it only once it has said it does not.
+            let unjudged: Vec<i32> = o.own.unjudged.iter().copied().collect();
+            if !unjudged.is_empty() {
+                return stay(
+                    WAITING_FOR_PODS,
+                    format!(
+                        "every replica runs {target}; waiting for {} to read the spec's settings before the switchover",
+                        o.pod_names(&unjudged)
+                    ),
+                    actions,
+                );
+            }
             return match choose_target(o, cluster, n, Some(target)) {
                 Some(t) if down.is_empty() => switch_to(
                     cluster,
