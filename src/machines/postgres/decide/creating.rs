@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::fencing::{Fence, fence, hand, stamp, wait_for};
 use super::upgrading::waits_for_restart;
-use super::{D, label_moves, objects, stay};
+use super::{D, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::postgres::actions::{PgAction, Role, spec_image};
 use crate::machines::postgres::api::PostgresClusterSpec;
@@ -257,6 +257,25 @@ pub(crate) fn choose_primary(
             }],
         )),
         Some(lease) => match fence(spec, lease, o, now) {
+            // An agent that starts labelled anything but primary gives back a Lease that
+            // names it, so a pod labelled `replica` or `demoted` is labelled primary
+            // first, and every other pod replica or demoted (its agent then waits for the
+            // Lease): handed the Lease as it was, it would release it before this machine
+            // saw it held, at every reconcile.
+            Fence::Fenced { why, .. }
+                if o.pods
+                    .get(&k)
+                    .and_then(|p| p.role)
+                    .is_some_and(|r| r != Role::Primary) =>
+            {
+                Err(wait(
+                    WAITING_FOR_LEASE,
+                    format!(
+                        "{why}: {name} is labelled primary first (its agent would give back a Lease handed to it under another role), then handed the primary Lease"
+                    ),
+                    promoting_moves(o, k),
+                ))
+            }
             Fence::Fenced { why, .. } => Err(wait(
                 WAITING_FOR_LEASE,
                 format!(

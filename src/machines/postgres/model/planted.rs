@@ -816,3 +816,15 @@ fn a_failover_with_no_standby_left_goes_back_to_the_old_primary_on_its_volume() 
     assert_took(&report, "SwitchingOver -> PrimaryLost (BackToOldPrimary)");
     assert_took(&report, "PrimaryLost -> Ready (PrimaryRecovered)");
 }
+
+/// Found by generated runs (seeds 2 and 7 of the vanished-pod test's generator): pod 1's
+/// standby is promoted by hand under a garbled label (its agent fences it), and pod 0's
+/// volume is lost. With the status lost too, the person's `adopt-primary` names pod 1,
+/// the one member with data. The Lease was handed to pod 1 while it was labelled
+/// `replica`; its starting agent gave it back at once, and round again, for ever. It is
+/// labelled primary first now, then handed the Lease, and the cluster is adopted.
+#[test]
+fn a_member_labelled_replica_is_labelled_primary_before_creating_hands_it_the_lease() {
+    let report = passes(super::scenarios::hand_promoted_standby_and_lost_primary_volume());
+    assert_took(&report, "Creating -> Ready (Adopted)");
+}

@@ -87,6 +87,21 @@ pub(super) fn failover_losing_the_only_standby() -> (World, Vec<Event<Move, Edit
     (world, events)
 }
 
+/// Pod 1's standby is promoted by hand under a garbled role label, and pod 0's volume is
+/// lost: pod 1 is the one member with data, still labelled `replica`.
+pub(super) fn hand_promoted_standby_and_lost_primary_volume() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(2, false, 0);
+    world.running();
+    let events = vec![
+        env(LabelGarbled(1)),
+        env(PromotedByHand(1)),
+        env(VolumeLost(0)),
+    ];
+    (world, events)
+}
+
 /// The replicas already run the new image; pod 1's stream breaks and a commit reaches
 /// pod 2 only; the upgrade's switchover makes pod 1 the target. The old primary stops
 /// cleanly and releases at the commit, which pod 1 cannot get, so its promote Job fails
