@@ -117,6 +117,10 @@ pub mod reason {
     pub const PROMOTION_EXHAUSTED: &str = "PromotionExhausted";
     /// Stay (Degraded): no Ready replica to promote.
     pub const NO_PROMOTION_TARGET: &str = "NoPromotionTarget";
+    /// Edge: the primary stayed lost with no Ready replica to promote, and
+    /// `lockstep.dev/adopt-primary` names another live pod: the cluster is adopted anew
+    /// around it (Creating), as a cluster whose status was lost is.
+    pub const ADOPTION_REQUESTED: &str = "AdoptionRequested";
     /// Edge: a failover or switchover found no standby to promote while the old primary's
     /// pod is live on its volume and the Lease never left its ordinal: it is the primary
     /// again.
@@ -215,6 +219,7 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
     PrimaryLost -> {
         Ready: PRIMARY_RECOVERED, "the primary is Ready and renewing again before the failover delay passed", by::PRIMARY_LOST;
         SwitchingOver: FAILOVER_STARTED, "the primary stayed not Ready (or not renewing) for longer than spec.failoverDelaySeconds", by::PRIMARY_LOST;
+        Creating: ADOPTION_REQUESTED, "the primary stayed lost, no replica is Ready to take over, and lockstep.dev/adopt-primary names another live pod: the cluster is adopted anew around it, as a lost status is (its Lease handed once its holder is fenced)", by::PRIMARY_LOST;
     }
     on_demand_edges!(backup: "spec.backup");
     finalize_edges!(

@@ -150,7 +150,7 @@ fn wait(reason: &'static str, message: String, actions: Vec<PgAction>) -> Wait {
 }
 
 /// The ordinal a `<name>-<ordinal>` or `<name>-<ordinal>/<uid>` names.
-fn ordinal_named(o: &Observed, name: &str) -> Option<i32> {
+pub(crate) fn ordinal_named(o: &Observed, name: &str) -> Option<i32> {
     let pod = name.split('/').next()?;
     pod.strip_prefix(&format!("{}-", o.name))?.parse().ok()
 }

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::creating::ordinal_named;
 use super::fencing::{expiry, lease_seconds};
 use super::{D, choose_target, stay, switch_to, upkeep_at};
 use crate::engine::{Decision, World};
 use crate::machines::postgres::api::PostgresClusterSpec;
-use crate::machines::postgres::observe::Observed;
+use crate::machines::postgres::observe::{ADOPT_PRIMARY, Observed};
 use crate::machines::postgres::state::{PgState, SwitchCause, Topology};
 use crate::machines::postgres::table::reason::*;
 
@@ -135,14 +136,34 @@ pub(crate) fn primary_lost(
                 )
             },
         ),
-        None => stay(
-            NO_PROMOTION_TARGET,
-            format!(
-                "{why} for longer than failoverDelaySeconds={}, and no replica is Ready to take over",
-                spec.failover_delay_seconds
-            ),
-            actions,
-        )
-        .degraded(),
+        None => {
+            // A member that holds the data but cannot start as a standby (no primary to
+            // follow) is made primary by a person: the cluster is adopted around it.
+            let named = o.own.requests.adopt_primary.as_deref();
+            if let Some(k) = named
+                .and_then(|n| ordinal_named(o, n))
+                .filter(|k| *k != cluster.primary && o.live(*k).is_some())
+            {
+                return Decision::go(
+                    PgState::Creating {
+                        credentials_created: true,
+                    },
+                    ADOPTION_REQUESTED,
+                    format!(
+                        "{why}, no replica is Ready to take over, and {ADOPT_PRIMARY} names {}: adopting the cluster anew around it (the primary Lease is handed to it once its holder is fenced)",
+                        o.pod_name(k)
+                    ),
+                );
+            }
+            stay(
+                NO_PROMOTION_TARGET,
+                format!(
+                    "{why} for longer than failoverDelaySeconds={}, and no replica is Ready to take over; if a member holds the data but cannot start as a standby (no primary to follow), set {ADOPT_PRIMARY}=<pod> to make it the primary",
+                    spec.failover_delay_seconds
+                ),
+                actions,
+            )
+            .degraded()
+        }
     }
 }

@@ -51,11 +51,14 @@
 //!     of the position a primary that stopped cleanly on demotion released the Lease at
 //!     (the agent's gate; only a person removing that position from the Lease, the
 //!     settling world's escape hatch, accepts a loss).
-//! 14. **With `spec.synchronous` (one standby, `Required`), no promotion loses an
-//!     acknowledged commit**: none falls short of the furthest commit a standby had
-//!     received from the writable server of its time (what the client was told), in a
-//!     failover too, whatever pods are down, evicted or force-deleted meanwhile (the
-//!     survey must read every other member: `synchronous::survey_quorum`).
+//! 14. **With `spec.synchronous` `Required`, no promotion loses an acknowledged
+//!     commit**: none falls short of the furthest commit that `number` standbys (any of
+//!     them, or the first connected by ordinal, as `method` says) had received from the
+//!     writable server of its time (what the client was told), in a failover too,
+//!     whatever pods are down, evicted or force-deleted meanwhile (the survey must read
+//!     `others - number + 1` of the other members: `synchronous::survey_quorum`).
+//!     `Preferred` promises no acknowledgement (it turns asynchronous when too few
+//!     standbys stream), so its worlds check the other invariants only.
 //! 15. **No empty database in place of the cluster's**: once a server accepted writes,
 //!     no pod bootstraps (`initdb`) a new one, even when the primary's pod and volume are
 //!     lost ([`Move::VolumeLost`]) and the operator hands the Lease to its empty
@@ -117,9 +120,9 @@
 //! `L` alone, and a vanished pod taken for fenced. And synchronous replication's: a
 //! failover that promotes without reading the quorum (invariant 14), found where the
 //! standby that acknowledged the last commit is NotReady as the primary fails. Worlds
-//! with `spec.synchronous` (`number: 1`, `Required`) are a third of the generated ones
-//! with two members or more; an edit below two members is refused as the API server
-//! refuses it.
+//! with `spec.synchronous` are a third of the generated ones with two members or more:
+//! `Any` or `First`, `Required` or `Preferred`, `number` 1 (or 2 with three members); an
+//! edit to `number` members or fewer is refused as the API server refuses it.
 //!
 //! Every edge of the agent's table is taken: by generated runs, or by the stories of
 //! `agent::stories` (asserted in `scenarios`), except the one `agent::UNIT_TESTED_ONLY`
@@ -337,9 +340,10 @@ pub(super) struct World {
     /// ([`Edit::RestartSetting`]): a running server that started before the last change
     /// reports it pending ([`Pod::settings_started`]).
     restart_settings: u32,
-    /// `spec.synchronous` is `{number: 1}` (`Any`, `Required`): a commit is acknowledged
-    /// only once a standby has it ([`World::acked`]).
-    synchronous: bool,
+    /// `spec.synchronous`: with `Required`, a commit is acknowledged only once `number`
+    /// standbys have it, any of them (`Any`) or the first connected by ordinal (`First`)
+    /// ([`World::acked`]); with `Preferred`, no acknowledgement is promised.
+    synchronous: Option<SynchronousSpec>,
     /// `lockstep.dev/fenced` names the Lease's holder (or, with none, its last one)
     /// whenever that holder's server is not writable: a person who knows its node is
     /// down (the settling world's escape hatch).
@@ -363,9 +367,9 @@ pub(super) struct World {
     /// The head of the writable timeline (acknowledged commits, when replication is
     /// asynchronous).
     wal: u64,
-    /// With [`World::synchronous`]: the furthest commit acknowledged to a client, that is
-    /// one that a standby connected to its writable server had received. No promotion
-    /// may fall short of it (invariant 14).
+    /// With [`World::synchronous`] `Required`: the furthest commit acknowledged to a
+    /// client, that is one that the standbys its writable server waited for had received
+    /// ([`World::sync_acked`]). No promotion may fall short of it (invariant 14).
     acked: u64,
     /// A server of this cluster has accepted writes: its database exists, and a
     /// bootstrap of an empty one in its place would lose it (invariant 15).
@@ -680,7 +684,7 @@ impl World {
             adopt_hatch: false,
             lease_seconds: LEASE_SECONDS,
             restart_settings: 0,
-            synchronous: false,
+            synchronous: None,
             fenced_hatch: false,
             last_holder: None,
             in_sync: InSync::default(),
@@ -829,6 +833,23 @@ impl World {
         if !data_within && let Some(l) = self.lease.as_mut().filter(|l| l.initialized) {
             l.initialized = false;
             self.mark_lost = true;
+        }
+        // A user whose data is left only on members beyond spec.replicas (the primary
+        // was lost while it scaled down, before the StatefulSet did) raises spec.replicas
+        // to keep the most advanced of them, instead of scaling the data away.
+        let has_data = |v: &Vol| matches!(v, Vol::Primary { .. } | Vol::Standby);
+        let within_spec = self
+            .volumes
+            .iter()
+            .any(|(k, v)| *k < self.replicas && has_data(v));
+        let beyond = self
+            .volumes
+            .iter()
+            .filter(|(k, v)| **k >= self.replicas && **k < n && has_data(v))
+            .max_by_key(|(k, _)| (self.received.get(k).copied().unwrap_or(0), -**k))
+            .map(|(k, _)| *k);
+        if !within_spec && let Some(k) = beyond {
+            self.replicas = k + 1;
         }
         // Partitioned nodes answer: the kubelet kills the containers of pods that no
         // longer exist (force-deleted ones, [`GONE`]).

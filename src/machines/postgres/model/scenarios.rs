@@ -102,6 +102,27 @@ pub(super) fn hand_promoted_standby_and_lost_primary_volume() -> (World, Vec<Eve
     (world, events)
 }
 
+/// Pod 2's rewind fails once, it is promoted by hand (its agent fences it), and the
+/// volumes of pods 0 and 1 are lost: pod 2's diverged data is all that is left, and no
+/// standby can start without a primary to follow.
+pub(super) fn only_data_on_a_member_that_cannot_follow() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    use story::r;
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let events = vec![
+        env(TaskFails(2)),
+        r(),
+        r(),
+        r(),
+        env(PromotedByHand(2)),
+        env(VolumeLost(0)),
+        env(VolumeLost(1)),
+    ];
+    (world, events)
+}
+
 /// The replicas already run the new image; pod 1's stream breaks and a commit reaches
 /// pod 2 only; the upgrade's switchover makes pod 1 the target. The old primary stops
 /// cleanly and releases at the commit, which pod 1 cannot get, so its promote Job fails
@@ -492,6 +513,18 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 vec![Event::Edit(Edit::Replicas(2)), r(), Event::Delete, r()],
+            ]
+            .concat(),
+        ),
+        (
+            // A switchover on demand makes pod 2 primary; spec.replicas then drops to 2.
+            "Ready -> SwitchingOver (PrimaryOutsideScale)",
+            running(3, false),
+            [
+                adopt(),
+                vec![env(RequestSwitchover(2))],
+                (0..20).flat_map(|_| [r(), Event::Tick(5)]).collect(),
+                vec![Event::Edit(Edit::Replicas(2)), r()],
             ]
             .concat(),
         ),

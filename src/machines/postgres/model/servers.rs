@@ -57,7 +57,7 @@ impl World {
                 "promoted pod {target} at WAL {mine}, short of the {x} a primary acknowledged before it stopped cleanly for a switchover"
             ));
         }
-        if self.synchronous && mine < self.acked {
+        if self.required() && mine < self.acked {
             self.violations.push(format!(
                 "promoted pod {target} at WAL {mine}, short of the {} a standby had acknowledged (synchronous replication)",
                 self.acked
@@ -143,15 +143,51 @@ impl World {
             .collect();
         for k in standbys {
             self.received.insert(k, self.wal);
-            self.standby_has(self.wal);
+        }
+        self.acknowledge();
+    }
+
+    /// `spec.synchronous` asks for `Required`: acknowledged commits are promised.
+    pub(super) fn required(&self) -> bool {
+        self.synchronous
+            .as_ref()
+            .is_some_and(|s| s.data_durability == DataDurability::Required)
+    }
+
+    /// The furthest commit the writable server may acknowledge now under `Required`:
+    /// what `number` of the standbys streaming from it have received (every one in
+    /// [`World::streaming`] joined this server, so its position is on this timeline);
+    /// `Any`: the `number`-th most advanced of them; `First`: the least advanced of the
+    /// first `number` by ordinal (PostgreSQL's priority list is the members by ordinal).
+    /// `None`: fewer stream, and commits wait.
+    pub(super) fn sync_acked(&self) -> Option<u64> {
+        let spec = self.synchronous.as_ref().filter(|_| self.required())?;
+        let number = usize::try_from(spec.number).ok().filter(|n| *n > 0)?;
+        let [w] = self.writable()[..] else {
+            return None;
+        };
+        let mut streaming: Vec<u64> = self
+            .streaming
+            .iter()
+            .filter(|k| ordinal(**k) != ordinal(w))
+            .map(|k| self.received.get(k).copied().unwrap_or(0).min(self.wal))
+            .collect();
+        if streaming.len() < number {
+            return None;
+        }
+        match spec.method {
+            SyncMethod::First => streaming[..number].iter().min().copied(),
+            SyncMethod::Any => {
+                streaming.sort_unstable_by(|a, b| b.cmp(a));
+                streaming.get(number - 1).copied()
+            }
         }
     }
 
-    /// A standby connected to the writable server has its WAL up to `position`: with
-    /// synchronous replication (one standby), the commits up to it are acknowledged.
-    fn standby_has(&mut self, position: u64) {
-        if self.synchronous {
-            self.acked = self.acked.max(position);
+    /// The writable server acknowledges every commit its synchronous standbys have now.
+    fn acknowledge(&mut self) {
+        if let Some(x) = self.sync_acked() {
+            self.acked = self.acked.max(x);
         }
     }
 
@@ -189,7 +225,7 @@ impl World {
         {
             self.received.insert(k, self.wal);
             self.streaming.insert(k);
-            self.standby_has(self.wal);
+            self.acknowledge();
         }
     }
 

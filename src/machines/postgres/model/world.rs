@@ -18,17 +18,35 @@ where
     type Edit = Edit;
 
     fn initial() -> BoxedStrategy<Self> {
+        let synchronous = (
+            any::<bool>(),
+            prop_oneof![Just(SyncMethod::Any), Just(SyncMethod::First)],
+            prop_oneof![
+                3 => Just(DataDurability::Required),
+                1 => Just(DataDurability::Preferred)
+            ],
+        )
+            .prop_map(|(two, method, data_durability)| SynchronousSpec {
+                number: if two { 2 } else { 1 },
+                method,
+                data_durability,
+            });
         (
             prop_oneof![1 => Just(1), 1 => Just(2), 4 => Just(3)],
             any::<bool>(),
             0..SCHEDULES.len(),
             prop_oneof![1 => Just(false), 3 => Just(true)],
-            prop_oneof![2 => Just(false), 1 => Just(true)],
+            prop_oneof![2 => Just(None), 1 => synchronous.prop_map(Some)],
         )
             .prop_map(|(replicas, backup, schedule, running, synchronous)| {
                 let mut world = World::fresh(replicas, backup, schedule);
                 // `number` < `replicas`, as the API server requires.
-                world.synchronous = synchronous && replicas >= 2;
+                world.synchronous = synchronous
+                    .map(|s| SynchronousSpec {
+                        number: s.number.min(replicas - 1),
+                        ..s
+                    })
+                    .filter(|s| s.number >= 1);
                 if running {
                     world.running();
                 }
@@ -47,11 +65,7 @@ where
             failover_delay_seconds: 30,
             credentials_secret: None,
             bootstrap: None,
-            synchronous: self.synchronous.then_some(SynchronousSpec {
-                number: 1,
-                method: SyncMethod::Any,
-                data_durability: DataDurability::Required,
-            }),
+            synchronous: self.synchronous.clone(),
             database: None,
             backup_schedule: if self.backup {
                 SCHEDULES[self.schedule].map(str::to_owned)
@@ -86,7 +100,7 @@ where
         match *edit {
             Edit::Version(v) => self.version = v,
             // The API server refuses `replicas` at or below `spec.synchronous.number`.
-            Edit::Replicas(n) if self.synchronous && n < 2 => {}
+            Edit::Replicas(n) if self.synchronous.as_ref().is_some_and(|s| n <= s.number) => {}
             Edit::Replicas(n) => self.replicas = n,
             Edit::Schedule(s) if self.backup => self.schedule = s,
             Edit::Schedule(_) => {}

@@ -65,6 +65,30 @@ fn a_not_ready_replica_is_never_chosen_for_failover() {
 }
 
 #[test]
+fn with_no_ready_replica_the_member_a_person_names_is_adopted_anew_and_the_wait_names_that_hatch() {
+    let mut o = primary_down(0);
+    edit(&mut o, 1, |p| p.ready = false);
+    edit(&mut o, 2, |p| p.ready = false);
+    let d = decide_at(&spec("16.3"), &lost(0), o.clone(), 31, 0);
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+    assert_says(&d, &["lockstep.dev/adopt-primary=<pod>"]);
+    // A name for the lost primary itself changes nothing.
+    o.own.requests.adopt_primary = Some("pg-0".to_owned());
+    let d = decide_at(&spec("16.3"), &lost(0), o.clone(), 31, 0);
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+    o.own.requests.adopt_primary = Some("pg-2".to_owned());
+    let d = decide_at(&spec("16.3"), &lost(0), o, 31, 0);
+    assert_goes(
+        &d,
+        ADOPTION_REQUESTED,
+        &PgState::Creating {
+            credentials_created: true,
+        },
+    );
+    assert_says(&d, &["pg-2"]);
+}
+
+#[test]
 fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
     let state = failover_at(SwitchStep::Demote);
     let d = decide(&spec("16.3"), &state, primary_down(0));
