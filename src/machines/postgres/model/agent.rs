@@ -59,6 +59,13 @@ pub(super) enum Vol {
     Foreign,
 }
 
+impl Vol {
+    /// It holds the cluster's data (a primary's or a standby's).
+    pub(super) fn has_data(&self) -> bool {
+        matches!(self, Vol::Primary { .. } | Vol::Standby)
+    }
+}
+
 thread_local! {
     /// The agent edges taken on this thread (one test), as `From -> To (Reason)`.
     static AGENT_EDGES: RefCell<BTreeSet<String>> = const { RefCell::new(BTreeSet::new()) };

@@ -775,13 +775,8 @@ impl World {
     /// primary, unless its volume was lost; then the member (within the spec's replicas)
     /// that has the most of the data.
     fn adoptable(&self) -> i32 {
-        let has_data = |k: &i32| {
-            *k < self.replicas
-                && matches!(
-                    self.volumes.get(k),
-                    Some(Vol::Primary { .. } | Vol::Standby)
-                )
-        };
+        let has_data =
+            |k: &i32| *k < self.replicas && self.volumes.get(k).is_some_and(Vol::has_data);
         if has_data(&self.db_primary) {
             return self.db_primary;
         }
@@ -826,10 +821,7 @@ impl World {
         // A user whose cluster no longer has its data on any member (the volumes were lost
         // or scaled away) while an empty member waits behind the Lease's `initialized`
         // mark starts it anew, empty: they remove the mark, accepting the loss.
-        let data_within = self
-            .volumes
-            .iter()
-            .any(|(k, v)| *k < n && matches!(v, Vol::Primary { .. } | Vol::Standby));
+        let data_within = self.volumes.iter().any(|(k, v)| *k < n && v.has_data());
         if !data_within && let Some(l) = self.lease.as_mut().filter(|l| l.initialized) {
             l.initialized = false;
             self.mark_lost = true;
@@ -837,15 +829,14 @@ impl World {
         // A user whose data is left only on members beyond spec.replicas (the primary
         // was lost while it scaled down, before the StatefulSet did) raises spec.replicas
         // to keep the most advanced of them, instead of scaling the data away.
-        let has_data = |v: &Vol| matches!(v, Vol::Primary { .. } | Vol::Standby);
         let within_spec = self
             .volumes
             .iter()
-            .any(|(k, v)| *k < self.replicas && has_data(v));
+            .any(|(k, v)| *k < self.replicas && v.has_data());
         let beyond = self
             .volumes
             .iter()
-            .filter(|(k, v)| **k >= self.replicas && **k < n && has_data(v))
+            .filter(|(k, v)| **k >= self.replicas && **k < n && v.has_data())
             .max_by_key(|(k, _)| (self.received.get(k).copied().unwrap_or(0), -**k))
             .map(|(k, _)| *k);
         if !within_spec && let Some(k) = beyond {

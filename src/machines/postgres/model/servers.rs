@@ -148,7 +148,7 @@ impl World {
     }
 
     /// `spec.synchronous` asks for `Required`: acknowledged commits are promised.
-    pub(super) fn required(&self) -> bool {
+    fn required(&self) -> bool {
         self.synchronous
             .as_ref()
             .is_some_and(|s| s.data_durability == DataDurability::Required)
@@ -160,7 +160,7 @@ impl World {
     /// `Any`: the `number`-th most advanced of them; `First`: the least advanced of the
     /// first `number` by ordinal (PostgreSQL's priority list is the members by ordinal).
     /// `None`: fewer stream, and commits wait.
-    pub(super) fn sync_acked(&self) -> Option<u64> {
+    fn sync_acked(&self) -> Option<u64> {
         let spec = self.synchronous.as_ref().filter(|_| self.required())?;
         let number = usize::try_from(spec.number).ok().filter(|n| *n > 0)?;
         let [w] = self.writable()[..] else {

@@ -511,10 +511,7 @@ where
                 self.answers_lost.insert(k);
             }
             Move::VolumeLost(k) => {
-                let others = self
-                    .volumes
-                    .iter()
-                    .any(|(j, v)| *j != k && matches!(v, Vol::Primary { .. } | Vol::Standby));
+                let others = self.volumes.iter().any(|(j, v)| *j != k && v.has_data());
                 // Not while a force-deleted pod's server still runs on it: that server
                 // would lose its disk too, which the model does not play.
                 if others && self.pods.contains_key(&k) && !self.pods.contains_key(&(GONE + k)) {
