@@ -52,12 +52,18 @@ pub enum AgentState {
         /// last position once stopped); a standby's stop releases nothing.
         primary: bool,
     },
-    /// The clean stop is done: the Lease is released with the last position written,
-    /// retried every round until it is seen released.
+    /// The server is down: the Lease is released, retried every round until it is seen
+    /// released. After a clean stop, with the last position written; after a crash,
+    /// without one (nobody knows what it acknowledged last), once no process of the
+    /// server is left, so the operator need not wait for the Lease to expire.
     Releasing {
         /// The stopped primary's last position (its shutdown checkpoint), if it could
         /// be read.
         lsn: Option<Lsn>,
+        /// The server's exit status when it exited on its own (a crash, a kill): the
+        /// agent exits with it once the Lease is released. None after a clean stop.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        crashed: Option<i32>,
     },
     /// The server is being stopped at once, because this pod may no longer write (or a
     /// clean stop outlasted its bound).

@@ -192,7 +192,7 @@ pub static TABLE: &[Edge<AgentKind>] = crate::edges![AgentKind;
         Fencing: ROLE_UNKNOWN_WHILE_WRITABLE, "the role label is no role", by::GUARD;
         Stopping: DEMOTED, "labelled demoted: a clean stop, renewing while it runs", by::GUARD;
         Stopping: SIGNALLED, "asked to stop: a clean stop, renewing while it runs", by::GUARD;
-        Exited: SERVER_EXITED, "the server exited", by::GUARD;
+        Releasing: SERVER_EXITED, "the server exited on its own (a crash, a kill) and no process of it is left: the Lease is released without a position, so a failover need not wait for its expiry", by::GUARD;
     }
     Stopping -> {
         Releasing: STOPPED_CLEANLY, "a primary's server stopped cleanly: the Lease is released with its last position", by::STOP;
@@ -201,7 +201,7 @@ pub static TABLE: &[Edge<AgentKind>] = crate::edges![AgentKind;
         Fencing: LEASE_LOST, "a primary's Lease names another holder, or none, while it stops", by::STOP;
     }
     Releasing -> {
-        Exited: RELEASED, "the Lease is seen released by this pod", by::STOP;
+        Exited: RELEASED, "the Lease is seen released by this pod (or none is configured)", by::STOP;
         Exited: RELEASE_OVERTAKEN, "the Lease names another holder", by::STOP;
         Exited: RELEASE_ABANDONED, "not seen released by L after the last accepted renewal", by::STOP;
     }

@@ -8,7 +8,7 @@ use crate::engine::Decision;
 use crate::instance::action::AgentAction;
 use crate::instance::machine::AgentSpec;
 use crate::instance::observe::{LeaseRead, Observation, RoleLabel, Server};
-use crate::instance::state::{AgentState, ExitCode};
+use crate::instance::state::AgentState;
 use crate::instance::table::reason::{
     DEMOTED, LEASE_LOST, RENEWAL_OVERDUE, ROLE_UNKNOWN_WHILE_WRITABLE, SERVER_EXITED, SERVING,
     SIGNALLED,
@@ -22,14 +22,21 @@ pub(super) fn guarded(
     seen: &Observation,
     signalled: bool,
 ) -> AgentDecision {
+    // `Server::Down` means no process of the server is left (the runtime kills any
+    // the postmaster left behind before it says so): the Lease can be released at once,
+    // and a failover, or this pod's own crash recovery once the operator hands the
+    // Lease back, need not wait for its expiry (issue 24).
     if let Server::Down { exit } = seen.server {
         let status = exit.unwrap_or(1);
         return Decision::go(
-            AgentState::Exited {
-                code: ExitCode::ServerExited(status),
+            AgentState::Releasing {
+                lsn: None,
+                crashed: Some(status),
             },
             SERVER_EXITED,
-            format!("the server exited with status {status}"),
+            format!(
+                "the server exited with status {status} and no process of it is left: releasing the Lease"
+            ),
         );
     }
     if let Some(terms) = &spec.lease {

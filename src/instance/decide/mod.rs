@@ -65,7 +65,7 @@ pub fn decide(
         AgentState::Standby => standby::standby(spec, seen, signalled),
         AgentState::Promoting | AgentState::Primary => guard::guarded(spec, state, seen, signalled),
         AgentState::Stopping { began, primary } => stop::stopping(spec, *began, *primary, seen),
-        AgentState::Releasing { lsn } => stop::releasing(spec, *lsn, seen),
+        AgentState::Releasing { lsn, crashed } => stop::releasing(spec, *lsn, *crashed, seen),
         AgentState::Fencing { since, step } => stop::fencing(spec, *since, *step, seen),
     }
 }

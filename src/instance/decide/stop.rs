@@ -61,7 +61,7 @@ pub(super) fn stopping(
             |l| format!("at {l}"),
         );
         return Decision::go(
-            AgentState::Releasing { lsn },
+            AgentState::Releasing { lsn, crashed: None },
             STOPPED_CLEANLY,
             format!("stopped cleanly {at}: releasing the Lease"),
         );
@@ -107,10 +107,17 @@ pub(super) fn stopping(
         .requeue(look.max(Duration::from_millis(100)))
 }
 
-/// The server stopped cleanly: release the Lease with its last position, every round,
-/// until it is seen released, or until the Lease as this pod last renewed it expires.
-pub(super) fn releasing(spec: &AgentSpec, lsn: Option<Lsn>, seen: &Observation) -> AgentDecision {
-    let done = |why, message: String| exited(ExitCode::Stopped, why, message);
+/// The server is down: release the Lease (with its last position after a clean stop),
+/// every round, until it is seen released, or until the Lease as this pod last renewed
+/// it expires. The agent then exits with the server's status if it `crashed`.
+pub(super) fn releasing(
+    spec: &AgentSpec,
+    lsn: Option<Lsn>,
+    crashed: Option<i32>,
+    seen: &Observation,
+) -> AgentDecision {
+    let code = crashed.map_or(ExitCode::Stopped, ExitCode::ServerExited);
+    let done = |why, message: String| exited(code, why, message);
     let Some(terms) = &spec.lease else {
         return done(RELEASED, "no Lease to release".to_owned());
     };
@@ -118,7 +125,12 @@ pub(super) fn releasing(spec: &AgentSpec, lsn: Option<Lsn>, seen: &Observation) 
         LeaseRead::Seen(l) if l.released_by(me(spec)) => {
             return done(
                 RELEASED,
-                "the Lease is released: exiting so the container restarts as a standby".to_owned(),
+                if crashed.is_some() {
+                    "the Lease is released: exiting; the container restarts and waits for the Lease (handed back for crash recovery, or elsewhere by a failover)"
+                } else {
+                    "the Lease is released: exiting so the container restarts as a standby"
+                }
+                .to_owned(),
             );
         }
         LeaseRead::Seen(l) if !l.names(me(spec)) => {

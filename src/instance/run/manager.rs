@@ -646,6 +646,13 @@ impl Manager {
                 tracing::info!(code = exit.code(), "postgres exited");
                 self.fence.release();
                 self.postmaster = None;
+                // `Server::Down` promises that no process of the server is left (the
+                // agent then releases the Lease): backends the postmaster left behind
+                // are killed before it is said.
+                let killed = process::kill_left_behind(&self.args.pgdata);
+                if killed > 0 {
+                    tracing::warn!(killed, "killed processes the exited postmaster left behind");
+                }
                 self.last_exit = Some(exit.code());
                 return Server::Down {
                     exit: self.last_exit,

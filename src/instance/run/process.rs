@@ -217,6 +217,49 @@ pub fn kill_tree(postmaster: &Pidfd) -> io::Result<usize> {
     }
 }
 
+/// The processes a server on `pgdata` left running: every PostgreSQL process (by
+/// [`is_postgres`]) whose working directory is `pgdata` (the postmaster changes into its
+/// data directory before it forks, and every child inherits it), not exited. Found by
+/// their working directory, not their parent: once the postmaster is gone they belong
+/// to whichever process reaps orphans, and another server on another data directory
+/// (a test's) is not theirs.
+#[must_use]
+pub fn left_behind(pgdata: &Path) -> Vec<(i32, i32)> {
+    let Ok(dir) = fs::canonicalize(pgdata) else {
+        return Vec::new();
+    };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| is_postgres(pid))
+        .filter(|&pid| fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
+        .filter_map(|pid| {
+            let (state, _, pgrp) = stat_of(pid)?;
+            (!matches!(state, 'Z' | 'X')).then_some((pid, pgrp))
+        })
+        .collect()
+}
+
+/// Kills what [`left_behind`] finds for `pgdata`, each with its process group if it
+/// leads one (a backend's own children, such as an `archive_command` shell). Call it
+/// once the postmaster has exited: a backend whose postmaster died on it keeps running
+/// until it notices, and could still finish a commit and acknowledge it. Returns how
+/// many it signalled; once `SIGKILL` is sent none of them runs another instruction of
+/// PostgreSQL code.
+pub fn kill_left_behind(pgdata: &Path) -> usize {
+    let left = left_behind(pgdata);
+    for &(pid, pgrp) in &left {
+        if pgrp == pid {
+            signal_group(pgrp, Signal::Kill);
+        }
+        signal_pid(pid, Signal::Kill);
+    }
+    left.len()
+}
+
 /// The pid written in the first line of `$PGDATA/postmaster.pid`, if the file exists
 /// and holds one.
 #[must_use]
@@ -310,6 +353,46 @@ mod tests {
             pidfd.signal(Signal::Cont).is_err(),
             "a reaped process takes no more signals through its pidfd"
         );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn what_a_dead_postmaster_left_behind_is_found_by_its_data_directory_and_killed() {
+        let dir = std::env::temp_dir().join(format!("lockstep-left-{}", std::process::id()));
+        let (ours, theirs, bin) = (dir.join("ours"), dir.join("theirs"), dir.join("bin"));
+        for d in [&ours, &theirs, &bin] {
+            fs::create_dir_all(d).unwrap();
+        }
+        // A program named `postgres` (its `comm`), run in each data directory.
+        let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .unwrap();
+        let postgres = bin.join("postgres");
+        std::os::unix::fs::symlink(sleep, &postgres).unwrap();
+        let spawn = |cwd: &Path| {
+            Command::new(&postgres)
+                .arg("600")
+                .current_dir(cwd)
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let (mut backend, mut other) = (spawn(&ours), spawn(&theirs));
+        let backend_pid = backend.id().cast_signed();
+        wait_for("the backend to be seen", || {
+            left_behind(&ours)
+                .iter()
+                .any(|&(pid, _)| pid == backend_pid)
+        });
+
+        assert_eq!(kill_left_behind(&ours), 1);
+        assert!(!backend.wait().unwrap().success());
+        assert!(left_behind(&ours).is_empty());
+        // Another server's process, in another data directory, is left alone.
+        assert!(other.try_wait().unwrap().is_none());
+        other.kill().unwrap();
+        other.wait().unwrap();
         fs::remove_dir_all(&dir).unwrap();
     }
 

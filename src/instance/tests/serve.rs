@@ -266,18 +266,49 @@ fn a_primary_labelled_demoted_or_asked_to_stop_stops_cleanly() {
 }
 
 #[test]
-fn a_server_that_exits_on_its_own_ends_the_agent_with_its_status() {
-    for state in [AgentState::Standby, AgentState::Primary] {
-        let d = decide_in(
-            &state,
-            &Observation {
-                server: Server::Down { exit: Some(137) },
-                ..seen()
-            },
-        );
-        let code = ExitCode::ServerExited(137);
-        assert_eq!(goes(&d), Some((AgentState::Exited { code }, SERVER_EXITED)));
+fn a_standby_whose_server_exits_on_its_own_ends_the_agent_with_its_status() {
+    let d = decide_in(
+        &AgentState::Standby,
+        &Observation {
+            server: Server::Down { exit: Some(137) },
+            ..seen()
+        },
+    );
+    let code = ExitCode::ServerExited(137);
+    assert_eq!(goes(&d), Some((AgentState::Exited { code }, SERVER_EXITED)));
+}
+
+#[test]
+fn a_primary_whose_server_crashed_releases_the_lease_without_a_position_then_exits_with_its_status()
+{
+    let crashed = Observation {
+        server: Server::Down { exit: Some(137) },
+        ..seen()
+    };
+    let releasing = AgentState::Releasing {
+        lsn: None,
+        crashed: Some(137),
+    };
+    for state in [AgentState::Promoting, AgentState::Primary] {
+        let d = decide_in(&state, &crashed);
+        assert_eq!(goes(&d), Some((releasing.clone(), SERVER_EXITED)));
     }
+    // Nobody knows what it acknowledged last: no position, so a planned switchover
+    // surveys the standbys and a failover promotes the most advanced.
+    let d = decide_in(&releasing, &crashed);
+    assert_eq!(d.actions(), [AgentAction::Release { lsn: None }]);
+    let released = Observation {
+        lease: LeaseRead::Seen(LeaseSeen {
+            released_by: Some(ME.to_owned()),
+            ..LeaseSeen::default()
+        }),
+        ..crashed
+    };
+    let code = ExitCode::ServerExited(137);
+    assert_eq!(
+        goes(&decide_in(&releasing, &released)),
+        Some((AgentState::Exited { code }, RELEASED))
+    );
 }
 
 #[test]

@@ -99,6 +99,7 @@ fn a_cleanly_stopped_primary_releases_the_lease_with_its_shutdown_checkpoint() {
     let d = decide_in(&stopping(), &stopped);
     let releasing = AgentState::Releasing {
         lsn: Some(Lsn(777)),
+        crashed: None,
     };
     assert_eq!(goes(&d), Some((releasing.clone(), STOPPED_CLEANLY)));
     let d = decide_in(&releasing, &stopped);
@@ -131,7 +132,10 @@ fn a_stopped_standby_releases_nothing() {
 
 #[test]
 fn a_failed_release_is_retried_until_the_lease_as_last_renewed_would_expire() {
-    let releasing = AgentState::Releasing { lsn: Some(Lsn(9)) };
+    let releasing = AgentState::Releasing {
+        lsn: Some(Lsn(9)),
+        crashed: None,
+    };
     let down = |now, lease| Observation {
         server: Server::Down { exit: Some(0) },
         lease,
@@ -150,7 +154,10 @@ fn a_failed_release_is_retried_until_the_lease_as_last_renewed_would_expire() {
 
 #[test]
 fn a_release_ends_when_it_is_seen_or_overtaken() {
-    let releasing = AgentState::Releasing { lsn: Some(Lsn(9)) };
+    let releasing = AgentState::Releasing {
+        lsn: Some(Lsn(9)),
+        crashed: None,
+    };
     let down = |lease| Observation {
         server: Server::Down { exit: Some(0) },
         lease,

@@ -32,6 +32,11 @@ fn every_state_round_trips_through_json() {
         },
         AgentState::Releasing {
             lsn: Some(Lsn(0x1_0000_0002)),
+            crashed: None,
+        },
+        AgentState::Releasing {
+            lsn: None,
+            crashed: Some(137),
         },
         AgentState::Fencing {
             since: at(4),
@@ -48,7 +53,8 @@ fn every_state_round_trips_through_json() {
     }
     assert!(
         serde_json::to_string(&AgentState::Releasing {
-            lsn: Some(Lsn(0x1_0000_0002))
+            lsn: Some(Lsn(0x1_0000_0002)),
+            crashed: None,
         })
         .unwrap_or_default()
         .contains("\"1/2\"")

@@ -815,7 +815,10 @@ pub(super) mod stories {
                 |w| {
                     let uid = w.pods.get(&1).map_or(0, |p| p.uid);
                     if let Some(p) = w.pods.get_mut(&0) {
-                        p.agent = AgentState::Releasing { lsn: Some(Lsn(0)) };
+                        p.agent = AgentState::Releasing {
+                            lsn: Some(Lsn(0)),
+                            crashed: None,
+                        };
                         p.server = Srv::Down;
                         p.writable = false;
                         p.role = Some(Role::Demoted);
@@ -830,7 +833,10 @@ pub(super) mod stories {
                 "Releasing -> Exited (ReleaseAbandoned)",
                 |w| {
                     if let Some(p) = w.pods.get_mut(&0) {
-                        p.agent = AgentState::Releasing { lsn: Some(Lsn(0)) };
+                        p.agent = AgentState::Releasing {
+                            lsn: Some(Lsn(0)),
+                            crashed: None,
+                        };
                         p.server = Srv::Down;
                         p.writable = false;
                         p.role = Some(Role::Demoted);
@@ -902,7 +908,7 @@ pub(super) mod stories {
                 vec![env(Deleted(1)), env(AgentTick(1))],
             ),
             promoting(
-                "Promoting -> Exited (ServerExited)",
+                "Promoting -> Releasing (ServerExited)",
                 Role::Primary,
                 vec![env(ServerCrashes(1)), env(AgentTick(1))],
             ),
