@@ -74,7 +74,8 @@ pub mod reason {
     /// labelled primary) is the primary; nothing is relabelled primary, deleted or
     /// restarted.
     pub const ADOPTED: &str = "Adopted";
-    /// Edge: the primary is not Ready.
+    /// Edge: the primary is not Ready, or released the primary Lease (its server is
+    /// down: crashed, or stopped on a signal).
     pub const PRIMARY_NOT_READY: &str = "PrimaryNotReady";
     /// Edge: the primary's pod may look Ready, but it has not renewed the primary Lease
     /// for longer than `L + S` (hung, frozen, or cut off from the API server): it is
@@ -210,10 +211,10 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         Ready: FAILOVER_COMPLETED, "a Ready replica is promoted and labelled primary in place of the failed one", by::SWITCHING_OVER;
         PrimaryLost: BACK_TO_OLD_PRIMARY, "three surveys read no standby that can be promoted, no survey chose a target, the Lease never named another ordinal, and the old primary's pod is live (a failover's recreated on its volume, a switchover's stopped on purpose): no other server was writable, so the old primary has the newest WAL and is labelled primary again (given the Lease once any failed pod's expired)", by::SWITCHING_OVER;
     }
-    [Ready, Scaling] -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready", by::PRIMARY_LOST;
+    [Ready, Scaling] -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready, or released the primary Lease (its server is down)", by::PRIMARY_LOST;
     Upgrading -> PrimaryLost: PRIMARY_NOT_READY,
-        "the primary is not Ready (and it is not the pod being replaced)", by::PRIMARY_LOST;
-    BackingUp -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready", by::PRIMARY_LOST;
+        "the primary is not Ready, or released the primary Lease (and it is not the pod being replaced)", by::PRIMARY_LOST;
+    BackingUp -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready, or released the primary Lease (its server is down)", by::PRIMARY_LOST;
     [Ready, Scaling, Upgrading, BackingUp] -> PrimaryLost: PRIMARY_NOT_RENEWING,
         "the primary has not renewed the primary Lease for longer than L + S (hung or cut off), whatever its readiness", by::PRIMARY_LOST;
     PrimaryLost -> {

@@ -20,6 +20,10 @@ use crate::machines::postgres::table::reason::*;
 pub(crate) enum Lost {
     /// Its pod is not serving (not Ready, or terminating, or gone).
     NotReady,
+    /// Its pod released the Lease, so its server is down (it crashed, and its manager
+    /// killed what the postmaster left behind, or it stopped on a signal): lost at once,
+    /// before the kubelet's probes say so. Counted as not Ready (the same edges).
+    Released,
     /// It holds the Lease but has not renewed it since `renewed`, longer than `L + S`
     /// (`bound` seconds) ago: its agent is stuck or the pod frozen or cut off, whatever
     /// its readiness says (finding 8 of issue 21: a frozen pod's exec probes hang, and
@@ -36,7 +40,7 @@ impl Lost {
     /// The transition's reason.
     pub(crate) fn reason(&self) -> &'static str {
         match self {
-            Lost::NotReady => PRIMARY_NOT_READY,
+            Lost::NotReady | Lost::Released => PRIMARY_NOT_READY,
             Lost::NotRenewing { .. } => PRIMARY_NOT_RENEWING,
         }
     }
@@ -45,6 +49,9 @@ impl Lost {
     pub(crate) fn describe(&self, name: &str) -> String {
         match self {
             Lost::NotReady => format!("primary {name} is not Ready"),
+            Lost::Released => format!(
+                "primary {name} is not Ready: it released the primary Lease, so its server is down"
+            ),
             Lost::NotRenewing { renewed, bound } => format!(
                 "primary {name} has not renewed the primary Lease since {} (longer than L + S = {bound}s): it is hung or cut off, whatever its readiness says",
                 renewed.format("%H:%M:%S")
@@ -53,8 +60,8 @@ impl Lost {
     }
 }
 
-/// Whether (and why) the primary is lost at `now`: its pod is not serving, or the Lease
-/// names its pod and has expired unrenewed. A Lease naming another pod is
+/// Whether (and why) the primary is lost at `now`: its pod is not serving, or released
+/// the Lease (naming nobody since), or the Lease names its pod and has expired unrenewed. A Lease naming another pod is
 /// [`super::fencing::keep_lease`]'s concern.
 pub(crate) fn primary_down(
     spec: &PostgresClusterSpec,
@@ -67,6 +74,9 @@ pub(crate) fn primary_down(
     }
     let lease = o.own.lease.as_ref()?;
     let id = o.identity(cluster.primary)?;
+    if lease.holder.is_none() && lease.released_by.as_deref() == Some(id.as_str()) {
+        return Some(Lost::Released);
+    }
     if lease.holder.as_deref() != Some(id.as_str()) {
         return None;
     }

@@ -947,3 +947,26 @@ fn with_synchronous_replication_a_failover_that_read_every_needed_member_promote
     );
     assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
 }
+
+#[test]
+fn a_primary_whose_manager_released_the_lease_is_lost_at_once_and_given_it_back_while_the_delay_runs()
+ {
+    // The server crashed; its manager killed what the postmaster left and released the
+    // Lease, naming nobody. The pod still looks Ready: the kubelet has not probed yet.
+    let mut o = at_rest(V1, 0);
+    if let Some(l) = o.own.lease.as_mut() {
+        l.holder = None;
+        l.released_by = Some(identity(0, V1));
+    }
+    let d = decide(&spec("16.3"), &ready(V1, 0), o.clone());
+    let lost = PgState::PrimaryLost {
+        cluster: cluster(V1, 0),
+    };
+    assert_goes(&d, PRIMARY_NOT_READY, &lost);
+    assert_says(&d, &["released the primary Lease"]);
+    // While failoverDelaySeconds runs, the Lease goes back to the same pod, certainly
+    // fenced by its release: its restarted container recovers the server in place.
+    let d = decide_at(&spec("16.3"), &lost, o, 10, 0);
+    assert_eq!(d.reason(), AWAITING_FAILOVER);
+    assert_eq!(hand_overs(&d), [Some(identity(0, V1))]);
+}
