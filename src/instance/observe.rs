@@ -285,6 +285,10 @@ pub struct Finished {
     pub task: Task,
     /// It succeeded (else the runtime logged its error).
     pub ok: bool,
+    /// It failed before it changed anything because it never reached the primary: no
+    /// writable primary answered within its bound, or the tool could not connect to it.
+    /// `$PGDATA` is as it was.
+    pub unreached: bool,
 }
 
 /// What the agent sees on one round.

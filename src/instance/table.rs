@@ -52,6 +52,8 @@ pub mod reason {
     pub const REWOUND: &str = "Rewound";
     /// Edge: `pg_rewind` failed: the data directory is discarded and cloned again.
     pub const REWIND_FAILED: &str = "RewindFailed";
+    /// Edge: the rewind never reached a writable primary; `$PGDATA` is kept.
+    pub const REWIND_UNREACHED: &str = "RewindUnreached";
     /// Edge: labelled primary, the Lease names this pod, it has the released position
     /// (if any), and a renewal just made was accepted: it asks its server to promote.
     pub const CHOSEN: &str = "Chosen";
@@ -175,7 +177,8 @@ pub static TABLE: &[Edge<AgentKind>] = crate::edges![AgentKind;
     }
     Rewinding -> {
         Standby: REWOUND, "$PGDATA is a standby's: the standby starts", by::PREPARE;
-        Cloning: REWIND_FAILED, "pg_rewind failed: $PGDATA is discarded and cloned again", by::PREPARE;
+        Starting: REWIND_UNREACHED, "no writable primary answered within the bound, or pg_rewind could not connect to it: nothing changed, $PGDATA is kept and the start is decided again", by::PREPARE;
+        Cloning: REWIND_FAILED, "pg_rewind failed once it had reached the primary: $PGDATA is discarded and cloned again", by::PREPARE;
         Exited: PREPARE_FAILED, "pg_rewind failed and re-cloning is off", by::PREPARE;
     }
     Standby -> {

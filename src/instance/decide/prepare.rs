@@ -9,8 +9,8 @@ use crate::instance::observe::{DataDir, Finished, Observation, RoleLabel, Task};
 use crate::instance::state::{AgentState, ExitCode};
 use crate::instance::table::reason::{
     BOOTSTRAPPED, CLONED, FOREIGN_DATA, LABELLED_PRIMARY, NO_DATA, OLD_PRIMARY_DATA,
-    PREPARE_FAILED, PREPARING, PROMOTED_LOCALLY, REWIND_FAILED, REWOUND, SIGNALLED, STANDBY_DATA,
-    STANDBY_MAY_HAVE_DIVERGED, UNKNOWN_ROLE, WAITING_FOR_ROLE,
+    PREPARE_FAILED, PREPARING, PROMOTED_LOCALLY, REWIND_FAILED, REWIND_UNREACHED, REWOUND,
+    SIGNALLED, STANDBY_DATA, STANDBY_MAY_HAVE_DIVERGED, UNKNOWN_ROLE, WAITING_FOR_ROLE,
 };
 use crate::machines::postgres::actions::Role;
 
@@ -122,7 +122,9 @@ pub(super) fn preparing(spec: &AgentSpec, state: &AgentState, seen: &Observation
         )
     };
     match seen.finished {
-        Some(Finished { task: t, ok: true }) if t == task => match task {
+        Some(Finished {
+            task: t, ok: true, ..
+        }) if t == task => match task {
             Task::Bootstrap => Decision::go(
                 AgentState::StartingPrimary,
                 BOOTSTRAPPED,
@@ -144,7 +146,23 @@ pub(super) fn preparing(spec: &AgentSpec, state: &AgentState, seen: &Observation
             )
             .with_actions([AgentAction::StartStandby]),
         },
-        Some(Finished { task: t, ok: false }) if t == task => match task {
+        // A rewind that never reached the primary changed nothing: $PGDATA is kept, and
+        // the start is decided again (a standby that answers a failover's survey, when no
+        // writable primary does), never discarded for a primary that was away a moment
+        // (found on the real node: a failover's kill came while a standby rewound, and a
+        // member the synchronous quorum needed threw its WAL away).
+        Some(Finished {
+            task: Task::Rewind,
+            ok: false,
+            unreached: true,
+        }) if task == Task::Rewind => Decision::go(
+            AgentState::Starting,
+            REWIND_UNREACHED,
+            "pg_rewind never reached a writable primary: nothing changed, $PGDATA is kept; deciding the start again",
+        ),
+        Some(Finished {
+            task: t, ok: false, ..
+        }) if t == task => match task {
             Task::Bootstrap => {
                 failed("initdb or creating the roles, or the restore from backups, failed")
             }

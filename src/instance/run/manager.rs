@@ -728,6 +728,9 @@ impl Manager {
         self.finished = Some(Finished {
             task,
             ok: result.is_ok(),
+            unreached: result
+                .as_ref()
+                .is_err_and(super::prepare::PrepareError::unreached),
         });
     }
 

@@ -94,6 +94,39 @@ pub enum PrepareError {
     /// A setting needed for this step is missing.
     #[error("{0} is required for this step")]
     Missing(&'static str),
+    /// A tool could not connect to the primary at its start (`pg_rewind` makes one
+    /// connection, first of all): it changed nothing.
+    #[error("{tool} could not connect to the primary: {message}")]
+    Unreached {
+        /// The tool.
+        tool: String,
+        /// What it said.
+        message: String,
+    },
+}
+
+impl PrepareError {
+    /// Whether the step failed before it changed anything because it never reached the
+    /// primary ([`crate::instance::observe::Finished::unreached`]).
+    #[must_use]
+    pub fn unreached(&self) -> bool {
+        matches!(self, Self::NoPrimary { .. } | Self::Unreached { .. })
+    }
+}
+
+/// Whether a libpq client's error output says its connection could not be made (as
+/// opposed to lost later, which libpq words differently: "server closed the
+/// connection unexpectedly"). PostgreSQL 14 on: `connection to server at "…" (…), port
+/// … failed: …` or `connection to server on socket "…" failed: …`; before: `could not
+/// connect to server`.
+#[must_use]
+pub fn connection_failed(stderr: &str) -> bool {
+    stderr.lines().any(|line| {
+        (line.contains("connection to server at ")
+            || line.contains("connection to server on socket "))
+            && line.contains(" failed: ")
+            || line.contains("could not connect to server")
+    })
 }
 
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> PrepareError {
@@ -309,6 +342,75 @@ impl Prepare {
                 status: status.to_string(),
             })
         }
+    }
+
+    /// [`Self::run_program`], its standard error also kept (the last 4 KiB) while it
+    /// goes to ours line by line.
+    async fn run_capturing(
+        &self,
+        program: PathBuf,
+        tool: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        bound: Duration,
+    ) -> (Result<(), PrepareError>, String) {
+        use tokio::io::AsyncBufReadExt;
+        const KEPT: usize = 4096;
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(source) => {
+                let tool = tool.to_owned();
+                return (Err(PrepareError::Spawn { tool, source }), String::new());
+            }
+        };
+        let Some(stderr) = child.stderr.take() else {
+            return (
+                Err(PrepareError::Missing("a piped standard error")),
+                String::new(),
+            );
+        };
+        let tee = tokio::spawn(async move {
+            let mut kept = String::new();
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("{line}");
+                kept.push_str(&line);
+                kept.push('\n');
+                if kept.len() > KEPT {
+                    let cut = kept.len() - KEPT;
+                    let cut = (cut..kept.len())
+                        .find(|i| kept.is_char_boundary(*i))
+                        .unwrap_or(kept.len());
+                    kept.drain(..cut);
+                }
+            }
+            kept
+        });
+        let status = bounded(tool, bound, child.wait()).await;
+        // The pipe closes when the tool exits (or is killed on drop after its bound).
+        drop(child);
+        let kept = tee.await.unwrap_or_default();
+        let result = status.and_then(|status| {
+            if status.success() {
+                Ok(())
+            } else {
+                Err(PrepareError::Tool {
+                    tool: tool.to_owned(),
+                    status: status.to_string(),
+                })
+            }
+        });
+        (result, kept)
     }
 
     /// `pg_controldata` of `$PGDATA`.
@@ -972,8 +1074,24 @@ impl Prepare {
             ("PGCONNECT_TIMEOUT", "10"),
         ];
         tracing::info!(%host, "running pg_rewind");
-        self.run("pg_rewind", &args, &env, Duration::from_secs(3600))
-            .await
+        let (result, stderr) = self
+            .run_capturing(
+                self.args.binary("pg_rewind"),
+                "pg_rewind",
+                &args,
+                &env,
+                Duration::from_secs(3600),
+            )
+            .await;
+        match result {
+            Err(PrepareError::Tool { tool, .. }) if connection_failed(&stderr) => {
+                Err(PrepareError::Unreached {
+                    tool,
+                    message: stderr.trim().to_owned(),
+                })
+            }
+            other => other,
+        }
     }
 }
 
@@ -1157,6 +1275,24 @@ mod tests {
             "PostgreSQL refuses anything wider than 0750"
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_a_connection_that_could_not_be_made_counts_as_never_reaching_the_primary() {
+        for made_none in [
+            "pg_rewind: error: connection to server at \"pg-rw.ns.svc\" (10.0.0.251), port 5432 failed: FATAL:  terminating connection due to unexpected postmaster exit",
+            "pg_rewind: error: connection to server on socket \"/run/pg/.s.PGSQL.5432\" failed: No such file or directory",
+            "pg_rewind: fatal: could not connect to server: Connection refused",
+        ] {
+            assert!(connection_failed(made_none), "{made_none}");
+        }
+        for lost_later in [
+            "pg_rewind: servers diverged at WAL location 0/3000060 on timeline 1\npg_rewind: error: unexpected result while fetching remote files: server closed the connection unexpectedly",
+            "pg_rewind: error: could not fetch remote file \"base/1/1259\"",
+            "",
+        ] {
+            assert!(!connection_failed(lost_later), "{lost_later}");
+        }
     }
 
     #[test]

@@ -259,7 +259,11 @@ fn a_preparation_is_asked_for_every_round_until_it_finished() {
     let d = decide_in(&AgentState::Cloning, &seen());
     assert_eq!((goes(&d), d.actions()), (None, &[AgentAction::Clone][..]));
     let done = |task, ok| Observation {
-        finished: Some(Finished { task, ok }),
+        finished: Some(Finished {
+            task,
+            ok,
+            unreached: false,
+        }),
         ..seen()
     };
     let d = decide_in(&AgentState::Cloning, &done(Task::Clone, true));
@@ -278,6 +282,7 @@ fn a_failed_rewind_clones_again_unless_that_is_off() {
         finished: Some(Finished {
             task: Task::Rewind,
             ok: false,
+            unreached: false,
         }),
         ..seen()
     };
@@ -294,6 +299,27 @@ fn a_failed_rewind_clones_again_unless_that_is_off() {
         Some((AgentState::Exited { code }, PREPARE_FAILED))
     );
     assert_eq!(code.status(), 4);
+}
+
+#[test]
+fn a_rewind_that_never_reached_a_primary_keeps_the_data_and_decides_the_start_again() {
+    let unreached = Observation {
+        finished: Some(Finished {
+            task: Task::Rewind,
+            ok: false,
+            unreached: true,
+        }),
+        ..seen()
+    };
+    for reclone_on_rewind_failure in [true, false] {
+        let spec = AgentSpec {
+            reclone_on_rewind_failure,
+            ..spec()
+        };
+        let d = decide(&spec, &AgentState::Rewinding, &unreached, false);
+        assert_eq!(goes(&d), Some((AgentState::Starting, REWIND_UNREACHED)));
+        assert!(d.actions().is_empty(), "nothing is discarded: {d:?}");
+    }
 }
 
 #[test]

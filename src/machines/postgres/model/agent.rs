@@ -277,9 +277,24 @@ impl World {
         let now = self.now;
         let skew = chrono::Duration::seconds(self.skew);
         let me = self.pods.get(&k).map(|p| (ordinal(k), p.uid));
+        // A long action succeeds, or fails having reached the primary (a planted
+        // failure), or fails having reached none (`unreached`: nothing changed).
         let finished = |w: &mut World, task, ok| {
             if let Some(p) = w.pods.get_mut(&k) {
-                p.finished = Some(Finished { task, ok });
+                p.finished = Some(Finished {
+                    task,
+                    ok,
+                    unreached: false,
+                });
+            }
+        };
+        let unreached = |w: &mut World, task| {
+            if let Some(p) = w.pods.get_mut(&k) {
+                p.finished = Some(Finished {
+                    task,
+                    ok: false,
+                    unreached: true,
+                });
             }
         };
         let upstream = self.pods.values().any(|q| q.server == Srv::Writable);
@@ -340,8 +355,11 @@ impl World {
                     self.volumes.insert(k, Vol::Standby);
                     let mine = self.received.get(&k).copied().unwrap_or(0);
                     self.received.insert(k, mine.min(self.wal));
+                    finished(self, Task::Rewind, true);
+                } else {
+                    // No writable primary to rewind from: pg_rewind changes nothing.
+                    unreached(self, Task::Rewind);
                 }
-                finished(self, Task::Rewind, upstream);
                 true
             }
             AgentAction::StartStandby => {
