@@ -446,6 +446,11 @@ impl Prepare {
         let a = &self.args;
         let mut lines = vec![
             "# Managed by lockstep instance; rewritten on every start. Do not edit.".to_owned(),
+            // Lockstep's defaults, before the person's parameters, which may override them.
+            // A standby whose primary went away (a failover, a switchover) tries its
+            // new one every second, not every 5 s: under synchronous replication the
+            // new primary's first commit waits for it.
+            "wal_retrieve_retry_interval = '1s'".to_owned(),
         ];
         if !user.parameters.is_empty() {
             lines.push(super::settings::PARAMETERS_SECTION.to_owned());
