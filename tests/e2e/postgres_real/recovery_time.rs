@@ -111,6 +111,15 @@ async fn seconds_writes_are_refused_in_a_switchover_and_a_failover() {
                 "(bench, {mode}) failover {run}: {old} -> {}, writes refused {gap:.2} s",
                 primary_of(&after)
             );
+            // Where the seconds went: the machine's transitions since the first kill.
+            let pg = real.pg.api.get(name).await.expect("the cluster");
+            let steps: Vec<String> = history(&pg)
+                .into_iter()
+                .map(|h| (h.at.timestamp_millis() as f64 / 1000.0 - since, h.reason))
+                .filter(|(offset, _)| *offset >= -1.0)
+                .map(|(offset, reason)| format!("+{offset:.0}s {reason}"))
+                .collect();
+            eprintln!("(bench, {mode}) failover {run} steps: {}", steps.join(", "));
             failovers.push(gap);
         }
         let Tally { acked, lost, .. } = real.tally(name);
