@@ -319,20 +319,12 @@ impl Prepare {
         env: &[(&str, &str)],
         bound: Duration,
     ) -> Result<(), PrepareError> {
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().map_err(|source| PrepareError::Spawn {
-            tool: tool.to_owned(),
-            source,
-        })?;
+        let mut child = tool_command(program, args, env, Stdio::inherit())
+            .spawn()
+            .map_err(|source| PrepareError::Spawn {
+                tool: tool.to_owned(),
+                source,
+            })?;
         let status = bounded(tool, bound, child.wait()).await?;
         if status.success() {
             Ok(())
@@ -356,17 +348,7 @@ impl Prepare {
     ) -> (Result<(), PrepareError>, String) {
         use tokio::io::AsyncBufReadExt;
         const KEPT: usize = 4096;
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = match command.spawn() {
+        let mut child = match tool_command(program, args, env, Stdio::piped()).spawn() {
             Ok(child) => child,
             Err(source) => {
                 let tool = tool.to_owned();
@@ -1098,6 +1080,21 @@ impl Prepare {
             other => other,
         }
     }
+}
+
+/// A tool's command: no stdin, its stdout ours, its stderr as given, killed if dropped.
+fn tool_command(program: PathBuf, args: &[String], env: &[(&str, &str)], stderr: Stdio) -> Command {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(stderr)
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command
 }
 
 fn strings(args: &[&str]) -> Vec<String> {
