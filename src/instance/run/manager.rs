@@ -453,6 +453,10 @@ impl Manager {
                     streams(&seen),
                     archiving.as_ref(),
                     synchronous,
+                    Some(matches!(
+                        seen.data,
+                        DataDir::Primary { .. } | DataDir::Standby { .. }
+                    )),
                 ));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);

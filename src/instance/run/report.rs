@@ -4,7 +4,8 @@
 //! an archiving primary whether its WAL reaches the archive
 //! ([`crate::machines::postgres::archiving`]), and for a primary with
 //! `spec.synchronous` whether its commits wait for standbys
-//! ([`crate::machines::postgres::synchronous`]).
+//! ([`crate::machines::postgres::synchronous`]), and whether its volume holds a database
+//! ([`crate::machines::postgres::volume`]).
 //!
 //! # Guarantees
 //! - **A write never delays a round of the manager** (its Lease renewals): the writes
@@ -35,6 +36,7 @@ use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
 use crate::machines::postgres::archiving::{ARCHIVING, Archiving};
 use crate::machines::postgres::streaming::{self, STREAMING};
 use crate::machines::postgres::synchronous::{self, SYNCHRONOUS};
+use crate::machines::postgres::volume::{self, DATA};
 
 /// The pause before a failed write is tried again.
 pub const RETRY: Duration = Duration::from_secs(5);
@@ -47,14 +49,15 @@ pub type Report = BTreeMap<&'static str, Said>;
 
 /// This round's report: the settings, for a standby whether it streams, for an
 /// archiving primary whether its WAL reaches the archive, and for a primary with
-/// `spec.synchronous` whether it turned asynchronous, with `number` (`None`: nothing to
-/// say about it this round).
+/// `spec.synchronous` whether it turned asynchronous, with `number`, and whether its
+/// volume holds a database (`None`: nothing to say about it this round).
 #[must_use]
 pub fn report(
     settings: Option<&SettingsReport>,
     streaming: Option<bool>,
     archiving: Option<&Archiving>,
     synchronous: Option<(bool, i32)>,
+    data: Option<bool>,
 ) -> Report {
     let mut report = Report::new();
     if let Some(settings) = settings {
@@ -68,6 +71,9 @@ pub fn report(
     }
     if let Some((asynchronous, number)) = synchronous {
         report.insert(SYNCHRONOUS, synchronous::condition(asynchronous, number));
+    }
+    if let Some(has_data) = data {
+        report.insert(DATA, volume::condition(has_data));
     }
     report
 }
@@ -217,7 +223,7 @@ mod tests {
             judged: None,
         };
         let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
-        let changed = report(Some(&settings), Some(false), None, None);
+        let changed = report(Some(&settings), Some(false), None, None, None);
         assert_eq!(
             patch(&changed, &[SETTINGS_APPLIED], now),
             json!({"status": {"conditions": [
@@ -240,16 +246,16 @@ mod tests {
 
     #[test]
     fn a_primary_with_synchronous_replication_says_whether_it_turned_asynchronous() {
-        let (_, said) = report(None, None, None, Some((true, 1)))
+        let (_, said) = report(None, None, None, Some((true, 1)), None)
             .remove(SYNCHRONOUS)
             .map(|(status, reason, message)| ((status, reason), message))
             .expect("a synchronous report");
         assert!(said.contains("Preferred"), "{said}");
-        let waits = report(None, None, None, Some((false, 2)));
+        let waits = report(None, None, None, Some((false, 2)), None);
         assert_eq!(
             waits.get(SYNCHRONOUS).map(|(s, r, _)| (*s, *r)),
             Some(("True", "Synchronous"))
         );
-        assert!(!report(None, None, None, None).contains_key(SYNCHRONOUS));
+        assert!(!report(None, None, None, None, None).contains_key(SYNCHRONOUS));
     }
 }

@@ -10,7 +10,8 @@
 //!   each edge naming the file that takes it (the generated statechart is
 //!   `machines/postgrescluster.md`); [`actions`]: the side effects, as data.
 //! - [`observe`] and [`render`]: the bridge to Kubernetes objects; [`applied`]: what
-//!   each instance reports on its pod of the settings it was given;
+//!   each instance reports on its pod of the settings it was given; [`volume`]: whether
+//!   its volume holds a database;
 //!   [`status`]: the kind's own status fields.
 //! - `scripts/`: what runs in the Jobs (`survey.sh`, `promote.sh`, `backup.sh`,
 //!   `restore.sh`), shipped in a ConfigMap; their environment contract is in
@@ -60,6 +61,7 @@ pub mod synchronous;
 pub mod table;
 #[cfg(test)]
 mod tests;
+pub mod volume;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;

@@ -195,6 +195,9 @@ pub struct Own {
     /// The live instance pods (by ordinal) whose instance manager reported its
     /// bootstrap from backups failed ([`super::recovery`]), with the error.
     pub recovery_failed: BTreeMap<i32, String>,
+    /// The live instance pods (by ordinal) whose instance manager reports that their
+    /// volume holds no database ([`super::volume`]): they hold no commit.
+    pub empty: BTreeSet<i32>,
 }
 
 impl Observed {
@@ -321,7 +324,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter_map(|p| Some((ordinal_of(p, &name)?, pod_lease_seconds(p)?)))
         .collect();
 
-    // What the live instance pods say, by ordinal: read once, asked five ways.
+    // What the live instance pods say, by ordinal: read once, asked six ways.
     let pods = read.owned(&cache.pods);
     let live: Vec<(i32, &Pod)> = pods
         .iter()
@@ -368,9 +371,15 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .iter()
         .filter_map(|(k, p)| Some((*k, recovery_failure(p)?)))
         .collect();
+    let empty = live
+        .iter()
+        .filter(|(_, p)| condition_status(p, super::volume::DATA) == Some("False"))
+        .map(|(k, _)| *k)
+        .collect();
 
     let own = Own {
         recovery_failed,
+        empty,
         in_sync,
         lease,
         job_results,

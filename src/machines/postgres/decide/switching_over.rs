@@ -206,13 +206,17 @@ fn survey(
                 .requeue(std::time::Duration::from_secs(5));
             };
             let finished = o.job(&key).and_then(|j| j.outcome.finished_at());
-            if let Some(wait) =
+            if let Some(unread) =
                 quorum_unread(spec, s, world, (&job_name, finished), &surveyed, what)
             {
                 // The old primary, back on its volume, has every acknowledged commit: a
                 // quorum that stays unmet goes back to it rather than wait without end.
-                if attempt >= SURVEYS_FOR_EVERY_MEMBER
-                    && let Some(back) = abandon(s, o, &surveyed, what)
+                let (wait, dead_end) = match unread {
+                    Unread::Wait(wait) => (wait, false),
+                    Unread::DeadEnd(wait) => (wait, true),
+                };
+                if (dead_end || attempt >= SURVEYS_FOR_EVERY_MEMBER)
+                    && let Some(back) = abandon(s, o, &unpromotable(o, what, &surveyed))
                 {
                     return back;
                 }
@@ -261,7 +265,7 @@ fn survey(
                         return resurvey(s, world, finished, NO_PROMOTION_TARGET, again, true)
                             .with_actions(actions);
                     }
-                    abandon(s, o, &surveyed, what).unwrap_or_else(|| {
+                    abandon(s, o, &unpromotable(o, what, &surveyed)).unwrap_or_else(|| {
                         stay(NO_PROMOTION_TARGET, message, actions)
                             .degraded()
                             .requeue(std::time::Duration::from_secs(10))
@@ -278,7 +282,7 @@ fn survey(
         ),
         JobStep::Retry { failure } | JobStep::Exhausted { failure } => {
             let back = (attempt >= SURVEYS_FOR_EVERY_MEMBER)
-                .then(|| abandon(s, o, &[], what))
+                .then(|| abandon(s, o, &unpromotable(o, what, &[])))
                 .flatten();
             back.unwrap_or_else(|| {
                 Decision::go(
@@ -297,15 +301,25 @@ fn survey(
 /// A failover or switchover whose surveys read no standby that can be promoted goes
 /// back to the old primary when that is safe and possible: its ordinal has a live pod
 /// (for a failover, not the failed one: recreated, on its volume; a switchover's old
-/// primary stopped on purpose), no survey chose a target yet, and the Lease names nobody
+/// primary stopped on purpose) whose manager does not report an empty volume
+/// ([`crate::machines::postgres::volume`]: recreated on a lost claim, it holds no WAL;
+/// found from seed 7 of the vanished-pod test's generator, two volumes lost in a
+/// synchronous cluster, going back to it and round again for ever), no survey chose a
+/// target yet, and the Lease names nobody
 /// or that ordinal, so no other server was writable since and the old primary's WAL is
 /// the newest. Back in `PrimaryLost` it is labelled primary and given the Lease once
 /// any failed pod's expired (found by the model check from seeds 0 and 1: the only
 /// standby's volume was lost mid-failover, or mid-switchover, and the machine waited
-/// for a standby that could never exist). `None`: keep waiting for a standby.
-fn abandon(s: &Switchover, o: &Observed, surveyed: &[Surveyed], what: &str) -> Option<D> {
+/// for a standby that could never exist; and from seed 7: a requested switchover's
+/// target was recreated on a lost volume, and the machine waited for a Ready replica
+/// that could never come). `why` says why no standby can be promoted. `None`: keep
+/// waiting for a standby.
+fn abandon(s: &Switchover, o: &Observed, why: &str) -> Option<D> {
     let old = s.cluster.primary;
-    let pod = o.live(old).filter(|p| !p.terminating)?;
+    // A pod whose manager reports an empty volume holds no WAL at all.
+    let pod = o
+        .live(old)
+        .filter(|p| !p.terminating && !o.own.empty.contains(&old))?;
     let ours = format!("{}/", o.pod_name(old));
     let never_left = o.own.lease.as_ref().is_some_and(|l| {
         l.holder.as_deref().is_none_or(|h| h.starts_with(&ours))
@@ -325,16 +339,24 @@ fn abandon(s: &Switchover, o: &Observed, surveyed: &[Surveyed], what: &str) -> O
             },
             BACK_TO_OLD_PRIMARY,
             format!(
-                "{what}: no standby the survey read can be promoted ({}); {} is back on its volume and the Lease never left it, so it has the newest WAL: it is the primary again",
-                if surveyed.is_empty() {
-                    "none answered".to_owned()
-                } else {
-                    describe(o, surveyed)
-                },
+                "{why}; {} is back on its volume and the Lease never left it, so it has the newest WAL: it is the primary again",
                 o.pod_name(old)
             ),
         )
     })
+}
+
+/// Why a failover or switchover goes back to its old primary after its surveys:
+/// no standby they read can be promoted.
+fn unpromotable(o: &Observed, what: &str, surveyed: &[Surveyed]) -> String {
+    format!(
+        "{what}: no standby the survey read can be promoted ({})",
+        if surveyed.is_empty() {
+            "none answered".to_owned()
+        } else {
+            describe(o, surveyed)
+        }
+    )
 }
 
 /// How long a survey that read too few members (for synchronous replication's quorum,
@@ -420,8 +442,11 @@ fn resurvey(
 /// other members, so a failover must read `others - number + 1` of them to be sure the
 /// most advanced one read has them all (`synchronous::survey_quorum`). A survey that read
 /// fewer: wait (Degraded, naming who and the way out) until [`RESURVEY_SECONDS`]
-/// after its Job (`job`: its name and when it finished) finished, then survey again.
-/// `None`: the survey read enough, or there is no quorum to meet.
+/// after its Job (`job`: its name and when it finished) finished, then survey again;
+/// unless every member it did not read reports an empty volume
+/// ([`crate::machines::postgres::volume`]): then wait, Degraded, for a person (or the
+/// old primary) without surveying again. `None`: the survey read enough, or there is no
+/// quorum to meet.
 fn quorum_unread(
     spec: &PostgresClusterSpec,
     s: &Switchover,
@@ -429,7 +454,7 @@ fn quorum_unread(
     (job_name, finished): (&str, Option<chrono::DateTime<chrono::Utc>>),
     surveyed: &[Surveyed],
     what: &str,
-) -> Option<D> {
+) -> Option<Unread> {
     let o = &world.observed;
     let old = s.cluster.primary;
     let others: Vec<i32> = (0..s.cluster.replicas).filter(|k| *k != old).collect();
@@ -448,25 +473,48 @@ fn quorum_unread(
         .filter(|k| !read.contains(k))
         .collect();
     let number = spec.synchronous.as_ref().map_or(0, |x| x.number);
+    // Members whose managers report an empty volume lost what they held: no answer of
+    // theirs can bring it back, so surveying them again is a wait without end.
+    let dead_end = unread.iter().all(|k| o.own.empty.contains(k));
+    let waiting = if dead_end {
+        format!(
+            "{} lost their data (their volumes hold no database), so no survey can read what they had",
+            o.pod_names(&unread)
+        )
+    } else {
+        format!("waiting for {} to answer", o.pod_names(&unread))
+    };
     let message = format!(
         "{what}: every acknowledged commit is on {number} of the {} other members \
          (spec.synchronous), so {needed} must be read to promote one that has them all; \
-         survey Job {job_name} read {} ({}); waiting for {} to answer. To promote the most \
-         advanced member read instead, losing the commits only the others may hold, set \
+         survey Job {job_name} read {} ({}); {waiting}. To promote the most advanced \
+         member read instead, losing the commits only the others may hold, set \
          spec.synchronous.dataDurability to Preferred",
         others.len(),
         read.len(),
         describe(o, surveyed),
-        o.pod_names(&unread),
     );
-    Some(resurvey(
-        s,
-        world,
-        finished,
-        NO_PROMOTION_TARGET,
-        message,
-        true,
-    ))
+    Some(if dead_end {
+        Unread::DeadEnd(stay(NO_PROMOTION_TARGET, message, vec![]).degraded())
+    } else {
+        Unread::Wait(resurvey(
+            s,
+            world,
+            finished,
+            NO_PROMOTION_TARGET,
+            message,
+            true,
+        ))
+    })
+}
+
+/// A quorum the survey did not read ([`quorum_unread`]).
+enum Unread {
+    /// Survey again after a while: the members not read may yet answer.
+    Wait(D),
+    /// Every member not read lost its data: only the old primary, or a person, can end
+    /// the wait.
+    DeadEnd(D),
 }
 
 /// Whether the Lease names the target (the pod the intent recorded), or why not.
@@ -713,12 +761,19 @@ pub(crate) fn retarget(
                 message,
             )
         }
-        None => stay(
-            NO_PROMOTION_TARGET,
-            format!("{what}: {why}, and no other Ready replica can be promoted"),
-            actions,
-        )
-        .degraded(),
+        None => {
+            let message = format!("{what}: {why}, and no other Ready replica can be promoted");
+            // A target replaced on a lost volume never becomes a promotable replica
+            // again; a target that is merely not Ready may, and is waited for.
+            let replaced = o
+                .pods
+                .get(&s.target.ordinal)
+                .is_none_or(|p| p.uid != s.target.uid);
+            replaced
+                .then(|| abandon(s, o, &message))
+                .flatten()
+                .unwrap_or_else(|| stay(NO_PROMOTION_TARGET, message, actions).degraded())
+        }
     }
 }
 

@@ -211,6 +211,13 @@ impl World {
         let decision = (self.agent_decide)(&spec, &state, &seen, signalled);
         if let Some(p) = self.pods.get_mut(&k) {
             p.finished = None;
+            // Its manager reports what its volume holds each round (`report.rs`).
+            if p.cut.is_none() {
+                p.data_reported = Some(matches!(
+                    seen.data,
+                    DataDir::Primary { .. } | DataDir::Standby { .. }
+                ));
+            }
         }
         let mut ok = true;
         for action in decision.actions() {

@@ -257,6 +257,10 @@ struct Pod {
     /// The [`World::restart_settings`] its manager last read and reported on
     /// ([`Move::SettingsRead`]; at its server's start it reads the current ones).
     settings_judged: u32,
+    /// Whether its volume holds a database, as its manager last reported it on the pod
+    /// (each round, before it decides; a pod cut off writes nothing): `None` before its
+    /// first report ([`crate::machines::postgres::volume`]).
+    data_reported: Option<bool>,
 }
 
 impl Pod {
@@ -286,6 +290,7 @@ impl Pod {
             garbled: false,
             settings_started: 0,
             settings_judged: 0,
+            data_reported: None,
         }
     }
 }
@@ -825,6 +830,24 @@ impl World {
         if !data_within && let Some(l) = self.lease.as_mut().filter(|l| l.initialized) {
             l.initialized = false;
             self.mark_lost = true;
+        }
+        // A user whose synchronous failover waits, Degraded, for members that lost their
+        // data, and whose old primary lost its own, accepts the loss of the commits only
+        // they may have had: dataDurability Preferred, the way out the operator names.
+        let has_data = |k: &i32| self.volumes.get(k).is_some_and(Vol::has_data);
+        let others = usize::try_from(self.replicas - 1).unwrap_or(0);
+        let kept = (0..self.replicas)
+            .filter(|k| *k != self.db_primary && has_data(k))
+            .count();
+        if let Some(sync) = self
+            .synchronous
+            .as_mut()
+            .filter(|s| s.data_durability == DataDurability::Required)
+            && !has_data(&self.db_primary)
+            && crate::machines::postgres::synchronous::survey_quorum(Some(sync), others)
+                .is_some_and(|needed| kept < needed)
+        {
+            sync.data_durability = DataDurability::Preferred;
         }
         // A user whose data is left only on members beyond spec.replicas (the primary
         // was lost while it scaled down, before the StatefulSet did) raises spec.replicas

@@ -821,6 +821,17 @@ fn a_failover_with_no_standby_left_goes_back_to_the_old_primary_on_its_volume() 
     assert_took(&report, "PrimaryLost -> Ready (PrimaryRecovered)");
 }
 
+/// Found by generated runs (seed 7): a switchover to pod 2 is requested and the volumes
+/// of pods 1 and 2 are lost. The old primary stopped cleanly and released the Lease, its
+/// target came back empty, and the switchover waited without end for a Ready replica
+/// that could never come. It goes back to the old primary instead.
+#[test]
+fn a_switchover_whose_target_came_back_empty_goes_back_to_the_old_primary() {
+    let report = passes(super::scenarios::switchover_losing_every_standby());
+    assert_took(&report, "SwitchingOver -> PrimaryLost (BackToOldPrimary)");
+    assert_took(&report, "PrimaryLost -> Ready (PrimaryRecovered)");
+}
+
 /// Found by generated runs (seeds 2 and 7 of the vanished-pod test's generator): pod 1's
 /// standby is promoted by hand under a garbled label (its agent fences it), and pod 0's
 /// volume is lost. With the status lost too, the person's `adopt-primary` names pod 1,
@@ -843,4 +854,39 @@ fn a_member_labelled_replica_is_labelled_primary_before_creating_hands_it_the_le
 fn a_primary_lost_with_no_ready_replica_adopts_the_member_a_person_names() {
     let report = passes(super::scenarios::only_data_on_a_member_that_cannot_follow());
     assert_took(&report, "PrimaryLost -> Creating (AdoptionRequested)");
+}
+
+/// Found by generated runs (seed 7 of the vanished-pod test's generator): with
+/// `spec.synchronous` Required, the volumes of pods 1 and 0 (the primary) are lost. The
+/// failover's quorum can never be read (pod 1 holds nothing now), and it went back to
+/// the old primary's ordinal, whose new pod is just as empty, and round again, for ever.
+/// It never goes back to a pod whose manager reports an empty volume, and waits for
+/// the person's `Preferred` instead.
+#[test]
+fn a_synchronous_failover_never_goes_back_to_an_old_primary_recreated_empty() {
+    use Move::*;
+    let env = Event::Env;
+    let (mut world, events) = running_three(vec![
+        env(Write),
+        env(Replicate(2)),
+        env(VolumeLost(1)),
+        env(VolumeLost(0)),
+        r(),
+        r(),
+    ]);
+    world.synchronous = Some(SynchronousSpec {
+        number: 1,
+        method: SyncMethod::Any,
+        data_durability: DataDurability::Required,
+    });
+    let report = passes((world, events));
+    assert!(
+        !report
+            .trace
+            .iter()
+            .any(|l| l.contains("(BackToOldPrimary)")),
+        "{}",
+        report.trace.join("\n")
+    );
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
 }

@@ -87,6 +87,27 @@ pub(super) fn failover_losing_the_only_standby() -> (World, Vec<Event<Move, Edit
     (world, events)
 }
 
+/// A switchover to pod 2 is requested in a three-instance cluster, and the volumes of
+/// pods 1 and 2 are lost as it begins: the target comes back empty, and no replica can
+/// be promoted (`BackToOldPrimary`).
+pub(super) fn switchover_losing_every_standby() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    use story::r;
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        env(RequestSwitchover(2)),
+        r(),
+        env(VolumeLost(1)),
+        env(VolumeLost(2)),
+    ];
+    (world, events)
+}
+
 /// Pod 1's standby is promoted by hand under a garbled role label, and pod 0's volume is
 /// lost: pod 1 is the one member with data, still labelled `replica`.
 pub(super) fn hand_promoted_standby_and_lost_primary_volume() -> (World, Vec<Event<Move, Edit>>) {

@@ -253,6 +253,13 @@ where
                 // an archiving report only ever makes a Ready stay Degraded.
                 archiving: BTreeMap::new(),
                 synchronous: BTreeMap::new(),
+                // What each live pod's manager last reported of its volume.
+                empty: self
+                    .pods
+                    .range(..GONE)
+                    .filter(|(_, p)| !p.terminating && p.data_reported == Some(false))
+                    .map(|(k, _)| *k)
+                    .collect(),
             },
         }
     }

@@ -446,7 +446,8 @@ fn a_standby_the_survey_did_not_reach_or_that_is_not_ready_is_never_chosen() {
 /// After the last survey no standby can be promoted, but the old primary's pod is back
 /// (recreated on its volume) and the Lease still names its ordinal: nobody else was
 /// writable, so the failover goes back to it. With a target already chosen by a survey
-/// (the Lease may have been handed on), or the Lease naming another ordinal, it waits.
+/// (the Lease may have been handed on), the Lease naming another ordinal, or the old
+/// primary's pod reporting an empty volume, it waits.
 #[test]
 fn a_failover_with_no_standby_to_promote_goes_back_to_the_old_primary_back_on_its_volume() {
     let back = || {
@@ -467,6 +468,12 @@ fn a_failover_with_no_standby_to_promote_goes_back_to_the_old_primary_back_on_it
     let mut elsewhere = back();
     edit_lease(&mut elsewhere, |l| l.holder = Some(identity(2, V1)));
     let d = decide(&spec("16.3"), &state, elsewhere);
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+
+    // Recreated on a lost claim, its manager reports an empty volume: it holds no WAL.
+    let mut emptied = back();
+    emptied.own.empty.insert(0);
+    let d = decide(&spec("16.3"), &state, emptied);
     assert_degraded(&d, NO_PROMOTION_TARGET);
 
     let PgState::SwitchingOver(s) = &state else {
@@ -927,6 +934,26 @@ fn with_synchronous_replication_a_failover_that_read_too_few_members_waits_and_s
     // Some seconds after the survey finished: a new survey Job.
     let d = surveyed_with(DataDurability::Required, ONLY_PG2, 30);
     assert_goes(&d, SURVEY_RETRIED, &at_survey(Some(2)));
+}
+
+#[test]
+fn with_synchronous_replication_a_failover_whose_unread_members_lost_their_data_waits_for_a_person_without_surveying_again()
+ {
+    // pg-1 came back on an empty volume: it can never answer with what it had.
+    let mut o = surveyed(ONLY_PG2);
+    o.own.empty.insert(1);
+    let spec = synchronous(DataDurability::Required);
+    for now in [12, 30, 600] {
+        let d = decide_at(&spec, &at_survey(None), o.clone(), now, 0);
+        assert_degraded(&d, NO_PROMOTION_TARGET);
+        assert!(
+            target(&d).is_none(),
+            "no new survey, nobody promoted: {d:?}"
+        );
+        for needle in ["pg-1 lost their data", "dataDurability to Preferred"] {
+            assert!(message(&d).contains(needle), "{needle}: {}", message(&d));
+        }
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ mod rendering;
 mod requested;
 mod upgrades;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Container;
 use kube::ResourceExt;
@@ -154,6 +154,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             archiving: BTreeMap::new(),
             synchronous: BTreeMap::new(),
             recovery_failed: BTreeMap::new(),
+            empty: BTreeSet::new(),
         },
     }
 }
