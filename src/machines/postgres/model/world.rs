@@ -717,6 +717,10 @@ where
                 *k < self.replicas
                     && p.ready
                     && p.image == want
+                    // Its server runs with the spec's restart-only settings (found from
+                    // seeds 4, 10 and 12: a one-instance cluster whose setting changed
+                    // while its primary was lost recovered to Ready, then restarted).
+                    && p.settings_started == self.restart_settings
                     && p.role
                         == Some(if *k == cluster.primary {
                             Role::Primary
