@@ -57,6 +57,13 @@ pub enum AgentAction {
         /// The last position the stopped primary wrote.
         lsn: Option<Lsn>,
     },
+    /// Point the standby's WAL receiver at the pod the Lease holder identity `holder`
+    /// names (its stable DNS name), or at nobody, and reload: PostgreSQL restarts the
+    /// receiver when `primary_conninfo` changes, and runs none while it is empty.
+    Follow {
+        /// The holder to stream from; `None`: nobody.
+        holder: Option<String>,
+    },
     /// A clean stop (`pg_ctl stop -m fast`, SIGINT to the postmaster), not waited for.
     StopClean,
     /// An immediate stop (SIGQUIT to the postmaster), not waited for.

@@ -231,6 +231,10 @@ pub struct LeaseSeen {
     pub released_at: Option<ReleasedAt>,
     /// The annotation `lockstep.dev/initialized` is there: the cluster's database exists.
     pub initialized: bool,
+    /// When the holder's tenure runs out on this agent's clock: the Lease's `renewTime +
+    /// leaseDurationSeconds` as read, carried onto the monotonic clock at the read (so a
+    /// later step of the wall clock does not move it). `None` without a renewal time.
+    pub holder_until: Option<Mono>,
 }
 
 impl LeaseSeen {
@@ -243,6 +247,21 @@ impl LeaseSeen {
     pub fn released_by(&self, me: &str) -> bool {
         self.holder.is_none() && self.released_by.as_deref() == Some(me)
     }
+}
+
+/// Whom a standby's server streams from (its `primary_conninfo`), as the runtime last
+/// configured it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Upstream {
+    /// The `<cluster>-rw` Service, whichever pod it selects: how a standby starts, and
+    /// all it ever follows without a Lease.
+    #[default]
+    Service,
+    /// The pod a Lease holder identity (`<pod name>/<pod uid>`) names, by its stable DNS
+    /// name.
+    Holder(String),
+    /// Nobody: the WAL receiver does not run.
+    Nobody,
 }
 
 /// The Lease, or why it could not be read this round.
@@ -317,6 +336,8 @@ pub struct Observation {
     /// Since when the server has answered as a standby whose WAL receiver does not
     /// stream (in this process); `None` while it streams, or when it is no standby.
     pub not_streaming_since: Option<Mono>,
+    /// Whom the standby's server streams from, as last configured.
+    pub upstream: Upstream,
 }
 
 impl Observation {

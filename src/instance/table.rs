@@ -113,6 +113,9 @@ pub mod reason {
     pub const ALREADY_INITIALIZED: &str = "AlreadyInitialized";
     /// Stay: a standby follows the primary.
     pub const FOLLOWING: &str = "Following";
+    /// Stay: the Lease moved, or its holder's tenure ran out: the standby streams from
+    /// the new holder, or from nobody.
+    pub const UPSTREAM_MOVED: &str = "UpstreamMoved";
     /// Stay: chosen, but short of the position the primary before it released the
     /// Lease at (or that position is not an LSN).
     pub const HELD_BACK: &str = "HeldBack";

@@ -112,7 +112,7 @@ pub(super) fn awaiting(spec: &AgentSpec, seen: &Observation, signalled: bool) ->
             RELEASED_POSITION_PENDING,
             "the Lease is this pod's and names the position the primary before it stopped at: starting as a standby, promoted once it has that position",
         )
-        .with_actions([AgentAction::StartStandby]),
+        .with_actions(super::standby::start_standby(spec, seen)),
         DataDir::Empty | DataDir::Interrupted | DataDir::Foreign => {
             held(AgentState::Bootstrapping, "bootstrapping")
         }

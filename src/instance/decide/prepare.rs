@@ -100,7 +100,7 @@ pub(super) fn starting(spec: &AgentSpec, seen: &Observation, signalled: bool) ->
             STANDBY_DATA,
             "a standby's data: starting as a standby",
         )
-        .with_actions([AgentAction::StartStandby]),
+        .with_actions(super::standby::start_standby(spec, seen)),
     }
 }
 
@@ -137,14 +137,14 @@ pub(super) fn preparing(spec: &AgentSpec, state: &AgentState, seen: &Observation
             ),
             Task::Clone => {
                 Decision::go(AgentState::Standby, CLONED, "cloned: starting as a standby")
-                    .with_actions([AgentAction::StartStandby])
+                    .with_actions(super::standby::start_standby(spec, seen))
             }
             Task::Rewind => Decision::go(
                 AgentState::Standby,
                 REWOUND,
                 "rewound: starting as a standby",
             )
-            .with_actions([AgentAction::StartStandby]),
+            .with_actions(super::standby::start_standby(spec, seen)),
         },
         // A rewind that never reached the primary changed nothing: $PGDATA is kept, and
         // the start is decided again (a standby that answers a failover's survey, when no

@@ -7,16 +7,23 @@
 //! primary answers upstream cannot follow it as it is (a timeline it cannot follow after
 //! a failover, a broken replication connection): it stops cleanly, and its next start
 //! rewinds it against that primary.
+//!
+//! With a Lease, a standby streams only from the Lease's holder, and only while the
+//! holder's tenure lasts on its own clock ([`upstream`]): a primary that lost the Lease
+//! while paused or cut off, and resumes, finds no standby still connected to
+//! acknowledge what its backends commit as they resume, before its fence stops it
+//! (issue 24). A replication connection outlives the `-rw` Service moving to another
+//! pod, and a frozen server's kernel keeps its connections open.
 
 use super::{AgentDecision, fence, me, renew};
 use crate::engine::Decision;
 use crate::instance::action::AgentAction;
 use crate::instance::machine::AgentSpec;
-use crate::instance::observe::{Observation, ReleasedAt, RoleLabel, Server};
+use crate::instance::observe::{Observation, ReleasedAt, RoleLabel, Server, Upstream};
 use crate::instance::state::{AgentState, ExitCode};
 use crate::instance::table::reason::{
     CHOSEN, FOLLOWING, HELD_BACK, PROMOTED, PROMOTED_BY_SOMEONE_ELSE, SERVER_EXITED, SIGNALLED,
-    STREAM_STALLED,
+    STREAM_STALLED, UPSTREAM_MOVED,
 };
 use crate::machines::postgres::actions::Role;
 
@@ -56,6 +63,15 @@ pub(super) fn standby(spec: &AgentSpec, seen: &Observation, signalled: bool) -> 
         Server::Unanswering => return following(),
         Server::Standby(s) => s,
     };
+    if let Some(moved) = upstream(spec, seen) {
+        let message = match &moved {
+            Upstream::Holder(h) => format!("the Lease names {h}: streaming from it"),
+            _ => "the Lease names no holder whose tenure lasts: streaming from nobody until one holds it".to_owned(),
+        };
+        return Decision::stay(UPSTREAM_MOVED, message)
+            .with_actions([follow(moved)])
+            .requeue(spec.period());
+    }
     if seen.role != RoleLabel::Is(Role::Primary) {
         return match stalled_for(spec, seen) {
             Some(stalled) => Decision::go(
@@ -101,6 +117,47 @@ pub(super) fn standby(spec: &AgentSpec, seen: &Observation, signalled: bool) -> 
         .requeue(spec.period()),
         _ => chosen("labelled primary and holding the Lease: renewed, then promoting"),
     }
+}
+
+/// Start the server as a standby, streaming from whom [`upstream`] says from the start
+/// (a start on the `-rw` Service, then a move to the holder, would restart the WAL
+/// receiver at once, and one restarting as the primary stops cleanly misses its last
+/// WAL).
+pub(super) fn start_standby(spec: &AgentSpec, seen: &Observation) -> Vec<AgentAction> {
+    upstream(spec, seen)
+        .map(follow)
+        .into_iter()
+        .chain([AgentAction::StartStandby])
+        .collect()
+}
+
+/// The action that points the WAL receiver at `upstream`.
+fn follow(upstream: Upstream) -> AgentAction {
+    AgentAction::Follow {
+        holder: match upstream {
+            Upstream::Holder(h) => Some(h),
+            _ => None,
+        },
+    }
+}
+
+/// Whom the standby should stream from, if not from whom it does: with a Lease, its
+/// holder while the holder's tenure lasts on this agent's clock (the Lease's
+/// `renewTime + L` as read), and nobody once it ran out or while the Lease names nobody.
+/// `None`: no change (no Lease: the `-rw` Service; the Lease unreadable this round, or
+/// naming this pod, which promotes next: as it was).
+fn upstream(spec: &AgentSpec, seen: &Observation) -> Option<Upstream> {
+    spec.lease.as_ref()?;
+    let lease = seen.lease.seen()?;
+    if lease.names(me(spec)) {
+        // Chosen: it promotes next, or waits for its label.
+        return None;
+    }
+    let want = match (&lease.holder, lease.holder_until) {
+        (Some(h), Some(until)) if seen.now < until => Upstream::Holder(h.clone()),
+        _ => Upstream::Nobody,
+    };
+    (want != seen.upstream).then_some(want)
 }
 
 /// How long the standby has gone without streaming, once that is at least the stall

@@ -56,6 +56,11 @@ pub struct InstanceArgs {
     /// The primary's address (the `<cluster>-rw` Service).
     #[arg(long, env = "PRIMARY_HOST")]
     pub primary_host: Option<String>,
+    /// The domain of the members' stable DNS names (`<headless Service>.<namespace>.svc`):
+    /// a standby streams from the Lease's holder at `<pod>.<this>`. None: from
+    /// [`Self::primary_host`].
+    #[arg(long, env = "LOCKSTEP_PEER_DOMAIN")]
+    pub peer_domain: Option<String>,
     /// The primary's port.
     #[arg(long, env = "PRIMARY_PORT", default_value_t = 5432)]
     pub primary_port: u16,

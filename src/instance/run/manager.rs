@@ -51,7 +51,7 @@ use crate::engine::Decision;
 use crate::instance::machine::{AgentSpec, LeaseTerms};
 use crate::instance::observe::{
     DataDir, Finished, LeaseRead, LeaseSeen, Lsn, Mono, Observation, Position, ReleasedAt,
-    RoleLabel, Server, Standby, Task,
+    RoleLabel, Server, Standby, Task, Upstream,
 };
 use crate::instance::{AgentAction, AgentState, decide};
 use crate::machines::postgres::actions::Role;
@@ -267,9 +267,22 @@ pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
      FROM pg_stat_archiver";
 
 /// The Lease as the agent sees it.
-fn lease_seen(lease: &k8s_openapi::api::coordination::v1::Lease) -> LeaseSeen {
+fn lease_seen(
+    lease: &k8s_openapi::api::coordination::v1::Lease,
+    read_at: Moment,
+    wall: k8s_openapi::jiff::Timestamp,
+) -> LeaseSeen {
     let annotations = lease.metadata.annotations.as_ref();
+    // renewTime + L on the holder's wall clock, carried onto this agent's monotonic
+    // clock at the read (expired: the read's own instant).
+    let holder_until = lease.spec.as_ref().and_then(|s| {
+        let renewed = s.renew_time.as_ref()?.0.as_millisecond();
+        let until = renewed + i64::from(s.lease_duration_seconds?) * 1000;
+        let left = u64::try_from(until - wall.as_millisecond()).unwrap_or(0);
+        Some(mono(read_at).after(Duration::from_millis(left)))
+    });
     LeaseSeen {
+        holder_until,
         holder: lease
             .spec
             .as_ref()
@@ -603,7 +616,11 @@ impl Manager {
         let data = self.observe_data().await;
         if let Some(lease) = &self.lease {
             self.lease_read = match lease.read().await {
-                Ok(seen) => LeaseRead::Seen(lease_seen(&seen.lease)),
+                Ok(seen) => LeaseRead::Seen(lease_seen(
+                    &seen.lease,
+                    seen.read_at,
+                    k8s_openapi::jiff::Timestamp::now(),
+                )),
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the Lease failed");
                     LeaseRead::Unreadable
@@ -636,6 +653,7 @@ impl Manager {
             finished: self.finished.take(),
             upstream_writable,
             not_streaming_since: self.not_streaming_since,
+            upstream: self.prepare.upstream.clone(),
         }
     }
 
@@ -936,6 +954,32 @@ impl Manager {
                 Ok(())
             }
             AgentAction::StartStandby => self.checked_start(true).await,
+            AgentAction::Follow { holder } => {
+                let before = std::mem::replace(
+                    &mut self.prepare.upstream,
+                    holder.clone().map_or(Upstream::Nobody, Upstream::Holder),
+                );
+                tracing::info!(upstream = ?self.prepare.streams_from(), "the standby follows the Lease");
+                if self.postmaster.is_none() {
+                    // Its start writes the configuration.
+                    return Ok(());
+                }
+                let reloaded = match self.write_checked_config(true).await {
+                    Ok(()) => self
+                        .prepare
+                        .local()
+                        .query("SELECT pg_reload_conf()")
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                };
+                if reloaded.is_err() {
+                    // Tried again next round: the server follows whom it did.
+                    self.prepare.upstream = before;
+                }
+                reloaded
+            }
             AgentAction::StartPrimary => self.checked_start(false).await,
             AgentAction::Promote => {
                 let pm = self.postmaster.as_ref().ok_or("no server runs")?;
@@ -965,7 +1009,11 @@ impl Manager {
                     .await
                     .map_err(|e| e.to_string())?;
                 self.fence.renewed(seen.read_at);
-                self.lease_read = LeaseRead::Seen(lease_seen(&seen.lease));
+                self.lease_read = LeaseRead::Seen(lease_seen(
+                    &seen.lease,
+                    seen.read_at,
+                    k8s_openapi::jiff::Timestamp::now(),
+                ));
                 Ok(())
             }
             AgentAction::Release { lsn } => {

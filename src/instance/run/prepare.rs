@@ -35,6 +35,7 @@ use super::config::InstanceArgs;
 use super::quote;
 use super::settings::Settings;
 use super::sql::Psql;
+use crate::instance::observe::Upstream;
 use crate::machines::postgres::recovery::RECOVERY_FAILED;
 use crate::machines::postgres::settings::PostgresqlSpec;
 
@@ -251,6 +252,9 @@ pub struct Prepare {
     pub args: InstanceArgs,
     /// `$PGDATA` and its markers.
     pub layout: Layout,
+    /// Whom a standby's configuration streams from (the `-rw` Service until the agent
+    /// says otherwise).
+    pub upstream: Upstream,
 }
 
 impl Prepare {
@@ -260,7 +264,29 @@ impl Prepare {
         let layout = Layout {
             pgdata: args.pgdata.clone(),
         };
-        Self { args, layout }
+        Self {
+            args,
+            layout,
+            upstream: Upstream::Service,
+        }
+    }
+
+    /// The host a standby streams from, by [`Self::upstream`]: the `-rw` Service, the
+    /// holder's pod by its stable DNS name (`<pod>.<LOCKSTEP_PEER_DOMAIN>`; the Service
+    /// without a peer domain), or none.
+    #[must_use]
+    pub fn streams_from(&self) -> Option<String> {
+        match &self.upstream {
+            Upstream::Service => self.args.primary_host.clone(),
+            Upstream::Holder(holder) => {
+                let pod = holder.split('/').next().unwrap_or_default();
+                match &self.args.peer_domain {
+                    Some(domain) if !pod.is_empty() => Some(format!("{pod}.{domain}")),
+                    _ => self.args.primary_host.clone(),
+                }
+            }
+            Upstream::Nobody => None,
+        }
     }
 
     fn start_timeout(&self) -> Duration {
@@ -457,7 +483,7 @@ impl Prepare {
             // spec.synchronous (empty: asynchronous), the same on every member.
             format!("synchronous_standby_names = {}", quote::conf(synchronous)),
         ]);
-        if standby && let Some(host) = &a.primary_host {
+        if standby && let Some(host) = &self.streams_from() {
             let conninfo = format!(
                 "host={} port={} user={} password={} application_name={} connect_timeout=10",
                 quote::conninfo(host),

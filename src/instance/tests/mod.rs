@@ -24,10 +24,11 @@ fn at(s: u64) -> Mono {
     Mono::at(Duration::from_secs(s))
 }
 
-/// The Lease naming `holder`.
+/// The Lease naming `holder`, its tenure lasting to 1000 s.
 fn lease(holder: Option<&str>) -> LeaseRead {
     LeaseRead::Seen(LeaseSeen {
         holder: holder.map(str::to_owned),
+        holder_until: Some(at(1000)),
         ..LeaseSeen::default()
     })
 }
@@ -46,6 +47,7 @@ fn seen() -> Observation {
         finished: None,
         upstream_writable: false,
         not_streaming_since: None,
+        upstream: Upstream::Service,
     }
 }
 

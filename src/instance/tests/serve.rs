@@ -24,17 +24,69 @@ fn a_standby_labelled_primary_and_named_by_the_lease_promotes_right_after_a_rene
 
 #[test]
 fn a_standby_not_named_by_the_lease_follows_whatever_its_label() {
-    for lease in [lease(Some("pg-1/u1")), lease(None), LeaseRead::Unreadable] {
+    let holder = || Upstream::Holder("pg-1/u1".to_owned());
+    for (lease, upstream) in [
+        (lease(Some("pg-1/u1")), holder()),
+        (lease(None), Upstream::Nobody),
+        (LeaseRead::Unreadable, holder()),
+    ] {
         let d = decide_in(
             &AgentState::Standby,
             &Observation {
                 server: standby_at(10),
                 lease,
+                upstream,
                 ..seen()
             },
         );
         assert_eq!((goes(&d), d.reason()), (None, FOLLOWING));
     }
+}
+
+/// A primary that lost the Lease while paused or cut off, and resumes, must find no
+/// standby still connected to acknowledge what its backends commit before its fence
+/// stops it (issue 24).
+#[test]
+fn a_standby_streams_from_the_lease_holder_only_while_its_tenure_lasts() {
+    let following = |lease: LeaseRead, upstream: Upstream| {
+        decide_in(
+            &AgentState::Standby,
+            &Observation {
+                role: RoleLabel::Is(Role::Replica),
+                server: standby_at(10),
+                lease,
+                upstream,
+                ..seen()
+            },
+        )
+    };
+    let follow = |holder: Option<&str>| AgentAction::Follow {
+        holder: holder.map(str::to_owned),
+    };
+    // Started on the -rw Service: the holder, by name.
+    let d = following(lease(Some("pg-1/u1")), Upstream::Service);
+    assert_eq!((goes(&d), d.reason()), (None, UPSTREAM_MOVED));
+    assert_eq!(d.actions(), [follow(Some("pg-1/u1"))]);
+    // The Lease handed to another: that one.
+    let d = following(
+        lease(Some("pg-2/u2")),
+        Upstream::Holder("pg-1/u1".to_owned()),
+    );
+    assert_eq!(d.actions(), [follow(Some("pg-2/u2"))]);
+    // The holder's tenure ran out on this agent's clock (now is 100 s), or it released
+    // the Lease: nobody.
+    let ran_out = LeaseRead::Seen(LeaseSeen {
+        holder: Some("pg-1/u1".to_owned()),
+        holder_until: Some(at(100)),
+        ..LeaseSeen::default()
+    });
+    for lease in [ran_out, lease(None)] {
+        let d = following(lease, Upstream::Holder("pg-1/u1".to_owned()));
+        assert_eq!(d.actions(), [follow(None)]);
+    }
+    // The Lease unreadable this round: as it was.
+    let d = following(LeaseRead::Unreadable, Upstream::Service);
+    assert_eq!((d.reason(), d.actions()), (FOLLOWING, &[][..]));
 }
 
 #[test]
@@ -46,6 +98,7 @@ fn a_replica_that_has_not_streamed_for_the_stall_bound_while_a_primary_answers_s
             ..Standby::default()
         }),
         lease: lease(Some("pg-1/u1")),
+        upstream: Upstream::Holder("pg-1/u1".to_owned()),
         upstream_writable,
         not_streaming_since: Some(at(since)),
         ..seen()

@@ -165,6 +165,8 @@ impl World {
                 released_by: l.released_by.map(|(j, uid)| format!("pg-{j}/{uid}")),
                 released_at: l.released_lsn.map(|x| ReleasedAt::Lsn(Lsn(x))),
                 initialized: l.initialized,
+                // renewTime (the holder's clock) + L, on this agent's (true time).
+                holder_until: Some(mono(l.renewed + chrono::Duration::seconds(l.duration))),
             }),
             _ => LeaseRead::Unreadable,
         };
@@ -186,6 +188,7 @@ impl World {
                 .iter()
                 .any(|(j, q)| *j != k && q.server == Srv::Writable),
             not_streaming_since,
+            upstream: p.upstream.clone(),
         })
     }
 
@@ -329,6 +332,15 @@ impl World {
         }
         match action {
             AgentAction::KillStray { .. } => true,
+            AgentAction::Follow { holder } => {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.upstream = holder.clone().map_or(Upstream::Nobody, Upstream::Holder);
+                    // The reload restarts the WAL receiver.
+                    p.connected_to = None;
+                }
+                self.streaming.remove(&k);
+                true
+            }
             AgentAction::Bootstrap => {
                 if self.served && !self.mark_lost {
                     self.violations.push(format!(
@@ -492,6 +504,13 @@ impl World {
         p.server = Srv::Down;
         p.writable = false;
         p.stream_broken = None;
+        p.connected_to = None;
+        let uid = p.uid;
+        for q in self.pods.values_mut() {
+            if q.connected_to == Some(uid) {
+                q.connected_to = None;
+            }
+        }
         self.streaming.remove(&k);
         if was_primary {
             self.volumes.insert(k, Vol::Primary { clean });
@@ -586,6 +605,25 @@ impl World {
             return;
         };
         let fence = p.writable && p.agent.guarded() && self.fence_passed(p);
+        // Resuming, its backends complete the commits in flight as its fence thread
+        // stops the server: a standby still connected acknowledges them, though the
+        // Lease was handed to another member (which may lack them). While it names
+        // nobody (released, or deleted and made anew) nobody else was promoted yet.
+        let handed_on = self
+            .lease
+            .as_ref()
+            .and_then(|l| l.holder)
+            .is_some_and(|h| h != (ordinal(k), p.uid));
+        if fence && handed_on {
+            let uid = p.uid;
+            for (j, q) in &self.pods {
+                if *j != k && !q.paused && q.connected_to == Some(uid) {
+                    self.violations.push(format!(
+                        "pod {j} still streamed from pod {k} as it resumed, after the Lease left it: it would acknowledge the commits pod {k} finishes before its fence stops it"
+                    ));
+                }
+            }
+        }
         if let Some(p) = self.pods.get_mut(&k) {
             p.paused = false;
             p.next_round = now;

@@ -308,3 +308,109 @@ fn the_real_agent_passes_the_same_story_without_bootstrapping() {
     assert!(world.agent_decide_is_real());
     passes((world, events));
 }
+
+/// The agent before issue 24's last step: a standby streams from the `-rw` Service for
+/// as long as its server runs, whoever holds the Lease (its replication connection
+/// outlives the Service's move to another pod, and a frozen server's kernel keeps the
+/// connection open).
+fn follow_the_service_forever(
+    spec: &AgentSpec,
+    state: &AgentState,
+    seen: &Observation,
+    signalled: bool,
+) -> Decision<AgentState, AgentAction> {
+    let unfollowed = |actions: Vec<AgentAction>| -> Vec<AgentAction> {
+        actions
+            .into_iter()
+            .filter(|a| !matches!(a, AgentAction::Follow { .. }))
+            .collect()
+    };
+    match instance::decide(spec, state, seen, signalled) {
+        Decision::Stay {
+            reason,
+            message,
+            actions,
+            wait,
+            health,
+        } => Decision::Stay {
+            reason,
+            message,
+            actions: unfollowed(actions),
+            wait,
+            health,
+        },
+        Decision::Go {
+            to,
+            reason,
+            message,
+            actions,
+        } => Decision::Go {
+            to,
+            reason,
+            message,
+            actions: unfollowed(actions),
+        },
+    }
+}
+
+/// The primary, pod 0, freezes (every process of its pod stopped at once). Its Lease
+/// runs out, the failover surveys the standbys, hands the Lease to pod 1 and promotes
+/// it. Then pod 0 thaws, before pod 2's stream from it breaks: its backends finish the
+/// commits they had in flight as its fence thread stops the server.
+fn frozen_primary_thaws_after_the_failover() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let events = vec![
+        r(),
+        r(),
+        r(),
+        env(Write),
+        env(AgentTick(1)),
+        env(AgentTick(2)),
+        env(Pause(0)),
+        Event::Tick(60),
+        r(),
+        r(),
+        Event::Tick(60),
+        r(),
+        r(),
+        r(),
+        r(),
+        env(JobFinishes { nth: 0, ok: true }),
+        r(),
+        r(),
+        env(AgentTick(1)),
+        r(),
+        r(),
+        env(Resume(0)),
+    ];
+    (world, events)
+}
+
+#[test]
+fn the_model_check_finds_a_standby_still_streaming_from_a_primary_that_lost_the_lease() {
+    let (mut world, events) = frozen_primary_thaws_after_the_failover();
+    world.agent_decide = follow_the_service_forever;
+    let failure = check_scenario::<Postgres, World>(&config(), world, &events)
+        .expect_err("the planted bug is found");
+    assert!(
+        failure.reason.contains("still streamed from pod 0"),
+        "{failure}"
+    );
+}
+
+#[test]
+fn the_real_agent_stops_streaming_from_a_primary_whose_tenure_ran_out() {
+    let (world, events) = frozen_primary_thaws_after_the_failover();
+    assert!(world.agent_decide_is_real());
+    let report = passes((world, events));
+    assert!(
+        report
+            .transitions
+            .contains_key("SwitchingOver -> Ready (FailoverCompleted)"),
+        "{}",
+        report.trace.join("\n")
+    );
+}

@@ -158,6 +158,7 @@ use crate::engine::Machine;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
 };
+use crate::instance::observe::Upstream;
 use crate::instance::{AgentState, Finished};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{Hold, JobOutcome, JobView, Purpose};
@@ -261,6 +262,12 @@ struct Pod {
     /// (each round, before it decides; a pod cut off writes nothing): `None` before its
     /// first report ([`crate::machines::postgres::volume`]).
     data_reported: Option<bool>,
+    /// Whom its standby's configuration streams from ([`AgentAction::Follow`]).
+    upstream: Upstream,
+    /// The uid of the server its WAL receiver is connected to: set as it streams, and
+    /// kept while that server is paused (a frozen server's kernel keeps the connection
+    /// open) until either server stops or its upstream changes.
+    connected_to: Option<u64>,
 }
 
 impl Pod {
@@ -291,6 +298,8 @@ impl Pod {
             settings_started: 0,
             settings_judged: 0,
             data_reported: None,
+            upstream: Upstream::Service,
+            connected_to: None,
         }
     }
 }
@@ -759,6 +768,13 @@ impl World {
             );
         }
         let holder = self.pods.get(&0).map(|p| (0, p.uid));
+        // The standbys stream from the holder, by name.
+        for (k, p) in &mut self.pods {
+            if let Some((j, uid)) = holder.filter(|_| *k != 0) {
+                p.upstream = Upstream::Holder(format!("pg-{j}/{uid}"));
+                p.connected_to = Some(uid);
+            }
+        }
         self.lease = Some(ModelLease {
             holder,
             renewed: epoch(),

@@ -221,12 +221,27 @@ impl World {
         let source = self.writable();
         if streams
             && let [w] = source[..]
-            && self.pods.get(&w).is_some_and(|p| !p.paused)
+            && let Some(uid) = self.pods.get(&w).filter(|p| !p.paused).map(|p| p.uid)
+            && self.follows(k, (ordinal(w), uid))
         {
             self.received.insert(k, self.wal);
             self.streaming.insert(k);
+            if let Some(p) = self.pods.get_mut(&k) {
+                p.connected_to = Some(uid);
+            }
             self.acknowledge();
         }
+    }
+
+    /// Whether standby `k`'s configuration lets it stream from the server of `(ordinal,
+    /// uid)`: the `-rw` Service reaches whichever server writes; a holder's name only
+    /// that holder's.
+    fn follows(&self, k: i32, (w, uid): (i32, u64)) -> bool {
+        self.pods.get(&k).is_some_and(|p| match &p.upstream {
+            Upstream::Service => true,
+            Upstream::Holder(h) => *h == format!("pg-{w}/{uid}"),
+            Upstream::Nobody => false,
+        })
     }
 
     /// Whether the Lease's holder runs a writable server (renewing, cut off, paused
@@ -320,6 +335,14 @@ impl World {
         self.db_primary = k;
         self.round_primary = Some(k);
         self.streaming = self.pods.keys().copied().filter(|j| *j != k).collect();
+        if let Some(uid) = self.pods.get(&k).map(|p| p.uid) {
+            for (j, p) in &mut self.pods {
+                if *j != k {
+                    p.upstream = Upstream::Holder(format!("pg-{k}/{uid}"));
+                    p.connected_to = Some(uid);
+                }
+            }
+        }
         let holder = self.pods.get(&k).map(|p| (k, p.uid));
         let now = self.now;
         if let Some(l) = self.lease.as_mut() {

@@ -376,6 +376,11 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
         from_secret("REPLICATION_PASSWORD", &secret, REPLICATION_PASSWORD_KEY),
         plain("PRIMARY_HOST", primary_host(pg)),
         plain("PRIMARY_PORT", PORT.to_string()),
+        // A standby streams from the Lease's holder at `<pod>.<this>`.
+        plain(
+            "LOCKSTEP_PEER_DOMAIN",
+            meta::service_host(&service_name(pg, ServiceKind::Headless), &namespace(pg)),
+        ),
         // Fencing (the contract: src/machines/postgres/scripts/README.md).
         from_field("POD_UID", "metadata.uid"),
         from_field("POD_NAMESPACE", "metadata.namespace"),
