@@ -547,15 +547,6 @@ fn hand_over(
     let target = holder_identity(&name, &s.target.uid);
     // A failover chooses its target only once the old primary is fenced (the survey).
     let surveying = s.cause == SwitchCause::Failover && s.surveyed.is_none();
-    let gone = match o.pods.get(&t) {
-        _ if surveying => None,
-        Some(p) if p.uid == s.target.uid && p.serving() => None,
-        Some(p) if p.uid == s.target.uid => Some(format!("{name} is not Ready")),
-        _ => Some(format!("{name} was replaced")),
-    };
-    if let Some(why) = gone {
-        return retarget(s, o, target_bound(spec, s), what, why, actions);
-    }
     let promote = |actions: Vec<PgAction>, why: String| {
         Decision::go(
             PgState::SwitchingOver(Switchover {
@@ -588,6 +579,17 @@ fn hand_over(
             at: world.now,
         }]);
     };
+    // After the Lease is there again (a Lease deleted by hand is made anew first, so
+    // that going back to the old primary can tell nobody else held it since).
+    let gone = match o.pods.get(&t) {
+        _ if surveying => None,
+        Some(p) if p.uid == s.target.uid && p.serving() => None,
+        Some(p) if p.uid == s.target.uid => Some(format!("{name} is not Ready")),
+        _ => Some(format!("{name} was replaced")),
+    };
+    if let Some(why) = gone {
+        return retarget(s, o, target_bound(spec, s), what, why, actions);
+    }
     if !surveying && lease.holder.as_deref() == Some(target.as_str()) {
         return promote(Vec::new(), format!("{target} holds the Lease"));
     }

@@ -856,6 +856,31 @@ fn a_primary_lost_with_no_ready_replica_adopts_the_member_a_person_names() {
     assert_took(&report, "PrimaryLost -> Creating (AdoptionRequested)");
 }
 
+/// Found by generated runs (seed 14 of the vanished-pod test's generator): a
+/// switchover to pod 1 of two is requested, the Lease is deleted and pod 1's volume is
+/// lost. The switchover waited without end for a Ready replica: going back to the old
+/// primary needs the Lease to show that nobody else held it, and the missing Lease was
+/// made anew only past that wait. It is made anew first now, then the switchover goes
+/// back to the old primary.
+#[test]
+fn a_switchover_whose_target_came_back_empty_after_the_lease_was_deleted_goes_back() {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(2, false, 0);
+    world.running();
+    let events = vec![
+        env(RequestSwitchover(1)),
+        r(),
+        r(),
+        r(),
+        r(),
+        env(LeaseDeleted),
+        env(VolumeLost(1)),
+    ];
+    let report = passes((world, events));
+    assert_took(&report, "SwitchingOver -> PrimaryLost (BackToOldPrimary)");
+}
+
 /// Found by generated runs (seed 7 of the vanished-pod test's generator): with
 /// `spec.synchronous` Required, the volumes of pods 1 and 0 (the primary) are lost. The
 /// failover's quorum can never be read (pod 1 holds nothing now), and it went back to
