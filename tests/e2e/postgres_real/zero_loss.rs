@@ -6,7 +6,8 @@
 //! - its whole pod frozen through its freezer cgroup ([`crate::postgres_freeze`]), as
 //!   a VM pause does; thawed after the failover, its backends run again before any
 //!   agent can stop them, and still acknowledge nothing: no standby streams from it any
-//!   more, so every commit it would take waits for a quorum it cannot have;
+//!   more (each follows the Lease's holder by name, and nobody once its tenure ran
+//!   out), so every commit it would take waits for a quorum it cannot have;
 //! - its pod cut off from the API server and from its standbys
 //!   (`tools/node/api-cut.sh`): it can neither renew its Lease nor have a commit
 //!   acknowledged by a standby.
@@ -116,6 +117,19 @@ async fn with_synchronous_replication_a_frozen_primary_loses_no_acknowledged_com
     );
     let after = real.acks().len();
     real.acks_grow(after, 10).await;
+    // The standby left streams from the new primary, by its name: not through the
+    // `-rw` Service, and so not over a connection to the frozen pod, whose kernel
+    // still holds it open (issue 24).
+    let other = (0..3)
+        .map(|k| format!("{name}-{k}"))
+        .find(|p| *p != old && *p != new)
+        .expect("a third member");
+    real.shows(
+        &other,
+        "SELECT split_part(sender_host, '.', 1) FROM pg_stat_wal_receiver WHERE status = 'streaming'",
+        &new,
+    )
+    .await;
     // Thawed: its backends and walsenders run again before its agent can fence it.
     drop(frozen);
     no_acknowledged_commit_lost(&real, name, frozen_at, "frozen");
