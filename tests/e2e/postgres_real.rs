@@ -43,7 +43,8 @@
 //! - [`zero_loss`]: under synchronous replication, with a writer on `-rw` and one on the
 //!   primary's pod IP, the primary's pod frozen (a process pause), or cut off from the
 //!   API server and from its standbys: the failover loses no acknowledged commit, and
-//!   the old server acknowledges nothing once it is cut off or frozen.
+//!   the old server acknowledges nothing once it is cut off or frozen. In asynchronous
+//!   replication the same freeze reports what it lost (not asserted).
 //!
 //! Volumes: the claims use the local cluster's StorageClass `local`, whose provisioner
 //! (`tools/cluster/provisioner`) makes node-local PersistentVolumes; the kubelet gives
