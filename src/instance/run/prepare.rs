@@ -271,7 +271,7 @@ impl Prepare {
         }
     }
 
-    /// The host a standby streams from, by [`Self::upstream`]: the `-rw` Service, the
+    /// The host a standby streams from, by its field `upstream`: the `-rw` Service, the
     /// holder's pod by its stable DNS name (`<pod>.<LOCKSTEP_PEER_DOMAIN>`; the Service
     /// without a peer domain), or none.
     #[must_use]
