@@ -270,6 +270,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             settings: BTreeMap::new(),
             lagging: Default::default(),
             archiving: Default::default(),
+            archived: Default::default(),
             synchronous: Default::default(),
         },
     }

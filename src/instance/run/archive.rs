@@ -37,10 +37,12 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use tokio::task::JoinHandle;
 
 use super::metrics::ServerStats;
+use crate::machines::postgres::archived::{REPORT_SECONDS, is_wal_file};
 use crate::machines::postgres::archiving::{Archiving, STALL_SECONDS};
 
 /// The tool `LOCKSTEP_WAL_ARCHIVE` names.
@@ -97,6 +99,8 @@ enum Stanza {
 #[derive(Debug, Default)]
 pub struct Archiver {
     stanza: Stanza,
+    /// The last archived WAL file reported, its archive time, and when it was reported.
+    reported: Option<(String, DateTime<Utc>, Instant)>,
 }
 
 impl Archiver {
@@ -150,6 +154,39 @@ impl Archiver {
                 _ => Archiving::Works,
             }),
         }
+    }
+
+    /// The last archived WAL file to report this round, and when it was archived
+    /// ([`crate::machines::postgres::archived`]): the newest `stats` names, once
+    /// [`REPORT_SECONDS`] passed since another was reported (the first at once); what
+    /// was reported before until then. None on a server that is not `writable` (a
+    /// standby archives nothing), or before anything was archived.
+    pub fn last_archived(
+        &mut self,
+        writable: bool,
+        stats: Option<&ServerStats>,
+        now: Instant,
+    ) -> Option<(String, DateTime<Utc>)> {
+        if !writable {
+            return None;
+        }
+        let newest = stats.and_then(|s| {
+            let wal = s.last_archived_wal.clone().filter(|w| is_wal_file(w))?;
+            let secs = s.last_archived?;
+            #[allow(clippy::cast_possible_truncation)] // whole seconds of a Unix time
+            let time = DateTime::from_timestamp(secs.floor() as i64, 0)?;
+            Some((wal, time))
+        });
+        let due = self.reported.as_ref().is_none_or(|(wal, _, at)| {
+            newest.as_ref().is_some_and(|(newer, _)| newer != wal)
+                && now.saturating_duration_since(*at) >= Duration::from_secs(REPORT_SECONDS)
+        });
+        if due && let Some((wal, time)) = newest {
+            self.reported = Some((wal, time, now));
+        }
+        self.reported
+            .as_ref()
+            .map(|(wal, time, _)| (wal.clone(), *time))
     }
 
     /// Takes the result of a `stanza-create` that finished.
@@ -276,10 +313,64 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_newer_archived_wal_file_is_reported_at_once_the_first_time_then_once_a_minute_at_most() {
+        let mut a = Archiver::default();
+        let archived = |wal: &str, secs: f64| ServerStats {
+            last_archived_wal: Some(wal.to_owned()),
+            last_archived: Some(secs),
+            ..ServerStats::default()
+        };
+        let t0 = Instant::now();
+        let later = |secs| t0 + Duration::from_secs(secs);
+        let said = |wal: &str, secs: i64| {
+            Some((wal.to_owned(), DateTime::from_timestamp(secs, 0).unwrap()))
+        };
+        let (first, second) = ("000000010000000000000003", "000000010000000000000004");
+
+        assert_eq!(
+            a.last_archived(true, None, t0),
+            None,
+            "nothing archived yet"
+        );
+        assert_eq!(
+            a.last_archived(true, Some(&archived(first, 1000.5)), t0),
+            said(first, 1000)
+        );
+        assert_eq!(
+            a.last_archived(
+                true,
+                Some(&archived(second, 1010.0)),
+                later(REPORT_SECONDS - 1)
+            ),
+            said(first, 1000),
+            "a newer file within the minute waits"
+        );
+        assert_eq!(
+            a.last_archived(
+                false,
+                Some(&archived(second, 1010.0)),
+                later(REPORT_SECONDS)
+            ),
+            None,
+            "a standby reports nothing"
+        );
+        assert_eq!(
+            a.last_archived(true, Some(&archived(second, 1010.0)), later(REPORT_SECONDS)),
+            said(second, 1010)
+        );
+        assert_eq!(
+            a.last_archived(true, None, later(3 * REPORT_SECONDS)),
+            said(second, 1010),
+            "a round whose query failed keeps what was said"
+        );
+    }
+
     #[tokio::test]
     async fn a_wal_file_waiting_past_the_bound_without_a_failure_is_a_stalled_archive() {
         let mut a = Archiver {
             stanza: Stanza::Created { at: 1000.0 },
+            ..Archiver::default()
         };
         let waiting = |secs| {
             Some((
@@ -329,6 +420,7 @@ mod tests {
                 error: "unable to connect".to_owned(),
                 at: Instant::now(),
             },
+            ..Archiver::default()
         };
         let failed = Some(Archiving::StanzaFailed {
             error: "unable to connect".to_owned(),

@@ -456,6 +456,9 @@ impl Manager {
                 .as_mut()
                 .and_then(|a| a.round(writable, self.stats.as_ref(), waiting));
             self.metrics.record_archiving(waited, archiving.as_ref());
+            let archived = self.archiver.as_mut().and_then(|a| {
+                a.last_archived(writable, self.stats.as_ref(), std::time::Instant::now())
+            });
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
                 let synchronous = writable
@@ -470,6 +473,7 @@ impl Manager {
                         seen.data,
                         DataDir::Primary { .. } | DataDir::Standby { .. }
                     )),
+                    archived.as_ref(),
                 ));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);

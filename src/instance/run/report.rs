@@ -26,13 +26,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::machines::postgres::api::LastArchived;
 use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
+use crate::machines::postgres::archived::ARCHIVED;
 use crate::machines::postgres::archiving::{ARCHIVING, Archiving};
 use crate::machines::postgres::streaming::{self, STREAMING};
 use crate::machines::postgres::synchronous::{self, SYNCHRONOUS};
@@ -50,7 +53,8 @@ pub type Report = BTreeMap<&'static str, Said>;
 /// This round's report: the settings, for a standby whether it streams, for an
 /// archiving primary whether its WAL reaches the archive, and for a primary with
 /// `spec.synchronous` whether it turned asynchronous, with `number`, and whether its
-/// volume holds a database (`None`: nothing to say about it this round).
+/// volume holds a database, and the last WAL file archived and when (`None`: nothing to
+/// say about it this round).
 #[must_use]
 pub fn report(
     settings: Option<&SettingsReport>,
@@ -58,6 +62,7 @@ pub fn report(
     archiving: Option<&Archiving>,
     synchronous: Option<(bool, i32)>,
     data: Option<bool>,
+    archived: Option<&(String, DateTime<Utc>)>,
 ) -> Report {
     let mut report = Report::new();
     if let Some(settings) = settings {
@@ -74,6 +79,9 @@ pub fn report(
     }
     if let Some(has_data) = data {
         report.insert(DATA, volume::condition(has_data));
+    }
+    if let Some((wal, time)) = archived {
+        report.insert(ARCHIVED, LastArchived::condition(wal, *time));
     }
     report
 }
@@ -223,7 +231,7 @@ mod tests {
             judged: None,
         };
         let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
-        let changed = report(Some(&settings), Some(false), None, None, None);
+        let changed = report(Some(&settings), Some(false), None, None, None, None);
         assert_eq!(
             patch(&changed, &[SETTINGS_APPLIED], now),
             json!({"status": {"conditions": [
@@ -246,16 +254,16 @@ mod tests {
 
     #[test]
     fn a_primary_with_synchronous_replication_says_whether_it_turned_asynchronous() {
-        let (_, said) = report(None, None, None, Some((true, 1)), None)
+        let (_, said) = report(None, None, None, Some((true, 1)), None, None)
             .remove(SYNCHRONOUS)
             .map(|(status, reason, message)| ((status, reason), message))
             .expect("a synchronous report");
         assert!(said.contains("Preferred"), "{said}");
-        let waits = report(None, None, None, Some((false, 2)), None);
+        let waits = report(None, None, None, Some((false, 2)), None, None);
         assert_eq!(
             waits.get(SYNCHRONOUS).map(|(s, r, _)| (*s, *r)),
             Some(("True", "Synchronous"))
         );
-        assert!(!report(None, None, None, None, None).contains_key(SYNCHRONOUS));
+        assert!(!report(None, None, None, None, None, None).contains_key(SYNCHRONOUS));
     }
 }

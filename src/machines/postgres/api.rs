@@ -560,8 +560,24 @@ pub struct PostgresClusterStatus {
     /// oldest base backup the repository keeps became consistent, as the newest base
     /// backup reported it after its retention ran (`spec.backup.method: BaseBackup`).
     pub first_recoverability_point: Option<DateTime<Utc>>,
+    /// The newest WAL file the archive took (`spec.backup.walArchive`), as the primary
+    /// that archived it reported it: at most a minute behind while archiving goes on
+    /// ([`super::archived`]).
+    pub last_archived: Option<LastArchived>,
     /// The most recent failover.
     pub last_failover: Option<FailoverRecord>,
+}
+
+/// `status.lastArchived`: a WAL file the archive took.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastArchived {
+    /// The WAL file's name (its timeline, then its position).
+    pub wal: String,
+    /// When it was archived (the server's `pg_stat_archiver.last_archived_time`).
+    pub time: DateTime<Utc>,
+    /// The instance that archived it (the primary then).
+    pub pod: String,
 }
 
 /// A completed failover.

@@ -44,6 +44,7 @@
 pub mod actions;
 pub mod api;
 pub mod applied;
+pub mod archived;
 pub mod archiving;
 mod decide;
 pub mod machine;
@@ -274,6 +275,7 @@ impl Operator for Postgres {
                 observed,
                 old.and_then(|s| s.first_recoverability_point),
             ),
+            last_archived: archived::project(observed, old.and_then(|s| s.last_archived.as_ref())),
             last_backup: last_backup::project(
                 history.as_ref(),
                 &name,

@@ -12,8 +12,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::actions::{PgAction, Role, ServiceKind};
-use super::api::{DEFAULT_LEASE_SECONDS, PostgresCluster};
+use super::api::{DEFAULT_LEASE_SECONDS, LastArchived, PostgresCluster};
 use super::applied::{SETTINGS_APPLIED, SettingsReport};
+use super::archived::ARCHIVED;
 use super::archiving::ARCHIVING;
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use super::settings;
@@ -188,6 +189,10 @@ pub struct Own {
     /// ([`super::archiving`]): whether it works, and the message. Only a primary
     /// writes it; a pod keeps what it wrote while it was one.
     pub archiving: BTreeMap<i32, (bool, String)>,
+    /// The newest WAL file each live instance pod (by ordinal) last reported archived
+    /// ([`super::archived`]). Only a primary writes it; a pod keeps what it wrote
+    /// while it was one.
+    pub archived: BTreeMap<i32, LastArchived>,
     /// What the live instance pods (by ordinal) last reported of synchronous
     /// replication ([`super::synchronous::SYNCHRONOUS`]): whether commits wait for
     /// standbys, and the message. Only a primary writes it.
@@ -366,6 +371,13 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
             .collect()
     };
     let archiving = reported(ARCHIVING);
+    let archived = live
+        .iter()
+        .filter_map(|(k, p)| {
+            let (_, message) = pod_condition(p, ARCHIVED)?;
+            Some((*k, LastArchived::parse(&p.name_any(), &message)?))
+        })
+        .collect();
     let synchronous = reported(SYNCHRONOUS);
     let recovery_failed = live
         .iter()
@@ -390,6 +402,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         unjudged,
         lagging,
         archiving,
+        archived,
         synchronous,
     };
     read.observed(

@@ -288,6 +288,21 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     };
     let archived_before = max(&info);
     assert!(!archived_before.is_empty(), "no WAL in the store: {info}");
+    // The status names it, and the primary that archived it, within a report's interval.
+    real.cluster_until(
+        name,
+        &format!("status.lastArchived {archived_before} by {primary}"),
+        {
+            let (wal, pod) = (archived_before.clone(), primary.clone());
+            move |pg| {
+                pg.status
+                    .as_ref()
+                    .and_then(|s| s.last_archived.as_ref())
+                    .is_some_and(|a| a.wal >= wal && a.pod == pod)
+            }
+        },
+    )
+    .await;
 
     // The store turns unreachable: the next WAL file cannot be archived, and the cluster
     // says so, naming the primary and the file, within a bound.

@@ -252,6 +252,7 @@ where
                 // The model's clusters do not archive (spec.backup.walArchive unset):
                 // an archiving report only ever makes a Ready stay Degraded.
                 archiving: BTreeMap::new(),
+                archived: BTreeMap::new(),
                 synchronous: BTreeMap::new(),
                 // What each live pod's manager last reported of its volume.
                 empty: self

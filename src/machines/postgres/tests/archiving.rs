@@ -134,6 +134,44 @@ fn a_primary_whose_archiving_fails_makes_the_cluster_degraded_naming_it_and_a_re
 }
 
 #[test]
+fn the_status_shows_the_newest_wal_file_archived_and_never_goes_back_to_an_older_report() {
+    use crate::driver::Operator;
+    use crate::machines::postgres::api::{LastArchived, PostgresClusterStatus};
+    let s = archiving(None);
+    let pg = object(s.clone());
+    let status = testing::status_in(&ready(V1, 0));
+    let archived = |wal: &str, secs: i64, pod: &str| {
+        let (_, _, message) = LastArchived::condition(wal, t(secs));
+        LastArchived::parse(pod, &message).expect("read back")
+    };
+    let mut o = at_rest(V1, 0);
+    // pg-1's report is what it archived while it was the primary, before a switchover.
+    o.own.archived = BTreeMap::from([
+        (0, archived("000000020000000000000007", 300, "pg-0")),
+        (1, archived("000000010000000000000009", 200, "pg-1")),
+    ]);
+    let shown = Postgres::status(&pg, status.clone(), Some(&ready(V1, 0)), &o, t(310));
+    assert_eq!(
+        shown["lastArchived"],
+        serde_json::json!({
+            "wal": "000000020000000000000007",
+            "time": t(300),
+            "pod": "pg-0",
+        })
+    );
+
+    // A new primary that has archived nothing yet reports nothing: the status keeps it.
+    let mut pg = pg;
+    pg.status = Some(PostgresClusterStatus {
+        last_archived: Some(archived("000000020000000000000008", 400, "pg-0")),
+        ..PostgresClusterStatus::default()
+    });
+    o.own.archived.remove(&0);
+    let shown = Postgres::status(&pg, status, Some(&ready(V1, 1)), &o, t(410));
+    assert_eq!(shown["lastArchived"]["wal"], "000000020000000000000008");
+}
+
+#[test]
 fn a_recovery_names_the_source_repository_and_the_target_for_pgbackrest() {
     use crate::machines::postgres::api::{BootstrapSpec, RecoverySpec, RecoveryTarget};
     let mut spec = super::spec("16.3");

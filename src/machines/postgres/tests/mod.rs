@@ -152,6 +152,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             settings: BTreeMap::new(),
             lagging: Default::default(),
             archiving: BTreeMap::new(),
+            archived: BTreeMap::new(),
             synchronous: BTreeMap::new(),
             recovery_failed: BTreeMap::new(),
             empty: BTreeSet::new(),
