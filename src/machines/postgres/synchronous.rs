@@ -75,7 +75,10 @@ pub fn condition(asynchronous: bool, number: i32) -> (&'static str, &'static str
         (
             "True",
             reason::SYNCHRONOUS,
-            format!("commits wait until {standbys} have them"),
+            format!(
+                "commits wait until {standbys} {} them",
+                if number == 1 { "has" } else { "have" }
+            ),
         )
     }
 }
@@ -234,6 +237,10 @@ mod tests {
                 reason::SYNCHRONOUS,
                 "commits wait until 2 standbys have them".to_owned()
             )
+        );
+        assert_eq!(
+            condition(false, 1).2,
+            "commits wait until one standby has them"
         );
         let (status, why, message) = condition(true, 1);
         assert_eq!((status, why), ("False", reason::ASYNCHRONOUS));
