@@ -9,8 +9,12 @@
 #     -> settings: work_mem by a reload, shared_buffers by a rolling restart
 #     -> a failover: the primary's postmaster killed, the most advanced standby promoted
 #     -> the writer's tally (acknowledged, rows present, lost: must be 0)
-#     -> an on-demand backup (lockstep.dev/backup-now): pg_dump to S3
-#     -> delete, with a final backup to S3
+#     -> an on-demand base backup (lockstep.dev/backup-now), the WAL archived all along
+#        (pgBackRest, to the in-cluster S3 over TLS)
+#     -> a moment to recover to, between two marked rows, archived
+#     -> delete, with a final base backup
+#     -> point-in-time recovery: a new cluster from the deleted one's backups, to that
+#        moment, holding exactly the rows committed before it
 #
 # It uses the control plane that is up (make cluster-up if none is: it needs the real
 # node), builds and imports the images (tools/images: postgres-15, postgres-15-next, s3
@@ -107,10 +111,22 @@ REPLICAS="$(pg_spec spec.replicas)"
 REPLICAS="${REPLICAS:-3}"
 BUCKET="$(pg_spec spec.backup.bucket)"
 PREFIX="$(pg_spec spec.backup.prefix)"
-DUMPS="${PREFIX:+$PREFIX/}$NAME/"
+CA_SECRET="$(pg_spec spec.backup.walArchive.caSecret)"
+COPY="$NAME-copy"
+# pgBackRest's repositories: <prefix>/<cluster>/ in the bucket (stanza: the cluster's name).
+REPO="${PREFIX:+$PREFIX/}$NAME/"
+COPY_REPO="${PREFIX:+$PREFIX/}$COPY/"
 SELECTOR="app.kubernetes.io/instance=$NAME,lockstep.dev/component=database"
 s3 mb "$BUCKET" || fail "cannot create the bucket $BUCKET"
-explain "bucket s3://$BUCKET (the backup Jobs upload into it; they do not create it)"
+explain "bucket s3://$BUCKET (pgBackRest archives and backs up into it; it does not create it)"
+# An earlier run's repositories go: a new cluster's WAL must not meet another's history.
+# (A listing holds up to 1,000 keys: list again until none is left.)
+keys() { s3 ls "$BUCKET" "$1" || true; }
+for repo in "$REPO" "$COPY_REPO"; do
+  while [ -n "$(keys "$repo")" ]; do
+    keys "$repo" | while read -r key; do s3 rm "$BUCKET/$key"; done
+  done
+done
 
 timed_step "2. Start the operator"
 start_operator postgrescluster --instance-image "$INSTANCE_IMAGE"
@@ -121,11 +137,21 @@ if k get pgc "$NAME" -n "$NS" >/dev/null 2>&1; then
   k annotate pgc "$NAME" -n "$NS" --overwrite lockstep.dev/skip-final-backup=true >/dev/null 2>&1 || true
   k delete pgc "$NAME" -n "$NS" --ignore-not-found --wait=true --timeout="${TIMEOUT}s" >/dev/null
 fi
+if k get pgc "$COPY" -n "$NS" >/dev/null 2>&1; then
+  k annotate pgc "$COPY" -n "$NS" --overwrite lockstep.dev/skip-final-backup=true >/dev/null 2>&1 || true
+  k delete pgc "$COPY" -n "$NS" --ignore-not-found --wait=true --timeout="${TIMEOUT}s" >/dev/null
+fi
 k delete pod writer -n "$NS" --ignore-not-found --wait=true >/dev/null 2>&1 || true
 # The volume claims and the generated credentials stay after a PostgresCluster is
 # deleted: a new cluster must not start from an earlier run's data.
-k delete pvc -n "$NS" -l "app.kubernetes.io/instance=$NAME" --wait=true >/dev/null 2>&1 || true
-k delete secret "$NAME-credentials" -n "$NS" --ignore-not-found >/dev/null 2>&1 || true
+for cluster in "$NAME" "$COPY"; do
+  k delete pvc -n "$NS" -l "app.kubernetes.io/instance=$cluster" --wait=true >/dev/null 2>&1 || true
+  k delete secret "$cluster-credentials" -n "$NS" --ignore-not-found >/dev/null 2>&1 || true
+done
+# pgBackRest verifies the S3 server's TLS certificate with the CA tools/node/s3.sh made.
+k create secret generic "$CA_SECRET" -n "$NS" --from-file=ca.crt="$S3_CA_FILE" \
+  --dry-run=client -o yaml | k apply -f - >/dev/null
+explain "Secret $CA_SECRET: the CA of the S3 server's TLS port ($S3_TLS_ENDPOINT), which pgBackRest verifies"
 
 pg_field() { k get pgc "$NAME" -n "$NS" -o "jsonpath=$1" 2>/dev/null; }
 # at_rest: Ready (phase and condition) for the latest spec, with a primary, which it
@@ -179,6 +205,9 @@ wait_until "both standbys in the synchronous quorum of $PRIMARY" quorum "$PRIMAR
 replication "$PRIMARY"
 explain "kubectl lockstep status $NAME (the plugin: the lockstep binary installed as kubectl-lockstep):"
 plugin status "$NAME" | show
+wait_until "the primary to archive its WAL (condition ContinuousArchiving)" condition_true ContinuousArchiving "pgc/$NAME" -n "$NS"
+explain "ContinuousArchiving: $(pg_field '{.status.conditions[?(@.type=="ContinuousArchiving")].message}')"
+explain "(pgBackRest's archive_command pushes every completed WAL file to s3://$BUCKET/$REPO over TLS)"
 
 timed_step "4. A writer: one row per transaction, through the Service $NAME-rw"
 WRITER_IMAGE="$(tools/images/build.sh --name postgres-15)"
@@ -343,8 +372,9 @@ explain "lost = acknowledged but absent, which synchronous replication (Required
 [ "$LOST" = 0 ] || fail "$LOST acknowledged rows lost: $(comm -23 "$DEMO_DIR/acked" "$DEMO_DIR/rows" | head -20 | tr '\n' ' ')"
 
 timed_step "9. Back up on demand (kubectl lockstep backup)"
-explain "The annotation's value is a token: the machine runs one backup Job per new token"
-explain "(pg_dump -Fc of spec.database through $NAME-rw, uploaded to s3://$BUCKET/$DUMPS<time>.dump)."
+explain "The annotation's value is a token: the machine runs one backup Job per new token. With"
+explain "spec.backup.walArchive it is a pgBackRest base backup, which the primary's instance manager"
+explain "takes (the Job only asks it and reports); retention keeps the newest 2 with their WAL."
 BEFORE="$(pg_field '{.status.lastBackup.time}')"
 explain "kubectl lockstep backup $NAME (sets lockstep.dev/backup-now=<token>, waits for its outcome)"
 plugin backup "$NAME" --timeout "$TIMEOUT" | show || fail "kubectl lockstep backup $NAME did not succeed"
@@ -358,36 +388,114 @@ BACKUP_JOB="$(pg_field '{.status.lastBackup.job}')"
 OUTCOME="$(pg_field '{.status.lastBackup.outcome}')"
 explain "status.lastBackup: $BACKUP_JOB — $OUTCOME"
 [ "$OUTCOME" = Succeeded ] || fail "the on-demand backup did not succeed: $OUTCOME"
-k logs -n "$NS" "job/$BACKUP_JOB" 2>/dev/null | grep '^lockstep-backup: uploaded' | show || true
-dumps() { s3 ls "$BUCKET" "$DUMPS" | grep '\.dump$' | sort || true; }
-ON_DEMAND="$(dumps | tail -1)"
-[ -n "$ON_DEMAND" ] || fail "no dump in s3://$BUCKET/$DUMPS"
-s3 get "$BUCKET/$ON_DEMAND" "$DEMO_DIR/on-demand.dump"
-# The dump's rows of `writes`, read by pg_restore in the writer pod (it has the client).
-# shellcheck disable=SC2016 # expanded in the pod
-DUMPED="$(k exec -i -n "$NS" writer -- bash -c 'cat >/tmp/d.dump && pg_restore --data-only --table=writes -f - /tmp/d.dump | grep -c "^[0-9]"' <"$DEMO_DIR/on-demand.dump")" ||
-  fail "pg_restore could not read s3://$BUCKET/$ON_DEMAND"
-explain "s3://$BUCKET/$ON_DEMAND: $(stat -c %s "$DEMO_DIR/on-demand.dump") bytes; pg_restore finds $DUMPED rows of writes in it"
-[ "$DUMPED" = "$ROWS" ] || fail "the dump holds $DUMPED rows of writes, the database $ROWS"
+k logs -n "$NS" "job/$BACKUP_JOB" 2>/dev/null | grep '^lockstep-backup: base backup' | show || true
+FIRST_POINT="$(pg_field '{.status.firstRecoverabilityPoint}')"
+[ -n "$FIRST_POINT" ] || fail "status.firstRecoverabilityPoint is empty after a base backup"
+explain "status.firstRecoverabilityPoint: $FIRST_POINT (no recovery can target an earlier moment)"
+# backups: the labels of the base backups in the repository, one a line, as pgBackRest's
+# backup.info lists them (its [backup:current] section).
+backups() {
+  { s3 get "$BUCKET/${REPO}backup/$NAME/backup.info" /dev/stdout 2>/dev/null || true; } |
+    sed -n 's/^\([0-9]\{8\}-[0-9]\{6\}F[0-9DI_-]*\)=.*/\1/p' | sort -u
+}
+ON_DEMAND="$(backups | tail -1)"
+[ -n "$ON_DEMAND" ] || fail "no base backup in s3://$BUCKET/${REPO}backup/$NAME/"
+explain "s3://$BUCKET/${REPO}backup/$NAME/$ON_DEMAND/ holds it (pgBackRest's manifest and files)"
 
-timed_step "10. Delete pgc/$NAME"
-explain "The finalizer holds the object while the machine runs a final backup; it is released"
-explain "only once the backup succeeded and the final state is persisted."
-BEFORE_DELETE="$(dumps)"
+timed_step "10. A moment to recover to"
+explain "pgBackRest restores to a time only from a backup that ended before it, to the second:"
+explain "the moment comes 2 s after the backup. A row 'before', the moment (the server's clock,"
+explain "read between the two commits), a row 'after'; then the WAL holding both is archived."
+# writer_sql SQL: psql through $NAME-rw in the writer pod (database $DB), unaligned.
+writer_sql() { k exec -n "$NS" writer -- psql -X -A -t -q -v ON_ERROR_STOP=1 -c "$1"; }
+sleep 2
+writer_sql "CREATE TABLE marks (name text PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp())" >/dev/null ||
+  fail "cannot create the table marks through $NAME-rw"
+writer_sql "INSERT INTO marks (name) VALUES ('before')" >/dev/null || fail "cannot insert the row 'before'"
+MOMENT="$(writer_sql "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")" ||
+  fail "cannot read the server's clock"
+writer_sql "INSERT INTO marks (name) VALUES ('after')" >/dev/null || fail "cannot insert the row 'after'"
+LAST_WAL="$(writer_sql "SELECT pg_walfile_name(pg_switch_wal())")" || fail "cannot switch the WAL file"
+explain "'before' committed, the moment $MOMENT, 'after' committed; pg_switch_wal() completes $LAST_WAL"
+archived_last() {
+  local wal
+  wal="$(pg_field '{.status.lastArchived.wal}')"
+  [ -n "$wal" ] && [[ "$wal" > "$LAST_WAL" || "$wal" == "$LAST_WAL" ]]
+}
+explain "status.lastArchived follows the primary's report (a newer file at most once a minute):"
+wait_until "status.lastArchived to reach $LAST_WAL" archived_last
+explain "status.lastArchived: $(pg_field '{.status.lastArchived.wal} at {.status.lastArchived.time}, by {.status.lastArchived.pod}')"
+
+timed_step "11. Delete pgc/$NAME"
+explain "The finalizer holds the object while the machine runs a final base backup; it is"
+explain "released only once the backup succeeded and the final state is persisted."
+BEFORE_DELETE="$(backups)"
 k delete pgc "$NAME" -n "$NS" --wait=false >/dev/null
 gone() { local out; out="$(k get pgc "$NAME" -n "$NS" --ignore-not-found -o name)" && [ -z "$out" ]; }
 wait_until "pgc/$NAME to be gone (after its final backup)" gone
 # The narrator ends by itself when the object is gone.
 narrator_finish
-FINAL="$(comm -13 <(printf '%s\n' "$BEFORE_DELETE") <(dumps) | grep . | tail -1 || true)"
-[ -n "$FINAL" ] || fail "no final backup in s3://$BUCKET/$DUMPS"
-LATEST="$(s3 get "$BUCKET/${DUMPS}latest" /dev/stdout 2>/dev/null || true)"
-explain "final backup (taken before the finalizer was released): s3://$BUCKET/$FINAL"
-explain "s3://$BUCKET/${DUMPS}latest names $LATEST"
-[ "$LATEST" = "$FINAL" ] || fail "s3://$BUCKET/${DUMPS}latest names $LATEST, not the final backup $FINAL"
+FINAL="$(comm -13 <(printf '%s\n' "$BEFORE_DELETE") <(backups) | grep . | tail -1 || true)"
+[ -n "$FINAL" ] || fail "no final base backup in s3://$BUCKET/${REPO}backup/$NAME/"
+explain "final base backup (taken before the finalizer was released): $FINAL"
+explain "the repository s3://$BUCKET/$REPO stays: backups $(backups | tr '\n' ' ')and the archived WAL"
 k delete pod writer -n "$NS" --wait=false >/dev/null 2>&1 || true
 
-timed_step "11. What the operator counted (http://127.0.0.1:$PORT/metrics)"
+timed_step "12. Point-in-time recovery: pgc/$COPY from $NAME's backups, to the moment"
+explain "spec.bootstrap.recovery {source: $NAME, target: {time: $MOMENT}}: the first instance"
+explain "restores the newest base backup that ended before the moment (pgBackRest), replays the"
+explain "archived WAL up to it, promotes, and only then serves; it archives to its own repository."
+SC="$(pg_spec spec.storageClassName)"
+k apply -n "$NS" -f - >/dev/null <<COPY_SPEC
+apiVersion: lockstep.dev/v1alpha1
+kind: PostgresCluster
+metadata: {name: $COPY}
+spec:
+  version: "$(pg_spec spec.version)"
+  replicas: 1
+  storageSize: $(pg_spec spec.storageSize)
+  ${SC:+storageClassName: $SC}
+  database: $DB
+  placement:
+    nodeSelector: {lockstep.dev/real-node: "true"}
+    tolerations: [{key: lockstep.dev/real-node, operator: Exists, effect: NoSchedule}]
+  resources: {requests: {cpu: 100m, memory: 256Mi}, limits: {memory: 1Gi}}
+  backup:
+    s3Endpoint: $(pg_spec spec.backup.s3Endpoint)
+    bucket: $BUCKET
+    ${PREFIX:+prefix: $PREFIX}
+    credentialsSecret: $(pg_spec spec.backup.credentialsSecret)
+    image: $(pg_spec spec.backup.image)
+    walArchive:
+      s3Endpoint: $(pg_spec spec.backup.walArchive.s3Endpoint)
+      caSecret: $CA_SECRET
+  bootstrap:
+    recovery:
+      source: $NAME
+      target: {time: "$MOMENT"}
+COPY_SPEC
+copy_ready() {
+  [ "$(k get pgc "$COPY" -n "$NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Ready ] &&
+    condition_true Ready "pgc/$COPY" -n "$NS"
+}
+COPY_T0=$SECONDS
+wait_until "pgc/$COPY to be Ready (restored and recovered)" copy_ready
+explain "Ready $((SECONDS - COPY_T0))s after it was created"
+copy_sql() { psql_on "$COPY-0" "$1" -d "$DB" -A -t; }
+MARKS="$(copy_sql "SELECT string_agg(name, ',' ORDER BY name) FROM marks")" || fail "cannot read marks on $COPY-0"
+COPIED="$(copy_sql "SELECT count(*) FROM writes")" || fail "cannot read writes on $COPY-0"
+explain "$COPY-0: marks = {$MARKS}; writes: $COPIED rows (the writer's $ROWS, all committed before)"
+[ "$MARKS" = before ] || fail "$COPY holds marks {$MARKS}, not exactly {before}: the recovery missed its target"
+[ "$COPIED" = "$ROWS" ] || fail "$COPY holds $COPIED rows of writes, $NAME held $ROWS"
+copy_sql "INSERT INTO marks (name) VALUES ('written on the copy')" >/dev/null ||
+  fail "$COPY-0 is not writable after its recovery"
+explain "$COPY-0 is writable: a new timeline, no recovery target left ($(copy_sql "SHOW recovery_target_time" | grep . || echo none))"
+k annotate pgc "$COPY" -n "$NS" --overwrite lockstep.dev/skip-final-backup=true >/dev/null
+k delete pgc "$COPY" -n "$NS" --wait=false >/dev/null
+copy_gone() { local out; out="$(k get pgc "$COPY" -n "$NS" --ignore-not-found -o name)" && [ -z "$out" ]; }
+wait_until "pgc/$COPY to be gone (lockstep.dev/skip-final-backup)" copy_gone
+
+timed_step "13. What the operator counted (http://127.0.0.1:$PORT/metrics)"
 operator_metrics
 explain "Events (one per transition): kubectl get events -n $NS --field-selector involvedObject.name=$NAME"
 
@@ -398,9 +506,9 @@ trap - EXIT
 step "Summary"
 explain "$TALLY"
 explain "switchover to $TARGET, then failover from $OLD to $NEW: 0 acknowledged rows lost"
-explain "this run's dumps: s3://$BUCKET/$ON_DEMAND (on demand, $DUMPED rows), s3://$BUCKET/$FINAL (final)"
-explain "all dumps of $NAME under s3://$BUCKET/$DUMPS ($S3_ENDPOINT from pods, $S3_HOST_ENDPOINT from here):"
-s3 lsl "$BUCKET" "$DUMPS" | grep '\.dump$' | sed "s#^\([^ ]*\) #   \1  s3://$BUCKET/#"
+explain "base backups of $NAME: $ON_DEMAND (on demand), $FINAL (final), in s3://$BUCKET/$REPO"
+explain "($S3_TLS_ENDPOINT from pods, pgBackRest; $S3_HOST_ENDPOINT from here)"
+explain "point-in-time recovery to $MOMENT: $COPY held exactly the rows committed before it"
 explain "time per step:"
 step_times
 

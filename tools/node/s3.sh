@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # A real S3 server in the local cluster: versitygw (POSIX backend, SigV4
-# checked) as a pod on the real node, behind the Service s3.lockstep-s3.svc:80.
+# checked) as a pod on the real node, behind the Service s3.lockstep-s3.svc: plain
+# HTTP on port 80 (the dump Jobs) and TLS on 443 (pgBackRest, which speaks only TLS),
+# both serving the same objects. The TLS certificate comes from a CA made here once per
+# cluster ($CLUSTER_DIR/s3-tls/ca.crt; the Secret lockstep-s3/s3-ca holds it as ca.crt
+# for spec.backup.walArchive.caSecret once copied to a cluster's namespace).
 # Idempotent; builds and imports the image if needed; waits until it answers.
 #
 #   tools/node/s3.sh           deploy (or check), print the endpoints as env lines
@@ -9,6 +13,8 @@
 # Output (also written to $CLUSTER_DIR/s3.env):
 #   S3_ENDPOINT=http://s3.lockstep-s3.svc       from pods
 #   S3_HOST_ENDPOINT=http://<pod IP>:7070       from this machine (routed to the node)
+#   S3_TLS_ENDPOINT=https://s3.lockstep-s3.svc  from pods, TLS (pgBackRest)
+#   S3_CA_FILE=<cluster dir>/s3-tls/ca.crt      the CA that verifies it
 #   AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=...  (also in Secret lockstep-s3/s3-credentials)
 # Objects live in the pod's emptyDir: they go with the cluster.
 set -euo pipefail
@@ -17,6 +23,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/../cluster/lib.sh"
 
 NS=lockstep-s3
+TLS_DIR="$CLUSTER_DIR/s3-tls"
 ACCESS=lockstep
 SECRET=lockstep-s3-secret
 print_env() {
@@ -26,6 +33,8 @@ print_env() {
   cat <<EOF
 S3_ENDPOINT=http://s3.$NS.svc
 S3_HOST_ENDPOINT=http://$ip:7070
+S3_TLS_ENDPOINT=https://s3.$NS.svc
+S3_CA_FILE=$TLS_DIR/ca.crt
 AWS_ACCESS_KEY_ID=$ACCESS
 AWS_SECRET_ACCESS_KEY=$SECRET
 AWS_REGION=us-east-1
@@ -36,6 +45,29 @@ if [ "${1:-}" = --print ]; then print_env; exit; fi
 node_pid_alive node-kubelet || { echo "s3.sh: no real node running (make cluster-up)" >&2; exit 1; }
 "$REPO_ROOT/tools/images/load.sh" s3 >&2
 IMAGE="$("$REPO_ROOT/tools/images/build.sh" --name s3)"
+# The TLS port's certificate, from a CA of this cluster's own (made once: made aside, then
+# renamed into place, so that two runs at once both use the one that landed first).
+if [ ! -s "$TLS_DIR/tls.crt" ]; then
+  made="$TLS_DIR.$$"
+  rm -rf "$made"
+  mkdir -p "$made"
+  (
+    cd "$made"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj /CN=lockstep-s3-ca \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj /CN=s3 -keyout tls.key -out tls.csr 2>/dev/null
+    echo "subjectAltName=DNS:s3.$NS.svc,DNS:s3.$NS.svc.cluster.local" >ext
+    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
+      -extfile ext -out tls.crt 2>/dev/null
+  ) || { echo "s3.sh: openssl could not make the TLS certificate" >&2; exit 1; }
+  mv -T "$made" "$TLS_DIR" 2>/dev/null || rm -rf "$made"
+  [ -s "$TLS_DIR/tls.crt" ] || { echo "s3.sh: no certificate in $TLS_DIR" >&2; exit 1; }
+fi
+kctl create namespace "$NS" --dry-run=client -o yaml | kctl apply -f - >/dev/null
+kctl -n "$NS" create secret generic s3-tls --from-file="$TLS_DIR/tls.crt" \
+  --from-file="$TLS_DIR/tls.key" --dry-run=client -o yaml | kctl apply -f - >/dev/null
+kctl -n "$NS" create secret generic s3-ca --from-file="$TLS_DIR/ca.crt" \
+  --dry-run=client -o yaml | kctl apply -f - >/dev/null
 kctl apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Namespace
@@ -71,14 +103,26 @@ spec:
           tcpSocket: {port: 7070}
           periodSeconds: 1
         volumeMounts: [{name: data, mountPath: /data}]
-      volumes: [{name: data, emptyDir: {}}]
+      - name: s3-tls
+        image: $IMAGE
+        imagePullPolicy: IfNotPresent
+        args: [--port, ":7443", --cert, /tls/tls.crt, --key, /tls/tls.key, posix, /data]
+        env:
+        - {name: ROOT_ACCESS_KEY, valueFrom: {secretKeyRef: {name: s3-credentials, key: accessKey}}}
+        - {name: ROOT_SECRET_KEY, valueFrom: {secretKeyRef: {name: s3-credentials, key: secretKey}}}
+        ports: [{name: s3-tls, containerPort: 7443}]
+        readinessProbe:
+          tcpSocket: {port: 7443}
+          periodSeconds: 1
+        volumeMounts: [{name: data, mountPath: /data}, {name: tls, mountPath: /tls, readOnly: true}]
+      volumes: [{name: data, emptyDir: {}}, {name: tls, secret: {secretName: s3-tls}}]
 ---
 apiVersion: v1
 kind: Service
 metadata: {name: s3, namespace: $NS}
 spec:
   selector: {app: s3}
-  ports: [{name: s3, port: 80, targetPort: 7070}]
+  ports: [{name: s3, port: 80, targetPort: 7070}, {name: s3-tls, port: 443, targetPort: 7443}]
 EOF
 kctl -n "$NS" rollout status deployment/s3 --timeout=120s >&2
 print_env | tee "$CLUSTER_DIR/s3.env"
