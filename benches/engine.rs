@@ -271,6 +271,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             lagging: Default::default(),
             archiving: Default::default(),
             archived: Default::default(),
+            instances: Default::default(),
             synchronous: Default::default(),
         },
     }

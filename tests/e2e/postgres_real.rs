@@ -1061,6 +1061,35 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
         "{reasons:?}"
     );
     rejoined_as_a_replica(&real, name, &old, target).await;
+    // status.instances says the same: the target a primary on the timeline its promotion
+    // began, the old primary a standby that followed it there.
+    let (new, was) = (target.to_owned(), old.clone());
+    real.cluster_until(
+        name,
+        &format!("status.instances: {target} primary, {old} a standby on its timeline"),
+        move |pg| {
+            let instances = pg
+                .status
+                .as_ref()
+                .map(|s| s.instances.clone())
+                .unwrap_or_default();
+            let of = |pod: &str| instances.iter().find(|i| i.pod == pod).cloned();
+            match (of(&new), of(&was)) {
+                (Some(n), Some(w)) => {
+                    n.role.as_deref() == Some("primary")
+                        && n.server.as_deref() == Some("primary")
+                        && w.role.as_deref() == Some("replica")
+                        && w.server.as_deref() == Some("standby")
+                        && n.ready
+                        && w.ready
+                        && n.timeline.is_some_and(|t| t >= 2)
+                        && w.timeline == n.timeline
+                }
+                _ => false,
+            }
+        },
+    )
+    .await;
     // Each instance's manager says so on its own /metrics (port `metrics`).
     for (pod, writable) in [(target, "1"), (old.as_str(), "0")] {
         real.metrics_say(

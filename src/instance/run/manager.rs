@@ -55,6 +55,7 @@ use crate::instance::observe::{
 };
 use crate::instance::{AgentAction, AgentState, decide};
 use crate::machines::postgres::actions::Role;
+use crate::machines::postgres::instances::ServerRole;
 use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 use crate::machines::postgres::streaming::NOT_STREAMING_SECONDS;
 
@@ -133,6 +134,24 @@ pub fn streams(seen: &Observation) -> Option<bool> {
             .filter(|since| seen.now.since(*since) >= Duration::from_secs(NOT_STREAMING_SECONDS))
             .map(|_| false),
         _ => None,
+    }
+}
+
+/// What a running server is, for `status.instances` ([`crate::machines::postgres::instances`]):
+/// a primary or a standby, and its timeline (a standby's furthest position's). None while
+/// it does not answer, or before a standby has a position.
+#[must_use]
+pub fn server_role(server: &Server) -> Option<ServerRole> {
+    match server {
+        Server::Writable { position } => Some(ServerRole {
+            primary: true,
+            timeline: position.timeline,
+        }),
+        Server::Standby(s) => s.furthest().map(|p| ServerRole {
+            primary: false,
+            timeline: p.timeline,
+        }),
+        Server::Down { .. } | Server::Unanswering => None,
     }
 }
 
@@ -464,17 +483,18 @@ impl Manager {
                 let synchronous = writable
                     .then(|| self.settings.synchronous_report())
                     .flatten();
-                reporter.report(report::report(
-                    settings.as_ref(),
-                    streams(&seen),
-                    archiving.as_ref(),
+                reporter.report(report::report(&report::Round {
+                    settings: settings.as_ref(),
+                    streaming: streams(&seen),
+                    archiving: archiving.as_ref(),
                     synchronous,
-                    Some(matches!(
+                    data: Some(matches!(
                         seen.data,
                         DataDir::Primary { .. } | DataDir::Standby { .. }
                     )),
-                    archived.as_ref(),
-                ));
+                    archived: archived.as_ref(),
+                    server: server_role(&seen.server),
+                }));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);
             let (to, wait) = match &decision {
@@ -1146,5 +1166,27 @@ mod tests {
         assert_eq!(standby.replayed.map(|p| p.timeline), Some(1));
         assert!(standby.streaming);
         assert!(standby.has("0/5000000".parse().unwrap_or_default()));
+    }
+
+    #[test]
+    fn a_server_reports_its_role_on_its_timeline_and_one_that_does_not_answer_reports_nothing() {
+        let role = |fields: &[&str]| server_role(&server_from_row(&row(fields)));
+        assert_eq!(
+            role(&["f", "0/3000148", "", "", "2", "0", "f"]),
+            Some(ServerRole {
+                primary: true,
+                timeline: 2
+            })
+        );
+        assert_eq!(
+            role(&["t", "", "0/5000000", "0/4000000", "1", "2", "t"]),
+            Some(ServerRole {
+                primary: false,
+                timeline: 2
+            }),
+            "a standby's timeline is its furthest position's"
+        );
+        assert_eq!(server_role(&Server::Unanswering), None);
+        assert_eq!(server_role(&Server::Down { exit: None }), None);
     }
 }

@@ -37,6 +37,7 @@ use crate::machines::postgres::api::LastArchived;
 use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
 use crate::machines::postgres::archived::ARCHIVED;
 use crate::machines::postgres::archiving::{ARCHIVING, Archiving};
+use crate::machines::postgres::instances::{SERVER, ServerRole};
 use crate::machines::postgres::streaming::{self, STREAMING};
 use crate::machines::postgres::synchronous::{self, SYNCHRONOUS};
 use crate::machines::postgres::volume::{self, DATA};
@@ -50,38 +51,51 @@ pub type Said = (&'static str, &'static str, String);
 /// What the manager tells the operator this round, by condition type.
 pub type Report = BTreeMap<&'static str, Said>;
 
-/// This round's report: the settings, for a standby whether it streams, for an
-/// archiving primary whether its WAL reaches the archive, and for a primary with
-/// `spec.synchronous` whether it turned asynchronous, with `number`, and whether its
-/// volume holds a database, and the last WAL file archived and when (`None`: nothing to
-/// say about it this round).
+/// What a round has to say, each part `None` when there is nothing to say about it this
+/// round.
+#[derive(Debug, Default)]
+pub struct Round<'a> {
+    /// What the server made of the settings.
+    pub settings: Option<&'a SettingsReport>,
+    /// For a standby, whether it streams.
+    pub streaming: Option<bool>,
+    /// For an archiving primary, whether its WAL reaches the archive.
+    pub archiving: Option<&'a Archiving>,
+    /// For a primary with `spec.synchronous`: whether it turned asynchronous, and
+    /// `number`.
+    pub synchronous: Option<(bool, i32)>,
+    /// Whether the volume holds a database.
+    pub data: Option<bool>,
+    /// For an archiving primary, the last WAL file archived and when.
+    pub archived: Option<&'a (String, DateTime<Utc>)>,
+    /// For a running server, what it is and on which timeline.
+    pub server: Option<ServerRole>,
+}
+
+/// This round's report, by condition type.
 #[must_use]
-pub fn report(
-    settings: Option<&SettingsReport>,
-    streaming: Option<bool>,
-    archiving: Option<&Archiving>,
-    synchronous: Option<(bool, i32)>,
-    data: Option<bool>,
-    archived: Option<&(String, DateTime<Utc>)>,
-) -> Report {
+pub fn report(round: &Round<'_>) -> Report {
     let mut report = Report::new();
-    if let Some(settings) = settings {
+    if let Some(settings) = round.settings {
         report.insert(SETTINGS_APPLIED, settings.condition());
     }
-    if let Some(streams) = streaming {
+    if let Some(streams) = round.streaming {
         report.insert(STREAMING, streaming::condition(streams));
     }
-    if let Some(archiving) = archiving {
+    if let Some(archiving) = round.archiving {
         report.insert(ARCHIVING, archiving.condition());
     }
-    if let Some((asynchronous, number)) = synchronous {
+    if let Some((asynchronous, number)) = round.synchronous {
         report.insert(SYNCHRONOUS, synchronous::condition(asynchronous, number));
     }
-    if let Some(has_data) = data {
+    if let Some(has_data) = round.data {
         report.insert(DATA, volume::condition(has_data));
     }
-    if let Some((wal, time)) = archived {
+    if let Some((wal, time)) = round.archived {
         report.insert(ARCHIVED, LastArchived::condition(wal, *time));
+    }
+    if let Some(server) = round.server {
+        report.insert(SERVER, server.condition());
     }
     report
 }
@@ -231,7 +245,11 @@ mod tests {
             judged: None,
         };
         let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("a time");
-        let changed = report(Some(&settings), Some(false), None, None, None, None);
+        let changed = report(&Round {
+            settings: Some(&settings),
+            streaming: Some(false),
+            ..Round::default()
+        });
         assert_eq!(
             patch(&changed, &[SETTINGS_APPLIED], now),
             json!({"status": {"conditions": [
@@ -254,16 +272,22 @@ mod tests {
 
     #[test]
     fn a_primary_with_synchronous_replication_says_whether_it_turned_asynchronous() {
-        let (_, said) = report(None, None, None, Some((true, 1)), None, None)
-            .remove(SYNCHRONOUS)
-            .map(|(status, reason, message)| ((status, reason), message))
-            .expect("a synchronous report");
+        let (_, said) = report(&Round {
+            synchronous: Some((true, 1)),
+            ..Round::default()
+        })
+        .remove(SYNCHRONOUS)
+        .map(|(status, reason, message)| ((status, reason), message))
+        .expect("a synchronous report");
         assert!(said.contains("Preferred"), "{said}");
-        let waits = report(None, None, None, Some((false, 2)), None, None);
+        let waits = report(&Round {
+            synchronous: Some((false, 2)),
+            ..Round::default()
+        });
         assert_eq!(
             waits.get(SYNCHRONOUS).map(|(s, r, _)| (*s, *r)),
             Some(("True", "Synchronous"))
         );
-        assert!(!report(None, None, None, None, None, None).contains_key(SYNCHRONOUS));
+        assert!(!report(&Round::default()).contains_key(SYNCHRONOUS));
     }
 }

@@ -566,6 +566,30 @@ pub struct PostgresClusterStatus {
     pub last_archived: Option<LastArchived>,
     /// The most recent failover.
     pub last_failover: Option<FailoverRecord>,
+    /// Every instance pod, by ordinal: its role, whether it is Ready, what its server is
+    /// and on which timeline ([`super::instances`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<InstanceStatus>,
+}
+
+/// An instance in `status.instances`.
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatus {
+    /// The pod.
+    pub pod: String,
+    /// Its `lockstep.dev/role` label: `primary`, `replica` or `demoted`.
+    pub role: Option<String>,
+    /// Its Ready condition holds (it serves).
+    pub ready: bool,
+    /// What its instance manager last reported its server to be: `primary` (writable) or
+    /// `standby` (in recovery).
+    pub server: Option<String>,
+    /// The timeline its server last reported.
+    pub timeline: Option<u32>,
+    /// A standby's report: whether its WAL receiver streams (`false`: not for 10 s).
+    pub streaming: Option<bool>,
 }
 
 /// `status.lastArchived`: a WAL file the archive took.

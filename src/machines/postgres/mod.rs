@@ -47,6 +47,7 @@ pub mod applied;
 pub mod archived;
 pub mod archiving;
 mod decide;
+pub mod instances;
 pub mod machine;
 #[cfg(test)]
 mod model;
@@ -290,6 +291,7 @@ impl Operator for Postgres {
                         .is_none_or(|before| before.time <= seen.time)
                 })
                 .or_else(|| old.and_then(|s| s.last_failover.clone())),
+            instances: instances::project(observed, &name),
         };
         serde_json::to_value(status).unwrap_or(serde_json::Value::Null)
     }

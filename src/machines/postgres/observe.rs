@@ -16,6 +16,7 @@ use super::api::{DEFAULT_LEASE_SECONDS, LastArchived, PostgresCluster};
 use super::applied::{SETTINGS_APPLIED, SettingsReport};
 use super::archived::ARCHIVED;
 use super::archiving::ARCHIVING;
+use super::instances::{Reported, SERVER, ServerRole};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use super::settings;
 use super::streaming::STREAMING;
@@ -193,6 +194,9 @@ pub struct Own {
     /// ([`super::archived`]). Only a primary writes it; a pod keeps what it wrote
     /// while it was one.
     pub archived: BTreeMap<i32, LastArchived>,
+    /// What each live instance pod (by ordinal) reports of its server and its
+    /// streaming ([`super::instances`]), for `status.instances`.
+    pub instances: BTreeMap<i32, Reported>,
     /// What the live instance pods (by ordinal) last reported of synchronous
     /// replication ([`super::synchronous::SYNCHRONOUS`]): whether commits wait for
     /// standbys, and the message. Only a primary writes it.
@@ -379,6 +383,24 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         })
         .collect();
     let synchronous = reported(SYNCHRONOUS);
+    let instances = live
+        .iter()
+        .map(|(k, p)| {
+            let server = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == SERVER))
+                .and_then(|c| {
+                    ServerRole::parse(
+                        c.reason.as_deref().unwrap_or_default(),
+                        c.message.as_deref().unwrap_or_default(),
+                    )
+                });
+            let streaming = condition_status(p, STREAMING).map(|s| s == "True");
+            (*k, Reported { server, streaming })
+        })
+        .collect();
     let recovery_failed = live
         .iter()
         .filter_map(|(k, p)| Some((*k, recovery_failure(p)?)))
@@ -403,6 +425,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         lagging,
         archiving,
         archived,
+        instances,
         synchronous,
     };
     read.observed(

@@ -253,6 +253,7 @@ where
                 // an archiving report only ever makes a Ready stay Degraded.
                 archiving: BTreeMap::new(),
                 archived: BTreeMap::new(),
+                instances: BTreeMap::new(),
                 synchronous: BTreeMap::new(),
                 // What each live pod's manager last reported of its volume.
                 empty: self

@@ -269,3 +269,50 @@ fn synchronous_replication_is_a_condition_from_the_primarys_report_false_once_pr
     let status = status_of(&plain, &o);
     assert_eq!(sync(&status), None);
 }
+
+#[test]
+fn the_status_lists_every_instance_with_its_role_readiness_and_what_its_server_reports() {
+    use crate::driver::Operator;
+    use crate::machines::postgres::instances::{Reported, ServerRole};
+    let s = spec("16.3");
+    let pg = super::rendering::object(s.clone());
+    let mut o = at_rest(V1, 0);
+    o.pods.get_mut(&2).expect("pod 2").ready = false;
+    o.own.instances = BTreeMap::from([
+        (
+            0,
+            Reported {
+                server: Some(ServerRole {
+                    primary: true,
+                    timeline: 2,
+                }),
+                streaming: None,
+            },
+        ),
+        (
+            1,
+            Reported {
+                server: Some(ServerRole {
+                    primary: false,
+                    timeline: 2,
+                }),
+                streaming: Some(true),
+            },
+        ),
+    ]);
+    let shown = Postgres::status(
+        &pg,
+        testing::status_in(&ready(V1, 0)),
+        Some(&ready(V1, 0)),
+        &o,
+        t(10),
+    );
+    assert_eq!(
+        shown["instances"],
+        serde_json::json!([
+            {"pod": "pg-0", "role": "primary", "ready": true, "server": "primary", "timeline": 2},
+            {"pod": "pg-1", "role": "replica", "ready": true, "server": "standby", "timeline": 2, "streaming": true},
+            {"pod": "pg-2", "role": "replica", "ready": false},
+        ])
+    );
+}

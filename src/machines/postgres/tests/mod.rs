@@ -153,6 +153,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             lagging: Default::default(),
             archiving: BTreeMap::new(),
             archived: BTreeMap::new(),
+            instances: BTreeMap::new(),
             synchronous: BTreeMap::new(),
             recovery_failed: BTreeMap::new(),
             empty: BTreeSet::new(),

@@ -766,7 +766,10 @@ fn an_instance_pods_settings_condition_is_read_back_and_a_foreign_one_ignored() 
         &["shared_buffers"],
     );
     let written = report::patch(
-        &report::report(Some(&settings), None, None, None, None, None),
+        &report::report(&report::Round {
+            settings: Some(&settings),
+            ..report::Round::default()
+        }),
         &["lockstep.dev/SettingsApplied"],
         t(5),
     );
