@@ -356,6 +356,10 @@ pub struct Manager {
     recovery_failed: Option<String>,
     /// What the last answer said beyond `decide`'s part (none when it did not answer).
     stats: Option<ServerStats>,
+    /// The newest timeline reported ([`server_role`]): a data directory's timeline never
+    /// goes back, but a standby whose WAL receiver stopped reads it from its last
+    /// restartpoint, which may predate the switch it streamed.
+    timeline: u32,
 }
 
 impl Manager {
@@ -428,6 +432,7 @@ impl Manager {
             backups,
             recovery_failed: None,
             stats: None,
+            timeline: 0,
             finished: None,
             lease_read: LeaseRead::Unreadable,
             state: AgentState::Starting,
@@ -493,7 +498,11 @@ impl Manager {
                         DataDir::Primary { .. } | DataDir::Standby { .. }
                     )),
                     archived: archived.as_ref(),
-                    server: server_role(&seen.server),
+                    server: server_role(&seen.server).map(|mut role| {
+                        role.timeline = role.timeline.max(self.timeline);
+                        self.timeline = role.timeline;
+                        role
+                    }),
                 }));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);

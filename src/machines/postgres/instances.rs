@@ -17,6 +17,10 @@
 //!   asked.
 //! - A server that stops answering leaves its last report: the entry's `ready` says
 //!   whether the pod serves.
+//! - The timeline never goes back while a manager runs (a standby whose WAL receiver
+//!   stopped reads it from its last restartpoint, which may predate the switch).
+//!   A primary just promoted reports the timeline it left until the checkpoint that
+//!   follows its promotion (the promote Job's), seconds later.
 //!
 //! # Assumptions
 //! - The manager's report and [`ServerRole::parse`] share [`ON_TIMELINE`].
