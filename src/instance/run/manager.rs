@@ -483,6 +483,14 @@ impl Manager {
             let archived = self.archiver.as_mut().and_then(|a| {
                 a.last_archived(writable, self.stats.as_ref(), std::time::Instant::now())
             });
+            // The timeline reported never goes back ([`Manager::timeline`]).
+            let server = server_role(&seen.server).map(|role| ServerRole {
+                timeline: role.timeline.max(self.timeline),
+                ..role
+            });
+            if let Some(role) = server {
+                self.timeline = role.timeline;
+            }
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
                 let synchronous = writable
@@ -498,11 +506,7 @@ impl Manager {
                         DataDir::Primary { .. } | DataDir::Standby { .. }
                     )),
                     archived: archived.as_ref(),
-                    server: server_role(&seen.server).map(|mut role| {
-                        role.timeline = role.timeline.max(self.timeline);
-                        self.timeline = role.timeline;
-                        role
-                    }),
+                    server,
                 }));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);

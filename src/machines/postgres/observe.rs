@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use kube::ResourceExt;
 
 use super::actions::{PgAction, Role, ServiceKind};
@@ -359,11 +359,6 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter(|(_, r)| r.judged.as_ref().is_some_and(|d| *d != spec_digest))
         .map(|(k, _)| *k)
         .collect();
-    let lagging = live
-        .iter()
-        .filter(|(_, p)| condition_status(p, STREAMING) == Some("False"))
-        .map(|(k, _)| *k)
-        .collect();
     // What each live pod reports under the pod condition `type_`: whether it holds,
     // and the message.
     let reported = |type_: &str| -> BTreeMap<i32, (bool, String)> {
@@ -383,23 +378,23 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         })
         .collect();
     let synchronous = reported(SYNCHRONOUS);
-    let instances = live
+    let instances: BTreeMap<i32, Reported> = live
         .iter()
         .map(|(k, p)| {
-            let server = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == SERVER))
-                .and_then(|c| {
-                    ServerRole::parse(
-                        c.reason.as_deref().unwrap_or_default(),
-                        c.message.as_deref().unwrap_or_default(),
-                    )
-                });
+            let server = condition_of(p, SERVER).and_then(|c| {
+                ServerRole::parse(
+                    c.reason.as_deref().unwrap_or_default(),
+                    c.message.as_deref().unwrap_or_default(),
+                )
+            });
             let streaming = condition_status(p, STREAMING).map(|s| s == "True");
             (*k, Reported { server, streaming })
         })
+        .collect();
+    let lagging = instances
+        .iter()
+        .filter(|(_, r)| r.streaming == Some(false))
+        .map(|(k, _)| *k)
         .collect();
     let recovery_failed = live
         .iter()
@@ -446,13 +441,7 @@ fn recovery_failure(pod: &Pod) -> Option<String> {
 /// What the pod's instance manager reports of its settings: its condition
 /// [`SETTINGS_APPLIED`], if it carries one this version can read.
 pub fn settings_report(pod: &Pod) -> Option<SettingsReport> {
-    let condition = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == SETTINGS_APPLIED)?;
+    let condition = condition_of(pod, SETTINGS_APPLIED)?;
     SettingsReport::from_condition(&condition.status, condition.message.as_deref()?)
 }
 
@@ -463,13 +452,17 @@ fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
 
 /// The status and message of the pod's condition `type_`, if it has one.
 fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<(&'a str, String)> {
+    condition_of(pod, type_).map(|c| (c.status.as_str(), c.message.clone().unwrap_or_default()))
+}
+
+/// The pod's condition `type_`, if it has one.
+fn condition_of<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
     pod.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_)
-        .map(|c| (c.status.as_str(), c.message.clone().unwrap_or_default()))
 }
 
 /// The pod's `lockstep.dev/role` label, if it is a known role.
