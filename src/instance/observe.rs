@@ -231,6 +231,8 @@ pub struct LeaseSeen {
     pub released_at: Option<ReleasedAt>,
     /// The annotation `lockstep.dev/initialized` is there: the cluster's database exists.
     pub initialized: bool,
+    /// `spec.leaseTransitions`: the Lease's term, raised by every hand-over.
+    pub transitions: i32,
     /// When the holder's tenure runs out on this agent's clock: the Lease's `renewTime +
     /// leaseDurationSeconds` as read, carried onto the monotonic clock at the read (so a
     /// later step of the wall clock does not move it). `None` without a renewal time.

@@ -181,8 +181,8 @@ fn reasons(pg: &PostgresCluster) -> Vec<String> {
 }
 
 /// What happened to a cluster, as the watches saw it: database pod deletions
-/// (`delete pg-2`), Job creations (`job promote-1`, `job final-backup-1`), Job
-/// completions (`done final-backup-1`); and, over the whole run, the most pods ever
+/// (`delete pg-2`), pods labelled primary (`primary pg-1`), Job creations
+/// (`job final-backup-1`), Job completions (`done final-backup-1`); and, over the whole run, the most pods ever
 /// labelled primary at once and the most ready endpoints `<name>-rw` ever had at once;
 /// and the UIDs of every pod ever labelled `replica` and ever selected by `<name>-ro`.
 struct Recorder {
@@ -195,11 +195,11 @@ struct Recorder {
 }
 
 fn short_key(key: &str) -> String {
-    // `promote-1-<hash>-<attempt>` -> `promote-1`; `final-backup-1` stays.
-    match key.strip_prefix("promote-") {
-        Some(rest) => format!("promote-{}", rest.split('-').next().unwrap_or_default()),
-        None if key.starts_with("backup-") => "backup".to_owned(),
-        None => key.to_owned(),
+    // `backup-<hash>` -> `backup`; `final-backup-1` stays.
+    if key.starts_with("backup-") {
+        "backup".to_owned()
+    } else {
+        key.to_owned()
     }
 }
 
@@ -242,7 +242,14 @@ impl Recorder {
                     if gone {
                         roles.remove(&pod_name);
                     } else {
-                        roles.insert(pod_name.clone(), pod.labels().get(ROLE).cloned());
+                        let role = pod.labels().get(ROLE).cloned();
+                        if role.as_deref() == Some("primary")
+                            && roles.get(&pod_name).and_then(Option::as_deref) != Some("primary")
+                            && let Ok(mut log) = log.lock()
+                        {
+                            log.push(format!("primary {pod_name}"));
+                        }
+                        roles.insert(pod_name.clone(), role);
                         if pod.labels().get(ROLE).map(String::as_str) == Some("replica")
                             && let Ok(mut uids) = replica_uids.lock()
                         {
@@ -398,11 +405,12 @@ impl Recorder {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
-    /// Pod deletions and promote Job creations, in order.
+    /// Pod deletions and pods labelled primary after the first, in order.
     fn switchover_steps(&self) -> Vec<String> {
         self.log()
             .into_iter()
-            .filter(|e| e.starts_with("delete ") || e.starts_with("job promote-"))
+            .filter(|e| e.starts_with("delete ") || e.starts_with("primary "))
+            .skip_while(|e| e.starts_with("primary "))
             .collect()
     }
 
@@ -897,7 +905,7 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
 
     assert_eq!(
         recorder.switchover_steps(),
-        vec!["delete pg-2", "delete pg-1", "job promote-1", "delete pg-0"],
+        vec!["delete pg-2", "delete pg-1", "primary pg-1", "delete pg-0"],
         "full log: {:?}",
         recorder.log()
     );
@@ -1003,7 +1011,7 @@ async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_
     endpoints_become(&pg.env, "pg-rw", &["pg-1"]).await;
     let log = recorder.log();
     assert!(log.contains(&"delete pg-0".to_owned()), "{log:?}");
-    assert!(log.contains(&"job promote-1".to_owned()), "{log:?}");
+    assert!(log.contains(&"primary pg-1".to_owned()), "{log:?}");
     assert!(recorder.most_primaries() <= 1);
     assert!(recorder.most_rw_endpoints() <= 1);
     operator.stop().await;
@@ -1106,7 +1114,10 @@ async fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
     assert_eq!(primary_pod(&recovered), Some("pg-0"));
     assert!(reasons(&recovered).iter().any(|r| r == "PrimaryRecovered"));
     assert!(
-        !recorder.log().iter().any(|e| e.starts_with("job promote")),
+        !recorder
+            .log()
+            .iter()
+            .any(|e| e.starts_with("primary ") && e != "primary pg-0"),
         "{:?}",
         recorder.log()
     );

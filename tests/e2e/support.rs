@@ -836,8 +836,10 @@ pub async fn counts_until(
 /// containers, so no agent): every second, a Lease whose holder pod exists with that
 /// UID, is not terminating and is labelled `primary` is renewed (`renewTime` now, the
 /// `L` it names kept); one whose holder is labelled `demoted` is released as a clean
-/// stop does (`released-by`, a `released-lsn`, no holder). A holder whose pod is gone
-/// or terminating renews nothing, as a dead server does. Without it the operator
+/// stop does (`released-by`, a `released-lsn`, no holder). A holder labelled `primary`
+/// also reports itself promoted under the Lease's term, as its manager would once its
+/// server is writable (the pod condition `lockstep.dev/Server`). A holder whose pod is
+/// gone or terminating renews nothing, as a dead server does. Without it the operator
 /// counts a primary that never renews as hung (`PrimaryNotRenewing`) and a planned
 /// switchover waits for a release that never comes. The real agent is tested in
 /// `postgres_real.rs` and `tests/pg_scripts/`. Used by the KWOK tier's PostgresCluster
@@ -869,6 +871,37 @@ impl Drop for LeaseAgents {
     }
 }
 
+/// The holder `p` reports a writable server holding `lease`'s term, unless it already
+/// does (its manager writes the condition only when it changes).
+async fn report_promoted(pods: &Api<Pod>, p: &Pod, lease: &Lease) {
+    let term = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.lease_transitions)
+        .unwrap_or(0);
+    let message = format!("a primary on timeline 1, holding Lease term {term}");
+    let said = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "lockstep.dev/Server"))
+        .and_then(|c| c.message.clone());
+    if said.as_deref() == Some(message.as_str()) {
+        return;
+    }
+    let condition = serde_json::json!({"status": {"conditions": [{
+        "type": "lockstep.dev/Server", "status": "True", "reason": "Primary",
+        "message": message,
+    }]}});
+    let _ = pods
+        .patch_status(
+            &p.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(condition),
+        )
+        .await;
+}
+
 /// One look of the holder's agent at `lease` (see [`LeaseAgents`]).
 async fn agent_step(leases: &Api<Lease>, pods: &Api<Pod>, lease: &Lease) {
     let Some(holder) = lease
@@ -891,7 +924,11 @@ async fn agent_step(leases: &Api<Lease>, pods: &Api<Pod>, lease: &Lease) {
     let now = chrono::Utc::now()
         .format("%Y-%m-%dT%H:%M:%S%.6fZ")
         .to_string();
-    let patch = match p.labels().get("lockstep.dev/role").map(String::as_str) {
+    let role = p.labels().get("lockstep.dev/role").map(String::as_str);
+    if role == Some("primary") {
+        report_promoted(pods, &p, lease).await;
+    }
+    let patch = match role {
         Some("primary") => serde_json::json!({"spec": {"renewTime": now}}),
         Some("demoted") => serde_json::json!({
             "metadata": {"annotations": {

@@ -55,7 +55,7 @@ use crate::instance::observe::{
 };
 use crate::instance::{AgentAction, AgentState, decide};
 use crate::machines::postgres::actions::Role;
-use crate::machines::postgres::instances::ServerRole;
+use crate::machines::postgres::instances::{ServerRole, report_of};
 use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 use crate::machines::postgres::streaming::NOT_STREAMING_SECONDS;
 
@@ -134,24 +134,6 @@ pub fn streams(seen: &Observation) -> Option<bool> {
             .filter(|since| seen.now.since(*since) >= Duration::from_secs(NOT_STREAMING_SECONDS))
             .map(|_| false),
         _ => None,
-    }
-}
-
-/// What a running server is, for `status.instances` ([`crate::machines::postgres::instances`]):
-/// a primary or a standby, and its timeline (a standby's furthest position's). None while
-/// it does not answer, or before a standby has a position.
-#[must_use]
-pub fn server_role(server: &Server) -> Option<ServerRole> {
-    match server {
-        Server::Writable { position } => Some(ServerRole {
-            primary: true,
-            timeline: position.timeline,
-        }),
-        Server::Standby(s) => s.furthest().map(|p| ServerRole {
-            primary: false,
-            timeline: p.timeline,
-        }),
-        Server::Down { .. } | Server::Unanswering => None,
     }
 }
 
@@ -262,7 +244,8 @@ pub fn server_from_row(row: &[String]) -> Server {
 }
 
 /// One row: in recovery, current LSN (a primary), received LSN, replayed LSN, the
-/// checkpoint's timeline, the WAL receiver's timeline, whether it streams (what
+/// timeline (a primary's current WAL file's, exact from its promotion on; a standby's
+/// last checkpoint's), the WAL receiver's timeline, whether it streams (what
 /// `decide` reads, [`server_from_row`]); then, for `/metrics` only
 /// ([`super::metrics::stats_from_row`]): client connections, a standby's replay lag in
 /// seconds, the archiver's archived and failed counts and last archived time; and for
@@ -272,7 +255,8 @@ pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
      CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END, \
      coalesce(pg_last_wal_receive_lsn()::text, ''), \
      coalesce(pg_last_wal_replay_lsn()::text, ''), \
-     (SELECT timeline_id FROM pg_control_checkpoint()), \
+     CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint())::bigint \
+       ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END, \
      coalesce((SELECT received_tli FROM pg_stat_wal_receiver LIMIT 1), 0), \
      coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver LIMIT 1), false), \
      (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'), \
@@ -313,6 +297,11 @@ fn lease_seen(
                 .map_or_else(|_| ReleasedAt::Invalid(v.clone()), ReleasedAt::Lsn)
         }),
         initialized: annotations.is_some_and(|a| a.contains_key(INITIALIZED)),
+        transitions: lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_transitions)
+            .unwrap_or(0),
     }
 }
 
@@ -484,7 +473,8 @@ impl Manager {
                 a.last_archived(writable, self.stats.as_ref(), std::time::Instant::now())
             });
             // The timeline reported never goes back ([`Manager::timeline`]).
-            let server = server_role(&seen.server).map(|role| ServerRole {
+            let me = self.args.holder().unwrap_or_default();
+            let server = report_of(&seen, &me).map(|role| ServerRole {
                 timeline: role.timeline.max(self.timeline),
                 ..role
             });
@@ -1183,23 +1173,54 @@ mod tests {
 
     #[test]
     fn a_server_reports_its_role_on_its_timeline_and_one_that_does_not_answer_reports_nothing() {
-        let role = |fields: &[&str]| server_role(&server_from_row(&row(fields)));
+        let me = "pg-0/u0";
+        let seen = |fields: &[&str], holder: Option<&str>| Observation {
+            role: RoleLabel::Absent,
+            data: crate::instance::DataDir::Empty,
+            server: server_from_row(&row(fields)),
+            lease: crate::instance::LeaseRead::Seen(crate::instance::LeaseSeen {
+                holder: holder.map(str::to_owned),
+                transitions: 4,
+                ..Default::default()
+            }),
+            now: crate::instance::Mono(0),
+            renewed: None,
+            stray: None,
+            finished: None,
+            upstream_writable: false,
+            not_streaming_since: None,
+            upstream: crate::instance::Upstream::Service,
+        };
+        let primary = ["f", "0/3000148", "", "", "2", "0", "f"];
         assert_eq!(
-            role(&["f", "0/3000148", "", "", "2", "0", "f"]),
+            report_of(&seen(&primary, Some(me)), me),
             Some(ServerRole {
                 primary: true,
-                timeline: 2
-            })
+                timeline: 2,
+                term: Some(4),
+            }),
+            "a primary the Lease names reports the Lease's term"
         );
         assert_eq!(
-            role(&["t", "", "0/5000000", "0/4000000", "1", "2", "t"]),
+            report_of(&seen(&primary, Some("pg-1/u1")), me).and_then(|r| r.term),
+            None,
+            "a primary the Lease does not name holds no term"
+        );
+        assert_eq!(
+            report_of(
+                &seen(
+                    &["t", "", "0/5000000", "0/4000000", "1", "2", "t"],
+                    Some(me)
+                ),
+                me
+            ),
             Some(ServerRole {
                 primary: false,
-                timeline: 2
+                timeline: 2,
+                term: None,
             }),
             "a standby's timeline is its furthest position's"
         );
-        assert_eq!(server_role(&Server::Unanswering), None);
-        assert_eq!(server_role(&Server::Down { exit: None }), None);
+        assert_eq!(report_of(&seen(&["?"], None), me), None);
     }
 }

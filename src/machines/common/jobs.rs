@@ -13,7 +13,7 @@
 //! hook, a promotion, a final backup), and a TTL could delete the Job before that read,
 //! which for a hook or a promotion would run the step again. Instead each machine prunes
 //! its own Jobs once their outcome is recorded, as a CronJob's history limits do: hook
-//! and promote Jobs at rest, on-demand backup Jobs beyond the newest few of each outcome
+//! and survey Jobs at rest, on-demand backup Jobs beyond the newest few of each outcome
 //! (their tokens are recorded as served, [`super::on_demand`]), final-backup Jobs of all
 //! but the latest few attempts ([`super::finalize`]). A TTL someone else sets is safe for
 //! on-demand backups (a served token never runs again, and a Job gone before its outcome

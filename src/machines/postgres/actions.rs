@@ -130,17 +130,6 @@ pub enum PgAction {
         /// Why.
         cause: DeleteCause,
     },
-    /// Create the promote Job (if absent) against pod `target`: it waits until the
-    /// target's agent has promoted its server (the target holds the Lease and is
-    /// labelled primary), then checkpoints it.
-    RunPromote {
-        /// The Job's key.
-        key: String,
-        /// The ordinal being promoted.
-        target: i32,
-        /// The image the Job runs (the cluster's: it has `psql`).
-        image: String,
-    },
     /// Create the survey Job (if absent): `survey.sh` reads the WAL positions of the
     /// standbys at `hosts` and reports them in its termination message.
     RunSurvey {
@@ -152,7 +141,7 @@ pub enum PgAction {
         image: String,
     },
     /// Run a backup Job, keep the backup CronJob as the spec wants it, or delete a
-    /// finished Job (promote Jobs are pruned at rest).
+    /// finished Job (survey Jobs are pruned at rest).
     Jobs(JobAction),
 }
 
@@ -160,11 +149,6 @@ impl From<JobAction> for PgAction {
     fn from(action: JobAction) -> Self {
         PgAction::Jobs(action)
     }
-}
-
-/// The key of the promote Job of `attempt` against the pod `target` with `uid`.
-pub fn promote_key(target: i32, uid: &str, attempt: u32) -> String {
-    format!("promote-{target}-{}-{attempt}", short_hash(&[uid]))
 }
 
 /// The key of the survey Job of the failover of the primary with `old_uid`, `attempt`.

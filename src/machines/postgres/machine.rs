@@ -93,11 +93,11 @@
 //!    clean stop runs, so an expiry there means it is no longer running as it should;
 //! 4. `Promote`: the target, holding the Lease, is labelled `primary` (the old primary
 //!    is `demoted`, so `-rw` selects at most one pod). Its agent then promotes its own
-//!    server, right after a renewal of the Lease of its own; once the label is observed
-//!    the promote Job (`promote.sh`) waits for that promotion and checkpoints. The Job
-//!    promotes nothing, so a Job that outlives the operator's interest in its target
-//!    cannot make a second writable server. A failed attempt is retried with backoff as
-//!    a new Job, and a target that is no longer Ready is replaced by another Ready one
+//!    server, right after a renewal of the Lease of its own, and reports it on its pod
+//!    (`lockstep.dev/Server`: a writable server holding the Lease's term); the operator
+//!    waits for that report and promotes nothing itself, so nothing it started can
+//!    promote a target late. An attempt that ends unreported is followed by another,
+//!    and a target that is no longer Ready is replaced by another Ready one
 //!    (back to `Fence`: the Lease names the previous target, which is relabelled
 //!    `demoted` and stops, or, cut off, stops by itself before its Lease expires). If the
 //!    Lease no longer names the target, back to `Fence` (`LeaseLost`);
@@ -160,7 +160,7 @@
 //!   while its pod holds the Lease and is labelled `primary` and renews within `T`; the
 //!   Lease changes holder only by the operator's fenced hand-over, made only once the old
 //!   holder is certainly fenced; a server is promoted only by its own agent, right after
-//!   it renewed the Lease (the promote Job only waits), so a promotion that comes late
+//!   it renewed the Lease (the operator only waits for its report), so a promotion that comes late
 //!   cannot make a second writable server.
 //! - **At most one pod carries the primary label.** A pod is labelled `primary` only if
 //!   the persisted state names it, or mid-switchover if it holds the Lease (after the old

@@ -13,7 +13,7 @@
 //!   each instance reports on its pod of the settings it was given; [`volume`]: whether
 //!   its volume holds a database;
 //!   [`status`]: the kind's own status fields.
-//! - `scripts/`: what runs in the Jobs (`survey.sh`, `promote.sh`, `backup.sh`,
+//! - `scripts/`: what runs in the Jobs (`survey.sh`, `backup.sh`,
 //!   `restore.sh`), shipped in a ConfigMap; their environment contract is in
 //!   `scripts/README.md`. The pods run `lockstep instance` ([`crate::instance`]).
 //!
@@ -194,11 +194,6 @@ impl Operator for Postgres {
                 }}}),
             )],
             PgAction::DeletePod { ordinal, uid, .. } => vec![Op::delete::<Pod>(pod(*ordinal), uid)],
-            PgAction::RunPromote { key, target, image } => {
-                vec![Op::create(&render::promote_job(
-                    object, key, *target, image,
-                )?)?]
-            }
             PgAction::RunSurvey { key, hosts, image } => {
                 vec![Op::create(&render::survey_job(object, key, hosts, image)?)?]
             }

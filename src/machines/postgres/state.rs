@@ -41,7 +41,8 @@ pub enum SwitchStep {
     /// Failover: the old primary is certainly fenced; a survey Job reads every standby's
     /// WAL positions, and the most advanced Ready one becomes the target.
     Survey,
-    /// The target holds the Lease; the promote Job runs against it.
+    /// The target holds the Lease; its manager promotes it, and the switchover waits for
+    /// its report (a writable server holding the Lease's term).
     Promote,
 }
 
@@ -92,7 +93,7 @@ pub struct Switchover {
     pub attempt: u32,
     /// Why.
     pub cause: SwitchCause,
-    /// The promote Job's retry budget, renewed by a `retry-promote` token.
+    /// The promotion's attempt budget, renewed by a `retry-promote` token.
     #[serde(flatten)]
     pub budget: RetryBudget,
     /// Failover: the survey attempt, from 1 (absent: 1).

@@ -47,12 +47,14 @@ pub mod reason {
     pub const SCALING_COMPLETE: &str = "ScalingComplete";
     /// Edge: the old primary is labelled demoted (and, in a failover, fenced).
     pub const OLD_PRIMARY_DEMOTED: &str = "OldPrimaryDemoted";
-    /// Edge: a failed promote Job is tried again after its backoff.
+    /// Edge: the target reported no promotion within an attempt's bound; the next
+    /// attempt waits again.
     pub const PROMOTION_RETRIED: &str = "PromotionRetried";
     /// Edge: the target is no longer a Ready replica; another one is promoted instead.
     pub const TARGET_CHANGED: &str = "TargetChanged";
-    /// A planned switchover's promotion failed while the Lease holds the old primary's
-    /// released position: the target may lack that WAL; the members are surveyed.
+    /// A planned switchover's target reported no promotion within the bound while the
+    /// Lease holds the old primary's released position: the target may lack that WAL;
+    /// the members are surveyed.
     pub const TARGET_SHORT_OF_RELEASED: &str = "TargetShortOfReleased";
     /// Edge: the target is promoted and labelled primary (switchover for an upgrade or a
     /// scale-down).
@@ -109,12 +111,12 @@ pub mod reason {
     pub const RECOVERY_FAILED: &str = "RecoveryFailed";
     /// Stay: the chosen pod is being deleted and recreated.
     pub const REPLACING_POD: &str = "ReplacingPod";
-    /// Stay: the promote Job runs.
+    /// Stay: the target holds the Lease; its manager promotes it, and the switchover
+    /// waits for its report.
     pub const PROMOTING: &str = "Promoting";
-    /// Stay (Degraded): the promote Job failed; waiting to retry.
-    pub const PROMOTION_FAILED: &str = "PromotionFailed";
-    /// Stay reason (Degraded): the promote Job failed more often than its retry limit;
-    /// a new `lockstep.dev/retry-promote` token tries again.
+    /// Stay reason (Degraded): the target reported no promotion in more attempts than
+    /// the retry limit; a new `lockstep.dev/retry-promote` token waits again, and a
+    /// report that comes meanwhile still elects it.
     pub const PROMOTION_EXHAUSTED: &str = "PromotionExhausted";
     /// Stay (Degraded): no Ready replica to promote.
     pub const NO_PROMOTION_TARGET: &str = "NoPromotionTarget";
@@ -197,18 +199,18 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         "spec.replicas would remove the primary's ordinal: the role moves to a lower one first", by::SCALING;
     SwitchingOver -> {
         SwitchingOver: OLD_PRIMARY_DEMOTED, "the old primary is labelled demoted (a failed one is also deleted): neither -rw nor -ro selects it", by::SWITCHING_OVER;
-        SwitchingOver: PROMOTION_RETRIED, "the promote Job failed and its backoff is over (within its retry limit, or lockstep.dev/retry-promote has a new token)", by::SWITCHING_OVER;
+        SwitchingOver: PROMOTION_RETRIED, "the target reported no promotion within an attempt's bound (within the retry limit, or lockstep.dev/retry-promote has a new token): the next attempt waits again", by::SWITCHING_OVER;
         SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SWITCHING_OVER;
-        SwitchingOver: TARGET_SHORT_OF_RELEASED, "a planned switchover's promote Job failed while the Lease holds the old primary's released position (the target may lack that WAL: it was not streaming when the old primary stopped): a survey Job reads the members, and the most advanced is promoted", by::SWITCHING_OVER;
+        SwitchingOver: TARGET_SHORT_OF_RELEASED, "a planned switchover's target reported no promotion within the bound while the Lease holds the old primary's released position (the target may lack that WAL: it was not streaming when the old primary stopped): a survey Job reads the members, and the most advanced is promoted", by::SWITCHING_OVER;
         SwitchingOver: LEASE_HANDED_OVER, "the Lease holder is certainly fenced (released, pod gone, or renewTime + L + S passed): the Lease names the target", by::SWITCHING_OVER;
         SwitchingOver: OLD_PRIMARY_FENCED, "a failover's old primary is certainly fenced (or a planned switchover's, without its released position): a survey Job reads the standbys' WAL positions", by::SWITCHING_OVER;
         SwitchingOver: MOST_ADVANCED_CHOSEN, "failover (or a switchover surveyed): the most advanced Ready standby of the survey (the newest timeline, then receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
         SwitchingOver: SURVEY_RETRIED, "failover: the survey Job failed and its backoff is over, or it read too few members (the synchronous quorum, or not every live member, up to SURVEYS_FOR_EVERY_MEMBER surveys) and RESURVEY_SECONDS passed since it finished", by::SWITCHING_OVER;
         SwitchingOver: LEASE_LOST, "mid-promotion the Lease no longer names the target: its holder is fenced again first", by::SWITCHING_OVER;
-        Upgrading: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary; the old primary is upgraded next", by::SWITCHING_OVER;
-        Ready: SWITCHOVER_COMPLETED, "the target is promoted and labelled primary (a scale-down: scaling follows; a requested switchover: done)", by::SWITCHING_OVER;
+        Upgrading: SWITCHOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary, and the old primary is upgraded next", by::SWITCHING_OVER;
+        Ready: SWITCHOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary (a scale-down: scaling follows; a requested switchover: done)", by::SWITCHING_OVER;
         Ready: ALREADY_PRIMARY, "the requested switchover names the pod that is already primary: nothing moves", by::SWITCHING_OVER;
-        Ready: FAILOVER_COMPLETED, "a Ready replica is promoted and labelled primary in place of the failed one", by::SWITCHING_OVER;
+        Ready: FAILOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary in place of the failed one", by::SWITCHING_OVER;
         PrimaryLost: BACK_TO_OLD_PRIMARY, "three surveys read no standby that can be promoted, no survey chose a target, the Lease never named another ordinal, and the old primary's pod is live (a failover's recreated on its volume, a switchover's stopped on purpose): no other server was writable, so the old primary has the newest WAL and is labelled primary again (given the Lease once any failed pod's expired)", by::SWITCHING_OVER;
     }
     [Ready, Scaling] -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready, or released the primary Lease (its server is down)", by::PRIMARY_LOST;

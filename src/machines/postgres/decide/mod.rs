@@ -33,10 +33,11 @@ use switching_over::begin_switchover;
 
 pub(crate) type D = Decision<PgState, PgAction>;
 
-/// How many times a failed promote Job is retried (with backoff) before the switchover
-/// holds Degraded ([`crate::machines::postgres::table::reason::PROMOTION_EXHAUSTED`])
-/// until `lockstep.dev/retry-promote` has a new token: each attempt is a new Job, so
-/// retrying forever would grow them without bound.
+/// How many more promote attempts (each [`switching_over::PROMOTE_WAIT_SECONDS`] long)
+/// follow one that ended unreported before the switchover holds Degraded
+/// ([`crate::machines::postgres::table::reason::PROMOTION_EXHAUSTED`]) until
+/// `lockstep.dev/retry-promote` has a new token: a promotion that does not come is said,
+/// not waited for in silence.
 pub(crate) const PROMOTE_RETRY_LIMIT: u32 = 5;
 
 /// How often a cluster at rest is looked at again without any event: a missed watch

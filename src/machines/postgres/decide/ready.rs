@@ -3,7 +3,7 @@
 //! [`upgrade`] (a new image or a stray one), [`restart`] (a parameter waits for a start),
 //! [`backup`]; then, staying, it releases the outcome
 //! finalizer of every finished Job ([`actions::release_finished`]: their outcomes are recorded),
-//! prunes promote Jobs
+//! prunes survey Jobs (and the promote Jobs of earlier versions)
 //! ([`prune_promote_jobs`]) and on-demand backup Jobs beyond their history limit
 //! ([`on_demand::prune`]) and reports ([`report`]): Degraded while a replica is not Ready,
 //! while an instance reports a setting of `spec.postgresql` its server refused
@@ -172,7 +172,8 @@ fn backup(
     }
 }
 
-/// At rest, the finished promote Jobs of past switchovers go.
+/// At rest, the finished Jobs of past failovers go: survey Jobs, and the promote Jobs
+/// of versions before the managers reported their promotions.
 fn prune_promote_jobs(o: &Observed) -> impl Iterator<Item = PgAction> {
     jobs::finished(&o.jobs, Purpose::Promote).map(PgAction::delete_job)
 }

@@ -9,9 +9,7 @@ use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::RETRY_PROMOTE;
 use crate::machines::common::retry::{Attempts, JobStep, RetryBudget, backoff_stay, run_once_step};
-use crate::machines::postgres::actions::{
-    DeleteCause, LsnGate, PgAction, Role, promote_key, survey_key,
-};
+use crate::machines::postgres::actions::{DeleteCause, LsnGate, PgAction, Role, survey_key};
 use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::{Observed, RELEASED_LSN, SWITCHOVER, holder_identity};
 use crate::machines::postgres::state::{
@@ -779,6 +777,16 @@ pub(crate) fn retarget(
     }
 }
 
+/// How long the target's manager has, in each promote attempt, to report a writable
+/// server holding the Lease's current term ([`crate::machines::postgres::instances`])
+/// before the attempt counts as failed. The operator promotes nothing itself: the
+/// target's own manager promotes its server once the Lease names it, right after a
+/// renewal of its own.
+pub(crate) const PROMOTE_WAIT_SECONDS: u64 = 120;
+
+/// Promote: the Lease names the target; wait, one attempt of [`PROMOTE_WAIT_SECONDS`] at
+/// a time, until its manager reports a writable server holding the Lease's term, then
+/// elect it. A report that comes after the attempts ran out still elects it.
 pub(crate) fn promote(
     s: &Switchover,
     world: &World<Observed>,
@@ -788,117 +796,101 @@ pub(crate) fn promote(
 ) -> D {
     let o = &world.observed;
     let (t, name) = target_pod(s, o);
-    let key = promote_key(t, &s.target.uid, s.attempt);
-    let job = o.job(&key);
+    let term = o.own.lease.as_ref().map_or(0, |l| l.transitions);
+    let reported = o.own.instances.get(&t).and_then(|r| r.server);
+    let pod = o.pods.get(&t).filter(|p| p.uid == s.target.uid);
+    if pod.is_some() && reported.is_some_and(|r| r.holds(term)) {
+        return elect(s, o, what, actions);
+    }
+    match pod {
+        None => return retarget(s, o, below, what, format!("{name} was replaced"), actions),
+        Some(p) if !p.serving() => {
+            return retarget(s, o, below, what, format!("{name} is not Ready"), actions);
+        }
+        Some(_) => {}
+    }
     let attempts = s.budget.attempts(s.attempt, Some(PROMOTE_RETRY_LIMIT));
-    let (step, job_name) = run_once_step(job, &key, attempts, world.now);
-    match step {
-        JobStep::Start => match o.pods.get(&t) {
-            Some(p) if p.uid == s.target.uid && p.serving() && p.role != Some(Role::Primary) => {
-                stay(
-                    PROMOTING,
-                    format!(
-                        "{what}: {name} holds the primary Lease; it is labelled primary before it is promoted"
-                    ),
-                    actions,
-                )
-            }
-            Some(p) if p.uid == s.target.uid && p.serving() => stay(
-                PROMOTING,
-                format!("{what}: promoting {name} ({})", attempts.describe()),
-                actions,
-            )
-            // It holds the Lease and is labelled `primary` (by the upkeep): its agent
-            // promotes it after a renewal of its own, and the Job waits for that; the
-            // old primary is `demoted` since the Demote step, so `-rw` selects one pod.
-            .with_actions([PgAction::RunPromote {
-                key,
-                target: t,
-                image: s.cluster.image.clone(),
-            }]),
-            Some(p) if p.uid == s.target.uid => {
-                retarget(s, o, below, what, format!("{name} is not Ready"), actions)
-            }
-            _ => retarget(s, o, below, what, format!("{name} was replaced"), actions),
-        },
-        JobStep::Running => stay(
+    let bound = std::time::Duration::from_secs(PROMOTE_WAIT_SECONDS);
+    let waited = world.in_state_for();
+    if waited < bound {
+        return stay(
             PROMOTING,
             format!(
-                "{what}: promote Job {job_name} runs against {name} ({})",
+                "{what}: {name} holds Lease term {term}; waiting for its manager to promote it and report a writable server ({}, {PROMOTE_WAIT_SECONDS}s each)",
                 attempts.describe()
             ),
             actions,
-        ),
-        JobStep::Succeeded => elect(s, o, what, actions),
-        JobStep::Retry { failure } | JobStep::Exhausted { failure }
-            if s.cause != SwitchCause::Failover
-                && s.surveyed.is_none()
-                && o.own.lease.as_ref().is_some_and(|l| l.released_lsn.is_some()) =>
-        {
-            // The target's agent promotes only once it has the released position. A
-            // target that was not streaming when the old primary stopped (restarted
-            // just before, by the upgrade itself) never gets it from a stopped
-            // primary, while another member may have it: survey, as a failover does.
-            Decision::go(
-                PgState::SwitchingOver(Switchover {
-                    step: SwitchStep::Survey,
-                    attempt: 1,
-                    budget: s.budget.restart(),
-                    ..s.clone()
-                }),
-                TARGET_SHORT_OF_RELEASED,
-                format!(
-                    "{what}: promote Job {job_name} {failure}: {name} may lack the WAL the old primary released the Lease at (it promotes only once it has it); the members' positions are surveyed and the most advanced is promoted"
-                ),
-            )
-        }
-        JobStep::Backoff { failure, at, wait } => backoff_stay(
-            PROMOTION_FAILED,
+        )
+        .requeue(bound - waited);
+    }
+    let said = match reported {
+        Some(r) if r.primary => format!("it reports a primary not holding term {term}"),
+        Some(_) => "it reports a standby".to_owned(),
+        None => "it reports no running server".to_owned(),
+    };
+    let failure = format!(
+        "{name} reported no writable server holding Lease term {term} within {PROMOTE_WAIT_SECONDS}s ({said})"
+    );
+    if s.cause != SwitchCause::Failover
+        && s.surveyed.is_none()
+        && o.own
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.released_lsn.is_some())
+    {
+        // The target's manager promotes only once it has the released position. A
+        // target that was not streaming when the old primary stopped (restarted just
+        // before, by the upgrade itself) never gets it from a stopped primary, while
+        // another member may have it: survey, as a failover does.
+        return Decision::go(
+            PgState::SwitchingOver(Switchover {
+                step: SwitchStep::Survey,
+                attempt: 1,
+                budget: s.budget.restart(),
+                ..s.clone()
+            }),
+            TARGET_SHORT_OF_RELEASED,
             format!(
-                "{what}: promote Job {job_name} {failure} ({})",
-                attempts.describe()
+                "{what}: {failure}: {name} may lack the WAL the old primary released the Lease at (it promotes only once it has it); the members' positions are surveyed and the most advanced is promoted"
             ),
-            at,
-            wait,
-            actions,
-        ),
-        JobStep::Retry { failure } => Decision::go(
+        );
+    }
+    if attempts.failures_in_round() <= PROMOTE_RETRY_LIMIT {
+        return Decision::go(
             PgState::SwitchingOver(Switchover {
                 attempt: s.attempt.saturating_add(1),
                 ..s.clone()
             }),
             PROMOTION_RETRIED,
-            format!("{what}: promote Job {job_name} {failure}; trying again"),
-        ),
-        JobStep::Exhausted { failure } => match s
-            .budget
-            .renewed(s.attempt, o.own.requests.retry_promote.as_deref())
-        {
-            Some((attempt, budget)) => {
-                let token = budget.retry_ack.clone().unwrap_or_default();
-                Decision::go(
-                    PgState::SwitchingOver(Switchover {
-                        attempt,
-                        budget,
-                        ..s.clone()
-                    }),
-                    PROMOTION_RETRIED,
-                    format!(
-                        "{what}: promote Job {job_name} {failure}; trying again ({RETRY_PROMOTE}={token})"
-                    ),
-                )
-            }
-            None => stay(
-                PROMOTION_EXHAUSTED,
-                format!(
-                    "{what}: promote Job {job_name} {failure} ({}); set {RETRY_PROMOTE}=<new token> to try again (a target whose log says it has not received the old primary's last WAL is promoted without it once {RELEASED_LSN} is removed from the Lease {}-primary)",
-                    attempts.describe(),
-                    o.name
-                ),
-                actions,
+            format!("{what}: {failure}; waiting again"),
+        );
+    }
+    match s
+        .budget
+        .renewed(s.attempt, o.own.requests.retry_promote.as_deref())
+    {
+        Some((attempt, budget)) => {
+            let token = budget.retry_ack.clone().unwrap_or_default();
+            Decision::go(
+                PgState::SwitchingOver(Switchover {
+                    attempt,
+                    budget,
+                    ..s.clone()
+                }),
+                PROMOTION_RETRIED,
+                format!("{what}: {failure}; waiting again ({RETRY_PROMOTE}={token})"),
             )
-            .degraded(),
-        },
+        }
+        None => stay(
+            PROMOTION_EXHAUSTED,
+            format!(
+                "{what}: {failure} ({}); it is still elected if it reports one. Its manager's log says why (kubectl logs {name}); set {RETRY_PROMOTE}=<new token> to wait again without Degraded (a target whose log says it has not received the old primary's last WAL is promoted without it once {RELEASED_LSN} is removed from the Lease {}-primary)",
+                attempts.describe(),
+                o.name
+            ),
+            actions,
+        )
+        .degraded(),
     }
 }
 

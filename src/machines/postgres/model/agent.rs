@@ -165,6 +165,7 @@ impl World {
                 released_by: l.released_by.map(|(j, uid)| format!("pg-{j}/{uid}")),
                 released_at: l.released_lsn.map(|x| ReleasedAt::Lsn(Lsn(x))),
                 initialized: l.initialized,
+                transitions: l.transitions,
                 // renewTime (the holder's clock) + L, on this agent's (true time).
                 holder_until: Some(mono(l.renewed + chrono::Duration::seconds(l.duration))),
             }),
@@ -220,6 +221,11 @@ impl World {
                     seen.data,
                     DataDir::Primary { .. } | DataDir::Standby { .. }
                 ));
+                // And what its server is (`instances::report_of`), when it answers.
+                let me = format!("pg-{k}/{}", p.uid);
+                if let Some(role) = report_of(&seen, &me) {
+                    p.server_reported = Some(role);
+                }
             }
         }
         let mut ok = true;

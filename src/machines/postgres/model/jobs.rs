@@ -6,8 +6,6 @@ use super::World;
 /// What a Job does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum JobKind {
-    /// Waits for the target's agent to promote it (`promote.sh` promotes nothing).
-    Promote { target: i32 },
     /// A failover's survey of the standbys at these ordinals.
     Survey { hosts: Vec<i32> },
     /// A scheduled or on-demand backup.
@@ -73,9 +71,6 @@ impl World {
             return;
         };
         let succeeded = match job.kind {
-            // It succeeds once the target's agent promoted it, and fails at its
-            // deadline otherwise.
-            JobKind::Promote { target } => ok && self.pods.get(&target).is_some_and(|p| p.writable),
             JobKind::Survey { ref hosts } => {
                 // Every Ready standby whose answer is not lost reports the WAL it received
                 // (and replayed).

@@ -2,12 +2,12 @@
 //! ([`crate::engine::check`]).
 //!
 //! The world is the StatefulSet and its pods (with their role labels), the PostgreSQL
-//! timeline (which ordinal's data is the writable primary), the Jobs (promotions and
+//! timeline (which ordinal's data is the writable primary), the Jobs (surveys and
 //! backups run when the environment says so), the CronJob and the simple owned objects.
 //! The environment recreates, readies, unreadies and evicts pods, runs each pod's agent
-//! (a Ready standby labelled primary that holds the Lease promotes itself), finishes
-//! Jobs (a promote Job succeeds only once its target is writable: it waits, it promotes
-//! nothing), drifts objects, and the user edits
+//! (a Ready standby labelled primary that holds the Lease promotes itself, and each
+//! agent reports on its pod what its server is, as `instances::report_of` says),
+//! finishes Jobs, drifts objects, and the user edits
 //! the version, the replica count and the schedule, requests backups and sets the
 //! skip-final-backup annotation.
 //!
@@ -148,6 +148,7 @@ use proptest::prelude::*;
 use super::actions::{DeleteCause, JobAction, LsnGate, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::applied::SettingsReport;
+use super::instances::{Reported, ServerRole, report_of};
 use super::machine::Postgres;
 use super::observe::{
     CronJobView, InSync, LeaseView, Observed, Own, PgRequests, Requests, StatefulSetView,
@@ -262,6 +263,9 @@ struct Pod {
     /// (each round, before it decides; a pod cut off writes nothing): `None` before its
     /// first report ([`crate::machines::postgres::volume`]).
     data_reported: Option<bool>,
+    /// What its manager last reported of its server on the pod
+    /// ([`crate::machines::postgres::instances`]): `None` before its first report.
+    server_reported: Option<ServerRole>,
     /// Whom its standby's configuration streams from ([`AgentAction::Follow`]).
     upstream: Upstream,
     /// The uid of the server its WAL receiver is connected to: set as it streams, and
@@ -298,6 +302,7 @@ impl Pod {
             settings_started: 0,
             settings_judged: 0,
             data_reported: None,
+            server_reported: None,
             upstream: Upstream::Service,
             connected_to: None,
         }

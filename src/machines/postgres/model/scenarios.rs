@@ -3,6 +3,10 @@
 use super::*;
 use crate::engine::check::check_scenario;
 
+/// The bound of one promote attempt, as a clock step: past it, the attempt failed.
+const PROMOTE_WAIT: u32 =
+    crate::machines::postgres::decide::switching_over::PROMOTE_WAIT_SECONDS as u32;
+
 /// The model check's configuration (the planted bugs run under it too).
 pub(super) fn config() -> CheckConfig {
     CheckConfig {
@@ -146,8 +150,8 @@ pub(super) fn only_data_on_a_member_that_cannot_follow() -> (World, Vec<Event<Mo
 
 /// The replicas already run the new image; pod 1's stream breaks and a commit reaches
 /// pod 2 only; the upgrade's switchover makes pod 1 the target. The old primary stops
-/// cleanly and releases at the commit, which pod 1 cannot get, so its promote Job fails
-/// (`TargetShortOfReleased`) and pod 2, surveyed, is promoted.
+/// cleanly and releases at the commit, which pod 1 cannot get, so it reports no
+/// promotion within the bound (`TargetShortOfReleased`) and pod 2, surveyed, is promoted.
 pub(super) fn upgrade_target_short_of_released() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     use story::r;
@@ -171,7 +175,7 @@ pub(super) fn upgrade_target_short_of_released() -> (World, Vec<Event<Move, Edit
         env(AgentTick(0)),
         r(),
         env(AgentTick(1)),
-        env(JobFinishes { nth: 0, ok: false }),
+        Event::Tick(PROMOTE_WAIT),
         r(),
     ];
     (world, events)
@@ -184,9 +188,8 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     use Move::*;
     use story::{adopt, fail_over, r, surveyed};
     let env = Event::Env;
-    // ... then on to its promote Job: the most advanced standby chosen; the Lease handed
-    // to it; pod 0 back; the target labelled primary; the promote Job created; the
-    // target's agent promotes it.
+    // ... then on to its promotion: the most advanced standby chosen; the Lease handed
+    // to it; pod 0 back; the target labelled primary; the target's agent promotes it.
     let to_promote = || {
         [
             surveyed(true),
@@ -296,14 +299,15 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [backing_up(), vec![env(SkipFinalBackup), Event::Delete, r()]].concat(),
         ),
         (
-            // The failover's promote Job fails; after its backoff a new one is tried.
+            // The failover's target does not finish promoting within the bound: the
+            // next attempt waits again.
             "SwitchingOver -> SwitchingOver (PromotionRetried)",
             running(3, false),
             [
                 adopt(),
                 fail_over(),
                 to_promote(),
-                job_fails_and_backs_off(),
+                vec![Event::Tick(PROMOTE_WAIT), r()],
             ]
             .concat(),
         ),
@@ -368,7 +372,8 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
                 fail_over(),
                 to_promote(),
                 vec![
-                    env(JobFinishes { nth: 0, ok: true }),
+                    env(PromotionEnds(1)),
+                    env(AgentTick(1)),
                     r(),
                     env(BecomesReady(0)),
                     r(),

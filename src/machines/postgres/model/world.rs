@@ -145,7 +145,7 @@ where
                     uid: j.uid.to_string(),
                     key: Some(j.key.clone()),
                     purpose: Some(match j.kind {
-                        JobKind::Promote { .. } | JobKind::Survey { .. } => Purpose::Promote,
+                        JobKind::Survey { .. } => Purpose::Promote,
                         JobKind::Backup => Purpose::Backup,
                         JobKind::Final => Purpose::FinalBackup,
                     }),
@@ -253,7 +253,22 @@ where
                 // an archiving report only ever makes a Ready stay Degraded.
                 archiving: BTreeMap::new(),
                 archived: BTreeMap::new(),
-                instances: BTreeMap::new(),
+                // What each live pod's manager last reported of its server.
+                instances: self
+                    .pods
+                    .range(..GONE)
+                    .filter(|(_, p)| !p.terminating)
+                    .filter_map(|(k, p)| {
+                        let server = Some(p.server_reported?);
+                        Some((
+                            *k,
+                            Reported {
+                                server,
+                                streaming: None,
+                            },
+                        ))
+                    })
+                    .collect(),
                 synchronous: BTreeMap::new(),
                 // What each live pod's manager last reported of its volume.
                 empty: self
@@ -312,9 +327,6 @@ where
                 if let Ok(uid) = uid.parse() {
                     self.delete_pod(*ordinal, uid, *cause);
                 }
-            }
-            PgAction::RunPromote { key, target, .. } => {
-                self.create_job(key, JobKind::Promote { target: *target });
             }
             PgAction::RunSurvey { key, hosts, .. } => {
                 let hosts = hosts.clone();
@@ -737,7 +749,7 @@ where
             && !self
                 .jobs
                 .iter()
-                .any(|j| matches!(j.kind, JobKind::Promote { .. }))
+                .any(|j| matches!(j.kind, JobKind::Survey { .. }))
             && token_served
             && switchover_served
     }

@@ -1,4 +1,4 @@
-//! The Jobs the cluster runs: promote Jobs, backup Jobs and the backup CronJob.
+//! The Jobs the cluster runs: survey Jobs, backup Jobs and the backup CronJob.
 
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, EnvVar, Volume};
@@ -48,32 +48,6 @@ fn job_container(name: &str, image: String, script: &str, env: Vec<EnvVar>) -> C
     }
 }
 
-/// The promote Job `key`: `promote.sh` against pod `target`, with the server's image.
-/// It promotes nothing: it waits until the target's own agent has promoted it (once the
-/// pod holds the primary Lease and is labelled primary), then checkpoints it.
-///
-/// # Errors
-/// [`Error`] if the owner has no UID.
-pub fn promote_job(
-    pg: &PostgresCluster,
-    key: &str,
-    target: i32,
-    image: &str,
-) -> Result<Job, Error> {
-    let mut env = vec![
-        plain("TARGET_HOST", pod_host(pg, target)),
-        plain("TARGET_PORT", PORT.to_string()),
-    ];
-    env.extend(superuser_env(pg));
-    env.push(plain(
-        "PROMOTE_DEADLINE_SECONDS",
-        PROMOTE_DEADLINE_SECONDS.to_string(),
-    ));
-    let container = job_container("promote", image.to_owned(), "promote.sh", env);
-    let deadline = PROMOTE_DEADLINE_SECONDS + 60;
-    instance_job(pg, key, "promote", container, deadline)
-}
-
 /// The survey Job `key`: `survey.sh` against the pods at `hosts` (`<pod>=<host>` pairs
 /// in `SURVEY_HOSTS`), with the server's image. It reports one line of JSON in its
 /// termination message (the scripts' contract).
@@ -113,9 +87,9 @@ fn superuser_env(pg: &PostgresCluster) -> [EnvVar; 2] {
     ]
 }
 
-/// A Job of the failover and switchover protocol (`component`: `promote` or `survey`)
-/// running `container` against the instances, within `deadline` seconds. Both are
-/// pruned at rest as promote Jobs.
+/// A Job of the failover and switchover protocol (`component`: `survey`) running
+/// `container` against the instances, within `deadline` seconds, pruned at rest (with
+/// the promote Jobs of versions before the managers reported their promotions).
 fn instance_job(
     pg: &PostgresCluster,
     key: &str,

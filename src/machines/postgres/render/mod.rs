@@ -7,7 +7,7 @@
 //!
 //! | object | name | notes |
 //! |---|---|---|
-//! | ConfigMap | `<name>-scripts` | the Jobs' scripts (`survey.sh`, `promote.sh`, `backup.sh`, `basebackup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` in the Jobs |
+//! | ConfigMap | `<name>-scripts` | the Jobs' scripts (`survey.sh`, `backup.sh`, `basebackup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` in the Jobs |
 //! | Secret | `<name>-credentials` | only without `spec.credentialsSecret`; random passwords; not owned (kept, like the claims) |
 //! | Service | `<name>` | headless, publishes not-ready addresses: each pod's stable DNS name |
 //! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
@@ -17,7 +17,6 @@
 //! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator |
 //! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
 //! | survey Jobs | `<name>-survey-<hash>-<attempt>` | `survey.sh`: the standbys' WAL positions, in the termination message |
-//! | promote Jobs | `<name>-promote-<ordinal>-<hash>-<attempt>` | `promote.sh` against the target's stable DNS name |
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw`, or `basebackup.sh` asking its instance manager (`spec.backup.method`) |
 //! | CronJob | `<name>-backup` | scheduled backups, the same way |
 //!
@@ -60,7 +59,7 @@ mod jobs;
 mod lease;
 mod manager;
 
-pub use jobs::{backup_env, backup_job, cronjob, promote_job, survey_job};
+pub use jobs::{backup_env, backup_job, cronjob, survey_job};
 pub use lease::{
     LEASE_SECONDS_ENV, instance_binding, instance_name, instance_role, lease, lease_hand_over,
     lease_name, micro_time, service_account,
@@ -95,15 +94,12 @@ pub const PORT: i32 = 5432;
 pub const METRICS_PORT: i32 = 9187;
 /// The uid and gid of `postgres` in the official images.
 pub const POSTGRES_UID: i64 = 999;
-/// How long `promote.sh` waits for the target's agent to promote it.
-pub const PROMOTE_DEADLINE_SECONDS: i64 = 120;
 
 /// The pod scripts, shipped verbatim in the scripts ConfigMap (`lib.sh` first: the
 /// others source it from their own directory).
-pub const SCRIPTS: [(&str, &str); 6] = [
+pub const SCRIPTS: [(&str, &str); 5] = [
     ("lib.sh", include_str!("../scripts/lib.sh")),
     ("survey.sh", include_str!("../scripts/survey.sh")),
-    ("promote.sh", include_str!("../scripts/promote.sh")),
     ("backup.sh", include_str!("../scripts/backup.sh")),
     ("basebackup.sh", include_str!("../scripts/basebackup.sh")),
     ("restore.sh", include_str!("../scripts/restore.sh")),

@@ -285,6 +285,7 @@ fn the_status_lists_every_instance_with_its_role_readiness_and_what_its_server_r
                 server: Some(ServerRole {
                     primary: true,
                     timeline: 2,
+                    term: None,
                 }),
                 streaming: None,
             },
@@ -295,6 +296,7 @@ fn the_status_lists_every_instance_with_its_role_readiness_and_what_its_server_r
                 server: Some(ServerRole {
                     primary: false,
                     timeline: 2,
+                    term: None,
                 }),
                 streaming: Some(true),
             },

@@ -26,7 +26,6 @@ fn failover_waits_for_the_delay_and_says_why() {
     let d = decide_at(&spec("16.3"), &lost(0), primary_down(0), 10, 0);
     assert_degraded(&d, AWAITING_FAILOVER);
     assert_eq!(requeue_secs(&d), Some(20));
-    assert!(promotes_in(&d).is_empty());
 }
 
 #[test]
@@ -106,16 +105,34 @@ fn failover_fences_the_failed_primary_by_label_and_uid_preconditioned_delete() {
 }
 
 #[test]
-fn once_the_lease_names_the_target_a_failover_promotes_it() {
+fn once_the_lease_names_the_target_a_failover_waits_for_its_manager_to_report_it_promoted() {
     let state = failover_at(SwitchStep::Promote);
     let mut o = primary_down(0);
     hand_over_to_1(&mut o, V1);
     edit(&mut o, 1, |p| p.role = Some(Role::Primary));
-    let d = decide(&spec("16.3"), &state, o);
-    assert!(has_action(&d, |a| matches!(
-        a,
-        PgAction::RunPromote { target: 1, .. }
-    )));
+    let d = decide_at(&spec("16.3"), &state, o, 10, 0);
+    assert_stays(&d, PROMOTING);
+    assert_eq!(requeue_secs(&d), Some(110), "until the attempt's bound");
+    assert_says(&d, &["holds Lease term 0", "its manager to promote it"]);
+}
+
+/// A pod that was primary once before still says so until its manager reports again:
+/// only a report under the Lease's current term elects it.
+#[test]
+fn a_report_from_an_earlier_lease_term_does_not_elect_the_target() {
+    let state = failover_at(SwitchStep::Promote);
+    let mut o = primary_down(0);
+    hand_over_to_1(&mut o, V1);
+    edit_lease(&mut o, |l| l.transitions = 5);
+    reports_primary(&mut o, 1, Some(4));
+    let d = decide_at(&spec("16.3"), &state, o.clone(), 10, 0);
+    assert_stays(&d, PROMOTING);
+    reports_primary(&mut o, 1, None);
+    let d = decide_at(&spec("16.3"), &state, o.clone(), 10, 0);
+    assert_stays(&d, PROMOTING);
+    reports_primary(&mut o, 1, Some(5));
+    let d = decide_at(&spec("16.3"), &state, o, 10, 0);
+    assert_goes(&d, FAILOVER_COMPLETED, &ready(V1, 1));
 }
 
 #[test]
@@ -123,7 +140,7 @@ fn a_completed_failover_records_why_in_its_message() {
     let state = failover_at(SwitchStep::Promote);
     let mut o = primary_down(0);
     hand_over_to_1(&mut o, V1);
-    o.jobs = vec![promote_job(V1, 1, JobOutcome::Succeeded { at: t(10) })];
+    promoted_1(&mut o);
     let d = decide(&spec("16.3"), &state, o);
     assert_goes(&d, FAILOVER_COMPLETED, &ready(V1, 1));
     assert_eq!(labels_in(&d), vec![(0, Role::Demoted), (1, Role::Primary)]);
@@ -139,9 +156,9 @@ fn an_upgrade_whose_primary_goes_down_fails_over_like_a_cluster_at_rest() {
     assert_eq!(d.reason(), PRIMARY_NOT_READY);
 }
 
-/// Bug 8 of issue 11: promote retries are bounded. Past the limit the switchover holds
-/// Degraded (no new Job per attempt, forever) until `lockstep.dev/retry-promote` has a
-/// new token, which starts a fresh budget.
+/// Bug 8 of issue 11: promote attempts are bounded. Past the limit the switchover holds
+/// Degraded until `lockstep.dev/retry-promote` has a new token, which starts a fresh
+/// budget; a report that comes meanwhile still elects the target.
 #[test]
 fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
     let state = |attempt: u32| {
@@ -153,27 +170,36 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
             }
         })
     };
-    let o = |attempt: u32| {
+    let o = || {
         let mut o = primary_down(0);
         hand_over_to_1(&mut o, V1);
-        o.jobs = vec![promote_job(V1, attempt, failed(0))];
+        // A primary the Lease did not name when its manager reported.
+        reports_primary(&mut o, 1, None);
         o
     };
-    // Early attempts are retried once their backoff is over.
-    let d = decide_at(&spec("16.3"), &state(1), o(1), 10_000, 0);
+    // Early attempts are tried again once their bound is over.
+    let d = decide_at(&spec("16.3"), &state(1), o(), 10_000, 0);
     assert_eq!(d.reason(), PROMOTION_RETRIED);
     // The last attempt of the budget failed: hold, Degraded, saying how to go on.
     let last = 1 + crate::machines::postgres::decide::PROMOTE_RETRY_LIMIT;
-    let d = decide_at(&spec("16.3"), &state(last), o(last), 10_000, 0);
+    let d = decide_at(&spec("16.3"), &state(last), o(), 10_000, 0);
     assert!(target(&d).is_none(), "{d:?}");
     assert!(is_degraded(&d));
-    assert!(!has_action(&d, |a| matches!(
-        a,
-        PgAction::RunPromote { .. }
-    )));
-    assert_says(&d, &["lockstep.dev/retry-promote"]);
+    assert_says(
+        &d,
+        &[
+            "lockstep.dev/retry-promote",
+            "it reports a primary not holding term 0",
+            "kubectl logs pg-1",
+        ],
+    );
+    // Its manager reports it promoted after all: elected, budget or not.
+    let mut late = o();
+    promoted_1(&mut late);
+    let d = decide_at(&spec("16.3"), &state(last), late, 10_000, 0);
+    assert_goes(&d, FAILOVER_COMPLETED, &ready(V1, 1));
     // A new retry-promote token: the next attempt, with a fresh budget.
-    let mut asked = o(last);
+    let mut asked = o();
     asked.own.requests.retry_promote = Some("r1".to_owned());
     let d = decide_at(&spec("16.3"), &state(last), asked.clone(), 10_000, 0);
     assert_eq!(d.reason(), PROMOTION_RETRIED);
@@ -186,7 +212,7 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
         attempt: last * 2,
         ..next.clone()
     });
-    let mut asked = o(last * 2);
+    let mut asked = o();
     asked.own.requests.retry_promote = Some("r1".to_owned());
     let d = decide_at(&spec("16.3"), &spent, asked, 10_000, 0);
     assert!(target(&d).is_none() && is_degraded(&d), "{d:?}");
@@ -194,7 +220,7 @@ fn promote_retries_stop_at_their_limit_until_retry_promote_has_a_new_token() {
 
 /// A planned switchover's target that was not streaming when the old primary stopped
 /// lacks the WAL the Lease's released position names, and its agent never promotes it;
-/// another member may have it. A failed promote Job surveys them (found by the model
+/// another member may have it. A promotion not reported in time surveys them (found by the model
 /// check: an upgrade restarts its target just before the switchover).
 #[test]
 fn a_planned_switchover_whose_promotion_failed_short_of_the_released_position_surveys_the_members()
@@ -209,7 +235,6 @@ fn a_planned_switchover_whose_promotion_failed_short_of_the_released_position_su
     let mut o = at_rest(V1, 0);
     hand_over_to_1(&mut o, V1);
     edit_lease(&mut o, |l| l.released_lsn = Some("0/3000148".to_owned()));
-    o.jobs = vec![promote_job(V1, 1, failed(0))];
     let d = decide_at(&spec("16.3"), &planned, o.clone(), 10_000, 0);
     assert_eq!(d.reason(), TARGET_SHORT_OF_RELEASED);
     let Some(PgState::SwitchingOver(next)) = target(&d) else {

@@ -16,9 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Container;
 use kube::ResourceExt;
 
-use super::actions::{
-    DeleteCause, JobAction, PgAction, Role, ServiceKind, backup_key, promote_key,
-};
+use super::actions::{DeleteCause, JobAction, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresCluster, PostgresClusterSpec};
 use super::applied::SettingsReport;
 use super::machine::Postgres;
@@ -29,12 +27,12 @@ use super::render;
 use super::settings;
 use super::state::{PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology};
 use super::table::reason::*;
-use crate::engine::{Decision, Machine, Wait};
+use crate::engine::{Decision, Machine};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{
     self, assert_degraded, assert_goes, assert_says, assert_stays, failed, has_action, is_degraded,
-    message, picked, requeue_secs, t, target, wait_of,
+    message, picked, requeue_secs, t, target,
 };
 
 const V1: &str = "postgres:16.3";
@@ -224,13 +222,26 @@ fn hand_over_to_1(o: &mut Observed, image: &str) {
     edit(o, 0, |p| p.role = Some(Role::Demoted));
 }
 
-/// The promote Job of `pg-1` (at `image`) of `attempt`, with `outcome`.
-fn promote_job(image: &str, attempt: u32, outcome: JobOutcome) -> JobView {
-    job(
-        &promote_key(1, &uid(1, image), attempt),
-        Purpose::Promote,
-        outcome,
-    )
+/// `o` once `pg-<k>`'s manager reports a writable server holding Lease term `term`.
+fn reports_primary(o: &mut Observed, k: i32, term: Option<i32>) {
+    use crate::machines::postgres::instances::{Reported, ServerRole};
+    o.own.instances.insert(
+        k,
+        Reported {
+            server: Some(ServerRole {
+                primary: true,
+                timeline: 2,
+                term,
+            }),
+            streaming: None,
+        },
+    );
+}
+
+/// `o` once `pg-1` reports itself promoted under the Lease `o` holds.
+fn promoted_1(o: &mut Observed) {
+    let term = o.own.lease.as_ref().map(|l| l.transitions);
+    reports_primary(o, 1, term);
 }
 
 fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
@@ -279,10 +290,6 @@ fn labels_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, Role)> {
 
 fn deletes_in(d: &Decision<PgState, PgAction>) -> Vec<(i32, String, DeleteCause)> {
     picked!(d.actions(), PgAction::DeletePod { ordinal, uid, cause } => (*ordinal, uid.clone(), *cause))
-}
-
-fn promotes_in(d: &Decision<PgState, PgAction>) -> Vec<i32> {
-    picked!(d.actions(), PgAction::RunPromote { target, .. } => *target)
 }
 
 impl testing::OnJobs for PgAction {

@@ -270,15 +270,6 @@ fn with_a_wal_archive_backups_are_base_backups_asked_of_the_primarys_manager() {
 }
 
 #[test]
-fn the_promote_job_targets_the_pod_by_its_stable_name() {
-    let pg = object(spec("16.3"));
-    let job = render::promote_job(&pg, "promote-1-abc-1", 1, V1).expect("renders");
-    let pod = job_pod(&job);
-    assert_env(&pod.containers[0], &[("TARGET_HOST", "pg-1.pg.db.svc")]);
-    assert_eq!(pod.containers[0].image.as_deref(), Some(V1));
-}
-
-#[test]
 fn a_role_label_is_patched_only_on_the_pod_as_it_was_read() {
     let pg = object(spec("16.3"));
     let mut seen = pod(1, V1, true, Some(Role::Replica));
@@ -430,8 +421,7 @@ fn placement_reaches_the_instances_and_every_job_but_only_instances_spread() {
         .flatten()
         .expect("renders");
     let survey = render::survey_job(&pg, "survey-1", &[1, 2], V1).expect("renders");
-    let promote = render::promote_job(&pg, "promote-1-abc-1", 1, V1).expect("renders");
-    for (job, what) in [(backup, "backup"), (survey, "survey"), (promote, "promote")] {
+    for (job, what) in [(backup, "backup"), (survey, "survey")] {
         let pod = job_pod(&job);
         placed(&pod, what);
         assert!(
