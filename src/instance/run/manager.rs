@@ -345,10 +345,13 @@ pub struct Manager {
     recovery_failed: Option<String>,
     /// What the last answer said beyond `decide`'s part (none when it did not answer).
     stats: Option<ServerStats>,
-    /// The newest timeline reported ([`server_role`]): a data directory's timeline never
+    /// The newest timeline reported ([`report_of`]): a data directory's timeline never
     /// goes back, but a standby whose WAL receiver stopped reads it from its last
     /// restartpoint, which may predate the switch it streamed.
     timeline: u32,
+    /// The last server report ([`report_of`]), whose term a round that cannot read the
+    /// Lease keeps.
+    reported: Option<ServerRole>,
 }
 
 impl Manager {
@@ -422,6 +425,7 @@ impl Manager {
             recovery_failed: None,
             stats: None,
             timeline: 0,
+            reported: None,
             finished: None,
             lease_read: LeaseRead::Unreadable,
             state: AgentState::Starting,
@@ -474,12 +478,13 @@ impl Manager {
             });
             // The timeline reported never goes back ([`Manager::timeline`]).
             let me = self.args.holder().unwrap_or_default();
-            let server = report_of(&seen, &me).map(|role| ServerRole {
+            let server = report_of(&seen, &me, self.reported).map(|role| ServerRole {
                 timeline: role.timeline.max(self.timeline),
                 ..role
             });
             if let Some(role) = server {
                 self.timeline = role.timeline;
+                self.reported = Some(role);
             }
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
@@ -1193,7 +1198,7 @@ mod tests {
         };
         let primary = ["f", "0/3000148", "", "", "2", "0", "f"];
         assert_eq!(
-            report_of(&seen(&primary, Some(me)), me),
+            report_of(&seen(&primary, Some(me)), me, None),
             Some(ServerRole {
                 primary: true,
                 timeline: 2,
@@ -1202,7 +1207,7 @@ mod tests {
             "a primary the Lease names reports the Lease's term"
         );
         assert_eq!(
-            report_of(&seen(&primary, Some("pg-1/u1")), me).and_then(|r| r.term),
+            report_of(&seen(&primary, Some("pg-1/u1")), me, None).and_then(|r| r.term),
             None,
             "a primary the Lease does not name holds no term"
         );
@@ -1212,7 +1217,8 @@ mod tests {
                     &["t", "", "0/5000000", "0/4000000", "1", "2", "t"],
                     Some(me)
                 ),
-                me
+                me,
+                None
             ),
             Some(ServerRole {
                 primary: false,
@@ -1221,6 +1227,12 @@ mod tests {
             }),
             "a standby's timeline is its furthest position's"
         );
-        assert_eq!(report_of(&seen(&["?"], None), me), None);
+        assert_eq!(report_of(&seen(&["?"], None), me, None), None);
+        // A round that could not read the Lease keeps the term last reported.
+        let last = report_of(&seen(&primary, Some(me)), me, None);
+        let mut unread = seen(&primary, Some(me));
+        unread.lease = crate::instance::LeaseRead::Unreadable;
+        assert_eq!(report_of(&unread, me, last).and_then(|r| r.term), Some(4));
+        assert_eq!(report_of(&unread, me, None).and_then(|r| r.term), None);
     }
 }

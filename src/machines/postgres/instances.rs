@@ -116,20 +116,20 @@ impl ServerRole {
 }
 
 /// What the manager of pod `me` (its Lease holder identity) reports of the server it saw
-/// in `seen`: a primary or a standby and its timeline (a standby's furthest position's),
-/// and for a primary the term of a Lease read this round that names `me`. `None` while
-/// the server does not answer.
+/// in `seen`, its `last` report before: a primary or a standby and its timeline (a
+/// standby's furthest position's), and for a primary the term of a Lease read this round
+/// that names `me` (a round that could not read the Lease keeps the term last reported,
+/// so an API server's hiccup costs no write). `None` while the server does not answer.
 #[must_use]
-pub fn report_of(seen: &Observation, me: &str) -> Option<ServerRole> {
+pub fn report_of(seen: &Observation, me: &str, last: Option<ServerRole>) -> Option<ServerRole> {
     match &seen.server {
         Server::Writable { position } => Some(ServerRole {
             primary: true,
             timeline: position.timeline,
-            term: seen
-                .lease
-                .seen()
-                .filter(|l| l.names(me))
-                .map(|l| l.transitions),
+            term: match seen.lease.seen() {
+                Some(l) => l.names(me).then_some(l.transitions),
+                None => last.filter(|r| r.primary).and_then(|r| r.term),
+            },
         }),
         Server::Standby(s) => s.furthest().map(|p| ServerRole {
             primary: false,

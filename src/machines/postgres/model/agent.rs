@@ -223,7 +223,7 @@ impl World {
                 ));
                 // And what its server is (`instances::report_of`), when it answers.
                 let me = format!("pg-{k}/{}", p.uid);
-                if let Some(role) = report_of(&seen, &me) {
+                if let Some(role) = report_of(&seen, &me, p.server_reported) {
                     p.server_reported = Some(role);
                 }
             }
