@@ -114,6 +114,9 @@ pub mod reason {
     /// Stay: the target holds the Lease; its manager promotes it, and the switchover
     /// waits for its report.
     pub const PROMOTING: &str = "Promoting";
+    /// Stay (Degraded): an earlier attempt ended without the target's report; the next
+    /// attempt waits again, naming what the target last reported.
+    pub const PROMOTION_OVERDUE: &str = "PromotionOverdue";
     /// Stay reason (Degraded): the target reported no promotion in more attempts than
     /// the retry limit; a new `lockstep.dev/retry-promote` token waits again, and a
     /// report that comes meanwhile still elects it.

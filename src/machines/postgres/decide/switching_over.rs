@@ -812,22 +812,30 @@ pub(crate) fn promote(
     let attempts = s.budget.attempts(s.attempt, Some(PROMOTE_RETRY_LIMIT));
     let bound = std::time::Duration::from_secs(PROMOTE_WAIT_SECONDS);
     let waited = world.in_state_for();
-    if waited < bound {
-        return stay(
-            PROMOTING,
-            format!(
-                "{what}: {name} holds Lease term {term}; waiting for its manager to promote it and report a writable server ({}, {PROMOTE_WAIT_SECONDS}s each)",
-                attempts.describe()
-            ),
-            actions,
-        )
-        .requeue(bound - waited);
-    }
     let said = match reported {
         Some(r) if r.primary => format!("it reports a primary not holding term {term}"),
         Some(_) => "it reports a standby".to_owned(),
         None => "it reports no running server".to_owned(),
     };
+    if waited < bound {
+        let waiting = format!(
+            "{what}: {name} holds Lease term {term}; waiting for its manager to promote it and report a writable server ({}, {PROMOTE_WAIT_SECONDS}s each)",
+            attempts.describe()
+        );
+        // After an attempt of this round ended unreported, the wait is said, not kept
+        // quiet (a retry-promote token starts a quiet round).
+        let d = if s.attempt > s.budget.round_start {
+            stay(
+                PROMOTION_OVERDUE,
+                format!("{waiting}; {said} (kubectl logs {name} says why)"),
+                actions,
+            )
+            .degraded()
+        } else {
+            stay(PROMOTING, waiting, actions)
+        };
+        return d.requeue(bound - waited);
+    }
     let failure = format!(
         "{name} reported no writable server holding Lease term {term} within {PROMOTE_WAIT_SECONDS}s ({said})"
     );

@@ -212,10 +212,23 @@ fn a_promotion_not_reported_within_its_bound_is_awaited_again_as_the_next_attemp
         &d,
         &["pg-1 reported no writable server holding Lease term 0 within 120s"],
     );
-    assert!(matches!(
-        target(&d),
-        Some(PgState::SwitchingOver(s)) if s.attempt == 2
-    ));
+    let Some(next) = target(&d).cloned() else {
+        panic!("{d:?}")
+    };
+    assert!(matches!(&next, PgState::SwitchingOver(s) if s.attempt == 2));
+    // The next attempt's wait is Degraded, naming what the target reports.
+    let mut o = upgrade_observed(&[1, 2], 0);
+    hand_over_to_1(&mut o, V2);
+    let d = decide_at(&spec("16.4"), &next, o, 30, 0);
+    assert_degraded(&d, PROMOTION_OVERDUE);
+    assert_says(
+        &d,
+        &[
+            "attempt 2 of 6",
+            "it reports no running server",
+            "kubectl logs pg-1",
+        ],
+    );
 }
 
 #[test]
