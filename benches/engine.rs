@@ -263,6 +263,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             job_results: BTreeMap::new(),
             recovery_failed: BTreeMap::new(),
             empty: Default::default(),
+            older_managers: Default::default(),
             requests: pg::PgRequests::default(),
             lease_seconds: BTreeMap::new(),
             unconfigured: Default::default(),

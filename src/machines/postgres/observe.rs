@@ -207,6 +207,11 @@ pub struct Own {
     /// The live instance pods (by ordinal) whose instance manager reports that their
     /// volume holds no database ([`super::volume`]): they hold no commit.
     pub empty: BTreeSet<i32>,
+    /// The live instance pods (by ordinal) whose instance manager was copied from
+    /// another operator image than this operator's (a pod created before Lockstep was
+    /// upgraded): it may not report what this operator waits for, such as a promotion's
+    /// Lease term ([`super::instances`]).
+    pub older_managers: BTreeSet<i32>,
 }
 
 impl Observed {
@@ -406,9 +411,26 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .map(|(k, _)| *k)
         .collect();
 
+    let older_managers = live
+        .iter()
+        .filter(|(_, p)| {
+            let installed = p.spec.as_ref().and_then(|s| {
+                s.init_containers
+                    .as_ref()?
+                    .iter()
+                    .find(|c| c.name == render::INSTALL_CONTAINER)?
+                    .image
+                    .clone()
+            });
+            installed.is_some_and(|i| i != render::instance_image())
+        })
+        .map(|(k, _)| *k)
+        .collect();
+
     let own = Own {
         recovery_failed,
         empty,
+        older_managers,
         in_sync,
         lease,
         job_results,

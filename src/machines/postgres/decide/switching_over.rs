@@ -799,7 +799,12 @@ pub(crate) fn promote(
     let term = o.own.lease.as_ref().map_or(0, |l| l.transitions);
     let reported = o.own.instances.get(&t).and_then(|r| r.server);
     let pod = o.pods.get(&t).filter(|p| p.uid == s.target.uid);
-    if pod.is_some() && reported.is_some_and(|r| r.holds(term)) {
+    // A manager from before Lockstep was upgraded reports no term: a primary is taken
+    // at its word (its report may predate the hand-over, and the target, labelled
+    // primary and holding the Lease, promotes itself anyway).
+    let older = o.own.older_managers.contains(&t);
+    let promoted = reported.is_some_and(|r| r.holds(term) || (older && r.primary));
+    if pod.is_some() && promoted {
         return elect(s, o, what, actions);
     }
     match pod {
@@ -815,6 +820,9 @@ pub(crate) fn promote(
     let said = match reported {
         Some(r) if r.primary => format!("it reports a primary not holding term {term}"),
         Some(_) => "it reports a standby".to_owned(),
+        None if older => format!(
+            "it reports nothing: its instance manager predates this operator and may not report a promotion; if it is writable, delete pod {name} to restart it with this operator's (it holds the Lease and comes back writable)"
+        ),
         None => "it reports no running server".to_owned(),
     };
     if waited < bound {

@@ -270,6 +270,8 @@ where
                     })
                     .collect(),
                 synchronous: BTreeMap::new(),
+                // Every pod's manager is this operator's.
+                older_managers: BTreeSet::new(),
                 // What each live pod's manager last reported of its volume.
                 empty: self
                     .pods

@@ -156,6 +156,28 @@ fn an_upgrade_whose_primary_goes_down_fails_over_like_a_cluster_at_rest() {
     assert_eq!(d.reason(), PRIMARY_NOT_READY);
 }
 
+/// A target whose manager was copied from the operator image before Lockstep was
+/// upgraded reports a primary without a term: it is taken at its word; one that reports
+/// nothing is named, with the way out.
+#[test]
+fn a_target_running_an_older_manager_is_elected_on_a_primary_report_without_a_term() {
+    let state = failover_at(SwitchStep::Promote);
+    let mut o = primary_down(0);
+    hand_over_to_1(&mut o, V1);
+    edit_lease(&mut o, |l| l.transitions = 3);
+    o.own.older_managers.insert(1);
+    let d = decide_at(&spec("16.3"), &state, o.clone(), 10_000, 0);
+    assert_eq!(d.reason(), PROMOTION_RETRIED);
+    assert_says(&d, &["predates this operator", "delete pod pg-1"]);
+    reports_primary(&mut o, 1, None);
+    let d = decide_at(&spec("16.3"), &state, o.clone(), 10, 0);
+    assert_goes(&d, FAILOVER_COMPLETED, &ready(V1, 1));
+    // A manager of this operator's must report the term.
+    o.own.older_managers.clear();
+    let d = decide_at(&spec("16.3"), &state, o, 10, 0);
+    assert_stays(&d, PROMOTING);
+}
+
 /// Bug 8 of issue 11: promote attempts are bounded. Past the limit the switchover holds
 /// Degraded until `lockstep.dev/retry-promote` has a new token, which starts a fresh
 /// budget; a report that comes meanwhile still elects the target.

@@ -155,6 +155,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             synchronous: BTreeMap::new(),
             recovery_failed: BTreeMap::new(),
             empty: BTreeSet::new(),
+            older_managers: BTreeSet::new(),
         },
     }
 }
