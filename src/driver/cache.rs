@@ -149,7 +149,7 @@ impl Project for Pod {
             ..PodSpec::default()
         });
         // A Job's pod also keeps what its containers reported when they terminated (a
-        // survey's result, in its termination message); a server pod's container
+        // base backup's first recoverable point, in its termination message); a server pod's container
         // statuses (restarts, probes) are dropped.
         let job_pod = self.labels().contains_key(JOB_NAME_LABEL);
         self.status = self.status.take().map(|status| PodStatus {

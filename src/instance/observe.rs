@@ -233,6 +233,10 @@ pub struct LeaseSeen {
     pub initialized: bool,
     /// `spec.leaseTransitions`: the Lease's term, raised by every hand-over.
     pub transitions: i32,
+    /// The annotation `lockstep.dev/survey`: the token of the failover's survey the
+    /// operator asks the standbys to answer
+    /// ([`crate::machines::postgres::answers`]).
+    pub survey: Option<String>,
     /// When the holder's tenure runs out on this agent's clock: the Lease's `renewTime +
     /// leaseDurationSeconds` as read, carried onto the monotonic clock at the read (so a
     /// later step of the wall clock does not move it). `None` without a renewal time.

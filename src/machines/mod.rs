@@ -125,6 +125,7 @@ mod conditions_doc {
             distributeddb::machine::RESTART_WAY_OUT,
             postgres::machine::PODS_WAY_OUT,
             postgres::machine::SWITCH_WAY_OUT,
+            postgres::machine::SURVEY_WAY_OUT,
             postgres::machine::PRIMARY_LOST_WAY_OUT,
         ] {
             assert!(

@@ -33,7 +33,7 @@ use lockstep::engine::conditions;
 use lockstep::machines::common::meta::OUTCOME_FINALIZER;
 use lockstep::machines::common::on_demand::{BACKUP_OUTCOME_UNKNOWN, key as backup_key};
 use lockstep::machines::postgres::{
-    PRIMARY_AVAILABLE, Postgres, PostgresCluster, PostgresClusterSpec,
+    PRIMARY_AVAILABLE, Postgres, PostgresCluster, PostgresClusterSpec, answers,
 };
 
 use crate::support::{
@@ -426,62 +426,71 @@ impl Recorder {
     }
 }
 
-/// Stands in for `survey.sh` on KWOK pods (which run nothing): when a survey Job's pod
-/// has succeeded, writes the result a real survey would have left in its termination
-/// message, `positions` being each pod's receive and replay LSN.
+/// Stands in for the standbys' instance managers' answers to a failover's survey on
+/// KWOK pods (which run nothing): whenever the Lease asks a survey (the annotation
+/// `lockstep.dev/survey`), each pod of `positions` that exists and is not terminating
+/// answers it once on its own pod, as its manager would (`answers::Answer`), at its
+/// received and replayed LSN, on timeline 1.
 struct SurveyAnswers(JoinHandle<()>);
 
 impl SurveyAnswers {
     fn start(env: &Env, positions: &[(&str, &str)]) -> Self {
-        let api: Api<Pod> = env.api();
-        let answer: serde_json::Map<String, serde_json::Value> = positions
+        let leases: Api<Lease> = env.api();
+        let pods: Api<Pod> = env.api();
+        let positions: Vec<(String, String)> = positions
             .iter()
-            .map(|(pod, lsn)| {
-                (
-                    (*pod).to_owned(),
-                    json!({"receive": lsn, "replay": lsn, "inRecovery": true}),
-                )
-            })
+            .map(|(pod, lsn)| ((*pod).to_owned(), (*lsn).to_owned()))
             .collect();
-        let answer = serde_json::Value::Object(answer).to_string();
-        let config = watcher::Config::default().labels("lockstep.dev/component=survey");
         SurveyAnswers(tokio::spawn(async move {
-            let mut stream = std::pin::pin!(watcher(api.clone(), config));
+            let mut stream = std::pin::pin!(watcher(leases, watcher::Config::default()));
             while let Some(Ok(event)) = stream.next().await {
-                let (watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event else {
+                let (watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) = event
+                else {
                     continue;
                 };
-                let status = pod.status.clone().unwrap_or_default();
-                let statuses = status.container_statuses.unwrap_or_default();
-                let answered = statuses.iter().any(|c| {
-                    c.state
-                        .as_ref()
-                        .and_then(|s| s.terminated.as_ref())
-                        .is_some_and(|t| t.message.is_some())
-                });
-                if status.phase.as_deref() != Some("Succeeded") || answered {
+                let Some(token) = lease.annotations().get(answers::SURVEY).cloned() else {
                     continue;
+                };
+                for (pod, lsn) in &positions {
+                    answer(&pods, pod, &token, lsn).await;
                 }
-                let image = statuses
-                    .first()
-                    .map(|c| c.image.clone())
-                    .unwrap_or_default();
-                let patch = json!({"status": {"containerStatuses": [{
-                    "name": "survey", "image": image, "imageID": "", "ready": false,
-                    "restartCount": 0,
-                    "state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                        "message": answer}}
-                }]}});
-                let _ = api
-                    .patch_status(
-                        &pod.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await;
             }
         }))
     }
+}
+
+/// Pod `pod` answers the survey `token` at `lsn`, unless it is gone, terminating or
+/// answered it already.
+async fn answer(pods: &Api<Pod>, pod: &str, token: &str, lsn: &str) {
+    let Ok(Some(p)) = pods.get_opt(pod).await else {
+        return;
+    };
+    if p.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let said = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == answers::SURVEYED))
+        .and_then(|c| answers::Answer::parse(c.message.as_deref()?));
+    if said.is_some_and(|a| a.token == token) {
+        return;
+    }
+    let at = lsn.parse().expect("an LSN");
+    let (status, reason, message) = answers::Answer {
+        token: token.to_owned(),
+        timeline: 1,
+        received: at,
+        replayed: at,
+    }
+    .condition();
+    let condition = json!({"status": {"conditions": [{
+        "type": answers::SURVEYED, "status": status, "reason": reason, "message": message,
+    }]}});
+    let _ = pods
+        .patch_status(pod, &PatchParams::default(), &Patch::Strategic(condition))
+        .await;
 }
 
 impl Drop for SurveyAnswers {
@@ -613,14 +622,11 @@ async fn a_new_cluster_becomes_ready_with_pod_0_primary_and_the_services_selecti
         .get("pg-scripts")
         .await
         .expect("the scripts ConfigMap");
-    // The Jobs' scripts; the pods run `lockstep instance`, no script.
+    // The backup Jobs' scripts; the pods run `lockstep instance`, no script, and a
+    // failover runs no Job.
     let scripts = scripts.data.unwrap_or_default();
-    assert!(
-        scripts
-            .get("survey.sh")
-            .is_some_and(|s| s.contains("lockstep PostgresCluster survey Job"))
-    );
-    assert!(!scripts.contains_key("entrypoint.sh"));
+    assert!(scripts.contains_key("backup.sh"));
+    assert!(!scripts.contains_key("entrypoint.sh") && !scripts.contains_key("survey.sh"));
     pg.env
         .api::<PodDisruptionBudget>()
         .get("pg")
@@ -1043,7 +1049,7 @@ async fn a_failover_promotes_the_most_advanced_replica() {
         .find(|h| h.reason == "MostAdvancedChosen")
         .unwrap_or_else(|| panic!("no MostAdvancedChosen in {history:?}"));
     assert!(
-        chosen.message.contains("pg-2 receive 0/3000148"),
+        chosen.message.contains("pg-2 timeline 1 receive 0/3000148"),
         "{}",
         chosen.message
     );

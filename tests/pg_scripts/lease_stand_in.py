@@ -99,6 +99,14 @@ class LeaseServer:
             rv = int(self.lease["metadata"]["resourceVersion"]) + 1
             self.lease["metadata"]["resourceVersion"] = str(rv)
 
+    def annotate(self, key: str, value: str):
+        """What `kubectl annotate lease <name> <key>=<value>` does (the operator asks a
+        failover's survey so)."""
+        with self.lock:
+            self.lease["metadata"].setdefault("annotations", {})[key] = value
+            rv = int(self.lease["metadata"]["resourceVersion"]) + 1
+            self.lease["metadata"]["resourceVersion"] = str(rv)
+
     def drop_annotation(self, key: str):
         """What `kubectl annotate lease <name> <key>-` does."""
         with self.lock:

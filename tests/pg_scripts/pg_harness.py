@@ -4,7 +4,7 @@ Each "pod" is a directory under a per-session temp dir holding the data
 directory, a fake downward-API labels file and a log file. `lockstep instance`
 (the instance manager, PID 1 of the pod's container) runs in the background as
 the `postgres` OS user (PostgreSQL refuses root), with postgres as its child.
-The Job scripts (survey, backup, restore) run as the Jobs run them. Everything listens on
+The Job scripts (backup, restore) run as the Jobs run them. Everything listens on
 127.0.0.1 on free ports. A moto S3 server runs on loopback with SigV4
 signature checking switched on (INITIAL_NO_AUTH_ACTION_COUNT), so curl's
 request signing is really verified.

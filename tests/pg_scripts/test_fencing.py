@@ -1,13 +1,12 @@
 """The pod side of fencing (issue 12; docs/instance-manager.md): `lockstep instance`
 supervises postgres, renews the coordination Lease while its server is writable,
 fences itself, starts as a primary only while holding the Lease, releases it on a
-clean demotion; survey.sh; the liveness command. Real PostgreSQL servers; the Lease
+clean demotion; the liveness command. Real PostgreSQL servers; the Lease
 endpoints of the API server are the stand-in of lease_stand_in.py, reached through a
 kubeconfig."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -279,45 +278,6 @@ def test_liveness_succeeds_while_preparing_then_follows_pg_isready(env, lease):
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass  # under load the manager may already have stopped the hung server
-
-
-def test_survey_reports_positions_and_omits_the_unreachable(env):
-    primary = env.pod("pg-0").start("primary")
-    a = env.pod("pg-1").start("replica", primary=primary)
-    b = env.pod("pg-2").start("replica", primary=primary)
-    primary.sql("CREATE TABLE items (v int)")
-    primary.sql("INSERT INTO items SELECT generate_series(1, 1000)")
-    wait_until(lambda: a.try_sql("SELECT count(*) FROM items") == "1000", what="replay on pg-1")
-    wait_until(lambda: b.try_sql("SELECT count(*) FROM items") == "1000", what="replay on pg-2")
-    b.sql("SELECT pg_wal_replay_pause()")
-    primary.sql("INSERT INTO items SELECT generate_series(1, 1000)")
-    wait_until(lambda: a.try_sql("SELECT count(*) FROM items") == "2000", what="replay on pg-1")
-    term = env.sockets / "termination-log"  # writable by the postgres user
-    hosts = f"pg-0=127.0.0.1:{primary.port} pg-1=127.0.0.1:{a.port} pg-2=127.0.0.1:{b.port} pg-9=127.0.0.9:1"
-    r = env.run_script("survey.sh", SURVEY_HOSTS=hosts, POSTGRES_PASSWORD=SUPER_PASSWORD,
-                       CONNECT_TIMEOUT_SECONDS=2, TERMINATION_LOG=str(term))
-    assert r.returncode == 0, r.stderr
-    assert SUPER_PASSWORD not in r.stdout + r.stderr
-    out = json.loads(r.stdout.strip())
-    assert len(r.stdout.strip().splitlines()) == 1
-    assert json.loads(term.read_text()) == out
-    assert sorted(out) == ["pg-0", "pg-1", "pg-2"]  # pg-9 did not answer: omitted
-    assert out["pg-0"]["inRecovery"] is False and out["pg-0"]["receive"] == out["pg-0"]["replay"]
-    assert out["pg-1"]["inRecovery"] is True and out["pg-2"]["inRecovery"] is True
-    assert [out[p]["timeline"] for p in ("pg-0", "pg-1", "pg-2")] == [1, 1, 1]
-    one, two = out["pg-1"], out["pg-2"]
-
-    def lsn(s):
-        hi, lo = s.split("/")
-        return (int(hi, 16) << 32) + int(lo, 16)
-
-    # pg-2's replay is paused: it replayed less than pg-1, while having received WAL.
-    assert lsn(two["replay"]) < lsn(one["replay"])
-    assert lsn(two["receive"]) > lsn(two["replay"])
-    # Only the primary answering: no standby, exit 1 (the line is still printed).
-    r = env.run_script("survey.sh", SURVEY_HOSTS=f"pg-0=127.0.0.1:{primary.port}",
-                       POSTGRES_PASSWORD=SUPER_PASSWORD, TERMINATION_LOG=str(term))
-    assert r.returncode == 1 and list(json.loads(r.stdout.strip())) == ["pg-0"]
 
 
 def test_without_a_lease_only_a_pod_serving_as_the_primary_stops_on_demoted(env):

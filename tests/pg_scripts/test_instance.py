@@ -249,13 +249,14 @@ def lsn(text: str) -> int:
     return (int(hi, 16) << 32) + int(lo, 16)
 
 
-def test_the_survey_reads_each_standbys_timeline_from_its_wal_once_no_primary_is_left(env, lease):
+def test_each_standby_answers_the_survey_with_the_timeline_of_its_wal_once_no_primary_is_left(env, lease):
     """A failover ranks a standby that followed the newest timeline above one holding
     more WAL of an older timeline (finding 4 of issue 21). pg-1 receives rows on
     timeline 1 after pg-2 and pg-3 stopped; pg-2 is promoted (timeline 2) and pg-3
     follows it. Then pg-2 is gone as well: no WAL receiver runs and no restartpoint has
-    recorded timeline 2, and survey.sh still reads each standby's timeline, from the
-    segment files its WAL receiver wrote."""
+    recorded timeline 2, and each standby's manager, asked through the Lease, still
+    answers its timeline, read from the segment files its WAL receiver wrote; pg-3's
+    manager was restarted since, so it holds nothing in memory of the switch."""
     lease.set_holder(f"pg-0/{UID0}")
     old = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
     rw = Forwarder(old.port)
@@ -286,15 +287,26 @@ def test_the_survey_reads_each_standbys_timeline_from_its_wal_once_no_primary_is
                    what="pg-3's WAL receiver to stop")
         assert follower.sql("SELECT timeline_id FROM pg_control_checkpoint()") == "1", \
             "pg-3's last restartpoint predates timeline 2: the checkpoint alone would say 1"
-        term = env.sockets / "termination-log"
-        hosts = f"pg-1=127.0.0.1:{ahead.port} pg-3=127.0.0.1:{follower.port}"
-        r = env.run_script("survey.sh", SURVEY_HOSTS=hosts, POSTGRES_PASSWORD=SUPER_PASSWORD,
-                           CONNECT_TIMEOUT_SECONDS=2, TERMINATION_LOG=str(term))
-        assert r.returncode == 0, r.stderr
-        out = json.loads(r.stdout.strip())
-        assert out["pg-1"]["timeline"] == 1 and out["pg-3"]["timeline"] == 2, out
-        assert lsn(out["pg-1"]["receive"]) > lsn(out["pg-3"]["receive"]), \
-            f"pg-1 holds more WAL, of the older timeline: {out}"
+        token = "survey-test-1"
+        lease.annotate("lockstep.dev/survey", token)
+
+        def answered(p):
+            lines = [l for l in p.log_text().splitlines() if f"answered survey {token}" in l]
+            return lines[-1] if lines else None
+
+        for p in (ahead, follower):
+            wait_until(lambda: answered(p) is not None, timeout=30, what=f"{p.name} to answer {token}")
+        said = {p.name: answered(p) for p in (ahead, follower)}
+        assert "timeline=1" in said["pg-1"] and "timeline=2" in said["pg-3"], said
+
+        def received(line):
+            return lsn(line.split("received=")[1].split()[0])
+
+        assert received(said["pg-1"]) > received(said["pg-3"]), \
+            f"pg-1 holds more WAL, of the older timeline: {said}"
+        # Each token is answered once.
+        time.sleep(3)
+        assert sum(f"answered survey {token}" in l for l in ahead.log_text().splitlines()) == 1
     finally:
         rw.close()
 

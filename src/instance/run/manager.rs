@@ -55,6 +55,7 @@ use crate::instance::observe::{
 };
 use crate::instance::{AgentAction, AgentState, decide};
 use crate::machines::postgres::actions::Role;
+use crate::machines::postgres::answers::{self, Answer, SURVEY};
 use crate::machines::postgres::instances::{ServerRole, report_of};
 use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 use crate::machines::postgres::streaming::NOT_STREAMING_SECONDS;
@@ -269,6 +270,24 @@ pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
      coalesce(extract(epoch FROM last_failed_time)::text, '') \
      FROM pg_stat_archiver";
 
+/// The timeline of a standby's furthest WAL: the newest timeline whose segment file in
+/// `pg_wal` holds the byte before its furthest position (the WAL receiver names each
+/// segment by the timeline it streamed it on), 0 if none. A failover asks once the
+/// primary is gone, when PostgreSQL no longer says through SQL which timeline a standby
+/// received (its WAL receiver stopped), and its last restartpoint's may predate a switch
+/// ([`answers`]).
+pub const WAL_TIMELINE_QUERY: &str = "WITH s AS (\
+     SELECT greatest(coalesce(pg_last_wal_receive_lsn(), '0/0'), \
+       coalesce(pg_last_wal_replay_lsn(), '0/0')) AS at, \
+     (SELECT setting::numeric FROM pg_settings WHERE name = 'wal_segment_size') AS seg), \
+     f AS (SELECT floor(greatest(at - '0/1'::pg_lsn, 0) / seg) AS segno, \
+       4294967296 / seg AS per_id FROM s), \
+     n AS (SELECT lpad(upper(to_hex(floor(segno / per_id)::bigint)), 8, '0') \
+       || lpad(upper(to_hex(mod(segno, per_id)::bigint)), 8, '0') AS suffix FROM f) \
+     SELECT coalesce(max(('x' || substr(w.name, 1, 8))::bit(32)::bigint), 0) \
+     FROM pg_ls_waldir() w, n \
+     WHERE w.name ~ '^[0-9A-F]{24}$' AND substr(w.name, 9) = n.suffix";
+
 /// The Lease as the agent sees it.
 fn lease_seen(
     lease: &k8s_openapi::api::coordination::v1::Lease,
@@ -297,6 +316,7 @@ fn lease_seen(
                 .map_or_else(|_| ReleasedAt::Invalid(v.clone()), ReleasedAt::Lsn)
         }),
         initialized: annotations.is_some_and(|a| a.contains_key(INITIALIZED)),
+        survey: annotations.and_then(|a| a.get(SURVEY).cloned()),
         transitions: lease
             .spec
             .as_ref()
@@ -345,13 +365,14 @@ pub struct Manager {
     recovery_failed: Option<String>,
     /// What the last answer said beyond `decide`'s part (none when it did not answer).
     stats: Option<ServerStats>,
-    /// The newest timeline reported ([`report_of`]): a data directory's timeline never
-    /// goes back, but a standby whose WAL receiver stopped reads it from its last
-    /// restartpoint, which may predate the switch it streamed.
-    timeline: u32,
-    /// The last server report ([`report_of`]), whose term a round that cannot read the
-    /// Lease keeps.
+    /// The last server report ([`report_of`]): a round that cannot read the Lease keeps
+    /// its term, and no round reports an older timeline (a data directory's timeline
+    /// never goes back, but a standby whose WAL receiver stopped reads it from its last
+    /// restartpoint, which may predate the switch it streamed).
     reported: Option<ServerRole>,
+    /// The token of the last survey this manager answered ([`answers`]): each is
+    /// answered once.
+    answered: Option<String>,
 }
 
 impl Manager {
@@ -424,8 +445,8 @@ impl Manager {
             backups,
             recovery_failed: None,
             stats: None,
-            timeline: 0,
             reported: None,
+            answered: None,
             finished: None,
             lease_read: LeaseRead::Unreadable,
             state: AgentState::Starting,
@@ -476,16 +497,16 @@ impl Manager {
             let archived = self.archiver.as_mut().and_then(|a| {
                 a.last_archived(writable, self.stats.as_ref(), std::time::Instant::now())
             });
-            // The timeline reported never goes back ([`Manager::timeline`]).
+            // The timeline reported never goes back ([`Manager::reported`]).
             let me = self.args.holder().unwrap_or_default();
             let server = report_of(&seen, &me, self.reported).map(|role| ServerRole {
-                timeline: role.timeline.max(self.timeline),
+                timeline: role.timeline.max(self.reported.map_or(0, |r| r.timeline)),
                 ..role
             });
-            if let Some(role) = server {
-                self.timeline = role.timeline;
-                self.reported = Some(role);
+            if server.is_some() {
+                self.reported = server;
             }
+            let answer = self.answer(&seen).await;
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
                 let synchronous = writable
@@ -502,6 +523,7 @@ impl Manager {
                     )),
                     archived: archived.as_ref(),
                     server,
+                    answer: answer.as_ref(),
                 }));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);
@@ -734,6 +756,35 @@ impl Manager {
                 Server::Unanswering
             }
         }
+    }
+
+    /// This round's answer to the survey the Lease asks ([`answers`]), if this manager
+    /// has not answered that token yet and its server answers as a standby.
+    async fn answer(&mut self, seen: &Observation) -> Option<Answer> {
+        let token = seen.lease.seen()?.survey.clone()?;
+        if self.answered.as_deref() == Some(token.as_str()) || self.reporter.is_none() {
+            return None;
+        }
+        if !matches!(seen.server, Server::Standby(_)) {
+            return None;
+        }
+        let wal_timeline = match self.prepare.local().value(WAL_TIMELINE_QUERY).await {
+            Ok(value) => value.and_then(|v| v.parse().ok()),
+            Err(error) => {
+                tracing::warn!(%error, "reading the timeline of the WAL files failed");
+                None
+            }
+        };
+        let said = answers::answer(seen, &token, wal_timeline)?;
+        tracing::info!(
+            token,
+            timeline = said.timeline,
+            received = %said.received,
+            replayed = %said.replayed,
+            "answered survey {token}"
+        );
+        self.answered = Some(token);
+        Some(said)
     }
 
     async fn observe_data(&self) -> DataDir {

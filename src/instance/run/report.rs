@@ -5,7 +5,8 @@
 //! ([`crate::machines::postgres::archiving`]), and for a primary with
 //! `spec.synchronous` whether its commits wait for standbys
 //! ([`crate::machines::postgres::synchronous`]), and whether its volume holds a database
-//! ([`crate::machines::postgres::volume`]).
+//! ([`crate::machines::postgres::volume`]), and a standby's answer to a failover's
+//! survey ([`crate::machines::postgres::answers`]).
 //!
 //! # Guarantees
 //! - **A write never delays a round of the manager** (its Lease renewals): the writes
@@ -33,6 +34,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::machines::postgres::answers::{Answer, SURVEYED};
 use crate::machines::postgres::api::LastArchived;
 use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
 use crate::machines::postgres::archived::ARCHIVED;
@@ -70,6 +72,8 @@ pub struct Round<'a> {
     pub archived: Option<&'a (String, DateTime<Utc>)>,
     /// For a running server, what it is and on which timeline.
     pub server: Option<ServerRole>,
+    /// For a standby the Lease asks, its answer to the failover's survey.
+    pub answer: Option<&'a Answer>,
 }
 
 /// This round's report, by condition type.
@@ -96,6 +100,9 @@ pub fn report(round: &Round<'_>) -> Report {
     }
     if let Some(server) = round.server {
         report.insert(SERVER, server.condition());
+    }
+    if let Some(answer) = round.answer {
+        report.insert(SURVEYED, answer.condition());
     }
     report
 }

@@ -130,18 +130,19 @@ pub enum PgAction {
         /// Why.
         cause: DeleteCause,
     },
-    /// Create the survey Job (if absent): `survey.sh` reads the WAL positions of the
-    /// standbys at `hosts` and reports them in its termination message.
-    RunSurvey {
-        /// The Job's key.
-        key: String,
-        /// The ordinals to survey.
-        hosts: Vec<i32>,
-        /// The image the Job runs (the cluster's: it has `psql`).
-        image: String,
+    /// Ask the standbys for their WAL positions: write `token` on the Lease (the
+    /// annotation [`super::answers::SURVEY`]), on the Lease as observed; each standby's
+    /// instance manager answers it on its own pod ([`super::answers`]).
+    AskSurvey {
+        /// The survey's token ([`survey_key`]).
+        token: String,
+        /// The Lease's UID as observed.
+        uid: String,
+        /// Its resourceVersion as observed.
+        version: String,
     },
     /// Run a backup Job, keep the backup CronJob as the spec wants it, or delete a
-    /// finished Job (survey Jobs are pruned at rest).
+    /// finished Job.
     Jobs(JobAction),
 }
 
@@ -151,9 +152,11 @@ impl From<JobAction> for PgAction {
     }
 }
 
-/// The key of the survey Job of the failover of the primary with `old_uid`, `attempt`.
-pub fn survey_key(old_uid: &str, attempt: u32) -> String {
-    format!("survey-{}-{attempt}", short_hash(&[old_uid]))
+/// The token of survey `attempt` of the failover of the primary with `old_uid`, asked
+/// while the Lease's term is `term`: unique per failover and attempt, so an answer to
+/// another survey never counts.
+pub fn survey_key(old_uid: &str, term: i32, attempt: u32) -> String {
+    format!("survey-{}-{term}-{attempt}", short_hash(&[old_uid]))
 }
 
 pub use crate::machines::common::on_demand::key as backup_key;

@@ -112,13 +112,13 @@
 //! to `PrimaryLost` and `PrimaryAvailable` turns False naming which; if the primary is
 //! still lost `spec.failoverDelaySeconds` later, a failover begins
 //! (with a provisional target): `Demote` labels and deletes the failed primary; `Fence`
-//! waits until it is certainly fenced (so no WAL moves any more); `Survey` runs the
-//! survey Job (`survey.sh` against every other live pod, its result in the Job pod's
-//! termination message) and records the most advanced Ready standby it read (the newest
-//! timeline, then the highest receive LSN, then replay LSN, then the lowest ordinal) as
-//! the target, with the
-//! positions (`MostAdvancedChosen`, intent first; a standby the survey did not reach is
-//! never chosen); then `Fence` hands it the Lease and `Promote` promotes it as above. The
+//! waits until it is certainly fenced (so no WAL moves any more); `Survey` asks every
+//! other live pod for its WAL positions through the Lease (a token in the annotation
+//! `lockstep.dev/survey`), which each standby's instance manager answers on its own pod
+//! ([`super::answers`]), and records the most advanced Ready standby that answered (the
+//! newest timeline, then the highest receive LSN, then replay LSN, then the lowest
+//! ordinal) as the target, with the positions (`MostAdvancedChosen`, intent first; a
+//! standby that did not answer is never chosen, and is waited for up to 3 surveys); then `Fence` hands it the Lease and `Promote` promotes it as above. The
 //! history, the `PrimaryAvailable` condition and `status.lastFailover` say why.
 //!
 //! **Creating and a lost status.** A new cluster (no Lease, no role labels) creates the
@@ -338,7 +338,10 @@ use crate::machines::common::{finalize, on_demand};
 pub const PODS_WAY_OUT: &str = "fix what keeps the pod named above from becoming Ready (its image, its node, its volume claim); the machine goes on by itself once it is";
 /// The way out of a switchover or failover step that does not finish, named when its
 /// deadline passes.
-pub const SWITCH_WAY_OUT: &str = "see why the Job or pod named above does not finish (kubectl describe job or pod); the step goes on by itself once it does";
+pub const SWITCH_WAY_OUT: &str = "see why the pod named above does not do its part (kubectl describe pod; kubectl logs: its instance manager's); the step goes on by itself once it does";
+/// The way out of a failover's survey that reads too few members, named when its
+/// deadline passes.
+pub const SURVEY_WAY_OUT: &str = "see why the standbys named above do not answer (kubectl describe pod: the lockstep.dev/Surveyed condition; kubectl logs: the instance manager's); with spec.synchronous Required, spec.synchronous.dataDurability: Preferred promotes the most advanced member that answered";
 /// The way out of a lost primary with nobody to fail over to, named when its deadline
 /// passes.
 pub const PRIMARY_LOST_WAY_OUT: &str = "bring the primary or a replica back to Ready (kubectl describe pod); a Ready replica is promoted by itself";
@@ -419,8 +422,8 @@ impl Machine for Postgres {
                 Deadline::minutes(15, PODS_WAY_OUT)
             }
             PgState::SwitchingOver(s) => match s.step {
-                // The survey Job itself gives up after SURVEY_DEADLINE_SECONDS (60 s).
-                SwitchStep::Survey => Deadline::minutes(3, SWITCH_WAY_OUT),
+                // A survey waits SURVEY_WAIT_SECONDS for answers, up to 3 surveys.
+                SwitchStep::Survey => Deadline::minutes(3, SURVEY_WAY_OUT),
                 SwitchStep::Demote | SwitchStep::Fence | SwitchStep::Promote => {
                     Deadline::minutes(10, SWITCH_WAY_OUT)
                 }

@@ -13,8 +13,7 @@
 //!   each instance reports on its pod of the settings it was given; [`volume`]: whether
 //!   its volume holds a database;
 //!   [`status`]: the kind's own status fields.
-//! - `scripts/`: what runs in the Jobs (`survey.sh`, `backup.sh`,
-//!   `restore.sh`), shipped in a ConfigMap; their environment contract is in
+//! - `scripts/`: what runs in the Jobs (`backup.sh`, `restore.sh`), shipped in a ConfigMap; their environment contract is in
 //!   `scripts/README.md`. The pods run `lockstep instance` ([`crate::instance`]).
 //!
 //! This module binds them into an [`Operator`] the driver runs, and projects the kind's
@@ -42,6 +41,7 @@
 //! API server) or an object that does not serialize: [`crate::driver::Error`].
 
 pub mod actions;
+pub mod answers;
 pub mod api;
 pub mod applied;
 pub mod archived;
@@ -131,6 +131,18 @@ impl Operator for Postgres {
     fn render(object: &PostgresCluster, action: &PgAction) -> Result<Vec<Op>, Error> {
         let name = object.name_any();
         let pod = |ordinal: i32| format!("{name}-{ordinal}");
+        // Every write to an observed object is on the object as read.
+        let read = |uid: &str, version: &str| Precondition {
+            uid: uid.to_owned(),
+            resource_version: version.to_owned(),
+        };
+        let lease_patch = |uid: &str, version: &str, body| {
+            vec![Op::patch_if::<Lease>(
+                render::lease_name(object),
+                read(uid, version),
+                body,
+            )]
+        };
         Ok(match action {
             PgAction::CreateCredentials => vec![Op::create(&render::credentials_secret(object))?],
             PgAction::EnsureScripts => vec![Op::apply(&render::scripts(object)?)?],
@@ -154,14 +166,11 @@ impl Operator for Postgres {
                 at,
                 uid,
                 version,
-            } => vec![Op::patch_if::<Lease>(
-                render::lease_name(object),
-                Precondition {
-                    uid: uid.clone(),
-                    resource_version: version.clone(),
-                },
+            } => lease_patch(
+                uid,
+                version,
                 render::lease_hand_over(object, holder.as_deref(), *gate, *transitions, *at),
-            )],
+            ),
             PgAction::Label {
                 ordinal,
                 role,
@@ -169,13 +178,9 @@ impl Operator for Postgres {
                 version,
             } => {
                 let role: &str = (*role).into();
-                let read = Precondition {
-                    uid: uid.clone(),
-                    resource_version: version.clone(),
-                };
                 vec![Op::label_if::<Pod>(
                     pod(*ordinal),
-                    read,
+                    read(uid, version),
                     [(ROLE_LABEL.to_owned(), Some(role.to_owned()))].into(),
                 )]
             }
@@ -185,18 +190,17 @@ impl Operator for Postgres {
                 version,
             } => vec![Op::patch_if::<Pod>(
                 pod(*ordinal),
-                Precondition {
-                    uid: uid.clone(),
-                    resource_version: version.clone(),
-                },
+                read(uid, version),
                 serde_json::json!({"metadata": {"annotations": {
                     settings::SETTINGS_ANNOTATION: settings::annotation_of(object),
                 }}}),
             )],
             PgAction::DeletePod { ordinal, uid, .. } => vec![Op::delete::<Pod>(pod(*ordinal), uid)],
-            PgAction::RunSurvey { key, hosts, image } => {
-                vec![Op::create(&render::survey_job(object, key, hosts, image)?)?]
-            }
+            PgAction::AskSurvey {
+                token,
+                uid,
+                version,
+            } => lease_patch(uid, version, render::lease_survey(token)),
             PgAction::Jobs(action) => ops::job_action(
                 action,
                 &name,

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use kube::ResourceExt;
 
 use super::actions::{PgAction, Role, ServiceKind};
+use super::answers::{Answer, SURVEY, SURVEYED};
 use super::api::{DEFAULT_LEASE_SECONDS, LastArchived, PostgresCluster};
 use super::applied::{SETTINGS_APPLIED, SettingsReport};
 use super::archived::ARCHIVED;
@@ -134,6 +135,9 @@ pub struct LeaseView {
     /// person asserts the holder is down): it is the only proof that no acknowledged
     /// commit is left behind.
     pub released_lsn: Option<String>,
+    /// The annotation [`super::answers::SURVEY`]: the token of the survey the operator
+    /// last asked the standbys to answer.
+    pub survey: Option<String>,
     /// Its UID.
     pub uid: String,
     /// Its resourceVersion as read: a hand-over is made only on the Lease as observed.
@@ -165,8 +169,12 @@ pub struct Own {
     pub in_sync: InSync,
     /// The primary Lease, if it exists.
     pub lease: Option<LeaseView>,
-    /// The termination messages of owned Jobs' pods, by Job name (a survey's result).
+    /// The termination messages of owned Jobs' pods, by Job name (a base backup's
+    /// first recoverable point).
     pub job_results: BTreeMap<String, String>,
+    /// What the live instance pods (by ordinal) last answered to a failover's survey
+    /// ([`super::answers`]), whichever survey it was.
+    pub answers: BTreeMap<i32, Answer>,
     /// The requests of PostgresCluster alone.
     pub requests: PgRequests,
     /// The lease duration `L` each observed PostgreSQL pod (by ordinal) was created
@@ -277,6 +285,7 @@ pub fn lease_view(lease: &Lease) -> LeaseView {
         transitions: spec.lease_transitions.unwrap_or(0),
         released_by: lease.annotations().get(RELEASED_BY).cloned(),
         released_lsn: lease.annotations().get(RELEASED_LSN).cloned(),
+        survey: lease.annotations().get(SURVEY).cloned(),
         uid: lease.metadata.uid.clone().unwrap_or_default(),
         version: lease.metadata.resource_version.clone().unwrap_or_default(),
     }
@@ -338,7 +347,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter_map(|p| Some((ordinal_of(p, &name)?, pod_lease_seconds(p)?)))
         .collect();
 
-    // What the live instance pods say, by ordinal: read once, asked six ways.
+    // What the live instance pods say, by ordinal: read once, asked seven ways.
     let pods = read.owned(&cache.pods);
     let live: Vec<(i32, &Pod)> = pods
         .iter()
@@ -383,6 +392,13 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         })
         .collect();
     let synchronous = reported(SYNCHRONOUS);
+    let answers = live
+        .iter()
+        .filter_map(|(k, p)| {
+            let (_, message) = pod_condition(p, SURVEYED)?;
+            Some((*k, Answer::parse(&message)?))
+        })
+        .collect();
     let instances: BTreeMap<i32, Reported> = live
         .iter()
         .map(|(k, p)| {
@@ -434,6 +450,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         in_sync,
         lease,
         job_results,
+        answers,
         requests: PgRequests::from_annotations(pg.annotations()),
         lease_seconds,
         unconfigured,

@@ -38,8 +38,9 @@ pub enum SwitchStep {
     /// fenced (it released the Lease, its Lease expired, or a person says so), then the
     /// Lease is handed to the target.
     Fence,
-    /// Failover: the old primary is certainly fenced; a survey Job reads every standby's
-    /// WAL positions, and the most advanced Ready one becomes the target.
+    /// Failover: the old primary is certainly fenced; every standby is asked for its WAL
+    /// positions through the Lease, and the most advanced Ready one that answered
+    /// becomes the target.
     Survey,
     /// The target holds the Lease; its manager promotes it, and the switchover waits for
     /// its report (a writable server holding the Lease's term).

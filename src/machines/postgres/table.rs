@@ -68,7 +68,8 @@ pub mod reason {
     /// Edge: failover: the survey read the standbys' WAL positions; the most advanced
     /// Ready one is the target (recorded with the positions).
     pub const MOST_ADVANCED_CHOSEN: &str = "MostAdvancedChosen";
-    /// Edge: failover: the survey Job failed; another attempt runs.
+    /// Edge: failover: the survey read too few members, or no Ready standby; another
+    /// survey asks again.
     pub const SURVEY_RETRIED: &str = "SurveyRetried";
     /// Edge: mid-promotion, the Lease no longer names the target; it is fenced again.
     pub const LEASE_LOST: &str = "LeaseLost";
@@ -139,10 +140,9 @@ pub mod reason {
     /// never released the Lease with its last WAL position; waiting for the release or
     /// for `lockstep.dev/fenced`.
     pub const WAITING_FOR_RELEASE: &str = "WaitingForRelease";
-    /// Stay: the survey Job reads the standbys' WAL positions.
+    /// Stay: the survey asks the standbys for their WAL positions, or waits for their
+    /// answers.
     pub const SURVEYING: &str = "Surveying";
-    /// Stay (Degraded): the survey Job failed; waiting to retry.
-    pub const SURVEY_FAILED: &str = "SurveyFailed";
     /// Stay: the primary Lease is created or handed to the primary before it is labelled.
     pub const WAITING_FOR_LEASE: &str = "WaitingForLease";
     /// Stay (Degraded): a lost status cannot be re-adopted unambiguously; waiting for
@@ -204,11 +204,11 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         SwitchingOver: OLD_PRIMARY_DEMOTED, "the old primary is labelled demoted (a failed one is also deleted): neither -rw nor -ro selects it", by::SWITCHING_OVER;
         SwitchingOver: PROMOTION_RETRIED, "the target reported no promotion within an attempt's bound (within the retry limit, or lockstep.dev/retry-promote has a new token): the next attempt waits again", by::SWITCHING_OVER;
         SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SWITCHING_OVER;
-        SwitchingOver: TARGET_SHORT_OF_RELEASED, "a planned switchover's target reported no promotion within the bound while the Lease holds the old primary's released position (the target may lack that WAL: it was not streaming when the old primary stopped): a survey Job reads the members, and the most advanced is promoted", by::SWITCHING_OVER;
+        SwitchingOver: TARGET_SHORT_OF_RELEASED, "a planned switchover's target reported no promotion within the bound while the Lease holds the old primary's released position (the target may lack that WAL: it was not streaming when the old primary stopped): the members are surveyed, and the most advanced is promoted", by::SWITCHING_OVER;
         SwitchingOver: LEASE_HANDED_OVER, "the Lease holder is certainly fenced (released, pod gone, or renewTime + L + S passed): the Lease names the target", by::SWITCHING_OVER;
-        SwitchingOver: OLD_PRIMARY_FENCED, "a failover's old primary is certainly fenced (or a planned switchover's, without its released position): a survey Job reads the standbys' WAL positions", by::SWITCHING_OVER;
-        SwitchingOver: MOST_ADVANCED_CHOSEN, "failover (or a switchover surveyed): the most advanced Ready standby of the survey (the newest timeline, then receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
-        SwitchingOver: SURVEY_RETRIED, "failover: the survey Job failed and its backoff is over, or it read too few members (the synchronous quorum, or not every live member, up to SURVEYS_FOR_EVERY_MEMBER surveys) and RESURVEY_SECONDS passed since it finished", by::SWITCHING_OVER;
+        SwitchingOver: OLD_PRIMARY_FENCED, "a failover's old primary is certainly fenced (or a planned switchover's, without its released position): the standbys are asked for their WAL positions through the Lease, and their instance managers answer on their pods", by::SWITCHING_OVER;
+        SwitchingOver: MOST_ADVANCED_CHOSEN, "failover (or a switchover surveyed): every live member answered, or SURVEY_WAIT_SECONDS passed; the most advanced Ready standby that answered (the newest timeline, then receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
+        SwitchingOver: SURVEY_RETRIED, "failover: the survey read too few members (the synchronous quorum, or not every live member, up to SURVEYS_FOR_EVERY_MEMBER surveys) or no Ready standby, and RESURVEY_SECONDS passed since its answers were read", by::SWITCHING_OVER;
         SwitchingOver: LEASE_LOST, "mid-promotion the Lease no longer names the target: its holder is fenced again first", by::SWITCHING_OVER;
         Upgrading: SWITCHOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary, and the old primary is upgraded next", by::SWITCHING_OVER;
         Ready: SWITCHOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary (a scale-down: scaling follows; a requested switchover: done)", by::SWITCHING_OVER;

@@ -1,6 +1,6 @@
 //! Failover's survey: which standby is the most advanced, by the timelines and WAL
-//! positions a survey Job read from each (`survey.sh`, its result in the Job pod's
-//! termination message).
+//! positions each standby's instance manager answered to the survey's token
+//! ([`crate::machines::postgres::answers`]).
 //!
 //! Positions are compared only on one history: a standby on an older timeline than
 //! another holds nothing past the newer timeline's fork that the cluster still has (it
@@ -10,21 +10,9 @@
 
 use std::cmp::Reverse;
 
-use serde::Deserialize;
-
 use crate::machines::postgres::actions::Role;
 use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PodRef, Surveyed};
-
-/// One pod's answer in the survey's JSON.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Answer {
-    receive: Option<String>,
-    replay: Option<String>,
-    in_recovery: Option<bool>,
-    timeline: Option<u32>,
-}
 
 /// An LSN (`16/B374D848`) as a number; `None` if it is not one.
 pub(crate) fn lsn(text: &str) -> Option<u64> {
@@ -34,30 +22,20 @@ pub(crate) fn lsn(text: &str) -> Option<u64> {
     (hi <= u64::from(u32::MAX) && lo <= u64::from(u32::MAX)).then_some((hi << 32) | lo)
 }
 
-/// The standbys of a survey's result (`{"<pod>": {"receive": …, "replay": …,
-/// "timeline": …, "inRecovery": true}, …}`), by ordinal; pods not in recovery, of another cluster or
-/// with unreadable positions are left out. `None` if the result is not that JSON.
-pub(crate) fn parse(o: &Observed, result: &str) -> Option<Vec<Surveyed>> {
-    let answers: std::collections::BTreeMap<String, Answer> =
-        serde_json::from_str(result.lines().last()?).ok()?;
-    let prefix = format!("{}-", o.name);
-    let mut surveyed: Vec<Surveyed> = answers
-        .into_iter()
-        .filter(|(_, a)| a.in_recovery != Some(false))
-        .filter_map(|(pod, a)| {
-            let ordinal = pod.strip_prefix(&prefix)?.parse().ok()?;
-            let receive = a.receive.filter(|r| lsn(r).is_some()).unwrap_or_default();
-            let replay = a.replay.filter(|r| lsn(r).is_some())?;
-            Some(Surveyed {
-                ordinal,
-                receive,
-                replay,
-                timeline: a.timeline.filter(|t| *t > 0),
-            })
+/// The standbys that answered the survey `token`, by ordinal (the observation holds
+/// live pods' answers only; an answer to another survey does not count).
+pub(crate) fn answered(o: &Observed, token: &str) -> Vec<Surveyed> {
+    o.own
+        .answers
+        .iter()
+        .filter(|(_, a)| a.token == token)
+        .map(|(k, a)| Surveyed {
+            ordinal: *k,
+            receive: a.received.to_string(),
+            replay: a.replayed.to_string(),
+            timeline: Some(a.timeline).filter(|t| *t > 0),
         })
-        .collect();
-    surveyed.sort_by_key(|s| s.ordinal);
-    Some(surveyed)
+        .collect()
 }
 
 /// The most advanced standby of `surveyed` that is a Ready replica now (not `old`, not

@@ -4,11 +4,11 @@
 use super::PROMOTE_RETRY_LIMIT;
 use super::fencing::{By, Fence, fence, hand_gated, hatch, lease_seconds, stamp, wait_for};
 use super::old_primary_role;
-use super::survey::{describe, most_advanced, parse};
+use super::survey::{answered, describe, most_advanced};
 use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::RETRY_PROMOTE;
-use crate::machines::common::retry::{Attempts, JobStep, RetryBudget, backoff_stay, run_once_step};
+use crate::machines::common::retry::RetryBudget;
 use crate::machines::postgres::actions::{DeleteCause, LsnGate, PgAction, Role, survey_key};
 use crate::machines::postgres::api::PostgresClusterSpec;
 use crate::machines::postgres::observe::{Observed, RELEASED_LSN, SWITCHOVER, holder_identity};
@@ -148,10 +148,11 @@ pub(crate) fn switching_over(
 }
 
 /// Survey (a failover, or a planned switchover whose old primary released no
-/// position): run the survey Job against every other live pod below `below` (a
-/// scale-down's targets), and once it succeeded record the most advanced Ready standby
-/// it read as the target, with the positions (intent first), before the Lease is handed
-/// to it.
+/// position): ask every other live pod below `below` (a scale-down's targets) for its
+/// WAL positions through the Lease ([`crate::machines::postgres::answers`]), wait up to
+/// [`SURVEY_WAIT_SECONDS`] for them all to answer, and record the most advanced Ready
+/// standby that answered as the target, with the positions (intent first), before the
+/// Lease is handed to it.
 fn survey(
     spec: &PostgresClusterSpec,
     s: &Switchover,
@@ -163,134 +164,136 @@ fn survey(
     let o = &world.observed;
     let old = s.cluster.primary;
     let attempt = s.survey_attempt.unwrap_or(1);
-    let key = survey_key(s.old_uid.as_deref().unwrap_or_default(), attempt);
-    let attempts = Attempts {
-        attempt,
-        round_start: 1,
-        retry_limit: None,
-    };
-    let (step, job_name) = run_once_step(o.job(&key), &key, attempts, world.now);
-    match step {
-        JobStep::Start => {
-            let hosts: Vec<i32> = (0..s.cluster.replicas.min(below))
-                .filter(|k| *k != old && o.live(*k).is_some())
-                .collect();
-            stay(
-                SURVEYING,
-                format!(
-                    "{what}: surveying the WAL positions of {}",
-                    o.pod_names(&hosts)
-                ),
-                actions,
-            )
-            .with_actions([PgAction::RunSurvey {
-                key,
-                hosts,
-                image: s.cluster.image.clone(),
-            }])
-        }
-        JobStep::Running => stay(
+    let Some(lease) = o.own.lease.as_ref() else {
+        // Deleted since the old primary was fenced: created anew naming nobody (the
+        // hand-over then waits for it to expire, as for any Lease it did not see
+        // renewed), and the survey asks through it.
+        return stay(
             SURVEYING,
-            format!("{what}: survey Job {job_name} runs"),
+            format!(
+                "{what}: the Lease was deleted; it is created anew, naming nobody, and the survey asks the standbys through it"
+            ),
             actions,
-        ),
-        JobStep::Succeeded => {
-            let Some(surveyed) = o.own.job_results.get(&job_name).and_then(|r| parse(o, r)) else {
-                return stay(
-                    SURVEYING,
-                    format!("{what}: survey Job {job_name} succeeded; waiting for its result (its pod's termination message)"),
-                    actions,
-                )
-                .requeue(std::time::Duration::from_secs(5));
-            };
-            let finished = o.job(&key).and_then(|j| j.outcome.finished_at());
-            if let Some(unread) =
-                quorum_unread(spec, s, world, (&job_name, finished), &surveyed, what)
-            {
-                // The old primary, back on its volume, has every acknowledged commit: a
-                // quorum that stays unmet goes back to it rather than wait without end.
-                let (wait, dead_end) = match unread {
-                    Unread::Wait(wait) => (wait, false),
-                    Unread::DeadEnd(wait) => (wait, true),
-                };
-                if (dead_end || attempt >= SURVEYS_FOR_EVERY_MEMBER)
-                    && let Some(back) = abandon(s, o, &unpromotable(o, what, &surveyed))
-                {
-                    return back;
+        )
+        .with_actions([PgAction::CreateLease {
+            holder: None,
+            at: world.now,
+        }]);
+    };
+    let token = survey_key(
+        s.old_uid.as_deref().unwrap_or_default(),
+        lease.transitions,
+        attempt,
+    );
+    let hosts: Vec<i32> = (0..s.cluster.replicas.min(below))
+        .filter(|k| *k != old && o.live(*k).is_some())
+        .collect();
+    if lease.survey.as_deref() != Some(token.as_str()) {
+        return stay(
+            SURVEYING,
+            format!(
+                "{what}: asking {} for their WAL positions (survey {token})",
+                o.pod_names(&hosts)
+            ),
+            actions,
+        )
+        .with_actions([PgAction::AskSurvey {
+            token,
+            uid: lease.uid.clone(),
+            version: lease.version.clone(),
+        }]);
+    }
+    let surveyed = answered(o, &token);
+    let silent: Vec<i32> = hosts
+        .iter()
+        .copied()
+        .filter(|k| surveyed.iter().all(|x| x.ordinal != *k))
+        .collect();
+    // The survey was asked as this step began; its answers are read at most
+    // SURVEY_WAIT_SECONDS later, sooner once every live member answered.
+    let finished = world.entered_at + chrono::Duration::seconds(SURVEY_WAIT_SECONDS);
+    if !silent.is_empty() && world.now < finished {
+        return stay(
+            SURVEYING,
+            format!(
+                "{what}: survey {token}: waiting up to {SURVEY_WAIT_SECONDS} s for {} to answer{}",
+                o.pod_names(&silent),
+                if surveyed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", describe(o, &surveyed))
                 }
-                return wait.with_actions(actions);
-            }
-            let read = (job_name.as_str(), finished, surveyed.as_slice());
-            let skipped = match members_unread(s, world, read, below, what) {
-                Ok(skipped) => skipped,
-                Err(wait) => return (*wait).with_actions(actions),
-            };
-            let eligible: Vec<Surveyed> = surveyed
-                .iter()
-                .filter(|x| x.ordinal < below)
-                .cloned()
-                .collect();
-            match most_advanced(o, &eligible, old, None) {
-                Some(target) => {
-                    let message = format!(
-                        "{what}: {} is the most advanced Ready standby ({}){}",
-                        o.pod_name(target.ordinal),
-                        describe(o, &surveyed),
-                        skipped.map(|x| format!("; {x}")).unwrap_or_default(),
-                    );
-                    Decision::go(
-                        PgState::SwitchingOver(Switchover {
-                            target,
-                            step: SwitchStep::Fence,
-                            surveyed: Some(surveyed),
-                            ..s.clone()
-                        }),
-                        MOST_ADVANCED_CHOSEN,
-                        message,
-                    )
-                }
-                None => {
-                    let message = format!(
-                        "{what}: no standby the survey read is a Ready replica ({})",
-                        describe(o, &surveyed)
-                    );
-                    // A standby may be restarting: read them again before giving up.
-                    if attempt < SURVEYS_FOR_EVERY_MEMBER {
-                        let again = format!(
-                            "{message}; surveying again (survey {} of at most {SURVEYS_FOR_EVERY_MEMBER})",
-                            attempt.saturating_add(1)
-                        );
-                        return resurvey(s, world, finished, NO_PROMOTION_TARGET, again, true)
-                            .with_actions(actions);
-                    }
-                    abandon(s, o, &unpromotable(o, what, &surveyed)).unwrap_or_else(|| {
-                        stay(NO_PROMOTION_TARGET, message, actions)
-                            .degraded()
-                            .requeue(std::time::Duration::from_secs(10))
-                    })
-                }
-            }
+            ),
+            actions,
+        )
+        .requeue((finished - world.now).to_std().unwrap_or_default());
+    }
+    let finished = Some(finished);
+    if let Some(unread) = quorum_unread(spec, s, world, (&token, finished), &surveyed, what) {
+        // The old primary, back on its volume, has every acknowledged commit: a
+        // quorum that stays unmet goes back to it rather than wait without end.
+        let (wait, dead_end) = match unread {
+            Unread::Wait(wait) => (wait, false),
+            Unread::DeadEnd(wait) => (wait, true),
+        };
+        if (dead_end || attempt >= SURVEYS_FOR_EVERY_MEMBER)
+            && let Some(back) = abandon(s, o, &unpromotable(o, what, &surveyed))
+        {
+            return back;
         }
-        JobStep::Backoff { failure, at, wait } => backoff_stay(
-            SURVEY_FAILED,
-            format!("{what}: survey Job {job_name} {failure}"),
-            at,
-            wait,
-            actions,
-        ),
-        JobStep::Retry { failure } | JobStep::Exhausted { failure } => {
-            let back = (attempt >= SURVEYS_FOR_EVERY_MEMBER)
-                .then(|| abandon(s, o, &unpromotable(o, what, &[])))
-                .flatten();
-            back.unwrap_or_else(|| {
-                Decision::go(
-                    PgState::SwitchingOver(Switchover {
-                        survey_attempt: Some(attempt.saturating_add(1)),
-                        ..s.clone()
-                    }),
-                    SURVEY_RETRIED,
-                    format!("{what}: survey Job {job_name} {failure}; surveying again"),
-                )
+        return wait.with_actions(actions);
+    }
+    let read = (token.as_str(), finished, surveyed.as_slice());
+    let skipped = match members_unread(s, world, read, below, what) {
+        Ok(skipped) => skipped,
+        Err(wait) => return (*wait).with_actions(actions),
+    };
+    let eligible: Vec<Surveyed> = surveyed
+        .iter()
+        .filter(|x| x.ordinal < below)
+        .cloned()
+        .collect();
+    match most_advanced(o, &eligible, old, None) {
+        Some(target) => {
+            let message = format!(
+                "{what}: {} is the most advanced Ready standby ({}){}",
+                o.pod_name(target.ordinal),
+                describe(o, &surveyed),
+                skipped.map(|x| format!("; {x}")).unwrap_or_default(),
+            );
+            Decision::go(
+                PgState::SwitchingOver(Switchover {
+                    target,
+                    step: SwitchStep::Fence,
+                    surveyed: Some(surveyed),
+                    ..s.clone()
+                }),
+                MOST_ADVANCED_CHOSEN,
+                message,
+            )
+        }
+        None => {
+            let message = format!(
+                "{what}: no standby that answered survey {token} is a Ready replica ({})",
+                if surveyed.is_empty() {
+                    "none answered".to_owned()
+                } else {
+                    describe(o, &surveyed)
+                }
+            );
+            // A standby may be restarting: ask them again before giving up.
+            if attempt < SURVEYS_FOR_EVERY_MEMBER {
+                let again = format!(
+                    "{message}; surveying again (survey {} of at most {SURVEYS_FOR_EVERY_MEMBER})",
+                    attempt.saturating_add(1)
+                );
+                return resurvey(s, world, finished, NO_PROMOTION_TARGET, again, true)
+                    .with_actions(actions);
+            }
+            abandon(s, o, &unpromotable(o, what, &surveyed)).unwrap_or_else(|| {
+                stay(NO_PROMOTION_TARGET, message, actions)
+                    .degraded()
+                    .requeue(std::time::Duration::from_secs(10))
             })
         }
     }
@@ -357,14 +360,20 @@ fn unpromotable(o: &Observed, what: &str, surveyed: &[Surveyed]) -> String {
     )
 }
 
+/// How long a survey waits for every live member to answer before it reads what was
+/// answered: a standby's manager answers at its next round (every `R` seconds, 2 by
+/// default), once its server answers it.
+pub(crate) const SURVEY_WAIT_SECONDS: i64 = 5;
+
 /// How long a survey that read too few members (for synchronous replication's quorum,
-/// or not every live member) waits after its Job finished before it surveys again.
+/// or not every live member) waits after its answers were read before it surveys
+/// again.
 pub(crate) const RESURVEY_SECONDS: i64 = 10;
 
 /// How many surveys a failover runs ([`RESURVEY_SECONDS`] apart) while a live member
 /// does not answer, before it chooses among the members that did: a member that holds
 /// newer WAL but is slow (its server restarting, its node loaded) is waited for, up to
-/// about `2 × RESURVEY_SECONDS` plus the Jobs' own time, never without end.
+/// `3 × SURVEY_WAIT_SECONDS + 2 × RESURVEY_SECONDS` (35 s), never without end.
 pub(crate) const SURVEYS_FOR_EVERY_MEMBER: u32 = 3;
 
 /// Every live member other than the old primary (below `below`, a scale-down's bound) may hold
@@ -375,7 +384,7 @@ pub(crate) const SURVEYS_FOR_EVERY_MEMBER: u32 = 3;
 fn members_unread(
     s: &Switchover,
     world: &World<Observed>,
-    (job_name, finished, surveyed): (&str, Option<chrono::DateTime<chrono::Utc>>, &[Surveyed]),
+    (token, finished, surveyed): (&str, Option<chrono::DateTime<chrono::Utc>>, &[Surveyed]),
     below: i32,
     what: &str,
 ) -> Result<Option<String>, Box<D>> {
@@ -397,7 +406,7 @@ fn members_unread(
         )));
     }
     let message = format!(
-        "{what}: survey Job {job_name} read {} ({}), not {names}, which may hold newer \
+        "{what}: survey {token} read {} ({}), not {names}, which may hold newer \
          WAL; surveying again (survey {} of at most {SURVEYS_FOR_EVERY_MEMBER})",
         surveyed.len(),
         describe(o, surveyed),
@@ -408,8 +417,9 @@ fn members_unread(
     )))
 }
 
-/// Stay (`reason`, Degraded if `degraded`) until [`RESURVEY_SECONDS`] after the survey
-/// Job finished at `finished`, then go to the next survey (`SurveyRetried`).
+/// Stay (`reason`, Degraded if `degraded`) until [`RESURVEY_SECONDS`] after the
+/// survey's answers were read at `finished`, then go to the next survey
+/// (`SurveyRetried`).
 fn resurvey(
     s: &Switchover,
     world: &World<Observed>,
@@ -440,7 +450,7 @@ fn resurvey(
 /// other members, so a failover must read `others - number + 1` of them to be sure the
 /// most advanced one read has them all (`synchronous::survey_quorum`). A survey that read
 /// fewer: wait (Degraded, naming who and the way out) until [`RESURVEY_SECONDS`]
-/// after its Job (`job`: its name and when it finished) finished, then survey again;
+/// after its answers were read (`survey`: its token and when), then survey again;
 /// unless every member it did not read reports an empty volume
 /// ([`crate::machines::postgres::volume`]): then wait, Degraded, for a person (or the
 /// old primary) without surveying again. `None`: the survey read enough, or there is no
@@ -449,7 +459,7 @@ fn quorum_unread(
     spec: &PostgresClusterSpec,
     s: &Switchover,
     world: &World<Observed>,
-    (job_name, finished): (&str, Option<chrono::DateTime<chrono::Utc>>),
+    (token, finished): (&str, Option<chrono::DateTime<chrono::Utc>>),
     surveyed: &[Surveyed],
     what: &str,
 ) -> Option<Unread> {
@@ -485,7 +495,7 @@ fn quorum_unread(
     let message = format!(
         "{what}: every acknowledged commit is on {number} of the {} other members \
          (spec.synchronous), so {needed} must be read to promote one that has them all; \
-         survey Job {job_name} read {} ({}); {waiting}. To promote the most advanced \
+         survey {token} read {} ({}); {waiting}. To promote the most advanced \
          member read instead, losing the commits only the others may hold, set \
          spec.synchronous.dataDurability to Preferred",
         others.len(),

@@ -123,6 +123,7 @@ impl World {
         p.renewed = None;
         p.finished = None;
         p.stream_broken = None;
+        p.answered = None;
         p.next_round = now + chrono::Duration::seconds(RENEW_SECONDS);
     }
 
@@ -166,6 +167,7 @@ impl World {
                 released_at: l.released_lsn.map(|x| ReleasedAt::Lsn(Lsn(x))),
                 initialized: l.initialized,
                 transitions: l.transitions,
+                survey: l.survey.clone(),
                 // renewTime (the holder's clock) + L, on this agent's (true time).
                 holder_until: Some(mono(l.renewed + chrono::Duration::seconds(l.duration))),
             }),
@@ -225,6 +227,18 @@ impl World {
                 let me = format!("pg-{k}/{}", p.uid);
                 if let Some(role) = report_of(&seen, &me, p.server_reported) {
                     p.server_reported = Some(role);
+                }
+                // And answers a survey the Lease asks that it has not answered
+                // (`answers::answer`), unless its answer is lost.
+                if let Some(token) = seen.lease.seen().and_then(|l| l.survey.clone())
+                    && p.answered.as_ref() != Some(&token)
+                {
+                    if self.answers_lost.remove(&k) {
+                        p.answered = Some(token);
+                    } else if let Some(said) = answer(&seen, &token, None) {
+                        p.answer = Some(said);
+                        p.answered = Some(token);
+                    }
                 }
             }
         }

@@ -6,8 +6,6 @@ use super::World;
 /// What a Job does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum JobKind {
-    /// A failover's survey of the standbys at these ordinals.
-    Survey { hosts: Vec<i32> },
     /// A scheduled or on-demand backup.
     Backup,
     /// The final backup before deletion.
@@ -22,8 +20,6 @@ pub(super) struct Job {
     pub(super) kind: JobKind,
     /// `None` while running; `Some(succeeded)` once finished.
     pub(super) done: Option<bool>,
-    /// A survey's result (its pod's termination message).
-    pub(super) result: Option<String>,
     /// It carries the outcome finalizer (every Job the operator creates does).
     pub(super) held: bool,
     /// Someone deleted it while it was held: it stays until the finalizer goes.
@@ -43,7 +39,6 @@ impl World {
             uid,
             kind,
             done: None,
-            result: None,
             held: true,
             deleting: false,
         });
@@ -71,42 +66,6 @@ impl World {
             return;
         };
         let succeeded = match job.kind {
-            JobKind::Survey { ref hosts } => {
-                // Every Ready standby whose answer is not lost reports the WAL it received
-                // (and replayed).
-                let ready: Vec<i32> = hosts
-                    .iter()
-                    .copied()
-                    .filter(|k| {
-                        self.pods
-                            .get(k)
-                            .is_some_and(|p| !p.terminating && !p.writable && p.ready)
-                    })
-                    .collect();
-                let lost = std::mem::take(&mut self.answers_lost);
-                let answers: Vec<String> = ready
-                    .iter()
-                    .filter(|k| !lost.contains(k))
-                    .map(|k| {
-                        let lsn = format!("0/{:X}", self.received.get(k).copied().unwrap_or(0));
-                        format!(
-                            "\"pg-{k}\": {{\"receive\": \"{lsn}\", \"replay\": \"{lsn}\", \"inRecovery\": true}}"
-                        )
-                    })
-                    .collect();
-                let answered = ok && !answers.is_empty();
-                // A host asked and not read (its answer lost, it was not Ready, or the
-                // Job failed) counts a miss; one read starts again from none.
-                for k in hosts {
-                    let read = answered && ready.contains(k) && !lost.contains(k);
-                    let missed = self.missed.entry(*k).or_default();
-                    *missed = if read { 0 } else { *missed + 1 };
-                }
-                if let Some(j) = self.jobs.get_mut(index) {
-                    j.result = answered.then(|| format!("{{{}}}", answers.join(", ")));
-                }
-                answered
-            }
             JobKind::Backup => ok,
             JobKind::Final => {
                 self.final_backup_succeeded |= ok;

@@ -79,8 +79,9 @@
 //! [`Move::Replicate`]) so that standbys stand at different WAL positions, a standby
 //! whose stream breaks for good ([`Move::StreamBreaks`]: it receives and acknowledges
 //! nothing until its agent, once the stall bound has passed with a writable primary
-//! answering, stops it and its restart rewinds it), and the survey Job reporting them
-//! (an answer can time out: [`Move::AnswerLost`]; the real machine surveys again, and
+//! answering, stops it and its restart rewinds it), and the standbys' agents answering
+//! the failover's survey at their rounds through the real `answers::answer` (a pod may
+//! never answer a survey: [`Move::AnswerLost`]; the real machine surveys again, and
 //! skips such a member only after `SURVEYS_FOR_EVERY_MEMBER` surveys missed it). Lost status is the world's initial state (a running
 //! cluster, the machine in `Creating`), with the primary moved in a scenario.
 //!
@@ -146,6 +147,7 @@ use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 
 use super::actions::{DeleteCause, JobAction, LsnGate, PgAction, Role, ServiceKind, backup_key};
+use super::answers::{Answer, answer};
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::applied::SettingsReport;
 use super::instances::{Reported, ServerRole, report_of};
@@ -266,6 +268,12 @@ struct Pod {
     /// What its manager last reported of its server on the pod
     /// ([`crate::machines::postgres::instances`]): `None` before its first report.
     server_reported: Option<ServerRole>,
+    /// What its manager last answered to a survey, on the pod
+    /// ([`crate::machines::postgres::answers`]); kept across container restarts.
+    answer: Option<Answer>,
+    /// The survey token this container's manager answered (or, its answer lost, never
+    /// will): each is answered once.
+    answered: Option<String>,
     /// Whom its standby's configuration streams from ([`AgentAction::Follow`]).
     upstream: Upstream,
     /// The uid of the server its WAL receiver is connected to: set as it streams, and
@@ -303,6 +311,8 @@ impl Pod {
             settings_judged: 0,
             data_reported: None,
             server_reported: None,
+            answer: None,
+            answered: None,
             upstream: Upstream::Service,
             connected_to: None,
         }
@@ -330,6 +340,9 @@ struct ModelLease {
     /// The annotation `lockstep.dev/initialized`: added by a holder's renewal made with
     /// data, kept by the operator's hand-overs (a merge patch), gone with the Lease.
     initialized: bool,
+    /// The annotation `lockstep.dev/survey`: the token of the survey the operator asks
+    /// the standbys to answer; kept by hand-overs (a merge patch).
+    survey: Option<String>,
 }
 
 /// The simulated cluster.
@@ -399,13 +412,13 @@ pub(super) struct World {
     mark_lost: bool,
     /// The WAL each ordinal's data directory has received (kept on its volume).
     received: BTreeMap<i32, u64>,
-    /// The ordinals whose answer to the next survey to finish is lost
+    /// The ordinals that never answer the next survey they are asked
     /// ([`Move::AnswerLost`]).
     answers_lost: BTreeSet<i32>,
-    /// How many surveys in a row each ordinal did not answer though it was Ready and
-    /// asked; a failover may skip it only after `SURVEYS_FOR_EVERY_MEMBER` (the
-    /// most-advanced invariant's one exception).
-    missed: BTreeMap<i32, u32>,
+    /// The survey tokens the operator wrote on the Lease, in order: a failover may skip
+    /// a member only after it missed `SURVEYS_FOR_EVERY_MEMBER` of them
+    /// ([`World::missed`], the most-advanced invariant's one exception).
+    asked: Vec<String>,
     /// The standbys connected to the writable server that runs now: each joins by a
     /// [`Move::Replicate`] once both run, and a writable server that starts (after a
     /// crash, or a promotion) has none. A clean stop sends its last WAL to these only.
@@ -595,8 +608,8 @@ pub(super) enum Move {
     /// cannot follow, a broken replication connection): it receives nothing more until
     /// its server restarts.
     StreamBreaks(i32),
-    /// The pod's answer to the next survey to finish is lost: the survey's connection
-    /// to it timed out (its server slow, its node loaded), though it is Ready.
+    /// The pod never answers the next survey it is asked (its manager's write lost, its
+    /// node loaded), though it is Ready.
     AnswerLost(i32),
     /// The pod and its volume are gone (a claim deleted with its pod, a disk replaced):
     /// the StatefulSet makes it again with an empty volume. Only while another member
@@ -722,7 +735,7 @@ impl World {
             mark_lost: false,
             received: BTreeMap::new(),
             answers_lost: BTreeSet::new(),
-            missed: BTreeMap::new(),
+            asked: Vec::new(),
             streaming: BTreeSet::new(),
             volumes: BTreeMap::new(),
             agent_decide: REAL_AGENT,
@@ -789,6 +802,7 @@ impl World {
             version: 1,
             duration: self.lease_seconds,
             initialized: true,
+            survey: None,
         });
         self.served = true;
         self.round = 1;

@@ -7,6 +7,7 @@ use super::*;
 use crate::engine::World as Seen;
 use crate::engine::check::{CheckReport, Counterexample, check_scenario, try_check_machine};
 use crate::engine::planted::{Bug, Planted};
+use crate::instance::Lsn;
 use crate::machines::postgres::state::SwitchStep;
 
 /// A switchover or failover takes the Lease holder for fenced at once: the Lease is
@@ -41,31 +42,14 @@ impl Bug<Postgres> for ReadEveryPositionAsEqual {
     const NAME: &'static str = "postgrescluster-choose-by-ordinal";
 
     fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
-        // The bug: every surveyed position reads the same.
-        Some(survey_answers_read_as(world, |answers| {
-            for answer in answers.values_mut() {
-                answer["receive"] = "0/1".into();
-                answer["replay"] = "0/1".into();
-            }
-        }))
-    }
-}
-
-/// `world` with every survey result's answers (`{"pg-<k>": {...}}`) rewritten by `lie`.
-fn survey_answers_read_as(
-    world: &Seen<Observed>,
-    lie: impl Fn(&mut serde_json::Map<String, serde_json::Value>),
-) -> Seen<Observed> {
-    let mut lying = world.clone();
-    for result in lying.observed.own.job_results.values_mut() {
-        if let Ok(serde_json::Value::Object(mut answers)) =
-            serde_json::from_str::<serde_json::Value>(result)
-        {
-            lie(&mut answers);
-            *result = serde_json::Value::Object(answers).to_string();
+        // The bug: every position answered reads the same.
+        let mut lying = world.clone();
+        for answer in lying.observed.own.answers.values_mut() {
+            answer.received = Lsn(1);
+            answer.replayed = Lsn(1);
         }
+        Some(lying)
     }
-    lying
 }
 
 /// A failover counts every member as read: with synchronous replication it promotes the
@@ -78,14 +62,29 @@ impl Bug<Postgres> for CountEveryMemberAsRead {
     const NAME: &'static str = "postgrescluster-ignore-the-synchronous-quorum";
 
     fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
-        // The bug: a member the survey did not read is taken as read (at no position).
-        Some(survey_answers_read_as(world, |answers| {
-            for k in 0..MAX_PODS {
-                answers.entry(format!("pg-{k}")).or_insert_with(
-                    || serde_json::json!({"receive": "0/0", "replay": "0/0", "inRecovery": true}),
-                );
+        // The bug: a member that did not answer the survey asked is taken as read (at
+        // no position).
+        let mut lying = world.clone();
+        let token = lying.observed.own.lease.as_ref()?.survey.clone()?;
+        for k in 0..MAX_PODS {
+            let answer = lying.observed.own.answers.entry(k);
+            let unread = Answer {
+                token: token.clone(),
+                timeline: 0,
+                received: Lsn(0),
+                replayed: Lsn(0),
+            };
+            match answer {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(unread);
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) if o.get().token != token => {
+                    o.insert(unread);
+                }
+                std::collections::btree_map::Entry::Occupied(_) => {}
             }
-        }))
+        }
+        Some(lying)
     }
 }
 
@@ -148,16 +147,9 @@ fn lagging_replica_failover_with(
             vec![env(Write), env(Replicate(2))],
             fail_over(),
             before,
-            surveyed(true),
+            surveyed(),
             after,
-            vec![
-                r(),
-                env(Recreate(0)),
-                r(),
-                r(),
-                env(JobFinishes { nth: 0, ok: true }),
-                r(),
-            ],
+            vec![r(), env(Recreate(0)), r(), r(), env(AgentTick(2)), r()],
         ]
         .concat(),
     )
@@ -190,8 +182,8 @@ fn the_model_check_finds_a_failover_that_chooses_by_ordinal() {
 }
 
 /// Pod 2 has received a commit pod 1 has not when pod 0, the primary, fails, and pod
-/// 2's answer to the first survey times out. The failover runs on, with a second survey
-/// that reads it.
+/// 2 never answers the first survey. The failover runs on, with a second survey that
+/// pod 2 answers.
 fn failover_whose_survey_misses_the_most_advanced() -> (World, Vec<Event<Move, Edit>>) {
     lagging_replica_failover_with(
         vec![Event::Env(Move::AnswerLost(2))],
@@ -199,7 +191,8 @@ fn failover_whose_survey_misses_the_most_advanced() -> (World, Vec<Event<Move, E
             Event::Tick(15),
             r(),
             r(),
-            Event::Env(Move::JobFinishes { nth: 0, ok: true }),
+            Event::Env(Move::AgentTick(1)),
+            Event::Env(Move::AgentTick(2)),
         ],
     )
 }
@@ -233,7 +226,7 @@ fn synchronous_failover_with_the_acknowledging_standby_down() -> (World, Vec<Eve
         [
             vec![env(Write), env(Replicate(2)), env(BecomesUnready(2))],
             fail_over(),
-            surveyed(true),
+            surveyed(),
             vec![r(), r()],
         ]
         .concat(),
@@ -255,8 +248,8 @@ fn with_synchronous_replication_a_failover_waits_for_the_member_it_did_not_read(
         r(),
         Event::Env(Move::BecomesReady(2)),
         r(),
-        r(),
-        Event::Env(Move::JobFinishes { nth: 0, ok: true }),
+        Event::Env(Move::AgentTick(1)),
+        Event::Env(Move::AgentTick(2)),
         r(),
         r(),
     ]);
@@ -280,8 +273,21 @@ fn the_model_check_finds_a_failover_that_ignores_the_synchronous_quorum() {
 /// Pod 0, the primary, fails; its pod lingers Terminating (its server may still run)
 /// while the failover goes on.
 fn lingering_primary_failover() -> (World, Vec<Event<Move, Edit>>) {
-    let finishes = Event::Env(Move::JobFinishes { nth: 0, ok: true });
-    running_three([fail_over(), vec![r(), r(), r(), finishes, r(), r()]].concat())
+    running_three(
+        [
+            fail_over(),
+            vec![
+                r(),
+                r(),
+                r(),
+                Event::Env(Move::AgentTick(1)),
+                Event::Env(Move::AgentTick(2)),
+                r(),
+                r(),
+            ],
+        ]
+        .concat(),
+    )
 }
 
 #[test]
@@ -362,7 +368,8 @@ fn partitioned_holder_failover() -> (World, Vec<Event<Move, Edit>>) {
         vec![
             r(),
             r(),
-            env(JobFinishes { nth: 0, ok: true }),
+            env(AgentTick(1)),
+            env(AgentTick(2)),
             r(),
             r(),
             r(),
@@ -386,7 +393,7 @@ fn partitioned_holder_failover() -> (World, Vec<Event<Move, Edit>>) {
             // holder's own deadline, T + R + 1.
             vec![Event::Tick(16)],
             job_step(),
-            vec![env(JobFinishes { nth: 0, ok: true }), r(), r()],
+            vec![env(AgentTick(1)), env(AgentTick(2)), r(), r()],
         ]
         .concat(),
     )
@@ -441,7 +448,8 @@ fn a_target_cut_off_before_it_promotes_is_never_promoted_once_the_lease_moved_on
         r(),
         env(AgentTick(1)),
         env(BecomesUnready(1)),
-        env(JobFinishes { nth: 0, ok: true }),
+        env(AgentTick(0)),
+        env(AgentTick(2)),
         r(),
         r(),
         Event::Tick(u32::try_from(LEASE_SECONDS + SKEW_SECONDS + 1).unwrap_or(60)),
@@ -451,11 +459,12 @@ fn a_target_cut_off_before_it_promotes_is_never_promoted_once_the_lease_moved_on
         env(AgentTick(2)),
         env(Heal(1)),
         env(AgentTick(1)),
-        env(JobFinishes { nth: 0, ok: true }),
+        env(AgentTick(0)),
+        env(AgentTick(2)),
         r(),
         r(),
     ];
-    let events = [adopt(), fail_over(), surveyed(true), story].concat();
+    let events = [adopt(), fail_over(), surveyed(), story].concat();
     let report = check_scenario::<Postgres, World>(&config(), world, &events)
         .unwrap_or_else(|failure| panic!("{failure}"));
     let trace = report.trace.join("\n");
@@ -584,7 +593,8 @@ fn lowered_lease_failover() -> (World, Vec<Event<Move, Edit>>) {
         Event::Tick(16),
         r(),
         r(),
-        env(JobFinishes { nth: 0, ok: true }),
+        env(AgentTick(1)),
+        env(AgentTick(2)),
         r(),
         r(),
         env(AgentTick(1)),
@@ -633,7 +643,8 @@ fn force_deleted_switchover() -> (World, Vec<Event<Move, Edit>>) {
         r(),
         r(),
         // Pod 2 released no position: the standbys are surveyed before the hand-over.
-        env(JobFinishes { nth: 0, ok: true }),
+        env(AgentTick(0)),
+        env(AgentTick(1)),
         r(),
         r(),
         env(AgentTick(0)),
@@ -684,12 +695,14 @@ fn a_frozen_primary_that_stays_ready_is_failed_over() {
         r(),
         r(),
         r(),
-        env(JobFinishes { nth: 0, ok: true }),
+        env(AgentTick(1)),
+        env(AgentTick(2)),
         r(),
         r(),
         env(AgentTick(1)),
         env(Resume(0)),
-        env(JobFinishes { nth: 0, ok: true }),
+        env(AgentTick(1)),
+        env(AgentTick(2)),
         r(),
     ]);
     let report = passes((world, events));

@@ -3,6 +3,15 @@
 use super::*;
 use crate::engine::check::check_scenario;
 
+/// How long a survey waits after its answers were read before it asks again, as a
+/// clock step.
+const RESURVEY: u32 =
+    crate::machines::postgres::decide::switching_over::RESURVEY_SECONDS as u32 + 1;
+
+/// How long a survey waits for answers, as a clock step.
+const WAIT_FOR_ANSWERS: u32 =
+    crate::machines::postgres::decide::switching_over::SURVEY_WAIT_SECONDS as u32 + 1;
+
 /// The bound of one promote attempt, as a clock step: past it, the attempt failed.
 const PROMOTE_WAIT: u32 =
     crate::machines::postgres::decide::switching_over::PROMOTE_WAIT_SECONDS as u32;
@@ -54,19 +63,44 @@ pub(super) mod story {
         ]
     }
 
-    /// The failover runs up to its survey's end: demote and delete pod 0, which goes
-    /// (a vanished pod is not proof that its server stopped: the Lease it renewed until
-    /// then expires `L + S` later); the survey Job runs and succeeds (`ok`) or fails.
-    pub(crate) fn surveyed(ok: bool) -> Vec<Event<Move, Edit>> {
+    /// The failover runs up to its survey: demote and delete pod 0, which goes (a
+    /// vanished pod is not proof that its server stopped: the Lease it renewed until
+    /// then expires `L + S` later); the survey is asked on the Lease.
+    pub(crate) fn asked() -> Vec<Event<Move, Edit>> {
         vec![
             r(),
             Event::Env(Move::Terminated(0)),
             Event::Tick(expired()),
             r(),
             r(),
-            Event::Env(Move::JobFinishes { nth: 0, ok }),
-            r(),
         ]
+    }
+
+    /// [`asked`], then pods 1 and 2's agents answer at their rounds and the answers
+    /// are read.
+    pub(crate) fn surveyed() -> Vec<Event<Move, Edit>> {
+        [
+            asked(),
+            vec![
+                Event::Env(Move::AgentTick(1)),
+                Event::Env(Move::AgentTick(2)),
+                r(),
+            ],
+        ]
+        .concat()
+    }
+
+    /// [`asked`], but neither pod 1 nor pod 2 answers; the survey's wait runs out.
+    pub(crate) fn unanswered() -> Vec<Event<Move, Edit>> {
+        [
+            vec![
+                Event::Env(Move::AnswerLost(1)),
+                Event::Env(Move::AnswerLost(2)),
+            ],
+            asked(),
+            vec![Event::Tick(WAIT_FOR_ANSWERS), r()],
+        ]
+        .concat()
     }
 }
 
@@ -186,13 +220,13 @@ pub(super) fn upgrade_target_short_of_released() -> (World, Vec<Event<Move, Edit
 /// settles the world as for any run).
 fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
     use Move::*;
-    use story::{adopt, fail_over, r, surveyed};
+    use story::{adopt, fail_over, r, surveyed, unanswered};
     let env = Event::Env;
     // ... then on to its promotion: the most advanced standby chosen; the Lease handed
     // to it; pod 0 back; the target labelled primary; the target's agent promotes it.
     let to_promote = || {
         [
-            surveyed(true),
+            surveyed(),
             vec![r(), env(Recreate(0)), r(), r(), env(AgentTick(1))],
         ]
         .concat()
@@ -312,14 +346,14 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             .concat(),
         ),
         (
-            // The failover's survey Job fails; after its backoff another one runs.
+            // Nobody answers the failover's survey; after its wait another one asks.
             "SwitchingOver -> SwitchingOver (SurveyRetried)",
             running(3, false),
             [
                 adopt(),
                 fail_over(),
-                surveyed(false),
-                vec![Event::Tick(120), r()],
+                unanswered(),
+                vec![Event::Tick(RESURVEY), r()],
             ]
             .concat(),
         ),
@@ -331,7 +365,7 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 fail_over(),
-                surveyed(true),
+                surveyed(),
                 vec![r(), env(LeaseCleared), r()],
             ]
             .concat(),
@@ -389,7 +423,7 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             [
                 adopt(),
                 fail_over(),
-                surveyed(true),
+                surveyed(),
                 vec![env(BecomesUnready(1)), r()],
             ]
             .concat(),
@@ -634,7 +668,8 @@ fn a_failover_promotes_even_when_the_old_primary_came_back_and_released_a_positi
             env(AgentTick(0)),
             r(),
             r(),
-            env(JobFinishes { nth: 0, ok: true }),
+            env(AgentTick(1)),
+            env(AgentTick(2)),
             r(),
             r(),
             r(),

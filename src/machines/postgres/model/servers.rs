@@ -73,7 +73,7 @@ impl World {
                 **k != target && **k != self.db_primary && p.ready && !p.terminating && !p.writable
             })
             .filter(|(k, _)| {
-                self.missed.get(k).copied().unwrap_or(0)
+                self.missed(**k)
                     < crate::machines::postgres::decide::switching_over::SURVEYS_FOR_EVERY_MEMBER
             })
             .map(|(k, _)| (*k, self.received.get(k).copied().unwrap_or(0)))
@@ -302,6 +302,7 @@ impl World {
             version: l.version + 1,
             duration: self.lease_seconds,
             initialized: l.initialized,
+            survey: l.survey.clone(),
         });
         self.start_primaries();
     }

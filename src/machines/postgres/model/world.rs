@@ -145,7 +145,6 @@ where
                     uid: j.uid.to_string(),
                     key: Some(j.key.clone()),
                     purpose: Some(match j.kind {
-                        JobKind::Survey { .. } => Purpose::Promote,
                         JobKind::Backup => Purpose::Backup,
                         JobKind::Final => Purpose::FinalBackup,
                     }),
@@ -175,10 +174,14 @@ where
             },
             own: Own {
                 in_sync: self.in_sync,
-                job_results: self
-                    .jobs
-                    .iter()
-                    .filter_map(|j| Some((format!("pg-{}", j.key), j.result.clone()?)))
+                // The model's backups report no recoverable point.
+                job_results: BTreeMap::new(),
+                // What each live pod's manager last answered to a survey.
+                answers: self
+                    .pods
+                    .range(..GONE)
+                    .filter(|(_, p)| !p.terminating)
+                    .filter_map(|(k, p)| Some((*k, p.answer.clone()?)))
                     .collect(),
                 lease: self.lease.as_ref().map(|l| LeaseView {
                     holder: l.holder.map(|(k, uid)| format!("pg-{k}/{uid}")),
@@ -189,6 +192,7 @@ where
                     transitions: l.transitions,
                     released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
                     released_lsn: l.released_lsn.map(|x| format!("0/{x:X}")),
+                    survey: l.survey.clone(),
                     uid: "lease".to_owned(),
                     version: l.version.to_string(),
                 }),
@@ -330,9 +334,19 @@ where
                     self.delete_pod(*ordinal, uid, *cause);
                 }
             }
-            PgAction::RunSurvey { key, hosts, .. } => {
-                let hosts = hosts.clone();
-                self.create_job(key, JobKind::Survey { hosts });
+            PgAction::AskSurvey { token, version, .. } => {
+                // A merge patch on the Lease as observed.
+                if let Some(l) = self
+                    .lease
+                    .as_mut()
+                    .filter(|l| l.version.to_string() == *version)
+                {
+                    if l.survey.as_ref() != Some(token) {
+                        self.asked.push(token.clone());
+                    }
+                    l.survey = Some(token.clone());
+                    l.version += 1;
+                }
             }
             PgAction::Jobs(JobAction::RunBackup { key, kind }) => {
                 let job = match kind {
@@ -377,6 +391,7 @@ where
                         version: 1,
                         duration: self.lease_seconds,
                         initialized: false,
+                        survey: None,
                     });
                     self.start_primaries();
                 }
@@ -748,10 +763,6 @@ where
             && self
                 .cronjob
                 .is_none_or(|(_, s)| s == SCHEDULES[self.schedule])
-            && !self
-                .jobs
-                .iter()
-                .any(|j| matches!(j.kind, JobKind::Survey { .. }))
             && token_served
             && switchover_served
     }
@@ -784,6 +795,18 @@ impl World {
             .or(self.last_holder)?;
         let down = !self.pod_of((k, uid)).is_some_and(|p| self.may_write(p));
         down.then(|| format!("pg-{k}/{uid}"))
+    }
+
+    /// How many surveys in a row pod `k` has not answered: the tokens asked since the
+    /// last one it answered (all of them if it never answered).
+    pub(super) fn missed(&self, k: i32) -> u32 {
+        let last = self
+            .pods
+            .get(&k)
+            .and_then(|p| p.answer.as_ref())
+            .and_then(|a| self.asked.iter().position(|t| *t == a.token));
+        let since = last.map_or(0, |i| i + 1);
+        u32::try_from(self.asked.len().saturating_sub(since)).unwrap_or(u32::MAX)
     }
 
     /// Pod `k` is force-deleted while its node is partitioned: the object is gone at

@@ -1,4 +1,4 @@
-//! The Jobs the cluster runs: survey Jobs, backup Jobs and the backup CronJob.
+//! The Jobs the cluster runs: backup Jobs and the backup CronJob.
 
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, EnvVar, Volume};
@@ -10,8 +10,7 @@ use super::super::api::{
 use crate::machines::common::Error;
 use crate::machines::common::backup::{self, BackupKind, Destination};
 use crate::machines::common::env::{from_field, from_secret, plain};
-use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
-use crate::machines::common::meta::{self, Owner};
+use crate::machines::common::jobs::PodRecipe;
 
 use super::*;
 
@@ -48,33 +47,6 @@ fn job_container(name: &str, image: String, script: &str, env: Vec<EnvVar>) -> C
     }
 }
 
-/// The survey Job `key`: `survey.sh` against the pods at `hosts` (`<pod>=<host>` pairs
-/// in `SURVEY_HOSTS`), with the server's image. It reports one line of JSON in its
-/// termination message (the scripts' contract).
-///
-/// # Errors
-/// [`Error`] if the owner has no UID.
-pub fn survey_job(
-    pg: &PostgresCluster,
-    key: &str,
-    hosts: &[i32],
-    image: &str,
-) -> Result<Job, Error> {
-    let name = pg.name_any();
-    let hosts: Vec<String> = hosts
-        .iter()
-        .map(|k| format!("{name}-{k}={}", pod_host(pg, *k)))
-        .collect();
-    let mut env = vec![
-        plain("SURVEY_HOSTS", hosts.join(" ")),
-        plain("SURVEY_PORT", PORT.to_string()),
-    ];
-    env.extend(superuser_env(pg));
-    let mut container = job_container("survey", image.to_owned(), "survey.sh", env);
-    container.termination_message_policy = Some("FallbackToLogsOnError".to_owned());
-    instance_job(pg, key, "survey", container, SURVEY_DEADLINE_SECONDS)
-}
-
 /// `POSTGRES_USER` and `POSTGRES_PASSWORD`: the superuser the pod scripts connect as.
 fn superuser_env(pg: &PostgresCluster) -> [EnvVar; 2] {
     [
@@ -85,35 +57,6 @@ fn superuser_env(pg: &PostgresCluster) -> [EnvVar; 2] {
             SUPERUSER_PASSWORD_KEY,
         ),
     ]
-}
-
-/// A Job of the failover and switchover protocol (`component`: `survey`) running
-/// `container` against the instances, within `deadline` seconds, pruned at rest (with
-/// the promote Jobs of versions before the managers reported their promotions).
-fn instance_job(
-    pg: &PostgresCluster,
-    key: &str,
-    component: &str,
-    container: Container,
-    deadline: i64,
-) -> Result<Job, Error> {
-    let owner = Owner::of(pg)?;
-    let mut job = RunOnce {
-        labels: meta::component_labels(KIND_LABEL, &owner.name, component),
-        owner: &owner,
-        key,
-        purpose: Purpose::Promote,
-        pod: PodRecipe {
-            container,
-            ..PodRecipe::default()
-        },
-        deadline: Some(deadline),
-    }
-    .build();
-    if let Some(spec) = job.spec.as_mut() {
-        job_pod_extras(pg, spec);
-    }
-    Ok(job)
 }
 
 fn destination(backup: &BackupSpec) -> Destination {

@@ -11,6 +11,7 @@ use super::{metadata, namespace};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::postgres::actions::LsnGate;
+use crate::machines::postgres::answers::SURVEY;
 use crate::machines::postgres::api::PostgresCluster;
 use crate::machines::postgres::observe::{RELEASED_BY, RELEASED_LSN};
 
@@ -94,6 +95,12 @@ pub fn lease_hand_over(
             "leaseTransitions": transitions,
         }
     })
+}
+
+/// The merge patch asking the standbys to answer the survey `token` (the annotation
+/// [`SURVEY`]): it changes nothing else, so a holder's renewal is not disturbed.
+pub fn lease_survey(token: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {SURVEY: token}}})
 }
 
 /// The pods' ServiceAccount `<name>-instance`.

@@ -7,16 +7,15 @@
 //!
 //! | object | name | notes |
 //! |---|---|---|
-//! | ConfigMap | `<name>-scripts` | the Jobs' scripts (`survey.sh`, `backup.sh`, `basebackup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` in the Jobs |
+//! | ConfigMap | `<name>-scripts` | the Jobs' scripts (`backup.sh`, `basebackup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` in the Jobs |
 //! | Secret | `<name>-credentials` | only without `spec.credentialsSecret`; random passwords; not owned (kept, like the claims) |
 //! | Service | `<name>` | headless, publishes not-ready addresses: each pod's stable DNS name |
 //! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
 //! | Service | `<name>-ro` | selects `lockstep.dev/role=replica` (neither Service selects `demoted`) |
 //! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` |
 //! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; the init container copies `lockstep` from the operator's image and the server's container runs `lockstep instance` as PID 1 (`render::manager`); claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
-//! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator |
+//! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator; a failover's survey asks the standbys through it (`lockstep.dev/survey`, [`super::answers`]) |
 //! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
-//! | survey Jobs | `<name>-survey-<hash>-<attempt>` | `survey.sh`: the standbys' WAL positions, in the termination message |
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw`, or `basebackup.sh` asking its instance manager (`spec.backup.method`) |
 //! | CronJob | `<name>-backup` | scheduled backups, the same way |
 //!
@@ -59,18 +58,15 @@ mod jobs;
 mod lease;
 mod manager;
 
-pub use jobs::{backup_env, backup_job, cronjob, survey_job};
+pub use jobs::{backup_env, backup_job, cronjob};
 pub use lease::{
     LEASE_SECONDS_ENV, instance_binding, instance_name, instance_role, lease, lease_hand_over,
-    lease_name, micro_time, service_account,
+    lease_name, lease_survey, micro_time, service_account,
 };
 pub use manager::{
     BIN_PATH, DEFAULT_INSTANCE_IMAGE, INSTALL_CONTAINER, INSTALL_PATH, INSTANCE_COMMAND,
     LIVENESS_COMMAND, instance_image, set_instance_image,
 };
-
-/// How long a survey Job may run.
-pub const SURVEY_DEADLINE_SECONDS: i64 = 60;
 
 /// `app.kubernetes.io/name` of everything a PostgresCluster owns.
 pub const KIND_LABEL: &str = "postgrescluster";
@@ -97,9 +93,8 @@ pub const POSTGRES_UID: i64 = 999;
 
 /// The pod scripts, shipped verbatim in the scripts ConfigMap (`lib.sh` first: the
 /// others source it from their own directory).
-pub const SCRIPTS: [(&str, &str); 5] = [
+pub const SCRIPTS: [(&str, &str); 4] = [
     ("lib.sh", include_str!("../scripts/lib.sh")),
-    ("survey.sh", include_str!("../scripts/survey.sh")),
     ("backup.sh", include_str!("../scripts/backup.sh")),
     ("basebackup.sh", include_str!("../scripts/basebackup.sh")),
     ("restore.sh", include_str!("../scripts/restore.sh")),
@@ -171,11 +166,6 @@ pub fn service_name(pg: &PostgresCluster, kind: ServiceKind) -> String {
         ServiceKind::ReadWrite => format!("{name}-rw"),
         ServiceKind::ReadOnly => format!("{name}-ro"),
     }
-}
-
-/// `<name>-<ordinal>.<name>.<namespace>.svc`: a pod's stable DNS name.
-pub fn pod_host(pg: &PostgresCluster, ordinal: i32) -> String {
-    meta::pod_host(&pg.name_any(), &namespace(pg), ordinal)
 }
 
 /// `<name>-rw.<namespace>.svc`: where the primary is reached.

@@ -5,6 +5,7 @@ use super::upgrades::upgrade_observed;
 use super::*;
 use crate::driver::Operator;
 use crate::machines::postgres::actions::{LsnGate, survey_key};
+use crate::machines::postgres::answers::Answer;
 use crate::machines::postgres::decide::switching_over::SURVEYS_FOR_EVERY_MEMBER;
 use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED, RELEASED_LSN};
 use crate::machines::postgres::state::Surveyed;
@@ -268,23 +269,36 @@ fn at_survey(attempt: Option<u32>) -> PgState {
     }
 }
 
-/// The survey Job succeeded and its pod reported `result`.
-fn surveyed(result: &str) -> Observed {
-    surveyed_by(result, 1)
+/// One standby's answer: its ordinal, timeline (none: 0), received and replayed LSNs.
+type Said = (i32, Option<u32>, &'static str, &'static str);
+
+/// The token of the failover's survey `attempt` on the Lease of `o`.
+fn token(o: &Observed, attempt: u32) -> String {
+    let term = o.own.lease.as_ref().map_or(0, |l| l.transitions);
+    survey_key(&uid(0, V1), term, attempt)
 }
 
-/// The survey Job of `attempt` succeeded and its pod reported `result`.
-fn surveyed_by(result: &str, attempt: u32) -> Observed {
+/// The first survey was asked on the Lease and the standbys answered `said`.
+fn surveyed(said: &[Said]) -> Observed {
+    surveyed_by(said, 1)
+}
+
+/// Survey `attempt` was asked on the Lease and the standbys answered `said`.
+fn surveyed_by(said: &[Said], attempt: u32) -> Observed {
     let mut o = old_primary_gone(0);
-    let key = survey_key(&uid(0, V1), attempt);
-    o.jobs = vec![job(
-        &key,
-        Purpose::Promote,
-        JobOutcome::Succeeded { at: t(10) },
-    )];
-    o.own
-        .job_results
-        .insert(format!("pg-{key}"), result.to_owned());
+    let asked = token(&o, attempt);
+    edit_lease(&mut o, |l| l.survey = Some(asked.clone()));
+    for (k, timeline, received, replayed) in said {
+        o.own.answers.insert(
+            *k,
+            Answer {
+                token: asked.clone(),
+                timeline: timeline.unwrap_or(0),
+                received: received.parse().expect("an LSN"),
+                replayed: replayed.parse().expect("an LSN"),
+            },
+        );
+    }
     o
 }
 
@@ -301,13 +315,41 @@ fn a_failover_surveys_the_standbys_only_once_the_old_primary_is_fenced() {
         999,
     );
     assert_eq!(d.reason(), WAITING_FOR_FENCE);
-    // The survey Job asks every other live pod.
-    let d = decide(&spec("16.3"), &at_survey(None), old_primary_gone(0));
+    // The survey asks every other live pod, through the Lease.
+    let o = old_primary_gone(0);
+    let asked = token(&o, 1);
+    let d = decide(&spec("16.3"), &at_survey(None), o);
     assert_eq!(d.reason(), SURVEYING);
+    assert_says(&d, &["asking pg-1, pg-2 for their WAL positions"]);
     assert!(has_action(&d, |a| matches!(
         a,
-        PgAction::RunSurvey { hosts, .. } if hosts == &[1, 2]
+        PgAction::AskSurvey { token, .. } if *token == asked
     )));
+}
+
+#[test]
+fn a_survey_waits_up_to_its_bound_for_answers_to_its_own_token() {
+    let both: &[Said] = &[(1, Some(1), "0/5", "0/5"), (2, Some(1), "0/9", "0/9")];
+    // Asked at 0 s; at 3 s nobody answered: wait the 2 s left.
+    let d = decide_at(&spec("16.3"), &at_survey(None), surveyed(&[]), 3, 0);
+    assert_stays(&d, SURVEYING);
+    assert_eq!(requeue_secs(&d), Some(2));
+    assert_says(&d, &["waiting up to 5 s for pg-1, pg-2 to answer"]);
+    assert!(d.actions().is_empty(), "asked once");
+    // Every live member answered: no need to wait.
+    let d = decide_at(&spec("16.3"), &at_survey(None), surveyed(both), 3, 0);
+    assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
+    // Answers to an earlier survey do not count.
+    let mut stale = surveyed(both);
+    let earlier = survey_key(&uid(0, V1), 0, 2);
+    for a in stale.own.answers.values_mut() {
+        a.token.clone_from(&earlier);
+    }
+    let d = decide_at(&spec("16.3"), &at_survey(None), stale, 3, 0);
+    assert_stays(&d, SURVEYING);
+    // A new survey is a new token: it is asked again.
+    let d = decide_at(&spec("16.3"), &at_survey(Some(2)), surveyed(both), 3, 0);
+    assert!(has_action(&d, |a| matches!(a, PgAction::AskSurvey { .. })));
 }
 
 #[test]
@@ -315,12 +357,10 @@ fn the_most_advanced_ready_standby_is_chosen_and_recorded_before_the_lease_moves
     let d = decide(
         &spec("16.3"),
         &at_survey(None),
-        surveyed(
-            r#"{"pg-1": {"receive": "0/3000060", "replay": "0/3000060", "inRecovery": true},
-                "pg-2": {"receive": "0/3000148", "replay": "0/3000060", "inRecovery": true}}"#
-                .replace('\n', " ")
-                .as_str(),
-        ),
+        surveyed(&[
+            (1, None, "0/3000060", "0/3000060"),
+            (2, None, "0/3000148", "0/3000060"),
+        ]),
     );
     assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
     assert!(d.actions().is_empty(), "intent first");
@@ -340,22 +380,12 @@ fn the_most_advanced_ready_standby_is_chosen_and_recorded_before_the_lease_moves
 #[test]
 fn ties_go_to_the_higher_replay_position_then_to_the_lowest_ordinal() {
     let pick =
-        |result: &str| match target(&decide(&spec("16.3"), &at_survey(None), surveyed(result))) {
+        |said: &[Said]| match target(&decide(&spec("16.3"), &at_survey(None), surveyed(said))) {
             Some(PgState::SwitchingOver(s)) => s.target.ordinal,
             other => panic!("{other:?}"),
         };
-    assert_eq!(
-        pick(
-            r#"{"pg-1": {"receive": "0/5", "replay": "0/3", "inRecovery": true}, "pg-2": {"receive": "0/5", "replay": "0/4", "inRecovery": true}}"#
-        ),
-        2
-    );
-    assert_eq!(
-        pick(
-            r#"{"pg-1": {"receive": "0/5", "replay": "0/4", "inRecovery": true}, "pg-2": {"receive": "0/5", "replay": "0/4", "inRecovery": true}}"#
-        ),
-        1
-    );
+    assert_eq!(pick(&[(1, None, "0/5", "0/3"), (2, None, "0/5", "0/4")]), 2);
+    assert_eq!(pick(&[(1, None, "0/5", "0/4"), (2, None, "0/5", "0/4")]), 1);
 }
 
 #[test]
@@ -365,12 +395,10 @@ fn a_standby_on_an_older_timeline_loses_to_one_on_the_newest_whatever_its_positi
     let d = decide(
         &spec("16.3"),
         &at_survey(None),
-        surveyed(
-            r#"{"pg-1": {"receive": "0/9000000", "replay": "0/9000000", "timeline": 1, "inRecovery": true},
-                "pg-2": {"receive": "0/3000148", "replay": "0/3000148", "timeline": 2, "inRecovery": true}}"#
-                .replace('\n', " ")
-                .as_str(),
-        ),
+        surveyed(&[
+            (1, Some(1), "0/9000000", "0/9000000"),
+            (2, Some(2), "0/3000148", "0/3000148"),
+        ]),
     );
     let Some(PgState::SwitchingOver(s)) = target(&d) else {
         panic!("{d:?}")
@@ -393,7 +421,8 @@ fn a_standby_on_an_older_timeline_loses_to_one_on_the_newest_whatever_its_positi
 fn a_live_member_the_survey_did_not_reach_is_surveyed_again_then_skipped_with_the_reason_in_the_history()
  {
     let o = surveyed(ONLY_PG2);
-    // pg-1 may hold newer WAL: a survey 10 s after this one finished, not a target.
+    // pg-1 may hold newer WAL: a survey 10 s after this one's answers were read, not a
+    // target.
     let d = decide_at(&spec("16.3"), &at_survey(None), o.clone(), 12, 0);
     assert_stays(&d, SURVEYING);
     assert!(target(&d).is_none(), "{d:?}");
@@ -491,21 +520,6 @@ fn a_failover_that_surveyed_three_times_and_found_no_ready_standby_waits_degrade
     edit(&mut o, 2, |p| p.ready = false);
     let d = decide(&spec("16.3"), &at_survey(Some(SURVEYS_FOR_EVERY_MEMBER)), o);
     assert_degraded(&d, NO_PROMOTION_TARGET);
-}
-
-#[test]
-fn a_survey_without_its_result_yet_waits_and_a_failed_one_is_retried_as_a_new_job() {
-    let mut o = surveyed("{}");
-    o.own.job_results.clear();
-    let d = decide(&spec("16.3"), &at_survey(None), o.clone());
-    assert_stays(&d, SURVEYING);
-    o.jobs = vec![job(
-        &survey_key(&uid(0, V1), 1),
-        Purpose::Promote,
-        failed(0),
-    )];
-    let d = decide_at(&spec("16.3"), &at_survey(None), o, 10_000, 0);
-    assert_goes(&d, SURVEY_RETRIED, &at_survey(Some(2)));
 }
 
 #[test]
@@ -895,19 +909,19 @@ fn synchronous(durability: DataDurability) -> PostgresClusterSpec {
     }
 }
 
-const ONLY_PG2: &str = r#"{"pg-2": {"receive": "0/1", "replay": "0/1", "inRecovery": true}}"#;
+const ONLY_PG2: &[Said] = &[(2, None, "0/1", "0/1")];
 
-/// The decision at `now` of a failover at its survey, whose Job (finished at 10 s)
-/// reported `result`, with `spec.synchronous` of `durability`.
+/// The decision at `now` of a failover at its survey, asked at 0 s (its answers read at
+/// 5 s), answered `said`, with `spec.synchronous` of `durability`.
 fn surveyed_with(
     durability: DataDurability,
-    result: &str,
+    said: &[Said],
     now: i64,
 ) -> Decision<PgState, PgAction> {
     decide_at(
         &synchronous(durability),
         &at_survey(None),
-        surveyed(result),
+        surveyed(said),
         now,
         0,
     )
@@ -926,7 +940,7 @@ fn with_synchronous_replication_a_failover_that_read_too_few_members_waits_and_s
     ] {
         assert!(message(&d).contains(needle), "{needle}: {}", message(&d));
     }
-    // Some seconds after the survey finished: a new survey Job.
+    // Some seconds after its answers were read: a new survey.
     let d = surveyed_with(DataDurability::Required, ONLY_PG2, 30);
     assert_goes(&d, SURVEY_RETRIED, &at_survey(Some(2)));
 }
@@ -954,7 +968,7 @@ fn with_synchronous_replication_a_failover_whose_unread_members_lost_their_data_
 #[test]
 fn with_synchronous_replication_a_failover_that_read_every_needed_member_promotes_the_most_advanced()
  {
-    let both = r#"{"pg-1": {"receive": "0/9", "replay": "0/9", "inRecovery": true}, "pg-2": {"receive": "0/1", "replay": "0/1", "inRecovery": true}}"#;
+    let both: &[Said] = &[(1, None, "0/9", "0/9"), (2, None, "0/1", "0/1")];
     let d = surveyed_with(DataDurability::Required, both, 12);
     assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
     assert!(matches!(target(&d), Some(PgState::SwitchingOver(s)) if s.target.ordinal == 1));

@@ -143,6 +143,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             in_sync: InSync::ALL,
             lease: Some(lease_of(primary, image)),
             job_results: BTreeMap::new(),
+            answers: BTreeMap::new(),
             requests: PgRequests::default(),
             lease_seconds: BTreeMap::new(),
             unconfigured: Default::default(),
@@ -170,6 +171,7 @@ fn lease_of(k: i32, image: &str) -> LeaseView {
         transitions: 0,
         released_by: None,
         released_lsn: None,
+        survey: None,
         uid: "lease-uid".to_owned(),
         version: "7".to_owned(),
     }
