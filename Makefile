@@ -78,7 +78,7 @@ e2e: cluster-up ## End-to-end tests on the local control plane (brings it up).
 
 .PHONY: e2e-postgres-real
 e2e-postgres-real: ## PostgresCluster on real PostgreSQL pods on the real node (cluster-up with the real node first).
-	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 postgres-15-next s3 lockstep
+	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 postgres-15-bare postgres-15-next s3 lockstep
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- postgres_real:: postgres_freeze:: --test-threads=2
 
 .PHONY: demo
@@ -105,7 +105,7 @@ test: lint fresh docs unit scripts ## Everything CI checks; the control plane is
 
 .PHONY: bench-postgres
 bench-postgres: cluster-up ## Seconds writes are refused through -rw in switchovers and failovers, on real PostgreSQL on the real node (BENCH_PG_RUNS, default 5; docs/benchmarks.md).
-	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 lockstep
+	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 postgres-15-bare lockstep
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --ignored --exact postgres_real::recovery_time::seconds_writes_are_refused_in_a_switchover_and_a_failover --nocapture
 
 .PHONY: bench

@@ -28,8 +28,9 @@ use lockstep::machines::postgres::{Postgres, PostgresCluster};
 
 use crate::support::{Env, Fixture};
 
-/// The locally built PostgreSQL image (`tools/images`).
-const IMAGE: &str = "postgres:15";
+/// The locally built PostgreSQL image without `curl` or `perl` (`tools/images`:
+/// `postgres-15-bare`).
+const IMAGE: &str = "lockstep.local/postgres:15-bare";
 /// The local cluster's node-local class, writable by the pods' `fsGroup` (999).
 const STORAGE_CLASS: &str = "local";
 /// Creating and failing over real instances on a loaded 2-core machine.
@@ -173,6 +174,7 @@ async fn a_frozen_primary_is_reported_lost_and_failed_over() {
         name,
         serde_json::from_value(json!({
             "version": "15",
+            "image": IMAGE,
             "replicas": 3,
             "storageSize": "1Gi",
             "storageClassName": STORAGE_CLASS,

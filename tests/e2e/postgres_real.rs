@@ -85,8 +85,14 @@ mod recovery_time;
 mod zero_loss;
 
 const ROLE: &str = "lockstep.dev/role";
-/// The first image (`tools/images/build.sh --name postgres-15`).
-const IMAGE: &str = "postgres:15";
+/// The instances' image (`tools/images/build.sh --name postgres-15-bare`): the server
+/// binaries and pgBackRest, no `curl`, no `perl` and no file of Lockstep's own (issue
+/// 21): the pods run the instance manager their init container copies in.
+const IMAGE: &str = "lockstep.local/postgres:15-bare";
+/// What runs beside the instances: the writer pods (`psql`), and the backup and
+/// restore Jobs (`spec.backup.image`: their scripts upload with `curl`)
+/// (`tools/images/build.sh --name postgres-15`).
+const TOOLS_IMAGE: &str = "postgres:15";
 /// The upgrade target (`tools/images/build.sh --name postgres-15-next`).
 const NEXT_IMAGE: &str = "lockstep.local/postgres:15-next";
 /// The local cluster's node-local class (`tools/cluster/storageclasses.yaml`).
@@ -208,6 +214,7 @@ impl Real {
     ) -> PostgresCluster {
         let mut spec = json!({
             "version": "15",
+            "image": IMAGE,
             "replicas": replicas,
             "storageSize": "1Gi",
             "storageClassName": STORAGE_CLASS,
@@ -513,7 +520,7 @@ exec sleep infinity
                 "terminationGracePeriodSeconds": 1,
                 "containers": [{
                     "name": "client",
-                    "image": IMAGE,
+                    "image": TOOLS_IMAGE,
                     "command": ["bash", "-c", script],
                     "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1},
                     "env": [{"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": secret, "key": "superuserPassword"}}}],
@@ -880,6 +887,25 @@ async fn replication_then_upgrade_switchover() {
         .map(|(pod, _)| pod.clone())
         .collect();
     assert_eq!(replicas.len(), 2, "roles: {roles:?}");
+    // The instances' image has no curl and no perl, and the manager PID 1 runs is the
+    // one the init container copied in (the image holds no file of Lockstep's own:
+    // `tools/images/build.sh`, postgres-15-bare).
+    let (ok, out) = real.kubectl(&[
+        "exec",
+        &primary,
+        "-c",
+        "postgres",
+        "--",
+        "sh",
+        "-c",
+        "command -v curl perl; readlink /proc/1/exe",
+    ]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        out.trim(),
+        lockstep::machines::postgres::render::INSTANCE_BINARY,
+        "curl or perl found, or PID 1 is not the injected manager"
+    );
 
     // (a) Replication, seen by the primary through the Service, and a row that arrives.
     real.start_client(name).await;
@@ -2026,7 +2052,7 @@ async fn backup_to_s3_and_restore() {
         "bucket": bucket,
         "prefix": prefix,
         "credentialsSecret": "s3-real",
-        "image": IMAGE,
+        "image": TOOLS_IMAGE,
     }});
     let name = "pg";
     real.cluster(name, 1, backup.clone()).await;
@@ -2179,7 +2205,7 @@ async fn restore(
             "restartPolicy": "Never",
             "containers": [{
                 "name": "restore",
-                "image": IMAGE,
+                "image": TOOLS_IMAGE,
                 "command": ["bash", "/lockstep/scripts/restore.sh"],
                 "env": [
                     {"name": "TARGET_HOST", "value": format!("{target}-rw")},

@@ -14,8 +14,11 @@
 #   pause:          lockstep.local/pause:3.10              pod sandbox (static Go, empty base)
 #   etcd-3.6:       lockstep.local/etcd:v3.6.16            etcd, etcdctl, etcdutl + entrypoint/hooks, Debian minbase + curl
 #   etcd-3.7:       lockstep.local/etcd:v3.7.3             the same at 3.7
-#   postgres-15:    docker.io/library/postgres:15          PostgreSQL 15 + curl + pgBackRest (postgres uid 999 as in the official image)
-#   postgres-15-next: lockstep.local/postgres:15-next      the same root filesystem under a second tag (and
+#   postgres-15:    docker.io/library/postgres:15          PostgreSQL 15 + curl + pgBackRest (postgres uid 999 as in the official image):
+#                                                          the backup and restore Jobs' image (their scripts upload with curl)
+#   postgres-15-bare: lockstep.local/postgres:15-bare      postgres-15 without curl or perl: what the instances of the real
+#                                                          e2e tier run (the server binaries, pgBackRest, no file of Lockstep's)
+#   postgres-15-next: lockstep.local/postgres:15-next      postgres-15-bare's root filesystem under a second tag (and
 #                                                          LOCKSTEP_IMAGE_BUILD=next): the target of upgrade tests
 #   backup:         lockstep.local/backup:1                curl (S3 SigV4 uploads), etcdctl, etcdutl, s3 helper
 #   s3:             lockstep.local/s3:v1.8.0               versitygw S3 gateway, POSIX backend (static Go)
@@ -27,7 +30,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 CACHE_ROOT="${LOCKSTEP_CACHE:-${HOME:-/root}/.cache/lockstep}"
 IMAGES_DIR="$CACHE_ROOT/images"
-ALL=(pause etcd-3.6 etcd-3.7 postgres-15 postgres-15-next backup s3 lockstep)
+ALL=(pause etcd-3.6 etcd-3.7 postgres-15 postgres-15-bare postgres-15-next backup s3 lockstep)
 DEBIAN_SUITE=bookworm
 IMAGE_PROFILE="${LOCKSTEP_IMAGE_PROFILE:-release}"
 
@@ -39,6 +42,7 @@ ref_of() {
     etcd-3.6) echo lockstep.local/etcd:v3.6.16 ;;
     etcd-3.7) echo lockstep.local/etcd:v3.7.3 ;;
     postgres-15) echo docker.io/library/postgres:15 ;;
+    postgres-15-bare) echo lockstep.local/postgres:15-bare ;;
     postgres-15-next) echo lockstep.local/postgres:15-next ;;
     backup) echo lockstep.local/backup:1 ;;
     s3) echo lockstep.local/s3:v1.8.0 ;;
@@ -54,7 +58,7 @@ inputs_of() {
     pause) echo "$common tools/images/go.mod tools/images/cmd/pause/main.go" ;;
     etcd-3.6) echo "$common $(cd "$ROOT" && ls tools/images/etcd/v3.6.16/go.* tools/images/etcd/bin/*)" ;;
     etcd-3.7) echo "$common $(cd "$ROOT" && ls tools/images/etcd/v3.7.3/go.* tools/images/etcd/bin/*)" ;;
-    postgres-15 | postgres-15-next) echo "$common" ;;
+    postgres-15 | postgres-15-bare | postgres-15-next) echo "$common" ;;
     backup) echo "$common tools/images/etcd/v3.7.3/go.mod tools/images/etcd/v3.7.3/go.sum tools/images/backup/s3 tools/images/etcd/bin/etcd-backup tools/images/etcd/bin/etcd-lib.sh" ;;
     s3) echo "$common tools/images/s3/go.mod tools/images/s3/go.sum" ;;
     lockstep) echo "$common Cargo.toml Cargo.lock $(cd "$ROOT" && find src -type f | LC_ALL=C sort)" ;;
@@ -76,9 +80,11 @@ hash_of() {
     echo "image=$1 ref=$(ref_of "$1") go=$(go env GOVERSION) suite=$DEBIAN_SUITE"
     [ "$1" != lockstep ] || echo "profile=$IMAGE_PROFILE"
     recipe_text "$1"
-    # postgres-15-next is postgres-15's root filesystem: its recipe counts too.
-    [ "$1" != postgres-15-next ] || recipe_text postgres-15
-    declare -f debian_rootfs debian_base go_static oci
+    # postgres-15-next is postgres-15-bare's root filesystem, which is postgres-15's:
+    # their recipes count too.
+    [ "$1" != postgres-15-next ] || recipe_text postgres-15-bare
+    case "$1" in postgres-15-bare | postgres-15-next) recipe_text postgres-15 ;; esac
+    declare -f debian_rootfs debian_base go_static oci unpack_image
     for f in $(inputs_of "$1"); do echo "$f $(sha256sum <"$f" | cut -d' ' -f1)"; done
   ) | sha256sum | cut -c1-16
 }
@@ -113,6 +119,16 @@ debian_rootfs() {
     --essential-hook='echo "postgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/bash" >>"$1/etc/passwd"; echo "postgres:x:999:" >>"$1/etc/group"; echo "postgres:*:19000:0:99999:7:::" >>"$1/etc/shadow"' \
     --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/usr/share/locale/*' \
     "$DEBIAN_SUITE" "$dir" >&2
+}
+
+# unpack_image IMAGE DIR: IMAGE's single layer (built first), unpacked into DIR.
+unpack_image() {
+  local base manifest layer
+  base="$(path_of "$1")"
+  [ -f "$base" ] || { log "$1 must be built first ($base)"; return 1; }
+  manifest="$(tar -xOf "$base" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["digest"].split(":")[1])')"
+  layer="$(tar -xOf "$base" "blobs/sha256/$manifest" | python3 -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["digest"].split(":")[1])')"
+  tar -xOf "$base" "blobs/sha256/$layer" | tar -C "$2" --numeric-owner -xf -
 }
 
 # debian_base DIR: minbase + ca-certificates + curl, built once and cached as
@@ -180,16 +196,31 @@ build_one() {
         --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         --env PGDATA=/var/lib/postgresql/data --env PG_MAJOR=15
       ;;
+    postgres-15-bare)
+      # postgres-15's single layer without curl and perl (perl-base is Essential
+      # in Debian, so its files are removed rather than the package): the server
+      # binaries (under /usr/lib/postgresql/15/bin, PATH's first entry; Debian's
+      # /usr/bin wrappers are perl and go with it), pgBackRest and /bin/sh.
+      unpack_image postgres-15 "$rootfs"
+      rm -rf "$rootfs"/usr/bin/curl "$rootfs"/usr/bin/perl "$rootfs"/usr/bin/perl5* \
+        "$rootfs"/usr/share/perl "$rootfs"/usr/share/perl5 \
+        "$rootfs"/usr/lib/x86_64-linux-gnu/perl "$rootfs"/usr/lib/x86_64-linux-gnu/perl5 \
+        "$rootfs"/usr/lib/x86_64-linux-gnu/perl-base
+      # What the e2e tier promises of this image (issue 21): checked, not assumed.
+      if ls "$rootfs"/usr/bin/curl "$rootfs"/usr/bin/perl "$rootfs"/usr/local/bin/curl 2>/dev/null ||
+        [ -n "$(find "$rootfs" -name '*lockstep*' -print -quit)" ]; then
+        log "postgres-15-bare still holds curl, perl or a file of Lockstep's"
+        return 1
+      fi
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["postgres"]' --user 999:999 \
+        --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --env PGDATA=/var/lib/postgresql/data --env PG_MAJOR=15
+      ;;
     postgres-15-next)
-      # postgres-15's single layer, unpacked and written again under a second
+      # postgres-15-bare's single layer, unpacked and written again under a second
       # tag with one more variable: a distinct image (config digest) for
       # upgrade tests without a second 5-minute rootfs build.
-      local base manifest layer
-      base="$(path_of postgres-15)"
-      [ -f "$base" ] || { log "postgres-15 must be built first ($base)"; return 1; }
-      manifest="$(tar -xOf "$base" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["digest"].split(":")[1])')"
-      layer="$(tar -xOf "$base" "blobs/sha256/$manifest" | python3 -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["digest"].split(":")[1])')"
-      tar -xOf "$base" "blobs/sha256/$layer" | tar -C "$rootfs" --numeric-owner -xf -
+      unpack_image postgres-15-bare "$rootfs"
       oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["postgres"]' --user 999:999 \
         --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         --env PGDATA=/var/lib/postgresql/data --env PG_MAJOR=15 --env LOCKSTEP_IMAGE_BUILD=next
@@ -251,21 +282,27 @@ esac
 
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ALL[@]}")
-# postgres-15-next is made from postgres-15's archive: build that first, quietly
-# (only the requested archives are printed).
-prereq=()
-case " ${names[*]} " in
-  *" postgres-15-next "*) case " ${names[*]} " in *" postgres-15 "*) ;; *) prereq=(postgres-15) ;; esac ;;
-esac
+# postgres-15-bare is made from postgres-15's archive, postgres-15-next from
+# postgres-15-bare's: those are built first, quietly (only the requested archives
+# are printed).
+order=()
+add() { case " ${order[*]} " in *" $1 "*) ;; *) order+=("$1") ;; esac; }
+for n in "${names[@]}"; do
+  case "$n" in
+    postgres-15-next) add postgres-15; add postgres-15-bare ;;
+    postgres-15-bare) add postgres-15 ;;
+  esac
+  add "$n"
+done
 for n in "${names[@]}"; do ref_of "$n" >/dev/null; done
 mkdir -p "$IMAGES_DIR"
-for n in "${prereq[@]}" "${names[@]}"; do
+for n in "${order[@]}"; do
   # One build per image at a time (CI and a dev shell may race).
   exec 8>"$IMAGES_DIR/.lock-$n"
   flock 8
-  case " ${prereq[*]} " in
-    *" $n "*) build_one "$n" >/dev/null ;;
-    *) build_one "$n" ;;
+  case " ${names[*]} " in
+    *" $n "*) build_one "$n" ;;
+    *) build_one "$n" >/dev/null ;;
   esac
   exec 8>&-
 done

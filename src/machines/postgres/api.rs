@@ -177,7 +177,8 @@ pub struct PostgresClusterSpec {
     )]
     pub version: String,
     /// The server image, overriding `postgres:<version>`. It must run the major of
-    /// `version` and provide bash and the server binaries (the official images do).
+    /// `version` and provide the server binaries and `psql` on `PATH` (the official
+    /// images do), and `pgbackrest` when WAL is archived; nothing of Lockstep's.
     #[schemars(length(min = 1))]
     pub image: Option<String>,
     /// Instances: one primary and `replicas - 1` streaming replicas.

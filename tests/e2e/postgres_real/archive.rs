@@ -160,7 +160,7 @@ fn archiving_to_the_store(real: &Real) -> serde_json::Value {
         "bucket": "archive",
         "prefix": "wal",
         "credentialsSecret": "store-credentials",
-        "image": IMAGE,
+        "image": TOOLS_IMAGE,
         "walArchive": {"caSecret": "store-ca"}
     })
 }
@@ -507,7 +507,7 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
         "ahead",
         serde_json::from_value({
             let mut spec = json!({
-                "version": "15", "replicas": 1, "storageSize": "1Gi",
+                "version": "15", "image": IMAGE, "replicas": 1, "storageSize": "1Gi",
                 "storageClassName": crate::postgres_real::STORAGE_CLASS,
             });
             crate::support::merge_json(

@@ -64,8 +64,8 @@ pub use lease::{
     lease_name, lease_survey, micro_time, service_account,
 };
 pub use manager::{
-    BIN_PATH, DEFAULT_INSTANCE_IMAGE, INSTALL_CONTAINER, INSTALL_PATH, INSTANCE_COMMAND,
-    LIVENESS_COMMAND, instance_image, set_instance_image,
+    BIN_PATH, DEFAULT_INSTANCE_IMAGE, INSTALL_CONTAINER, INSTALL_PATH, INSTANCE_BINARY,
+    INSTANCE_COMMAND, LIVENESS_COMMAND, instance_image, set_instance_image,
 };
 
 /// `app.kubernetes.io/name` of everything a PostgresCluster owns.
