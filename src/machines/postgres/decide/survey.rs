@@ -75,8 +75,12 @@ pub(crate) fn most_advanced(
 }
 
 /// The positions of `surveyed`, for messages: `pg-1 timeline 2 receive 0/3000060
-/// replay 0/3000060` (no timeline where the survey read none).
+/// replay 0/3000060` (no timeline where the survey read none); `none answered` when
+/// nobody did.
 pub(crate) fn describe(o: &Observed, surveyed: &[Surveyed]) -> String {
+    if surveyed.is_empty() {
+        return "none answered".to_owned();
+    }
     surveyed
         .iter()
         .map(|s| {

@@ -216,13 +216,9 @@ fn survey(
         return stay(
             SURVEYING,
             format!(
-                "{what}: survey {token}: waiting up to {SURVEY_WAIT_SECONDS} s for {} to answer{}",
+                "{what}: survey {token}: waiting up to {SURVEY_WAIT_SECONDS} s for {} to answer ({})",
                 o.pod_names(&silent),
-                if surveyed.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", describe(o, &surveyed))
-                }
+                describe(o, &surveyed)
             ),
             actions,
         )
@@ -275,11 +271,7 @@ fn survey(
         None => {
             let message = format!(
                 "{what}: no standby that answered survey {token} is a Ready replica ({})",
-                if surveyed.is_empty() {
-                    "none answered".to_owned()
-                } else {
-                    describe(o, &surveyed)
-                }
+                describe(o, &surveyed)
             );
             // A standby may be restarting: ask them again before giving up.
             if attempt < SURVEYS_FOR_EVERY_MEMBER {
@@ -352,11 +344,7 @@ fn abandon(s: &Switchover, o: &Observed, why: &str) -> Option<D> {
 fn unpromotable(o: &Observed, what: &str, surveyed: &[Surveyed]) -> String {
     format!(
         "{what}: no standby the survey read can be promoted ({})",
-        if surveyed.is_empty() {
-            "none answered".to_owned()
-        } else {
-            describe(o, surveyed)
-        }
+        describe(o, surveyed)
     )
 }
 
