@@ -66,22 +66,21 @@ impl Bug<Postgres> for CountEveryMemberAsRead {
         // no position).
         let mut lying = world.clone();
         let token = lying.observed.own.lease.as_ref()?.survey.clone()?;
+        let unread = Answer {
+            token: token.clone(),
+            timeline: 0,
+            received: Lsn(0),
+            replayed: Lsn(0),
+        };
         for k in 0..MAX_PODS {
-            let answer = lying.observed.own.answers.entry(k);
-            let unread = Answer {
-                token: token.clone(),
-                timeline: 0,
-                received: Lsn(0),
-                replayed: Lsn(0),
-            };
-            match answer {
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    v.insert(unread);
-                }
-                std::collections::btree_map::Entry::Occupied(mut o) if o.get().token != token => {
-                    o.insert(unread);
-                }
-                std::collections::btree_map::Entry::Occupied(_) => {}
+            let said = lying
+                .observed
+                .own
+                .answers
+                .entry(k)
+                .or_insert_with(|| unread.clone());
+            if said.token != token {
+                *said = unread.clone();
             }
         }
         Some(lying)
