@@ -534,12 +534,18 @@ async fn scheduled_and_on_demand_backups_update_last_backup() {
         "image": "registry.example/db:1",
         "storage": {"size": "1Gi"},
     });
-    merge_json(&mut s, json!({"backupPolicy": policy("* * * * *")}));
+    // Suspended until the on-demand backup is recorded: a scheduled Job finishing in the
+    // same moment would otherwise be the newer backup, and lastBackup would never name
+    // the on-demand one.
+    let mut backup = policy("* * * * *");
+    merge_json(&mut backup, json!({"suspend": true}));
+    merge_json(&mut s, json!({"backupPolicy": backup}));
     db.create("audit", spec(s)).await;
     db.ready_at("audit", "registry.example/db:1").await;
     let cronjobs: Api<CronJob> = db.env.api();
     let cron = cronjobs.get("audit-backup").await.expect("the CronJob");
     assert_eq!(cron.spec.schedule, "* * * * *");
+    assert_eq!(cron.spec.suspend, Some(true));
 
     db.merge_patch(
         "audit",
@@ -560,7 +566,12 @@ async fn scheduled_and_on_demand_backups_update_last_backup() {
     )
     .await;
 
-    // The CronJob fires within a minute; its Job's outcome becomes lastBackup.
+    // Resumed, the CronJob fires within a minute; its Job's outcome becomes lastBackup.
+    db.merge_patch(
+        "audit",
+        json!({"spec": {"backupPolicy": {"suspend": false}}}),
+    )
+    .await;
     let scheduled = wait_for(
         &db.api,
         "audit",
