@@ -85,10 +85,10 @@ fn mono(t: DateTime<Utc>) -> Mono {
     Mono(u64::try_from((t - epoch()).num_milliseconds() + 1_000_000).unwrap_or(0))
 }
 
-fn position(lsn: u64) -> Position {
+fn position(at: Pos) -> Position {
     Position {
-        timeline: 1,
-        lsn: Lsn(lsn),
+        timeline: at.timeline,
+        lsn: Lsn(at.lsn),
     }
 }
 
@@ -130,7 +130,7 @@ impl World {
     /// What pod `k`'s agent observes now.
     fn observation(&self, k: i32) -> Option<Observation> {
         let p = self.pods.get(&k)?;
-        let mine = self.received.get(&k).copied().unwrap_or(0);
+        let mine = self.pos(k);
         let data = match self.volumes.get(&k) {
             None => DataDir::Empty,
             Some(Vol::Primary { clean }) => DataDir::Primary {
@@ -153,7 +153,7 @@ impl World {
                 streaming: p.stream_broken.is_none(),
             }),
             Srv::Writable => Server::Writable {
-                position: position(self.wal),
+                position: position(self.head()),
             },
         };
         let not_streaming_since = match server {
@@ -368,23 +368,30 @@ impl World {
                     ));
                 }
                 self.volumes.insert(k, Vol::Primary { clean: true });
-                self.received.insert(k, 0);
-                if !self.volumes.keys().any(|j| *j != k) {
+                if self.volumes.keys().any(|j| *j != k) {
+                    // A database of its own beside the cluster's: it shares no history.
+                    let apart = self.timelines.fork(Pos::START);
+                    self.received.insert(k, apart);
+                } else {
                     self.db_primary = k;
+                    self.timelines = Timelines::default();
+                    self.timeline = Pos::START.timeline;
                     self.wal = 0;
+                    self.received.insert(k, Pos::START);
                 }
                 finished(self, Task::Bootstrap, true);
                 true
             }
             AgentAction::PromoteLocally => {
                 self.volumes.insert(k, Vol::Primary { clean: true });
+                self.fork(k);
                 finished(self, Task::PromoteLocally, true);
                 true
             }
             AgentAction::Clone => {
                 if upstream {
                     self.volumes.insert(k, Vol::Standby);
-                    self.received.insert(k, self.wal);
+                    self.at_head(k);
                 }
                 finished(self, Task::Clone, upstream);
                 true
@@ -392,8 +399,13 @@ impl World {
             AgentAction::Rewind => {
                 if upstream {
                     self.volumes.insert(k, Vol::Standby);
-                    let mine = self.received.get(&k).copied().unwrap_or(0);
-                    self.received.insert(k, mine.min(self.wal));
+                    // pg_rewind takes it back to where its history and the writable
+                    // one agree; it follows the writable timeline from there.
+                    let kept = Pos {
+                        timeline: self.timeline,
+                        lsn: self.held(k),
+                    };
+                    self.received.insert(k, kept);
                     finished(self, Task::Rewind, true);
                 } else {
                     // No writable primary to rewind from: pg_rewind changes nothing.
@@ -437,6 +449,7 @@ impl World {
                 if self.pods.get(&k).map(|p| p.server) != Some(Srv::Standby) {
                     return false;
                 }
+                self.fork(k);
                 self.promote(k, true);
                 self.volumes.insert(k, Vol::Primary { clean: false });
                 if let Some(p) = self.pods.get_mut(&k) {

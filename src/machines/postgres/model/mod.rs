@@ -44,9 +44,11 @@
 //!     `T` after its last accepted renewal began, before `renewTime + L + S` on the
 //!     operator's clock) can end its tenure).
 //! 12. **A promotion takes the most advanced available replica**: no other Ready
-//!     standby (besides the old primary) has received more WAL than the one promoted,
-//!     in a failover (the survey) and in a planned switchover (a clean stop of the old
-//!     primary sends every Ready standby all it wrote).
+//!     standby (besides the old primary) holds more of the writable history than the
+//!     one promoted, in a failover (the survey) and in a planned switchover (a clean
+//!     stop of the old primary sends every Ready standby all it wrote). What a member
+//!     holds is measured on timelines ([`history`]): WAL it received past a fork the
+//!     writable history left counts for nothing, however high its LSN.
 //! 13. **A planned switchover loses no acknowledged write**: no promotion falls short
 //!     of the position a primary that stopped cleanly on demotion released the Lease at
 //!     (the agent's gate; only a person removing that position from the Lease, the
@@ -76,7 +78,9 @@
 //! to the API server can fail, a renewal can be slower than `R`, the whole pod can
 //! pause). Failed primaries whose pods linger Terminating while their server may still
 //! run ([`Move::Terminated`] ends them), commits and replication ([`Move::Write`],
-//! [`Move::Replicate`]) so that standbys stand at different WAL positions, a standby
+//! [`Move::Replicate`]) so that standbys stand at different WAL positions, on the
+//! timelines each promotion forks (a standby past a fork cannot follow: its stream
+//! breaks; [`history`]), a standby
 //! whose stream breaks for good ([`Move::StreamBreaks`]: it receives and acknowledges
 //! nothing until its agent, once the stall bound has passed with a writable primary
 //! answering, stops it and its restart rewinds it), and the standbys' agents answering
@@ -120,8 +124,10 @@
 //! The operator's side of findings 2 and 5 ([`planted`]): an expiry counting the spec's
 //! `L` alone, and a vanished pod taken for fenced. And synchronous replication's: a
 //! failover that promotes without reading the quorum (invariant 14), found where the
-//! standby that acknowledged the last commit is NotReady as the primary fails. Worlds
-//! with `spec.synchronous` are a third of the generated ones with two members or more:
+//! standby that acknowledged the last commit is NotReady as the primary fails. And
+//! timelines' ([`planted_timelines`]): a failover that compares the answers' LSNs
+//! without their timelines, found in a second failover where a standby kept the first
+//! one's lost writes. Worlds with `spec.synchronous` are a third of the generated ones with two members or more:
 //! `Any` or `First`, `Required` or `Preferred`, `number` 1 (or 2 with three members); an
 //! edit to `number` members or fewer is refused as the API server refuses it.
 //!
@@ -134,8 +140,10 @@
 
 mod agent;
 mod agent_planted;
+mod history;
 mod jobs;
 mod planted;
+mod planted_timelines;
 mod scenarios;
 mod servers;
 mod world;
@@ -167,6 +175,7 @@ use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{Hold, JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{self, epoch};
 use agent::{AgentDecide, REAL_AGENT, Srv, Vol};
+use history::{Pos, Timelines};
 use jobs::{Job, JobKind};
 
 const VERSIONS: [&str; 3] = ["16.1", "16.2", "16.3"];
@@ -399,6 +408,10 @@ pub(super) struct World {
     /// The head of the writable timeline (acknowledged commits, when replication is
     /// asynchronous).
     wal: u64,
+    /// The writable timeline ([`World::head`]).
+    timeline: u32,
+    /// Every timeline so far: each promotion forks one ([`World::held`]).
+    timelines: Timelines,
     /// With [`World::synchronous`] `Required`: the furthest commit acknowledged to a
     /// client, that is one that the standbys its writable server waited for had received
     /// ([`World::sync_acked`]). No promotion may fall short of it (invariant 14).
@@ -410,8 +423,9 @@ pub(super) struct World {
     /// guard against a new bootstrap is off until a holder with data renews it again (an
     /// assumption of the agent's: `src/instance/mod.rs`).
     mark_lost: bool,
-    /// The WAL each ordinal's data directory has received (kept on its volume).
-    received: BTreeMap<i32, u64>,
+    /// The WAL each ordinal's data directory has received (kept on its volume), as a
+    /// position on its timeline ([`World::pos`]).
+    received: BTreeMap<i32, Pos>,
     /// The ordinals that never answer the next survey they are asked
     /// ([`Move::AnswerLost`]).
     answers_lost: BTreeSet<i32>,
@@ -730,6 +744,8 @@ impl World {
             skew: 0,
             db_primary: 0,
             wal: 0,
+            timeline: Pos::START.timeline,
+            timelines: Timelines::default(),
             acked: 0,
             served: false,
             mark_lost: false,
@@ -823,7 +839,7 @@ impl World {
         self.volumes
             .keys()
             .filter(|k| has_data(k))
-            .max_by_key(|k| (self.received.get(k).copied().unwrap_or(0), -**k))
+            .max_by_key(|k| (self.held(**k), -**k))
             .copied()
             .unwrap_or(self.db_primary)
     }
@@ -895,7 +911,7 @@ impl World {
             .volumes
             .iter()
             .filter(|(k, v)| **k >= self.replicas && **k < n && v.has_data())
-            .max_by_key(|(k, _)| (self.received.get(k).copied().unwrap_or(0), -**k))
+            .max_by_key(|(k, _)| (self.held(**k), -**k))
             .map(|(k, _)| *k);
         if !within_spec && let Some(k) = beyond {
             self.replicas = k + 1;

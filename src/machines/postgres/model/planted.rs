@@ -96,14 +96,14 @@ type ChooseByOrdinal = Planted<Postgres, ReadEveryPositionAsEqual>;
 
 /// What Postgres as it is does in the scenario (`world` and its `events`): every
 /// invariant holds.
-fn passes((world, events): (World, Vec<Event<Move, Edit>>)) -> CheckReport {
+pub(super) fn passes((world, events): (World, Vec<Event<Move, Edit>>)) -> CheckReport {
     check_scenario::<Postgres, World>(&config(), world, &events)
         .unwrap_or_else(|failure| panic!("{failure}"))
 }
 
 /// How the machine `M` with a planted bug fails in the scenario (`world` and its
 /// `events`).
-fn found<M>((world, events): (World, Vec<Event<Move, Edit>>)) -> Box<Counterexample>
+pub(super) fn found<M>((world, events): (World, Vec<Event<Move, Edit>>)) -> Box<Counterexample>
 where
     M: Machine,
     World: WorldModel<M, Move = Move, Edit = Edit>,

@@ -3,6 +3,7 @@
 //! replication, and the Lease's hand-overs.
 
 use super::agent::{Srv, Vol};
+use super::history::Pos;
 use super::*;
 use crate::instance::AgentState;
 
@@ -43,13 +44,45 @@ impl World {
             .find(|p| p.uid == uid)
     }
 
+    /// The head of the writable history: its timeline and its last commit.
+    pub(super) fn head(&self) -> Pos {
+        Pos {
+            timeline: self.timeline,
+            lsn: self.wal,
+        }
+    }
+
+    /// Where ordinal `k`'s data directory stands (an empty one at a new cluster's start).
+    pub(super) fn pos(&self, k: i32) -> Pos {
+        self.received.get(&k).copied().unwrap_or(Pos::START)
+    }
+
+    /// How much of the writable history ordinal `k`'s data holds: up to where its
+    /// timeline and the writable one agree, not its LSN alone.
+    pub(super) fn held(&self, k: i32) -> u64 {
+        self.timelines.shared(self.pos(k), self.head())
+    }
+
+    /// Ordinal `k`'s data now stands at the writable head.
+    pub(super) fn at_head(&mut self, k: i32) {
+        let head = self.head();
+        self.received.insert(k, head);
+    }
+
+    /// Pod `k`'s server is promoted: its data moves to a new timeline, forked where it
+    /// stands.
+    pub(super) fn fork(&mut self, k: i32) {
+        let forked = self.timelines.fork(self.pos(k));
+        self.received.insert(k, forked);
+    }
+
     /// `target`'s data becomes the writable timeline: promoted by its own agent while it
     /// runs (`running`: it must be Ready), or locally as its container starts labelled
-    /// primary. It must be the most advanced of the standbys that are Ready (in a
-    /// planned switchover every standby Ready when the old primary stopped cleanly
-    /// received everything: [`World::agent_tick`]).
+    /// primary. It must be the most advanced of the standbys that are Ready, by how much
+    /// of the writable history each holds (in a planned switchover every standby Ready
+    /// when the old primary stopped cleanly received everything: [`World::agent_tick`]).
     pub(super) fn promote(&mut self, target: i32, running: bool) {
-        let mine = self.received.get(&target).copied().unwrap_or(0);
+        let mine = self.held(target);
         if let Some(x) = self.lease.as_ref().and_then(|l| l.released_lsn)
             && mine < x
         {
@@ -76,11 +109,14 @@ impl World {
                 self.missed(**k)
                     < crate::machines::postgres::decide::switching_over::SURVEYS_FOR_EVERY_MEMBER
             })
-            .map(|(k, _)| (*k, self.received.get(k).copied().unwrap_or(0)))
+            .map(|(k, _)| (*k, self.held(*k)))
             .find(|(_, theirs)| *theirs > mine)
         {
             self.violations.push(format!(
-                "promoted pod {target} at WAL {mine} while pod {k} had received {theirs}"
+                "promoted pod {target} at WAL {mine} while pod {k} had received {theirs} (at {:?} and {:?}; the writable history at {:?})",
+                self.pos(target),
+                self.pos(k),
+                self.head()
             ));
         }
         if running && !self.pods.get(&target).is_some_and(|p| p.ready) {
@@ -100,8 +136,11 @@ impl World {
             p.writable = true;
         }
         self.db_primary = target;
-        // The new timeline continues from what the target has.
-        self.wal = self.received.get(&target).copied().unwrap_or(0);
+        // The writable history is now the target's (its own timeline, forked as it was
+        // promoted; an old primary's data started again continues its own).
+        let now = self.pos(target);
+        self.timeline = now.timeline;
+        self.wal = now.lsn;
     }
 
     /// The agents of pods that wait to start (for their label, the Lease, their data)
@@ -122,7 +161,7 @@ impl World {
     /// wrote (the Lease's released position), if one did.
     pub(super) fn caught_up(&self, k: i32) -> bool {
         let released = self.lease.as_ref().and_then(|l| l.released_lsn);
-        released.is_none_or(|x| self.received.get(&k).copied().unwrap_or(0) >= x)
+        released.is_none_or(|x| self.held(k) >= x)
     }
 
     /// Every standby connected to the writable server receives all it wrote (its clean
@@ -142,7 +181,7 @@ impl World {
             .map(|(k, _)| *k)
             .collect();
         for k in standbys {
-            self.received.insert(k, self.wal);
+            self.at_head(k);
         }
         self.acknowledge();
     }
@@ -170,7 +209,7 @@ impl World {
             .streaming
             .iter()
             .filter(|k| ordinal(**k) != ordinal(w))
-            .map(|k| self.received.get(k).copied().unwrap_or(0).min(self.wal))
+            .map(|k| self.held(*k))
             .collect();
         if streaming.len() < number {
             return None;
@@ -201,15 +240,18 @@ impl World {
                 .is_some_and(|p| p.server == Srv::Writable && !p.paused)
         {
             self.wal += 1;
-            self.received.insert(k, self.wal);
+            self.at_head(k);
             // A force-deleted pod's server writes on its ordinal's volume: a pod made
             // there later starts on what it wrote (found from seed 0: without this, the
             // recreated primary released a position short of the commit on its disk).
-            self.received.insert(ordinal(k), self.wal);
+            self.at_head(ordinal(k));
         }
     }
 
-    /// Standby `k` catches up with the writable server, if one runs.
+    /// Standby `k` catches up with the writable server, if one runs and its data is on
+    /// the writable history. Past a fork on a timeline the writable one left (it received
+    /// an old primary's last writes), it cannot follow: its stream breaks, as
+    /// PostgreSQL's WAL receiver refuses a timeline that forked before its position.
     pub(super) fn replicate(&mut self, k: i32) {
         let streams = self.pods.get(&k).is_some_and(|p| {
             !p.writable
@@ -224,7 +266,11 @@ impl World {
             && let Some(uid) = self.pods.get(&w).filter(|p| !p.paused).map(|p| p.uid)
             && self.follows(k, (ordinal(w), uid))
         {
-            self.received.insert(k, self.wal);
+            if self.held(k) < self.pos(k).lsn {
+                self.stream_breaks(k);
+                return;
+            }
+            self.at_head(k);
             self.streaming.insert(k);
             if let Some(p) = self.pods.get_mut(&k) {
                 p.connected_to = Some(uid);
