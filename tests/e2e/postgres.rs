@@ -1552,9 +1552,12 @@ async fn a_cluster_at_rest_makes_no_request_when_reconciled_again() {
             .reconcile_all_on(forced),
     );
     let _agents = LeaseAgents::start(&pg.env);
+    // Suspended: a run spanning 03:00 UTC would otherwise count a scheduled backup's writes.
+    let mut suspended = backup();
+    suspended["suspend"] = json!(true);
     pg.create(
         "pg",
-        spec(json!({"backup": backup(), "backupSchedule": "0 3 * * *", "database": "app"})),
+        spec(json!({"backup": suspended, "backupSchedule": "0 3 * * *", "database": "app"})),
     )
     .await;
     pg.ready_at("pg", "postgres:16.3").await;
