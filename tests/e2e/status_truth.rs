@@ -179,7 +179,9 @@ async fn backup_finished_while_down(db: &Db, name: &str, token: &str) -> Job {
         "replicas": 1,
         "image": "registry.example/db:1",
         "storage": {"size": "1Gi"},
-        "backupPolicy": {"schedule": "0 3 * * *", "s3Endpoint": "https://s3.example",
+        // Suspended: a run spanning 03:00 UTC would otherwise meet a scheduled backup Job.
+        "backupPolicy": {"schedule": "0 3 * * *", "suspend": true,
+            "s3Endpoint": "https://s3.example",
             "s3CredentialsSecret": "s3", "bucket": "backups",
             "image": "registry.example/db-backup:1",
             "podAnnotations": {"lockstep.dev/kwok-complete-delay-ms": "2000"}},
@@ -371,7 +373,9 @@ fn backed_up(failing: bool) -> lockstep::machines::distributeddb::DistributedDBS
         "replicas": 1,
         "image": "registry.example/db:1",
         "storage": {"size": "1Gi"},
-        "backupPolicy": {"schedule": "0 3 * * *", "s3Endpoint": "https://s3.example",
+        // Suspended: a run spanning 03:00 UTC would otherwise meet a scheduled backup Job.
+        "backupPolicy": {"schedule": "0 3 * * *", "suspend": true,
+            "s3Endpoint": "https://s3.example",
             "s3CredentialsSecret": "s3", "bucket": "backups",
             "image": "registry.example/db-backup:1", "podLabels": labels},
     }))
