@@ -1230,6 +1230,10 @@ fn describe_outcome<M: Machine>(out: &Outcome<M>) -> String {
         (None, Some(state)) => line.push_str(&format!("stays in {state:?}")),
         (None, None) => line.push_str("no state"),
     }
+    // Why it stays, when the stay records a new reason (a taken edge names its own).
+    if let (None, Some(note)) = (&out.taken, out.note.as_ref().filter(|_| !initialized)) {
+        line.push_str(&format!(" [{}: {}]", note.reason, note.message));
+    }
     if !out.actions.is_empty() {
         line.push_str(&format!("; actions {:?}", out.actions));
     }

@@ -77,11 +77,16 @@ pub(crate) fn switching_over(
             ),
         );
     }
-    // Mid-switchover nobody is labelled primary until the target holds the Lease.
+    // Mid-switchover nobody is labelled primary until the target holds the Lease, and
+    // only the target's own pod: a pod that replaced it at its ordinal waits for a
+    // Lease naming it, so it starts as a standby meanwhile (and may be chosen again).
     let mut actions = objects(spec, &cluster.image, cluster.replicas, o);
+    let target_seen = o.pods.get(&t).is_some_and(|p| p.uid == s.target.uid);
     actions.extend(match s.step {
         // Not while the old primary is unseen: it may still carry the label.
-        SwitchStep::Promote if lease_holds_target(s, o).is_ok() && o.pods.contains_key(&old) => {
+        SwitchStep::Promote
+            if target_seen && lease_holds_target(s, o).is_ok() && o.pods.contains_key(&old) =>
+        {
             promoting_moves(o, t)
         }
         _ => label_moves(o, None),

@@ -618,6 +618,8 @@ impl World {
         }
         p.server = Srv::Writable;
         p.writable = true;
+        // Its recovery ends on a timeline of its own, forked where it stood.
+        self.fork(k);
         self.agent_round(k);
         self.server_stops(k);
         self.agent_tick(k);

@@ -885,9 +885,12 @@ impl World {
         // A user whose synchronous failover waits, Degraded, for members that lost their
         // data, and whose old primary lost its own, accepts the loss of the commits only
         // they may have had: dataDurability Preferred, the way out the operator names.
+        // The failover counts the members of the cluster it began in: the StatefulSet's
+        // (a scale-down waits for it to end), or the spec's if more.
         let has_data = |k: &i32| self.volumes.get(k).is_some_and(Vol::has_data);
-        let others = usize::try_from(self.replicas - 1).unwrap_or(0);
-        let kept = (0..self.replicas)
+        let members = self.replicas.max(n);
+        let others = usize::try_from(members - 1).unwrap_or(0);
+        let kept = (0..members)
             .filter(|k| *k != self.db_primary && has_data(k))
             .count();
         if let Some(sync) = self

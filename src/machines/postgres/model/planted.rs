@@ -123,7 +123,13 @@ fn assert_took(report: &CheckReport, edge: &str) {
 /// A running cluster of three pods (pod 0 primary), and `events` after three quiet
 /// reconciles.
 fn running_three(events: Vec<Event<Move, Edit>>) -> (World, Vec<Event<Move, Edit>>) {
-    let mut world = World::fresh(3, false, 0);
+    running_n(3, events)
+}
+
+/// A running cluster of `n` pods (pod 0 primary), and `events` after three quiet
+/// reconciles.
+fn running_n(n: i32, events: Vec<Event<Move, Edit>>) -> (World, Vec<Event<Move, Edit>>) {
+    let mut world = World::fresh(n, false, 0);
     world.running();
     (world, [r(), r(), r()].into_iter().chain(events).collect())
 }
@@ -925,5 +931,50 @@ fn a_synchronous_failover_never_goes_back_to_an_old_primary_recreated_empty() {
         "{}",
         report.trace.join("\n")
     );
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
+}
+
+/// Found by generated runs with `LOCKSTEP_CHECK_CASES=1500`: two members, the primary's
+/// volume is lost, and the failover's target is evicted right after the Lease was
+/// handed to it. The pod that replaced it (the same volume) was labelled primary by
+/// ordinal, so it waited for a Lease naming its old UID, and the failover for a Ready
+/// replica, for ever. Only the target's own pod is labelled primary now: its
+/// replacement starts as a standby and is chosen again.
+#[test]
+fn a_failover_whose_target_is_evicted_after_the_hand_over_promotes_the_pod_that_replaced_it() {
+    use Move::*;
+    let env = Event::Env;
+    // The primary's volume is lost; after failoverDelaySeconds the Lease goes to pod 1.
+    let failover = [env(VolumeLost(0)), r(), Event::Tick(46), r(), r(), r(), r()];
+    let handed_over = [Event::Tick(2), r(), r()];
+    let report = passes(running_n(
+        2,
+        [failover.as_slice(), &handed_over, &[env(Evicted(1))]].concat(),
+    ));
+    assert_took(&report, "SwitchingOver -> SwitchingOver (TargetChanged)");
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
+}
+
+/// Found by generated runs with `LOCKSTEP_CHECK_CASES=1500`: with `spec.synchronous`
+/// Required in three members, the primary's volume is lost, the spec scales to two and
+/// the third member's volume is lost too. The failover counts the three members it
+/// began with (the StatefulSet's), so its quorum of two cannot be read, and it waits,
+/// Degraded, naming `Preferred` as the way out. The settling world's person counted the
+/// spec's two and never took it; it counts the same members as the failover now.
+#[test]
+fn a_synchronous_failover_short_of_its_quorum_during_a_scale_down_ends_once_preferred() {
+    use Move::*;
+    let env = Event::Env;
+    let (mut world, events) = running_three(vec![
+        env(VolumeLost(0)),
+        Event::Edit(Edit::Replicas(2)),
+        env(VolumeLost(2)),
+    ]);
+    world.synchronous = Some(SynchronousSpec {
+        number: 1,
+        method: SyncMethod::Any,
+        data_durability: DataDurability::Required,
+    });
+    let report = passes((world, events));
     assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
 }

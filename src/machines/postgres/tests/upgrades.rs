@@ -260,3 +260,28 @@ fn a_single_instance_is_replaced_in_place() {
         Some(PgState::Upgrading { pod: Some(p), .. }) if p.ordinal == 0
     ));
 }
+
+#[test]
+fn a_pod_that_replaced_the_target_is_not_labelled_primary_by_its_ordinal() {
+    let mut o = upgrade_observed(&[1, 2], 0);
+    hand_over_to_1(&mut o, V2);
+    // The target's pod was deleted and made again: same ordinal, a new UID, not Ready.
+    edit(&mut o, 1, |p| {
+        p.uid = "replacement".to_owned();
+        p.ready = false;
+        p.role = None;
+    });
+    // And no other replica can be chosen: the switchover waits.
+    edit(&mut o, 2, |p| p.ready = false);
+    let d = decide_at(
+        &spec("16.4"),
+        &upgrade_switchover(SwitchStep::Promote),
+        o,
+        30,
+        0,
+    );
+    // The Lease names the old pod: labelled primary, the new one would wait for it for
+    // ever; labelled replica, it starts as a standby that can be chosen again.
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+    assert_eq!(labels_in(&d), vec![(1, Role::Replica)]);
+}
