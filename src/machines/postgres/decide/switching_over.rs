@@ -772,10 +772,25 @@ pub(crate) fn retarget(
                 .pods
                 .get(&s.target.ordinal)
                 .is_none_or(|p| p.uid != s.target.uid);
-            replaced
-                .then(|| abandon(s, o, &message))
-                .flatten()
-                .unwrap_or_else(|| stay(NO_PROMOTION_TARGET, message, actions).degraded())
+            if let Some(back) = replaced.then(|| abandon(s, o, &message)).flatten() {
+                return back;
+            }
+            // A failover whose survey has no candidate left asks the members as they are
+            // now: one that came back since (a member cloned anew, the target's pod
+            // remade) answers, and the survey's rules choose again.
+            if s.surveyed.is_some() {
+                return Decision::go(
+                    PgState::SwitchingOver(Switchover {
+                        step: SwitchStep::Survey,
+                        surveyed: None,
+                        survey_attempt: Some(s.survey_attempt.unwrap_or(1).saturating_add(1)),
+                        ..s.clone()
+                    }),
+                    SURVEY_RETRIED,
+                    format!("{message} among those its survey read: surveying again"),
+                );
+            }
+            stay(NO_PROMOTION_TARGET, message, actions).degraded()
         }
     }
 }

@@ -939,7 +939,8 @@ fn a_synchronous_failover_never_goes_back_to_an_old_primary_recreated_empty() {
 /// handed to it. The pod that replaced it (the same volume) was labelled primary by
 /// ordinal, so it waited for a Lease naming its old UID, and the failover for a Ready
 /// replica, for ever. Only the target's own pod is labelled primary now: its
-/// replacement starts as a standby and is chosen again.
+/// replacement starts as a standby, and a failover with no candidate left among those
+/// its survey read surveys again, and chooses it.
 #[test]
 fn a_failover_whose_target_is_evicted_after_the_hand_over_promotes_the_pod_that_replaced_it() {
     use Move::*;
@@ -951,7 +952,7 @@ fn a_failover_whose_target_is_evicted_after_the_hand_over_promotes_the_pod_that_
         2,
         [failover.as_slice(), &handed_over, &[env(Evicted(1))]].concat(),
     ));
-    assert_took(&report, "SwitchingOver -> SwitchingOver (TargetChanged)");
+    assert_took(&report, "SwitchingOver -> SwitchingOver (SurveyRetried)");
     assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
 }
 
@@ -977,4 +978,26 @@ fn a_synchronous_failover_short_of_its_quorum_during_a_scale_down_ends_once_pref
     });
     let report = passes((world, events));
     assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
+}
+
+/// Found by generated runs with `LOCKSTEP_CHECK_CASES=4000`: two members, the primary's
+/// volume is lost, pod 1 is promoted (pod 0, remade, clones it), and the Lease is
+/// deleted. Pod 1 stops its server (its Lease names nobody) and, demoted, waits to
+/// rewind from a primary that no longer runs; the failover waited for it to be Ready
+/// again, for ever, though pod 0 has its data. It surveys again instead: pod 0, the old
+/// primary's ordinal, is no survey's candidate, so with nobody else it is the primary
+/// again on the data it cloned (`BackToOldPrimary`), and the cluster is Ready.
+#[test]
+fn a_failover_whose_promoted_target_loses_the_lease_is_not_wedged_waiting_for_it() {
+    use Move::*;
+    let env = Event::Env;
+    let failover = [env(VolumeLost(0)), r(), Event::Tick(46), r(), r(), r()];
+    let promoted = [env(Recreate(0)), r(), Event::Tick(2), r(), r(), r()];
+    let lost = [env(AgentTick(1)), env(LeaseDeleted)];
+    let report = passes(running_n(
+        2,
+        [failover.as_slice(), &promoted, &lost].concat(),
+    ));
+    assert_took(&report, "SwitchingOver -> SwitchingOver (SurveyRetried)");
+    assert_took(&report, "SwitchingOver -> PrimaryLost (BackToOldPrimary)");
 }

@@ -382,3 +382,34 @@ fn the_primary_available_condition_names_why_the_primary_is_lost() {
     .expect("a condition");
     assert_eq!(c.reason, "PrimaryNotReady");
 }
+
+// --- a failover's chosen target lost, nobody else read ---------------------------------
+
+/// A failover in `Promote` whose survey read pod 1 only: pod 1 is its target.
+fn promoting_what_pod_1_answered() -> PgState {
+    let mut state = failing_promote(1);
+    if let PgState::SwitchingOver(s) = &mut state {
+        s.surveyed = Some(vec![crate::machines::postgres::state::Surveyed {
+            ordinal: 1,
+            receive: "0/10".to_owned(),
+            replay: "0/10".to_owned(),
+            timeline: Some(1),
+        }]);
+    }
+    state
+}
+
+#[test]
+fn a_failover_whose_target_is_lost_with_nobody_else_read_surveys_again_instead_of_waiting_for_it() {
+    let mut o = primary_down(0);
+    hand_over_to_1(&mut o, V1);
+    edit(&mut o, 1, |p| p.ready = false);
+    let d = decide_at(&spec("16.3"), &promoting_what_pod_1_answered(), o, 10, 0);
+    // Pod 2, Ready, was not read: the members are asked as they are now.
+    assert_eq!(d.reason(), SURVEY_RETRIED);
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(s))
+            if s.step == SwitchStep::Survey && s.surveyed.is_none() && s.survey_attempt == Some(2)
+    ));
+}
