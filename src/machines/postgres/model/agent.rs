@@ -153,7 +153,7 @@ impl World {
                 streaming: p.stream_broken.is_none(),
             }),
             Srv::Writable => Server::Writable {
-                position: position(self.head()),
+                position: position(self.head),
             },
         };
         let not_streaming_since = match server {
@@ -375,8 +375,7 @@ impl World {
                 } else {
                     self.db_primary = k;
                     self.timelines = Timelines::default();
-                    self.timeline = Pos::START.timeline;
-                    self.wal = 0;
+                    self.head = Pos::START;
                     self.received.insert(k, Pos::START);
                 }
                 finished(self, Task::Bootstrap, true);
@@ -402,7 +401,7 @@ impl World {
                     // pg_rewind takes it back to where its history and the writable
                     // one agree; it follows the writable timeline from there.
                     let kept = Pos {
-                        timeline: self.timeline,
+                        timeline: self.head.timeline,
                         lsn: self.held(k),
                     };
                     self.received.insert(k, kept);
@@ -835,7 +834,7 @@ pub(super) mod stories {
                     lease_to(w, 1);
                     waiting(w, 1, AgentState::AwaitingLease, Role::Primary);
                     if let Some(l) = w.lease.as_mut() {
-                        l.released_lsn = Some(w.wal);
+                        l.released_lsn = Some(w.head.lsn);
                     }
                 },
                 vec![env(AgentTick(1))],

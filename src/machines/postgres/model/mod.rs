@@ -405,11 +405,9 @@ pub(super) struct World {
     skew: i64,
     // PostgreSQL.
     db_primary: i32,
-    /// The head of the writable timeline (acknowledged commits, when replication is
-    /// asynchronous).
-    wal: u64,
-    /// The writable timeline ([`World::head`]).
-    timeline: u32,
+    /// The head of the writable history: its timeline and its last commit (acknowledged
+    /// commits, when replication is asynchronous).
+    head: Pos,
     /// Every timeline so far: each promotion forks one ([`World::held`]).
     timelines: Timelines,
     /// With [`World::synchronous`] `Required`: the furthest commit acknowledged to a
@@ -743,8 +741,7 @@ impl World {
             now: epoch(),
             skew: 0,
             db_primary: 0,
-            wal: 0,
-            timeline: Pos::START.timeline,
+            head: Pos::START,
             timelines: Timelines::default(),
             acked: 0,
             served: false,

@@ -162,11 +162,14 @@ fn lagging_replica_failover_with(
 
 /// Assert that the run handed the Lease to pod 2.
 fn assert_handed_to_pod_2(report: &CheckReport) {
+    assert_handed_to(report, 2);
+}
+
+/// Assert that the run handed the Lease to pod `k`.
+pub(super) fn assert_handed_to(report: &CheckReport, k: i32) {
+    let to = format!("HandLease {{ holder: Some(\"pg-{k}/");
     assert!(
-        report
-            .trace
-            .iter()
-            .any(|l| l.contains("HandLease { holder: Some(\"pg-2/")),
+        report.trace.iter().any(|l| l.contains(&to)),
         "{}",
         report.trace.join("\n")
     );

@@ -44,14 +44,6 @@ impl World {
             .find(|p| p.uid == uid)
     }
 
-    /// The head of the writable history: its timeline and its last commit.
-    pub(super) fn head(&self) -> Pos {
-        Pos {
-            timeline: self.timeline,
-            lsn: self.wal,
-        }
-    }
-
     /// Where ordinal `k`'s data directory stands (an empty one at a new cluster's start).
     pub(super) fn pos(&self, k: i32) -> Pos {
         self.received.get(&k).copied().unwrap_or(Pos::START)
@@ -60,12 +52,12 @@ impl World {
     /// How much of the writable history ordinal `k`'s data holds: up to where its
     /// timeline and the writable one agree, not its LSN alone.
     pub(super) fn held(&self, k: i32) -> u64 {
-        self.timelines.shared(self.pos(k), self.head())
+        self.timelines.shared(self.pos(k), self.head)
     }
 
     /// Ordinal `k`'s data now stands at the writable head.
     pub(super) fn at_head(&mut self, k: i32) {
-        let head = self.head();
+        let head = self.head;
         self.received.insert(k, head);
     }
 
@@ -116,7 +108,7 @@ impl World {
                 "promoted pod {target} at WAL {mine} while pod {k} had received {theirs} (at {:?} and {:?}; the writable history at {:?})",
                 self.pos(target),
                 self.pos(k),
-                self.head()
+                self.head
             ));
         }
         if running && !self.pods.get(&target).is_some_and(|p| p.ready) {
@@ -138,9 +130,7 @@ impl World {
         self.db_primary = target;
         // The writable history is now the target's (its own timeline, forked as it was
         // promoted; an old primary's data started again continues its own).
-        let now = self.pos(target);
-        self.timeline = now.timeline;
-        self.wal = now.lsn;
+        self.head = self.pos(target);
     }
 
     /// The agents of pods that wait to start (for their label, the Lease, their data)
@@ -239,7 +229,7 @@ impl World {
                 .get(&k)
                 .is_some_and(|p| p.server == Srv::Writable && !p.paused)
         {
-            self.wal += 1;
+            self.head.lsn += 1;
             self.at_head(k);
             // A force-deleted pod's server writes on its ordinal's volume: a pod made
             // there later starts on what it wrote (found from seed 0: without this, the
