@@ -17,6 +17,9 @@ struct Cluster<const MISBEHAVE: bool, const SETTLES: bool> {
     scaled_to: u32,
     /// Ready pods, at most `scaled_to`.
     ready: u32,
+    /// The pods' StatefulSet was deleted by the cleanup: a later scale (a patch of its
+    /// `scale` subresource, from a reconcile that read a stale view) finds nothing.
+    cleaned: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +38,7 @@ impl<const MISBEHAVE: bool, const SETTLES: bool> WorldModel<Toy> for Cluster<MIS
                 replicas,
                 scaled_to: 0,
                 ready: 0,
+                cleaned: false,
             })
             .boxed()
     }
@@ -59,13 +63,20 @@ impl<const MISBEHAVE: bool, const SETTLES: bool> WorldModel<Toy> for Cluster<MIS
     }
 
     fn observe(&self) -> ToyObserved {
-        ToyObserved { ready: self.ready }
+        ToyObserved {
+            ready: self.ready,
+            scaled: Some(self.scaled_to),
+        }
     }
 
     fn apply(&mut self, action: &ToyAction) {
         match action {
-            ToyAction::Scale(n) => self.scaled_to = *n,
-            ToyAction::Cleanup => self.scaled_to = 0,
+            ToyAction::Scale(n) if !self.cleaned => self.scaled_to = *n,
+            ToyAction::Scale(_) => {}
+            ToyAction::Cleanup => {
+                self.scaled_to = 0;
+                self.cleaned = true;
+            }
         }
         self.ready = self.ready.min(self.scaled_to);
     }

@@ -614,7 +614,10 @@ fn a_machine_whose_waiting_state_declares_no_deadline_is_refused_and_nothing_is_
     let out = crate::engine::step::<Undeadlined>(crate::engine::Input {
         spec: &spec(2),
         status: &status,
-        observed: super::toy::ToyObserved { ready: 0 },
+        observed: super::toy::ToyObserved {
+            ready: 0,
+            scaled: None,
+        },
         generation: 1,
         deleting: false,
         now: api.now,

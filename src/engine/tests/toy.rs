@@ -42,6 +42,9 @@ pub(super) struct ToySpec {
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct ToyObserved {
     pub ready: u32,
+    /// The scale last applied, as a StatefulSet's `spec.replicas` shows it (`None`: not
+    /// observed): an applied scale whose transition was never recorded is found here.
+    pub scaled: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -141,6 +144,14 @@ impl Machine for Toy {
                 format!("scaling from {replicas} to {}", spec.replicas),
             )
             .with_actions([ToyAction::Scale(spec.replicas)]),
+            // A scale applied by a reconcile whose status write was lost, then undone in
+            // the spec: the state matches the spec, the world does not.
+            ToyState::Running { replicas }
+                if world.observed.scaled.is_some_and(|n| n != *replicas) =>
+            {
+                Decision::stay("Drifted", format!("scaling back to {replicas}"))
+                    .with_actions([ToyAction::Scale(*replicas)])
+            }
             ToyState::Running { replicas } => {
                 Decision::stay("Serving", format!("{replicas} pods ready"))
             }
@@ -222,7 +233,10 @@ impl Api {
         let out = step::<Toy>(Input {
             spec,
             status: &status,
-            observed: ToyObserved { ready },
+            observed: ToyObserved {
+                ready,
+                scaled: None,
+            },
             generation: self.generation,
             deleting: self.deleting,
             now: self.now,
