@@ -17,7 +17,10 @@
 //! - The state's derived schema is a `oneOf` (or `anyOf`) of objects, each with a
 //!   `name` property fixed to one value (`const` or a one-element `enum`), possibly
 //!   combined through `allOf` with the schema of a struct (a newtype variant).
-//! - Fields of the same name have the same type in every variant that has them.
+//! - Fields of the same name have the same type in every variant that has them: a
+//!   machine's tests check it with [`mismatched_fields`] (a `step` of one enum in one
+//!   variant and of another in the next would hoist as the first, and the API server
+//!   would refuse every status written in the second).
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{Map, Value, json};
@@ -36,6 +39,47 @@ pub fn hoisted<S: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
         transform.transform(&mut schema);
     }
     schema
+}
+
+/// The fields that two variants of the state type `S` declare with different schemas
+/// (their descriptions aside), each as `field: Variant {schema}, Other {schema}`: empty
+/// when the state hoists faithfully.
+pub fn mismatched_fields<S: JsonSchema>() -> Vec<String> {
+    let mut settings = schemars::generate::SchemaSettings::openapi3();
+    settings.inline_subschemas = true;
+    let derived = settings.into_generator().into_root_schema_for::<S>();
+    let variants: Vec<&Value> = ["oneOf", "anyOf"]
+        .iter()
+        .filter_map(|k| derived.as_value().get(*k).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let mut seen: Vec<(String, Vec<(String, Value)>)> = Vec::new();
+    for variant in variants {
+        let properties = properties_of(variant);
+        let Some(name) = properties.get("name").and_then(tag) else {
+            continue;
+        };
+        for (field, schema) in properties.iter().filter(|(k, _)| *k != "name") {
+            // What the hoisting rewrites anyway: each variant's text, and optionality.
+            let mut bare = schema.clone();
+            if let Some(map) = bare.as_object_mut() {
+                map.remove("description");
+                map.remove("nullable");
+                map.remove("default");
+            }
+            match seen.iter_mut().find(|(f, _)| f == field) {
+                Some((_, schemas)) => schemas.push((name.clone(), bare)),
+                None => seen.push((field.clone(), vec![(name.clone(), bare)])),
+            }
+        }
+    }
+    seen.into_iter()
+        .filter(|(_, schemas)| schemas.iter().any(|(_, s)| *s != schemas[0].1))
+        .map(|(field, schemas)| {
+            let each: Vec<String> = schemas.iter().map(|(v, s)| format!("{v} {s}")).collect();
+            format!("{field}: {}", each.join(", "))
+        })
+        .collect()
 }
 
 /// One hoisted field: its name, its schema, and each variant that has it with the
@@ -236,6 +280,39 @@ mod tests {
         One,
         /// Second.
         Two,
+    }
+
+    /// Two variants whose `step` fields are of different enums.
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    #[serde(tag = "name")]
+    #[allow(dead_code)] // only its schema is read
+    enum Clashing {
+        /// Moving.
+        Moving {
+            /// Its step.
+            step: Plain,
+        },
+        /// Copying.
+        Copying {
+            /// Its step.
+            step: u32,
+            /// The same type everywhere.
+            #[serde(default)]
+            attempt: Option<u32>,
+        },
+        /// Again.
+        Again {
+            /// The same type everywhere.
+            attempt: u32,
+        },
+    }
+
+    #[test]
+    fn a_field_of_two_types_in_two_variants_is_reported_and_one_of_one_type_is_not() {
+        let found = mismatched_fields::<Clashing>();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("step: Moving"), "{found:?}");
+        assert!(mismatched_fields::<State>().is_empty());
     }
 
     #[test]

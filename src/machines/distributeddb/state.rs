@@ -112,6 +112,14 @@ mod tests {
     const UPGRADING: &str = r#"{"state":{"name":"Upgrading","from":"db:1","to":"db:2","replicas":3,"ordinal":2,"step":"PreHook","podUid":"u2","attempt":5,"roundStart":4,"retryAck":"r1","skipAck":"s1","drained":true},"enteredAt":"2026-11-29T18:00:00Z","stateVersion":1,"history":[]}"#;
 
     #[test]
+    fn every_field_has_one_type_in_every_state_that_carries_it() {
+        assert_eq!(
+            crate::engine::schema::mismatched_fields::<DdbState>(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
     fn a_record_written_today_decodes_and_encodes_to_the_same_bytes() {
         let record: MachineRecord<DdbState> =
             serde_json::from_str(UPGRADING).expect("today's record decodes");
