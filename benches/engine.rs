@@ -195,6 +195,7 @@ fn db_mid_upgrade() -> (DdbState, ddb::Observed) {
 fn pg_spec(version: &str) -> PostgresClusterSpec {
     PostgresClusterSpec {
         bootstrap: None,
+        restore: None,
         version: version.trim_start_matches("postgres:").to_owned(),
         image: None,
         replicas: 3,
@@ -266,6 +267,8 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             recovery_failed: BTreeMap::new(),
             empty: Default::default(),
             older_managers: Default::default(),
+            claims: Default::default(),
+            restore_annotated: Default::default(),
             requests: pg::PgRequests::default(),
             lease_seconds: BTreeMap::new(),
             unconfigured: Default::default(),

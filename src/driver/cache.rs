@@ -228,8 +228,9 @@ fn slim_metadata(meta: &mut ObjectMeta) {
 }
 
 /// The annotations a projected object keeps, as [`digest`]s: PostgresCluster's settings
-/// (`machines::postgres::settings`), which it writes on its pods.
-pub const DIGESTED_ANNOTATIONS: &[&str] = &["lockstep.dev/postgresql"];
+/// (`machines::postgres::settings`) and in-place restore
+/// (`machines::postgres::in_place`), which it writes on its pods.
+pub const DIGESTED_ANNOTATIONS: &[&str] = &["lockstep.dev/postgresql", "lockstep.dev/restore"];
 
 /// What a projected object keeps of a [`DIGESTED_ANNOTATIONS`] `value`: a digest
 /// that differs for different values (64-bit FNV-1a, so it is the same in every process

@@ -1455,6 +1455,19 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
             "spec.backup.retention: set exactly one of count and days",
         ),
         (
+            "restorenoarchive",
+            with(json!({"backup": backup(), "restore": {"token": "t1"}})),
+            "spec.restore needs spec.backup with walArchive",
+        ),
+        (
+            "restoretwotargets",
+            with(json!({"backup": {
+                "s3Endpoint": "https://s3.example", "bucket": "b", "credentialsSecret": "s3",
+                "image": "pg:16", "walArchive": {}
+            }, "restore": {"token": "t1", "target": {"lsn": "0/1", "name": "x"}}})),
+            "spec.restore.target: Invalid value: \"object\": set exactly one of time, lsn, name and immediate",
+        ),
+        (
             "delay",
             with(json!({"failoverDelaySeconds": -1})),
             "spec.failoverDelaySeconds",

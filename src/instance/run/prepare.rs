@@ -36,7 +36,9 @@ use super::quote;
 use super::settings::Settings;
 use super::sql::Psql;
 use crate::instance::observe::Upstream;
+use crate::machines::postgres::in_place;
 use crate::machines::postgres::recovery::RECOVERY_FAILED;
+use crate::machines::postgres::render::archive::target_args;
 use crate::machines::postgres::settings::PostgresqlSpec;
 
 /// What went wrong preparing `$PGDATA`.
@@ -243,6 +245,19 @@ impl Control {
             timeline: field("Latest checkpoint's TimeLineID").and_then(|t| t.parse().ok()),
         }
     }
+}
+
+/// Where a restore reads from and how far it replays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreFrom {
+    /// The pgBackRest stanza (a cluster's name).
+    pub stanza: String,
+    /// Its repository's path in the bucket.
+    pub repo: String,
+    /// pgBackRest's restore `--type`.
+    pub kind: String,
+    /// pgBackRest's restore `--target`, for `time`, `lsn` and `name`.
+    pub target: Option<String>,
 }
 
 /// The preparation steps, with what they run with.
@@ -673,9 +688,9 @@ impl Prepare {
         }
         self.layout.create()?;
         write_private(&marker, "")?;
-        if let Some(source) = self.args.recovery_source.clone() {
+        if let Some(from) = self.restore_from()? {
             // Every failure of a restore names itself as one (the operator reads it).
-            self.restore(&source).await.map_err(|e| match e {
+            self.restore(&from).await.map_err(|e| match e {
                 PrepareError::Recovery(_) => e,
                 other => PrepareError::Recovery(other.to_string()),
             })?;
@@ -725,21 +740,64 @@ impl Prepare {
         Ok(())
     }
 
-    /// `spec.bootstrap.recovery`: `pgbackrest restore` of `source`'s repository into the
-    /// empty data directory, a local-only start that replays the archive up to the target
-    /// and promotes there, then this cluster's passwords and the recovery settings reset,
+    /// What a bootstrap restores instead of running `initdb`, if anything: the in-place
+    /// restore the operator wrote on this pod ([`in_place::RESTORE_ANNOTATION`]: this
+    /// cluster's own repository, from its `PGBACKREST_*` settings), else
+    /// `spec.bootstrap.recovery` (the `LOCKSTEP_RECOVERY_*` settings).
+    ///
+    /// # Errors
+    /// [`PrepareError::Recovery`] for an annotation that cannot be read, or an in-place
+    /// restore without the repository's settings: never `initdb` in place of a restore.
+    fn restore_from(&self) -> Result<Option<RestoreFrom>, PrepareError> {
+        let a = &self.args;
+        let annotations = a
+            .annotations_file
+            .as_ref()
+            .and_then(|f| fs::read_to_string(f).ok())
+            .unwrap_or_default();
+        let asked = in_place::from_annotations(&annotations).map_err(PrepareError::Recovery)?;
+        if let Some(request) = asked {
+            let setting = |name: &str| {
+                std::env::var(name).map_err(|_| {
+                    PrepareError::Recovery(format!(
+                        "an in-place restore ({}) needs the repository's {name}: spec.backup.walArchive is not set on this pod",
+                        request.token
+                    ))
+                })
+            };
+            let (kind, target) = target_args(request.target.as_ref());
+            return Ok(Some(RestoreFrom {
+                stanza: setting("PGBACKREST_STANZA")?,
+                repo: setting("PGBACKREST_REPO1_PATH")?,
+                kind: kind.to_owned(),
+                target,
+            }));
+        }
+        Ok(a.recovery_source.clone().map(|stanza| RestoreFrom {
+            stanza,
+            repo: a.recovery_repo_path.clone().unwrap_or_default(),
+            kind: a.recovery_target_type.clone(),
+            target: a.recovery_target.clone(),
+        }))
+    }
+
+    /// `pgbackrest restore` of `from`'s repository into the empty data directory (a
+    /// bootstrap from another cluster's backups, or an in-place restore from this
+    /// cluster's own), a local-only start that replays the archive up to the target and
+    /// promotes there, then this cluster's passwords and the recovery settings reset,
     /// and a stop. No client reaches the server before the target is reached: it listens
     /// on no address until this returns.
     ///
     /// # Errors
     /// [`PrepareError`]; [`PrepareError::Recovery`] when the server stops before it
     /// reached the target (a target beyond the archive), or outlasts the bound.
-    async fn restore(&self, source: &str) -> Result<(), PrepareError> {
+    async fn restore(&self, from: &RestoreFrom) -> Result<(), PrepareError> {
         let a = &self.args;
         let bound = Duration::from_secs(a.recovery_timeout_seconds);
-        let repo = a.recovery_repo_path.clone().unwrap_or_default();
-        let kind = a.recovery_target_type.as_str();
-        tracing::info!(%source, %repo, kind, target = ?a.recovery_target, "restoring the source's backups");
+        let source = from.stanza.as_str();
+        let repo = from.repo.as_str();
+        let kind = from.kind.as_str();
+        tracing::info!(%source, %repo, kind, target = ?from.target, "restoring the source's backups");
         let repo_option = format!("--repo1-path={repo}");
         let mut args = vec![
             "restore".to_owned(),
@@ -753,7 +811,7 @@ impl Prepare {
                 "--recovery-option=restore_command=pgbackrest --stanza={source} {repo_option} archive-get %f \"%p\""
             ),
         ];
-        if let Some(target) = &a.recovery_target {
+        if let Some(target) = &from.target {
             args.push(format!("--target={target}"));
         }
         if kind != "default" {
@@ -794,7 +852,7 @@ impl Prepare {
                         "the server stopped before recovery reached the target ({kind}{}): \
                          the target is beyond what the archive of {source} holds, or before its \
                          first backup; its log above says which",
-                        a.recovery_target
+                        from.target
                             .as_deref()
                             .map(|t| format!(" {t}"))
                             .unwrap_or_default()

@@ -121,6 +121,32 @@ pub enum PgAction {
         /// Its resourceVersion as observed.
         version: String,
     },
+    /// Write the in-place restore `value` ([`super::in_place::RESTORE_ANNOTATION`]) on
+    /// pod `ordinal`, only on the pod as observed (`uid` at `version`).
+    AnnotateRestore {
+        /// The ordinal.
+        ordinal: i32,
+        /// The annotation's value ([`super::in_place::annotation_value`]).
+        value: String,
+        /// The UID of the pod as observed.
+        uid: String,
+        /// Its resourceVersion as observed.
+        version: String,
+    },
+    /// Delete instance `ordinal`'s volume claim if it still has `uid` (an in-place
+    /// restore: its data is replaced from the repository).
+    DeleteClaim {
+        /// The ordinal.
+        ordinal: i32,
+        /// The UID precondition.
+        uid: String,
+    },
+    /// Delete the primary Lease if it still has `uid` (an in-place restore, once its
+    /// holder is certainly fenced: the restored primary starts a new one).
+    DeleteLease {
+        /// The UID precondition.
+        uid: String,
+    },
     /// Delete pod `ordinal` if it still has `uid`.
     DeletePod {
         /// The ordinal.

@@ -157,6 +157,11 @@ fn version_rule() -> String {
     )
         .message("spec.bootstrap.recovery needs spec.backup with walArchive: the source repository is read from that store")
         .field_path(".bootstrap.recovery"),
+    validation = Rule::new(
+        "!has(self.restore) || (has(self.backup) && has(self.backup.walArchive))"
+    )
+        .message("spec.restore needs spec.backup with walArchive: the cluster is restored from its own repository in that store")
+        .field_path(".restore"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterSpec {
@@ -252,6 +257,28 @@ pub struct PostgresClusterSpec {
     /// an optional target. Read only when the cluster is created; immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<BootstrapSpec>,
+    /// Rewind this cluster in place to a point of its own backups: each new `token`
+    /// runs once. Writes stop, every instance's volume is replaced, the first primary
+    /// restores this cluster's repository up to `target` and promotes there (a new
+    /// timeline), and the replicas clone from it (see `docs/backup.md`). Everything
+    /// committed after the target is discarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreSpec>,
+}
+
+/// `spec.restore`: a request to rewind the running cluster to a point of its own
+/// archive.
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSpec {
+    /// Any new value runs the restore once (a value already served does nothing, so a
+    /// retry of the same request is harmless).
+    #[schemars(length(min = 1, max = 63))]
+    pub token: String,
+    /// Where recovery stops and the restored primary is promoted. Absent: the end of
+    /// the archive.
+    pub target: Option<RecoveryTarget>,
 }
 
 /// `spec.bootstrap`.
@@ -279,15 +306,15 @@ pub struct RecoverySpec {
     pub target: Option<RecoveryTarget>,
 }
 
-/// `spec.bootstrap.recovery.target`: exactly one of its fields.
+/// `spec.bootstrap.recovery.target` and `spec.restore.target`: exactly one of its fields.
 #[skip_serializing_none]
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, KubeSchema)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new(
         "[has(self.time), has(self.lsn), has(self.name), has(self.immediate)].filter(x, x).size() == 1 && (!has(self.immediate) || self.immediate)"
     )
-    .message("spec.bootstrap.recovery.target: set exactly one of time, lsn, name and immediate (true)")
+    .message("set exactly one of time, lsn, name and immediate (true)")
 )]
 pub struct RecoveryTarget {
     /// Replay every transaction committed up to this moment (RFC 3339, inclusive).

@@ -19,6 +19,9 @@
 //!                PrimaryNotRenewing
 //!                                                                    ──FailoverCompleted──► Ready
 //!
+//!  Ready ──RestoreRequested──► RestoringInPlace: StopWrites ─WritesStopped─► ReplaceVolumes
+//!    ─VolumesReplaced─► RestorePrimary ─PrimaryRestored─► CloneReplicas ─RestoreCompleted─► Ready
+//!
 //!  every state above ──deleting──► Finalizing(attempt) ──FinalBackupSucceeded──► Finalized
 //!                    └──deleting, no spec.backup / skip annotation─────────────► Finalized
 //! ```
@@ -222,6 +225,17 @@
 //! - **Intent before action.** A switchover's target and the old primary's UID are
 //!   persisted before the first label moves; Job names derive from (target, UID,
 //!   attempt), so a restarted operator finds the same Job instead of running another.
+//! - **An in-place restore** (`spec.restore`, [`super::decide`]'s
+//!   `restoring_in_place`) runs once per token (recorded in the acks as it begins; a
+//!   token present when the cluster is created or adopted is taken as served, never
+//!   run). It replaces the data only once nothing writes: the StatefulSet holds no pod
+//!   and the Lease holder is certainly fenced (as for a hand-over); then every volume
+//!   claim and the Lease are deleted (UID-preconditioned), so no member can start on the
+//!   pre-restore history. Pod 0 alone restores, replays to the target listening on no
+//!   address and promotes there (a new timeline) before it serves; the replicas clone
+//!   it. A time target is not taken on before its WAL can be archived
+//!   (`archive_timeout` + 30 s after it), nor while the primary reports archiving
+//!   failing (`RestoreRefused`, Degraded, nothing stopped).
 //! - **Backups.** S3 and database credentials reach Jobs only as secret references; the
 //!   finalizer is held until a final backup Job succeeded or the user skipped it.
 //! - **Quiet at rest.** Owned objects are re-applied only when the rendered object is not
@@ -272,6 +286,12 @@
 //! - Failover measures `failoverDelaySeconds` from when the operator first saw the
 //!   primary not Ready (`PrimaryLost` entered), so a stopped operator delays it.
 //! - A change of `spec.replicas` during an upgrade or a switchover waits until it is done.
+//! - **An in-place restore discards on purpose** everything committed after its target,
+//!   and its data exists only in the archive between the volumes' deletion and the
+//!   restored primary's first backup: a restore that cannot reach its target (a name
+//!   never created, an LSN or time the archive does not hold) leaves the cluster
+//!   serving nothing, `RestoreFailed`, until a new token names a reachable target (none:
+//!   the end of the archive).
 //!
 //! # Errors
 //! `decide` has no error path. A failing promote or backup Job is a Degraded stay naming
@@ -290,12 +310,22 @@ use super::api::PostgresClusterSpec;
 use super::decide::fencing::keep_lease;
 use super::decide::ready::Served;
 use super::decide::{
-    D, backing_up::backing_up, creating::creating, primary_lost::primary_lost, ready::ready,
-    scaling::scaling, switching_over::switching_over, upgrading::upgrading,
+    D,
+    backing_up::backing_up,
+    creating::creating,
+    primary_lost::primary_lost,
+    ready::ready,
+    restoring_in_place::{RESTORE_ACK, restoring_in_place},
+    scaling::scaling,
+    switching_over::switching_over,
+    upgrading::upgrading,
 };
 use super::observe::{Observed, SWITCHOVER};
-use super::state::{PgKind, PgState, SwitchStep, Switchover};
-use super::table::{TABLE, reason::FINALIZED};
+use super::state::{PgKind, PgState, RestoreStep, SwitchStep, Switchover};
+use super::table::{
+    TABLE,
+    reason::{FINALIZED, RESTORE_WAY_OUT},
+};
 use crate::engine::{Deadline, Decision, Edge, Machine, Wait, World};
 
 /// In a state naming the primary (not Creating, not mid-switchover), a stay also keeps
@@ -363,6 +393,7 @@ impl Machine for Postgres {
     fn initial() -> PgState {
         PgState::Creating {
             credentials_created: false,
+            served_restore: None,
         }
     }
 
@@ -380,7 +411,8 @@ impl Machine for Postgres {
         let d = match state {
             PgState::Creating {
                 credentials_created,
-            } => creating(spec, *credentials_created, world),
+                served_restore,
+            } => creating(spec, *credentials_created, served_restore.as_deref(), world),
             PgState::Ready { cluster } => {
                 let lost = on_demand::lost(world, o.requests.backup_now.as_deref());
                 ready(
@@ -389,6 +421,7 @@ impl Machine for Postgres {
                     Served {
                         backup: world.acked(BACKUP_NOW),
                         switchover: world.acked(SWITCHOVER),
+                        restore: world.acked(RESTORE_ACK),
                     },
                     lost,
                     o,
@@ -405,6 +438,7 @@ impl Machine for Postgres {
             PgState::SwitchingOver(s) => switching_over(spec, s, world),
             PgState::PrimaryLost { cluster } => primary_lost(spec, cluster, world),
             PgState::BackingUp { cluster, request } => backing_up(spec, cluster, request, world),
+            PgState::RestoringInPlace(r) => restoring_in_place(spec, r, world),
             PgState::Finalizing { .. } | PgState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
             }
@@ -430,6 +464,14 @@ impl Machine for Postgres {
             },
             PgState::PrimaryLost { .. } => Deadline::minutes(15, PRIMARY_LOST_WAY_OUT),
             PgState::BackingUp { .. } => Deadline::minutes(6 * 60, on_demand::WAY_OUT),
+            // A restore replays as much WAL as the target needs: the manager's own bound
+            // (LOCKSTEP_RECOVERY_TIMEOUT_SECONDS) is 6 hours.
+            PgState::RestoringInPlace(r) => match r.restore_step {
+                RestoreStep::RestorePrimary => Deadline::minutes(6 * 60, RESTORE_WAY_OUT),
+                RestoreStep::StopWrites
+                | RestoreStep::ReplaceVolumes
+                | RestoreStep::CloneReplicas => Deadline::minutes(15, RESTORE_WAY_OUT),
+            },
             PgState::Finalizing { .. } => Deadline::minutes(60, finalize::WAY_OUT),
             PgState::Ready { .. } | PgState::Finalized => Deadline::None,
         }
@@ -446,6 +488,11 @@ impl Machine for Postgres {
                 request: Some(token),
                 ..
             }) => vec![(SWITCHOVER, token.clone())],
+            PgState::RestoringInPlace(r) => vec![(RESTORE_ACK, r.restore.token.clone())],
+            PgState::Creating {
+                served_restore: Some(token),
+                ..
+            } => vec![(RESTORE_ACK, token.clone())],
             _ => Vec::new(),
         }
     }
@@ -471,6 +518,7 @@ impl Machine for Postgres {
                 s.cluster.primary, s.target.ordinal, s.step
             )),
             PgState::Finalizing { attempt } => Some(format!("FinalBackup#{attempt}")),
+            PgState::RestoringInPlace(r) => Some(r.restore_step.to_string()),
             _ => None,
         }
     }

@@ -47,6 +47,7 @@ pub mod applied;
 pub mod archived;
 pub mod archiving;
 mod decide;
+pub mod in_place;
 pub mod instances;
 pub mod machine;
 #[cfg(test)]
@@ -66,7 +67,7 @@ mod tests;
 pub mod volume;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
 pub use actions::PgAction;
@@ -195,6 +196,25 @@ impl Operator for Postgres {
                     settings::SETTINGS_ANNOTATION: settings::annotation_of(object),
                 }}}),
             )],
+            PgAction::AnnotateRestore {
+                ordinal,
+                value,
+                uid,
+                version,
+            } => vec![Op::patch_if::<Pod>(
+                pod(*ordinal),
+                read(uid, version),
+                serde_json::json!({"metadata": {"annotations": {
+                    in_place::RESTORE_ANNOTATION: value,
+                }}}),
+            )],
+            PgAction::DeleteClaim { ordinal, uid } => vec![Op::delete::<PersistentVolumeClaim>(
+                format!("{}-{name}-{ordinal}", render::VOLUME),
+                uid,
+            )],
+            PgAction::DeleteLease { uid } => {
+                vec![Op::delete::<Lease>(render::lease_name(object), uid)]
+            }
             PgAction::DeletePod { ordinal, uid, .. } => vec![Op::delete::<Pod>(pod(*ordinal), uid)],
             PgAction::AskSurvey {
                 token,

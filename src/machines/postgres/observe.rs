@@ -220,6 +220,12 @@ pub struct Own {
     /// upgraded): it may not report what this operator waits for, such as a promotion's
     /// Lease term ([`super::instances`]).
     pub older_managers: BTreeSet<i32>,
+    /// The instances' volume claims (`data-<name>-<ordinal>`), by ordinal, with their
+    /// UIDs: an in-place restore deletes them all before it restores.
+    pub claims: BTreeMap<i32, String>,
+    /// The digest of each live instance pod's restore annotation
+    /// ([`super::in_place::RESTORE_ANNOTATION`]), by ordinal, where it carries one.
+    pub restore_annotated: BTreeMap<i32, String>,
 }
 
 impl Observed {
@@ -443,7 +449,26 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .map(|(k, _)| *k)
         .collect();
 
+    let claim_prefix = format!("{}-{name}-", render::VOLUME);
+    let claims = read
+        .owned(&cache.pvcs)
+        .iter()
+        .filter_map(|c| {
+            let k = c.name_any().strip_prefix(&claim_prefix)?.parse().ok()?;
+            Some((k, c.metadata.uid.clone()?))
+        })
+        .collect();
+    let restore_annotated = live
+        .iter()
+        .filter_map(|(k, p)| {
+            let value = p.annotations().get(super::in_place::RESTORE_ANNOTATION)?;
+            Some((*k, value.clone()))
+        })
+        .collect();
+
     let own = Own {
+        claims,
+        restore_annotated,
         recovery_failed,
         empty,
         older_managers,

@@ -110,6 +110,37 @@ pub struct Switchover {
     pub request: Option<String>,
 }
 
+/// Where an in-place restore stands. Each step's intent is persisted before it acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
+pub enum RestoreStep {
+    /// The StatefulSet is scaled to zero: waiting until no pod exists and the Lease
+    /// holder is certainly fenced (nothing writes any more).
+    StopWrites,
+    /// Every instance's volume claim is deleted, and the primary Lease: waiting until
+    /// none is left (no member can start on the pre-restore data).
+    ReplaceVolumes,
+    /// Pod 0 alone, on a new volume, holds the Lease and the restore annotation: its
+    /// manager restores the repository, recovers to the target and promotes there,
+    /// listening on no address; waiting until it serves as the primary.
+    RestorePrimary,
+    /// The replicas are added and clone the restored primary: waiting until every
+    /// instance is Ready.
+    CloneReplicas,
+}
+
+/// An in-place restore in progress: the request and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Restore {
+    /// The cluster as it was when the restore began (`primary`: the primary before it).
+    pub cluster: Topology,
+    /// The request being served (`spec.restore` when it began).
+    pub restore: crate::machines::postgres::api::RestoreSpec,
+    /// The step (not `step`: a switchover's has other values, and every variant's
+    /// fields share one schema).
+    pub restore_step: RestoreStep,
+}
+
 /// The persisted state of a PostgresCluster (`status.machine.state`). Its CRD schema is
 /// derived from this enum ([`crate::engine::schema`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, EnumDiscriminants)]
@@ -125,6 +156,11 @@ pub enum PgState {
     Creating {
         /// The generated credentials Secret has been created (or none is needed).
         credentials_created: bool,
+        /// The `spec.restore` token the spec held when the cluster was created (or its
+        /// status was lost), taken as served: a new cluster has nothing to rewind, and
+        /// an adopted one must not run an old request again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        served_restore: Option<String>,
     },
     /// At rest: every instance Ready at `cluster.image`, roles as the state says.
     Ready {
@@ -160,6 +196,8 @@ pub enum PgState {
         /// The `backup-now` token being served.
         request: String,
     },
+    /// The cluster is rewound in place to a point of its own backups (`spec.restore`).
+    RestoringInPlace(Restore),
     /// Being deleted: a final backup runs before the finalizer is released.
     Finalizing {
         /// The final backup attempt, from 1.
@@ -179,6 +217,7 @@ impl PgState {
             | PgState::PrimaryLost { cluster }
             | PgState::BackingUp { cluster, .. } => Some(cluster),
             PgState::SwitchingOver(s) => Some(&s.cluster),
+            PgState::RestoringInPlace(r) => Some(&r.cluster),
             PgState::Creating { .. } | PgState::Finalizing { .. } | PgState::Finalized => None,
         }
     }
@@ -187,6 +226,11 @@ impl PgState {
     pub fn designated_primary(&self) -> Option<i32> {
         match self {
             PgState::Creating { .. } => Some(0),
+            // Pod 0 is the restored primary, from the step that labels it.
+            PgState::RestoringInPlace(r) => match r.restore_step {
+                RestoreStep::StopWrites | RestoreStep::ReplaceVolumes => None,
+                RestoreStep::RestorePrimary | RestoreStep::CloneReplicas => Some(0),
+            },
             PgState::SwitchingOver(_) | PgState::Finalizing { .. } | PgState::Finalized => None,
             other => other.cluster().map(|c| c.primary),
         }
@@ -208,6 +252,16 @@ mod tests {
             PgState::SwitchingOver(s) => s,
             other => panic!("a switchover: {other:?}"),
         }
+    }
+
+    #[test]
+    fn every_field_has_one_type_in_every_state_that_carries_it() {
+        // Found on the real node: a restore's `step` hoisted as a switchover's, and the
+        // API server refused the status that began the restore.
+        assert_eq!(
+            crate::engine::schema::mismatched_fields::<PgState>(),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::actions::Role;
 use super::api::{FailoverRecord, PostgresCluster};
 use super::applied::{Gathered, reason as applied_reason};
 use super::observe::Observed;
-use super::state::{PgState, SwitchCause};
+use super::state::{PgState, RestoreStep, SwitchCause};
 use super::table::reason;
 use super::{CONTINUOUS_ARCHIVING, PRIMARY_AVAILABLE, SETTINGS_APPLIED, SYNCHRONOUS_REPLICATION};
 use super::{archiving, synchronous};
@@ -114,6 +114,29 @@ pub(super) fn primary_available(
                     false,
                     "SwitchingOver",
                     format!("moving the primary role from {from} to {to}"),
+                ),
+            }
+        }
+        // An in-place restore: nothing serves until pod 0 has recovered to the target.
+        PgState::RestoringInPlace(r) => {
+            let what = format!(
+                "the in-place restore {:?} to {}",
+                r.restore.token,
+                super::decide::restoring_in_place::target_text(r.restore.target.as_ref())
+            );
+            match r.restore_step {
+                RestoreStep::CloneReplicas if observed.serving(0) => (
+                    true,
+                    "Restored",
+                    format!(
+                        "{} is primary, restored by {what}; the replicas clone it",
+                        pod(0)
+                    ),
+                ),
+                step => (
+                    false,
+                    "Restoring",
+                    format!("no primary serves during {what} (step {step})"),
                 ),
             }
         }

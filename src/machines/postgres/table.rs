@@ -157,6 +157,35 @@ pub mod reason {
     /// Stay (Degraded): the requested switchover cannot run (it names no instance, or
     /// one that is not a Ready replica); it waits until it can, or the annotation goes.
     pub const SWITCHOVER_REFUSED: &str = "SwitchoverRefused";
+    /// Edge: `spec.restore.token` was set when the cluster was created (or its status
+    /// was lost): taken as served without a restore.
+    pub const RESTORE_TOKEN_SERVED: &str = "RestoreTokenServed";
+    /// Edge: `spec.restore` has a token not yet served: the in-place restore begins.
+    pub const RESTORE_REQUESTED: &str = "RestoreRequested";
+    /// Stay (Degraded): the requested restore cannot start yet (its target's WAL may
+    /// not be archived, or the primary reports archiving failing); nothing stopped.
+    pub const RESTORE_REFUSED: &str = "RestoreRefused";
+    /// Edge: no pod is left and the Lease holder is certainly fenced.
+    pub const WRITES_STOPPED: &str = "WritesStopped";
+    /// Edge: no volume claim and no primary Lease is left.
+    pub const VOLUMES_REPLACED: &str = "VolumesReplaced";
+    /// Edge: the restored primary serves: its recovery reached the target and promoted.
+    pub const PRIMARY_RESTORED: &str = "PrimaryRestored";
+    /// Edge: every instance is Ready on the restored timeline.
+    pub const RESTORE_COMPLETED: &str = "RestoreCompleted";
+    /// Stay (Degraded): the restored primary's manager reports that its restore or
+    /// recovery failed.
+    pub const RESTORE_FAILED: &str = "RestoreFailed";
+    /// Stay: the restore waits for the pods to stop and the Lease holder to be fenced.
+    pub const STOPPING_WRITES: &str = "StoppingWrites";
+    /// Stay: the restore deletes the volume claims and the primary Lease.
+    pub const REPLACING_VOLUMES: &str = "ReplacingVolumes";
+    /// Stay: pod 0 restores the repository and recovers to the target.
+    pub const RESTORING_PRIMARY: &str = "RestoringPrimary";
+    /// Stay: the replicas clone the restored primary.
+    pub const CLONING_REPLICAS: &str = "CloningReplicas";
+    /// What a person does about a restore stuck past its deadline.
+    pub const RESTORE_WAY_OUT: &str = "set spec.restore to a new token (with another target, or none: the end of the archive) to start the restore again";
 }
 
 use reason::*;
@@ -170,6 +199,7 @@ mod by {
     pub const SWITCHING_OVER: &str = "src/machines/postgres/decide/switching_over.rs";
     pub const PRIMARY_LOST: &str = "src/machines/postgres/decide/primary_lost.rs";
     pub const REQUESTED: &str = "src/machines/postgres/decide/requested.rs";
+    pub const RESTORING_IN_PLACE: &str = "src/machines/postgres/decide/restoring_in_place.rs";
 }
 
 /// The declared transition table.
@@ -180,6 +210,15 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         Upgrading: MIXED_IMAGES, "every instance is Ready but some run an earlier image of the spec", by::CREATING;
         Upgrading: SETTINGS_NEED_RESTART, "every instance is Ready but some wait for a start to apply a parameter (an adopted cluster)", by::CREATING;
         Ready: ADOPTED, "a lost status: the pods and the primary Lease of a running cluster are adopted as they are", by::CREATING;
+        Creating: RESTORE_TOKEN_SERVED, "spec.restore.token was set when the cluster was created (or its status was lost): it is taken as served, and nothing is restored", by::CREATING;
+    }
+    [Ready, RestoringInPlace] -> RestoringInPlace: RESTORE_REQUESTED,
+        "spec.restore has a token not yet served (its target's WAL is archived, and the primary reports no archiving failure): writes stop first, as the StatefulSet scales to zero", by::RESTORING_IN_PLACE;
+    RestoringInPlace -> {
+        RestoringInPlace: WRITES_STOPPED, "no pod is left and the Lease holder is certainly fenced: every volume claim and the primary Lease are deleted next", by::RESTORING_IN_PLACE;
+        RestoringInPlace: VOLUMES_REPLACED, "no volume claim and no primary Lease is left: pod 0 alone is created, given the Lease and the restore, and labelled primary", by::RESTORING_IN_PLACE;
+        RestoringInPlace: PRIMARY_RESTORED, "pod 0 serves as the primary: its manager restored the repository, recovered to the target and promoted there before it listened; the replicas are added", by::RESTORING_IN_PLACE;
+        Ready: RESTORE_COMPLETED, "every instance is Ready on the restored primary's timeline", by::RESTORING_IN_PLACE;
     }
     Ready -> Upgrading: IMAGE_CHANGED, "spec.version or spec.image changed (or an instance runs another image)", by::READY;
     Ready -> Upgrading: SETTINGS_NEED_RESTART, "an instance reports a parameter of spec.postgresql that its server applies only at a start; the instances are restarted as an upgrade replaces them", by::READY;
@@ -229,7 +268,7 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
     }
     on_demand_edges!(backup: "spec.backup");
     finalize_edges!(
-        from: [Creating, Ready, Scaling, Upgrading, SwitchingOver, PrimaryLost, BackingUp],
+        from: [Creating, Ready, Scaling, Upgrading, SwitchingOver, PrimaryLost, BackingUp, RestoringInPlace],
         backup: "spec.backup",
     );
 ];

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::fencing::{Fence, fence, hand, stamp, wait_for};
+use super::restoring_in_place::{RESTORE_ACK, unserved_token};
 use super::upgrading::waits_for_restart;
 use super::{D, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
@@ -17,13 +18,29 @@ use crate::machines::postgres::table::reason::*;
 pub(crate) fn creating(
     spec: &PostgresClusterSpec,
     credentials_created: bool,
+    served_restore: Option<&str>,
     world: &World<Observed>,
 ) -> D {
     let o = &world.observed;
+    let served = world.acked(RESTORE_ACK).or(served_restore);
+    if let Some(request) = unserved_token(spec, served) {
+        return Decision::go(
+            PgState::Creating {
+                credentials_created,
+                served_restore: Some(request.token.clone()),
+            },
+            RESTORE_TOKEN_SERVED,
+            format!(
+                "spec.restore.token {:?} was set when the cluster was created (or its status was lost): taken as served, nothing is restored; a new token rewinds the cluster once it is Ready",
+                request.token
+            ),
+        );
+    }
     if spec.credentials_secret.is_none() && !credentials_created {
         return Decision::go(
             PgState::Creating {
                 credentials_created: true,
+                served_restore: served_restore.map(str::to_owned),
             },
             CREDENTIALS_GENERATED,
             "no spec.credentialsSecret: generated the superuser and replication passwords",

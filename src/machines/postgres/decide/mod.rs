@@ -3,11 +3,11 @@
 //! which replica may be promoted.
 //!
 //! - [`creating`], [`ready`], [`scaling`], [`upgrading`], [`switching_over`],
-//!   [`primary_lost`], [`backing_up`]: one per
+//!   [`primary_lost`], [`backing_up`], [`restoring_in_place`]: one per
 //!   state; deletion is [`crate::machines::common::finalize::deleting`].
 //! - [`ready`] is split into its sub-decisions: a lost primary, scaling, upgrades and
-//!   stray images, a switchover on demand ([`requested`]), backups, Job pruning and
-//!   reporting.
+//!   stray images, a switchover on demand ([`requested`]), an in-place restore
+//!   ([`restoring_in_place::restore_requested`]), backups, Job pruning and reporting.
 
 pub(super) mod backing_up;
 pub(super) mod creating;
@@ -15,6 +15,7 @@ pub(super) mod fencing;
 pub(super) mod primary_lost;
 pub(super) mod ready;
 pub(super) mod requested;
+pub(super) mod restoring_in_place;
 pub(super) mod scaling;
 pub(super) mod survey;
 pub(super) mod switching_over;

@@ -157,6 +157,7 @@ pub(crate) fn primary_lost(
                 return Decision::go(
                     PgState::Creating {
                         credentials_created: true,
+                        served_restore: None,
                     },
                     ADOPTION_REQUESTED,
                     format!(

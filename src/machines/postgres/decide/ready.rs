@@ -14,6 +14,7 @@ use std::ops::ControlFlow;
 use super::RESYNC;
 use super::primary_lost::{lose_primary, primary_down};
 use super::requested::requested;
+use super::restoring_in_place::restore_requested;
 use super::scaling::rescale;
 use super::upgrading::waits_for_restart;
 use super::{D, rest, stay, upkeep_at};
@@ -39,6 +40,8 @@ pub(crate) struct Served<'a> {
     pub backup: Option<&'a str>,
     /// `lockstep.dev/switchover`'s.
     pub switchover: Option<&'a str>,
+    /// `spec.restore.token`'s.
+    pub restore: Option<&'a str>,
 }
 
 /// Decide in Ready: every instance Ready at `cluster.image`, roles as it says.
@@ -53,6 +56,13 @@ pub(crate) fn ready(
     now: chrono::DateTime<chrono::Utc>,
 ) -> D {
     let mut actions = upkeep_at(spec, cluster, o);
+    // A person's rewind comes first: it replaces every member, so it also ends a lost
+    // primary or a change in flight.
+    if let ControlFlow::Break(decision) =
+        restore_requested(spec, cluster, served.restore, o, now, &actions)
+    {
+        return decision;
+    }
     if let Some(lost) = primary_down(spec, cluster, o, now) {
         return lose_primary(cluster, o, &lost);
     }

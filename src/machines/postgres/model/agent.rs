@@ -361,6 +361,10 @@ impl World {
                 self.streaming.remove(&k);
                 true
             }
+            AgentAction::Bootstrap if self.bootstrap_restores(k) => {
+                finished(self, Task::Bootstrap, true);
+                true
+            }
             AgentAction::Bootstrap => {
                 if self.served && !self.mark_lost {
                     self.violations.push(format!(

@@ -71,6 +71,12 @@ impl Timelines {
         chain
     }
 
+    /// Whether `p`'s history passes through timeline `t` (it is `t` or forked from it,
+    /// directly or not).
+    pub(super) fn descends(&self, p: Pos, t: u32) -> bool {
+        self.chain(p).iter().any(|(timeline, _)| *timeline == t)
+    }
+
     /// How much of `head`'s history a data directory at `p` holds: the LSN up to which
     /// their histories agree (at their newest common timeline).
     pub(super) fn shared(&self, p: Pos, head: Pos) -> u64 {

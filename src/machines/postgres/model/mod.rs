@@ -127,9 +127,20 @@
 //! standby that acknowledged the last commit is NotReady as the primary fails. And
 //! timelines' ([`planted_timelines`]): a failover that compares the answers' LSNs
 //! without their timelines, found in a second failover where a standby kept the first
-//! one's lost writes. Worlds with `spec.synchronous` are a third of the generated ones with two members or more:
-//! `Any` or `First`, `Required` or `Preferred`, `number` 1 (or 2 with three members); an
-//! edit to `number` members or fewer is refused as the API server refuses it.
+//! one's lost writes. And the in-place restore's ([`planted_restore`]): a restore that
+//! replaces the volumes once no pod is left, without waiting for the Lease holder's
+//! fence, found with a force-deleted primary still writing on a partitioned node.
+//!
+//! Worlds with `spec.synchronous` are a third of the generated ones with two members
+//! or more: `Any` or `First`, `Required` or `Preferred`, `number` 1 (or 2 with three
+//! members); an edit to `number` members or fewer is refused as the API server refuses
+//! it.
+//!
+//! The in-place restore ([`restore`]): a person sets `spec.restore` to a new token
+//! ([`Move::RequestRestore`]) whose target is a position of the writable history; the
+//! StatefulSet controller makes each pod's claim with it, the operator deletes claims
+//! and the Lease on their UIDs, and a manager that bootstraps with the restore
+//! annotation forks a new timeline at the target. Its invariants are in [`restore`].
 //!
 //! Every edge of the agent's table is taken: by generated runs, or by the stories of
 //! `agent::stories` (asserted in `scenarios`), except the one `agent::UNIT_TESTED_ONLY`
@@ -143,7 +154,9 @@ mod agent_planted;
 mod history;
 mod jobs;
 mod planted;
+mod planted_restore;
 mod planted_timelines;
+mod restore;
 mod scenarios;
 mod servers;
 mod world;
@@ -289,6 +302,8 @@ struct Pod {
     /// kept while that server is paused (a frozen server's kernel keeps the connection
     /// open) until either server stops or its upstream changes.
     connected_to: Option<u64>,
+    /// The in-place restore annotation the operator wrote on it (its value).
+    restore: Option<String>,
 }
 
 impl Pod {
@@ -324,6 +339,7 @@ impl Pod {
             answered: None,
             upstream: Upstream::Service,
             connected_to: None,
+            restore: None,
         }
     }
 }
@@ -437,6 +453,20 @@ pub(super) struct World {
     streaming: BTreeSet<i32>,
     /// What each ordinal's volume holds (none: empty).
     volumes: BTreeMap<i32, Vol>,
+    /// Each ordinal's volume claim, by UID: made with its pod, deleted by a restore.
+    claims: BTreeMap<i32, u64>,
+    /// `spec.restore`: its token's serial and the position of the writable history
+    /// its target names ([`World::request_restore`]).
+    restore: Option<(u32, Pos)>,
+    /// The target of every restore request so far, by serial.
+    restore_targets: BTreeMap<u32, Pos>,
+    /// The serial of the last restore token a persisted state took on (noted as the
+    /// states are checked).
+    restore_served: std::cell::Cell<u32>,
+    /// The serial of the last restore a manager ran.
+    restored: u32,
+    /// The timeline the last restore's promotion made.
+    restore_epoch: Option<u32>,
     /// How every pod's agent decides: the real one, or a planted bug.
     agent_decide: AgentDecide,
     /// The agents run with `RECLONE_ON_REWIND_FAILURE=false` (a scenario's).
@@ -627,6 +657,9 @@ pub(super) enum Move {
     /// the StatefulSet makes it again with an empty volume. Only while another member
     /// has data: losing the last copy is a restore from a backup, not a failover.
     VolumeLost(i32),
+    /// A person sets `spec.restore` to a new token, with a target this share (of 255)
+    /// of the writable history ([`World::request_restore`]).
+    RequestRestore(u8),
 }
 
 impl World {
@@ -643,6 +676,7 @@ impl World {
             let uid = self.new_uid();
             self.pods
                 .insert(k, Pod::new(uid, image, self.now, self.lease_seconds));
+            self.claim(k);
         }
     }
 
@@ -751,6 +785,12 @@ impl World {
             asked: Vec::new(),
             streaming: BTreeSet::new(),
             volumes: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            restore: None,
+            restore_targets: BTreeMap::new(),
+            restore_served: std::cell::Cell::new(0),
+            restored: 0,
+            restore_epoch: None,
             agent_decide: REAL_AGENT,
             reclone_off: false,
             round: 0,
@@ -786,6 +826,7 @@ impl World {
             pod.server = if k == 0 { Srv::Writable } else { Srv::Standby };
             pod.renewed = (k == 0).then_some(self.now);
             self.pods.insert(k, pod);
+            self.claim(k);
             if k != 0 {
                 self.streaming.insert(k);
             }

@@ -112,7 +112,7 @@ where
 }
 
 /// Assert that the run took `edge` (`From -> To (Reason)`), showing its trace if not.
-fn assert_took(report: &CheckReport, edge: &str) {
+pub(super) fn assert_took(report: &CheckReport, edge: &str) {
     assert!(
         report.transitions.contains_key(edge),
         "{edge} not taken:\n{}",

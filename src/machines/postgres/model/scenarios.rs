@@ -600,6 +600,27 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             running(3, false),
             [adopt(), fail_over(), vec![Event::Delete, r()]].concat(),
         ),
+        {
+            let (world, events) = only_data_on_a_member_that_cannot_follow();
+            ("PrimaryLost -> Creating (AdoptionRequested)", world, events)
+        },
+        (
+            // Deleted mid-restore, after spec.backup was removed.
+            "RestoringInPlace -> Finalized (NoBackupPolicy)",
+            running(3, true),
+            [
+                adopt(),
+                vec![
+                    env(Write),
+                    env(RequestRestore(128)),
+                    r(),
+                    Event::Edit(Edit::ToggleBackup),
+                    Event::Delete,
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
         (
             // Deleted during a failover, with skip-final-backup.
             "SwitchingOver -> Finalized (FinalBackupSkipped)",

@@ -65,6 +65,7 @@ where
             failover_delay_seconds: 30,
             credentials_secret: None,
             bootstrap: None,
+            restore: self.restore_spec(),
             synchronous: self.synchronous.clone(),
             database: None,
             backup_schedule: if self.backup {
@@ -276,6 +277,12 @@ where
                 synchronous: BTreeMap::new(),
                 // Every pod's manager is this operator's.
                 older_managers: BTreeSet::new(),
+                claims: self
+                    .claims
+                    .iter()
+                    .map(|(k, uid)| (*k, uid.to_string()))
+                    .collect(),
+                restore_annotated: self.restore_annotated(),
                 // What each live pod's manager last reported of its volume.
                 empty: self
                     .pods
@@ -325,6 +332,14 @@ where
             }
             // The model has no settings: nothing is ever unconfigured.
             PgAction::Configure { .. } => {}
+            PgAction::AnnotateRestore {
+                ordinal,
+                value,
+                uid,
+                ..
+            } => self.annotate_restore(*ordinal, uid, value),
+            PgAction::DeleteClaim { ordinal, uid } => self.delete_claim(*ordinal, uid),
+            PgAction::DeleteLease { .. } => self.delete_lease(),
             PgAction::DeletePod {
                 ordinal,
                 uid,
@@ -457,6 +472,7 @@ where
             1 => (0..MAX_PODS).prop_map(Move::ForceDeleted),
             1 => Just(Move::LeaseDeleted),
             2 => (0..MAX_PODS).prop_map(Move::SettingsRead),
+            1 => any::<u8>().prop_map(Move::RequestRestore),
         ]
         .boxed()
     }
@@ -554,6 +570,7 @@ where
                 // would lose its disk too, which the model does not play.
                 if others && self.pods.contains_key(&k) && !self.pods.contains_key(&(GONE + k)) {
                     self.pods.remove(&k);
+                    self.claims.remove(&k);
                     self.volumes.remove(&k);
                     self.received.remove(&k);
                     self.streaming.remove(&k);
@@ -571,6 +588,7 @@ where
                 self.mark_lost |= self.served;
                 self.lease = None;
             }
+            Move::RequestRestore(share) => self.request_restore(share),
             Move::SettingsRead(k) => {
                 let settings = self.restart_settings;
                 if let Some(p) = self.pods.get_mut(&k).filter(|p| !p.paused) {
@@ -632,9 +650,11 @@ where
             self.switchover_served
                 .set(self.switchover_served.get().max(serial));
         }
+        self.note_restore(state);
         if let Some(v) = self.violations.first() {
             return Err(v.clone());
         }
+        self.restore_invariants(state)?;
         let writable = self.writable();
         if let Some(gone) = writable.iter().find(|k| **k >= GONE)
             && writable.len() > 1
@@ -765,6 +785,7 @@ where
                 .is_none_or(|(_, s)| s == SCHEDULES[self.schedule])
             && token_served
             && switchover_served
+            && self.restore_taken()
     }
 
     fn clock(&mut self, now: DateTime<Utc>) {

@@ -11,7 +11,7 @@
 use k8s_openapi::api::core::v1::{EnvVar, SecretVolumeSource, Volume, VolumeMount};
 use kube::ResourceExt;
 
-use super::super::api::{BackupSpec, PostgresCluster};
+use super::super::api::{BackupSpec, PostgresCluster, RecoveryTarget};
 use super::PGDATA;
 use crate::machines::common::env::{from_secret, plain};
 
@@ -142,19 +142,7 @@ pub fn recovery_env(pg: &PostgresCluster) -> Vec<EnvVar> {
     ) else {
         return Vec::new();
     };
-    let (kind, target) = match &recovery.target {
-        None => ("default", None),
-        Some(t) => match (&t.time, &t.lsn, &t.name) {
-            // pgBackRest's form (and PostgreSQL's): `YYYY-MM-DD HH:MM:SS[.f]+00`.
-            (Some(time), _, _) => (
-                "time",
-                Some(time.format("%Y-%m-%d %H:%M:%S%.f+00").to_string()),
-            ),
-            (None, Some(lsn), _) => ("lsn", Some(lsn.clone())),
-            (None, None, Some(name)) => ("name", Some(name.clone())),
-            (None, None, None) => ("immediate", None),
-        },
-    };
+    let (kind, target) = target_args(recovery.target.as_ref());
     let mut env = vec![
         plain(recovery::SOURCE, &recovery.source),
         plain(
@@ -167,6 +155,25 @@ pub fn recovery_env(pg: &PostgresCluster) -> Vec<EnvVar> {
         env.push(plain(recovery::TARGET, target));
     }
     env
+}
+
+/// pgBackRest's restore `--type` and `--target` for a recovery target (absent: the end
+/// of the archive).
+#[must_use]
+pub fn target_args(target: Option<&RecoveryTarget>) -> (&'static str, Option<String>) {
+    match target {
+        None => ("default", None),
+        Some(t) => match (&t.time, &t.lsn, &t.name) {
+            // pgBackRest's form (and PostgreSQL's): `YYYY-MM-DD HH:MM:SS[.f]+00`.
+            (Some(time), _, _) => (
+                "time",
+                Some(time.format("%Y-%m-%d %H:%M:%S%.f+00").to_string()),
+            ),
+            (None, Some(lsn), _) => ("lsn", Some(lsn.clone())),
+            (None, None, Some(name)) => ("name", Some(name.clone())),
+            (None, None, None) => ("immediate", None),
+        },
+    }
 }
 
 /// The CA bundle's volume and its mount, when `spec.backup.walArchive.caSecret` names

@@ -12,6 +12,7 @@ fn a_cluster_without_a_credentials_secret_generates_one_before_anything_else() {
     // Once recorded, it is never created again.
     let next = PgState::Creating {
         credentials_created: true,
+        served_restore: None,
     };
     let d = decide(&s, &next, Observed::default());
     assert!(!d.actions().contains(&PgAction::CreateCredentials));

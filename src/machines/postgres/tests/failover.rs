@@ -82,6 +82,7 @@ fn with_no_ready_replica_the_member_a_person_names_is_adopted_anew_and_the_wait_
         ADOPTION_REQUESTED,
         &PgState::Creating {
             credentials_created: true,
+            served_restore: None,
         },
     );
     assert_says(&d, &["pg-2"]);

@@ -9,6 +9,7 @@ mod fencing;
 mod records;
 mod rendering;
 mod requested;
+mod restoring;
 mod upgrades;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,6 +51,7 @@ fn spec(version: &str) -> PostgresClusterSpec {
         credentials_secret: Some("pg-creds".to_owned()),
         synchronous: None,
         bootstrap: None,
+        restore: None,
         database: Some("app".to_owned()),
         backup_schedule: None,
         backup: None,
@@ -157,6 +159,8 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             recovery_failed: BTreeMap::new(),
             empty: BTreeSet::new(),
             older_managers: BTreeSet::new(),
+            claims: (0..3).map(|k| (k, format!("claim-{k}"))).collect(),
+            restore_annotated: BTreeMap::new(),
         },
     }
 }
