@@ -82,6 +82,7 @@ use crate::support::{Env, Fixture, InProcessOperator, kubeconfig_path, wait_for_
 
 mod archive;
 mod recovery_time;
+mod restore;
 mod zero_loss;
 
 const ROLE: &str = "lockstep.dev/role";

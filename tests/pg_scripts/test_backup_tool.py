@@ -169,3 +169,36 @@ def test_a_target_beyond_the_archive_fails_the_bootstrap_naming_why_and_never_se
     assert f"recovery from backups failed: the server stopped before recovery reached the target (time {ahead})" in log, pod.log_tail()
     assert "recovery ended before configured recovery target was reached" in log, pod.log_tail()
     assert pod.try_sql("SELECT 1") is None
+
+
+def test_an_in_place_restore_annotation_rewinds_the_clusters_own_repository_to_an_lsn(env):
+    """What an in-place restore's pod 0 does (`spec.restore`): its volume is new, its
+    pod carries the operator's `lockstep.dev/restore` annotation (the downward-API file),
+    and its manager restores the cluster's own repository (its PGBACKREST_* settings) up
+    to the target, instead of running initdb."""
+    source, options, root = archived_source(env)
+    source.sql("INSERT INTO items (id) SELECT generate_series(1, 10)")
+    target = source.sql("SELECT pg_current_wal_lsn()")
+    source.sql("INSERT INTO items (id) SELECT generate_series(11, 20)")
+    last = source.sql("SELECT pg_walfile_name(pg_switch_wal())")
+    wait_until(lambda: source.sql(f"SELECT last_archived_wal >= '{last}' FROM pg_stat_archiver") == "t",
+               timeout=60, what="the WAL archived")
+    timeline = source.sql("SELECT timeline_id FROM pg_control_checkpoint()")
+    source.stop()
+
+    pod = env.pod("pg-0-restored")
+    annotations = pod.dir / "annotations"
+    request = json.dumps({"token": "rewind-1", "target": {"lsn": target}})
+    annotations.write_text(f"lockstep.dev/restore={json.dumps(request)}\n")
+    annotations.chmod(0o644)
+    own = archiving(env, pod, root / "orders", free_port())
+    pod.start("primary", LOCKSTEP_ANNOTATIONS_FILE=str(annotations), **own)
+    assert pod.sql("SELECT count(*), max(id) FROM items") == "10|10", pod.log_tail()
+    assert pod.sql("SELECT pg_is_in_recovery()") == "f"
+    assert int(pod.sql("SELECT timeline_id FROM pg_control_checkpoint()")) > int(timeline)
+    assert pod.sql("SHOW recovery_target_lsn") == "", "a standby cloned from it would inherit the target"
+    pod.sql("INSERT INTO items (id) VALUES (100)")  # writable
+    # It archives its new timeline into the same repository.
+    switched = pod.sql("SELECT pg_walfile_name(pg_switch_wal())")
+    wait_until(lambda: pod.sql(f"SELECT last_archived_wal >= '{switched}' FROM pg_stat_archiver") == "t",
+               timeout=60, what="the new timeline archived")

@@ -7,6 +7,7 @@
 //! | `history NAME` | every transition the status records, with its reason and message |
 //! | `switchover NAME POD` | sets `lockstep.dev/switchover=<POD>:<token>` and waits until `POD` is primary and the cluster Ready, or the request is refused |
 //! | `backup NAME` | sets `lockstep.dev/backup-now=<token>` and waits for that backup's outcome in `status.lastBackup` |
+//! | `restore NAME [--time T \| --lsn L \| --restore-point N \| --immediate]` | sets `spec.restore` to a new token and the target (none: the end of the archive), and waits until the cluster is Ready after the in-place restore, or the restore is refused or fails |
 //! | `retry NAME` | when a promotion or a hook failed (`Degraded`), a new `lockstep.dev/retry-promote` (PostgresCluster) or `lockstep.dev/retry-hook` (DistributedDB) token, and waits until the step takes it on; refused when nothing waits for one |
 //! | `skip-final-backup NAME` | `lockstep.dev/skip-final-backup=true`, and, if the object is being deleted, waits until it is gone |
 //! | `psql NAME [--replica] [-- ARGS]` | `kubectl exec` into the primary's (or a replica's) `postgres` container, running `psql ARGS` (with a terminal when stdin is one) |
@@ -17,7 +18,8 @@
 //!
 //! # Guarantees
 //! - It only reads objects and pods, and writes the one annotation a command names (a
-//!   merge patch of `metadata.annotations`): never the spec or the status.
+//!   merge patch of `metadata.annotations`), or, for `restore`, `spec.restore` (a merge
+//!   patch of that one field): never the rest of the spec, never the status.
 //! - A wait ends: with the outcome (exit 0), a refusal or failure (exit 1, its message
 //!   printed), or the timeout (exit 1).
 //! - It prints no Secret.
@@ -116,6 +118,27 @@ pub enum PluginCommand {
         /// `NAME` or `KIND/NAME`.
         name: String,
         /// When to return.
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Rewind a PostgresCluster in place to a point of its archive (`spec.restore`),
+    /// discarding everything committed after it, and wait for it.
+    Restore {
+        /// `NAME` or `postgrescluster/NAME`.
+        name: String,
+        /// Every commit up to this moment (RFC 3339).
+        #[arg(long, group = "target")]
+        time: Option<String>,
+        /// Up to this WAL position (`16/B374D848`).
+        #[arg(long, group = "target")]
+        lsn: Option<String>,
+        /// Up to the restore point of this name (`pg_create_restore_point`).
+        #[arg(long, group = "target")]
+        restore_point: Option<String>,
+        /// The end of the newest base backup.
+        #[arg(long, group = "target")]
+        immediate: bool,
+        /// When to return (a restore replays the archive: allow for it).
         #[command(flatten)]
         wait: WaitArgs,
     },
@@ -401,6 +424,57 @@ pub async fn run(
                             Err(format!("backup {job}: {outcome}"))
                         }
                     })
+                })
+                .await?;
+            Ok(report(out, outcome))
+        }
+        PluginCommand::Restore {
+            name,
+            time,
+            lsn,
+            restore_point,
+            immediate,
+            wait,
+        } => {
+            let found = find(&client, &namespace, &name).await?;
+            if !found.is_postgres() {
+                return Err(Error::Resolve(format!("{name} is not a PostgresCluster")));
+            }
+            let target = match (time, lsn, restore_point, immediate) {
+                (Some(t), _, _, _) => json!({"time": t}),
+                (None, Some(l), _, _) => json!({"lsn": l}),
+                (None, None, Some(n), _) => json!({"name": n}),
+                (None, None, None, true) => json!({"immediate": true}),
+                (None, None, None, false) => Value::Null,
+            };
+            let value = token();
+            let patch = json!({"spec": {"restore": {"token": value, "target": target}}});
+            found
+                .api
+                .patch(&found.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|source| Error::Api {
+                    what: format!("setting spec.restore of {}", found.name),
+                    source,
+                })?;
+            let _ = writeln!(out, "spec.restore.token={value} set on {}", found.name);
+            if wait.no_wait {
+                return Ok(0);
+            }
+            let outcome = found
+                .wait(wait.timeout, |o| {
+                    if let Some((reason, message)) = condition_true(o, "Degraded")
+                        && (reason == "RestoreRefused" || reason == "RestoreFailed")
+                        && message.contains(&value)
+                    {
+                        return Some(Err(message));
+                    }
+                    let served = o
+                        .pointer("/status/machine/acks/spec.restore.token")
+                        .and_then(Value::as_str);
+                    let phase = o.pointer("/status/phase").and_then(Value::as_str);
+                    (served == Some(value.as_str()) && phase == Some("Ready"))
+                        .then(|| Ok(format!("{} is Ready, restored", found.name)))
                 })
                 .await?;
             Ok(report(out, outcome))

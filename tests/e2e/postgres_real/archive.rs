@@ -7,7 +7,8 @@
 //! inserts and holds exactly the rows committed before it; a target beyond the archive
 //! leaves a cluster Creating, Degraded with `RecoveryFailed`; and after a failover, a
 //! recovery to a moment on the new timeline holds exactly the rows committed before it
-//! on either timeline.
+//! on either timeline. Last, the cluster is rewound in place under a writer
+//! ([`super::restore`]).
 //!
 //! The store is this test's own S3 server (versitygw, the image `tools/node/s3.sh`
 //! loads) behind the Service `store`, with a certificate for `store.<ns>.svc` from a CA
@@ -592,6 +593,9 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
         ok,
         "the primary recovered past the failover is writable: {out}"
     );
+
+    // Rewound in place, under a writer (`restore.rs`).
+    super::restore::in_place_restore_under_a_writer(&real, name, &promoted).await;
 
     let _ = std::fs::remove_dir_all(&tls);
     real.finish().await;
