@@ -1465,7 +1465,7 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
                 "s3Endpoint": "https://s3.example", "bucket": "b", "credentialsSecret": "s3",
                 "image": "pg:16", "walArchive": {}
             }, "restore": {"token": "t1", "target": {"lsn": "0/1", "name": "x"}}})),
-            "spec.restore.target: Invalid value: \"object\": set exactly one of time, lsn, name and immediate",
+            "spec.restore.target: Invalid value: set exactly one of time, lsn, name and immediate",
         ),
         (
             "delay",

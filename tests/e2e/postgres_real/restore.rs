@@ -136,4 +136,77 @@ pub(super) async fn in_place_restore_under_a_writer(real: &Real, name: &str, pri
             "{pod} runs timeline {timeline}, not one after {before_timeline}"
         );
     }
+
+    // A target the archive cannot reach: the restore stops writes and replaces the
+    // volumes, then pod 0 fails to restore: Degraded (`RestoreFailed`) naming it, and
+    // nothing serves. A new token without a target (the end of the archive) is the way
+    // out, and brings back every row committed before the failed request.
+    let (ok, file) = real.psql_on(
+        &format!("{name}-0"),
+        "SELECT pg_walfile_name(pg_switch_wal())",
+    );
+    assert!(ok, "{file}");
+    real.shows(
+        &format!("{name}-0"),
+        &format!(
+            "SELECT last_archived_wal >= '{}' FROM pg_stat_archiver",
+            file.trim()
+        ),
+        "t",
+    )
+    .await;
+    let (code, out) = crate::postgres::plugin(&[
+        "-n",
+        real.ns(),
+        "restore",
+        name,
+        "--lsn",
+        "FF/0",
+        "--timeout",
+        "600",
+    ])
+    .await;
+    assert_eq!(code, 1, "a restore beyond the archive fails: {out}");
+    assert!(
+        out.contains("RestoreFailed") || out.contains("could not restore"),
+        "{out}"
+    );
+    let failed = real
+        .cluster_until(name, "Degraded: RestoreFailed", |pg| {
+            cluster_degraded(pg).is_some_and(|(reason, _)| reason == "RestoreFailed")
+        })
+        .await;
+    let (_, message) = cluster_degraded(&failed).unwrap_or_default();
+    assert!(
+        message.contains(&format!("{name}-0 could not restore")),
+        "{message}"
+    );
+    assert_eq!(
+        failed
+            .status
+            .as_ref()
+            .and_then(|s| s.engine.phase.as_deref()),
+        Some("RestoringInPlace")
+    );
+    let (code, out) =
+        crate::postgres::plugin(&["-n", real.ns(), "restore", name, "--timeout", "900"]).await;
+    assert_eq!(code, 0, "the way out, the end of the archive: {out}");
+    real.all_ready(name).await;
+    let again = real.rows(name);
+    assert_eq!(
+        again.keys().collect::<Vec<_>>(),
+        rows.keys().collect::<Vec<_>>(),
+        "the end of the archive holds every row committed before the failed request"
+    );
+}
+
+/// The cluster's `Degraded` condition, if it is true: its reason and message.
+fn cluster_degraded(pg: &PostgresCluster) -> Option<(String, String)> {
+    pg.status
+        .as_ref()?
+        .engine
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded" && c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
 }

@@ -463,6 +463,9 @@ pub(super) struct World {
     /// The serial of the last restore token a persisted state took on (noted as the
     /// states are checked).
     restore_served: std::cell::Cell<u32>,
+    /// The serial of the last restore a restoring state carried (begun, not only taken
+    /// as served).
+    restore_started: std::cell::Cell<u32>,
     /// The serial of the last restore a manager ran.
     restored: u32,
     /// The timeline the last restore's promotion made.
@@ -789,6 +792,7 @@ impl World {
             restore: None,
             restore_targets: BTreeMap::new(),
             restore_served: std::cell::Cell::new(0),
+            restore_started: std::cell::Cell::new(0),
             restored: 0,
             restore_epoch: None,
             agent_decide: REAL_AGENT,

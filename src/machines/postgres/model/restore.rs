@@ -118,11 +118,11 @@ impl World {
             .and_then(|v| serde_json::from_str::<RestoreSpec>(v).ok())
             .and_then(|r| serial(&r.token));
         let Some(target) = asked.and_then(|n| self.restore_targets.get(&n).copied()) else {
-            let pending = self.restore_served.get() > self.restored;
+            let pending = self.restore_started.get() > self.restored;
             if pending {
                 self.violations.push(format!(
                     "pod {k} ran initdb while restore r{} waited for its primary",
-                    self.restore_served.get()
+                    self.restore_started.get()
                 ));
             }
             return false;
@@ -141,16 +141,21 @@ impl World {
     /// A restore request is served once a restoring state carried its token (or a
     /// Creating state took it as served).
     pub(super) fn note_restore(&self, state: &PgState) {
-        let taken = match state {
-            PgState::RestoringInPlace(r) => serial(&r.restore.token),
+        let (taken, started) = match state {
+            PgState::RestoringInPlace(r) => (serial(&r.restore.token), true),
+            // Taken as served without a restore (a token the spec held at creation or
+            // adoption): nothing waits for a restored primary.
             PgState::Creating {
                 served_restore: Some(t),
                 ..
-            } => serial(t),
-            _ => None,
+            } => (serial(t), false),
+            _ => (None, false),
         };
         if let Some(n) = taken {
             self.restore_served.set(self.restore_served.get().max(n));
+            if started {
+                self.restore_started.set(self.restore_started.get().max(n));
+            }
         }
     }
 
