@@ -776,9 +776,24 @@ pub(crate) fn retarget(
                 return back;
             }
             // A failover whose survey has no candidate left asks the members as they are
-            // now: one that came back since (a member cloned anew, the target's pod
-            // remade) answers, and the survey's rules choose again.
-            if s.surveyed.is_some() {
+            // now, if one it did not read is there (a member cloned anew, the old
+            // primary's pod remade, one that was not Ready then; not one labelled
+            // `demoted`, which is never promoted): it answers, and the survey's rules
+            // choose again. With nobody else to ask, the target is waited for: a new survey would demote it
+            // while it holds the Lease, and leave nobody to promote (found by the model
+            // check at 6,000 cases: a requested switchover whose target was not Ready for
+            // a moment as it promoted).
+            let unread = |read: &Vec<crate::machines::postgres::state::Surveyed>| {
+                (0..cluster.replicas)
+                    .filter(|k| *k != s.target.ordinal)
+                    .filter(|k| {
+                        o.live(*k).is_some_and(|p| {
+                            p.role != Some(crate::machines::postgres::actions::Role::Demoted)
+                        })
+                    })
+                    .any(|k| !read.iter().any(|r| r.ordinal == k))
+            };
+            if s.surveyed.as_ref().is_some_and(unread) {
                 return Decision::go(
                     PgState::SwitchingOver(Switchover {
                         step: SwitchStep::Survey,

@@ -1004,3 +1004,22 @@ fn a_failover_whose_promoted_target_loses_the_lease_is_not_wedged_waiting_for_it
     assert_took(&report, "SwitchingOver -> SwitchingOver (SurveyRetried)");
     assert_took(&report, "SwitchingOver -> PrimaryLost (BackToOldPrimary)");
 }
+
+/// Found by generated runs with `LOCKSTEP_CHECK_CASES=6000`: a switchover to pod 1 of
+/// two is requested; the Lease is handed to it and it promotes, and it is not Ready
+/// for a moment. The switchover surveyed again, demoting pod 1 while it held the Lease;
+/// its server stopped, pod 0 (the old primary) stays `demoted`, and nobody could be
+/// promoted, for ever. With no member the survey did not read, the target is waited
+/// for instead, and the switchover completes once it is Ready again.
+#[test]
+fn a_requested_switchover_waits_for_its_target_not_ready_for_a_moment_as_it_promotes() {
+    use Move::*;
+    let env = Event::Env;
+    let requested = [env(RequestSwitchover(1)), r(), r(), r(), r(), r()];
+    let surveyed = [Event::Tick(124), r(), r(), Event::Tick(2), r(), r(), r()];
+    let report = passes(running_n(
+        2,
+        [requested.as_slice(), &surveyed, &[env(BecomesUnready(1)), r()]].concat(),
+    ));
+    assert_took(&report, "SwitchingOver -> Ready (SwitchoverCompleted)");
+}

@@ -414,3 +414,16 @@ fn a_failover_whose_target_is_lost_with_nobody_else_read_surveys_again_instead_o
             if s.step == SwitchStep::Survey && s.surveyed.is_none() && s.survey_attempt == Some(2)
     ));
 }
+
+#[test]
+fn a_target_not_ready_for_a_moment_with_no_member_left_unread_is_waited_for() {
+    let mut o = primary_down(0);
+    hand_over_to_1(&mut o, V1);
+    edit(&mut o, 1, |p| p.ready = false);
+    // Pod 0, the old primary, is labelled demoted; pod 2 is gone: nobody else to ask.
+    edit(&mut o, 0, |p| p.role = Some(Role::Demoted));
+    o.pods.remove(&2);
+    let d = decide_at(&spec("16.3"), &promoting_what_pod_1_answered(), o, 10, 0);
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+    assert!(target(&d).is_none(), "a new survey would demote the target: {d:?}");
+}
