@@ -169,7 +169,8 @@
 //!   the persisted state names it, or mid-switchover if it holds the Lease (after the old
 //!   primary was labelled `demoted`); the last transition labels the old primary
 //!   `demoted` before the new one `primary` (and waits while the old primary's pod is not
-//!   observed at all).
+//!   observed at all; a target already labelled `primary` keeps its label meanwhile, so
+//!   that its agent does not stop the server it promotes).
 //! - **No pod labelled `replica` is writable** (`-ro` never routes to a primary): a pod
 //!   that is or may be a primary (labelled `primary` or `demoted`) is labelled `demoted`
 //!   until it is recreated.

@@ -83,11 +83,19 @@ pub(crate) fn switching_over(
     let mut actions = objects(spec, &cluster.image, cluster.replicas, o);
     let target_seen = o.pods.get(&t).is_some_and(|p| p.uid == s.target.uid);
     actions.extend(match s.step {
-        // Not while the old primary is unseen: it may still carry the label.
-        SwitchStep::Promote
-            if target_seen && lease_holds_target(s, o).is_ok() && o.pods.contains_key(&old) =>
-        {
-            promoting_moves(o, t)
+        // Not while the old primary is unseen: it may still carry the label. The target
+        // keeps the label it has meanwhile: demoted while it holds the Lease, its agent
+        // would stop the server it is promoting (found by the model check at 6,000
+        // cases: the old primary evicted mid-promotion, and nobody left to promote).
+        SwitchStep::Promote if target_seen && lease_holds_target(s, o).is_ok() => {
+            if o.pods.contains_key(&old) {
+                promoting_moves(o, t)
+            } else {
+                label_moves(o, None)
+                    .into_iter()
+                    .filter(|a| !matches!(a, PgAction::Label { ordinal, .. } if *ordinal == t))
+                    .collect()
+            }
         }
         _ => label_moves(o, None),
     });

@@ -1019,7 +1019,32 @@ fn a_requested_switchover_waits_for_its_target_not_ready_for_a_moment_as_it_prom
     let surveyed = [Event::Tick(124), r(), r(), Event::Tick(2), r(), r(), r()];
     let report = passes(running_n(
         2,
-        [requested.as_slice(), &surveyed, &[env(BecomesUnready(1)), r()]].concat(),
+        [
+            requested.as_slice(),
+            &surveyed,
+            &[env(BecomesUnready(1)), r()],
+        ]
+        .concat(),
+    ));
+    assert_took(&report, "SwitchingOver -> Ready (SwitchoverCompleted)");
+}
+
+/// Found by generated runs with `LOCKSTEP_CHECK_CASES=6000`: a switchover to pod 1 of
+/// two is requested; pod 1 holds the Lease and promotes, and the old primary's pod is
+/// evicted. With the old primary unseen, the switchover labelled every pod that may be
+/// writable `demoted`, pod 1 too: its agent stopped the server it was promoting, and
+/// nobody could be promoted again. The target keeps its label while the old primary is
+/// unseen now, and the switchover completes once the old primary's pod is back.
+#[test]
+fn a_switchover_keeps_its_promoting_target_labelled_while_the_old_primary_is_unseen() {
+    use Move::*;
+    let env = Event::Env;
+    let requested = [env(RequestSwitchover(1)), r(), r(), r(), r(), r()];
+    let promoted = [Event::Tick(124), r(), r(), Event::Tick(2), r(), r(), r()];
+    let evicted = [Event::Tick(2), env(Evicted(0)), r()];
+    let report = passes(running_n(
+        2,
+        [requested.as_slice(), &promoted, &evicted].concat(),
     ));
     assert_took(&report, "SwitchingOver -> Ready (SwitchoverCompleted)");
 }

@@ -425,5 +425,8 @@ fn a_target_not_ready_for_a_moment_with_no_member_left_unread_is_waited_for() {
     o.pods.remove(&2);
     let d = decide_at(&spec("16.3"), &promoting_what_pod_1_answered(), o, 10, 0);
     assert_degraded(&d, NO_PROMOTION_TARGET);
-    assert!(target(&d).is_none(), "a new survey would demote the target: {d:?}");
+    assert!(
+        target(&d).is_none(),
+        "a new survey would demote the target: {d:?}"
+    );
 }
