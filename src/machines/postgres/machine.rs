@@ -226,8 +226,8 @@
 //! - **Intent before action.** A switchover's target and the old primary's UID are
 //!   persisted before the first label moves; Job names derive from (target, UID,
 //!   attempt), so a restarted operator finds the same Job instead of running another.
-//! - **An in-place restore** (`spec.restore`, [`super::decide`]'s
-//!   `restoring_in_place`) runs once per token (recorded in the acks as it begins; a
+//! - **An in-place restore** (`spec.restore`, `decide/restoring_in_place.rs`) runs
+//!   once per token (recorded in the acks as it begins; a
 //!   token present when the cluster is created or adopted is taken as served, never
 //!   run). It replaces the data only once nothing writes: the StatefulSet holds no pod
 //!   and the Lease holder is certainly fenced (as for a hand-over); then every volume
