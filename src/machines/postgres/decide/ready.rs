@@ -14,7 +14,7 @@ use std::ops::ControlFlow;
 use super::RESYNC;
 use super::primary_lost::{lose_primary, primary_down};
 use super::requested::requested;
-use super::restoring_in_place::restore_requested;
+use super::restoring_in_place::{Asked, restore_requested};
 use super::scaling::rescale;
 use super::upgrading::waits_for_restart;
 use super::{D, rest, stay, upkeep_at};
@@ -58,9 +58,16 @@ pub(crate) fn ready(
     let mut actions = upkeep_at(spec, cluster, o);
     // A person's rewind comes first: it replaces every member, so it also ends a lost
     // primary or a change in flight.
-    if let ControlFlow::Break(decision) =
-        restore_requested(spec, cluster, served.restore, o, now, &actions)
-    {
+    if let ControlFlow::Break(decision) = restore_requested(
+        spec,
+        cluster,
+        Asked::AtRest {
+            served: served.restore,
+        },
+        o,
+        now,
+        &actions,
+    ) {
         return decision;
     }
     if let Some(lost) = primary_down(spec, cluster, o, now) {

@@ -60,17 +60,39 @@ pub(crate) fn target_text(target: Option<&RecoveryTarget>) -> String {
     }
 }
 
-/// The restore `spec.restore` asks for, if its token is new (`served` is the one last
-/// taken on): begun (from `cluster` at rest, or over a restore in flight), or refused for
-/// now (a Degraded stay naming why, with `actions`).
+/// Where a request for a restore finds the cluster.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Asked<'a> {
+    /// At rest; `served` is the token last taken on, if any.
+    AtRest {
+        /// The token last taken on.
+        served: Option<&'a str>,
+    },
+    /// Over the restore with this token, in flight.
+    MidRestore {
+        /// The in-flight restore's token.
+        token: &'a str,
+    },
+}
+
+/// The restore `spec.restore` asks for, if its token is new: begun (from `cluster` at
+/// rest, or over a restore in flight), or refused for now (a Degraded stay naming why,
+/// with `actions`; a restore in flight holds at its step meanwhile).
 pub(crate) fn restore_requested(
     spec: &PostgresClusterSpec,
     cluster: &Topology,
-    served: Option<&str>,
+    asked: Asked<'_>,
     o: &Observed,
     now: DateTime<Utc>,
     actions: &[PgAction],
 ) -> ControlFlow<D> {
+    let (served, meanwhile) = match asked {
+        Asked::AtRest { served } => (served, "nothing was stopped".to_owned()),
+        Asked::MidRestore { token } => (
+            Some(token),
+            format!("restore {token:?} holds at its step meanwhile"),
+        ),
+    };
     let Some(request) = spec
         .restore
         .as_ref()
@@ -86,7 +108,7 @@ pub(crate) fn restore_requested(
     let refuse = |why: String, wake: Option<Duration>| {
         let d = stay(
             RESTORE_REFUSED,
-            format!("{what}: {why}; nothing was stopped"),
+            format!("{what}: {why}; {meanwhile}"),
             actions.to_vec(),
         )
         .degraded();
@@ -140,7 +162,9 @@ pub(crate) fn restoring_in_place(
     if let ControlFlow::Break(d) = restore_requested(
         spec,
         &r.cluster,
-        Some(r.restore.token.as_str()),
+        Asked::MidRestore {
+            token: &r.restore.token,
+        },
         o,
         now,
         &[],

@@ -2,7 +2,7 @@
 //! at creation.
 
 use super::*;
-use crate::machines::common::testing::{decide_acked, target};
+use crate::machines::common::testing::{decide_acked, message, target};
 use crate::machines::postgres::api::{RecoveryTarget, RestoreSpec};
 use crate::machines::postgres::decide::restoring_in_place::RESTORE_ACK;
 use crate::machines::postgres::in_place::annotation_value;
@@ -216,6 +216,17 @@ fn a_new_token_mid_restore_starts_it_again_from_the_first_step() {
     let d = decide(&s, &at_step(RestoreStep::RestorePrimary), emptied());
     assert_eq!(d.reason(), RESTORE_REQUESTED);
     assert_eq!(step_of(&d), Some(RestoreStep::StopWrites));
+}
+
+#[test]
+fn a_new_token_refused_mid_restore_says_the_restore_in_flight_holds_at_its_step() {
+    // The clock is at 1000 s; the new token's target 30 s before it.
+    let s = restoring_to("r2", Some(970));
+    let d = decide(&s, &at_step(RestoreStep::RestorePrimary), emptied());
+    assert_degraded(&d, RESTORE_REFUSED);
+    assert_says(&d, &["may not be archived yet", "holds at its step"]);
+    assert!(!message(&d).contains("nothing was stopped"));
+    assert!(matches!(d, Decision::Stay { .. }));
 }
 
 #[test]
