@@ -765,14 +765,14 @@ async fn the_deploy_manifests_rbac_is_sufficient_and_least() {
             None,
             false,
         ),
-        // PostgresCluster's primary Leases are patched in any namespace, never deleted
-        // (they go with their cluster, by owner reference).
+        // PostgresCluster's primary Leases are patched in any namespace, and deleted
+        // (UID-preconditioned) by an in-place restore once their holder is fenced.
         (
             "delete",
             "leases",
             "coordination.k8s.io",
             Some(ns.as_str()),
-            false,
+            true,
         ),
         ("update", "statefulsets", "apps", Some(ns.as_str()), false),
     ] {
