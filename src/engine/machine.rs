@@ -237,6 +237,16 @@ impl<S, A> Decision<S, A> {
         self
     }
 
+    /// Make a stay requeue after `after` when there is one; `None` leaves the wait as
+    /// it is (no effect on a transition).
+    #[must_use]
+    pub fn requeue_if_any(self, after: Option<Duration>) -> Self {
+        match after {
+            Some(after) => self.requeue(after),
+            None => self,
+        }
+    }
+
     /// Mark a stay as degraded (no effect on a transition).
     #[must_use]
     pub fn degraded(mut self) -> Self {

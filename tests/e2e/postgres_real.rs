@@ -373,6 +373,22 @@ impl Real {
         }
     }
 
+    /// Switch `pod`'s current WAL file out and wait until the archive holds it, so that
+    /// everything committed on `pod` so far is recoverable from the archive.
+    async fn archive_now(&self, pod: &str) {
+        let (ok, file) = self.psql_on(pod, "SELECT pg_walfile_name(pg_switch_wal())");
+        assert!(ok, "{file}");
+        self.shows(
+            pod,
+            &format!(
+                "SELECT last_archived_wal >= '{}' FROM pg_stat_archiver",
+                file.trim()
+            ),
+            "t",
+        )
+        .await;
+    }
+
     /// Wait on a watch of cluster `name` until `condition`, for at most [`SLOW`]; on
     /// timeout, print what the cluster, its pods, its Lease and its events say (the
     /// operator runs in this process, so nothing else would keep it) and panic.

@@ -350,13 +350,9 @@ impl<F> Verdict<F> {
             Verdict::Start { key, message } => Decision::stay(running, message)
                 .with_actions(upkeep)
                 .with_actions([run(key)]),
-            Verdict::Wait { message, recheck } => {
-                let stay = Decision::stay(running, message).with_actions(upkeep);
-                match recheck {
-                    Some(after) => stay.requeue(after),
-                    None => stay,
-                }
-            }
+            Verdict::Wait { message, recheck } => Decision::stay(running, message)
+                .with_actions(upkeep)
+                .requeue_if_any(recheck),
             Verdict::Failed(failure) => failed(failure),
         }
     }

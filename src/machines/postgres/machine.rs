@@ -355,11 +355,7 @@ fn keep_lease_at_rest(
         (Wait::Watch, Some(v)) => Some(v),
         (_, None) => None,
     };
-    let d = d.with_actions(moves);
-    match wait {
-        Some(w) => d.requeue(w),
-        None => d,
-    }
+    d.with_actions(moves).requeue_if_any(wait)
 }
 use crate::machines::common::annotations::BACKUP_NOW;
 use crate::machines::common::{finalize, on_demand};

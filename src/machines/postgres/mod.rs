@@ -137,6 +137,16 @@ impl Operator for Postgres {
             uid: uid.to_owned(),
             resource_version: version.to_owned(),
         };
+        // Pod annotations the instance manager reads: one key, set (or removed, for
+        // `None`) on the pod as read.
+        let annotate =
+            |ordinal: i32, uid: &str, version: &str, key: &str, value: Option<String>| {
+                vec![Op::patch_if::<Pod>(
+                    pod(ordinal),
+                    read(uid, version),
+                    serde_json::json!({"metadata": {"annotations": {key: value}}}),
+                )]
+            };
         let lease_patch = |uid: &str, version: &str, body| {
             vec![Op::patch_if::<Lease>(
                 render::lease_name(object),
@@ -189,25 +199,25 @@ impl Operator for Postgres {
                 ordinal,
                 uid,
                 version,
-            } => vec![Op::patch_if::<Pod>(
-                pod(*ordinal),
-                read(uid, version),
-                serde_json::json!({"metadata": {"annotations": {
-                    settings::SETTINGS_ANNOTATION: settings::annotation_of(object),
-                }}}),
-            )],
+            } => annotate(
+                *ordinal,
+                uid,
+                version,
+                settings::SETTINGS_ANNOTATION,
+                settings::annotation_of(object),
+            ),
             PgAction::AnnotateRestore {
                 ordinal,
                 value,
                 uid,
                 version,
-            } => vec![Op::patch_if::<Pod>(
-                pod(*ordinal),
-                read(uid, version),
-                serde_json::json!({"metadata": {"annotations": {
-                    in_place::RESTORE_ANNOTATION: value,
-                }}}),
-            )],
+            } => annotate(
+                *ordinal,
+                uid,
+                version,
+                in_place::RESTORE_ANNOTATION,
+                Some(value.clone()),
+            ),
             PgAction::DeleteClaim { ordinal, uid } => vec![Op::delete::<PersistentVolumeClaim>(
                 format!("{}-{name}-{ordinal}", render::VOLUME),
                 uid,

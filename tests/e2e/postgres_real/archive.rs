@@ -471,17 +471,7 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     // Its own statement: `psql -c` runs one string as one transaction, and the insert's
     // commit record must be in the file switched out, or the archive would not hold a
     // commit after the target until archive_timeout.
-    let (ok, last) = real.psql_on(&primary, "SELECT pg_walfile_name(pg_switch_wal())");
-    assert!(ok, "{last}");
-    real.shows(
-        &primary,
-        &format!(
-            "SELECT last_archived_wal >= '{}' FROM pg_stat_archiver",
-            last.trim()
-        ),
-        "t",
-    )
-    .await;
+    real.archive_now(&primary).await;
     let store = |recovery: serde_json::Value| json!({"backup": archiving_to_the_store(&real), "bootstrap": {"recovery": recovery}});
     real.cluster(
         "copy",
@@ -569,17 +559,7 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
         "INSERT INTO pitr (id) SELECT generate_series(31, 40)",
     );
     assert!(ok, "{out}");
-    let (ok, last) = real.psql_on(&promoted, "SELECT pg_walfile_name(pg_switch_wal())");
-    assert!(ok, "{last}");
-    real.shows(
-        &promoted,
-        &format!(
-            "SELECT last_archived_wal >= '{}' FROM pg_stat_archiver",
-            last.trim()
-        ),
-        "t",
-    )
-    .await;
+    real.archive_now(&promoted).await;
     real.cluster(
         "later",
         1,

@@ -49,17 +49,7 @@ pub(super) async fn in_place_restore_under_a_writer(real: &Real, name: &str, pri
         .max()
         .unwrap_or(0);
     // The target's WAL must be in the archive: the file holding it is switched out.
-    let (ok, file) = real.psql_on(primary, "SELECT pg_walfile_name(pg_switch_wal())");
-    assert!(ok, "{file}");
-    real.shows(
-        primary,
-        &format!(
-            "SELECT last_archived_wal >= '{}' FROM pg_stat_archiver",
-            file.trim()
-        ),
-        "t",
-    )
-    .await;
+    real.archive_now(primary).await;
 
     // Through the kubectl plugin, which sets spec.restore and waits for the outcome.
     let (code, out) = crate::postgres::plugin(&[
@@ -141,20 +131,7 @@ pub(super) async fn in_place_restore_under_a_writer(real: &Real, name: &str, pri
     // volumes, then pod 0 fails to restore: Degraded (`RestoreFailed`) naming it, and
     // nothing serves. A new token without a target (the end of the archive) is the way
     // out, and brings back every row committed before the failed request.
-    let (ok, file) = real.psql_on(
-        &format!("{name}-0"),
-        "SELECT pg_walfile_name(pg_switch_wal())",
-    );
-    assert!(ok, "{file}");
-    real.shows(
-        &format!("{name}-0"),
-        &format!(
-            "SELECT last_archived_wal >= '{}' FROM pg_stat_archiver",
-            file.trim()
-        ),
-        "t",
-    )
-    .await;
+    real.archive_now(&format!("{name}-0")).await;
     let (code, out) = crate::postgres::plugin(&[
         "-n",
         real.ns(),

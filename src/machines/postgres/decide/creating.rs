@@ -56,10 +56,7 @@ pub(crate) fn creating(
             actions.extend(wait.actions);
             let d = stay(wait.reason, wait.message, actions);
             let d = if wait.degraded { d.degraded() } else { d };
-            return match wait.wake {
-                Some(w) => d.requeue(w),
-                None => d,
-            };
+            return d.requeue_if_any(wait.wake);
         }
     };
     actions.extend(label_moves(o, Some(primary)));

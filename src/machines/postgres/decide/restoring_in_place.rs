@@ -112,10 +112,7 @@ pub(crate) fn restore_requested(
             actions.to_vec(),
         )
         .degraded();
-        ControlFlow::Break(match wake {
-            Some(w) => d.requeue(w),
-            None => d,
-        })
+        ControlFlow::Break(d.requeue_if_any(wake))
     };
     if let Some(time) = request.target.as_ref().and_then(|t| t.time) {
         let settled = time + chrono::Duration::seconds(ARCHIVE_SETTLE_SECONDS);
@@ -211,10 +208,7 @@ pub(crate) fn restoring_in_place(
                     ),
                     actions,
                 );
-                return match wait_for(until, now) {
-                    Some(w) => d.requeue(w),
-                    None => d,
-                };
+                return d.requeue_if_any(wait_for(until, now));
             }
             go(
                 RestoreStep::ReplaceVolumes,
@@ -335,10 +329,7 @@ fn restore_primary(
                         ),
                         actions,
                     );
-                    return match wait_for(until, now) {
-                        Some(w) => d.requeue(w),
-                        None => d,
-                    };
+                    return d.requeue_if_any(wait_for(until, now));
                 }
             }
         }

@@ -723,10 +723,7 @@ fn hand_over(
                 wake = Some(wake.map_or(left, |w| w.min(left)));
                 d
             };
-            match wake {
-                Some(w) => d.requeue(w),
-                None => d,
-            }
+            d.requeue_if_any(wake)
         }
     }
 }
