@@ -133,6 +133,11 @@ struct RunArgs {
     /// object's own changes, requeues and retries are not held. 0: at once.
     #[arg(long, default_value_t = 1000, env = "LOCKSTEP_DEBOUNCE_MS")]
     debounce_ms: u64,
+    /// Threads that run the controllers. 0 (the default): the main thread alone. The
+    /// work is mostly waiting on the API server, and one thread saves the cross-thread
+    /// wake-ups that cost more CPU than they gain (docs/benchmarks.md, issue 27).
+    #[arg(long, default_value_t = 0, env = "LOCKSTEP_WORKER_THREADS")]
+    worker_threads: usize,
     /// Where to serve /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080", env = "LOCKSTEP_METRICS_ADDR")]
     metrics_addr: std::net::SocketAddr,
@@ -187,7 +192,7 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Run(args) => {
             memory::tune_allocator();
             logging::init(cli.log_format);
-            tokio_runtime()?.block_on(run(args))
+            operator_runtime(args.worker_threads)?.block_on(run(args))
         }
         Command::Narrate(args) => {
             logging::init(cli.log_format);
@@ -210,6 +215,23 @@ fn main() -> anyhow::Result<ExitCode> {
             tokio_runtime()?.block_on(instance(*cmd))
         }
     }
+}
+
+/// The operator's runtime: on the main thread alone for `threads` = 0, else on that
+/// many worker threads.
+fn operator_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = match threads {
+        0 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+    };
+    builder
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }
 
 fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {

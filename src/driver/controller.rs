@@ -47,9 +47,10 @@ use super::debounce::Debouncer;
 use super::events::Recorder;
 use super::execute::{self, describe_op};
 use super::hooks::{DriverHooks, Finished, ResourceEvent, Target};
+use super::own_writes::OwnWrites;
 use super::status::{fenced_status_patch, merge_diff};
 use super::wakeup::{Trigger, Wakeups};
-use super::watch::{self, OwnWrites, ResourceTrigger, WatchBackoff};
+use super::watch::{self, ResourceTrigger, WatchBackoff};
 use super::{Cache, Error, Op, Operator};
 use crate::engine::step::{decode, describe, with_error, with_refusal};
 use crate::engine::{Input, Note, NoteKind, Taken, step};
@@ -373,7 +374,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl<O: Operator> Context<O> {
     fn remember(&self, key: &ObjectRef<O::Resource>, read: Option<String>, object: O::Resource) {
-        self.written.add(object.resource_version());
         self.fence.remember(key, read, object);
         // The watch may have delivered the written version before the response came.
         if let Some(stored) = self.store.get(key) {
@@ -537,8 +537,11 @@ async fn reconcile_once<O: Operator>(
     if !deleting && !holds_finalizer {
         let read = object.resource_version();
         ctx.may_act()?;
+        let write = ctx.written.begin(owner_key(key));
         let patched = execute::add_finalizer(&api, &*object, O::FINALIZER).await?;
         tracing::info!(finalizer = O::FINALIZER, "added finalizer");
+        // The finalizer's event triggers the next reconcile whoever wrote it.
+        let _ = write.finish(patched.resource_version());
         ctx.remember(key, read, patched);
         return Ok((Action::await_change(), Finished::FinalizerAdded));
     }
@@ -564,13 +567,16 @@ async fn reconcile_once<O: Operator>(
     }
 
     // 6. One fenced status write, only if the status changes.
+    let mut interleaved = false;
     let wrote = match &plan.status_diff {
         Some(diff) => {
             let read = object.resource_version();
             let patch = fenced_status_patch(read.as_deref().unwrap_or_default(), diff.clone());
             ctx.may_act()?;
+            let write = ctx.written.begin(owner_key(key));
             let written =
                 execute::write_status(&api, &object.name_any(), &patch, FIELD_MANAGER).await?;
+            interleaved = write.finish(written.resource_version());
             if current_status(&written)? != plan.desired_status {
                 tracing::warn!(
                     "the status read back differs from the one written: Operator::status must \
@@ -608,18 +614,34 @@ async fn reconcile_once<O: Operator>(
         ctx.forget(key);
     }
 
+    if interleaved {
+        // Someone else wrote the object while our status write was in flight, and its
+        // event was held: look at it now.
+        tracing::debug!("the object changed while the status write was in flight");
+        ctx.again(key, Trigger::Object, Duration::ZERO);
+        return Ok((Action::requeue(Duration::ZERO), finished(wrote, &plan)));
+    }
     if let Some(after) = plan.requeue {
         ctx.again(key, Trigger::Requeue, after);
     }
     let action = plan
         .requeue
         .map_or_else(Action::await_change, Action::requeue);
-    let finished = match (wrote, plan.ops.is_empty()) {
+    Ok((action, finished(wrote, &plan)))
+}
+
+/// What a reconcile that ran its plan did, for the hooks.
+fn finished(wrote: bool, plan: &Plan) -> Finished {
+    match (wrote, plan.ops.is_empty()) {
         (true, _) => Finished::StatusWritten,
         (false, false) => Finished::Acted,
         (false, true) => Finished::Idle,
-    };
-    Ok((action, finished))
+    }
+}
+
+/// The key of `object` as the watches and [`OwnWrites`] name it.
+fn owner_key<K: Resource>(object: &ObjectRef<K>) -> (Option<String>, String) {
+    (object.namespace.clone(), object.name.clone())
 }
 
 /// The Event of a note; best effort (a lost event is logged, never retried: the status
@@ -675,6 +697,7 @@ async fn record_error<O: Operator>(
         return;
     };
     let namespace = object.namespace().unwrap_or_default();
+    let write = ctx.written.begin(owner_key(key));
     match execute::write_status(
         &ctx.api(&namespace),
         &object.name_any(),
@@ -684,6 +707,8 @@ async fn record_error<O: Operator>(
     .await
     {
         Ok(written) => {
+            // The failed reconcile is retried anyway, which reads whatever was held.
+            let _ = write.finish(written.resource_version());
             if let Some(note) = &note {
                 publish(ctx, &written, note, false).await;
             }

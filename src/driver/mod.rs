@@ -77,6 +77,7 @@ pub mod debounce;
 pub mod events;
 pub mod execute;
 pub mod hooks;
+mod own_writes;
 pub mod status;
 pub mod wakeup;
 pub mod watch;

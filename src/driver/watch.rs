@@ -30,8 +30,8 @@
 //!   owned by their StatefulSet, not by the custom resource, so the mapping is by labels,
 //!   never by owner references.
 
+use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -44,6 +44,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::cache::{Owned, Project};
+use super::own_writes::OwnWrites;
 use super::wakeup::Trigger;
 use super::{Cache, Error, Operator, labels};
 
@@ -151,8 +152,9 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Pure bookkeeping, unit-tested without a cluster. An event triggers when the object
 /// is first seen, when what the machine reads of its metadata changed (generation,
 /// labels, annotations, finalizers, deletion timestamp), or when it is a write this
-/// process did not make: `ours` holds the resourceVersions this process got back from
-/// its own writes. Re-deliveries of a version already seen (a relist) trigger nothing.
+/// process did not make: `ours` tells this process's writes apart, in either order of
+/// response and event ([`super::own_writes`]). Re-deliveries of a version already seen
+/// (a relist) trigger nothing.
 #[derive(Debug, Default)]
 pub(crate) struct ResourceTrigger {
     seen: HashMap<Key, (u64, Option<String>)>,
@@ -174,52 +176,26 @@ impl ResourceTrigger {
             .hash(&mut hasher);
         let read = hasher.finish();
         let version = object.resource_version();
-        let own_write = version.as_deref().is_some_and(|rv| ours.take(rv));
-        match self.seen.insert(key, (read, version.clone())) {
+        match self.seen.insert(key.clone(), (read, version.clone())) {
             None => true,
-            Some((read_before, _)) if read_before != read => true,
-            Some((_, version_before)) => version_before != version && !own_write,
+            Some((read_before, _)) if read_before != read => {
+                // It triggers either way; telling `ours` lets it forget the version if
+                // it is ours (a finalizer we added).
+                if let Some(rv) = version.as_deref() {
+                    ours.claims(&key, rv);
+                }
+                true
+            }
+            Some((_, version_before)) => {
+                version_before != version
+                    && !version.as_deref().is_some_and(|rv| ours.claims(&key, rv))
+            }
         }
     }
 
     /// Forget `object` (it was deleted).
     pub(crate) fn forget<K: Resource>(&mut self, object: &K) {
         self.seen.remove(&(object.namespace(), object.name_any()));
-    }
-}
-
-/// The resourceVersions of the writes this process made to its custom resources,
-/// shared between the driver (which adds) and the [`ResourceTrigger`] (which takes).
-///
-/// A write whose event arrives before the driver has added its version is taken for
-/// someone else's: that costs one idle reconcile (no request), never a missed one.
-#[derive(Debug, Default)]
-pub(crate) struct OwnWrites(std::sync::Mutex<HashSet<String>>);
-
-impl OwnWrites {
-    /// The most versions remembered; past this the oldest are not told apart (a write
-    /// whose event never came, for an object deleted meanwhile, must not leak).
-    const LIMIT: usize = 4096;
-
-    /// Remember that this process wrote version `rv`.
-    pub(crate) fn add(&self, rv: Option<String>) {
-        let Some(rv) = rv else { return };
-        let mut set = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if set.len() >= Self::LIMIT {
-            set.clear();
-        }
-        set.insert(rv);
-    }
-
-    /// Whether this process wrote version `rv` (forgetting it).
-    pub(crate) fn take(&self, rv: &str) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(rv)
     }
 }
 
@@ -346,8 +322,37 @@ mod tests {
     fn our_own_status_write_triggers_nothing() {
         let (mut t, ours) = (ResourceTrigger::default(), OwnWrites::default());
         t.admit(&with_status("1", 1), &ours);
-        ours.add(Some("2".into()));
+        assert!(
+            !ours
+                .begin((Some("ns".into()), "db".into()))
+                .finish(Some("2".into()))
+        );
         assert!(!t.admit(&with_status("2", 1), &ours));
+    }
+
+    #[test]
+    fn our_own_status_write_whose_event_beats_the_response_triggers_nothing() {
+        let (mut t, ours) = (ResourceTrigger::default(), OwnWrites::default());
+        t.admit(&with_status("1", 1), &ours);
+        let write = ours.begin((Some("ns".into()), "db".into()));
+        assert!(!t.admit(&with_status("2", 1), &ours));
+        assert!(
+            !write.finish(Some("2".into())),
+            "nothing to reconcile again"
+        );
+    }
+
+    #[test]
+    fn a_status_write_by_someone_else_during_ours_is_reconciled_after_it() {
+        let (mut t, ours) = (ResourceTrigger::default(), OwnWrites::default());
+        t.admit(&with_status("1", 1), &ours);
+        let write = ours.begin((Some("ns".into()), "db".into()));
+        assert!(
+            !t.admit(&with_status("2", 1), &ours),
+            "held while ours is in flight"
+        );
+        assert!(write.finish(Some("3".into())), "then reconciled again");
+        assert!(!t.admit(&with_status("3", 1), &ours));
     }
 
     #[test]
@@ -361,7 +366,11 @@ mod tests {
     fn a_spec_change_is_reconciled_even_in_our_own_write() {
         let (mut t, ours) = (ResourceTrigger::default(), OwnWrites::default());
         t.admit(&with_status("1", 1), &ours);
-        ours.add(Some("2".into()));
+        assert!(
+            !ours
+                .begin((Some("ns".into()), "db".into()))
+                .finish(Some("2".into()))
+        );
         assert!(t.admit(&with_status("2", 2), &ours));
     }
 

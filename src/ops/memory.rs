@@ -19,9 +19,10 @@
 //! Both do nothing where the C library is not glibc.
 //!
 //! # Assumptions
-//! - The operator's threads (the runtime's workers, two on a 2-core machine) spend
-//!   most of their time parked; one arena's lock is not contended enough to matter
-//!   (its CPU per reconcile is measured by `make bench`).
+//! - The operator's threads (the main thread by default, `--worker-threads` workers
+//!   otherwise, and the runtime's blocking pool) spend most of their time parked; one
+//!   arena's lock is not contended enough to matter (its CPU per reconcile is measured
+//!   by `make bench`).
 
 use std::time::Duration;
 

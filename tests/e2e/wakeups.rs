@@ -178,6 +178,13 @@ async fn each_owned_kind_wakes_the_machine_on_a_relevant_change_and_not_on_an_ir
         Wakes::total(&created.woken) < Wakes::total(&created.requested),
         "a created cluster's bursts of owned changes are folded: {created:?}"
     );
+    assert_eq!(
+        created.requested(Trigger::Object),
+        2,
+        "the object wakes its machine when first seen and when its finalizer lands; its \
+         status writes are the operator's own and wake nothing, whether their events \
+         come before or after the responses: {created:?}"
+    );
 
     let annotate = async |api: &Api<Pod>, name: &str| {
         merge(
