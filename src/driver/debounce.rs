@@ -49,7 +49,7 @@ struct Held {
 }
 
 /// The owners with a trigger held, and when each is due. Pure bookkeeping on the times
-/// it is given; [`debounced`] drives it with the clock.
+/// it is given; [`Debouncer::debounced`] drives it with the clock.
 #[derive(Debug)]
 pub(crate) struct Pending {
     window: Duration,
