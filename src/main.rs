@@ -220,22 +220,22 @@ fn main() -> anyhow::Result<ExitCode> {
 /// The operator's runtime: on the main thread alone for `threads` = 0, else on that
 /// many worker threads.
 fn operator_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = match threads {
-        0 => tokio::runtime::Builder::new_current_thread(),
-        n => {
+    match threads {
+        0 => build_runtime(tokio::runtime::Builder::new_current_thread()),
+        n => build_runtime({
             let mut b = tokio::runtime::Builder::new_multi_thread();
             b.worker_threads(n);
             b
-        }
-    };
-    builder
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
+        }),
+    }
 }
 
 fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+    build_runtime(tokio::runtime::Builder::new_multi_thread())
+}
+
+fn build_runtime(mut builder: tokio::runtime::Builder) -> anyhow::Result<tokio::runtime::Runtime> {
+    builder
         .enable_all()
         .build()
         .context("starting the async runtime")

@@ -42,6 +42,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::authority::Authority;
+use super::cache::Key;
 use super::config::{Backoff, Config, FIELD_MANAGER};
 use super::debounce::Debouncer;
 use super::events::Recorder;
@@ -384,16 +385,14 @@ impl<O: Operator> Context<O> {
 
     fn forget(&self, key: &ObjectRef<O::Resource>) {
         self.fence.forget(key);
-        self.wakeups
-            .forget(&(key.namespace.clone(), key.name.clone()));
+        self.wakeups.forget(&owner_key(key));
         lock(&self.failures).remove(key);
     }
 
     /// The reconcile of `key` asked to run again after `after` (`trigger`: a requeue or
     /// a retry).
     fn again(&self, key: &ObjectRef<O::Resource>, trigger: Trigger, after: Duration) {
-        self.wakeups
-            .again((key.namespace.clone(), key.name.clone()), trigger, after);
+        self.wakeups.again(owner_key(key), trigger, after);
         self.hooks.wake_requested(O::NAME, trigger);
     }
 
@@ -492,7 +491,7 @@ async fn reconcile<O: Operator>(
             name: &name,
         };
         // What is held back for this object is in the cache this reconcile reads.
-        let owner = (key.namespace.clone(), key.name.clone());
+        let owner = owner_key(&key);
         ctx.debouncer.cancel(&owner);
         let trigger = ctx.wakeups.take(&owner);
         ctx.hooks.woken(&target, trigger);
@@ -639,8 +638,8 @@ fn finished(wrote: bool, plan: &Plan) -> Finished {
     }
 }
 
-/// The key of `object` as the watches and [`OwnWrites`] name it.
-fn owner_key<K: Resource>(object: &ObjectRef<K>) -> (Option<String>, String) {
+/// The key of `object` as the watches, the wakeups and [`OwnWrites`] name it.
+fn owner_key<K: Resource>(object: &ObjectRef<K>) -> Key {
     (object.namespace.clone(), object.name.clone())
 }
 

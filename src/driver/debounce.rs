@@ -38,8 +38,7 @@ use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-/// Where an object lives: namespace and name.
-pub(crate) type Key = (Option<String>, String);
+use super::cache::Key;
 
 /// When one owner's pending trigger is due.
 #[derive(Debug, Clone, Copy)]

@@ -25,8 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Where an object lives: namespace and name.
-pub(crate) type Key = (Option<String>, String);
+use super::cache::Key;
 
 /// What asked for a reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

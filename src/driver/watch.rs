@@ -48,8 +48,7 @@ use super::own_writes::OwnWrites;
 use super::wakeup::Trigger;
 use super::{Cache, Error, Operator, labels};
 
-/// Where an object lives: namespace and name.
-pub(crate) type Key = (Option<String>, String);
+use super::cache::Key;
 
 /// Objects per page of a watch's (re)list. kube's default, 500, makes the first list of
 /// 1,500 pods three responses of ~4 MB decoded whole; the memory of such a burst is
