@@ -32,9 +32,8 @@ if ((${#missing[@]})); then
 		as_root mkdir -p /etc/postgresql-common
 		echo 'create_main_cluster = false' | as_root tee /etc/postgresql-common/createcluster.conf >/dev/null
 	fi
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		-o Dpkg::Options::=--force-confold "${missing[@]}" >/dev/null
+	# One apt at a time: CI's background builds may be installing too (tools/apt-install.sh).
+	as_root bash "$here/../../tools/apt-install.sh" "${missing[@]}" >/dev/null
 fi
 id postgres >/dev/null 2>&1 || { echo "setup.sh: OS user 'postgres' is missing (it comes with the postgresql package)" >&2; exit 1; }
 

@@ -102,8 +102,7 @@ go_static() { # MODULE_DIR OUT PKG...: a static, stripped Go build
 need_mmdebstrap() {
   command -v mmdebstrap >/dev/null 2>&1 && return 0
   log "installing mmdebstrap (Debian package)"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >&2
+  "$ROOT/tools/apt-install.sh" mmdebstrap >&2
 }
 
 # debian_rootfs DIR PACKAGES...: Debian minbase plus PACKAGES (apt caches and

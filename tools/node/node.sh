@@ -50,14 +50,7 @@ node_pid_alive() {
 
 # node_install_deps: the Debian packages the node needs, installed if missing.
 node_install_deps() {
-  local missing=() p
-  for p in "${NODE_DEBIAN_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  log "installing Debian packages: ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >>"$LOGS/node-apt.log" 2>&1
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$LOGS/node-apt.log" 2>&1
+  "$REPO_ROOT/tools/apt-install.sh" "${NODE_DEBIAN_PACKAGES[@]}" >>"$LOGS/node-apt.log" 2>&1
 }
 
 # in_node CMD...: run CMD inside the node's mount and network namespaces.
