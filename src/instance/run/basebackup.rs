@@ -25,9 +25,10 @@
 //! # Assumptions
 //! - The stanza exists (the archiver creates it, [`super::archive`]); before that a
 //!   backup fails with pgBackRest's own message, and the Job reports it.
-//! - The endpoint is reachable from the pod network without authentication, like
-//!   `/metrics`: it starts at most one backup at a time and tells outcomes, never data.
-//!   A NetworkPolicy that admits only the cluster's backup pods to the port narrows it.
+//! - Whoever reaches the port may ask: requests are not authenticated yet. A request
+//!   names its token and its retention, so an unauthorised caller can take backups and,
+//!   with a small retention, expire older ones (docs/backup.md says so, and how a
+//!   NetworkPolicy narrows it). It tells outcomes, never data.
 //!
 //! # Errors
 //! Nothing here fails the manager. A backup that fails (or outlives its bound) answers
