@@ -4,7 +4,7 @@
 use super::PROMOTE_RETRY_LIMIT;
 use super::fencing::{By, Fence, fence, hand_gated, hatch, lease_seconds, stamp, wait_for};
 use super::old_primary_role;
-use super::survey::{answered, describe, most_advanced};
+use super::survey::{Choice, Reach, answered, describe, furthest_unready, most_advanced};
 use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::RETRY_PROMOTE;
@@ -144,7 +144,7 @@ pub(crate) fn switching_over(
         SwitchStep::Fence => hand_over(spec, s, world, what, actions),
         SwitchStep::Survey => survey(spec, s, world, what, actions),
         SwitchStep::Promote => match lease_holds_target(s, o) {
-            Ok(()) => promote(s, world, target_bound(spec, s), what, actions),
+            Ok(()) => promote(spec, s, world, what, actions),
             Err(why) => Decision::go(
                 PgState::SwitchingOver(Switchover {
                     step: SwitchStep::Fence,
@@ -257,12 +257,13 @@ fn survey(
         Ok(skipped) => skipped,
         Err(wait) => return (*wait).with_actions(actions),
     };
-    let eligible: Vec<Surveyed> = surveyed
-        .iter()
-        .filter(|x| x.ordinal < below)
-        .cloned()
-        .collect();
-    match most_advanced(o, &eligible, old, None) {
+    let choice = Choice {
+        old,
+        below,
+        excluded: None,
+        within: Reach::of(spec.synchronous.as_ref()),
+    };
+    match most_advanced(o, &surveyed, choice) {
         Some(target) => {
             let message = format!(
                 "{what}: {} is the most advanced Ready standby ({}){}",
@@ -282,10 +283,7 @@ fn survey(
             )
         }
         None => {
-            let message = format!(
-                "{what}: no standby that answered survey {token} is a Ready replica ({})",
-                describe(o, &surveyed)
-            );
+            let message = no_target_message(o, (&token, &surveyed), choice, what);
             // A standby may be restarting: ask them again before giving up.
             if attempt < SURVEYS_FOR_EVERY_MEMBER {
                 let again = format!(
@@ -359,6 +357,44 @@ fn unpromotable(o: &Observed, what: &str, surveyed: &[Surveyed]) -> String {
         "{what}: no standby the survey read can be promoted ({})",
         describe(o, surveyed)
     )
+}
+
+/// Why a survey (its `token` and what it read) has no standby to promote: none that
+/// answered is a Ready replica, or, under `Required` ([`Reach::Furthest`]), the members
+/// that reached furthest are not, and promoting a Ready one below them would lose the
+/// acknowledged commits only they may have (named, with the way out).
+fn no_target_message(
+    o: &Observed,
+    (token, surveyed): (&str, &[Surveyed]),
+    choice: Choice<'_>,
+    what: &str,
+) -> String {
+    let ahead = furthest_unready(o, surveyed, choice.old);
+    let behind = most_advanced(
+        o,
+        surveyed,
+        Choice {
+            within: Reach::AnyReady,
+            ..choice
+        },
+    );
+    match behind {
+        Some(ready) if choice.within == Reach::Furthest && !ahead.is_empty() => format!(
+            "{what}: survey {token} read {} furthest ({}), but not as a Ready replica: \
+             with spec.synchronous.dataDurability Required an acknowledged commit may be \
+             on them alone, so {} is not promoted below them. Waiting for them to be \
+             Ready; to promote {} instead, losing what only they have, set \
+             spec.synchronous.dataDurability to Preferred",
+            o.pod_names(&ahead),
+            describe(o, surveyed),
+            o.pod_name(ready.ordinal),
+            o.pod_name(ready.ordinal),
+        ),
+        _ => format!(
+            "{what}: no standby that answered survey {token} is a Ready replica ({})",
+            describe(o, surveyed)
+        ),
+    }
 }
 
 /// How long a survey waits for every live member to answer before it reads what was
@@ -597,7 +633,7 @@ fn hand_over(
         _ => Some(format!("{name} was replaced")),
     };
     if let Some(why) = gone {
-        return retarget(s, o, target_bound(spec, s), what, why, actions);
+        return retarget(spec, s, o, what, why, actions);
     }
     if !surveying && lease.holder.as_deref() == Some(target.as_str()) {
         return promote(Vec::new(), format!("{target} holds the Lease"));
@@ -737,19 +773,35 @@ pub(crate) fn target_bound(spec: &PostgresClusterSpec, s: &Switchover) -> i32 {
     }
 }
 
+/// The target cannot be promoted (`why`): choose another, the most advanced its survey
+/// read (under `Required` only one that reached as far as any member read), or, for a
+/// planned switchover, the next by [`choose_target`]; with none, survey again, go back
+/// to the old primary, or wait (Degraded).
 pub(crate) fn retarget(
+    spec: &PostgresClusterSpec,
     s: &Switchover,
     o: &Observed,
-    below: i32,
     what: &str,
     why: String,
     actions: Vec<PgAction>,
 ) -> D {
     let cluster = &s.cluster;
+    let below = target_bound(spec, s);
     let image = (s.cause == SwitchCause::Upgrade).then_some(cluster.image.as_str());
     // A failover chooses among the standbys its survey read, the most advanced first.
+    // Under `Required` never below the furthest member the survey read (the target
+    // included, Ready or not): it may hold acknowledged commits no other has.
     let candidate = match &s.surveyed {
-        Some(surveyed) => most_advanced(o, surveyed, cluster.primary, Some(&s.target)),
+        Some(surveyed) => most_advanced(
+            o,
+            surveyed,
+            Choice {
+                old: cluster.primary,
+                below,
+                excluded: Some(&s.target),
+                within: Reach::of(spec.synchronous.as_ref()),
+            },
+        ),
         None => choose_target(o, cluster, below, image)
             .filter(|c| c.ordinal != s.target.ordinal || c.uid != s.target.uid),
     };
@@ -826,9 +878,9 @@ pub(crate) const PROMOTE_WAIT_SECONDS: u64 = 120;
 /// a time, until its manager reports a writable server holding the Lease's term, then
 /// elect it. A report that comes after the attempts ran out still elects it.
 pub(crate) fn promote(
+    spec: &PostgresClusterSpec,
     s: &Switchover,
     world: &World<Observed>,
-    below: i32,
     what: &str,
     actions: Vec<PgAction>,
 ) -> D {
@@ -846,9 +898,9 @@ pub(crate) fn promote(
         return elect(s, o, what, actions);
     }
     match pod {
-        None => return retarget(s, o, below, what, format!("{name} was replaced"), actions),
+        None => return retarget(spec, s, o, what, format!("{name} was replaced"), actions),
         Some(p) if !p.serving() => {
-            return retarget(s, o, below, what, format!("{name} is not Ready"), actions);
+            return retarget(spec, s, o, what, format!("{name} is not Ready"), actions);
         }
         Some(_) => {}
     }

@@ -11,7 +11,7 @@ use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED, RELEASED_LSN};
 use crate::machines::postgres::state::Surveyed;
 use crate::machines::postgres::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
 
-fn identity(k: i32, image: &str) -> String {
+pub(super) fn identity(k: i32, image: &str) -> String {
     format!("pg-{k}/{}", uid(k, image))
 }
 
@@ -19,7 +19,7 @@ fn creating() -> PgState {
     Postgres::initial()
 }
 
-fn hand_overs(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {
+pub(super) fn hand_overs(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {
     picked!(d.actions(), PgAction::HandLease { holder, .. } => holder.clone())
 }
 
@@ -40,7 +40,7 @@ fn fencing_at(now: i64) -> Decision<PgState, PgAction> {
 }
 
 /// A failover of `pg-0` to `pg-1` (chosen by a survey), at `step`.
-fn failing_over(step: SwitchStep) -> PgState {
+pub(super) fn failing_over(step: SwitchStep) -> PgState {
     match surveying() {
         PgState::SwitchingOver(s) => PgState::SwitchingOver(Switchover {
             step,
@@ -177,7 +177,7 @@ fn once_the_lease_expired_it_is_handed_to_the_target_then_promoted() {
 }
 
 /// The failed primary `pg-0` gone, its Lease last renewed at `renewed`.
-fn old_primary_gone(renewed: i64) -> Observed {
+pub(super) fn old_primary_gone(renewed: i64) -> Observed {
     let mut o = old_primary_lingering(renewed);
     o.pods.remove(&0);
     o
@@ -258,7 +258,7 @@ fn mid_promotion_a_lease_that_no_longer_names_the_target_is_fenced_again() {
 
 // --- most advanced failover ------------------------------------------------------------
 
-fn at_survey(attempt: Option<u32>) -> PgState {
+pub(super) fn at_survey(attempt: Option<u32>) -> PgState {
     match surveying() {
         PgState::SwitchingOver(s) => PgState::SwitchingOver(Switchover {
             step: SwitchStep::Survey,
@@ -270,7 +270,7 @@ fn at_survey(attempt: Option<u32>) -> PgState {
 }
 
 /// One standby's answer: its ordinal, timeline (none: 0), received and replayed LSNs.
-type Said = (i32, Option<u32>, &'static str, &'static str);
+pub(super) type Said = (i32, Option<u32>, &'static str, &'static str);
 
 /// The token of the failover's survey `attempt` on the Lease of `o`.
 fn token(o: &Observed, attempt: u32) -> String {
@@ -279,12 +279,12 @@ fn token(o: &Observed, attempt: u32) -> String {
 }
 
 /// The first survey was asked on the Lease and the standbys answered `said`.
-fn surveyed(said: &[Said]) -> Observed {
+pub(super) fn surveyed(said: &[Said]) -> Observed {
     surveyed_by(said, 1)
 }
 
 /// Survey `attempt` was asked on the Lease and the standbys answered `said`.
-fn surveyed_by(said: &[Said], attempt: u32) -> Observed {
+pub(super) fn surveyed_by(said: &[Said], attempt: u32) -> Observed {
     let mut o = old_primary_gone(0);
     let asked = token(&o, attempt);
     edit_lease(&mut o, |l| l.survey = Some(asked.clone()));
@@ -898,7 +898,7 @@ fn a_lease_missing_mid_switchover_is_recreated_degraded_naming_the_escape_hatch(
 
 // --- synchronous replication: a failover reads the quorum ------------------------------
 
-fn synchronous(durability: DataDurability) -> PostgresClusterSpec {
+pub(super) fn synchronous(durability: DataDurability) -> PostgresClusterSpec {
     PostgresClusterSpec {
         synchronous: Some(SynchronousSpec {
             number: 1,

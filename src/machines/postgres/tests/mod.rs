@@ -10,6 +10,7 @@ mod records;
 mod rendering;
 mod requested;
 mod restoring;
+mod synchronous_failover;
 mod upgrades;
 
 use std::collections::{BTreeMap, BTreeSet};
