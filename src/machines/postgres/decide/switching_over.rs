@@ -703,24 +703,10 @@ fn hand_over(
                 why,
             )
         }
-        // A planned switchover whose old primary stopped without releasing its position
-        // (its fence killed it, a person asserts it is down, or the Lease names nobody)
-        // knows neither what it acknowledged nor which standby has the most of it: the
-        // pre-chosen target may lack commits another standby received. Survey first, as
-        // a failover does (found by the model check with switchovers on demand).
-        Fence::Fenced { why, .. }
+        Fence::Fenced { why, by }
             if planned && s.surveyed.is_none() && lease.released_lsn.is_none() =>
         {
-            Decision::go(
-            PgState::SwitchingOver(Switchover {
-                step: SwitchStep::Survey,
-                ..s.clone()
-            }),
-            OLD_PRIMARY_FENCED,
-                format!(
-                    "{what}: {why}, but it released no last WAL position: the standbys' positions are surveyed so that the most advanced is promoted (not necessarily {name})"
-                ),
-            )
+            unreleased_position(spec, s, world, (by, why), what, actions)
         }
         Fence::Fenced { why, .. } => promote(
             vec![hand_gated(lease, Some(target), LsnGate::Keep, world.now)],
@@ -762,6 +748,63 @@ fn hand_over(
             d.requeue_if_any(wake)
         }
     }
+}
+
+/// A planned switchover whose old primary is fenced without a released position (its
+/// clean stop escalated or its server crashed mid-stop, and its restarted container
+/// released the Lease with none; a person asserted it down; or the Lease names nobody)
+/// knows neither what it acknowledged nor which standby has the most of it: the
+/// pre-chosen target may lack commits another standby received, or that only the old
+/// primary has.
+/// - Released by the old primary itself, without `Required` durability: back to the old
+///   primary when it is back on its volume and the Lease never left it (it has every
+///   commit it acknowledged: [`abandon`]); otherwise wait, Degraded, for a person, whose
+///   `lockstep.dev/fenced=<old primary>/<uid>` accepts the loss of what only it had.
+/// - Otherwise (a person's word, a Lease naming nobody, or `Required`, whose survey
+///   quorum reads a member with every acknowledged commit), survey first, as a failover
+///   does (found by the model check with switchovers on demand).
+fn unreleased_position(
+    spec: &PostgresClusterSpec,
+    s: &Switchover,
+    world: &World<Observed>,
+    (by, why): (By, String),
+    what: &str,
+    actions: Vec<PgAction>,
+) -> D {
+    let o = &world.observed;
+    let name = o.pod_name(s.target.ordinal);
+    let released_by = o.own.lease.as_ref().and_then(|l| l.released_by.clone());
+    let accepted = released_by.is_some() && o.own.requests.fenced == released_by;
+    let required = Reach::of(spec.synchronous.as_ref()) == Reach::Furthest;
+    if by == By::Release && !required && !accepted {
+        let old = released_by.as_deref().unwrap_or("the old primary");
+        let message = format!(
+            "{what}: {why}, but without its last WAL position ({RELEASED_LSN}): its stop did not end cleanly, so no standby is known to have every commit it acknowledged"
+        );
+        if let Some(back) = abandon(s, o, &message) {
+            return back;
+        }
+        return stay(
+            WAITING_FOR_RELEASE,
+            format!(
+                "{message}. Waiting for {old} to come back on its volume (it has them all) to make it the primary again; set {} to promote the most advanced standby instead, losing what only {old} had",
+                hatch(Some(old))
+            ),
+            actions,
+        )
+        .degraded()
+        .requeue(std::time::Duration::from_secs(10));
+    }
+    Decision::go(
+        PgState::SwitchingOver(Switchover {
+            step: SwitchStep::Survey,
+            ..s.clone()
+        }),
+        OLD_PRIMARY_FENCED,
+        format!(
+            "{what}: {why}, but it released no last WAL position: the standbys' positions are surveyed so that the most advanced is promoted (not necessarily {name})"
+        ),
+    )
 }
 
 /// The ordinals a switchover may promote: below `spec.replicas` when it makes room for a

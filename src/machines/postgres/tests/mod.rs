@@ -6,6 +6,7 @@ mod at_rest;
 mod deletion;
 mod failover;
 mod fencing;
+mod planned_release;
 mod records;
 mod rendering;
 mod requested;
