@@ -200,7 +200,7 @@ def by_trigger(m: Optional[dict[str, float]]) -> dict[str, float]:
     """Reconciles by what woke them (`lockstep_reconcile_triggers_total`, one per
     reconcile, under the first trigger since the previous one): `object`, an owned kind
     (`pod`, `statefulset`, ...), `requeue`, `retry`, `resync`. Empty for an operator
-    without the metric (before issue 27)."""
+    without the metric (older operators)."""
     out: dict[str, float] = {}
     for series, value in (m or {}).items():
         if series.startswith(TRIGGER_SERIES):
@@ -364,7 +364,7 @@ class Downtime:
 
 
 class StatusBudget:
-    """The status-write budget of issue 22, per phase: the operator's status writes
+    """The status-write budget, per phase: the operator's status writes
     against its transitions and the readiness changes the status must follow.
 
     A readiness change is a change, for one DistributedDB, of (pods not terminating,
@@ -597,7 +597,7 @@ class Phases:
         phase that caused them; the settling is not in the phase's time.
 
         With `done` (from [`Phases.at_done`], taken when the phase was done), CPU and
-        reconciles are counted from the phase's start to that moment (issue 27: "from
+        reconciles are counted from the phase's start to that moment ("from
         the first apply until all are Ready"); the settling's are reported apart."""
         seconds = (done_at or time.monotonic()) - start["t"]
         wait_quiet(self.operator, self.proxy, 0, 15.0, quiet=1.0)
@@ -1007,7 +1007,7 @@ def main() -> int:
             "pods_per_node": PODS_PER_NODE,
             "requests_counted_by": "counting proxy in front of the operator (tools/bench/proxy.py)",
             "operator_speaks_tls": bool(args.proxy_tls),
-            "cpu_counted": "operator utime+stime from the first apply until all Ready (issue 27)",
+            "cpu_counted": "operator utime+stime from the first apply until all Ready",
         },
     }
     if args.micro:
