@@ -578,7 +578,7 @@ class Phases:
 
     def at_done(self) -> dict:
         """The operator's CPU-seconds and metrics at the moment a phase is done (all
-        Ready), taken at once: the issue-27 method stops the clock there."""
+        Ready), taken at once: the method of docs/benchmarks.md stops the clock there."""
         return {"cpu": cpu_seconds(self.operator.pid), "metrics": self.operator.metrics()}
 
     def end(
@@ -643,7 +643,7 @@ class Phases:
             "reconciles_per_cluster": round(recs / self.n, 2),
             # Per cluster, by what woke the reconcile (the first trigger since the last).
             "reconciles_per_cluster_by_trigger": triggers,
-            # Until the operator settled after the phase was done (the pre-issue-27 figure).
+            # Until the operator settled after the phase was done (the older method's figure).
             "cpu_s_settled": round(cpu_settled, 3),
             "cpu_ms_per_cluster_settled": round(1000 * cpu_settled / self.n, 2),
             "reconciles_settled": int(recs_settled),
@@ -972,7 +972,7 @@ def main() -> int:
                    help="the operator's --resync-period (0: none, so that phases are not disturbed)")
     p.add_argument("--proxy-tls", type=int, default=int(os.environ.get("BENCH_PROXY_TLS", "1")),
                    help="1: the operator speaks TLS to the counting proxy, as to an API server "
-                        "(BENCH_PROXY_TLS; 0: plain HTTP, the pre-issue-27 setup)")
+                        "(BENCH_PROXY_TLS; 0: plain HTTP, the older setup)")
     p.add_argument("--deadline-base", type=float, default=180.0)
     p.add_argument("--deadline-per-cluster", type=float, default=2.0)
     p.add_argument("--micro", action="store_true", help="include target/criterion results in the report")
