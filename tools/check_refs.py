@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check that the manual is apart from the history, and that the plugin's help is whole.
+"""Check that the manual is apart from the history, and that what it says of the code is so.
 
     tools/check_refs.py [--root DIR]
 
@@ -17,8 +17,13 @@ Three rules, each printed as FILE:LINE: why when broken:
    `enum PluginCommand` in `src/ops/plugin/mod.rs` (in kebab case, as clap names
    them); the `Kubectl` command's help in `src/main.rs`, the table of the plugin's
    module doc, the table of `docs/kubectl-plugin.md`, and every paragraph of `README.md`
-   and `docs/README.md` that lists the commands as code spans (a line naming
-   `` `status` ``, `` `history` `` and `` `switchover` ``) name each of them.
+   and `docs/README.md` that lists the commands as code spans (a paragraph, list item
+   or table row naming `` `status` ``, `` `history` `` and `` `switchover` ``) name each
+   of them.
+4. **The RBAC table is the RBAC.** The table under "RBAC" in `docs/operating.md` has
+   one row per rule of the Roles and ClusterRoles in `examples/deploy/rbac.yaml`, and
+   no other: the row's resources (code spans; after "named", the resource names) and
+   its verbs are the rule's.
 
 Exit status: 0 when every rule holds, 1 when one does not, 2 on bad usage.
 """
@@ -39,6 +44,9 @@ PLUGIN = "src/ops/plugin/mod.rs"
 MAIN = "src/main.rs"
 PLUGIN_DOC = "docs/kubectl-plugin.md"
 LISTS = ("README.md", "docs/README.md")
+RBAC = "examples/deploy/rbac.yaml"
+RBAC_DOC = "docs/operating.md"
+FLOW = re.compile(r"^\s*-?\s*(resources|resourceNames|verbs):\s*\[(.*)\]\s*$")
 
 
 def manual_files(root):
@@ -182,18 +190,89 @@ def plugin_help(root):
     ]
 
 
+def rbac_rules(text):
+    """The rules of every Role and ClusterRole in a manifest, as sorted
+    (resources, resource names, verbs) tuples of tuples."""
+    rules = []
+    for document in re.split(r"^---\s*$", text, flags=re.MULTILINE):
+        if not re.search(r"^kind:\s*(Cluster)?Role\s*$", document, re.MULTILINE):
+            continue
+        rule = None
+        for line in document.splitlines():
+            if re.match(r"^\s*- apiGroups:", line):
+                rule = {"resources": (), "resourceNames": (), "verbs": ()}
+                rules.append(rule)
+            match = FLOW.match(line)
+            if match and rule is not None:
+                rule[match.group(1)] = tuple(
+                    sorted(v.strip().strip('"') for v in match.group(2).split(",") if v.strip())
+                )
+    return sorted((r["resources"], r["resourceNames"], r["verbs"]) for r in rules)
+
+
+def rbac_rows(text):
+    """The rows of the RBAC table in the operating page, as (line, (resources, names,
+    verbs))."""
+    rows, inside = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("| resources | verbs |"):
+            inside = True
+            continue
+        if inside and not line.startswith("|"):
+            break
+        if not inside or line.startswith("| ---"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        what, _, names = cells[0].partition(" named ")
+        what = what.split(" in `")[0]  # `leases` in `lockstep-system`: a namespace, no resource
+        resources = tuple(sorted(re.findall(r"`([^`]+)`", what)))
+        named = tuple(sorted(re.findall(r"`([^`]+)`", names)))
+        verbs = tuple(sorted(v.strip() for v in cells[1].split(",")))
+        rows.append((number, (resources, named, verbs)))
+    return rows
+
+
+def describe(rule):
+    """A rule as a person reads it: `leases named lockstep-leader (get, patch)`."""
+    resources, names, verbs = rule
+    named = f" named {', '.join(names)}" if names else ""
+    return f"{', '.join(resources)}{named} ({', '.join(verbs)})"
+
+
+def rbac_table(root):
+    """Rule 4: the RBAC table and the manifest's rules agree, as FILE:LINE: why."""
+    manifest, doc = root / RBAC, root / RBAC_DOC
+    if not manifest.is_file() or not doc.is_file():
+        return []
+    rules = rbac_rules(manifest.read_text(encoding="utf-8"))
+    rows = rbac_rows(doc.read_text(encoding="utf-8"))
+    if not rows:
+        return [f"{RBAC_DOC}:1: no RBAC table (a header `| resources | verbs | why |`)"]
+    problems, left = [], list(rules)
+    for number, row in rows:
+        if row in left:
+            left.remove(row)
+        else:
+            problems.append(f"{RBAC_DOC}:{number}: {describe(row)}: no such rule in {RBAC}")
+    problems += [f"{RBAC}:1: {describe(rule)}: not in the table of {RBAC_DOC}" for rule in left]
+    return problems
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=Path(__file__).resolve().parent.parent, type=Path)
     args = parser.parse_args(argv)
     root = args.root.resolve()
-    problems = hashes(root) + tracker_numbers(root) + plugin_help(root)
+    problems = hashes(root) + tracker_numbers(root) + plugin_help(root) + rbac_table(root)
     for problem in problems:
         print(problem)
     if problems:
         print(f"{len(problems)} problem(s)", file=sys.stderr)
         return 1
-    print("no commit hash in the manual, no tracker number in the code, the plugin's help whole")
+    print(
+        "no commit hash in the manual, no tracker number in the code, "
+        "the plugin's help whole, the RBAC table the manifest's"
+    )
     return 0
 
 

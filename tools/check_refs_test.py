@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Tests of tools/check_refs.py: it catches a commit hash in the manual, a tracker number
-in the code and a plugin command its help leaves out, and lets the rest pass.
+in the code, a plugin command its help leaves out and an RBAC table that is not the
+manifest's, and lets the rest pass.
 
     python3 tools/check_refs_test.py
 """
@@ -116,6 +117,58 @@ class CheckRefs(unittest.TestCase):
         self.assertEqual(
             check_refs.subcommands(PLUGIN), ["status", "history", "switchover", "skip-final-backup"]
         )
+
+    def test_the_rbac_table_agrees_with_the_manifest_rule_for_rule(self):
+        root = self.repo({"examples/deploy/rbac.yaml": RBAC, "docs/operating.md": TABLE})
+        self.assertEqual(check_refs.rbac_table(root), [])
+
+    def test_a_verb_the_table_leaves_out_and_a_rule_it_invents_are_caught(self):
+        table = TABLE.replace("| list, watch, patch, delete |", "| list, watch, patch |")
+        table += "| `secrets` | get | never granted |\n"
+        root = self.repo({"examples/deploy/rbac.yaml": RBAC, "docs/operating.md": table})
+        problems = check_refs.rbac_table(root)
+        self.assertIn(
+            "docs/operating.md:5: pods (list, patch, watch): no such rule in examples/deploy/rbac.yaml",
+            problems,
+        )
+        self.assertIn(
+            "docs/operating.md:8: secrets (get): no such rule in examples/deploy/rbac.yaml", problems
+        )
+        self.assertIn(
+            "examples/deploy/rbac.yaml:1: pods (delete, list, patch, watch): not in the table "
+            "of docs/operating.md",
+            problems,
+        )
+        self.assertEqual(len(problems), 3, problems)
+
+
+RBAC = """kind: ServiceAccount
+---
+kind: ClusterRole
+rules:
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["list", "watch", "patch", "delete"]
+  - apiGroups: ["lockstep.dev"]
+    resources: ["distributeddbs/status", "postgresclusters/status"]
+    verbs: ["patch"]
+---
+kind: Role
+rules:
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    resourceNames: ["lockstep-leader"]
+    verbs: ["get", "patch"]
+"""
+
+TABLE = """## RBAC
+
+| resources | verbs | why |
+| --- | --- | --- |
+| `pods` | list, watch, patch, delete | upgrades |
+| `distributeddbs/status`, `postgresclusters/status` | patch | status |
+| `leases` named `lockstep-leader` | get, patch | leader election |
+"""
 
 
 if __name__ == "__main__":
