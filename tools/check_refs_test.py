@@ -82,8 +82,8 @@ class CheckRefs(unittest.TestCase):
         root = self.repo(
             {
                 "src/a.rs": "// fixed (issue" + " 21)\nfn a() {}\n",  # split: the repo holds no such text
-                "tests/b.py": "# Finding 4 of the review\n",
-                "tools/c.sh": "# the pre-issue-27 setup\n",
+                "tests/b.py": "# Finding" + " 4 of the review\n",
+                "tools/c.sh": "# the pre-issue" + "-27 setup\n",
             }
         )
         problems = check_refs.tracker_numbers(root)
