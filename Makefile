@@ -61,9 +61,11 @@ unit: ## Unit tests and the proptest model checks (seeded, fixed case count); th
 	$(CARGO) test -p lockstep-canary --lib --bins --test tutorial
 
 .PHONY: docs
-docs: ## The manual's links and anchors resolve (tools/check_links.py, tested first); API docs with warnings denied; doctests.
+docs: ## The manual's links and anchors resolve (tools/check_links.py); no commit hash in the manual, no tracker number in the code, the plugin's help whole (tools/check_refs.py); each checker tested first; API docs with warnings denied; doctests.
 	python3 tools/check_links_test.py
 	python3 tools/check_links.py
+	python3 tools/check_refs_test.py
+	python3 tools/check_refs.py
 	RUSTDOCFLAGS='-D warnings' $(CARGO) doc --no-deps --workspace
 	$(CARGO) test --doc
 

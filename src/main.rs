@@ -47,7 +47,8 @@ enum Command {
     /// then run `<dir>/lockstep instance`).
     InstallInstance(InstallArgs),
     /// The kubectl plugin's commands (`kubectl lockstep …` when this binary is installed
-    /// as `kubectl-lockstep`): status, history, switchover, backup, retry, psql.
+    /// as `kubectl-lockstep`): status, history, switchover, backup, restore, retry,
+    /// skip-final-backup, psql.
     Kubectl(KubectlArgs),
 }
 
@@ -135,7 +136,7 @@ struct RunArgs {
     debounce_ms: u64,
     /// Threads that run the controllers. 0 (the default): the main thread alone. The
     /// work is mostly waiting on the API server, and one thread saves the cross-thread
-    /// wake-ups that cost more CPU than they gain (docs/benchmarks.md, issue 27).
+    /// wake-ups that cost more CPU than they gain (docs/decisions/0004-wakeups.md).
     #[arg(long, default_value_t = 0, env = "LOCKSTEP_WORKER_THREADS")]
     worker_threads: usize,
     /// Where to serve /healthz, /readyz and /metrics.

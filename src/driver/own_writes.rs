@@ -4,7 +4,7 @@
 //! A write's event may reach the watch before the write's response reaches the
 //! reconcile that made it (the API server sends both at once). Its resourceVersion is
 //! then not known yet, and the event would pass for someone else's: one idle reconcile
-//! per status write, which was most of the custom resource's wakes at scale (issue 27).
+//! per status write, which was most of the custom resource's wakes at scale (`docs/decisions/0004-wakeups.md`).
 //! So a reconcile announces each write before it is sent ([`OwnWrites::begin`]); an
 //! event of that object arriving meanwhile, with nothing the machine reads in its
 //! metadata changed, is held, not admitted; and when the response comes

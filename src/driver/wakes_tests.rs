@@ -1,5 +1,5 @@
 //! What wakes a machine, kind by kind: for every owned kind, a change of what some
-//! machine reads wakes its owner, and a change of what none reads does not (issue 27).
+//! machine reads wakes its owner, and a change of what none reads does not (`docs/decisions/0004-wakeups.md`).
 //! The owned-object cache decides this from the projection it keeps
 //! ([`super::cache::Project`]); these tests hold each kind to it with realistic changes.
 

@@ -40,7 +40,7 @@
 //!   renewal, so it is never under-counted.
 //! - **A Lease naming another holder, or none, stops a server that may write at once**,
 //!   and so does a role label that is no role.
-//! - **No acknowledged commit is left behind in a planned hand-over (finding 1).** A
+//! - **No acknowledged commit is left behind in a planned hand-over.** A
 //!   primary labelled `demoted` (or asked to stop) stops cleanly, *renewing the Lease while
 //!   the stop runs*, so the operator never hands the Lease over by expiry while the
 //!   walsenders still send. Once stopped cleanly it releases the Lease with its shutdown
@@ -52,9 +52,9 @@
 //!   kill after `G` or at `T`. An escalated stop releases nothing: its last position is
 //!   not known, so the operator goes by expiry and the members' positions.
 //! - **The L published is the L the fence runs with.** Every renewal writes this
-//!   agent's L into `spec.leaseDurationSeconds` (finding 2).
+//!   agent's L into `spec.leaseDurationSeconds`, so the operator knows the longest `L` a living holder may use.
 //! - **No stray postmaster.** Before its own server runs, a postmaster on `$PGDATA` that
-//!   this agent did not start is killed (finding 7).
+//!   this agent did not start (one started by hand) is killed.
 //! - **No empty database in place of the cluster's.** Every renewal made with data on
 //!   the volume marks the Lease `lockstep.dev/initialized` (the first one right before
 //!   the first writable start); while it is there, a pod labelled primary with no data

@@ -210,7 +210,7 @@ async fn one_lifecycle_costs_nothing_idle_and_a_status_write_per_transition_or_r
     .await;
     // The hook Jobs are cleaned up at rest. "No reconcile running" alone does not say
     // the lifecycle is over: an owned object's change may be held by the debounce
-    // (issue 27) with nothing running, so wait for the cleanup itself.
+    // (the debounce) with nothing running, so wait for the cleanup itself.
     wait_for_all(
         &fx.env.api::<Job>(),
         "app.kubernetes.io/instance=budget,lockstep.dev/component=hook",

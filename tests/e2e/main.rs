@@ -25,7 +25,7 @@
 //!   what a step waits for) and Job outcomes that are never lost (the outcome finalizer).
 //! - [`wakeups`]: what wakes the DistributedDB machine: each owned kind's relevant
 //!   changes do, irrelevant ones do not, and the debounce folds bursts without missing
-//!   a change (issue 27).
+//!   a change (`docs/decisions/0004-wakeups.md`).
 //! - [`support`]: namespaces, CRDs, waits with deadlines, the operator in-process or as a
 //!   child process, request counting.
 

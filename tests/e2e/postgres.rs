@@ -732,7 +732,7 @@ async fn the_kubectl_plugin_shows_the_cluster_and_switches_over_on_demand() {
     assert!(out.contains("nothing waits for a retry in pg"), "{out}");
 }
 
-/// Issue 26: a switchover on demand to a replica whose standby reports that it does not
+/// A switchover on demand to a replica whose standby reports that it does not
 /// stream (the pod condition its instance manager writes; here the test writes it, as
 /// KWOK runs no manager) is refused up front, Degraded naming why, and runs once the
 /// replica says it streams again.
@@ -812,7 +812,7 @@ async fn a_required_spread_puts_each_instance_on_a_node_of_its_own() {
     }
 }
 
-/// Issue 12, bug 3: a status wiped after the primary moved (here by a failover) is
+/// A status wiped after the primary moved (here by a failover) is
 /// adopted as the cluster runs: the Lease holder stays primary, no role moves, no pod is
 /// deleted, and the cluster is Ready again (`Adopted`).
 #[tokio::test]
@@ -1024,7 +1024,7 @@ async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_
     pg.env.finish().await;
 }
 
-/// Issue 12: a failover promotes the replica that received the most WAL (here pg-2),
+/// A failover promotes the replica that received the most WAL (here pg-2),
 /// not the lowest ordinal, and records why.
 #[tokio::test]
 async fn a_failover_promotes_the_most_advanced_replica() {
@@ -1204,7 +1204,7 @@ async fn the_backup_cronjob_follows_the_schedule_and_backup_now_runs_one_job() {
     pg.env.finish().await;
 }
 
-/// Issue 22: the Job of a `backup-now` token that finished while the operator was down,
+/// The Job of a `backup-now` token that finished while the operator was down,
 /// and went (its outcome finalizer stripped) before it was read, is reported where
 /// people look: `Degraded` `BackupOutcomeUnknown` and `status.lastBackup` `Unknown`,
 /// both naming the token.

@@ -1,4 +1,4 @@
-//! A hung primary on real PostgreSQL, on the real node (finding 8 of issue 21): the
+//! A hung primary on real PostgreSQL, on the real node (a hung primary is lost, whatever its readiness): the
 //! primary's whole pod is frozen through its freezer cgroup, as a VM pause or a hung
 //! disk freezes every process. Its exec probes hang, so the kubelet does not mark it
 //! NotReady; its agent renews nothing. The operator must say `PrimaryAvailable=False`

@@ -1,4 +1,4 @@
-//! PostgresCluster on real PostgreSQL, on the real node (`lockstep-node-0`, issue 13):
+//! PostgresCluster on real PostgreSQL, on the real node (`lockstep-node-0`):
 //! the operator runs in this process, the pods run the locally built `postgres:15`
 //! image (`tools/images`) with the pod scripts, and every check looks inside the
 //! databases. Each scenario has a client pod that writes one row per transaction
@@ -25,7 +25,7 @@
 //!   moves only after `renewTime + L + S`, to the most advanced standby, no commit is
 //!   acknowledged by two servers, and it rejoins through `pg_rewind`.
 //! - [`status_wipe_moves_no_role`]: `.status` wiped after a switchover: no role label
-//!   moves, no pod restarts, Ready again (needs the operator side of fencing, issue 12).
+//!   moves, no pod restarts, Ready again (needs the operator side of fencing).
 //! - [`backup_to_s3_and_restore`]: an on-demand backup lands in the in-cluster S3
 //!   (`tools/node/s3.sh`) and restores into a new cluster; then the cluster is deleted
 //!   and its final backup appears in S3 before the finalizer is released, and restores.
@@ -2005,7 +2005,7 @@ impl<K> Drop for Recorder<K> {
 
 /// (d) A wiped `.status` after a switchover: the machine re-adopts what runs. No role
 /// label moves, no pod is restarted or replaced, the cluster is Ready again. Needs the
-/// operator side of fencing (adoption by the lease holder, issue 12 item 3).
+/// operator side of fencing (adoption by the lease holder).
 #[tokio::test]
 async fn status_wipe_moves_no_role() {
     if !real_node() {
@@ -2310,7 +2310,7 @@ fn s3_env() -> BTreeMap<String, String> {
 /// The pod side of fencing against the real API server, without the operator: a pod
 /// runs `lockstep instance` (copied in by the init container, as the operator renders
 /// it) as `primary` with the Lease env and a ServiceAccount whose Role
-/// allows `get`/`update`/`patch` on that one Lease (the contract of issue 12), and the
+/// allows `get`/`update`/`patch` on that one Lease (the least privilege the pods need), and the
 /// test plays the operator's part on the Lease and the role label.
 #[tokio::test]
 async fn lease_agent_against_the_api_server() {

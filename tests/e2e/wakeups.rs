@@ -1,4 +1,4 @@
-//! What wakes the DistributedDB machine, on the real control plane (issue 27): a
+//! What wakes the DistributedDB machine, on the real control plane (`docs/decisions/0004-wakeups.md`): a
 //! relevant change of each kind it owns wakes it, an irrelevant one does not, a burst of
 //! owned changes costs fewer reconciles than it asks for (the debounce), and a relevant
 //! change inside the debounce window is still acted on after it.

@@ -1,4 +1,4 @@
-"""Base backups with pgBackRest (issue 25): the backup Job's script, basebackup.sh,
+"""Base backups with pgBackRest (docs/decisions/0003-backups-with-pgbackrest.md): the backup Job's script, basebackup.sh,
 asks the primary's `lockstep instance` (POST /backup on its metrics port), which runs
 the real `pgbackrest backup` into a repository on a local directory (the same
 commands the pods run against S3). The binary is LOCKSTEP_BIN, as in

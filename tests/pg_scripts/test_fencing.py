@@ -1,4 +1,4 @@
-"""The pod side of fencing (issue 12; docs/instance-manager.md): `lockstep instance`
+"""The pod side of fencing (docs/instance-manager.md): `lockstep instance`
 supervises postgres, renews the coordination Lease while its server is writable,
 fences itself, starts as a primary only while holding the Lease, releases it on a
 clean demotion; the liveness command. Real PostgreSQL servers; the Lease

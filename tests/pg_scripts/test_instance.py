@@ -1,4 +1,4 @@
-"""`lockstep instance`, the Rust instance manager (issue 21), on real PostgreSQL
+"""`lockstep instance`, the Rust instance manager (docs/decisions/0001-instance-manager.md), on real PostgreSQL
 servers: the fence thread, the Lease through kube-rs (against the LeaseServer
 stand-in of lease_stand_in.py, reached through a kubeconfig), demotion that keeps
 renewing and releases with the last position, a stray postmaster killed, SIGTERM.
@@ -39,7 +39,7 @@ def test_the_primary_renews_and_publishes_the_l_it_runs_with(env, lease):
     wait_until(lambda: lease.renewals >= n + 2, timeout=20, what="renewals")
     spec = lease.get()["spec"]
     assert spec["holderIdentity"] == f"pg-0/{UID0}"
-    assert spec["leaseDurationSeconds"] == 10, "the L this holder's fence runs with (finding 2)"
+    assert spec["leaseDurationSeconds"] == 10, "the L this holder's fence runs with (the operator reads the longest L from it)"
 
 
 def metrics(port: int) -> dict:
@@ -251,7 +251,7 @@ def lsn(text: str) -> int:
 
 def test_each_standby_answers_the_survey_with_the_timeline_of_its_wal_once_no_primary_is_left(env, lease):
     """A failover ranks a standby that followed the newest timeline above one holding
-    more WAL of an older timeline (finding 4 of issue 21). pg-1 receives rows on
+    more WAL of an older timeline. pg-1 receives rows on
     timeline 1 after pg-2 and pg-3 stopped; pg-2 is promoted (timeline 2) and pg-3
     follows it. Then pg-2 is gone as well: no WAL receiver runs and no restartpoint has
     recorded timeline 2, and each standby's manager, asked through the Lease, still

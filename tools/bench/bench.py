@@ -200,7 +200,7 @@ def by_trigger(m: Optional[dict[str, float]]) -> dict[str, float]:
     """Reconciles by what woke them (`lockstep_reconcile_triggers_total`, one per
     reconcile, under the first trigger since the previous one): `object`, an owned kind
     (`pod`, `statefulset`, ...), `requeue`, `retry`, `resync`. Empty for an operator
-    without the metric (before issue 27)."""
+    without the metric (older operators)."""
     out: dict[str, float] = {}
     for series, value in (m or {}).items():
         if series.startswith(TRIGGER_SERIES):
@@ -364,7 +364,7 @@ class Downtime:
 
 
 class StatusBudget:
-    """The status-write budget of issue 22, per phase: the operator's status writes
+    """The status-write budget, per phase: the operator's status writes
     against its transitions and the readiness changes the status must follow.
 
     A readiness change is a change, for one DistributedDB, of (pods not terminating,
@@ -578,7 +578,7 @@ class Phases:
 
     def at_done(self) -> dict:
         """The operator's CPU-seconds and metrics at the moment a phase is done (all
-        Ready), taken at once: the issue-27 method stops the clock there."""
+        Ready), taken at once: the method of docs/benchmarks.md stops the clock there."""
         return {"cpu": cpu_seconds(self.operator.pid), "metrics": self.operator.metrics()}
 
     def end(
@@ -597,7 +597,7 @@ class Phases:
         phase that caused them; the settling is not in the phase's time.
 
         With `done` (from [`Phases.at_done`], taken when the phase was done), CPU and
-        reconciles are counted from the phase's start to that moment (issue 27: "from
+        reconciles are counted from the phase's start to that moment ("from
         the first apply until all are Ready"); the settling's are reported apart."""
         seconds = (done_at or time.monotonic()) - start["t"]
         wait_quiet(self.operator, self.proxy, 0, 15.0, quiet=1.0)
@@ -643,7 +643,7 @@ class Phases:
             "reconciles_per_cluster": round(recs / self.n, 2),
             # Per cluster, by what woke the reconcile (the first trigger since the last).
             "reconciles_per_cluster_by_trigger": triggers,
-            # Until the operator settled after the phase was done (the pre-issue-27 figure).
+            # Until the operator settled after the phase was done (the older method's figure).
             "cpu_s_settled": round(cpu_settled, 3),
             "cpu_ms_per_cluster_settled": round(1000 * cpu_settled / self.n, 2),
             "reconciles_settled": int(recs_settled),
@@ -972,7 +972,7 @@ def main() -> int:
                    help="the operator's --resync-period (0: none, so that phases are not disturbed)")
     p.add_argument("--proxy-tls", type=int, default=int(os.environ.get("BENCH_PROXY_TLS", "1")),
                    help="1: the operator speaks TLS to the counting proxy, as to an API server "
-                        "(BENCH_PROXY_TLS; 0: plain HTTP, the pre-issue-27 setup)")
+                        "(BENCH_PROXY_TLS; 0: plain HTTP, the older setup)")
     p.add_argument("--deadline-base", type=float, default=180.0)
     p.add_argument("--deadline-per-cluster", type=float, default=2.0)
     p.add_argument("--micro", action="store_true", help="include target/criterion results in the report")
@@ -1007,7 +1007,7 @@ def main() -> int:
             "pods_per_node": PODS_PER_NODE,
             "requests_counted_by": "counting proxy in front of the operator (tools/bench/proxy.py)",
             "operator_speaks_tls": bool(args.proxy_tls),
-            "cpu_counted": "operator utime+stime from the first apply until all Ready (issue 27)",
+            "cpu_counted": "operator utime+stime from the first apply until all Ready",
         },
     }
     if args.micro:

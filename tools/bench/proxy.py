@@ -2,7 +2,7 @@
 
 The operator's kubeconfig points at `https://127.0.0.1:<port>` (loopback): the proxy
 serves TLS with a certificate of the cluster's CA, so the operator encrypts and decrypts
-its traffic as it does against a real API server (issue 27: a plain-HTTP proxy took the
+its traffic as it does against a real API server (a plain-HTTP proxy took the
 TLS work, a good part of a watching operator's CPU, out of the operator's figure; `tls=False`
 gives the old plain `http://`). The proxy forwards every request over TLS with the admin
 client certificate and counts it by verb and resource before forwarding. Only the operator connects to it, so the

@@ -14,7 +14,7 @@
 #   BENCH_CLUSTER=0      skip everything that needs the control plane
 #   BENCH_TIMEOUT        seconds for the control-plane part (default 7200)
 #   BENCH_PROXY_TLS=0    the operator speaks plain HTTP to the counting proxy (before
-#                        issue 27; default 1: TLS, as to an API server)
+#                        default 1: TLS, as to an API server)
 #   BENCH_RESYNC_PERIOD  the operator's --resync-period in seconds (default 0: none)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

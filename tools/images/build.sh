@@ -205,7 +205,7 @@ build_one() {
         "$rootfs"/usr/share/perl "$rootfs"/usr/share/perl5 \
         "$rootfs"/usr/lib/x86_64-linux-gnu/perl "$rootfs"/usr/lib/x86_64-linux-gnu/perl5 \
         "$rootfs"/usr/lib/x86_64-linux-gnu/perl-base
-      # What the e2e tier promises of this image (issue 21): checked, not assumed.
+      # What the e2e tier promises of this image (no curl, no perl, no lockstep): checked, not assumed.
       if ls "$rootfs"/usr/bin/curl "$rootfs"/usr/bin/perl "$rootfs"/usr/local/bin/curl 2>/dev/null ||
         [ -n "$(find "$rootfs" -name '*lockstep*' -print -quit)" ]; then
         log "postgres-15-bare still holds curl, perl or a file of Lockstep's"

@@ -524,7 +524,7 @@ fn deleting_an_object_that_was_never_initialized_releases_the_finalizer_without_
     assert_eq!(api.writes, 0);
 }
 
-/// Bug 7 of issue 11: a record lost while deleting (a wiped status) must not skip the
+/// A record lost while deleting (a wiped status) must not skip the
 /// machine's deletion path while something may hold data.
 #[test]
 fn deleting_with_a_lost_record_runs_the_deletion_path_while_something_may_hold_data() {

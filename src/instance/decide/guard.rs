@@ -25,7 +25,7 @@ pub(super) fn guarded(
     // `Server::Down` means no process of the server is left (the runtime kills any
     // the postmaster left behind before it says so): the Lease can be released at once,
     // and a failover, or this pod's own crash recovery once the operator hands the
-    // Lease back, need not wait for its expiry (issue 24).
+    // Lease back, need not wait for its expiry.
     if let Server::Down { exit } = seen.server {
         let status = exit.unwrap_or(1);
         return Decision::go(

@@ -12,7 +12,7 @@
 //! holder's tenure lasts on its own clock ([`upstream`]): a primary that lost the Lease
 //! while paused or cut off, and resumes, finds no standby still connected to
 //! acknowledge what its backends commit as they resume, before its fence stops it
-//! (issue 24). A replication connection outlives the `-rw` Service moving to another
+//! (a failover need not wait for it). A replication connection outlives the `-rw` Service moving to another
 //! pod, and a frozen server's kernel keeps its connections open.
 
 use super::{AgentDecision, fence, me, renew};

@@ -5,7 +5,7 @@
 //! # Guarantees
 //! - [`LeaseClient::renew`] writes only a Lease that names this holder, with
 //!   `renewTime` = now and `leaseDurationSeconds` = the `L` this manager's fence runs
-//!   with (finding 2: the operator then knows the longest `L` a living holder may use).
+//!   with (the operator then knows the longest `L` a living holder may use).
 //!   It returns the moment its *read* started: the fence counts `T` from there.
 //! - [`LeaseClient::release`] clears the holder and writes the annotations
 //!   `lockstep.dev/released-by` (`<pod>/<uid>`) and, when given, `lockstep.dev/released-lsn`;

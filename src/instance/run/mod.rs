@@ -4,9 +4,9 @@
 //! One concern per file:
 //! - `clock`: `CLOCK_BOOTTIME`, the clock of every deadline;
 //! - `process`: processes by pidfd, the kill of a postmaster and all it started, and
-//!   the detection of a postmaster this manager did not start (finding 7);
+//!   the detection of a postmaster this manager did not start (one started by hand);
 //! - `fence`: the fence thread, which kills the writable server when no renewal
-//!   succeeded for `T`, whatever the rest of the manager is doing (finding 6);
+//!   succeeded for `T`, whatever the rest of the manager is doing (a blocked loop cannot delay it);
 //! - `postmaster`: `postgres` as a supervised child;
 //! - `sql`: bounded queries to the local server;
 //! - `lease`: the primary Lease through kube-rs;

@@ -45,7 +45,7 @@ fn a_standby_not_named_by_the_lease_follows_whatever_its_label() {
 
 /// A primary that lost the Lease while paused or cut off, and resumes, must find no
 /// standby still connected to acknowledge what its backends commit before its fence
-/// stops it (issue 24).
+/// stops it, so that a failover need not wait for the expiry.
 #[test]
 fn a_standby_streams_from_the_lease_holder_only_while_its_tenure_lasts() {
     let following = |lease: LeaseRead, upstream: Upstream| {

@@ -22,7 +22,7 @@ fn still_running(now: u64, renewed: u64) -> Observation {
 
 #[test]
 fn a_clean_stop_keeps_renewing_the_lease_while_it_runs() {
-    // Finding 1: a stop that runs longer than L + S - R must not let the Lease expire.
+    // The released position: a stop that runs longer than L + S - R must not let the Lease expire.
     for now in [101, 110, 150, 219] {
         let d = decide_in(&stopping(), &still_running(now, now - 1));
         assert_eq!((goes(&d), d.actions()), (None, &[renew()][..]), "at {now}");

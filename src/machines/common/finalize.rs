@@ -407,7 +407,7 @@ mod tests {
     /// A machine's actions: its Job actions alone.
     type Action = JobAction;
 
-    /// Bug 8 of issue 11: final-backup retries keep counting attempts but keep only the
+    /// Final-backup retries keep counting attempts but keep only the
     /// latest few Jobs.
     #[test]
     fn final_backup_retries_keep_only_the_latest_jobs() {

@@ -235,8 +235,8 @@ pub struct PostgresClusterSpec {
     /// clock-skew bound the operator allows for (see the machine's `# Assumptions`).
     #[serde(default)]
     pub fencing: FencingSpec,
-    /// Where the instances, and the survey, promote and backup pods, are scheduled
-    /// (the same type as DistributedDB's).
+    /// Where the instances and the backup Jobs' pods are scheduled (the same type as
+    /// DistributedDB's).
     pub placement: Option<Placement>,
     /// How the instances keep apart, so that one node (or zone) lost takes one
     /// instance, not the cluster: by default each prefers a node without another.

@@ -1,4 +1,4 @@
-//! (h) Continuous WAL archiving and base backups with pgBackRest (issue 25), on real
+//! (h) Continuous WAL archiving and base backups with pgBackRest, on real
 //! PostgreSQL: the primary archives into an S3 server over TLS; the store turning
 //! unreachable makes the cluster `Degraded` (`ArchiveFailing`) within a bound, and once
 //! it is back the WAL written meanwhile reaches it with no gap (`pgbackrest check`).

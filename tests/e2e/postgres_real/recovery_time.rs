@@ -1,5 +1,5 @@
 //! How long writes are refused through `<cluster>-rw` in a failover and in a switchover
-//! (issue 24, deliver 5): a benchmark on the real node, not a test. It is `#[ignore]`d,
+//! (`make bench-postgres`): a benchmark on the real node, not a test. It is `#[ignore]`d,
 //! so `make test` never runs it; `make bench-postgres` (and `make bench` with
 //! `BENCH_PG=1`) runs it with `--ignored` and it writes
 //! `target/bench/postgres-recovery-<UTC timestamp>.json`.

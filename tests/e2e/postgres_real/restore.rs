@@ -1,4 +1,4 @@
-//! (i) The in-place restore (`spec.restore`, issue 25), on real PostgreSQL and the
+//! (i) The in-place restore (`spec.restore`), on real PostgreSQL and the
 //! archive test's S3 server: a writer commits through `<name>-rw` before the target,
 //! pauses while the target LSN is read, and commits again; the cluster is rewound to
 //! the target in place (`kubectl lockstep restore`), and the writer commits after. Every commit acknowledged

@@ -1,4 +1,4 @@
-//! (i) No acknowledged commit lost under synchronous replication (issue 24), on real
+//! (i) No acknowledged commit lost under synchronous replication (`docs/decisions/0002-zero-loss.md`), on real
 //! PostgreSQL, with two writers: one through `<cluster>-rw` and one on the old
 //! primary's pod IP. With `spec.synchronous` (ANY 1, `Required`) a commit is
 //! acknowledged only once a standby flushed it, so a failover loses none of them
@@ -149,7 +149,7 @@ async fn with_synchronous_replication_a_frozen_primary_loses_no_acknowledged_com
     real.acks_grow(after, 10).await;
     // The standby left streams from the new primary, by its name: not through the
     // `-rw` Service, and so not over a connection to the frozen pod, whose kernel
-    // still holds it open (issue 24).
+    // still holds it open.
     let other = (0..3)
         .map(|k| format!("{name}-{k}"))
         .find(|p| *p != old && *p != new)

@@ -250,7 +250,7 @@ fn holds(world: Cluster, story: &Events) {
 
 #[test]
 fn a_pod_that_fails_while_another_is_drained_is_not_replaced_first() {
-    // Issue 11, bug 5: db-2's pre-hook ran, then db-0 went NotReady; db-0 was replaced
+    // db-2's pre-hook ran, then db-0 went NotReady; db-0 was replaced
     // while db-2 waited drained.
     use Move::*;
     let story = then(
@@ -270,7 +270,7 @@ fn a_pod_that_fails_while_another_is_drained_is_not_replaced_first() {
 
 #[test]
 fn a_scale_down_removes_one_member_at_a_time() {
-    // Issue 11, bug 9: 3 -> 1 removed two Ready pods at once.
+    // A scale 3 -> 1 once removed two Ready pods at once.
     use Move::*;
     let story = then(
         adopted(),

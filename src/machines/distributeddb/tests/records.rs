@@ -20,7 +20,7 @@ fn with_token(mut o: Observed, token: &str) -> Observed {
     o
 }
 
-/// Bug 2 of issue 11: pruning the Job that served a token must not run another backup.
+/// Pruning the Job that served a token must not run another backup.
 #[test]
 fn a_served_token_runs_no_second_backup_once_its_job_is_gone() {
     let mut run = from_ready();
@@ -49,7 +49,7 @@ fn a_served_token_runs_no_second_backup_once_its_job_is_gone() {
     assert!(asked > 0, "a new token runs a backup");
 }
 
-/// Bug 2 of issue 11: a Job deleted before its outcome was read is not run again.
+/// A Job deleted before its outcome was read is not run again.
 #[test]
 fn a_backup_job_gone_before_its_outcome_was_read_is_not_run_again() {
     let mut run = from_ready();
@@ -71,7 +71,7 @@ fn a_backup_job_gone_before_its_outcome_was_read_is_not_run_again() {
     );
 }
 
-/// Bug 8 of issue 11: served on-demand backup Jobs are pruned beyond a history limit per
+/// Served on-demand backup Jobs are pruned beyond a history limit per
 /// outcome, oldest first, as a CronJob prunes its Jobs.
 #[test]
 fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
@@ -103,7 +103,7 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     );
 }
 
-/// Bug 7 of issue 11: a record lost while deleting never skips the final backup.
+/// A record lost while deleting never skips the final backup.
 #[test]
 fn a_lost_record_while_deleting_still_takes_the_final_backup() {
     let mut run = deleting_without_a_record();
@@ -122,7 +122,7 @@ fn a_lost_record_while_deleting_still_takes_the_final_backup() {
     panic!("no final backup was started: {:?}", run.status.machine);
 }
 
-/// Bug 7 of issue 11: an object that never created anything is released at once.
+/// An object that never created anything is released at once.
 #[test]
 fn a_lost_record_while_deleting_releases_when_nothing_was_created() {
     let mut o = at_rest("db:1");

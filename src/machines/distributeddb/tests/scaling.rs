@@ -32,7 +32,7 @@ fn scale(spec: &DistributedDBSpec, mut state: DdbState, mut o: Observed) -> Vec<
 
 #[test]
 fn scaling_down_removes_one_replica_at_a_time() {
-    // Issue 11, bug 9: 3 -> 1 removed two pods at once (podManagementPolicy Parallel).
+    // A scale 3 -> 1 once removed two pods at once (podManagementPolicy Parallel).
     let mut s = spec("db:1");
     s.replicas = 1;
     assert_eq!(scale(&s, ready("db:1"), at_rest("db:1")), vec![2, 1]);
@@ -121,7 +121,7 @@ fn statefulset_replicas_asked(d: &Decision<DdbState, DdbAction>) -> Vec<i32> {
 
 #[test]
 fn a_statefulset_scaled_up_by_hand_is_cut_back_one_replica_at_a_time() {
-    // Issue 11: a StatefulSet scaled 3 -> 5 by hand was restored to 3 in one apply,
+    // A StatefulSet scaled 3 -> 5 by hand was restored to 3 in one apply,
     // removing two members at once.
     let s = spec("db:1");
     let mut o = scaled_by_hand(5);

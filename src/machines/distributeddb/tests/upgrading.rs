@@ -302,7 +302,7 @@ fn a_pod_that_is_down_skips_its_pre_hook() {
 
 #[test]
 fn a_replacement_that_does_not_become_ready_is_degraded_after_the_readiness_window() {
-    // Issue 11, bug 3: a pod that never becomes Ready mid-upgrade was reported only as
+    // A pod that never becomes Ready mid-upgrade was reported only as
     // Progressing until the 15-minute step deadline.
     let state = upgrade_of(2, UpgradeStep::Restart);
     let o = mid_upgrade().with_pod(2, "db:2", false);
@@ -320,7 +320,7 @@ fn a_replacement_that_does_not_become_ready_is_degraded_after_the_readiness_wind
 
 #[test]
 fn a_new_image_waits_while_the_replacement_starts_at_the_previous_target() {
-    // Issue 11, bug 4: the retarget was taken as soon as the replacement existed, and the
+    // The retarget once was taken as soon as the replacement existed, and the
     // starting pod was deleted without its pre-hook.
     let state = upgrade_of(2, UpgradeStep::Restart);
     let starting = mid_upgrade().with_pod(2, "db:2", false);
@@ -337,7 +337,7 @@ fn a_new_image_waits_while_the_replacement_starts_at_the_previous_target() {
 
 #[test]
 fn a_drained_pod_is_not_passed_over_when_another_goes_down() {
-    // Issue 11, bug 5: after pod 2's pre-hook ran, pod 0 went NotReady and was replaced
+    // After pod 2's pre-hook ran, pod 0 went NotReady and was replaced
     // while pod 2 waited drained: two members out of service.
     let s = with_hooks(spec("db:2"), 1);
     let o = mid_upgrade().with_job(pre_hook(1, succeeded()));
@@ -352,7 +352,7 @@ fn a_drained_pod_is_not_passed_over_when_another_goes_down() {
 
 #[test]
 fn a_replan_for_a_pod_that_went_down_names_that_pod() {
-    // Issue 11, bug 5: the history said "db-2 is Ready again" when db-0 had gone down.
+    // The history once said "db-2 is Ready again" when db-0 had gone down.
     let d = restarting(mid_upgrade().with_pod(0, "db:1", false));
     assert_eq!(d.reason(), REPLANNED);
     assert!(!message(&d).contains("Ready again"), "{}", message(&d));

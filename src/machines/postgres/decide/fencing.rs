@@ -8,8 +8,8 @@
 //! asserted it with `lockstep.dev/fenced`. `L` is the longest any living holder may run
 //! with ([`lease_seconds`]).
 //!
-//! A pod that is no longer observed is **not** fenced by that alone (finding 5 of issue
-//! 21): a pod force-deleted while its node is partitioned keeps running its container,
+//! A pod that is no longer observed is **not** fenced by that alone:
+//! a pod force-deleted while its node is partitioned keeps running its container,
 //! and a pod whose labels or owner reference were removed looks gone too. Its Lease
 //! expires like any other; a person who knows its node is dead says so with
 //! `lockstep.dev/fenced: <pod>/<uid>`.
@@ -18,7 +18,7 @@
 //! Lease it creates naming nobody carries its creation time, `render::lease`), and one
 //! found without it (edited by hand) is stamped with the operator's clock
 //! ([`stamp`]): whoever held it before could not renew it since, so it has stopped by
-//! then + `L` (finding 3).
+//! then + `L` (a Lease without a renewal time would never expire).
 
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ pub(crate) enum Fence {
 /// the Lease's (its holder writes the `L` its fence runs with at every renewal), the
 /// spec's, and the one each observed pod was created with (pods are `OnDelete`: a pod
 /// created before `spec.fencing.leaseDurationSeconds` was lowered fences itself by the
-/// old, longer one). Lowering `L` never shortens a wait (finding 2 of issue 21).
+/// old, longer one). Lowering `L` never shortens a wait (a pod keeps the `L` it was created with).
 pub(crate) fn lease_seconds(spec: &PostgresClusterSpec, lease: &LeaseView, o: &Observed) -> i64 {
     lease.duration.max(living_lease_seconds(spec, o))
 }

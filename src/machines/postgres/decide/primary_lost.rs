@@ -26,7 +26,7 @@ pub(crate) enum Lost {
     Released,
     /// It holds the Lease but has not renewed it since `renewed`, longer than `L + S`
     /// (`bound` seconds) ago: its agent is stuck or the pod frozen or cut off, whatever
-    /// its readiness says (finding 8 of issue 21: a frozen pod's exec probes hang, and
+    /// its readiness says (found on the real node: a frozen pod's exec probes hang, and
     /// the kubelet never marks it NotReady).
     NotRenewing {
         /// The Lease's `renewTime`.

@@ -654,7 +654,7 @@ fn hand_over(
         // old primary's release says up to where the target must have received. A Lease
         // that merely expired while it still names the old primary (hung, cut off, or
         // crashed while it stopped) proves it is fenced, not what it acknowledged: the
-        // switchover waits for its release, or for a person (finding 1 of issue 21).
+        // switchover waits for its release, or for a person (`docs/decisions/0002-zero-loss.md`).
         // A Lease that names nobody was cleared or deleted by hand (only Lockstep and
         // the holder's agent write it: an assumption), and one that names another pod
         // was handed over since, after the release: its expiry suffices.

@@ -1,10 +1,10 @@
-//! The planted agent bug of finding 1: the old bash agent's clean stop. It renews
+//! The planted agent bug behind the released position (`docs/decisions/0002-zero-loss.md`): the old bash agent's clean stop. It renews
 //! nothing while `pg_ctl stop -m fast -t 120` runs, checks neither the Lease nor its
 //! fence deadline meanwhile (only the stop's own 120 s bound ends it), and so lets the
 //! operator hand the Lease over by expiry while its walsenders still send. The model
 //! check must find it, and shrink it; the real agent passes the same runs.
 //!
-//! Finding 1 is fixed on both sides, each alone enough: the agent renews while its
+//! The lost tail is fixed on both sides, each alone enough: the agent renews while its
 //! clean stop runs, and the operator never hands a planned switchover over by expiry
 //! without the old primary's released position ([`HandOverByExpiry`] plants the old
 //! operator's side). The old agent is found against the old operator, and each fix
@@ -39,7 +39,7 @@ fn stop_without_renewing(
     instance::decide(spec, state, seen, signalled)
 }
 
-/// The old operator's side of finding 1: a planned switchover hands the Lease over once
+/// The old operator's side of the lost tail: a planned switchover hands the Lease over once
 /// it expires, though the old primary never released it with its last WAL position.
 struct ExpiryEndsAPlannedSwitchover;
 
@@ -309,7 +309,7 @@ fn the_real_agent_passes_the_same_story_without_bootstrapping() {
     passes((world, events));
 }
 
-/// The agent before issue 24's last step: a standby streams from the `-rw` Service for
+/// The agent before standbys followed the Lease: a standby streams from the `-rw` Service for
 /// as long as its server runs, whoever holds the Lease (its replication connection
 /// outlives the Service's move to another pod, and a frozen server's kernel keeps the
 /// connection open).

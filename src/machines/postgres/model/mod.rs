@@ -105,7 +105,7 @@
 //! a pod whose clock runs at a different rate (the agent counts `T` on a monotonic
 //! clock).
 //!
-//! Issue 21's operator side: the user changes `spec.fencing.leaseDurationSeconds`
+//! Fencing, the operator's side (`docs/decisions/0002-zero-loss.md`): the user changes `spec.fencing.leaseDurationSeconds`
 //! ([`Edit::LeaseSeconds`]; each pod's agent keeps the `L` it was created with and
 //! publishes it in the Lease at every renewal); a pod is force-deleted while its node is
 //! partitioned ([`Move::ForceDeleted`]: the object goes, its container runs on, cut off,
@@ -119,9 +119,9 @@
 //! and an operator that expires the Lease at `renewTime + L`, leaving the clock skew out
 //! (found by its scenario: a partitioned holder whose clock runs `S` behind). And the
 //! agent's ([`agent_planted`]): the old bash agent's clean stop, which renews nothing
-//! while it runs (finding 1), found in a slow switchover against the old operator, which
+//! while it runs (a switchover could lose its tail), found in a slow switchover against the old operator, which
 //! hands a planned switchover over by expiry, and shrunk (each side's fix alone passes).
-//! The operator's side of findings 2 and 5 ([`planted`]): an expiry counting the spec's
+//! The operator's side of a lowered `L` and a vanished pod ([`planted`]): an expiry counting the spec's
 //! `L` alone, and a vanished pod taken for fenced. And synchronous replication's: a
 //! failover that promotes without reading the quorum (invariant 14), found where the
 //! standby that acknowledged the last commit is NotReady as the primary fails. And
@@ -197,7 +197,7 @@ const SCHEDULES: [Option<&str>; 3] = [None, Some("0 3 * * *"), Some("30 4 * * *"
 /// `L`: `spec.fencing.leaseDurationSeconds` (the default); [`Edit::LeaseSeconds`]
 /// moves it between this and [`LONG_LEASE_SECONDS`].
 const LEASE_SECONDS: i64 = 15;
-/// A longer `L` a user may set (and lower again: finding 2 of issue 21).
+/// A longer `L` a user may set (and lower again, which must never shorten a wait).
 const LONG_LEASE_SECONDS: i64 = 120;
 /// `S`: `spec.fencing.clockSkewSeconds`. Larger than the default so that it exceeds
 /// the slack `L - (T + R + 1)` = 5 s of the default `L`: an operator that leaves `S`

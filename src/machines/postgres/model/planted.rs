@@ -214,7 +214,7 @@ fn a_failover_surveys_again_for_a_member_whose_answer_timed_out_and_promotes_it(
 
 #[test]
 fn the_model_check_finds_a_failover_that_does_not_wait_for_a_member_that_did_not_answer() {
-    // The behaviour before the bounded wait (finding 4 of issue 21): one answer is enough.
+    // The behaviour before the bounded wait (the survey could miss the most advanced member): one answer is enough.
     let failure = found::<IgnoreTheQuorum>(failover_whose_survey_misses_the_most_advanced());
     assert!(
         failure
@@ -531,9 +531,9 @@ fn a_switchover_target_that_missed_the_old_primarys_last_commits_does_not_promot
     );
 }
 
-// --- issue 21: findings 2, 5, 8 and 3, the operator's side -------------------------
+// --- fencing, the operator's side: a lowered L, a vanished pod, a hung primary, a deleted Lease ---
 
-/// The old operator (finding 2): the holder's expiry counts only the spec's `L`, not
+/// The old operator (a lowered `L`): the holder's expiry counts only the spec's `L`, not
 /// the longer one a pod created before `spec.fencing.leaseDurationSeconds` was lowered
 /// fences itself by (nor the one the Lease carries).
 struct ForgetTheLongerLease;
@@ -550,7 +550,7 @@ impl Bug<Postgres> for ForgetTheLongerLease {
     }
 }
 
-/// The old operator (finding 5): a holder whose pod is no longer observed counts as
+/// The old operator (a vanished pod): a holder whose pod is no longer observed counts as
 /// fenced (as if it had released the Lease).
 struct TakeTheVanishedForFenced;
 
@@ -687,7 +687,7 @@ fn the_model_check_finds_a_vanished_pod_taken_for_fenced() {
 
 /// The primary's whole pod freezes (its probes hang, so it stays Ready): it stops
 /// renewing the Lease, and the operator fails over once `L + S` passed and then
-/// `failoverDelaySeconds` (finding 8). The frozen server, thawed, is fenced at once.
+/// `failoverDelaySeconds`, whatever its readiness. The frozen server, thawed, is fenced at once.
 #[test]
 fn a_frozen_primary_that_stays_ready_is_failed_over() {
     use Move::*;
@@ -719,7 +719,7 @@ fn a_frozen_primary_that_stays_ready_is_failed_over() {
     assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
 }
 
-/// The Lease is deleted mid-switchover (finding 3): it is created again naming nobody,
+/// The Lease is deleted mid-switchover (a holderless Lease must expire): it is created again naming nobody,
 /// with a renewal time, so it expires (`L + S` later) and the switchover goes on: it
 /// never wedges.
 #[test]
@@ -759,7 +759,7 @@ fn a_lease_deleted_mid_switchover_is_recreated_and_expires() {
 /// last bytes 1..=12, 1024 runs find it from 3, 4, 5, 8 and 11, and other failures from
 /// the rest), and shrink it to a short story. From seeds 2 and 7 the unplanted machine
 /// fails too: an open finding, see `docs/fencing.md` (Known gaps).
-/// Finding 2's planted bug is found by its scenario
+/// The planted bug of a lowered `L` is found by its scenario
 /// ([`the_model_check_finds_an_expiry_by_the_lowered_spec_alone`]): what generated runs
 /// of it found from these seeds were other failures.
 #[test]

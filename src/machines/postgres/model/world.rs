@@ -803,7 +803,7 @@ where
     }
 }
 
-/// The environment moves of issue 21's findings: a force-deleted pod whose server runs
+/// The environment moves the fencing review found missing: a force-deleted pod whose server runs
 /// on, and the settling world's person who says a holder is down.
 impl World {
     /// `lockstep.dev/fenced` as the settling world's person writes it: the Lease's

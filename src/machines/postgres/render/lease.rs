@@ -43,7 +43,7 @@ pub fn micro_time(at: chrono::DateTime<chrono::Utc>) -> MicroTime {
 /// Its `renewTime` is `at` even when it names nobody: a Lease created in place of one
 /// that vanished must expire `L + S` after its creation, when any former holder has
 /// certainly stopped (it could not renew a Lease that did not exist), never stay
-/// unexpired for want of a renewal time (finding 3 of issue 21).
+/// unexpired for want of a renewal time (`docs/decisions/0002-zero-loss.md`).
 ///
 /// # Errors
 /// [`Error`] if the owner has no UID.

@@ -179,7 +179,7 @@ fn a_target_running_an_older_manager_is_elected_on_a_primary_report_without_a_te
     assert_stays(&d, PROMOTING);
 }
 
-/// Bug 8 of issue 11: promote attempts are bounded. Past the limit the switchover holds
+/// Promote attempts are bounded. Past the limit the switchover holds
 /// Degraded until `lockstep.dev/retry-promote` has a new token, which starts a fresh
 /// budget; a report that comes meanwhile still elects the target.
 #[test]
@@ -287,7 +287,7 @@ fn failing_promote(attempt: u32) -> PgState {
     .unwrap_or(PgState::Finalized)
 }
 
-// --- finding 8 of issue 21: a hung primary ---------------------------------------------
+// --- a hung primary ------------------------------------------------------------------
 
 /// The primary `pg-0` looks Ready (its probes hang, so the kubelet never says
 /// otherwise) but last renewed the Lease at `t(900)`.

@@ -191,7 +191,7 @@ fn an_old_primary_that_released_the_lease_has_it_handed_over_at_once() {
     assert_eq!(d.reason(), LEASE_HANDED_OVER);
 }
 
-/// Finding 5 of issue 21: a pod force-deleted while its node is partitioned keeps
+/// A pod force-deleted while its node is partitioned keeps
 /// running its container; its pod object being gone proves nothing.
 #[test]
 fn a_vanished_pod_is_not_fenced_until_its_lease_expires_or_a_person_says_so() {
@@ -691,7 +691,7 @@ fn every_allowed_lease_duration_lets_a_pod_stop_before_its_lease_counts_as_expir
     }
 }
 
-// --- issue 21: the operator's side of findings 1, 2 and 3 -------------------------------
+// --- the operator's side of the released position, a lowered L and a holderless Lease ---
 
 /// A planned switchover (an upgrade) at Fence, its old primary `pg-0` labelled demoted
 /// and still holding the Lease it renewed at `renewed`.
@@ -702,7 +702,7 @@ fn switchover_waiting_for(renewed: i64) -> (PgState, Observed) {
     (switching(SwitchStep::Fence, 1, SwitchCause::Upgrade), o)
 }
 
-/// Finding 1: the old primary's clean stop outlasted `L + S`; its Lease expired, but
+/// The lost tail: the old primary's clean stop outlasted `L + S`; its Lease expired, but
 /// without its release nobody knows what it acknowledged.
 #[test]
 fn a_planned_switchover_never_hands_the_lease_over_by_expiry_without_a_released_position() {
@@ -804,7 +804,7 @@ fn a_failover_hands_the_lease_over_by_expiry_as_before() {
     assert_eq!(d.reason(), LEASE_HANDED_OVER);
 }
 
-/// Finding 2: `spec.fencing.leaseDurationSeconds` was lowered from 120 to 15; the old
+/// A lowered `L`: `spec.fencing.leaseDurationSeconds` was lowered from 120 to 15; the old
 /// primary's pod was created with 120 and fences itself only by its own `T`.
 #[test]
 fn a_lowered_lease_duration_never_shortens_the_wait_for_a_holder_created_with_a_longer_one() {
@@ -845,7 +845,7 @@ fn a_pod_is_read_with_the_lease_duration_it_was_created_with() {
     );
 }
 
-/// Finding 3: a Lease created naming nobody expires like any other.
+/// A Lease created naming nobody expires like any other.
 #[test]
 fn a_lease_created_naming_nobody_carries_its_creation_time() {
     let pg = rendering::object(spec("16.3"));

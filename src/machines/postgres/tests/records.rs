@@ -10,7 +10,7 @@ fn deleting_without_a_record() -> Reconciles<Postgres> {
     Reconciles::deleting_without_a_record(with_backups(spec("16.3"), None))
 }
 
-/// Bug 2 of issue 11: a token runs one backup, whether its Job is pruned after its
+/// A token runs one backup, whether its Job is pruned after its
 /// outcome was read or before.
 #[test]
 fn a_token_runs_one_backup_even_when_its_job_is_deleted() {
@@ -37,7 +37,7 @@ fn a_token_runs_one_backup_even_when_its_job_is_deleted() {
     }
 }
 
-/// Bug 8 of issue 11: at rest, finished on-demand Jobs beyond the history limit go.
+/// At rest, finished on-demand Jobs beyond the history limit go.
 #[test]
 fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     let s = with_backups(spec("16.3"), None);
@@ -62,7 +62,7 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     assert_eq!(pruned, oldest);
 }
 
-/// Bug 7 of issue 11: a record lost while deleting never skips the final backup; an
+/// A record lost while deleting never skips the final backup; an
 /// object that never created anything is released at once.
 #[test]
 fn a_lost_record_while_deleting_still_takes_the_final_backup() {

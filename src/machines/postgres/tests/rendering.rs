@@ -314,7 +314,7 @@ fn primary_available_follows_the_primary_pod_in_the_middle_of_an_upgrade() {
     );
 }
 
-// --- issue 26: placement --------------------------------------------------------------
+// --- placement --------------------------------------------------------------------
 
 fn instance_pod(pg: &PostgresCluster) -> k8s_openapi::api::core::v1::PodSpec {
     render::statefulset(pg, V1, 3)
@@ -452,7 +452,7 @@ fn the_example_in_examples_is_a_postgres_cluster_this_operator_reads() {
     assert!(pg.spec.backup.is_some());
 }
 
-// --- issue 26: settings ---------------------------------------------------------------
+// --- settings ---------------------------------------------------------------------
 
 fn with_work_mem() -> PostgresClusterSpec {
     let mut s = spec("16.3");
@@ -546,7 +546,7 @@ fn settings_removed_from_the_spec_are_removed_from_the_pods() {
     }
 }
 
-// --- issue 26: what the instances report of their settings ------------------------------
+// --- what the instances report of their settings ------------------------------
 
 fn reporting(refused: &[&str], pending: &[&str]) -> SettingsReport {
     SettingsReport {
