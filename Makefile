@@ -33,11 +33,12 @@ build: ## Build the lockstep binary (and the example operator's, canary).
 	$(CARGO) build -p lockstep-canary --bins
 
 .PHONY: generate
-generate: build ## Regenerate crds/ and machines/ from the code.
+generate: build ## Regenerate crds/ and machines/ from the code, and what the chart derives from them (make dist).
 	$(LOCKSTEP) crds --out-dir crds
 	$(LOCKSTEP) machines --out-dir machines
 	$(CANARY) crds --out-dir examples/canary/crds
 	$(CANARY) machines --out-dir examples/canary/machines
+	tools/helm/chart.sh update
 
 .PHONY: fmt
 fmt: ## Format the code.
