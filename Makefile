@@ -33,11 +33,12 @@ build: ## Build the lockstep binary (and the example operator's, canary).
 	$(CARGO) build -p lockstep-canary --bins
 
 .PHONY: generate
-generate: build ## Regenerate crds/ and machines/ from the code.
+generate: build ## Regenerate crds/ and machines/ from the code, and what the chart derives from them (make dist).
 	$(LOCKSTEP) crds --out-dir crds
 	$(LOCKSTEP) machines --out-dir machines
 	$(CANARY) crds --out-dir examples/canary/crds
 	$(CANARY) machines --out-dir examples/canary/machines
+	tools/helm/chart.sh update
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -49,11 +50,20 @@ lint: ## rustfmt check and clippy with warnings denied.
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 .PHONY: fresh
-fresh: build ## Fail if the committed crds/ or machines/ are stale.
+fresh: build ## Fail if the committed crds/, machines/, the chart's CRDs and version, or dist/install.yaml are stale.
 	$(LOCKSTEP) crds --out-dir crds --check
 	$(LOCKSTEP) machines --out-dir machines --check
 	$(CANARY) crds --out-dir examples/canary/crds --check
 	$(CANARY) machines --out-dir examples/canary/machines --check
+	tools/helm/chart.sh fresh
+
+.PHONY: dist
+dist: ## Regenerate dist/install.yaml, the chart's CRDs and version, and its snapshots (tests/chart) from crds/, Cargo.toml and charts/lockstep.
+	tools/helm/chart.sh update
+
+.PHONY: chart
+chart: ## helm lint of charts/lockstep, and helm template against the snapshots in tests/chart (helm built from Go modules, tools/helm/build.sh).
+	tools/helm/chart.sh test
 
 .PHONY: unit
 unit: ## Unit tests and the proptest model checks (seeded, fixed case count); the example operator's, with its planted bug, and its tutorial's listings.
@@ -103,7 +113,7 @@ demo-postgres: ## The PostgresCluster part of `make demo` alone: real PostgreSQL
 # the pod-script tier leaves the cores mostly idle.
 test: ## Everything CI checks; the control plane is torn down afterwards.
 	@tools/prebuild.sh start
-	@status=0; $(MAKE) --no-print-directory lint fresh docs unit scripts e2e || status=$$?; \
+	@status=0; $(MAKE) --no-print-directory lint fresh chart docs unit scripts e2e || status=$$?; \
 	  if [ "$$status" = 0 ] && [ "$${LOCKSTEP_REAL_NODE:-1}" != 0 ]; then \
 	    $(MAKE) --no-print-directory node-smoke e2e-postgres-real demo || status=$$?; \
 	  fi; \

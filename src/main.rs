@@ -105,9 +105,9 @@ struct RunArgs {
     /// The machines to run, comma-separated (default: all).
     #[arg(long, value_delimiter = ',', env = "LOCKSTEP_MACHINES")]
     machines: Vec<String>,
-    /// Watch only this namespace (default: the whole cluster).
-    #[arg(long, env = "LOCKSTEP_NAMESPACE")]
-    namespace: Option<String>,
+    /// Watch only these namespaces, comma-separated (default: the whole cluster).
+    #[arg(long, value_delimiter = ',', env = "LOCKSTEP_NAMESPACE")]
+    namespace: Vec<String>,
     /// Run the controllers only while holding a coordination.k8s.io Lease.
     #[arg(long, env = "LOCKSTEP_LEADER_ELECTION")]
     leader_election: bool,
@@ -292,7 +292,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     });
     let options = RunOptions {
         machines,
-        namespace: args.namespace.clone(),
+        namespaces: runner::select_namespaces(&args.namespace),
         metrics_addr: args.metrics_addr,
         election,
         resync: (args.resync_period > 0)
@@ -301,7 +301,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     tracing::info!(
         machines = ?options.machines,
-        namespace = options.namespace.as_deref().unwrap_or("<all>"),
+        namespaces = %if options.namespaces.is_empty() {
+            "<all>".to_owned()
+        } else {
+            options.namespaces.join(",")
+        },
         "lockstep run"
     );
     let shutdown = CancellationToken::new();

@@ -46,6 +46,8 @@ run() {
   # Every tier builds the operator's image with this profile (docs/development.md#ci).
   export LOCKSTEP_IMAGE_PROFILE=image-test
   local t0=$SECONDS
+  # helm first: `make fresh` and `make chart`, right after lint, need it.
+  step "helm" "$ROOT/tools/helm/build.sh"
   step "control plane and KWOK" "$ROOT/tools/cluster/build.sh"
   if [ "${LOCKSTEP_REAL_NODE:-1}" != 0 ]; then
     step "real node" "$ROOT/tools/node/build.sh"

@@ -11,6 +11,9 @@
 //!   the lease is held (see [`super::leader`]).
 //! - A second signal while draining exits at once (the caller's choice; see
 //!   [`shutdown_on_signals`]).
+//! - With a list of namespaces, each selected machine runs one controller per namespace
+//!   (each with its own namespaced watches); the process is ready once all of them have
+//!   listed their custom resources.
 //!
 //! # Adding a machine
 //! One line in [`MACHINES`] and one arm in [`run_machine`].
@@ -42,8 +45,8 @@ pub const MACHINES: &[&str] = &["distributeddb", "postgrescluster"];
 pub struct RunOptions {
     /// The machines to run (names from [`MACHINES`]).
     pub machines: Vec<&'static str>,
-    /// Watch one namespace, or the whole cluster (`None`).
-    pub namespace: Option<String>,
+    /// Watch these namespaces, or the whole cluster when empty ([`select_namespaces`]).
+    pub namespaces: Vec<String>,
     /// Where the health server listens.
     pub metrics_addr: SocketAddr,
     /// Leader election, or `None` to run the controllers unconditionally.
@@ -115,6 +118,29 @@ pub fn select_machines(names: &[String]) -> Result<Vec<&'static str>, Error> {
     Ok(out)
 }
 
+/// Parse `--namespace`: namespaces, comma-separated (the entries may themselves hold
+/// commas), trimmed, empty entries and duplicates dropped, in their first order. None
+/// at all means the whole cluster.
+pub fn select_namespaces(names: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for name in names.iter().flat_map(|n| n.split(',')).map(str::trim) {
+        if !name.is_empty() && !out.iter().any(|n| n == name) {
+            out.push(name.to_owned());
+        }
+    }
+    out
+}
+
+/// The watch scope of each controller of one machine: one per namespace, or a single
+/// cluster-wide one (`None`) when `namespaces` is empty.
+pub fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
+    if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().cloned().map(Some).collect()
+    }
+}
+
 /// Start the controller of machine `name`, draining when `drain` is cancelled.
 ///
 /// # Errors
@@ -171,9 +197,10 @@ pub async fn run(
 ) -> Result<(), Error> {
     let metrics = Metrics::new();
     let status = Status::new(options.election.is_some());
+    let watch_scopes = scopes(&options.namespaces);
     let context = MachineContext {
         client: client.clone(),
-        namespace: options.namespace.clone(),
+        namespace: None,
         metrics: metrics.clone(),
         synced: Arc::new(|| {}),
         authority: options
@@ -206,9 +233,9 @@ pub async fn run(
     let machines = options.machines.clone();
     let work_status = status.clone();
     let work: leader::Work = Box::new(move |drain: CancellationToken| {
-        // Ready once every machine's custom resources have been listed, this term.
+        // Ready once every controller's custom resources have been listed, this term.
         let listed = Arc::new(AtomicUsize::new(0));
-        let (count, synced_status) = (machines.len(), work_status.clone());
+        let (count, synced_status) = (machines.len() * watch_scopes.len(), work_status.clone());
         let context = MachineContext {
             synced: Arc::new(move || {
                 if listed.fetch_add(1, Ordering::SeqCst) + 1 >= count {
@@ -219,7 +246,14 @@ pub async fn run(
         };
         let started: Result<Vec<Controller>, Error> = machines
             .iter()
-            .map(|name| run_machine(name, &context, drain.clone()))
+            .flat_map(|name| watch_scopes.iter().map(move |scope| (name, scope)))
+            .map(|(name, scope)| {
+                let context = MachineContext {
+                    namespace: scope.clone(),
+                    ..context.clone()
+                };
+                run_machine(name, &context, drain.clone())
+            })
             .collect();
         let status = work_status.clone();
         Box::pin(async move {
@@ -317,6 +351,23 @@ mod tests {
             select_machines(&["mysql".into()]),
             Err(Error::UnknownMachine { .. })
         ));
+    }
+
+    #[test]
+    fn a_namespace_list_is_split_on_commas_trimmed_and_deduplicated() {
+        let given = ["prod, staging".to_owned(), "prod,,dev ".to_owned()];
+        assert_eq!(select_namespaces(&given), ["prod", "staging", "dev"]);
+        assert!(select_namespaces(&[]).is_empty());
+        assert!(select_namespaces(&[" , ".into()]).is_empty());
+    }
+
+    #[test]
+    fn each_listed_namespace_gets_a_controller_and_none_means_cluster_wide() {
+        assert_eq!(scopes(&[]), [None]);
+        assert_eq!(
+            scopes(&["prod".into(), "dev".into()]),
+            [Some("prod".to_owned()), Some("dev".to_owned())]
+        );
     }
 
     #[test]
