@@ -101,11 +101,21 @@
 //! ```
 //!
 //! # Guarantees
-//! - Deterministic: a fixed seed ([`CheckConfig::seed`]) and case count, no failure
-//!   persistence files, no wall-clock reads. `LOCKSTEP_CHECK_CASES` and
-//!   `LOCKSTEP_CHECK_SEED` override them for a deeper local run ([`check_machine`] only).
-//! - A failure reports a shrunk sequence of events, the initial world, and a trace of the
-//!   shrunk run; [`try_check_machine`] returns it instead of panicking. Shrinking is
+//! - Deterministic: a seed ([`CheckConfig::seed`]) and case count, no failure
+//!   persistence files, no wall-clock reads. [`try_check_machine`] runs exactly its
+//!   configuration.
+//! - [`check_machine`] also explores: `LOCKSTEP_CHECK_SEED` (a commit hash, as `make
+//!   unit` passes it, so that every change explores new runs; 64 hex digits; or a
+//!   decimal `u64`) and `LOCKSTEP_CHECK_CASES` name a run of their own, checked first.
+//!   The configuration's own run (its seed, its count) is checked as well, unless the
+//!   explored run contains it (same seed, as many cases or more). So a safety failure
+//!   the explored run finds is a real failure, and what a caller asserts about the
+//!   report (every edge taken, writes lost) never depends on the variables: the report
+//!   joins both runs, and each of its counts only grows with a second run.
+//! - A failure reports a shrunk sequence of events, the initial world, a trace of the
+//!   shrunk run, and the variables that run it again
+//!   (`LOCKSTEP_CHECK_SEED=<64 hex digits> LOCKSTEP_CHECK_CASES=<n>`);
+//!   [`try_check_machine`] returns it instead of panicking. Shrinking is
 //!   proptest's, followed by a pass to a fixed point that drops events and simplifies
 //!   reconciles (see `minimize`).
 //!
@@ -139,6 +149,8 @@ use super::conditions::{self, reason, status};
 use super::machine::{Machine, kind_name};
 use super::record::{EngineStatus, MachineRecord};
 use super::step::{self, Input, Outcome, Taken};
+
+mod seed;
 
 /// A simulated world for machine `M`: the objects it owns and how they behave.
 pub trait WorldModel<M: Machine>: Clone + Debug + 'static {
@@ -228,25 +240,31 @@ impl Default for CheckConfig {
 }
 
 impl CheckConfig {
-    /// Apply `LOCKSTEP_CHECK_CASES` (a count) and `LOCKSTEP_CHECK_SEED` (a `u64`) when set,
-    /// for a deeper or different local run. Unset, the configuration is unchanged.
+    /// Apply `LOCKSTEP_CHECK_CASES` (a count) and `LOCKSTEP_CHECK_SEED` (see
+    /// [`check_machine`]) when set and not empty. Unset, the configuration is unchanged.
+    ///
+    /// # Panics
+    /// A value that names no count or no seed: a mistyped seed is never silently the
+    /// fixed one.
     #[must_use]
     pub fn with_env_overrides(mut self) -> Self {
-        if let Some(cases) = std::env::var("LOCKSTEP_CHECK_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            self.cases = cases;
+        let var = |name| std::env::var(name).unwrap_or_default();
+        match seed::parse_cases(&var(seed::CASES_VAR)) {
+            Ok(cases) => self.cases = cases.unwrap_or(self.cases),
+            Err(why) => panic!("{why}"),
         }
-        if let Some(seed) = std::env::var("LOCKSTEP_CHECK_SEED")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            for (i, byte) in self.seed.iter_mut().enumerate() {
-                *byte = seed.to_le_bytes()[i % 8] ^ (i as u8);
-            }
+        match seed::parse(&var(seed::SEED_VAR), self.seed) {
+            Ok(seed) => self.seed = seed.unwrap_or(self.seed),
+            Err(why) => panic!("{why}"),
         }
         self
+    }
+
+    /// The environment variables that run this configuration again through
+    /// [`check_machine`]: `LOCKSTEP_CHECK_SEED=<64 hex digits> LOCKSTEP_CHECK_CASES=<n>`.
+    #[must_use]
+    pub fn reproduce(&self) -> String {
+        seed::reproduce(&self.seed, self.cases)
     }
 }
 
@@ -371,6 +389,15 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
+    /// Add another run of the same machine: its cases and counts, its edges (an edge
+    /// stays unexercised only if neither run took it).
+    fn join(&mut self, other: &CheckReport) {
+        self.absorb(other);
+        self.cases += other.cases;
+        self.unexercised
+            .retain(|edge| other.unexercised.contains(edge));
+    }
+
     fn absorb(&mut self, other: &CheckReport) {
         self.events += other.events;
         self.reconciles += other.reconciles;
@@ -421,6 +448,9 @@ pub struct Counterexample {
     pub events: Vec<String>,
     /// What happened, line by line, in the shrunk run.
     pub trace: Vec<String>,
+    /// For a generated run, the environment variables that run it again through
+    /// [`check_machine`] ([`CheckConfig::reproduce`]); `None` for a fixed scenario.
+    pub seed: Option<String>,
 }
 
 impl fmt::Display for Counterexample {
@@ -430,6 +460,10 @@ impl fmt::Display for Counterexample {
             "model check of `{}` failed: {}",
             self.machine, self.reason
         )?;
+        match &self.seed {
+            Some(seed) => writeln!(f, "generated run; to run it again: {seed}")?,
+            None => writeln!(f, "a fixed scenario (no seed)")?,
+        }
         writeln!(f, "initial world: {}", self.world)?;
         writeln!(f, "shrunk events ({}):", self.events.len())?;
         for (i, event) in self.events.iter().enumerate() {
@@ -444,19 +478,42 @@ impl fmt::Display for Counterexample {
 }
 
 /// Check `M` against the world model `W`; panic with the shrunk counterexample on failure,
-/// print the report otherwise. Applies [`CheckConfig::with_env_overrides`].
+/// print the report otherwise.
+///
+/// Two runs (see the module's guarantees): the one `LOCKSTEP_CHECK_SEED` and
+/// `LOCKSTEP_CHECK_CASES` name ([`CheckConfig::with_env_overrides`]), then `config`'s
+/// own, unless the first contains it. The report joins them.
+///
+/// # Panics
+/// On a counterexample (its message says how to run it again), and on a variable that
+/// names no seed or no count.
 pub fn check_machine<M, W>(config: CheckConfig) -> CheckReport
 where
     M: Machine,
     W: WorldModel<M>,
 {
-    match try_check_machine::<M, W>(&config.with_env_overrides()) {
-        Ok(report) => {
-            println!("{report}");
-            report
-        }
-        Err(counterexample) => panic!("{counterexample}"),
+    let explored = config.clone().with_env_overrides();
+    let contains_pinned = explored.seed == config.seed && explored.cases >= config.cases;
+    let mut runs = vec![explored];
+    if !contains_pinned {
+        runs.push(config);
     }
+    let mut joined: Option<CheckReport> = None;
+    for run in &runs {
+        match try_check_machine::<M, W>(run) {
+            Ok(report) => {
+                println!("model check of `{}`: {} passed", M::NAME, run.reproduce());
+                match &mut joined {
+                    Some(joined) => joined.join(&report),
+                    None => joined = Some(report),
+                }
+            }
+            Err(counterexample) => panic!("{counterexample}"),
+        }
+    }
+    let report = joined.unwrap_or_default();
+    println!("{report}");
+    report
 }
 
 /// Check `M` against the world model `W`, returning the shrunk counterexample on failure.
@@ -512,6 +569,7 @@ where
             world: String::new(),
             events: Vec::new(),
             trace: Vec::new(),
+            seed: Some(config.reproduce()),
         })),
         Err(TestError::Fail(why, (world, events))) => {
             let events = minimize::<M, W>(config, &world, events);
@@ -529,6 +587,7 @@ where
                 world: shown,
                 events: events.iter().map(|e| format!("{e:?}")).collect(),
                 trace: sim.trace.take().unwrap_or_default(),
+                seed: Some(config.reproduce()),
             }))
         }
     }
@@ -565,6 +624,7 @@ where
             world: shown,
             events: events.iter().map(|e| format!("{e:?}")).collect(),
             trace,
+            seed: None,
         }));
     }
     let mut report = sim.report;

@@ -82,6 +82,17 @@ impl fmt::Display for Lsn {
     }
 }
 
+/// The released position a release leaves on the Lease, from the one `there` (if any)
+/// and the one the releasing holder `given` (if any): the higher, so that a release
+/// never erases nor lowers a position (`lockstep.dev/released-lsn`) the next primary
+/// must have received. Only a writable holder that moved past it, a person, or the
+/// operator's waiver removes it.
+#[must_use]
+pub fn released_position(there: Option<Lsn>, given: Option<Lsn>) -> Option<Lsn> {
+    // `None` orders below every position.
+    there.max(given)
+}
+
 /// A string that is not an LSN (`X/Y`, each 1 to 8 hexadecimal digits).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not an LSN (X/Y in hexadecimal)")]
@@ -363,6 +374,15 @@ mod tests {
         assert_eq!(lsn, Lsn((0x16 << 32) | 0xB374_D848));
         assert_eq!(lsn.to_string(), "16/B374D848");
         assert_eq!("0/0".parse::<Lsn>(), Ok(Lsn(0)));
+    }
+
+    #[test]
+    fn a_release_keeps_the_higher_position_and_never_erases_one() {
+        assert_eq!(released_position(Some(Lsn(9)), None), Some(Lsn(9)));
+        assert_eq!(released_position(Some(Lsn(9)), Some(Lsn(5))), Some(Lsn(9)));
+        assert_eq!(released_position(Some(Lsn(5)), Some(Lsn(9))), Some(Lsn(9)));
+        assert_eq!(released_position(None, Some(Lsn(5))), Some(Lsn(5)));
+        assert_eq!(released_position(None, None), None);
     }
 
     #[test]

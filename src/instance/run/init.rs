@@ -16,7 +16,8 @@
 //!   exit by more than the `SIGCHLD` that announces it.
 //! - `SIGTERM`, `SIGINT`, `SIGQUIT`, `SIGHUP`, `SIGUSR1` and `SIGUSR2` sent to the
 //!   container reach the manager unchanged (the kubelet's `SIGTERM` on pod deletion
-//!   included).
+//!   included). The manager stops on the first three and ignores the others
+//!   ([`super::signals`]).
 //! - The container exits with the manager's status: its exit code, or 128 + the signal
 //!   that killed it. PID 1's exit ends every process left in the container.
 //!

@@ -9,7 +9,8 @@
 //!   It returns the moment its *read* started: the fence counts `T` from there.
 //! - [`LeaseClient::release`] clears the holder and writes the annotations
 //!   `lockstep.dev/released-by` (`<pod>/<uid>`) and, when given, `lockstep.dev/released-lsn`;
-//!   it does so only while the Lease still names this holder.
+//!   it does so only while the Lease still names this holder, and never erases nor
+//!   lowers a released position already there ([`released`]).
 //! - A write loses to any write made since the read (HTTP 409, [`LeaseError::Conflict`]).
 //! - Each request returns within [`LeaseClient::request_bound`].
 //!
@@ -24,6 +25,7 @@ use kube::Api;
 use kube::api::PostParams;
 
 use super::clock::Moment;
+use crate::instance::observe::{Lsn, released_position};
 use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 
 /// What went wrong with the Lease.
@@ -121,6 +123,17 @@ pub fn renewed(
 
 /// The Lease's text of a release by `me`, with the last WAL position `lsn` if known.
 ///
+/// A release never erases nor lowers the position already on the Lease
+/// (`lockstep.dev/released-lsn`): that position is what the next primary must have
+/// received (a primary that stopped cleanly before wrote it), and it stays until a
+/// writable holder that moved past it renews ([`renewed`]), a person removes it, or the
+/// operator waives it. So a holder that was never writable past it (named, then fenced,
+/// demoted or crashed before its first writable renewal) releases keeping it: without a
+/// position of its own, the one there stands; with a lower one (which a holder that
+/// promoted only once it had received that position cannot have), the higher stands
+/// ([`released_position`], which the model's Lease uses too). A position there that
+/// does not parse is replaced by the one given.
+///
 /// # Errors
 /// [`LeaseError::NotHolder`] when the Lease does not name `me`.
 pub fn released(lease: &Lease, me: &str, lsn: Option<&str>) -> Result<Lease, LeaseError> {
@@ -136,10 +149,16 @@ pub fn released(lease: &Lease, me: &str, lsn: Option<&str>) -> Result<Lease, Lea
         .annotations
         .get_or_insert_with(Default::default);
     annotations.insert(RELEASED_BY.to_owned(), me.to_owned());
-    match lsn {
-        Some(lsn) => annotations.insert(RELEASED_LSN.to_owned(), lsn.to_owned()),
-        None => annotations.remove(RELEASED_LSN),
-    };
+    let there = annotations
+        .get(RELEASED_LSN)
+        .and_then(|text| text.parse::<Lsn>().ok());
+    let given = lsn.and_then(|text| text.parse::<Lsn>().ok());
+    if let Some(lsn) = lsn
+        && given.is_some()
+        && released_position(there, given) == given
+    {
+        annotations.insert(RELEASED_LSN.to_owned(), lsn.to_owned());
+    }
     Ok(lease)
 }
 
@@ -361,6 +380,55 @@ mod tests {
                 Err(LeaseError::NotHolder { .. })
             ));
         }
+    }
+
+    #[test]
+    fn a_release_without_a_position_keeps_the_position_already_on_the_lease() {
+        let out = released(&lease(Some(ME), Some("0/3000060")), ME, None).unwrap();
+        assert_eq!(out.spec.unwrap().holder_identity, None);
+        let annotations = out.metadata.annotations.unwrap();
+        assert_eq!(annotations.get(RELEASED_BY).map(String::as_str), Some(ME));
+        assert_eq!(
+            annotations.get(RELEASED_LSN).map(String::as_str),
+            Some("0/3000060"),
+            "the next primary must still have received it"
+        );
+        let none = released(&lease(Some(ME), None), ME, None).unwrap();
+        assert!(
+            !none
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(RELEASED_LSN)
+        );
+    }
+
+    #[test]
+    fn a_release_never_lowers_the_position_on_the_lease_and_raises_it() {
+        let position = |there: Option<&str>, given: &str| {
+            released(&lease(Some(ME), there), ME, Some(given))
+                .unwrap()
+                .metadata
+                .annotations
+                .unwrap()
+                .get(RELEASED_LSN)
+                .cloned()
+        };
+        // Compared as positions, not as text ("0/A000000" > "0/9FFFFFF").
+        assert_eq!(
+            position(Some("0/A000000"), "0/9FFFFFF").as_deref(),
+            Some("0/A000000")
+        );
+        assert_eq!(
+            position(Some("0/9FFFFFF"), "0/A000000").as_deref(),
+            Some("0/A000000")
+        );
+        assert_eq!(position(Some("1/0"), "0/FFFFFFFF").as_deref(), Some("1/0"));
+        assert_eq!(
+            position(Some("not a position"), "0/5").as_deref(),
+            Some("0/5")
+        );
+        assert_eq!(position(Some("0/5"), "garbage").as_deref(), Some("0/5"));
     }
 
     #[test]

@@ -471,6 +471,7 @@ impl Manager {
         let mut term = signal(SignalKind::terminate()).map_err(ManagerError::Signals)?;
         let mut int = signal(SignalKind::interrupt()).map_err(ManagerError::Signals)?;
         let mut quit = signal(SignalKind::quit()).map_err(ManagerError::Signals)?;
+        let mut ignored = super::signals::Ignored::install().map_err(ManagerError::Signals)?;
         self.phase("starting");
         if let Some(port) = self.args.metrics_port {
             self.serve_metrics(port).await;
@@ -617,6 +618,10 @@ impl Manager {
                 _ = term.recv() => self.on_signal(Signal::Term),
                 _ = int.recv() => self.on_signal(Signal::Int),
                 _ = quit.recv() => self.on_signal(Signal::Quit),
+                name = ignored.recv() => tracing::info!(
+                    signal = name,
+                    "signal ignored: the manager applies the server's settings from the pod's annotation (edit spec.postgresql)"
+                ),
             }
         }
     }

@@ -13,6 +13,8 @@
 //! - `manager`: the loop: observe, `decide`, act; and the liveness check;
 //! - `config`: the settings (the container's environment);
 //! - `init`: PID 1's duties: reap every orphan, forward signals to the manager;
+//! - `signals`: the forwarded signals the manager ignores (`SIGHUP`, `SIGUSR1`,
+//!   `SIGUSR2`), caught so that none ends it;
 //! - `install`: the init container's copy of this binary into the pod;
 //! - `prepare`: bootstrap, local promotion, clone, rewind, the managed configuration;
 //! - `quote`: quoting values into SQL, conninfo and `postgresql.conf`;
@@ -41,4 +43,5 @@ pub mod process;
 pub mod quote;
 pub mod report;
 pub mod settings;
+pub mod signals;
 pub mod sql;

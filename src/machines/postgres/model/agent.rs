@@ -501,12 +501,21 @@ impl World {
                     return false;
                 }
                 if let Some(l) = self.lease.as_mut() {
+                    let before = l.released_lsn;
                     l.holder = None;
                     l.released_by = me;
-                    if let Some(x) = lsn {
-                        l.released_lsn = Some(x.0);
-                    }
+                    // As the manager writes it (`lease::released`).
+                    l.released_lsn =
+                        instance::observe::released_position(l.released_lsn.map(Lsn), *lsn)
+                            .map(|x| x.0);
                     l.version += 1;
+                    // Invariant 16: the high-water mark of released positions.
+                    if l.released_lsn < before {
+                        self.violations.push(format!(
+                            "pod {k}'s release (position {lsn:?}) lowered the released position on the Lease from {before:?} to {:?}",
+                            l.released_lsn
+                        ));
+                    }
                 }
                 true
             }
@@ -811,10 +820,42 @@ pub(super) mod stories {
         (edge, world, events[3..].to_vec())
     }
 
+    /// Pod 1 was handed the Lease under the position pod 0 released, then labelled
+    /// replica before it promoted: its next round releases the Lease without a position
+    /// of its own, over the one there (generated runs seldom reach it).
+    fn release_over_a_position(w: &mut World) {
+        lease_to(w, 1);
+        waiting(w, 1, AgentState::Starting, Role::Replica);
+        if let Some(l) = w.lease.as_mut() {
+            l.released_lsn = Some(w.head.lsn);
+        }
+    }
+
+    #[test]
+    fn a_release_without_a_position_keeps_the_one_on_the_lease() {
+        let mut world = World::fresh(3, false, 0);
+        world.running();
+        release_over_a_position(&mut world);
+        let released = world.head.lsn;
+        <World as WorldModel<Postgres>>::step_environment(&mut world, &Move::AgentTick(1));
+        let lease = world.lease.as_ref().expect("the Lease");
+        assert_eq!(lease.holder, None, "pod 1 released it");
+        assert_eq!(lease.released_by.map(|(k, _)| k), Some(1));
+        assert_eq!(lease.released_lsn, Some(released), "{world:?}");
+        assert!(world.violations.is_empty(), "{:?}", world.violations);
+    }
+
     pub(in super::super) fn all() -> Vec<Story> {
         use Move::*;
         let env = Event::Env;
         vec![
+            // Its round releases the Lease without a position over the one there
+            // (invariant 16 checks it stays).
+            without_operator(story(
+                "Starting -> Standby (StandbyData)",
+                release_over_a_position,
+                vec![env(AgentTick(1))],
+            )),
             without_operator(story(
                 "StartingPrimary -> AwaitingLease (LeaseMoved)",
                 // Pod 1, the primary, stopped cleanly and is about to start writable

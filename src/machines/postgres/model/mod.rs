@@ -68,6 +68,12 @@
 //!     a person removing it, the settling world's way out when no member within the
 //!     replicas has the data, accepts the loss). The planted agent blind to the mark is
 //!     found in `agent_planted.rs`.
+//! 16. **A release never lowers the released position** on the Lease (the high-water
+//!     mark of `lockstep.dev/released-lsn`): a release without a position keeps the one
+//!     there, one with a lower position keeps the higher. The position goes away only
+//!     when a writable holder that moved past it renews, a promotion reaches it, the
+//!     operator waives it, a person removes it, or the Lease is deleted. Checked at each
+//!     release the agents make (the manager's own rule, `observe::released_position`).
 //!
 //! Fencing in this world: the primary Lease (holder, renewal, release, edits by hand),
 //! and each pod's agent, which is the instance manager's own `decide`
