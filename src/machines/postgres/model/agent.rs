@@ -142,11 +142,12 @@ impl World {
             },
             Some(Vol::Foreign) => DataDir::Foreign,
         };
-        // The readiness probe measures whether the server answers.
+        // The readiness probe measures whether the server answers, unless it is
+        // blocked from outside while the server answers its own manager.
         let server = match p.server {
             Srv::Down => Server::Down { exit: None },
             Srv::Stopping { .. } => Server::Unanswering,
-            _ if !p.ready => Server::Unanswering,
+            _ if !p.ready && !p.probe_blocked => Server::Unanswering,
             Srv::Standby | Srv::Promoting => Server::Standby(Standby {
                 received: Some(position(mine)),
                 replayed: Some(position(mine)),

@@ -10,6 +10,7 @@
 //! operator's side). The old agent is found against the old operator, and each fix
 //! alone passes the same story.
 
+use super::focused::{Focus, Focused};
 use super::scenarios::config;
 use super::scenarios::story::r;
 use super::*;
@@ -66,62 +67,30 @@ type HandOverByExpiry = Planted<Postgres, ExpiryEndsAPlannedSwitchover>;
 
 /// The PostgresCluster world whose every pod runs the old agent's clean stop.
 #[derive(Clone, Debug)]
-struct OldCleanStop(World);
+struct OldCleanStopFocus;
 
-impl<M> WorldModel<M> for OldCleanStop
-where
-    M: Machine<Spec = PostgresClusterSpec, State = PgState, Observed = Observed, Action = PgAction>,
-{
-    type Move = Move;
-    type Edit = Edit;
-
+impl Focus for OldCleanStopFocus {
     /// A running cluster of three whose primary is pod 2: most edits of the replicas,
     /// and every upgrade, begin with a switchover.
-    fn initial() -> BoxedStrategy<Self> {
+    fn initial() -> BoxedStrategy<World> {
         Just(())
             .prop_map(|()| {
                 let mut w = World::fresh(3, false, 0);
                 w.running();
                 w.primary_moved_to(2);
                 w.agent_decide = stop_without_renewing;
-                OldCleanStop(w)
+                w
             })
             .boxed()
     }
-    fn spec(&self) -> PostgresClusterSpec {
-        <World as WorldModel<M>>::spec(&self.0)
-    }
-    fn spec_edits() -> BoxedStrategy<Edit> {
-        <World as WorldModel<M>>::spec_edits()
-    }
-    fn edit_spec(&mut self, edit: &Edit) {
-        <World as WorldModel<M>>::edit_spec(&mut self.0, edit);
-    }
-    fn observe(&self) -> Observed {
-        <World as WorldModel<M>>::observe(&self.0)
-    }
-    fn apply(&mut self, action: &PgAction) {
-        <World as WorldModel<M>>::apply(&mut self.0, action);
-    }
-    fn environment_moves() -> BoxedStrategy<Move> {
-        <World as WorldModel<M>>::environment_moves()
-    }
-    fn step_environment(&mut self, mv: &Move) {
-        <World as WorldModel<M>>::step_environment(&mut self.0, mv);
-    }
-    fn invariants(&self, state: &PgState) -> Result<(), String> {
-        <World as WorldModel<M>>::invariants(&self.0, state)
-    }
-    fn converged(&self, state: &PgState) -> bool {
-        <World as WorldModel<M>>::converged(&self.0, state)
-    }
-    fn settle(&mut self) {
-        <World as WorldModel<M>>::settle(&mut self.0);
-    }
-    fn clock(&mut self, now: DateTime<Utc>) {
-        <World as WorldModel<M>>::clock(&mut self.0, now);
+    /// Nothing weighed up: the world's own moves.
+    fn moves() -> BoxedStrategy<Move> {
+        <World as WorldModel<Postgres>>::environment_moves()
     }
 }
+
+/// The world of [`OldCleanStopFocus`].
+type OldCleanStop = Focused<OldCleanStopFocus>;
 
 /// A planned switchover (pod 2, the primary, must go: a scale-down) whose clean stop
 /// runs for a minute (its walsenders still send a standby that is far behind), then
@@ -229,7 +198,7 @@ fn the_model_check_finds_and_shrinks_a_clean_stop_that_renews_nothing() {
     };
     let failure = shrink_scenario::<HandOverByExpiry, OldCleanStop>(
         &config(),
-        OldCleanStop(world),
+        OldCleanStop::new(world),
         &events,
         two_writers,
     )

@@ -157,9 +157,11 @@
 
 mod agent;
 mod agent_planted;
+mod focused;
 mod history;
 mod jobs;
 mod planted;
+mod planted_required;
 mod planted_restore;
 mod planted_timelines;
 mod restore;
@@ -233,6 +235,11 @@ struct Pod {
     uid: u64,
     image: String,
     ready: bool,
+    /// Its readiness probe fails from outside while its server runs and answers its own
+    /// manager ([`Move::ProbeBlocked`]: its port blocked, as in the real-node
+    /// reproduction of a failover that promoted below the furthest member): it is not
+    /// Ready, yet it streams, acknowledges commits and answers surveys.
+    probe_blocked: bool,
     role: Option<Role>,
     /// It runs as a writable primary: it started labelled `primary` while holding the
     /// Lease (its agent, `lockstep instance`, waits for the Lease) or
@@ -319,6 +326,7 @@ impl Pod {
             uid,
             image,
             ready: false,
+            probe_blocked: false,
             role: None,
             writable: false,
             starts_primary: false,
@@ -576,8 +584,12 @@ pub(super) enum Move {
     Recreate(i32),
     /// The pod passes its readiness probe.
     BecomesReady(i32),
-    /// The pod fails its readiness probe.
+    /// The pod fails its readiness probe: its server does not answer.
     BecomesUnready(i32),
+    /// The pod fails its readiness probe while its server runs and answers its own
+    /// manager (its port blocked from outside): not Ready, it still streams and answers
+    /// surveys.
+    ProbeBlocked(i32),
     /// The pod is deleted by someone else (a drain, a node loss).
     Evicted(i32),
     /// The StatefulSet controller removes pods above its replica count.
@@ -1003,6 +1015,7 @@ impl World {
         // it (an empty volume was read as a standby at `0/0` and promoted; seeds 0, 1, 7).
         for p in self.pods.values_mut().filter(|p| !p.terminating) {
             p.ready = p.server != Srv::Down;
+            p.probe_blocked = false;
         }
         for i in 0..self.jobs.len() {
             if self.jobs[i].done.is_none() {

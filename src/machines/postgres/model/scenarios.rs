@@ -622,6 +622,22 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             .concat(),
         ),
         (
+            // Deleted mid-restore: the final backup is taken first.
+            "RestoringInPlace -> Finalizing (DeletionRequested)",
+            running(3, true),
+            [
+                adopt(),
+                vec![
+                    env(Write),
+                    env(RequestRestore(128)),
+                    r(),
+                    Event::Delete,
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
             // Deleted during a failover, with skip-final-backup.
             "SwitchingOver -> Finalized (FinalBackupSkipped)",
             running(3, true),

@@ -437,6 +437,7 @@ where
             4 => (0..MAX_PODS).prop_map(Move::Recreate),
             4 => (0..MAX_PODS).prop_map(Move::BecomesReady),
             2 => (0..MAX_PODS).prop_map(Move::BecomesUnready),
+            2 => (0..MAX_PODS).prop_map(Move::ProbeBlocked),
             1 => (0..MAX_PODS).prop_map(Move::Evicted),
             1 => Just(Move::ScaledDown),
             4 => (0u8..3, prop_oneof![3 => Just(true), 1 => Just(false)])
@@ -484,11 +485,19 @@ where
             Move::BecomesReady(k) => {
                 if let Some(p) = self.pods.get_mut(&k).filter(|p| !p.terminating) {
                     p.ready = true;
+                    p.probe_blocked = false;
                 }
             }
             Move::BecomesUnready(k) => {
                 if let Some(p) = self.pods.get_mut(&k) {
                     p.ready = false;
+                    p.probe_blocked = false;
+                }
+            }
+            Move::ProbeBlocked(k) => {
+                if let Some(p) = self.pods.get_mut(&k) {
+                    p.ready = false;
+                    p.probe_blocked = true;
                 }
             }
             Move::Evicted(k) => {
