@@ -44,7 +44,7 @@ fn lowered_one_instance() -> World {
     world
 }
 
-/// The story of the finding: `L` lowered to 15; the primary's pod is force-deleted on a
+/// The story: `L` lowered to 15; the primary's pod is force-deleted on a
 /// partitioned node (its server runs on, stopping itself only `T` = 60 s after its last
 /// renewal) and the Lease deleted; the StatefulSet recreates the pod; 46 s later (past
 /// the spec's `L + S`) the operator looks again.
@@ -215,7 +215,7 @@ where
     }
 
     fn environment_moves() -> BoxedStrategy<Move> {
-        // The world's moves, with those of the finding more often: a force-delete of
+        // The world's moves, with those of the story more often: a force-delete of
         // the primary's pod, a deleted Lease, the StatefulSet recreating the pod.
         prop_oneof![
             4 => <World as WorldModel<M>>::environment_moves(),
