@@ -102,6 +102,16 @@ pub enum PgAction {
         holder: Option<String>,
         /// The operator's clock (the renewal time the holder starts from).
         at: chrono::DateTime<chrono::Utc>,
+        /// The `leaseDurationSeconds` it carries: for a Lease created in place of one
+        /// that vanished, the longest `L` any former holder may run with (at least
+        /// `status.longestLeaseSeconds`, or [`super::api::MAX_LEASE_SECONDS`] when the
+        /// status does not say), so that every later expiry judgement of it waits that
+        /// long.
+        seconds: i64,
+        /// Created before any volume claim, StatefulSet or pod of the cluster existed:
+        /// nobody ever held it (the annotation [`super::observe::NEVER_HELD`]), so it is
+        /// handed to pod 0 without waiting.
+        never_held: bool,
     },
     /// Hand the primary Lease to `holder` (or to nobody), only on the Lease as observed
     /// (`uid` at `version`): a concurrent renewal or release makes it refused and

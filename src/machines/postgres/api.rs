@@ -363,6 +363,10 @@ fn default_topology_key() -> String {
 
 /// The default `spec.fencing.leaseDurationSeconds`.
 pub const DEFAULT_LEASE_SECONDS: i64 = 15;
+/// The longest `spec.fencing.leaseDurationSeconds` the CRD allows: the `L` a Lease
+/// created in place of one that vanished carries when the status no longer says the
+/// longest the cluster ever used (`status.longestLeaseSeconds`, lost with the status).
+pub const MAX_LEASE_SECONDS: i64 = 120;
 /// The default `spec.fencing.clockSkewSeconds`.
 pub const DEFAULT_CLOCK_SKEW_SECONDS: i64 = 2;
 
@@ -594,6 +598,11 @@ pub struct PostgresClusterStatus {
     pub last_archived: Option<LastArchived>,
     /// The most recent failover.
     pub last_failover: Option<FailoverRecord>,
+    /// The longest lease duration `L` (seconds) this status has seen the spec or any
+    /// instance pod carry: a server may run that long unrenewed after its pod vanished,
+    /// so a primary Lease created in place of one that vanished carries it and expires
+    /// only after it. It never decreases.
+    pub longest_lease_seconds: Option<i64>,
     /// Every instance pod, by ordinal: its role, whether it is Ready, what its server is
     /// and on which timeline ([`super::instances`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]

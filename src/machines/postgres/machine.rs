@@ -124,8 +124,12 @@
 //! standby that did not answer is never chosen, and is waited for up to 3 surveys); then `Fence` hands it the Lease and `Promote` promotes it as above. The
 //! history, the `PrimaryAvailable` condition and `status.lastFailover` say why.
 //!
-//! **Creating and a lost status.** A new cluster (no Lease, no role labels) creates the
-//! Lease naming pod 0 before pod 0 is labelled `primary`. A cluster whose status was
+//! **Creating and a lost status.** A brand-new cluster (no Lease, and no volume claim,
+//! StatefulSet or pod) creates the Lease first, naming nobody and marked
+//! `lockstep.dev/never-held`, and hands it to pod 0 as soon as pod 0 exists, before pod 0
+//! is labelled `primary`; a cluster of which anything exists but the Lease creates it
+//! naming nobody, carrying the longest `L` any former holder may use, and names the
+//! primary only once it expired (`decide/creating.rs`). A cluster whose status was
 //! lost is adopted as it runs: the pod the Lease names (if that pod, with that UID,
 //! exists) is the primary; otherwise the ordinal the Lease or its last releaser named
 //! (its pod was recreated), else the one pod labelled `primary`, else the one pod not
@@ -266,10 +270,11 @@
 //!   S`) unless it released it. A person who knows its node is dead (powered off,
 //!   deleted from the provider) may say so with `lockstep.dev/fenced: <pod>/<uid>`;
 //!   saying so wrongly can make two writable servers.
-//! - **Not covered (a known gap the model found, `docs/fencing.md`):** a lost status,
-//!   a deleted Lease and the one primary pod force-deleted on a partitioned node and
-//!   recreated without a label, all at once, look like a new cluster: the Lease is
-//!   created naming the new pod at once while the old server may still run.
+//! - **A Lease recreated in place of one that vanished** names nobody and carries the
+//!   longest `L` the status ever saw the spec or a pod carry
+//!   (`status.longestLeaseSeconds`, never decreasing), or the CRD's maximum (120) when
+//!   the status was lost: every pod is created from a template whose `L` a status write
+//!   saw (one created and lost while every status write failed is not covered).
 //! - **A pause of the whole pod** (a VM pause, a hung disk, a frozen cgroup) stops its
 //!   agent, its fence and its server together; the operator counts the Lease's expiry
 //!   from the last renewal, so it hands the Lease over only after the paused holder's

@@ -167,9 +167,18 @@ impl Operator for Postgres {
                 Op::apply(&render::instance_binding(object)?)?,
                 Op::apply(&render::statefulset(object, image, *replicas)?)?,
             ],
-            PgAction::CreateLease { holder, at } => {
-                vec![Op::create(&render::lease(object, holder.as_deref(), *at)?)?]
-            }
+            PgAction::CreateLease {
+                holder,
+                at,
+                seconds,
+                never_held,
+            } => vec![Op::create(&render::lease(
+                object,
+                holder.as_deref(),
+                *at,
+                *seconds,
+                *never_held,
+            )?)?],
             PgAction::HandLease {
                 holder,
                 gate,
@@ -321,6 +330,11 @@ impl Operator for Postgres {
                 })
                 .or_else(|| old.and_then(|s| s.last_failover.clone())),
             instances: instances::project(observed, &name),
+            longest_lease_seconds: Some(status::longest_lease_seconds(
+                object.spec.fencing.lease_duration_seconds,
+                observed,
+                old.and_then(|s| s.longest_lease_seconds),
+            )),
         };
         serde_json::to_value(status).unwrap_or(serde_json::Value::Null)
     }

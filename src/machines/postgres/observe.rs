@@ -138,6 +138,9 @@ pub struct LeaseView {
     /// The annotation [`super::answers::SURVEY`]: the token of the survey the operator
     /// last asked the standbys to answer.
     pub survey: Option<String>,
+    /// The annotation [`NEVER_HELD`]: the operator created it before any volume claim,
+    /// StatefulSet or pod of the cluster existed, and nobody held it since.
+    pub never_held: bool,
     /// Its UID.
     pub uid: String,
     /// Its resourceVersion as read: a hand-over is made only on the Lease as observed.
@@ -156,6 +159,11 @@ pub const RELEASED_LSN: &str = "lockstep.dev/released-lsn";
 /// empty then never bootstraps a new, empty database in its place (Patroni's
 /// `initialize` key plays this part). Remove it only to start the cluster anew, empty.
 pub const INITIALIZED: &str = "lockstep.dev/initialized";
+
+/// The Lease annotation the operator sets on a Lease it creates before any volume
+/// claim, StatefulSet or pod of the cluster exists (a brand-new cluster): no server can
+/// have held it, so it is handed to pod 0 without waiting. Every hand-over removes it.
+pub const NEVER_HELD: &str = "lockstep.dev/never-held";
 
 /// `<pod-name>/<pod-uid>`: how a Lease names its holder.
 pub fn holder_identity(pod: &str, uid: &str) -> String {
@@ -181,6 +189,10 @@ pub struct Own {
     /// with ([`pod_lease_seconds`]): its fence runs with it, whatever the spec says now
     /// (pods are `OnDelete`), so a wait for a holder counts the longest of them.
     pub lease_seconds: BTreeMap<i32, i64>,
+    /// `status.longestLeaseSeconds` as read: the longest `L` the status has seen the
+    /// spec or any pod of the cluster carry;
+    /// `None` when the status does not say (it was lost).
+    pub longest_lease_seconds: Option<i64>,
     /// The live instance pods (by ordinal) whose settings annotation is not the spec's
     /// `postgresql` ([`super::settings`]): their managers have yet to be told.
     pub unconfigured: BTreeSet<i32>,
@@ -292,6 +304,7 @@ pub fn lease_view(lease: &Lease) -> LeaseView {
         released_by: lease.annotations().get(RELEASED_BY).cloned(),
         released_lsn: lease.annotations().get(RELEASED_LSN).cloned(),
         survey: lease.annotations().get(SURVEY).cloned(),
+        never_held: lease.annotations().contains_key(NEVER_HELD),
         uid: lease.metadata.uid.clone().unwrap_or_default(),
         version: lease.metadata.resource_version.clone().unwrap_or_default(),
     }
@@ -478,6 +491,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         answers,
         requests: PgRequests::from_annotations(pg.annotations()),
         lease_seconds,
+        longest_lease_seconds: pg.status.as_ref().and_then(|s| s.longest_lease_seconds),
         unconfigured,
         settings: reports,
         unjudged,

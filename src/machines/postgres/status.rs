@@ -42,6 +42,22 @@ pub fn last_backup_time(
     seen.max(before)
 }
 
+/// `status.longestLeaseSeconds`: the longest `L` of what the status said `before`, the
+/// spec's, and the one each observed instance pod was created with. A pod is created
+/// from the StatefulSet's template, which carries the spec's `L`, so once this is
+/// written no server of the cluster runs with a longer one, whether or not its pod is
+/// still observed (a pod force-deleted on a partitioned node runs on). It never
+/// decreases: lowering the spec's `L` leaves it as it was.
+pub fn longest_lease_seconds(spec_seconds: i64, observed: &Observed, before: Option<i64>) -> i64 {
+    observed
+        .own
+        .lease_seconds
+        .values()
+        .copied()
+        .chain(before)
+        .fold(spec_seconds, i64::max)
+}
+
 pub(super) fn last_failover(history: &[HistoryEntry]) -> Option<FailoverRecord> {
     history
         .iter()

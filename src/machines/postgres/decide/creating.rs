@@ -1,10 +1,37 @@
 //! Creating: credentials first, then the primary Lease naming the primary's pod, then
 //! every instance Ready with its role. A new cluster's primary is pod 0; a cluster whose
 //! status was lost is adopted as it runs (see [`choose_primary`]).
+//!
+//! **A missing Lease** ([`missing_lease`]). Creating tells a brand-new cluster from one
+//! that existed before by what exists when it finds no Lease: nothing of the cluster (no
+//! volume claim, StatefulSet or pod) means brand new, and the Lease is created then,
+//! before anything else, marked `lockstep.dev/never-held`; that mark is the recorded
+//! intent, and every hand-over removes it. Anything else means the cluster existed (an
+//! operator that lost its status, or a cluster recreated over old volumes), and a server
+//! may still run that held a Lease since deleted: the Lease is created naming nobody,
+//! carrying the longest `L` any former holder may use, and pod 0 (or whoever is chosen)
+//! is named only once it expired.
+//!
+//! # Guarantees
+//! - A brand-new cluster does not wait: its Lease is handed to pod 0 as soon as pod 0
+//!   exists.
+//! - A cluster that existed before is never given a primary while a former holder may
+//!   still be writable: the Lease it finds missing is waited out for `L + S`, `L` the
+//!   longest the status remembers or, the status lost, the CRD's maximum (120 s).
+//!
+//! # Assumptions
+//! - Volume claims are not deleted by hand while a server of the cluster may run: a
+//!   cluster whose claims, StatefulSet and pods are all gone has no server left.
+//! - The observation a reconcile decides on is not older than the objects it acts on
+//!   (the driver's caches are synced before it reconciles).
 
 use std::time::Duration;
 
-use super::fencing::{Fence, fence, hand, stamp, wait_for};
+use chrono::{DateTime, Utc};
+
+use super::fencing::{
+    Fence, fence, hand, hand_first, recreate_lease, recreated_lease_seconds, stamp, wait_for,
+};
 use super::restoring_in_place::{RESTORE_ACK, unserved_token};
 use super::upgrading::waits_for_restart;
 use super::{D, label_moves, objects, promoting_moves, stay};
@@ -53,7 +80,10 @@ pub(crate) fn creating(
     let primary = match choose_primary(spec, world) {
         Ok(k) => k,
         Err(wait) => {
-            actions.extend(wait.actions);
+            // The Lease's moves first: a brand-new cluster's Lease is created before
+            // the StatefulSet, so that an action failing between them never leaves
+            // pods without it (which would read as a cluster that existed before).
+            let actions = wait.actions.into_iter().chain(actions).collect();
             let d = stay(wait.reason, wait.message, actions);
             let d = if wait.degraded { d.degraded() } else { d };
             return d.requeue_if_any(wait.wake);
@@ -179,9 +209,7 @@ pub(crate) fn ordinal_named(o: &Observed, name: &str) -> Option<i32> {
 ///   pod not labelled `replica`. Anything else is ambiguous: a Degraded wait for the
 ///   annotation.
 ///
-/// Without a Lease: a new cluster (no role labels) creates it naming pod 0; pods that
-/// carry roles may include a server that held a Lease that vanished, so it is created
-/// naming nobody and handed over once it expires.
+/// Without a Lease, see [`missing_lease`].
 pub(crate) fn choose_primary(
     spec: &PostgresClusterSpec,
     world: &World<Observed>,
@@ -199,6 +227,9 @@ pub(crate) fn choose_primary(
         && hatch.is_none_or(|x| x == k)
     {
         return Ok(k);
+    }
+    if o.own.lease.is_none() {
+        return Err(missing_lease(spec, o, now));
     }
     let roles = o.pods.values().any(|p| p.role.is_some());
     let labelled: Vec<i32> = o
@@ -252,24 +283,7 @@ pub(crate) fn choose_primary(
         ));
     };
     match &o.own.lease {
-        None if !roles => Err(wait(
-            WAITING_FOR_LEASE,
-            format!("the primary Lease is created naming {name} before it is labelled primary"),
-            vec![PgAction::CreateLease {
-                holder: Some(id),
-                at: now,
-            }],
-        )),
-        None => Err(wait(
-            WAITING_FOR_FENCE,
-            format!(
-                "pods carry role labels but the primary Lease is missing: it is created naming nobody, and handed to {name} once it expires"
-            ),
-            vec![PgAction::CreateLease {
-                holder: None,
-                at: now,
-            }],
-        )),
+        None => Err(missing_lease(spec, o, now)),
         Some(lease) => match fence(spec, lease, o, now) {
             // An agent that starts labelled anything but primary gives back a Lease that
             // names it, so a pod labelled `replica` or `demoted` is labelled primary
@@ -295,7 +309,11 @@ pub(crate) fn choose_primary(
                 format!(
                     "{why}: the primary Lease is handed to {name} before it is labelled primary"
                 ),
-                vec![hand(lease, Some(id), now)],
+                vec![if lease.never_held {
+                    hand_first(lease, id, now)
+                } else {
+                    hand(lease, Some(id), now)
+                }],
             )),
             Fence::Alive { until } => {
                 let mut w = wait(
@@ -311,4 +329,43 @@ pub(crate) fn choose_primary(
             }
         },
     }
+}
+
+/// Whether nothing of the cluster exists yet: no volume claim, no StatefulSet, no pod.
+/// Only then can no server have held a primary Lease of this cluster.
+fn brand_new(o: &Observed) -> bool {
+    o.own.claims.is_empty() && o.statefulset.is_none() && o.pods.is_empty()
+}
+
+/// Creating without a Lease. A brand-new cluster ([`brand_new`]) creates it naming
+/// nobody, marked never held (`lockstep.dev/never-held`), and hands it to pod 0 as soon
+/// as pod 0 exists, without waiting. Anything else (volume claims Creating did not see
+/// created: an operator that lost the status, a cluster recreated over old volumes)
+/// may include a server that held a Lease that vanished, perhaps on a pod force-deleted
+/// on a partitioned node: the Lease is created naming nobody, carrying the longest `L`
+/// any former holder may run with ([`recreated_lease_seconds`]), and handed over only
+/// once it expired (`L + S`).
+fn missing_lease(spec: &PostgresClusterSpec, o: &Observed, now: DateTime<Utc>) -> Wait {
+    if brand_new(o) {
+        return wait(
+            WAITING_FOR_PODS,
+            "a new cluster: the primary Lease is created naming nobody, never held, and handed to pod 0 as soon as it exists".to_owned(),
+            vec![PgAction::CreateLease {
+                holder: None,
+                at: now,
+                seconds: spec.fencing.lease_duration_seconds,
+                never_held: true,
+            }],
+        );
+    }
+    let l = recreated_lease_seconds(spec, o).saturating_add(spec.fencing.clock_skew_seconds);
+    let mut w = wait(
+        WAITING_FOR_FENCE,
+        format!(
+            "the primary Lease is missing but the cluster's volume claims or pods exist (its status was lost, or it was recreated over old volumes): it is created naming nobody, and handed to the primary once it expired (L + S = {l}s), when any server that held a Lease before has stopped"
+        ),
+        vec![recreate_lease(spec, o, now)],
+    );
+    w.wake = wait_for(Some(now + chrono::Duration::seconds(l)), now);
+    w
 }

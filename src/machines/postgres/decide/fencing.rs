@@ -19,13 +19,32 @@
 //! found without it (edited by hand) is stamped with the operator's clock
 //! ([`stamp`]): whoever held it before could not renew it since, so it has stopped by
 //! then + `L` (a Lease without a renewal time would never expire).
+//!
+//! A Lease created in place of one that vanished (deleted, or lost with the status)
+//! names nobody and carries the longest `L` any former holder may run with
+//! ([`recreated_lease_seconds`]): the spec's and the observed pods' `L` may all have
+//! been lowered since a server that still runs, its pod force-deleted on a partitioned
+//! node, was created. Every later expiry judgement reads it from the Lease.
+//!
+//! # Guarantees
+//! - A holder is taken for fenced only as said above; never because its pod vanished.
+//! - A recreated Lease expires no sooner than `L + S` after its creation, `L` the
+//!   longest the status ever saw the spec or a pod of the cluster carry
+//!   (`status.longestLeaseSeconds`), or [`MAX_LEASE_SECONDS`] when the status does not
+//!   say: no server that held the vanished Lease is writable past it.
+//!
+//! # Assumptions
+//! - Every pod is created from a StatefulSet template whose `L` a status write saw
+//!   (the spec's, projected at the write that follows the template's change); a pod
+//!   created and lost while every status write failed is not covered.
+//! - Clocks within `S`, and the pods do their part (the machine's `# Assumptions`).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use crate::machines::postgres::actions::{LsnGate, PgAction};
-use crate::machines::postgres::api::PostgresClusterSpec;
+use crate::machines::postgres::api::{MAX_LEASE_SECONDS, PostgresClusterSpec};
 use crate::machines::postgres::observe::{FENCED, LeaseView, Observed};
 
 /// How a holder came to be certainly fenced.
@@ -38,6 +57,9 @@ pub(crate) enum By {
     Person,
     /// `renewTime + L + S` passed: it stopped by itself, however it stopped.
     Expiry,
+    /// Nobody ever held the Lease: it was created before any volume claim, StatefulSet
+    /// or pod of the cluster existed, and never handed over since.
+    NeverHeld,
 }
 
 /// Whether the Lease's holder may still be writable.
@@ -77,6 +99,30 @@ fn living_lease_seconds(spec: &PostgresClusterSpec, o: &Observed) -> i64 {
         .fold(spec.fencing.lease_duration_seconds, i64::max)
 }
 
+/// The `L` a Lease created in place of one that vanished carries: the longest of the
+/// spec's, every observed pod's and the longest the status ever saw
+/// (`status.longestLeaseSeconds`), or [`MAX_LEASE_SECONDS`] when the status does not
+/// say (it was lost). A server whose pod is no longer observed may run with an `L` the
+/// spec and the pods have all left behind; only the status remembers it.
+pub(crate) fn recreated_lease_seconds(spec: &PostgresClusterSpec, o: &Observed) -> i64 {
+    living_lease_seconds(spec, o).max(o.own.longest_lease_seconds.unwrap_or(MAX_LEASE_SECONDS))
+}
+
+/// The creation, at `now`, of a Lease naming nobody in place of one that vanished: it
+/// carries [`recreated_lease_seconds`], so its expiry waits out every former holder.
+pub(crate) fn recreate_lease(
+    spec: &PostgresClusterSpec,
+    o: &Observed,
+    now: DateTime<Utc>,
+) -> PgAction {
+    PgAction::CreateLease {
+        holder: None,
+        at: now,
+        seconds: recreated_lease_seconds(spec, o),
+        never_held: false,
+    }
+}
+
 /// When the Lease's current holder is certainly no longer writable by expiry
 /// (`renewTime + L + S`, [`lease_seconds`]).
 pub(crate) fn expiry(
@@ -109,6 +155,10 @@ pub(crate) fn fence(
                 lease.released_by.as_deref().unwrap_or_default()
             ),
         ),
+        None if lease.never_held => fenced(
+            By::NeverHeld,
+            "nobody ever held the Lease (it was created with the cluster)".to_owned(),
+        ),
         Some(h) if o.own.requests.fenced.as_deref() == Some(h) => {
             fenced(By::Person, format!("{FENCED} asserts that {h} is down"))
         }
@@ -138,6 +188,20 @@ pub(crate) fn wait_for(until: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Opti
 /// position as the condition of a promotion.
 pub(crate) fn hand(lease: &LeaseView, holder: Option<String>, now: DateTime<Utc>) -> PgAction {
     hand_gated(lease, holder, LsnGate::Keep, now)
+}
+
+/// The first hand-over of a Lease nobody ever held (`lockstep.dev/never-held`) to
+/// `holder` at `now`: its term (`leaseTransitions`) stays 0, as that of a Lease created
+/// naming its holder, so that the first primary of a new cluster reads as created.
+pub(crate) fn hand_first(lease: &LeaseView, holder: String, now: DateTime<Utc>) -> PgAction {
+    PgAction::HandLease {
+        holder: Some(holder),
+        gate: LsnGate::Keep,
+        transitions: lease.transitions,
+        at: now,
+        uid: lease.uid.clone(),
+        version: lease.version.clone(),
+    }
 }
 
 /// The hand-over of the observed Lease to `holder` at `now`, doing `gate` with the
@@ -182,12 +246,12 @@ pub(crate) fn hatch(holder: Option<&str>) -> String {
 /// writable would expire, and, while the Lease names the primary's pod, when its Lease
 /// would expire unrenewed (a hung primary: [`super::primary_lost::primary_down`]).
 ///
-/// A missing Lease (deleted) is created naming nobody, renewed now, whether or not the
-/// primary's pod is live: whoever held it, perhaps a pod force-deleted on a partitioned
-/// node whose server still runs, cannot renew it and stops by its last renewal + `T +
-/// R + 1`, before this one expires. Naming the primary's pod at once would make two
-/// writable servers when the pod now at that ordinal is not the one that held it (found
-/// by the model check from seed 1).
+/// A missing Lease (deleted) is created naming nobody, renewed now, carrying
+/// [`recreated_lease_seconds`], whether or not the primary's pod is live: whoever held
+/// it, perhaps a pod force-deleted on a partitioned node whose server still runs, cannot
+/// renew it and stops by its last renewal + `T + R + 1`, before this one expires.
+/// Naming the primary's pod at once would make two writable servers when the pod now at
+/// that ordinal is not the one that held it (found by the model check from seed 1).
 pub(crate) fn keep_lease(
     spec: &PostgresClusterSpec,
     primary: i32,
@@ -195,12 +259,9 @@ pub(crate) fn keep_lease(
     now: DateTime<Utc>,
 ) -> (Vec<PgAction>, Option<Duration>) {
     let Some(lease) = &o.own.lease else {
-        let l = living_lease_seconds(spec, o).saturating_add(spec.fencing.clock_skew_seconds);
+        let l = recreated_lease_seconds(spec, o).saturating_add(spec.fencing.clock_skew_seconds);
         return (
-            vec![PgAction::CreateLease {
-                holder: None,
-                at: now,
-            }],
+            vec![recreate_lease(spec, o, now)],
             wait_for(Some(now + chrono::Duration::seconds(l)), now),
         );
     };

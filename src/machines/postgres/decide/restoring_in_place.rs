@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::fencing::{Fence, fence, wait_for};
+use super::fencing::{Fence, fence, recreate_lease, recreated_lease_seconds, wait_for};
 use super::{D, label_moves, objects, stay};
 use crate::engine::{Decision, World};
 use crate::instance::run::archive::ARCHIVE_TIMEOUT_SECONDS;
@@ -197,9 +197,25 @@ pub(crate) fn restoring_in_place(
                     actions,
                 );
             }
-            if let Some(lease) = &o.own.lease
-                && let Fence::Alive { until } = fence(spec, lease, o, now)
-            {
+            // A Lease missing here (deleted by hand) may have been held by a server
+            // whose pod vanished while its node was cut off: it is created naming
+            // nobody, carrying the longest `L` any former holder may run with, and
+            // waited out like any other.
+            let Some(lease) = &o.own.lease else {
+                let mut actions = actions;
+                actions.push(recreate_lease(spec, o, now));
+                let l = recreated_lease_seconds(spec, o)
+                    .saturating_add(spec.fencing.clock_skew_seconds);
+                let d = stay(
+                    STOPPING_WRITES,
+                    format!(
+                        "{what}: no pod is left, but the primary Lease is missing; it is created naming nobody, and the volumes go once it expired (L + S = {l}s), when any former holder has stopped"
+                    ),
+                    actions,
+                );
+                return d.requeue_if_any(wait_for(Some(now + chrono::Duration::seconds(l)), now));
+            };
+            if let Fence::Alive { until } = fence(spec, lease, o, now) {
                 let d = stay(
                     STOPPING_WRITES,
                     format!(
@@ -312,6 +328,8 @@ fn restore_primary(
         None => actions.push(PgAction::CreateLease {
             holder: Some(id),
             at: now,
+            seconds: spec.fencing.lease_duration_seconds,
+            never_held: false,
         }),
         Some(lease) if lease.holder.as_deref() != Some(id.as_str()) => {
             // Only a Lease this step created, for a pod 0 since replaced: its holder

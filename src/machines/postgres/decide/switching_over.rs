@@ -2,6 +2,7 @@
 //! intent, demote, fence, survey (a failover), promote, elect.
 
 use super::PROMOTE_RETRY_LIMIT;
+use super::fencing::recreate_lease;
 use super::fencing::{By, Fence, fence, hand_gated, hatch, lease_seconds, stamp, wait_for};
 use super::old_primary_role;
 use super::survey::{Choice, Reach, answered, describe, furthest_unready, most_advanced};
@@ -188,10 +189,7 @@ fn survey(
             ),
             actions,
         )
-        .with_actions([PgAction::CreateLease {
-            holder: None,
-            at: world.now,
-        }]);
+        .with_actions([recreate_lease(spec, o, world.now)]);
     };
     let token = survey_key(
         s.old_uid.as_deref().unwrap_or_default(),
@@ -619,10 +617,7 @@ fn hand_over(
             actions,
         )
         .degraded()
-        .with_actions([PgAction::CreateLease {
-            holder: None,
-            at: world.now,
-        }]);
+        .with_actions([recreate_lease(spec, o, world.now)]);
     };
     // After the Lease is there again (a Lease deleted by hand is made anew first, so
     // that going back to the old primary can tell nobody else held it since).

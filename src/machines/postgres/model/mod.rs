@@ -161,6 +161,7 @@ mod focused;
 mod history;
 mod jobs;
 mod planted;
+mod planted_lease;
 mod planted_required;
 mod planted_restore;
 mod planted_timelines;
@@ -382,6 +383,9 @@ struct ModelLease {
     /// The annotation `lockstep.dev/survey`: the token of the survey the operator asks
     /// the standbys to answer; kept by hand-overs (a merge patch).
     survey: Option<String>,
+    /// The annotation `lockstep.dev/never-held`: created before anything of the cluster
+    /// existed; every hand-over removes it.
+    never_held: bool,
 }
 
 /// The simulated cluster.
@@ -407,6 +411,11 @@ pub(super) struct World {
     adopt_hatch: bool,
     /// `spec.fencing.leaseDurationSeconds` ([`Edit::LeaseSeconds`]).
     lease_seconds: i64,
+    /// `status.longestLeaseSeconds` as the operator reads it: the longest `L` the spec
+    /// ever had, as the status projection records it at the write that follows each edit
+    /// (taken here as landed with the edit); `None` once the status was lost (a running
+    /// world starts so).
+    longest_lease: Option<i64>,
     /// How many times a restart-only parameter of `spec.postgresql` changed
     /// ([`Edit::RestartSetting`]): a running server that started before the last change
     /// reports it pending ([`Pod::settings_started`]).
@@ -782,6 +791,7 @@ impl World {
             retry_promote: false,
             adopt_hatch: false,
             lease_seconds: LEASE_SECONDS,
+            longest_lease: Some(LEASE_SECONDS),
             restart_settings: 0,
             synchronous: None,
             fenced_hatch: false,
@@ -879,7 +889,10 @@ impl World {
             duration: self.lease_seconds,
             initialized: true,
             survey: None,
+            never_held: false,
         });
+        // The operator lost its status: it no longer says the longest `L` it saw.
+        self.longest_lease = None;
         self.served = true;
         self.round = 1;
         self.round_primary = Some(0);

@@ -23,8 +23,12 @@ impl Bug<Postgres> for ForgetTheLeaseWhileStopping {
             return None;
         };
         (r.restore_step == RestoreStep::StopWrites).then(|| {
+            // The bug: whoever the Lease names reads as having released it (a missing
+            // Lease is no longer a way to skip the wait: it is recreated and waited out).
             let mut lying = world.clone();
-            lying.observed.own.lease = None;
+            if let Some(lease) = lying.observed.own.lease.as_mut() {
+                lease.released_by = Some(lease.holder.clone().unwrap_or_default());
+            }
             lying
         })
     }

@@ -339,6 +339,7 @@ impl World {
             duration: self.lease_seconds,
             initialized: l.initialized,
             survey: l.survey.clone(),
+            never_held: false,
         });
         self.start_primaries();
     }

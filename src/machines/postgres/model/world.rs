@@ -105,7 +105,13 @@ where
             Edit::Replicas(n) => self.replicas = n,
             Edit::Schedule(s) if self.backup => self.schedule = s,
             Edit::Schedule(_) => {}
-            Edit::LeaseSeconds(l) => self.lease_seconds = l,
+            Edit::LeaseSeconds(l) => {
+                self.lease_seconds = l;
+                // The status projection's high-water: the old value, the spec's and
+                // every pod's (`status::longest_lease_seconds`).
+                let pods = self.pods.range(..GONE).map(|(_, p)| p.lease_seconds);
+                self.longest_lease = Some(pods.chain(self.longest_lease).fold(l, i64::max));
+            }
             Edit::RestartSetting => self.restart_settings += 1,
             Edit::ToggleBackup => {
                 self.backup = !self.backup;
@@ -194,6 +200,7 @@ where
                     released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),
                     released_lsn: l.released_lsn.map(|x| format!("0/{x:X}")),
                     survey: l.survey.clone(),
+                    never_held: l.never_held,
                     uid: "lease".to_owned(),
                     version: l.version.to_string(),
                 }),
@@ -208,6 +215,7 @@ where
                     .range(..GONE)
                     .map(|(k, p)| (*k, p.lease_seconds))
                     .collect(),
+                longest_lease_seconds: self.longest_lease,
                 unconfigured: Default::default(),
                 // A running server's manager reports on the settings it last read.
                 unjudged: self
@@ -395,7 +403,12 @@ where
             }
             PgAction::Jobs(JobAction::DeleteJob { uid, .. }) => self.delete_job(uid),
             PgAction::Jobs(JobAction::ReleaseJob { uid, .. }) => self.release_job(uid),
-            PgAction::CreateLease { holder, at } => {
+            PgAction::CreateLease {
+                holder,
+                at,
+                seconds,
+                never_held,
+            } => {
                 if self.lease.is_none() {
                     self.lease = Some(ModelLease {
                         holder: holder.as_deref().and_then(parse_holder),
@@ -404,9 +417,10 @@ where
                         released_lsn: None,
                         transitions: 0,
                         version: 1,
-                        duration: self.lease_seconds,
+                        duration: *seconds,
                         initialized: false,
                         survey: None,
+                        never_held: *never_held,
                     });
                     self.start_primaries();
                 }

@@ -13,7 +13,7 @@ use crate::machines::common::applied::with_applied_hash;
 use crate::machines::postgres::actions::LsnGate;
 use crate::machines::postgres::answers::SURVEY;
 use crate::machines::postgres::api::PostgresCluster;
-use crate::machines::postgres::observe::{RELEASED_BY, RELEASED_LSN};
+use crate::machines::postgres::observe::{NEVER_HELD, RELEASED_BY, RELEASED_LSN};
 
 /// The environment variable carrying the lease duration `L` a pod's fence runs with
 /// (fixed when the pod is created; the operator reads it back: a pod created under a
@@ -45,19 +45,33 @@ pub fn micro_time(at: chrono::DateTime<chrono::Utc>) -> MicroTime {
 /// certainly stopped (it could not renew a Lease that did not exist), never stay
 /// unexpired for want of a renewal time (`docs/decisions/0002-zero-loss.md`).
 ///
+/// Its `leaseDurationSeconds` is `seconds`: for a Lease created in place of one that
+/// vanished, the longest `L` any former holder may run with, so that its expiry waits
+/// for them all. `never_held` marks a Lease created before anything of the cluster
+/// existed (the annotation [`NEVER_HELD`]).
+///
 /// # Errors
 /// [`Error`] if the owner has no UID.
 pub fn lease(
     pg: &PostgresCluster,
     holder: Option<&str>,
     at: chrono::DateTime<chrono::Utc>,
+    seconds: i64,
+    never_held: bool,
 ) -> Result<Lease, Error> {
     let at = micro_time(at);
+    let mut metadata = metadata(pg, lease_name(pg))?;
+    if never_held {
+        metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(NEVER_HELD.to_owned(), "true".to_owned());
+    }
     Ok(Lease {
-        metadata: metadata(pg, lease_name(pg))?,
+        metadata,
         spec: Some(LeaseSpec {
             holder_identity: holder.map(str::to_owned),
-            lease_duration_seconds: Some(lease_seconds(pg)),
+            lease_duration_seconds: Some(i32::try_from(seconds).unwrap_or(i32::MAX)),
             acquire_time: holder.map(|_| at.clone()),
             renew_time: Some(at),
             lease_transitions: Some(0),
@@ -71,7 +85,7 @@ fn lease_seconds(pg: &PostgresCluster) -> i32 {
 }
 
 /// The merge patch handing the primary Lease to `holder` (or nobody) at `at`: it
-/// clears `released-by`, and `released-lsn` too when `gate` waives it.
+/// clears `released-by` and `never-held`, and `released-lsn` too when `gate` waives it.
 pub fn lease_hand_over(
     pg: &PostgresCluster,
     holder: Option<&str>,
@@ -82,6 +96,7 @@ pub fn lease_hand_over(
     let at = micro_time(at);
     let mut annotations = serde_json::Map::new();
     annotations.insert(RELEASED_BY.to_owned(), serde_json::Value::Null);
+    annotations.insert(NEVER_HELD.to_owned(), serde_json::Value::Null);
     if gate == LsnGate::Waive {
         annotations.insert(RELEASED_LSN.to_owned(), serde_json::Value::Null);
     }

@@ -76,17 +76,51 @@ fn old_primary_lingering(renewed: i64) -> Observed {
 
 // --- creation ----------------------------------------------------------------------
 
-#[test]
-fn a_new_cluster_creates_the_lease_naming_pod_0_before_labelling_it_primary() {
+fn lease_seconds_created(d: &Decision<PgState, PgAction>) -> Vec<i64> {
+    picked!(d.actions(), PgAction::CreateLease { seconds, .. } => *seconds)
+}
+
+/// Nothing of the cluster exists (no claim, StatefulSet or pod): a brand-new cluster.
+fn nothing_yet() -> Observed {
     let mut o = at_rest(V1, 0);
+    o.statefulset = None;
+    o.pods.clear();
+    o.own.claims.clear();
     o.own.lease = None;
+    o.own.longest_lease_seconds = None;
+    o
+}
+
+#[test]
+fn a_new_cluster_creates_the_lease_never_held_and_hands_it_to_pod_0_without_waiting() {
+    let d = decide(&spec("16.3"), &creating(), nothing_yet());
+    assert!(
+        matches!(
+            d.actions().first(),
+            Some(PgAction::CreateLease {
+                holder: None,
+                never_held: true,
+                seconds: 15,
+                ..
+            })
+        ),
+        "{d:?}"
+    );
+    // Pod 0 exists: the Lease nobody ever held is handed to it at once.
+    let mut o = at_rest(V1, 0);
     for p in o.pods.values_mut() {
         p.role = None;
         p.ready = false;
     }
+    o.own.lease = Some(LeaseView {
+        holder: None,
+        never_held: true,
+        renewed: Some(t(999)),
+        ..lease_of(0, V1)
+    });
     let d = decide(&spec("16.3"), &creating(), o.clone());
     assert_eq!(d.reason(), WAITING_FOR_LEASE);
-    assert_eq!(lease_creations(&d), vec![Some(identity(0, V1))]);
+    assert_eq!(hand_overs(&d), vec![Some(identity(0, V1))]);
     assert!(
         labels_in(&d).is_empty(),
         "nobody is labelled before the Lease"
@@ -95,7 +129,60 @@ fn a_new_cluster_creates_the_lease_naming_pod_0_before_labelling_it_primary() {
     o.own.lease = Some(lease_of(0, V1));
     let d = decide(&spec("16.3"), &creating(), o);
     assert!(labels_in(&d).contains(&(0, Role::Primary)));
-    assert!(lease_creations(&d).is_empty());
+    assert!(lease_creations(&d).is_empty() && hand_overs(&d).is_empty());
+}
+
+/// The Creating gap: the status lost, the Lease deleted, and the one pod force-deleted
+/// on a partitioned node and recreated without a label. Nothing says which pod held a
+/// Lease, but the claims show the cluster existed: the Lease is created naming nobody
+/// with the CRD's longest `L` (the status that knew the cluster's is gone), and pod 0
+/// is named only once it expired.
+#[test]
+fn creating_over_existing_claims_creates_the_lease_naming_nobody_and_waits_out_the_longest_lease() {
+    let mut o = at_rest(V1, 0);
+    for p in o.pods.values_mut() {
+        p.role = None;
+        p.ready = false;
+    }
+    o.own.lease = None;
+    o.own.longest_lease_seconds = None;
+    let d = decide(&spec("16.3"), &creating(), o.clone());
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    assert_eq!(lease_creations(&d), vec![None]);
+    assert_eq!(lease_seconds_created(&d), vec![120]);
+    assert!(labels_in(&d).is_empty() && hand_overs(&d).is_empty());
+    // L + S = 122 s, looked at again a second after.
+    assert_eq!(requeue_secs(&d), Some(123));
+    // Claims alone (no StatefulSet, no pod: a cluster recreated over old volumes) say
+    // the same.
+    let mut claims_only = nothing_yet();
+    claims_only.own.claims = o.own.claims.clone();
+    let d = decide(&spec("16.3"), &creating(), claims_only);
+    assert!(
+        matches!(
+            d.actions().first(),
+            Some(PgAction::CreateLease {
+                holder: None,
+                never_held: false,
+                seconds: 120,
+                ..
+            })
+        ),
+        "{d:?}"
+    );
+    // The Lease as created: waited out for its own L + S, then handed to pod 0.
+    o.own.lease = Some(LeaseView {
+        holder: None,
+        renewed: Some(t(1000)),
+        duration: 120,
+        transitions: 0,
+        ..lease_of(0, V1)
+    });
+    let d = decide_at(&spec("16.3"), &creating(), o.clone(), 1121, 0);
+    assert_eq!(d.reason(), WAITING_FOR_FENCE);
+    assert!(hand_overs(&d).is_empty());
+    let d = decide_at(&spec("16.3"), &creating(), o, 1123, 0);
+    assert_eq!(hand_overs(&d), vec![Some(identity(0, V1))]);
 }
 
 #[test]
@@ -845,11 +932,117 @@ fn a_pod_is_read_with_the_lease_duration_it_was_created_with() {
     );
 }
 
+/// A recreated Lease after `spec.fencing.leaseDurationSeconds` was lowered from 120
+/// to 15: the old primary (created with 120) was force-deleted on a partitioned node and
+/// the Lease deleted. No pod left shows 120, but the status does: the Lease is created
+/// with it, and every later judgement of it waits 120 + S.
+fn lowered_and_lease_deleted() -> Observed {
+    let mut o = at_rest(V1, 0);
+    edit(&mut o, 0, |p| p.uid = "recreated".to_owned());
+    o.own.lease = None;
+    o.own.lease_seconds = [(0, 15), (1, 15), (2, 15)].into();
+    o.own.longest_lease_seconds = Some(120);
+    o
+}
+
+#[test]
+fn a_lease_recreated_after_the_spec_was_lowered_carries_the_longest_lease_the_status_saw() {
+    let o = lowered_and_lease_deleted();
+    let d = decide(&spec("16.3"), &ready(V1, 0), o.clone());
+    assert_eq!(lease_creations(&d), vec![None]);
+    assert_eq!(lease_seconds_created(&d), vec![120]);
+    assert_eq!(requeue_secs(&d), Some(123));
+    // Recreated, naming nobody: handed to the primary's new pod only once 120 + S
+    // passed, though the spec and every pod say 15.
+    let mut o = o;
+    o.own.lease = Some(LeaseView {
+        holder: None,
+        renewed: Some(t(1000)),
+        duration: 120,
+        ..lease_of(0, V1)
+    });
+    let d = decide_at(&spec("16.3"), &ready(V1, 0), o.clone(), 1100, 0);
+    assert!(hand_overs(&d).is_empty(), "{d:?}");
+    let d = decide_at(&spec("16.3"), &ready(V1, 0), o, 1123, 0);
+    assert_eq!(hand_overs(&d), vec![Some("pg-0/recreated".to_owned())]);
+}
+
+#[test]
+fn the_status_keeps_the_longest_lease_duration_it_ever_saw() {
+    use crate::machines::postgres::api::PostgresClusterStatus;
+    let mut s = spec("16.3");
+    s.fencing.lease_duration_seconds = 120;
+    let mut pg = rendering::object(s);
+    let status = testing::status_in(&ready(V1, 0));
+    let mut o = at_rest(V1, 0);
+    let shown = Postgres::status(&pg, status.clone(), Some(&ready(V1, 0)), &o, t(1000));
+    assert_eq!(shown["longestLeaseSeconds"], 120);
+    // Lowered to 15: the status keeps 120.
+    pg.spec.fencing.lease_duration_seconds = 15;
+    pg.status = Some(PostgresClusterStatus {
+        longest_lease_seconds: Some(120),
+        ..PostgresClusterStatus::default()
+    });
+    let shown = Postgres::status(&pg, status.clone(), Some(&ready(V1, 0)), &o, t(1001));
+    assert_eq!(shown["longestLeaseSeconds"], 120);
+    // A status that lost it learns the longest of the spec's and the pods' again.
+    pg.status = None;
+    o.own.lease_seconds = [(0, 60), (1, 15)].into();
+    let shown = Postgres::status(&pg, status, Some(&ready(V1, 0)), &o, t(1002));
+    assert_eq!(shown["longestLeaseSeconds"], 60);
+}
+
+#[test]
+fn a_lease_recreated_with_the_status_lost_carries_the_crds_longest_lease() {
+    let mut o = lowered_and_lease_deleted();
+    o.own.longest_lease_seconds = None;
+    let d = decide(&spec("16.3"), &ready(V1, 0), o);
+    assert_eq!(lease_seconds_created(&d), vec![120]);
+    // A status that saw no more than the spec's: the spec's.
+    let mut o = lowered_and_lease_deleted();
+    o.own.longest_lease_seconds = Some(15);
+    let d = decide(&spec("16.3"), &ready(V1, 0), o);
+    assert_eq!(lease_seconds_created(&d), vec![15]);
+}
+
+#[test]
+fn an_in_place_restore_with_the_lease_missing_recreates_it_and_waits_out_the_longest_lease() {
+    use crate::machines::postgres::state::{Restore, RestoreStep};
+    let mut o = lowered_and_lease_deleted();
+    o.pods.clear();
+    let state = PgState::RestoringInPlace(Restore {
+        cluster: cluster(V1, 0),
+        restore: crate::machines::postgres::api::RestoreSpec {
+            token: "r1".to_owned(),
+            target: None,
+        },
+        restore_step: RestoreStep::StopWrites,
+    });
+    let d = decide(&spec("16.3"), &state, o.clone());
+    assert_eq!(d.reason(), STOPPING_WRITES);
+    assert!(target(&d).is_none(), "the volumes wait: {d:?}");
+    assert_eq!(lease_creations(&d), vec![None]);
+    assert_eq!(lease_seconds_created(&d), vec![120]);
+    assert_eq!(requeue_secs(&d), Some(123));
+    // The recreated Lease expires only after 120 + S.
+    o.own.lease = Some(LeaseView {
+        holder: None,
+        renewed: Some(t(1000)),
+        duration: 120,
+        ..lease_of(0, V1)
+    });
+    let d = decide_at(&spec("16.3"), &state, o.clone(), 1100, 0);
+    assert!(target(&d).is_none(), "{d:?}");
+    let d = decide_at(&spec("16.3"), &state, o, 1123, 0);
+    assert_eq!(d.reason(), WRITES_STOPPED);
+}
+
 /// A Lease created naming nobody expires like any other.
 #[test]
 fn a_lease_created_naming_nobody_carries_its_creation_time() {
     let pg = rendering::object(spec("16.3"));
-    let lease = crate::machines::postgres::render::lease(&pg, None, t(5)).expect("renders");
+    let lease =
+        crate::machines::postgres::render::lease(&pg, None, t(5), 15, false).expect("renders");
     let spec = lease.spec.expect("spec");
     assert!(spec.holder_identity.is_none());
     let view = crate::machines::postgres::observe::lease_view(
@@ -859,6 +1052,29 @@ fn a_lease_created_naming_nobody_carries_its_creation_time() {
         },
     );
     assert_eq!(view.renewed, Some(t(5)));
+}
+
+#[test]
+fn a_new_clusters_lease_is_marked_never_held_and_any_hand_over_removes_the_mark() {
+    use crate::machines::postgres::observe::{NEVER_HELD, lease_view};
+    use crate::machines::postgres::render;
+    let pg = rendering::object(spec("16.3"));
+    let lease = render::lease(&pg, None, t(5), 15, true).expect("renders");
+    assert!(lease_view(&lease).never_held);
+    let recreated = render::lease(&pg, None, t(5), 120, false).expect("renders");
+    let view = lease_view(&recreated);
+    assert!(!view.never_held);
+    assert_eq!(view.duration, 120);
+    let patch = render::lease_hand_over(&pg, Some("pg-0/u"), LsnGate::Keep, 0, t(6));
+    assert_eq!(
+        patch["metadata"]["annotations"][NEVER_HELD],
+        serde_json::Value::Null
+    );
+    assert!(
+        patch["metadata"]["annotations"]
+            .as_object()
+            .is_some_and(|a| a.contains_key(NEVER_HELD))
+    );
 }
 
 #[test]

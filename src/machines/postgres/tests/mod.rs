@@ -150,6 +150,8 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             answers: BTreeMap::new(),
             requests: PgRequests::default(),
             lease_seconds: BTreeMap::new(),
+            // A status that has seen the default `L` and no longer one.
+            longest_lease_seconds: Some(15),
             unconfigured: Default::default(),
             unjudged: Default::default(),
             settings: BTreeMap::new(),
@@ -178,6 +180,7 @@ fn lease_of(k: i32, image: &str) -> LeaseView {
         released_by: None,
         released_lsn: None,
         survey: None,
+        never_held: false,
         uid: "lease-uid".to_owned(),
         version: "7".to_owned(),
     }
