@@ -135,7 +135,12 @@
 //! without their timelines, found in a second failover where a standby kept the first
 //! one's lost writes. And the in-place restore's ([`planted_restore`]): a restore that
 //! replaces the volumes once no pod is left, without waiting for the Lease holder's
-//! fence, found with a force-deleted primary still writing on a partitioned node.
+//! fence, found with a force-deleted primary still writing on a partitioned node. And
+//! `Required` durability's ([`planted_required`]): a failover that weighs only the
+//! answers of Ready members, found by generated runs of a world focused on failovers
+//! ([`focused`]) where the standby that alone acknowledged the last commits fails its
+//! readiness probe while it streams and answers ([`Move::ProbeBlocked`]). And the
+//! recreated Lease's ([`planted_lease`]): a Lease recreated with the spec's `L`.
 //!
 //! Worlds with `spec.synchronous` are a third of the generated ones with two members
 //! or more: `Any` or `First`, `Required` or `Preferred`, `number` 1 (or 2 with three
