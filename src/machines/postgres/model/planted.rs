@@ -87,6 +87,25 @@ impl Bug<Postgres> for CountEveryMemberAsRead {
     }
 }
 
+/// `spec.synchronous` with one standby, `Required`.
+fn required_one() -> SynchronousSpec {
+    SynchronousSpec {
+        number: 1,
+        method: SyncMethod::Any,
+        data_durability: DataDurability::Required,
+    }
+}
+
+/// `scenario` under `Required` durability ([`required_one`]): a planned switchover whose
+/// old primary released no position surveys the standbys, as these stories need,
+/// where asynchronously it goes back to the old primary or waits for a person.
+fn required(
+    (mut world, events): (World, Vec<Event<Move, Edit>>),
+) -> (World, Vec<Event<Move, Edit>>) {
+    world.synchronous = Some(required_one());
+    (world, events)
+}
+
 /// Promote before the old primary is fenced.
 type PromoteBeforeFenced = Planted<Postgres, TakeTheHolderForFenced>;
 /// Promote without reading the synchronous quorum.
@@ -637,6 +656,9 @@ fn force_deleted_switchover() -> (World, Vec<Event<Move, Edit>>) {
     let mut world = World::fresh(3, false, 0);
     world.running();
     world.primary_moved_to(2);
+    // Required, so that a switchover whose old primary released no position surveys
+    // the standbys (asynchronously it would wait for a person).
+    world.synchronous = Some(required_one());
     let events = vec![
         r(),
         r(),
@@ -1017,7 +1039,7 @@ fn a_requested_switchover_waits_for_its_target_not_ready_for_a_moment_as_it_prom
     let env = Event::Env;
     let requested = [env(RequestSwitchover(1)), r(), r(), r(), r(), r()];
     let surveyed = [Event::Tick(124), r(), r(), Event::Tick(2), r(), r(), r()];
-    let report = passes(running_n(
+    let report = passes(required(running_n(
         2,
         [
             requested.as_slice(),
@@ -1025,7 +1047,7 @@ fn a_requested_switchover_waits_for_its_target_not_ready_for_a_moment_as_it_prom
             &[env(BecomesUnready(1)), r()],
         ]
         .concat(),
-    ));
+    )));
     assert_took(&report, "SwitchingOver -> Ready (SwitchoverCompleted)");
 }
 
@@ -1042,9 +1064,9 @@ fn a_switchover_keeps_its_promoting_target_labelled_while_the_old_primary_is_uns
     let requested = [env(RequestSwitchover(1)), r(), r(), r(), r(), r()];
     let promoted = [Event::Tick(124), r(), r(), Event::Tick(2), r(), r(), r()];
     let evicted = [Event::Tick(2), env(Evicted(0)), r()];
-    let report = passes(running_n(
+    let report = passes(required(running_n(
         2,
         [requested.as_slice(), &promoted, &evicted].concat(),
-    ));
+    )));
     assert_took(&report, "SwitchingOver -> Ready (SwitchoverCompleted)");
 }
