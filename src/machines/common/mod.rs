@@ -69,8 +69,8 @@ pub mod placement;
 pub mod quantity;
 pub mod replace;
 pub mod retry;
-pub mod storage;
 pub mod security;
+pub mod storage;
 pub mod subset;
 #[cfg(test)]
 pub(crate) mod table_sources;
