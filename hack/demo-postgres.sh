@@ -219,7 +219,7 @@ spec:
   terminationGracePeriodSeconds: 1
   nodeSelector: {lockstep.dev/real-node: "true"}
   tolerations: [{key: lockstep.dev/real-node, operator: Exists, effect: NoSchedule}]
-  # `restricted`, as the namespace enforces.
+  # restricted, as the namespace enforces.
   securityContext: {runAsNonRoot: true, runAsUser: 999, runAsGroup: 999, seccompProfile: {type: RuntimeDefault}}
   containers:
   - name: writer
