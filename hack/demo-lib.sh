@@ -142,13 +142,15 @@ start_s3() {
 # s3 on this machine (tools/images/backup/s3), against the S3 pod.
 s3() { S3_ENDPOINT="$S3_HOST_ENDPOINT" tools/images/backup/s3 "$@"; }
 
-# start_operator MACHINE [ARG...]: create the namespace, run `lockstep run` for MACHINE
+# start_operator MACHINE [ARG...]: create the namespace (where the API server admits
+# only pods that meet the `restricted` Pod Security Standard), run `lockstep run` for MACHINE
 # in it in the background (log: $DEMO_DIR/operator.log; extra ARGs go to `run`) and
 # wait until it is ready. Sets OPERATOR_PID and PORT (its /metrics).
 start_operator() {
   local machine="$1"
   shift
   k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
+  k label --overwrite namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
   PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   "$LOCKSTEP" --log-format json run --namespace "$NS" --machines "$machine" \
     --metrics-addr "127.0.0.1:$PORT" "$@" >"$DEMO_DIR/operator.log" 2>&1 &

@@ -219,10 +219,13 @@ spec:
   terminationGracePeriodSeconds: 1
   nodeSelector: {lockstep.dev/real-node: "true"}
   tolerations: [{key: lockstep.dev/real-node, operator: Exists, effect: NoSchedule}]
+  # restricted, as the namespace enforces.
+  securityContext: {runAsNonRoot: true, runAsUser: 999, runAsGroup: 999, seccompProfile: {type: RuntimeDefault}}
   containers:
   - name: writer
     image: $WRITER_IMAGE
     imagePullPolicy: IfNotPresent
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
     env:
     - {name: PGPASSWORD, valueFrom: {secretKeyRef: {name: $NAME-credentials, key: superuserPassword}}}
     - {name: PGHOST, value: $NAME-rw}

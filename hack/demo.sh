@@ -142,10 +142,13 @@ spec:
   terminationGracePeriodSeconds: 1
   nodeSelector: {lockstep.dev/real-node: "true"}
   tolerations: [{key: lockstep.dev/real-node, operator: Exists, effect: NoSchedule}]
+  # restricted, as the namespace enforces.
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
   containers:
   - name: writer
     image: $WRITER_IMAGE
     imagePullPolicy: IfNotPresent
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
     command: [/bin/bash, -c]
     args:
     - |

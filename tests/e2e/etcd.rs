@@ -42,7 +42,8 @@ use lockstep::engine::conditions;
 use lockstep::machines::distributeddb::actions::backup_key;
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
 
-use crate::support::{Env, Fixture, TEST_MANAGER, kubeconfig_path};
+use crate::support::{Env, Fixture, RESTRICTED, TEST_MANAGER, kubeconfig_path, restricted};
+use lockstep::machines::common::security::NON_ROOT_UID;
 
 /// The label (and taint key) of the real node (tools/node/node.sh).
 const REAL_NODE_LABEL: &str = "lockstep.dev/real-node";
@@ -552,19 +553,22 @@ sleep infinity
 "#,
         eps = endpoints(ns)
     );
-    serde_json::from_value(json!({
-        "metadata": {"name": "writer"},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "writer",
-                "image": TOOLS_IMAGE,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["/bin/bash", "-c", script],
-            }]
-        }
-    }))
-    .expect("a Pod")
+    restricted(
+        serde_json::from_value(json!({
+            "metadata": {"name": "writer"},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "writer",
+                    "image": TOOLS_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["/bin/bash", "-c", script],
+                }]
+            }
+        }))
+        .expect("a Pod"),
+        NON_ROOT_UID,
+    )
 }
 
 /// The writer's log as it is written, until `done`.
@@ -699,7 +703,7 @@ async fn etcd_lifecycle_on_the_real_node() {
     };
     load_images(&["etcd-3.6", "etcd-3.7", "backup"]).await;
     let s3 = S3::start().await;
-    let db = Fixture::<DistributedDb>::new("etcd").await;
+    let db = Fixture::<DistributedDb>::in_env(Env::labelled("etcd", &[RESTRICTED]).await).await;
     let ns = db.env.namespace().to_owned();
     let prefix = format!("{ns}/");
     let (secret, object) = example(&prefix);
@@ -980,7 +984,7 @@ for i in $(seq 1 240); do etcdctl endpoint health >/dev/null 2>&1 && break; slee
 echo restored
 etcdctl get --prefix key- --keys-only"
     );
-    let pod: Pod = serde_json::from_value(json!({
+    let pod: Pod = restricted(serde_json::from_value(json!({
         "metadata": {"name": "restore"},
         "spec": {
             "restartPolicy": "Never",
@@ -997,7 +1001,7 @@ etcdctl get --prefix key- --keys-only"
             }]
         }
     }))
-    .expect("a Pod");
+    .expect("a Pod"), NON_ROOT_UID);
     pods.create(&PostParams::default(), &placed(pod, db))
         .await
         .expect("create the restore pod");
@@ -1029,7 +1033,7 @@ async fn the_deploy_manifests_run_the_operator_on_the_real_node() {
     };
     load_images(&["etcd-3.6", "backup", "lockstep"]).await;
     let s3 = S3::start().await;
-    let mut env = Env::new("etcd-deploy").await;
+    let mut env = Env::labelled("etcd-deploy", &[RESTRICTED]).await;
     env.ns.track::<DistributedDB>();
     let ns = env.namespace().to_owned();
 

@@ -26,7 +26,7 @@ use serde_json::json;
 use lockstep::engine::conditions;
 use lockstep::machines::postgres::{Postgres, PostgresCluster};
 
-use crate::support::{Env, Fixture};
+use crate::support::{Env, Fixture, RESTRICTED};
 
 /// The locally built PostgreSQL image without `curl` or `perl` (`tools/images`:
 /// `postgres-15-bare`).
@@ -166,7 +166,11 @@ async fn a_frozen_primary_is_reported_lost_and_failed_over() {
     if !real_node() {
         return;
     }
-    let env = Env::labelled("pgfreeze", &[("lockstep.dev/real-node", "true")]).await;
+    let env = Env::labelled(
+        "pgfreeze",
+        &[("lockstep.dev/real-node", "true"), RESTRICTED],
+    )
+    .await;
     let pg = Fixture::<Postgres>::in_env(env).await;
     let operator = pg.operator();
     let name = "pz";

@@ -78,7 +78,10 @@ use lockstep::machines::postgres::table::reason::{
 use lockstep::machines::postgres::{Postgres, PostgresCluster, SETTINGS_APPLIED};
 
 use crate::postgres::{Transitions, history};
-use crate::support::{Env, Fixture, InProcessOperator, kubeconfig_path, wait_for_all_within};
+use crate::support::{
+    Env, Fixture, InProcessOperator, RESTRICTED, kubeconfig_path, restricted, wait_for_all_within,
+};
+use lockstep::machines::postgres::render::POSTGRES_UID;
 
 mod archive;
 mod recovery_time;
@@ -189,7 +192,7 @@ struct Real {
 
 impl Real {
     async fn new(prefix: &str) -> Self {
-        let env = Env::labelled(prefix, &[("lockstep.dev/real-node", "true")]).await;
+        let env = Env::labelled(prefix, &[("lockstep.dev/real-node", "true"), RESTRICTED]).await;
         let pg = Fixture::<Postgres>::in_env(env).await;
         let operator = Some(pg.operator());
         Self { pg, operator }
@@ -531,7 +534,7 @@ echo stopped
 exec sleep infinity
 "#
         );
-        let object: Pod = serde_json::from_value(json!({
+        let object: Pod = restricted(serde_json::from_value(json!({
             "metadata": {"name": pod},
             "spec": {
                 "terminationGracePeriodSeconds": 1,
@@ -544,7 +547,7 @@ exec sleep infinity
                 }],
             }
         }))
-        .expect("a Pod");
+        .expect("a Pod"), POSTGRES_UID);
         let pods: Api<Pod> = self.pg.env.api();
         pods.create(&PostParams::default(), &object)
             .await
@@ -2216,7 +2219,7 @@ async fn restore(
     bucket: &str,
     prefix: &str,
 ) -> String {
-    let object: Pod = serde_json::from_value(json!({
+    let object: Pod = restricted(serde_json::from_value(json!({
         "metadata": {"name": pod},
         "spec": {
             "restartPolicy": "Never",
@@ -2240,7 +2243,7 @@ async fn restore(
             "volumes": [{"name": "scripts", "configMap": {"name": format!("{target}-scripts"), "defaultMode": 0o555}}],
         }
     }))
-    .expect("a Pod");
+    .expect("a Pod"), POSTGRES_UID);
     let pods: Api<Pod> = real.pg.env.api();
     pods.create(&PostParams::default(), &object)
         .await
@@ -2364,13 +2367,12 @@ async fn lease_agent_against_the_api_server() {
         .await
         .expect("create the Secret");
     let field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
-    let pod: Pod = serde_json::from_value(json!({
+    let pod: Pod = restricted(serde_json::from_value(json!({
         "metadata": {"name": "pg-0", "labels": {ROLE: "primary"}},
         "spec": {
             "serviceAccountName": "pg-instance",
             "automountServiceAccountToken": true,
             "terminationGracePeriodSeconds": 10,
-            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999, "runAsNonRoot": true},
             "initContainers": [{
                 "name": "install-instance",
                 "image": instance_image(),
@@ -2414,7 +2416,7 @@ async fn lease_agent_against_the_api_server() {
             ],
         }
     }))
-    .expect("a Pod");
+    .expect("a Pod"), POSTGRES_UID);
     let pods: Api<Pod> = env.api();
     let pod = pods.create(&pp, &pod).await.expect("create the pod");
     let me = format!("pg-0/{}", pod.uid().unwrap_or_default());

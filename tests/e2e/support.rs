@@ -340,6 +340,22 @@ pub async fn install_crds_from_dir(client: &Client) {
     }
 }
 
+/// The namespace label under which the API server admits only pods that meet the
+/// `restricted` Pod Security Standard, and refuses any other naming the field: the
+/// real-node tier's namespaces carry it, so a pod the operator renders (or a test
+/// creates) that is not `restricted` fails the test with the API server's own message.
+pub const RESTRICTED: (&str, &str) = ("pod-security.kubernetes.io/enforce", "restricted");
+
+/// `pod` made `restricted` as the operator's own pods are
+/// ([`lockstep::machines::common::security::restrict`]), running as `uid`: what every
+/// pod a test creates in a [`RESTRICTED`] namespace goes through.
+pub fn restricted(mut pod: Pod, uid: i64) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        lockstep::machines::common::security::restrict(spec, uid);
+    }
+    pod
+}
+
 /// A namespace of one test. Deleted by [`TestNamespace::delete`], or when dropped.
 pub struct TestNamespace {
     /// The namespace's name (generated, unique).

@@ -13,6 +13,7 @@
 # Images (name: reference):
 #   pause:          lockstep.local/pause:3.10              pod sandbox (static Go, empty base)
 #   etcd-3.6:       lockstep.local/etcd:v3.6.16            etcd, etcdctl, etcdutl + entrypoint/hooks, Debian minbase + curl
+#                                                          (runs as nonroot, uid/gid 65532)
 #   etcd-3.7:       lockstep.local/etcd:v3.7.3             the same at 3.7
 #   postgres-15:    docker.io/library/postgres:15          PostgreSQL 15 + curl + pgBackRest (postgres uid 999 as in the official image):
 #                                                          the backup and restore Jobs' image (their scripts upload with curl)
@@ -20,7 +21,7 @@
 #                                                          e2e tier run (the server binaries, pgBackRest, no file of Lockstep's)
 #   postgres-15-next: lockstep.local/postgres:15-next      postgres-15-bare's root filesystem under a second tag (and
 #                                                          LOCKSTEP_IMAGE_BUILD=next): the target of upgrade tests
-#   backup:         lockstep.local/backup:1                curl (S3 SigV4 uploads), etcdctl, etcdutl, s3 helper
+#   backup:         lockstep.local/backup:1                curl (S3 SigV4 uploads), etcdctl, etcdutl, s3 helper (nonroot, 65532)
 #   s3:             lockstep.local/s3:v1.8.0               versitygw S3 gateway, POSIX backend (static Go)
 #   lockstep:       docker.io/library/lockstep:0.1.0       the operator (static Rust binary, empty base)
 set -euo pipefail
@@ -85,6 +86,7 @@ hash_of() {
     [ "$1" != postgres-15-next ] || recipe_text postgres-15-bare
     case "$1" in postgres-15-bare | postgres-15-next) recipe_text postgres-15 ;; esac
     declare -f debian_rootfs debian_base go_static oci unpack_image
+    case "$1" in etcd-* | backup) declare -f nonroot_user ;; esac
     for f in $(inputs_of "$1"); do echo "$f $(sha256sum <"$f" | cut -d' ' -f1)"; done
   ) | sha256sum | cut -c1-16
 }
@@ -149,6 +151,15 @@ debian_base() {
 
 oci() { python3 "$HERE/oci-image.py" "$@" >&2; }
 
+# nonroot_user ROOTFS: the `nonroot` user and group (65532, as in distroless images),
+# which the etcd and backup images run as, with a home of its own.
+nonroot_user() {
+  echo "nonroot:x:65532:65532:nonroot:/home/nonroot:/usr/sbin/nologin" >>"$1/etc/passwd"
+  echo "nonroot:x:65532:" >>"$1/etc/group"
+  mkdir -p "$1/home/nonroot"
+  chown 65532:65532 "$1/home/nonroot"
+}
+
 build_one() {
   local name="$1" ref out tmp rootfs
   ref="$(ref_of "$name")"
@@ -181,8 +192,12 @@ build_one() {
       # go names a .../server/v3 binary "server".
       mv "$rootfs/usr/local/bin/server" "$rootfs/usr/local/bin/etcd"
       install -m 0755 "$HERE"/etcd/bin/* "$HERE/backup/s3" "$rootfs/usr/local/bin/"
+      # No root needed: etcd runs as the nonroot user, which owns its working directory;
+      # the data lives on the volume, whose group the pod's fsGroup makes its own.
+      nonroot_user "$rootfs"
+      chown 65532:65532 "$rootfs/var/lib/etcd"
       oci --rootfs "$rootfs" --name "$ref" --out "$out" --entrypoint '["/usr/local/bin/etcd-entrypoint"]' \
-        --env "LOCKSTEP_ETCD_VERSION=${v#v}" --workdir /var/lib/etcd
+        --env "LOCKSTEP_ETCD_VERSION=${v#v}" --workdir /var/lib/etcd --user 65532:65532
       ;;
     postgres-15)
       debian_rootfs "$rootfs" ca-certificates curl postgresql-15 postgresql-client-15 pgbackrest
@@ -229,7 +244,9 @@ build_one() {
       mkdir -p "$rootfs/usr/local/bin"
       go_static "$HERE/etcd/v3.7.3" "$rootfs/usr/local/bin/" go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
       install -m 0755 "$HERE/backup/s3" "$HERE/etcd/bin/etcd-backup" "$HERE/etcd/bin/etcd-lib.sh" "$rootfs/usr/local/bin/"
-      oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["/bin/sh"]'
+      # Snapshots go to /tmp (world-writable): nothing needs root.
+      nonroot_user "$rootfs"
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["/bin/sh"]' --user 65532:65532
       ;;
     s3)
       mkdir -p "$rootfs/data" "$rootfs/tmp"

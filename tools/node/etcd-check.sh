@@ -35,8 +35,13 @@ SVC="etcd.$NS.svc"
 # spec.placement of examples/etcd.yaml, as rendered (one line of flow YAML each).
 PLACEMENT="nodeSelector: {$NODE_LABEL_KEY: \"true\"}"
 TOLERATION="tolerations: [{key: $NODE_LABEL_KEY, operator: Exists, effect: NoSchedule}]"
+# restricted, as the namespace enforces: the images run as nonroot (65532), the
+# volumes are its group's (the `local` class, to which the kubelet applies fsGroup).
+POD_SC="securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532, seccompProfile: {type: RuntimeDefault}}"
+C_SC="securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}"
 
 kctl create namespace "$NS" >/dev/null
+kctl label namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
 cleanup() { kctl delete namespace "$NS" --wait=false >/dev/null 2>&1; }
 trap cleanup EXIT
 k apply -f - >/dev/null <<EOF
@@ -63,9 +68,11 @@ spec:
     spec:
       $PLACEMENT
       $TOLERATION
+      $POD_SC
       containers:
       - name: db
         image: $FROM
+        $C_SC
         env:
         - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
         - {name: DB_SERVICE, value: $SVC}
@@ -80,6 +87,7 @@ spec:
   - metadata: {name: data}
     spec:
       accessModes: [ReadWriteOnce]
+      storageClassName: local
       resources: {requests: {storage: 1Gi}}
 EOF
 
@@ -98,9 +106,11 @@ spec:
   restartPolicy: Never
   $PLACEMENT
   $TOLERATION
+  $POD_SC
   containers:
   - name: c
     image: $image
+    $C_SC
     command: [/bin/bash, -c, '$script']
     env:
     - {name: PLACEHOLDER, value: "1"}$env
@@ -140,10 +150,12 @@ metadata: {name: writer}
 spec:
   $PLACEMENT
   $TOLERATION
+  $POD_SC
   terminationGracePeriodSeconds: 1
   containers:
   - name: c
     image: $BACKUP
+    $C_SC
     command: [/bin/bash, -c]
     args:
     - |

@@ -71,7 +71,7 @@ kctl -n "$NS" create secret generic s3-ca --from-file="$TLS_DIR/ca.crt" \
 kctl apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Namespace
-metadata: {name: $NS}
+metadata: {name: $NS, labels: {pod-security.kubernetes.io/enforce: restricted}}
 ---
 apiVersion: v1
 kind: Secret
@@ -90,10 +90,13 @@ spec:
     spec:
       nodeSelector: {$NODE_LABEL_KEY: "true"}
       tolerations: [{key: $NODE_LABEL_KEY, operator: Exists, effect: NoSchedule}]
+      # restricted (the namespace enforces it): a non-root user owning the data volume.
+      securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
       containers:
       - name: s3
         image: $IMAGE
         imagePullPolicy: IfNotPresent
+        securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
         args: [--port, ":7070", posix, /data]
         env:
         - {name: ROOT_ACCESS_KEY, valueFrom: {secretKeyRef: {name: s3-credentials, key: accessKey}}}
@@ -106,6 +109,7 @@ spec:
       - name: s3-tls
         image: $IMAGE
         imagePullPolicy: IfNotPresent
+        securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
         args: [--port, ":7443", --cert, /tls/tls.crt, --key, /tls/tls.key, posix, /data]
         env:
         - {name: ROOT_ACCESS_KEY, valueFrom: {secretKeyRef: {name: s3-credentials, key: accessKey}}}

@@ -9,7 +9,10 @@
 #   - a plain pod in a namespace labelled lockstep.dev/real-node=true is put
 #     on the real node (the MutatingAdmissionPolicy of tools/node/node.sh);
 #   - the S3 server (tools/node/s3.sh) stores an object uploaded from a pod,
-#     and this machine reads the same bytes back.
+#     and this machine reads the same bytes back;
+#   - the API server runs PodSecurity admission: the namespace is labelled
+#     `pod-security.kubernetes.io/enforce: restricted`, its pods meet it, and a
+#     pod that does not is refused, the API server naming the fields.
 # Works in its own namespace and deletes it at the end. Prints "N passed, N failed".
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -40,6 +43,7 @@ echo "# images and S3 ready in $((SECONDS - t0)) s"
 CLIENT_IMAGE="$("$REPO_ROOT/tools/images/build.sh" --name backup)"
 
 kctl create namespace "$NS" >/dev/null
+kctl label namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
 until_ok 30 k get serviceaccount default
 k apply -f - >/dev/null <<EOF
 apiVersion: v1
@@ -49,10 +53,12 @@ spec:
   nodeSelector: {$NODE_LABEL_KEY: "true"}
   tolerations: [{key: $NODE_LABEL_KEY, operator: Exists, effect: NoSchedule}]
   terminationGracePeriodSeconds: 1
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
   containers:
   - name: c
     image: $CLIENT_IMAGE
     imagePullPolicy: IfNotPresent
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
     command: [/bin/sh, -c, 'echo smoke-marker-\$(hostname); exec sleep infinity']
     env:
     - {name: S3_ENDPOINT, value: "$S3_ENDPOINT"}
@@ -70,8 +76,21 @@ apiVersion: v1
 kind: Pod
 metadata: {name: fake}
 spec:
-  containers: [{name: c, image: example.invalid/never-pulled:1}]
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: c
+    image: example.invalid/never-pulled:1
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
 EOF
+
+# PodSecurity admission: a pod without the restricted context is refused, by name of field.
+refused="$(k run root --image="$CLIENT_IMAGE" --restart=Never --command -- /bin/true 2>&1)"
+if [[ "$refused" == *'violates PodSecurity "restricted'*allowPrivilegeEscalation* ]]; then
+  ok "a pod that is not restricted is refused in a restricted namespace: ${refused:0:160}..."
+else
+  bad "PodSecurity admission: a plain pod in a restricted namespace gave: $refused"
+  k delete pod root --wait=false >/dev/null 2>&1
+fi
 
 t1=$SECONDS
 if k wait pod/client --for=condition=Ready --timeout=90s >/dev/null 2>&1; then

@@ -30,6 +30,8 @@
 //! - [`annotations`]: the documented escape hatches users set on a custom resource.
 //! - [`placement`]: where pods are scheduled (`spec.placement` of every kind), and the
 //!   spread of one object's instances over nodes.
+//! - [`security`]: the security context that admits every rendered pod under the
+//!   `restricted` Pod Security Standard.
 //!
 //! The files import each other without a cycle, from the bottom up: `meta`, `jobs`,
 //! `backup`, `observe`, then `replace`, `actions` and `retry`, then the sub-machines
@@ -67,6 +69,7 @@ pub mod placement;
 pub mod quantity;
 pub mod replace;
 pub mod retry;
+pub mod security;
 pub mod storage;
 pub mod subset;
 #[cfg(test)]

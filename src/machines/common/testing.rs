@@ -534,3 +534,88 @@ pub fn cache(
         leases: Owned::from_objects(kind_label, Vec::new()),
     }
 }
+
+/// `pod` meets the `restricted` Pod Security Standard (the rules the API server's
+/// PodSecurity admission checks, at its latest version): no host namespaces, ports or
+/// paths, only the volume kinds it allows, non-root (`runAsNonRoot` and no `runAsUser`
+/// of 0, at the pod or in every container), a `RuntimeDefault` or `Localhost` seccomp
+/// profile, and every container (init containers too) without privilege or its
+/// escalation, dropping `ALL` capabilities and adding none but `NET_BIND_SERVICE`.
+pub fn assert_restricted(pod: &PodSpec, what: &str) {
+    let pod_sc = pod.security_context.clone().unwrap_or_default();
+    for (flag, name) in [
+        (pod.host_network, "hostNetwork"),
+        (pod.host_pid, "hostPID"),
+        (pod.host_ipc, "hostIPC"),
+    ] {
+        assert_ne!(flag, Some(true), "{what}: {name}");
+    }
+    for volume in pod.volumes.iter().flatten() {
+        let allowed = volume.config_map.is_some()
+            || volume.csi.is_some()
+            || volume.downward_api.is_some()
+            || volume.empty_dir.is_some()
+            || volume.ephemeral.is_some()
+            || volume.persistent_volume_claim.is_some()
+            || volume.projected.is_some()
+            || volume.secret.is_some();
+        assert!(
+            allowed,
+            "{what}: volume {} is of a restricted kind",
+            volume.name
+        );
+    }
+    assert_ne!(pod_sc.run_as_user, Some(0), "{what}: the pod runs as root");
+    let seccomp_ok = |p: Option<&k8s_openapi::api::core::v1::SeccompProfile>| {
+        p.is_some_and(|p| p.type_ == "RuntimeDefault" || p.type_ == "Localhost")
+    };
+    assert!(
+        pod_sc
+            .seccomp_profile
+            .as_ref()
+            .is_none_or(|p| seccomp_ok(Some(p))),
+        "{what}: the pod's seccomp profile"
+    );
+    let containers: Vec<&Container> = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .collect();
+    assert!(!containers.is_empty(), "{what}: a pod without containers");
+    for c in containers {
+        let name = format!("{what}: container {}", c.name);
+        let sc = c.security_context.clone().unwrap_or_default();
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{name}");
+        assert_ne!(sc.privileged, Some(true), "{name}");
+        assert_ne!(sc.run_as_user, Some(0), "{name} runs as root");
+        assert!(
+            sc.run_as_non_root.or(pod_sc.run_as_non_root) == Some(true)
+                && sc.run_as_non_root != Some(false),
+            "{name}: runAsNonRoot"
+        );
+        assert!(
+            seccomp_ok(
+                sc.seccomp_profile
+                    .as_ref()
+                    .or(pod_sc.seccomp_profile.as_ref())
+            ),
+            "{name}: a RuntimeDefault or Localhost seccomp profile"
+        );
+        let caps = sc.capabilities.unwrap_or_default();
+        assert!(
+            caps.drop.iter().flatten().any(|d| d == "ALL"),
+            "{name}: drops ALL capabilities"
+        );
+        assert!(
+            caps.add.iter().flatten().all(|a| a == "NET_BIND_SERVICE"),
+            "{name}: adds no capability but NET_BIND_SERVICE"
+        );
+        assert!(
+            c.ports
+                .iter()
+                .flatten()
+                .all(|p| p.host_port.is_none_or(|h| h == 0)),
+            "{name}: a host port"
+        );
+    }
+}

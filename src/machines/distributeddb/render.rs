@@ -17,6 +17,12 @@
 //! `spec.placement` goes into every pod template above (database, hook, backup,
 //! scheduled backup); `spec.readinessProbe` and `spec.livenessProbe` into the database
 //! container.
+//!
+//! Every one of those pods is admitted under the `restricted` Pod Security Standard
+//! ([`security::restrict`]): it runs as uid and gid [`security::NON_ROOT_UID`], the
+//! group of its volumes, under the runtime's default seccomp profile, and no container
+//! has a capability or may gain privileges. The images must work as that user (the
+//! `tools/images` etcd and backup images are made for it).
 
 use std::collections::BTreeMap;
 
@@ -38,6 +44,7 @@ use crate::machines::common::backup::{self, BackupKind, Destination};
 use crate::machines::common::env::{from_field, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
 use crate::machines::common::meta::{self, Owner};
+use crate::machines::common::security;
 use crate::machines::common::storage;
 
 /// `app.kubernetes.io/name` of everything a DistributedDB owns.
@@ -162,10 +169,10 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
                     ..ObjectMeta::default()
                 }),
                 spec: Some(placed(
-                    PodSpec {
+                    restricted(PodSpec {
                         containers: vec![container],
                         ..PodSpec::default()
-                    },
+                    }),
                     db,
                 )),
             },
@@ -270,10 +277,16 @@ fn placed(pod: PodSpec, db: &DistributedDB) -> PodSpec {
     }
 }
 
-/// A hook or backup Job's pod template with `spec.placement` of `db`.
+/// `pod`, `restricted` ([`security::restrict`]).
+fn restricted(mut pod: PodSpec) -> PodSpec {
+    security::restrict(&mut pod, security::NON_ROOT_UID);
+    pod
+}
+
+/// A hook or backup Job's pod template, `restricted`, with `spec.placement` of `db`.
 fn place_job(job: &mut JobSpec, db: &DistributedDB) {
     if let Some(pod) = job.template.spec.take() {
-        job.template.spec = Some(placed(pod, db));
+        job.template.spec = Some(placed(restricted(pod), db));
     }
 }
 
@@ -346,6 +359,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::machines::common::testing;
 
     fn db() -> DistributedDB {
         serde_json::from_value(json!({
@@ -429,6 +443,52 @@ mod tests {
                 .and_then(|s| s.template.spec.as_ref()),
             "the CronJob",
         );
+    }
+
+    #[test]
+    fn every_pod_it_renders_is_admitted_under_the_restricted_pod_security_standard() {
+        let mut db = db();
+        if let Some(upgrade) = db.spec.upgrade.as_mut() {
+            upgrade.post_hook = upgrade.pre_hook.clone();
+        }
+        let shape = Shape {
+            image: "etcd:1".to_owned(),
+            replicas: 3,
+            claim_size: "1Gi".to_owned(),
+        };
+        let sts = statefulset(&db, &shape).expect("a StatefulSet");
+        let mut pods = vec![("the database", sts.spec.template.spec.unwrap_or_default())];
+        for phase in [HookPhase::Pre, HookPhase::Post] {
+            let hook = hook_job(&db, phase, 2, "hook-2-x-1", "etcd:1", "etcd:2")
+                .expect("a hook Job")
+                .expect("a hook");
+            pods.push(("a hook Job", testing::job_pod(&hook)));
+        }
+        for kind in [BackupKind::OnDemand, BackupKind::Final] {
+            let job = backup_job(&db, "backup-x", kind)
+                .expect("a backup Job")
+                .expect("a policy");
+            pods.push(("a backup Job", testing::job_pod(&job)));
+        }
+        let policy = db.spec.backup_policy.as_ref().expect("a policy");
+        let cron = cronjob(&db, policy).expect("a CronJob");
+        pods.push((
+            "the CronJob",
+            cron.spec
+                .job_template
+                .spec
+                .and_then(|s| s.template.spec)
+                .unwrap_or_default(),
+        ));
+        for (what, pod) in &pods {
+            testing::assert_restricted(pod, what);
+            let context = pod.security_context.clone().unwrap_or_default();
+            assert_eq!(
+                (context.run_as_user, context.fs_group),
+                (Some(security::NON_ROOT_UID), Some(security::NON_ROOT_UID)),
+                "{what} runs as the non-root user, whose group its volumes are"
+            );
+        }
     }
 
     #[test]

@@ -122,15 +122,25 @@ spec:
   template:
     metadata: {{labels: {{app: store}}}}
     spec:
+      # `restricted`, as the namespace enforces: the gateway runs as a non-root user,
+      # whose group the store's volume is.
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        runAsGroup: 65532
+        fsGroup: 65532
+        seccompProfile: {{type: RuntimeDefault}}
       initContainers:
       - name: bucket
         image: {IMAGE}
         command: [mkdir, -p, /data/archive]
         volumeMounts: [{{name: data, mountPath: /data}}]
+        securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}
       containers:
       - name: s3
         image: lockstep.local/s3:v1.8.0
         args: [--port, ":7443", --cert, /tls/tls.crt, --key, /tls/tls.key, posix, /data]
+        securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}
         env:
         - {{name: ROOT_ACCESS_KEY, valueFrom: {{secretKeyRef: {{name: store-credentials, key: accessKey}}}}}}
         - {{name: ROOT_SECRET_KEY, valueFrom: {{secretKeyRef: {{name: store-credentials, key: secretKey}}}}}}

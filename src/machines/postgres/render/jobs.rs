@@ -15,13 +15,12 @@ use crate::machines::common::jobs::PodRecipe;
 use super::*;
 
 /// Give a Job's pod `spec.placement`, the scripts, a scratch directory and the
-/// `postgres` user.
+/// `postgres` user (`restricted`).
 fn job_pod_extras(pg: &PostgresCluster, spec: &mut JobSpec) {
     if let Some(pod) = spec.template.spec.take() {
-        spec.template.spec = Some(placed(pg, pod));
+        spec.template.spec = Some(restricted(placed(pg, pod)));
     }
     if let Some(pod) = spec.template.spec.as_mut() {
-        pod.security_context = Some(security_context());
         pod.volumes = Some(vec![
             scripts_volume(pg),
             Volume {

@@ -19,6 +19,11 @@
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw`, or `basebackup.sh` asking its instance manager (`spec.backup.method`) |
 //! | CronJob | `<name>-backup` | scheduled backups, the same way |
 //!
+//! Every pod (instances and Jobs) is admitted under the `restricted` Pod Security
+//! Standard: it runs as `postgres` ([`POSTGRES_UID`]), the volumes' group, under the
+//! runtime's default seccomp profile, and no container has a capability or may gain
+//! privileges ([`crate::machines::common::security`]).
+//!
 //! The server container's environment is `lockstep instance`'s settings
 //! (`src/instance/run/config.rs`); the Jobs' follows the scripts' contract
 //! (`src/machines/postgres/scripts/README.md`).
@@ -31,8 +36,8 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, DownwardAPIVolumeFile,
-    DownwardAPIVolumeSource, EnvVar, ExecAction, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    DownwardAPIVolumeSource, EnvVar, ExecAction, ObjectFieldSelector, PodSpec, PodTemplateSpec,
+    Probe, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -51,6 +56,7 @@ use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::env::{from_field, from_secret, plain};
 use crate::machines::common::meta::{self, Owner};
 use crate::machines::common::placement;
+use crate::machines::common::security;
 use crate::machines::common::storage;
 
 pub mod archive;
@@ -211,18 +217,11 @@ fn scripts_volume(pg: &PostgresCluster) -> Volume {
     }
 }
 
-/// PostgreSQL's user; the volume is its group's. The kubelet walks the whole volume to
-/// apply the group only when the volume's root does not have it yet (`OnRootMismatch`),
-/// not on every mount of a data directory that may hold millions of files.
-fn security_context() -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_user: Some(POSTGRES_UID),
-        run_as_group: Some(POSTGRES_UID),
-        fs_group: Some(POSTGRES_UID),
-        fs_group_change_policy: Some("OnRootMismatch".to_owned()),
-        run_as_non_root: Some(true),
-        ..PodSecurityContext::default()
-    }
+/// A pod of the cluster, `restricted` ([`security::restrict`]): it runs as PostgreSQL's
+/// user, whose group the volumes are.
+fn restricted(mut pod: PodSpec) -> PodSpec {
+    security::restrict(&mut pod, POSTGRES_UID);
+    pod
 }
 
 /// The ConfigMap holding the pod scripts.
@@ -520,12 +519,11 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                     pg,
                     placed(
                         pg,
-                        PodSpec {
+                        restricted(PodSpec {
                             init_containers: Some(vec![manager::install_container()]),
                             containers: vec![container],
                             service_account_name: Some(instance_name(pg)),
                             automount_service_account_token: Some(true),
-                            security_context: Some(security_context()),
                             termination_grace_period_seconds: Some(60),
                             volumes: Some(
                                 [manager::bin_volume(), podinfo]
@@ -534,7 +532,7 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                                     .collect(),
                             ),
                             ..PodSpec::default()
-                        },
+                        }),
                     ),
                 )),
             },

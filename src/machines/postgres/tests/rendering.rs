@@ -1,7 +1,7 @@
 //! Rendering.
 
 use super::*;
-use crate::machines::common::testing::{assert_env, assert_secret_env, job_pod};
+use crate::machines::common::testing::{assert_env, assert_restricted, assert_secret_env, job_pod};
 use crate::machines::postgres::api::{Placement, Spread, SpreadSpec};
 use k8s_openapi::api::core::v1::{PodAntiAffinity, Probe};
 use serde::Deserialize;
@@ -379,6 +379,41 @@ fn a_required_spread_over_zones_never_lets_two_instances_share_a_zone() {
             .collect::<Vec<_>>(),
         ["topology.kubernetes.io/zone"]
     );
+}
+
+#[test]
+fn every_pod_of_a_cluster_is_admitted_under_the_restricted_pod_security_standard() {
+    let mut archived = with_backups(spec("16.3"), Some("0 3 * * *"));
+    if let Some(backup) = archived.backup.as_mut() {
+        backup.wal_archive = Some(crate::machines::postgres::api::WalArchiveSpec::default());
+    }
+    let mut dumped = with_backups(spec("16.3"), Some("0 3 * * *"));
+    if let Some(backup) = dumped.backup.as_mut() {
+        backup.method = Some(crate::machines::postgres::api::BackupMethod::Dump);
+    }
+    for (what, pg) in [("archiving", object(archived)), ("dumping", object(dumped))] {
+        let instance = instance_pod(&pg);
+        assert_restricted(&instance, &format!("{what}: an instance"));
+        assert_eq!(
+            instance.init_containers.as_ref().map(Vec::len),
+            Some(1),
+            "the install-instance init container is checked too"
+        );
+        for kind in [BackupKind::OnDemand, BackupKind::Final] {
+            let job = render::backup_job(&pg, "backup-1", kind)
+                .ok()
+                .flatten()
+                .expect("renders");
+            assert_restricted(&job_pod(&job), &format!("{what}: a {kind:?} backup Job"));
+        }
+        let scheduled = render::cronjob(&pg)
+            .ok()
+            .flatten()
+            .and_then(|cj| cj.spec.job_template.spec)
+            .and_then(|j| j.template.spec)
+            .expect("a scheduled backup pod");
+        assert_restricted(&scheduled, &format!("{what}: a scheduled backup"));
+    }
 }
 
 #[test]
