@@ -88,7 +88,7 @@ impl Bug<Postgres> for CountEveryMemberAsRead {
 }
 
 /// `spec.synchronous` with one standby, `Required`.
-fn required_one() -> SynchronousSpec {
+pub(super) fn required_one() -> SynchronousSpec {
     SynchronousSpec {
         number: 1,
         method: SyncMethod::Any,
@@ -258,28 +258,30 @@ fn synchronous_failover_with_the_acknowledging_standby_down() -> (World, Vec<Eve
         ]
         .concat(),
     );
-    world.synchronous = Some(SynchronousSpec {
-        number: 1,
-        method: SyncMethod::Any,
-        data_durability: DataDurability::Required,
-    });
+    world.synchronous = Some(required_one());
     (world, events)
+}
+
+/// A failover waiting for pod `k`: after a while it surveys again, `k` is Ready again,
+/// and both standbys answer.
+pub(super) fn ready_again_and_surveyed(k: i32) -> [Event<Move, Edit>; 8] {
+    [
+        Event::Tick(15),
+        r(),
+        Event::Env(Move::BecomesReady(k)),
+        r(),
+        Event::Env(Move::AgentTick(1)),
+        Event::Env(Move::AgentTick(2)),
+        r(),
+        r(),
+    ]
 }
 
 #[test]
 fn with_synchronous_replication_a_failover_waits_for_the_member_it_did_not_read() {
     let (world, mut events) = synchronous_failover_with_the_acknowledging_standby_down();
     // It waits, then surveys again; pod 2 comes back, is read, and is promoted.
-    events.extend([
-        Event::Tick(15),
-        r(),
-        Event::Env(Move::BecomesReady(2)),
-        r(),
-        Event::Env(Move::AgentTick(1)),
-        Event::Env(Move::AgentTick(2)),
-        r(),
-        r(),
-    ]);
+    events.extend(ready_again_and_surveyed(2));
     let report = passes((world, events));
     assert_took(&report, "SwitchingOver -> SwitchingOver (SurveyRetried)");
     assert_handed_to_pod_2(&report);

@@ -5,7 +5,7 @@
 //! promotes one below it and loses those commits (the synchronous invariant).
 
 use super::focused::{Focus, Focused};
-use super::planted::{assert_handed_to, found, passes};
+use super::planted::{assert_handed_to, found, passes, ready_again_and_surveyed, required_one};
 use super::scenarios::config;
 use super::scenarios::story::{fail_over, r, surveyed};
 use super::*;
@@ -54,11 +54,7 @@ fn required_failover_with_the_acknowledging_standby_not_ready() -> (World, Vec<E
     let env = Event::Env;
     let mut world = World::fresh(3, false, 0);
     world.running();
-    world.synchronous = Some(SynchronousSpec {
-        number: 1,
-        method: SyncMethod::Any,
-        data_durability: DataDurability::Required,
-    });
+    world.synchronous = Some(required_one());
     let events = [
         vec![r(), r(), r()],
         vec![env(Write), env(Replicate(2)), env(ProbeBlocked(2))],
@@ -75,16 +71,7 @@ fn under_required_a_failover_waits_for_the_furthest_member_whose_probe_fails_the
     let (world, mut events) = required_failover_with_the_acknowledging_standby_not_ready();
     // It waits, Degraded, surveying again; pod 2's probe passes again, and it is
     // promoted.
-    events.extend([
-        Event::Tick(15),
-        r(),
-        Event::Env(Move::BecomesReady(2)),
-        r(),
-        Event::Env(Move::AgentTick(1)),
-        Event::Env(Move::AgentTick(2)),
-        r(),
-        r(),
-    ]);
+    events.extend(ready_again_and_surveyed(2));
     let report = passes((world, events));
     assert_handed_to(&report, 2);
 }
