@@ -129,13 +129,7 @@ pub(crate) fn most_advanced(
                 && excluded.is_none_or(|e| e.ordinal != s.ordinal || e.uid != p.uid);
             usable.then_some((s, p))
         })
-        .max_by_key(|(s, _)| {
-            (
-                reach(s),
-                lsn(&s.replay).unwrap_or(0),
-                Reverse(s.ordinal),
-            )
-        })
+        .max_by_key(|(s, _)| (reach(s), lsn(&s.replay).unwrap_or(0), Reverse(s.ordinal)))
         .map(|(s, p)| PodRef {
             ordinal: s.ordinal,
             uid: p.uid.clone(),

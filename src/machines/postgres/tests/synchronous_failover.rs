@@ -3,8 +3,8 @@
 //! nor when its target cannot be promoted and it chooses again.
 
 use super::fencing::{
-    Said, at_survey, failing_over, hand_overs, identity, old_primary_gone, surveyed,
-    surveyed_by, synchronous,
+    Said, at_survey, failing_over, hand_overs, identity, old_primary_gone, surveyed, surveyed_by,
+    synchronous,
 };
 use super::*;
 use crate::machines::postgres::state::Surveyed;
@@ -29,7 +29,11 @@ fn under_required_a_failover_never_chooses_a_ready_standby_below_a_furthest_one_
 {
     let spec = synchronous(DataDurability::Required);
     let d = decide_at(&spec, &at_survey(None), furthest_not_ready(), 12, 0);
-    assert_ne!(d.reason(), MOST_ADVANCED_CHOSEN, "pg-2 is not chosen: {d:?}");
+    assert_ne!(
+        d.reason(),
+        MOST_ADVANCED_CHOSEN,
+        "pg-2 is not chosen: {d:?}"
+    );
     assert!(hand_overs(&d).is_empty());
     // It waits (Degraded), then asks again: pg-1 may turn Ready.
     assert_degraded(&d, NO_PROMOTION_TARGET);
@@ -83,7 +87,13 @@ fn under_required_a_standby_as_far_as_the_furthest_may_be_chosen_in_its_place() 
         (2, Some(1), "0/50798D8", "0/5000000"),
     ]);
     edit(&mut o, 1, |p| p.ready = false);
-    let d = decide_at(&synchronous(DataDurability::Required), &at_survey(None), o, 12, 0);
+    let d = decide_at(
+        &synchronous(DataDurability::Required),
+        &at_survey(None),
+        o,
+        12,
+        0,
+    );
     assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN, "{d:?}");
     assert!(matches!(target(&d), Some(PgState::SwitchingOver(s)) if s.target.ordinal == 2));
 }
