@@ -44,7 +44,10 @@
 //!   primary's pod IP, the primary's pod frozen (a process pause), or cut off from the
 //!   API server and from its standbys: the failover loses no acknowledged commit, and
 //!   the old server acknowledges nothing once it is cut off or frozen. In asynchronous
-//!   replication the same freeze reports what it lost (not asserted).
+//!   replication the same freeze reports what it lost (not asserted). Under
+//!   `dataDurability: Required`, a failover waits for the standby that acknowledged the
+//!   last commits while its readiness probe fails (rules in the pods' own network
+//!   namespaces, `tools/node/pod-nft.sh`), and promotes it, not a Ready one behind it.
 //!
 //! Volumes: the claims use the local cluster's StorageClass `local`, whose provisioner
 //! (`tools/cluster/provisioner`) makes node-local PersistentVolumes; the kubelet gives
@@ -1943,6 +1946,24 @@ fn api_cut(op: &str, ip: &str) {
         "api-cut.sh {op} {ip}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `tools/node/pod-nft.sh ARGS`: add (`add UID NAME RULE`) or remove (`del UID NAME`)
+/// an nftables rule on the input of one pod's own network namespace (found by the pod's
+/// UID), or `list UID` its rules; returns what the script printed.
+fn pod_nft(args: &[&str]) -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/node/pod-nft.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .output()
+        .expect("run tools/node/pod-nft.sh");
+    assert!(
+        out.status.success(),
+        "pod-nft.sh {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Every version of one object a watch delivered, with the epoch second it arrived.

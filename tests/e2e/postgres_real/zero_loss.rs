@@ -14,6 +14,14 @@
 //!
 //! And `dataDurability: Preferred`, which gives the guarantee up while no standby
 //! streams, says so in the condition `SynchronousReplication`.
+//!
+//! Under `Required`, the standby that acknowledged the last commits may be NotReady
+//! when the primary is lost (its readiness probe failing while it streams): the
+//! failover waits for it, `Degraded`, rather than promote a Ready standby behind it,
+//! and promotes it once it is Ready, losing nothing
+//! ([`under_required_a_failover_waits_for_the_furthest_member_whose_probe_fails_and_loses_no_acknowledged_commit`]).
+
+use lockstep::machines::postgres::table::reason::{MOST_ADVANCED_CHOSEN, NO_PROMOTION_TARGET};
 
 use super::*;
 use crate::postgres_freeze::{Frozen, pod_cgroup};
@@ -322,5 +330,240 @@ async fn preferred_turns_asynchronous_when_no_standby_streams_and_says_so() {
     .await;
     real.metrics_say(&primary, &["lockstep_instance_synchronous_degraded 0"])
         .await;
+    real.finish().await;
+}
+
+/// Under `dataDurability: Required` the member a failover must promote is the furthest
+/// one its survey read, even when its readiness probe fails: a standby whose own port
+/// is blocked still streams, acknowledges commits, and its manager still answers the
+/// survey. Forced on three instances (`ANY 1`, `failoverDelaySeconds: 5`) under the
+/// `-rw` writer, with rules in the pods' own network namespaces
+/// (`tools/node/pod-nft.sh`):
+/// 1. standby B's WAL stream is dropped (inbound TCP from port 5432, loopback aside, so
+///    B stays Ready): only standby A acknowledges commits from then on;
+/// 2. A's port 5432 is blocked (inbound TCP to it), so its readiness probe
+///    (`pg_isready -h 127.0.0.1`) fails while its WAL receiver's own connection and its
+///    manager go on: A turns NotReady and commits are still acknowledged;
+/// 3. the primary's pod is frozen.
+///
+/// The failover does not promote B, Ready but behind: the cluster turns `Degraded`
+/// (`NoPromotionTarget`) naming A, and B stays in recovery. Once A's port is open again
+/// and A is Ready, A is promoted. Thawed and healed, every pod Ready, the writer lost
+/// no acknowledged commit.
+#[tokio::test]
+async fn under_required_a_failover_waits_for_the_furthest_member_whose_probe_fails_and_loses_no_acknowledged_commit()
+ {
+    if !real_node() {
+        return;
+    }
+    let real = Real::new("pgreal-furthest").await;
+    let name = "req";
+    let pg = real
+        .cluster(
+            name,
+            3,
+            json!({
+                "failoverDelaySeconds": 5,
+                "synchronous": {"number": 1, "method": "Any", "dataDurability": "Required"},
+            }),
+        )
+        .await;
+    let old = primary_of(&pg);
+    let mut standbys: Vec<String> = (0..3)
+        .map(|k| format!("{name}-{k}"))
+        .filter(|p| *p != old)
+        .collect();
+    standbys.sort();
+    let (a, b) = (standbys[0].clone(), standbys[1].clone());
+    real.shows(
+        &old,
+        "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'quorum'",
+        "2",
+    )
+    .await;
+    let pods: Api<Pod> = real.pg.env.api();
+    let uid = |pod: Pod| pod.uid().unwrap_or_default();
+    let uid_old = uid(pods.get(&old).await.expect("the primary's pod"));
+    let uid_a = uid(pods.get(&a).await.expect("A's pod"));
+    let uid_b = uid(pods.get(&b).await.expect("B's pod"));
+    real.start_client(name).await;
+    real.writing(true);
+    real.acks_grow(0, 10).await;
+
+    // 1. B receives no WAL any more; its own probe (on loopback) still passes.
+    pod_nft(&[
+        "add",
+        &uid_b,
+        "wal_in",
+        r#"iifname != "lo" tcp sport 5432 counter drop"#,
+    ]);
+    let n = real.acks().len();
+    real.acks_grow(n, 10).await;
+    let received = |pod: &str| {
+        let (ok, out) = real.psql_on(pod, "SELECT pg_last_wal_receive_lsn()");
+        assert!(ok, "{pod}'s receive position: {out}");
+        lsn(out.trim()).unwrap_or_else(|| panic!("{pod}'s receive position: {out:?}"))
+    };
+    let b_stuck = received(&b);
+    let n = real.acks().len();
+    real.acks_grow(n, 20).await;
+    assert_eq!(
+        received(&b),
+        b_stuck,
+        "{b} still receives WAL through the rule"
+    );
+    let a_flushed = |real: &Real| {
+        let sql =
+            format!("SELECT flush_lsn FROM pg_stat_replication WHERE application_name = '{a}'");
+        let (ok, out) = real.psql_on(&old, &sql);
+        assert!(ok, "{a}'s flush position on {old}: {out}");
+        lsn(out.trim()).unwrap_or(0)
+    };
+    assert!(
+        a_flushed(&real) > b_stuck,
+        "{old} has no commit that {a} flushed beyond {b}"
+    );
+    eprintln!("(N1) {b}'s WAL stream dropped; {a} alone acknowledges commits");
+
+    // 2. A's probe fails; it streams and acknowledges on.
+    pod_nft(&["add", &uid_a, "probe", "tcp dport 5432 counter drop"]);
+    let blocked_at = now_epoch();
+    until(&pods, &a, &format!("{a} NotReady"), SLOW, |p| !pod_ready(p)).await;
+    eprintln!(
+        "(N1) {a} NotReady {:.1}s after its port was blocked",
+        now_epoch() - blocked_at
+    );
+    let n = real.acks().len();
+    let before = real.acks_grow(n, 10).await;
+
+    // 3. The primary frozen. Every version of the cluster and of B from here on is kept.
+    let clusters = Recorder::start(real.pg.api.clone(), name).await;
+    let b_pods = Recorder::start(pods.clone(), &b).await;
+    let cgroup =
+        pod_cgroup(&uid_old).unwrap_or_else(|| panic!("no freezer cgroup for pod{uid_old}"));
+    let frozen_at = now_epoch();
+    let frozen = Frozen::freeze(cgroup).await;
+    let acked_at_freeze = real.acks().len();
+
+    let want = format!("read {a} furthest");
+    let degraded = real
+        .cluster_until(name, "Degraded (NoPromotionTarget) naming A", move |pg| {
+            pg.status
+                .as_ref()
+                .and_then(|s| s.engine.condition(conditions::DEGRADED))
+                .is_some_and(|c| {
+                    c.status == conditions::status::TRUE
+                        && c.reason == NO_PROMOTION_TARGET
+                        && c.message.contains(&want)
+                })
+        })
+        .await;
+    let message = degraded
+        .status
+        .as_ref()
+        .and_then(|s| s.engine.condition(conditions::DEGRADED))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    eprintln!(
+        "(N1) {old} frozen; Degraded {:.1}s later: {message}",
+        now_epoch() - frozen_at
+    );
+    assert!(
+        message.contains(&format!("{b} is not promoted below them")),
+        "{message}"
+    );
+    // Two of the failover's rounds (a Degraded wait asks again every 10 s): B, Ready,
+    // stays a standby in recovery throughout.
+    let hold = tokio::time::Instant::now() + Duration::from_secs(25);
+    while tokio::time::Instant::now() < hold {
+        let (ok, out) = real.psql_on(&b, "SELECT pg_is_in_recovery()");
+        assert!(ok && out.trim() == "t", "{b} left recovery: {out}");
+        let roles = real.roles(name).await;
+        let role = roles
+            .get(&b)
+            .map(|(r, _, _)| r.as_str())
+            .unwrap_or_default();
+        assert_ne!(role, "primary", "{b} labelled primary");
+        let pg = real.pg.api.get(name).await.expect("the cluster");
+        assert_ne!(
+            pg.status.as_ref().and_then(|s| s.primary_pod.as_deref()),
+            Some(b.as_str()),
+            "{name} names {b} its primary"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    eprintln!(
+        "(N1) {a}'s rules: {}",
+        pod_nft(&["list", &uid_a])
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+
+    // A's port open again: A turns Ready and is promoted.
+    pod_nft(&["del", &uid_a, "probe"]);
+    let opened_at = now_epoch();
+    let new = failed_over_from(&real, name, &old).await;
+    eprintln!(
+        "(N1) {a}'s port open; {name} Ready with {new} {:.1}s later ({:.1}s after the freeze)",
+        now_epoch() - opened_at,
+        now_epoch() - frozen_at
+    );
+    assert_eq!(
+        new, a,
+        "the failover promoted {new}, not the furthest member {a}"
+    );
+
+    // Never B: not as the cluster's primary, nor as a chosen target, nor by its label.
+    let mut chosen = Vec::new();
+    for (_, pg) in clusters.seen() {
+        assert_ne!(
+            pg.status.as_ref().and_then(|s| s.primary_pod.as_deref()),
+            Some(b.as_str()),
+            "{name} named {b} its primary"
+        );
+        chosen.extend(
+            history(&pg)
+                .into_iter()
+                .filter(|h| h.reason == MOST_ADVANCED_CHOSEN)
+                .map(|h| h.message),
+        );
+    }
+    assert!(!chosen.is_empty(), "no MostAdvancedChosen seen");
+    let target = format!("{a} is the most advanced");
+    assert!(
+        chosen.iter().all(|m| m.contains(&target)),
+        "a failover chose another than {a}: {chosen:?}"
+    );
+    for (_, pod) in b_pods.seen() {
+        assert_ne!(
+            pod.labels().get(ROLE).map(String::as_str),
+            Some("primary"),
+            "{b} was labelled primary"
+        );
+    }
+
+    // Thawed and healed: every member back, B streaming from A, writes going on.
+    drop(frozen);
+    pod_nft(&["del", &uid_b, "wal_in"]);
+    real.all_ready(name).await;
+    real.shows(
+        &b,
+        "SELECT split_part(sender_host, '.', 1) FROM pg_stat_wal_receiver WHERE status = 'streaming'",
+        &a,
+    )
+    .await;
+    let n = real.acks().len();
+    real.acks_grow(n, 10).await;
+    let Tally { acked, rows, lost } = real.tally(name);
+    eprintln!(
+        "(N1) {old} -> {new} ({b} behind, {a} NotReady at the freeze): {} acknowledged ({before} before the freeze, {acked_at_freeze} at it), {} rows; lost {lost:?}",
+        acked.len(),
+        rows.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged commits lost under dataDurability Required: {lost:?}"
+    );
     real.finish().await;
 }
