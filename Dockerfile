@@ -3,10 +3,10 @@
 # NOTE: this Dockerfile cannot be built on the development machines of this
 # repository (there is no container engine there). `tools/images/build.sh lockstep`
 # builds the equivalent image there (same static binary, empty base with CA
-# certificates and the nonroot user) as docker.io/library/lockstep:0.1.0 and
+# certificates and the nonroot user) as ghcr.io/lockstep-dev/operator:0.1.0 and
 # `tools/images/load.sh lockstep` loads it into the local cluster's real node.
 #
-#   docker build -t lockstep:0.1.0 .
+#   docker build -t ghcr.io/lockstep-dev/operator:0.1.0 .
 #   kubectl apply --server-side -k examples/deploy
 #
 # Build: a static binary on the gnu target (glibc linked statically with

@@ -61,6 +61,21 @@ fresh: build ## Fail if the committed crds/, machines/, the chart's CRDs and ver
 dist: ## Regenerate dist/install.yaml, the chart's CRDs and version, and its snapshots (tests/chart) from crds/, Cargo.toml and charts/lockstep.
 	tools/helm/chart.sh update
 
+# The images a release publishes (tools/images/build.sh names): the operator and one
+# PostgreSQL image per supported major, each with pgBackRest.
+RELEASE_IMAGES := lockstep postgres-15 postgres-17 postgres-18
+# Where `make push` pushes them: a registry and repository prefix. Default: the running
+# local cluster's registry (tools/registry/registry.sh address), under lockstep-dev/.
+REGISTRY ?=
+
+.PHONY: images
+images: ## Build (or reuse from cache) the release images, RELEASE_IMAGES: the operator and the PostgreSQL images (tools/images/build.sh).
+	tools/images/build.sh $(RELEASE_IMAGES)
+
+.PHONY: push
+push: ## Push the release images to REGISTRY (host[:port]/prefix; default: the local cluster's registry), tagged by Cargo.toml's and PostgreSQL's versions (tools/registry/push.sh).
+	tools/registry/push.sh $(if $(REGISTRY),--registry $(REGISTRY)) $(RELEASE_IMAGES)
+
 .PHONY: chart
 chart: ## helm lint of charts/lockstep, and helm template against the snapshots in tests/chart (helm built from Go modules, tools/helm/build.sh).
 	tools/helm/chart.sh test
@@ -102,13 +117,19 @@ scripts: ## Pod scripts against real PostgreSQL servers and a local S3 server.
 
 .PHONY: e2e
 e2e: cluster-up ## End-to-end tests on the local control plane (brings it up).
-	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2 --skip postgres_real:: --skip postgres_freeze::
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2 --skip postgres_real:: --skip postgres_freeze:: --skip install::
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test -p lockstep-canary --test e2e
 
 .PHONY: e2e-postgres-real
 e2e-postgres-real: ## PostgresCluster on real PostgreSQL pods on the real node (cluster-up with the real node first).
-	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 postgres-15-bare postgres-15-next s3 lockstep
+	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 postgres-15-bare postgres-15-next postgres-17 postgres-18 s3 lockstep
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- postgres_real:: postgres_freeze:: --test-threads=2
+
+.PHONY: e2e-install
+# Alone: the chart's operator watches every namespace.
+e2e-install: ## Install with `helm install` of charts/lockstep on the real node; databases through a switchover, `helm upgrade` and `helm uninstall` (tests/e2e/install.rs).
+	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 etcd-3.6
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- install:: --test-threads=1 --nocapture
 
 .PHONY: demo
 # The DistributedDB part keeps the control plane up for the PostgreSQL part, which tears
@@ -132,7 +153,7 @@ test: ## Everything CI checks; the control plane is torn down afterwards.
 	@tools/prebuild.sh start
 	@status=0; $(MAKE) --no-print-directory lint fresh chart docs unit scripts e2e || status=$$?; \
 	  if [ "$$status" = 0 ] && [ "$${LOCKSTEP_REAL_NODE:-1}" != 0 ]; then \
-	    $(MAKE) --no-print-directory node-smoke e2e-postgres-real demo || status=$$?; \
+	    $(MAKE) --no-print-directory node-smoke e2e-postgres-real e2e-install demo || status=$$?; \
 	  fi; \
 	  tools/prebuild.sh stop; cat target/prebuild/log 2>/dev/null || true; \
 	  $(MAKE) --no-print-directory cluster-down; exit $$status

@@ -51,10 +51,12 @@ run() {
   step "control plane and KWOK" "$ROOT/tools/cluster/build.sh"
   if [ "${LOCKSTEP_REAL_NODE:-1}" != 0 ]; then
     step "real node" "$ROOT/tools/node/build.sh"
+    step "registry and crane" "$ROOT/tools/registry/build.sh"
     # In the order the tiers need them: cluster-up, the KWOK tier (the operator's
-    # image, etcd and its client), the real-PostgreSQL tier.
+    # image, etcd and its client), the real-PostgreSQL tier (15, then the other majors),
+    # the install tier.
     local image
-    for image in pause lockstep etcd-3.6 etcd-3.7 backup s3 postgres-15 postgres-15-bare postgres-15-next; do
+    for image in pause lockstep etcd-3.6 etcd-3.7 backup s3 postgres-15 postgres-15-bare postgres-15-next postgres-17 postgres-18 lockstep-next; do
       step "image $image" "$ROOT/tools/images/build.sh" "$image"
     done
   fi

@@ -14,8 +14,9 @@
 #   node-build      build (or reuse from cache) kubelet, kube-proxy, containerd, CoreDNS
 #   node-smoke      real pod on the real node: DNS, Service, exec, logs, S3
 #   node-etcd-check the etcd images: 3.6->3.7 upgrade under a writer, backup, restore
-#   images          build (or reuse from cache) every local image (tools/images)
-#   images-load     build and import them into the running real node
+#   images-load     build (or reuse from cache) every local image (tools/images) and
+#                   import them into the running real node
+# (`make images` and `make push`, the release images, are in the top-level Makefile.)
 #
 # Environment: LOCKSTEP_REAL_NODE=0 starts no real node (KWOK only);
 # LOCKSTEP_CLUSTER_DIR overrides CLUSTER_DIR.
@@ -35,7 +36,7 @@ CLUSTER_KUBECTL := $(CLUSTER_DIR)/bin/kubectl
 # Evaluated lazily: hashing the inputs costs a few milliseconds, no build.
 CLUSTER_BIN_DIR = $(shell $(CLUSTER_ROOT)/tools/cluster/build.sh --print)
 
-.PHONY: cluster-build cluster-up cluster-down cluster-status cluster-selftest node-build node-smoke node-etcd-check images images-load
+.PHONY: cluster-build cluster-up cluster-down cluster-status cluster-selftest node-build node-smoke node-etcd-check images-load
 
 cluster-build:
 	@$(CLUSTER_ROOT)/tools/cluster/build.sh >/dev/null
@@ -60,9 +61,6 @@ node-smoke:
 
 node-etcd-check:
 	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/node/etcd-check.sh
-
-images:
-	@$(CLUSTER_ROOT)/tools/images/build.sh
 
 images-load:
 	@LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) $(CLUSTER_ROOT)/tools/images/load.sh

@@ -18,9 +18,10 @@ if [ -f "$KUBECONFIG_ADMIN" ] && [ -x "$CLUSTER_DIR/bin/kubectl" ] && pid_alive 
 fi
 
 # The real node's processes first (its kubelet talks to the API server), then
-# the control plane, then the node's namespaces and veth (the API server binds
+# the registry (it binds the veth address too) and the control plane, then the node's namespaces and veth (the API server binds
 # the veth address: without it, it cannot shut down cleanly).
 node_stop
+stop registry
 for c in "${COMPONENTS_STOP_ORDER[@]}"; do stop "$c"; done
 node_stop_net
 

@@ -84,3 +84,6 @@ stop() {
 # The real node (kubelet + containerd); LOCKSTEP_REAL_NODE=0 leaves it out.
 # shellcheck source=../node/node.sh
 . "$CLUSTER_TOOLS/../node/node.sh"
+# Its image registry, a host process started with it.
+# shellcheck source=../registry/lib.sh
+. "$CLUSTER_TOOLS/../registry/lib.sh"

@@ -27,6 +27,12 @@ if [ -f "$PIDS/node-holder.pid" ]; then
       rc=1
     fi
   done
+  if pid_alive registry; then
+    echo "registry: running (pid $(cat "$PIDS/registry.pid")) at $(registry_address)"
+  else
+    echo "registry: NOT running"
+    rc=1
+  fi
   echo "real node $NODE_NAME: $NODE_IP on ${NODE_IFACE:-?} (host ${HOST_IP:-?}), pods ${POD_CIDR:-?}, taint $NODE_TAINT"
 elif real_node_enabled && [ -d "$CLUSTER_DIR" ]; then
   echo "real node: not started (LOCKSTEP_REAL_NODE=0 when the cluster came up?)"

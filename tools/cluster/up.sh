@@ -2,7 +2,8 @@
 # Start the local Lockstep test cluster: kube-apiserver (with embedded etcd),
 # kube-controller-manager, kube-scheduler and KWOK with 3 fake nodes, all as
 # local processes with free ports, plus one real node (containerd + kubelet +
-# kube-proxy + CoreDNS in its own namespaces, tools/node/node.sh).
+# kube-proxy + CoreDNS in its own namespaces, tools/node/node.sh) and an image
+# registry that it pulls from (tools/registry/lib.sh).
 #
 # Idempotent: returns at once when the cluster is already up and healthy.
 # Returns when /readyz is ok, the KWOK nodes and the real node are Ready and
@@ -37,6 +38,7 @@ healthy() {
   [ "$ready" -ge "$((NODES + EXPECT_REAL))" ] || return 1
   if real_node_enabled; then
     for c in "${NODE_COMPONENTS_STOP_ORDER[@]}"; do pid_alive "$c" || return 1; done
+    pid_alive registry || return 1
   fi
 }
 EXPECT_REAL=0
@@ -67,6 +69,7 @@ if real_node_enabled; then
   PAUSE_TAR="$("$REPO_ROOT/tools/images/build.sh" pause)"
   # shellcheck disable=SC2034 # read by node_write_configs (tools/node/node.sh)
   PAUSE_IMAGE="$("$REPO_ROOT/tools/images/build.sh" --name pause)"
+  REGISTRY_BIN="$("$REPO_ROOT/tools/registry/build.sh")"
   node_net_up || { "$CLUSTER_TOOLS/down.sh"; exit 1; }
   API_IP="$HOST_IP"
 fi
@@ -113,6 +116,8 @@ KCM_PORT="$(free_port)"
 SCHED_PORT="$(free_port)"
 ETCD_CLIENT_PORT="$(free_port)"
 ETCD_PEER_PORT="$(free_port)"
+REGISTRY_PORT=""
+if real_node_enabled; then REGISTRY_PORT="$(free_port)"; fi
 SERVER="https://$API_IP:$APISERVER_PORT"
 cat >"$CLUSTER_DIR/ports.env" <<EOF
 APISERVER_PORT=$APISERVER_PORT
@@ -120,6 +125,7 @@ KCM_PORT=$KCM_PORT
 SCHEDULER_PORT=$SCHED_PORT
 ETCD_CLIENT_PORT=$ETCD_CLIENT_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
+REGISTRY_PORT=$REGISTRY_PORT
 API_IP=$API_IP
 EOF
 
@@ -154,13 +160,16 @@ log "generating certificates in $PKI"
   sign local-provisioner "/O=system:masters/CN=lockstep-local-provisioner" "$client_ext"
   # Front-proxy client for the aggregation layer.
   sign front-proxy-client "/CN=front-proxy-client" "$client_ext"
-  if real_node_enabled; then node_certs; fi
+  if real_node_enabled; then
+    node_certs
+    registry_certs
+  fi
   openssl genrsa -out sa.key 2048 >/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub >/dev/null
   chmod 600 ./*.key
 ) || true
 certs=(ca.crt apiserver.crt admin.crt controller-manager.crt scheduler.crt kwok.crt local-provisioner.crt front-proxy-client.crt sa.key sa.pub)
-if real_node_enabled; then certs+=(kubelet-client.crt kubelet-serving.crt kube-proxy.crt coredns.crt apiserver-kubelet-client.crt); fi
+if real_node_enabled; then certs+=(kubelet-client.crt kubelet-serving.crt kube-proxy.crt coredns.crt apiserver-kubelet-client.crt registry.crt); fi
 for f in "${certs[@]}"; do
   [ -s "$PKI/$f" ] || fail "certificate generation failed (openssl): no $PKI/$f; see $LOGS/pki.log"
 done
@@ -363,6 +372,11 @@ kctl apply -f "$CLUSTER_DIR/bootstrap.yaml" >>"$LOGS/bootstrap.log" 2>&1 || fail
 
 # ---------------------------------------------------------------- real node
 if real_node_enabled; then
+  # The registry first: containerd reads its hosts.toml (certs.d) on each pull.
+  log "starting the image registry on $HOST_IP:$REGISTRY_PORT (TLS, the cluster's CA)"
+  registry_write_configs "$REGISTRY_BIN" "$REGISTRY_PORT"
+  registry_start
+  STARTED+=(registry)
   # shellcheck disable=SC2153 # NODE_IP is set by node_net_up
   log "starting the real node $NODE_NAME: containerd, kubelet, kube-proxy, CoreDNS ($NODE_IP)"
   node_write_configs "$NODE_BIN"
@@ -400,6 +414,7 @@ if real_node_enabled; then
   wait_for "the real node $NODE_NAME Ready" real_node_ready
   coredns_ready() { in_node curl -fsS --max-time 2 http://127.0.0.1:8181/ready; }
   wait_for "CoreDNS ready" coredns_ready
+  wait_for "the image registry at $(registry_address)" registry_healthy
 fi
 
 log "cluster up ($SECONDS s): export KUBECONFIG=$KUBECONFIG_ADMIN; kubectl at $CLUSTER_DIR/bin/kubectl"

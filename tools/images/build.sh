@@ -15,15 +15,24 @@
 #   etcd-3.6:       lockstep.local/etcd:v3.6.16            etcd, etcdctl, etcdutl + entrypoint/hooks, Debian minbase + curl
 #                                                          (runs as nonroot, uid/gid 65532)
 #   etcd-3.7:       lockstep.local/etcd:v3.7.3             the same at 3.7
-#   postgres-15:    docker.io/library/postgres:15          PostgreSQL 15 + curl + pgBackRest (postgres uid 999 as in the official image):
+#   postgres-15:    ghcr.io/lockstep-dev/postgres:15       PostgreSQL 15 + curl + pgBackRest (postgres uid 999 as in the official image):
 #                                                          the backup and restore Jobs' image (their scripts upload with curl)
 #   postgres-15-bare: lockstep.local/postgres:15-bare      postgres-15 without curl or perl: what the instances of the real
 #                                                          e2e tier run (the server binaries, pgBackRest, no file of Lockstep's)
 #   postgres-15-next: lockstep.local/postgres:15-next      postgres-15-bare's root filesystem under a second tag (and
 #                                                          LOCKSTEP_IMAGE_BUILD=next): the target of upgrade tests
+#   postgres-17:    ghcr.io/lockstep-dev/postgres:17       postgres-15's recipe on Debian trixie (PostgreSQL 17)
+#   postgres-18:    ghcr.io/lockstep-dev/postgres:18       postgres-15's recipe on Debian sid (PostgreSQL 18)
 #   backup:         lockstep.local/backup:1                curl (S3 SigV4 uploads), etcdctl, etcdutl, s3 helper (nonroot, 65532)
 #   s3:             lockstep.local/s3:v1.8.0               versitygw S3 gateway, POSIX backend (static Go)
-#   lockstep:       docker.io/library/lockstep:0.1.0       the operator (static Rust binary, empty base)
+#   lockstep:       ghcr.io/lockstep-dev/operator:<version> the operator (static Rust binary, empty base),
+#                                                          its tag Cargo.toml's version
+#   lockstep-next:  ghcr.io/lockstep-dev/operator:<version>-next lockstep's root filesystem under a second tag
+#                                                          (and LOCKSTEP_IMAGE_BUILD=next): the target of the
+#                                                          install e2e's `helm upgrade` of the operator
+#
+# ghcr.io/lockstep-dev/... are the project's published names (tools/registry/push.sh
+# pushes them to any registry); lockstep.local/... are for the local tiers only.
 set -euo pipefail
 
 command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
@@ -31,7 +40,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 CACHE_ROOT="${LOCKSTEP_CACHE:-${HOME:-/root}/.cache/lockstep}"
 IMAGES_DIR="$CACHE_ROOT/images"
-ALL=(pause etcd-3.6 etcd-3.7 postgres-15 postgres-15-bare postgres-15-next backup s3 lockstep)
+ALL=(pause etcd-3.6 etcd-3.7 postgres-15 postgres-15-bare postgres-15-next postgres-17 postgres-18 backup s3 lockstep lockstep-next)
+# The Debian suite a minbase root filesystem comes from; build_one sets it per image
+# (suite_of), so debian_rootfs and debian_base read it as they always have.
 DEBIAN_SUITE=bookworm
 IMAGE_PROFILE="${LOCKSTEP_IMAGE_PROFILE:-release}"
 
@@ -42,13 +53,27 @@ ref_of() {
     pause) echo lockstep.local/pause:3.10 ;;
     etcd-3.6) echo lockstep.local/etcd:v3.6.16 ;;
     etcd-3.7) echo lockstep.local/etcd:v3.7.3 ;;
-    postgres-15) echo docker.io/library/postgres:15 ;;
+    postgres-15) echo ghcr.io/lockstep-dev/postgres:15 ;;
     postgres-15-bare) echo lockstep.local/postgres:15-bare ;;
     postgres-15-next) echo lockstep.local/postgres:15-next ;;
     backup) echo lockstep.local/backup:1 ;;
     s3) echo lockstep.local/s3:v1.8.0 ;;
-    lockstep) echo docker.io/library/lockstep:0.1.0 ;;
+    postgres-17) echo ghcr.io/lockstep-dev/postgres:17 ;;
+    postgres-18) echo ghcr.io/lockstep-dev/postgres:18 ;;
+    lockstep) echo "ghcr.io/lockstep-dev/operator:$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -1)" ;;
+    lockstep-next) echo "$(ref_of lockstep)-next" ;;
     *) log "unknown image '$1' (known: ${ALL[*]})"; return 1 ;;
+  esac
+}
+
+# suite_of IMAGE: the Debian suite IMAGE's root filesystem comes from. Each
+# PostgreSQL major comes from the suite that serves it with pgBackRest:
+# bookworm has 15, trixie 17, sid 18 (docs/postgres-versions.md).
+suite_of() {
+  case "$1" in
+    postgres-17) echo trixie ;;
+    postgres-18) echo sid ;;
+    *) echo bookworm ;;
   esac
 }
 
@@ -59,10 +84,10 @@ inputs_of() {
     pause) echo "$common tools/images/go.mod tools/images/cmd/pause/main.go" ;;
     etcd-3.6) echo "$common $(cd "$ROOT" && ls tools/images/etcd/v3.6.16/go.* tools/images/etcd/bin/*)" ;;
     etcd-3.7) echo "$common $(cd "$ROOT" && ls tools/images/etcd/v3.7.3/go.* tools/images/etcd/bin/*)" ;;
-    postgres-15 | postgres-15-bare | postgres-15-next) echo "$common" ;;
+    postgres-15 | postgres-15-bare | postgres-15-next | postgres-17 | postgres-18) echo "$common" ;;
     backup) echo "$common tools/images/etcd/v3.7.3/go.mod tools/images/etcd/v3.7.3/go.sum tools/images/backup/s3 tools/images/etcd/bin/etcd-backup tools/images/etcd/bin/etcd-lib.sh" ;;
     s3) echo "$common tools/images/s3/go.mod tools/images/s3/go.sum" ;;
-    lockstep) echo "$common Cargo.toml Cargo.lock $(cd "$ROOT" && find src -type f | LC_ALL=C sort)" ;;
+    lockstep | lockstep-next) echo "$common Cargo.toml Cargo.lock $(cd "$ROOT" && find src -type f | LC_ALL=C sort)" ;;
   esac
 }
 
@@ -78,13 +103,15 @@ recipe_text() {
 hash_of() {
   (
     cd "$ROOT"
-    echo "image=$1 ref=$(ref_of "$1") go=$(go env GOVERSION) suite=$DEBIAN_SUITE"
-    [ "$1" != lockstep ] || echo "profile=$IMAGE_PROFILE"
+    echo "image=$1 ref=$(ref_of "$1") go=$(go env GOVERSION) suite=$(suite_of "$1")"
+    case "$1" in lockstep | lockstep-next) echo "profile=$IMAGE_PROFILE" ;; esac
     recipe_text "$1"
     # postgres-15-next is postgres-15-bare's root filesystem, which is postgres-15's:
     # their recipes count too.
     [ "$1" != postgres-15-next ] || recipe_text postgres-15-bare
     case "$1" in postgres-15-bare | postgres-15-next) recipe_text postgres-15 ;; esac
+    # lockstep-next is lockstep's root filesystem: its recipe counts too.
+    [ "$1" != lockstep-next ] || recipe_text lockstep
     declare -f debian_rootfs debian_base go_static oci unpack_image
     case "$1" in etcd-* | backup) declare -f nonroot_user ;; esac
     for f in $(inputs_of "$1"); do echo "$f $(sha256sum <"$f" | cut -d' ' -f1)"; done
@@ -102,9 +129,21 @@ go_static() { # MODULE_DIR OUT PKG...: a static, stripped Go build
 # need_mmdebstrap: install Debian's mmdebstrap if missing (outside the hashed
 # helpers: how it gets installed does not change an image).
 need_mmdebstrap() {
-  command -v mmdebstrap >/dev/null 2>&1 && return 0
+  type -P mmdebstrap >/dev/null 2>&1 && return 0
   log "installing mmdebstrap (Debian package)"
   "$ROOT/tools/apt-install.sh" mmdebstrap >&2
+}
+
+# mmdebstrap ARGS...: Debian's mmdebstrap, as debian_rootfs calls it. A suite that
+# moves (sid) publishes a Release file valid for a week, which a mirror frozen at a
+# snapshot serves expired: apt is told not to check that date for it (the signature
+# is still checked). Outside the hash, as need_mmdebstrap: which Release file apt
+# accepts does not change what it installs.
+mmdebstrap() {
+  case "$DEBIAN_SUITE" in
+    sid) command mmdebstrap --aptopt='Acquire::Check-Valid-Until "false"' "$@" ;;
+    *) command mmdebstrap "$@" ;;
+  esac
 }
 
 # debian_rootfs DIR PACKAGES...: Debian minbase plus PACKAGES (apt caches and
@@ -176,7 +215,10 @@ build_one() {
   rootfs="$tmp/rootfs"
   mkdir -p "$rootfs"
   local t0=$SECONDS
-  log "building $name ($ref)"
+  # Read by debian_rootfs and debian_base (dynamic scope): this image's suite.
+  local DEBIAN_SUITE
+  DEBIAN_SUITE="$(suite_of "$name")"
+  log "building $name ($ref, Debian $DEBIAN_SUITE)"
   case "$name" in etcd-* | postgres-* | backup) need_mmdebstrap ;; esac
   case "$name" in
     pause)
@@ -209,6 +251,19 @@ build_one() {
       oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["postgres"]' --user 999:999 \
         --env PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         --env PGDATA=/var/lib/postgresql/data --env PG_MAJOR=15
+      ;;
+    postgres-17 | postgres-18)
+      # postgres-15's recipe for another major, from the suite that serves it
+      # (suite_of). No bare variant: postgres-15-bare proves the instances need
+      # no curl or perl, and the instance manager runs the same code on every major.
+      local major="${name#postgres-}"
+      debian_rootfs "$rootfs" ca-certificates curl "postgresql-$major" "postgresql-client-$major" pgbackrest
+      mkdir -p "$rootfs/run/postgresql" "$rootfs/var/lib/postgresql/data"
+      chown 999:999 "$rootfs/run/postgresql" "$rootfs/var/lib/postgresql" "$rootfs/var/lib/postgresql/data"
+      chmod 2775 "$rootfs/run/postgresql"
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --cmd '["postgres"]' --user 999:999 \
+        --env "PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+        --env PGDATA=/var/lib/postgresql/data --env "PG_MAJOR=$major"
       ;;
     postgres-15-bare)
       # postgres-15's single layer without curl and perl (perl-base is Essential
@@ -280,6 +335,14 @@ build_one() {
       oci --rootfs "$rootfs" --name "$ref" --out "$out" --entrypoint '["/lockstep"]' \
         --cmd '["run","--leader-election"]' --user 65532:65532
       ;;
+    lockstep-next)
+      # lockstep's single layer, unpacked and written again under a second tag with one
+      # more variable: a distinct operator image (config digest) for the install e2e's
+      # `helm upgrade`, without a second build of the binary.
+      unpack_image lockstep "$rootfs"
+      oci --rootfs "$rootfs" --name "$ref" --out "$out" --entrypoint '["/lockstep"]' \
+        --cmd '["run","--leader-election"]' --user 65532:65532 --env LOCKSTEP_IMAGE_BUILD=next
+      ;;
   esac
   log "built $name in $((SECONDS - t0)) s: $(du -h "$out" | cut -f1) $out"
   # Older archives of the same image go (only the current recipe is used).
@@ -307,6 +370,7 @@ for n in "${names[@]}"; do
   case "$n" in
     postgres-15-next) add postgres-15; add postgres-15-bare ;;
     postgres-15-bare) add postgres-15 ;;
+    lockstep-next) add lockstep ;;
   esac
   add "$n"
 done

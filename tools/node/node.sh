@@ -243,6 +243,9 @@ state = "/run/containerd"
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "$PAUSE_IMAGE"
+  # Per-registry settings: the local registry's address and CA (tools/registry/lib.sh).
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "$NODE_STATE/etc/certs.d"
 EOF
   cat >"$NODE_STATE/cni/net.d/10-lockstep.conflist" <<EOF
 {
@@ -295,7 +298,7 @@ registerWithTaints:
 - {key: lockstep.dev/real-node, value: "true", effect: NoSchedule}
 failSwapOn: false
 protectKernelDefaults: false
-# Never garbage-collect the locally imported images (there is no registry).
+# Never garbage-collect the locally imported images (most are imported, not pulled).
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard:
@@ -305,6 +308,12 @@ evictionHard:
   nodefs.inodesFree: 2%
 maxPods: 110
 serializeImagePulls: false
+# An image on the node serves any pod. Without this, the kubelet pulls again an image
+# it has pulled once under another name (the same content imported as
+# ghcr.io/lockstep-dev/operator:<version> and pulled from the local registry by the
+# install test), to verify credentials: a pull from ghcr.io, which this node cannot
+# reach.
+imagePullCredentialsVerificationPolicy: NeverVerify
 nodeStatusReportFrequency: 10s
 EOF
   cat >"$etc/kube-proxy.yaml" <<EOF

@@ -43,6 +43,11 @@ EOF
 if [ "${1:-}" = --print ]; then print_env; exit; fi
 
 node_pid_alive node-kubelet || { echo "s3.sh: no real node running (make cluster-up)" >&2; exit 1; }
+# Two tests may deploy at once (the e2e tiers run two at a time): one deploy per cluster
+# at a time, so that no create races another's (AlreadyExists); the second finds
+# everything in place.
+exec 9>"$CLUSTER_DIR/s3.lock"
+flock 9
 "$REPO_ROOT/tools/images/load.sh" s3 >&2
 IMAGE="$("$REPO_ROOT/tools/images/build.sh" --name s3)"
 # The TLS port's certificate, from a CA of this cluster's own (made once: made aside, then

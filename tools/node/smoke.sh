@@ -10,6 +10,9 @@
 #     on the real node (the MutatingAdmissionPolicy of tools/node/node.sh);
 #   - the S3 server (tools/node/s3.sh) stores an object uploaded from a pod,
 #     and this machine reads the same bytes back;
+#   - containerd pulls from the cluster's registry (tools/registry): the pause
+#     image, pushed under a fresh tag, runs in a pod with imagePullPolicy: Always,
+#     and the pod's image ID names the registry's digest;
 #   - the API server runs PodSecurity admission: the namespace is labelled
 #     `pod-security.kubernetes.io/enforce: restricted`, its pods meet it, and a
 #     pod that does not is refused, the API server naming the fields.
@@ -98,6 +101,38 @@ if k wait pod/client --for=condition=Ready --timeout=90s >/dev/null 2>&1; then
 else
   bad "pod client Ready on the real node: $(k get pod client -o wide --no-headers 2>&1); $(k describe pod client | tail -5)"
 fi
+# The registry: a tag that exists nowhere but there, pulled by the node's containerd.
+reg_tag="smoke-$$-$RANDOM"
+reg_digest="$("$REPO_ROOT/tools/registry/push.sh" --tag "$reg_tag" pause 2>&1 | awk '{print $NF}')"
+reg_image="$("$REPO_ROOT/tools/registry/registry.sh" address)/lockstep-dev/pause:$reg_tag"
+k apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: pulled}
+spec:
+  nodeSelector: {$NODE_LABEL_KEY: "true"}
+  tolerations: [{key: $NODE_LABEL_KEY, operator: Exists, effect: NoSchedule}]
+  terminationGracePeriodSeconds: 1
+  securityContext: {runAsNonRoot: true, runAsUser: 65535, runAsGroup: 65535, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: c
+    image: $reg_image
+    imagePullPolicy: Always
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+EOF
+t1=$SECONDS
+if k wait pod/pulled --for=condition=Ready --timeout=60s >/dev/null 2>&1; then
+  image_id="$(k get pod pulled -o jsonpath='{.status.containerStatuses[0].imageID}')"
+  if [ "$image_id" = "$reg_digest" ]; then
+    ok "containerd pulled $reg_image from the registry (imagePullPolicy: Always), Running in $((SECONDS - t1)) s as $image_id"
+  else
+    bad "pod pulled: image ID $image_id, pushed $reg_digest"
+  fi
+else
+  bad "pod pulled ($reg_image, pushed: $reg_digest): $(k get pod pulled --no-headers 2>&1); $(k get events --field-selector involvedObject.name=pulled -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' 2>&1 | tail -3)"
+fi
+k delete pod pulled --wait=false >/dev/null 2>&1
+
 fake_node() { [[ "$(k get pod fake -o jsonpath='{.spec.nodeName}')" == kwok-node-* ]] && [ "$(k get pod fake -o jsonpath='{.status.phase}')" = Running ]; }
 if until_ok 30 fake_node; then ok "a pod without the toleration runs on KWOK ($(k get pod fake -o jsonpath='{.spec.nodeName}'))"; else bad "pod fake on a KWOK node"; fi
 

@@ -50,6 +50,10 @@ comes from is said in examples/deploy/rbac.yaml, which the e2e tests prove suffi
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "watch", "create", "patch"]
+# A PostgresCluster's NetworkPolicy (spec.networkPolicy): applied, deleted when turned off.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Upgrades delete pods one ordinal at a time; PostgresCluster moves its role label.
 - apiGroups: [""]
   resources: ["pods"]
@@ -77,10 +81,11 @@ comes from is said in examples/deploy/rbac.yaml, which the e2e tests prove suffi
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["create", "patch"]
-# Generated credentials: created once, never read, listed or watched.
+# Generated credentials, endpoint token and certificates: created once; the
+# certificates' Secret is watched (label-selected) and its leaves renewed by a patch.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["create"]
+  verbs: ["list", "watch", "create", "patch"]
 # One Event per transition.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
