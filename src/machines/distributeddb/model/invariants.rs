@@ -33,14 +33,19 @@ impl Cluster {
                 "took db-{k} down while db-{other}, also taken down, was not back"
             ));
         }
-        if HookPhase::Pre.of(&self.spec).is_some() {
-            let prefix = format!("pre-{k}-{}-", short_hash(&[&template, &pod.uid]));
-            if !self.hook_done(&prefix) {
-                self.violations.push(format!(
-                    "deleted db-{k} ({}) before its pre-hook succeeded",
-                    pod.uid
-                ));
-            }
+        // A pre-hook prepares the pod, whatever image it prepared it for: the template
+        // may have been changed by someone else since the hook ran (a reconcile on a
+        // stale cache cannot see that), and a drained pod is drained.
+        let prepared = IMAGES
+            .iter()
+            .copied()
+            .chain([template.as_str()])
+            .any(|image| self.hook_done(&format!("pre-{k}-{}-", short_hash(&[image, &pod.uid]))));
+        if HookPhase::Pre.of(&self.spec).is_some() && !prepared {
+            self.violations.push(format!(
+                "deleted db-{k} ({}) before its pre-hook succeeded",
+                pod.uid
+            ));
         }
         // A pod seen down within the staleness window may have been chosen (down pods go
         // first) on a view that did not yet show it Ready again: no cache-based controller

@@ -269,6 +269,33 @@ fn a_pod_that_fails_while_another_is_drained_is_not_replaced_first() {
 }
 
 #[test]
+fn a_pod_drained_by_its_pre_hook_may_go_down_while_someone_else_tampers_with_the_template() {
+    // Found by 20,000 generated runs: the pre-hook for db:2 succeeded, someone set the
+    // StatefulSet's image to another one, and a reconcile on an owned-object cache one
+    // event old deleted the drained pod. The delete is right (the pod was prepared; the
+    // template is restored and a pod recreated from the tampered one is replaced again,
+    // from its pre-hook); the invariant wrongly asked for a pre-hook at the tampered image.
+    use Move::*;
+    let stale = Event::Reconcile(Reconcile {
+        world_lag: 1,
+        ..Reconcile::FRESH
+    });
+    let story = vec![
+        Event::Edit(Edit::Image(1)),
+        r(),
+        r(),
+        env(StsObserves),
+        r(),
+        r(),
+        env(JobFinishes(0, true)),
+        r(),
+        env(StsImageTampered),
+        stale,
+    ];
+    holds(Cluster::existing(1, Some(1), false), &story);
+}
+
+#[test]
 fn a_scale_down_removes_one_member_at_a_time() {
     // A scale 3 -> 1 once removed two Ready pods at once.
     use Move::*;

@@ -2,6 +2,7 @@
 //! hands its role to a lower ordinal first.
 
 use super::primary_lost::{lose_primary, primary_down};
+use super::switching_over::strictest;
 use super::{D, choose_target, stay, switch_to, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::postgres::actions::PgAction;
@@ -56,6 +57,11 @@ pub(crate) fn rescale(
     if spec.replicas <= cluster.primary {
         return scale_below_primary(cluster, spec.replicas, o, actions);
     }
+    if spec.replicas < cluster.replicas
+        && let Some(why) = narrowing(spec, cluster, o)
+    {
+        return stay(WAITING_FOR_PODS, why, actions);
+    }
     let message = match from_replicas {
         None => format!(
             "scaling from {} to {} instances",
@@ -77,6 +83,38 @@ pub(crate) fn rescale(
         REPLICAS_CHANGED,
         message,
     )
+}
+
+/// Under `Required`, why a scale-down to `spec.replicas` may not remove a member yet;
+/// `None` once it may. Each member removed has its volume deleted with it, and a commit
+/// the primary acknowledged under terms that named it may be on it alone. So first every
+/// member runs the narrowed terms (the settings naming the remaining members only: each
+/// reported it judged them, and the synchronous terms recorded no longer name more
+/// members, [`strictest`]), after which every commit acknowledged waits for a remaining
+/// member; and every remaining standby streams (none reports it stopped), so that what
+/// was acknowledged before reaches them from the primary (an assumption:
+/// `docs/fencing.md`).
+fn narrowing(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> Option<String> {
+    let q = strictest(spec, o)?;
+    let remaining = spec.replicas;
+    if q.members > remaining {
+        let behind: Vec<i32> = (0..cluster.replicas.max(q.members))
+            .filter(|k| !o.own.judged.contains(k))
+            .collect();
+        return Some(format!(
+            "spec.replicas={remaining}: commits may have been acknowledged by members beyond it alone (spec.synchronous.dataDurability Required); waiting until every member runs the synchronous terms naming the remaining {remaining} only ({} not yet) before any is removed with its volume",
+            o.pod_names(&behind)
+        ));
+    }
+    let lagging: Vec<i32> = (0..remaining)
+        .filter(|k| *k != cluster.primary && o.own.lagging.contains(k))
+        .collect();
+    (!lagging.is_empty()).then(|| {
+        format!(
+            "spec.replicas={remaining}: {} not streaming; waiting until every remaining standby streams, so that the commits the removed members acknowledged reach it, before any is removed with its volume",
+            o.pod_names(&lagging)
+        )
+    })
 }
 
 /// Decide in Scaling: wait until exactly `cluster.replicas` instances exist, all Ready.

@@ -16,8 +16,9 @@ use crate::machines::postgres::observe::{Observed, RELEASED_LSN, SWITCHOVER, hol
 use crate::machines::postgres::state::{
     PgState, PodRef, Surveyed, SwitchCause, SwitchStep, Switchover, Topology,
 };
-use crate::machines::postgres::synchronous::{DataDurability, survey_quorum};
+use crate::machines::postgres::status;
 use crate::machines::postgres::table::reason::*;
+use crate::machines::postgres::terms::{self, Quorum};
 
 /// How long past `L + S` a switchover may wait for the Lease holder to be fenced before
 /// it reports Degraded (the holder keeps renewing: its server is alive and writable).
@@ -483,7 +484,9 @@ fn resurvey(
 
 /// With `spec.synchronous` Required, every acknowledged commit is on `number` of the
 /// other members, so a failover must read `others - number + 1` of them to be sure the
-/// most advanced one read has them all (`synchronous::survey_quorum`). A survey that read
+/// most advanced one read has them all; `number` and the members are the strictest of
+/// the terms commits may have been acknowledged under ([`strictest`]: the fewest
+/// standbys, the most members, a member a scale-down removed included). A survey that read
 /// fewer: wait (Degraded, naming who and the way out) until [`RESURVEY_SECONDS`]
 /// after its answers were read (`survey`: its token and when), then survey again;
 /// unless every member it did not read reports an empty volume
@@ -500,8 +503,18 @@ fn quorum_unread(
 ) -> Option<Unread> {
     let o = &world.observed;
     let old = s.cluster.primary;
-    let others: Vec<i32> = (0..s.cluster.replicas).filter(|k| *k != old).collect();
-    let needed = survey_quorum(spec.synchronous.as_ref(), others.len())?;
+    let q = strictest(spec, o)?;
+    let q = Quorum {
+        members: q.members.max(s.cluster.replicas),
+        ..q
+    };
+    // Every member the terms name, a member a scale-down removed included: it may hold
+    // a commit no other has, and is never counted as read once it is gone.
+    let others: Vec<i32> = (0..q.members).filter(|k| *k != old).collect();
+    let needed = q.needed();
+    if needed == 0 {
+        return None;
+    }
     let read: Vec<i32> = others
         .iter()
         .copied()
@@ -515,7 +528,7 @@ fn quorum_unread(
         .copied()
         .filter(|k| !read.contains(k))
         .collect();
-    let number = spec.synchronous.as_ref().map_or(0, |x| x.number);
+    let number = q.number;
     // Members whose managers report an empty volume lost what they held: no answer of
     // theirs can bring it back, so surveying them again is a wait without end.
     let dead_end = unread.iter().all(|k| o.own.empty.contains(k));
@@ -529,7 +542,8 @@ fn quorum_unread(
     };
     let message = format!(
         "{what}: every acknowledged commit is on {number} of the {} other members \
-         (spec.synchronous), so {needed} must be read to promote one that has them all; \
+         (the strictest synchronous terms commits may have been acknowledged under, \
+         status.synchronousTerms), so {needed} must be read to promote one that has them all; \
          survey {token} read {} ({}); {waiting}. To promote the most advanced \
          member read instead, losing the commits only the others may hold, set \
          spec.synchronous.dataDurability to Preferred",
@@ -549,6 +563,15 @@ fn quorum_unread(
             true,
         ))
     })
+}
+
+/// The quorum a failover under `Required` reads: the strictest of the synchronous terms
+/// commits may have been acknowledged under ([`terms::quorum`]), as the status will
+/// record them from this observation ([`status::synchronous_terms`]); `None` when the
+/// spec is not `Required`.
+pub(crate) fn strictest(spec: &PostgresClusterSpec, o: &Observed) -> Option<Quorum> {
+    let recorded = status::synchronous_terms(spec, o, o.own.synchronous_terms.as_deref());
+    terms::quorum(spec.synchronous.as_ref(), &recorded)
 }
 
 /// A quorum the survey did not read ([`quorum_unread`]).
@@ -678,14 +701,14 @@ fn hand_over(
         Fence::Fenced { why, .. } if !planned => {
             // Under `Required` a commit is acknowledged only once a standby has it, and the
             // quorum rule made sure the survey read one that does.
-            let lost = if spec
-                .synchronous
-                .as_ref()
-                .is_some_and(|s| s.data_durability == DataDurability::Required)
-            {
-                "WAL only the old primary had was never acknowledged (synchronous replication, dataDurability: Required): no acknowledged commit is lost"
-            } else {
-                "commits only the old primary had are lost"
+            let lost = match strictest(spec, o) {
+                Some(q) if q.promised => {
+                    "WAL only the old primary had was never acknowledged (synchronous replication, dataDurability: Required): no acknowledged commit is lost"
+                }
+                Some(_) => {
+                    "commits only the old primary had are lost if it acknowledged them under earlier synchronous terms that did not wait for a standby (status.synchronousTerms)"
+                }
+                None => "commits only the old primary had are lost",
             };
             let why = match &lease.released_lsn {
                 Some(lsn) => format!(

@@ -420,10 +420,12 @@ impl World {
             AgentAction::StartStandby => {
                 let standby = self.volumes.get(&k) == Some(&Vol::Standby);
                 let settings = self.restart_settings;
+                let runs = self.runs();
                 if let Some(p) = self.pods.get_mut(&k).filter(|_| standby) {
                     p.server = Srv::Standby;
                     p.settings_started = settings;
                     p.settings_judged = settings;
+                    p.sync_runs = Some(runs);
                     p.stream_broken = None;
                     self.streaming.remove(&k);
                 }
@@ -438,11 +440,13 @@ impl World {
                 }
                 self.volumes.insert(k, Vol::Primary { clean: false });
                 let settings = self.restart_settings;
+                let runs = self.runs();
                 if let Some(p) = self.pods.get_mut(&k) {
                     p.server = Srv::Writable;
                     p.writable = true;
                     p.settings_started = settings;
                     p.settings_judged = settings;
+                    p.sync_runs = Some(runs);
                 }
                 // A server that starts writable has no standby connected yet.
                 self.streaming.clear();

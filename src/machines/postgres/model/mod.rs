@@ -140,12 +140,16 @@
 //! answers of Ready members, found by generated runs of a world focused on failovers
 //! ([`focused`]) where the standby that alone acknowledged the last commits fails its
 //! readiness probe while it streams and answers ([`Move::ProbeBlocked`]). And the
-//! recreated Lease's ([`planted_lease`]): a Lease recreated with the spec's `L`.
+//! recreated Lease's ([`planted_lease`]): a Lease recreated with the spec's `L`. And
+//! the synchronous terms' ([`planted_terms`]): a failover whose quorum follows the spec
+//! of the moment, not the terms the commits were acknowledged under, found by generated
+//! runs of a world focused on changes of those terms (each server runs the terms its
+//! manager last read, [`Pod::sync_runs`], and a primary acknowledges under its own).
 //!
 //! Worlds with `spec.synchronous` are a third of the generated ones with two members
 //! or more: `Any` or `First`, `Required` or `Preferred`, `number` 1 (or 2 with three
 //! members); an edit to `number` members or fewer is refused as the API server refuses
-//! it.
+//! it. The focused worlds also edit `number` and `dataDurability` ([`Edit::Synchronous`]).
 //!
 //! The in-place restore ([`restore`]): a person sets `spec.restore` to a new token
 //! ([`Move::RequestRestore`]) whose target is a position of the writable history; the
@@ -169,6 +173,7 @@ mod planted;
 mod planted_lease;
 mod planted_required;
 mod planted_restore;
+mod planted_terms;
 mod planted_timelines;
 mod restore;
 mod scenarios;
@@ -302,6 +307,10 @@ struct Pod {
     /// The [`World::restart_settings`] its manager last read and reported on
     /// ([`Move::SettingsRead`]; at its server's start it reads the current ones).
     settings_judged: u32,
+    /// The synchronous terms its server runs (`spec.synchronous` and how many members
+    /// they name), as its manager last read them ([`Move::SettingsRead`], or at its
+    /// server's start); `None`: the world's own, until an edit changes them.
+    sync_runs: Option<Runs>,
     /// Whether its volume holds a database, as its manager last reported it on the pod
     /// (each round, before it decides; a pod cut off writes nothing): `None` before its
     /// first report ([`crate::machines::postgres::volume`]).
@@ -353,6 +362,7 @@ impl Pod {
             garbled: false,
             settings_started: 0,
             settings_judged: 0,
+            sync_runs: None,
             data_reported: None,
             server_reported: None,
             answer: None,
@@ -429,6 +439,11 @@ pub(super) struct World {
     /// standbys have it, any of them (`Any`) or the first connected by ordinal (`First`)
     /// ([`World::acked`]); with `Preferred`, no acknowledgement is promised.
     synchronous: Option<SynchronousSpec>,
+    /// `status.synchronousTerms` as the operator reads it: the terms commits may have
+    /// been acknowledged under, as the status projection records them at each tick
+    /// ([`crate::machines::postgres::status::synchronous_terms`]); `None` before the
+    /// first (a running world's status was lost).
+    terms_record: Option<Vec<crate::machines::postgres::terms::Terms>>,
     /// `lockstep.dev/fenced` names the Lease's holder (or, with none, its last one)
     /// whenever that holder's server is not writable: a person who knows its node is
     /// down (the settling world's escape hatch).
@@ -545,7 +560,9 @@ impl fmt::Debug for World {
                 " {at}:uid{} L{}s {}{}{}{}{}{}{} {:?}",
                 p.uid,
                 p.lease_seconds,
-                p.image.trim_start_matches("postgres:"),
+                p.image
+                    .rsplit_once(':')
+                    .map_or(p.image.as_str(), |(_, tag)| tag),
                 if p.ready { " ready" } else { "" },
                 if p.writable { " W" } else { "" },
                 if p.terminating { " terminating" } else { "" },
@@ -569,7 +586,11 @@ impl fmt::Debug for World {
 }
 
 fn image(version: usize) -> String {
-    format!("postgres:{}", VERSIONS[version])
+    format!(
+        "{}:{}",
+        crate::machines::postgres::actions::DEFAULT_POSTGRES_IMAGE_REPOSITORY,
+        VERSIONS[version]
+    )
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -590,7 +611,16 @@ pub(super) enum Edit {
     /// annotation goes (unit-tested), which the liveness phase would read as a quiet
     /// rest it is not.
     ToggleBackup,
+    /// Set `spec.synchronous`'s `number` and `dataDurability` (the API server refuses a
+    /// `number` at or above `spec.replicas`; a world without `spec.synchronous` keeps
+    /// none). Each server runs the new terms once its manager reads them
+    /// ([`Move::SettingsRead`], or at its start).
+    Synchronous(i32, DataDurability),
 }
+
+/// The synchronous terms a server runs: `spec.synchronous`, and how many members they
+/// name ([`Pod::sync_runs`]).
+pub(super) type Runs = (Option<SynchronousSpec>, i32);
 
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Move {
@@ -799,6 +829,7 @@ impl World {
             longest_lease: Some(LEASE_SECONDS),
             restart_settings: 0,
             synchronous: None,
+            terms_record: None,
             fenced_hatch: false,
             last_holder: None,
             in_sync: InSync::default(),
@@ -1013,8 +1044,10 @@ impl World {
         self.volumes.retain(|_, v| *v != Vol::Foreign);
         // Every manager reads the settings annotation in the end.
         let settings = self.restart_settings;
+        let runs = self.runs();
         for p in self.pods.values_mut() {
             p.settings_judged = settings;
+            p.sync_runs = Some(runs.clone());
         }
         let paused: Vec<i32> = self
             .pods

@@ -17,7 +17,7 @@ use crate::instance::Lsn;
 /// A failover reads a member that is not Ready as if it had answered at no position:
 /// it is counted for the quorum but never weighed (the choice before it kept every
 /// member it read in view).
-struct WeighReadyAnswersOnly;
+pub(super) struct WeighReadyAnswersOnly;
 
 impl Bug<Postgres> for WeighReadyAnswersOnly {
     const NAME: &'static str = "postgrescluster-weigh-ready-answers-only";
@@ -92,7 +92,7 @@ fn the_model_check_finds_a_failover_that_weighs_only_ready_answers() {
 /// whose environment leans on failovers: commits, streams that reach one standby,
 /// probes that fail while a member streams, a primary lost, agents' rounds.
 #[derive(Clone, Debug)]
-struct RequiredFailovers;
+pub(super) struct RequiredFailovers;
 
 impl Focus for RequiredFailovers {
     fn initial() -> BoxedStrategy<World> {
@@ -121,23 +121,38 @@ impl Focus for RequiredFailovers {
         ]
         .boxed()
     }
-    /// Every edit but `spec.replicas`: a failover during a scale-down counts the quorum
-    /// of the smaller cluster, and its StatefulSet removes the member that may alone
-    /// have acknowledged the last commits. That is an open finding (the quorum under
-    /// spec changes, `docs/fencing.md`, Known gaps), which these runs find within 256
-    /// cases when the edit is generated.
+    /// Every edit but `spec.replicas`, so that the pinned seed's runs stay the ones that
+    /// find the planted bug above. A failover during a scale-down, and edits of
+    /// `spec.synchronous`, are [`TermChanges`]'s (`docs/fencing.md`).
+    ///
+    /// [`TermChanges`]: super::planted_terms::TermChanges
     fn edits() -> BoxedStrategy<Edit> {
         <World as WorldModel<Postgres>>::spec_edits()
-            .prop_filter("the quorum under a scale-down is an open finding", |e| {
+            .prop_filter("spec.replicas edits are TermChanges's", |e| {
                 !matches!(e, Edit::Replicas(_))
             })
             .boxed()
     }
 }
 
+/// Edits of `spec.synchronous`: `number` raised or lowered (1 or 2), `dataDurability`
+/// switched. Each server runs the new terms once its manager reads them
+/// ([`Move::SettingsRead`], or at its start).
+pub(super) fn synchronous_edits() -> BoxedStrategy<Edit> {
+    (
+        1..3,
+        prop_oneof![
+            3 => Just(DataDurability::Required),
+            1 => Just(DataDurability::Preferred),
+        ],
+    )
+        .prop_map(|(number, durability)| Edit::Synchronous(number, durability))
+        .boxed()
+}
+
 /// The pinned seed of the generated runs below (its last byte 3); their own, not the
 /// commit's (see [`the_machine_passes_generated_runs_of_required_failovers`]).
-fn pinned() -> CheckConfig {
+pub(super) fn pinned() -> CheckConfig {
     let mut seed = *b"lockstep/engine/check: seed 0001";
     seed[31] = 3;
     CheckConfig {

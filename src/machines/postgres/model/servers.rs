@@ -176,6 +176,20 @@ impl World {
         self.acknowledge();
     }
 
+    /// The synchronous terms the spec asks for: `spec.synchronous` and the members.
+    pub(super) fn runs(&self) -> Runs {
+        (self.synchronous.clone(), self.replicas)
+    }
+
+    /// Before an edit changes the terms: every server that runs the world's own runs
+    /// them as they were, until its manager reads the new ones.
+    pub(super) fn freeze_runs(&mut self) {
+        let runs = self.runs();
+        for p in self.pods.values_mut() {
+            p.sync_runs.get_or_insert_with(|| runs.clone());
+        }
+    }
+
     /// `spec.synchronous` asks for `Required`: acknowledged commits are promised.
     fn required(&self) -> bool {
         self.synchronous
@@ -190,15 +204,17 @@ impl World {
     /// first `number` by ordinal (PostgreSQL's priority list is the members by ordinal).
     /// `None`: fewer stream, and commits wait.
     fn sync_acked(&self) -> Option<u64> {
-        let spec = self.synchronous.as_ref().filter(|_| self.required())?;
-        let number = usize::try_from(spec.number).ok().filter(|n| *n > 0)?;
         let [w] = self.writable()[..] else {
             return None;
         };
+        // The terms the writable server runs, which may not be the spec's yet.
+        let (spec, members) = self.pods.get(&w)?.sync_runs.clone().unwrap_or(self.runs());
+        let spec = spec.filter(|s| s.data_durability == DataDurability::Required)?;
+        let number = usize::try_from(spec.number).ok().filter(|n| *n > 0)?;
         let mut streaming: Vec<u64> = self
             .streaming
             .iter()
-            .filter(|k| ordinal(**k) != ordinal(w))
+            .filter(|k| ordinal(**k) != ordinal(w) && ordinal(**k) < members)
             .map(|k| self.held(*k))
             .collect();
         if streaming.len() < number {

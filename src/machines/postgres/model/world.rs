@@ -64,8 +64,10 @@ where
             resources: None,
             failover_delay_seconds: 30,
             credentials_secret: None,
+            certificates: None,
             bootstrap: None,
             restore: self.restore_spec(),
+            network_policy: Default::default(),
             synchronous: self.synchronous.clone(),
             database: None,
             backup_schedule: if self.backup {
@@ -102,7 +104,23 @@ where
             Edit::Version(v) => self.version = v,
             // The API server refuses `replicas` at or below `spec.synchronous.number`.
             Edit::Replicas(n) if self.synchronous.as_ref().is_some_and(|s| n <= s.number) => {}
-            Edit::Replicas(n) => self.replicas = n,
+            Edit::Replicas(n) => {
+                self.freeze_runs();
+                self.replicas = n;
+            }
+            Edit::Synchronous(number, _) if number >= self.replicas => {}
+            Edit::Synchronous(number, durability) => {
+                self.freeze_runs();
+                if let Some(s) = self.synchronous.as_mut() {
+                    s.number = number;
+                    s.data_durability = durability;
+                }
+                // `Preferred` is the person's consent to lose what only the members a
+                // failover did not read had: nothing acknowledged before is promised.
+                if durability != DataDurability::Required {
+                    self.acked = 0;
+                }
+            }
             Edit::Schedule(s) if self.backup => self.schedule = s,
             Edit::Schedule(_) => {}
             Edit::LeaseSeconds(l) => {
@@ -181,6 +199,10 @@ where
             },
             own: Own {
                 in_sync: self.in_sync,
+                // Not modelled: the certificates' renewal is a patch of a Secret at rest,
+                // which no decision reads back.
+                certificates: None,
+                network_policy_uid: (!self.in_sync.network_policy).then(|| "np".to_owned()),
                 // The model's backups report no recoverable point.
                 job_results: BTreeMap::new(),
                 // What each live pod's manager last answered to a survey.
@@ -216,6 +238,16 @@ where
                     .map(|(k, p)| (*k, p.lease_seconds))
                     .collect(),
                 longest_lease_seconds: self.longest_lease,
+                synchronous_terms: self.terms_record.clone(),
+                // A live pod whose server runs the spec's synchronous terms reports it
+                // judged the spec's settings.
+                judged: self
+                    .pods
+                    .range(..GONE)
+                    .filter(|(_, p)| !p.terminating && p.server != Srv::Down)
+                    .filter(|(_, p)| p.sync_runs.as_ref().is_none_or(|r| *r == self.runs()))
+                    .map(|(k, _)| *k)
+                    .collect(),
                 unconfigured: Default::default(),
                 // A running server's manager reports on the settings it last read.
                 unjudged: self
@@ -305,7 +337,7 @@ where
     fn apply(&mut self, action: &PgAction) {
         self.quiet_settles = 0;
         match action {
-            PgAction::CreateCredentials => {}
+            PgAction::CreateCredentials | PgAction::RenewCertificates { .. } => {}
             PgAction::EnsureScripts => self.in_sync.scripts = true,
             PgAction::EnsureService(kind) => match kind {
                 ServiceKind::Headless => self.in_sync.headless = true,
@@ -313,6 +345,11 @@ where
                 ServiceKind::ReadOnly => self.in_sync.read_only = true,
             },
             PgAction::EnsurePdb => self.in_sync.pdb = true,
+            // The model's spec leaves the policy off: one out of sync is one left from
+            // when it was on, which the delete removes.
+            PgAction::EnsureNetworkPolicy | PgAction::DeleteNetworkPolicy { .. } => {
+                self.in_sync.network_policy = true;
+            }
             PgAction::EnsureStatefulSet { image, replicas } => {
                 if self.sts.as_ref().map(|(i, _)| i) != Some(image) {
                     self.round += 1;
@@ -519,6 +556,19 @@ where
             }
             Move::ScaledDown => {
                 let n = self.sts.as_ref().map_or(0, |(_, r)| *r);
+                // An assumption (`docs/fencing.md`): what the primary sent before reaches
+                // every remaining standby that streams before a removed pod is gone.
+                let streaming: Vec<i32> = self
+                    .streaming
+                    .iter()
+                    .copied()
+                    .filter(|k| ordinal(*k) < n)
+                    .collect();
+                if self.pods.keys().any(|k| *k >= n && *k < GONE) {
+                    for k in streaming {
+                        self.replicate(k);
+                    }
+                }
                 self.pods.retain(|k, _| *k < n || *k >= GONE);
             }
             Move::JobFinishes { nth, ok } => {
@@ -614,8 +664,10 @@ where
             Move::RequestRestore(share) => self.request_restore(share),
             Move::SettingsRead(k) => {
                 let settings = self.restart_settings;
+                let runs = self.runs();
                 if let Some(p) = self.pods.get_mut(&k).filter(|p| !p.paused) {
                     p.settings_judged = settings;
+                    p.sync_runs = Some(runs);
                 }
             }
             Move::Write => self.write(),
@@ -813,6 +865,14 @@ where
 
     fn clock(&mut self, now: DateTime<Utc>) {
         self.clock_to(now);
+        // The status projection, as each reconcile's write records it.
+        let observed = <World as WorldModel<Postgres>>::observe(self);
+        let spec = <World as WorldModel<Postgres>>::spec(self);
+        self.terms_record = Some(crate::machines::postgres::status::synchronous_terms(
+            &spec,
+            &observed,
+            self.terms_record.as_deref(),
+        ));
     }
 
     fn settle(&mut self) {
