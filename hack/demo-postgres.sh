@@ -214,7 +214,8 @@ WRITER_IMAGE="$(tools/images/build.sh --name postgres-15)"
 k apply -n "$NS" -f - >/dev/null <<WRITER
 apiVersion: v1
 kind: Pod
-metadata: {name: writer}
+# A client of the cluster: its NetworkPolicy (spec.networkPolicy) lets this label in.
+metadata: {name: writer, labels: {lockstep.dev/client: $NAME}}
 spec:
   terminationGracePeriodSeconds: 1
   nodeSelector: {lockstep.dev/real-node: "true"}
@@ -232,6 +233,11 @@ spec:
     - {name: PGUSER, value: postgres}
     - {name: PGDATABASE, value: $DB}
     - {name: PGCONNECT_TIMEOUT, value: "3"}
+    # TLS, verified: the server's certificate must chain to the cluster's CA and name
+    # $NAME-rw (the CA's certificate only; its key never leaves the Secret).
+    - {name: PGSSLMODE, value: verify-full}
+    - {name: PGSSLROOTCERT, value: /etc/pg-ca/ca.crt}
+    volumeMounts: [{name: ca, mountPath: /etc/pg-ca, readOnly: true}]
     readinessProbe:
       exec: {command: [test, -f, /tmp/ready]}
       periodSeconds: 1
@@ -252,7 +258,11 @@ spec:
       done
       echo stopped
       exec sleep infinity
+  volumes:
+  - {name: ca, secret: {secretName: $NAME-tls, items: [{key: ca.crt, path: ca.crt}]}}
 WRITER
+explain "The writer connects with sslmode=verify-full against the cluster's CA (Secret $NAME-tls):"
+explain "the operator issued it with the server's and the replication role's certificates."
 explain "Each INSERT is its own transaction (psql, at most 10 s); the writer logs \"ack <id>\" only"
 explain "for a commit the server acknowledged, which with spec.synchronous means a standby has it."
 wait_until "the writer to reach $NAME-rw" condition_true Ready pod/writer -n "$NS"

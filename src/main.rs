@@ -150,6 +150,19 @@ struct RunArgs {
         default_value = lockstep::machines::postgres::render::DEFAULT_INSTANCE_IMAGE
     )]
     instance_image: String,
+    /// The namespace the operator runs in (the chart sets `POD_NAMESPACE` from the
+    /// downward API): a PostgresCluster's NetworkPolicy lets its pods reach the instance
+    /// managers' port. Unset (an operator outside the cluster): no namespace is let in.
+    #[arg(long, env = "POD_NAMESPACE")]
+    operator_namespace: Option<String>,
+    /// The repository of a PostgresCluster's server image when its `spec.image` is
+    /// unset: the image is `<repository>:<spec.version>`.
+    #[arg(
+        long,
+        env = "LOCKSTEP_POSTGRES_IMAGE_REPOSITORY",
+        default_value = lockstep::machines::postgres::actions::DEFAULT_POSTGRES_IMAGE_REPOSITORY
+    )]
+    postgres_image_repository: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -269,6 +282,10 @@ async fn kube_config(args: &ClusterArgs) -> anyhow::Result<kube::Config> {
 
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     lockstep::machines::postgres::render::set_instance_image(args.instance_image.clone());
+    lockstep::machines::postgres::render::set_operator_namespace(args.operator_namespace.clone());
+    lockstep::machines::postgres::actions::set_postgres_image_repository(
+        args.postgres_image_repository.clone(),
+    );
     let machines = runner::select_machines(&args.machines)?;
     let config = kube_config(&args.cluster).await?;
     let default_namespace = config.default_namespace.clone();

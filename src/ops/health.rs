@@ -102,10 +102,16 @@ pub trait Scrape: Clone + Send + Sync + 'static {
     fn encode(&self) -> String;
 
     /// A request this server answers beyond the health endpoints (the instance manager's
-    /// `POST /backup`): its status code and plain-text body, or none to leave it to the
-    /// health endpoints. None by default.
-    fn route(&self, method: &Method, path: &str, query: Option<&str>) -> Option<(u16, String)> {
-        let _ = (method, path, query);
+    /// `POST /backup`, and its `401` to a write without its token): its status code and
+    /// plain-text body, or none to leave it to the health endpoints. None by default.
+    fn route(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &hyper::HeaderMap,
+    ) -> Option<(u16, String)> {
+        let _ = (method, path, query, headers);
         None
     }
 }
@@ -186,11 +192,18 @@ fn respond<S: Scrape>(
         request.method(),
         request.uri().path(),
         request.uri().query(),
+        request.headers(),
     ) {
-        return text(
-            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            body,
-        );
+        let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = text(code, body);
+        if code == StatusCode::UNAUTHORIZED {
+            // What a 401 must say (RFC 9110): the scheme it wants.
+            response.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        return response;
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());

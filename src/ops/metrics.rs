@@ -3,7 +3,7 @@
 //! | metric | type | labels | meaning |
 //! | --- | --- | --- | --- |
 //! | `lockstep_reconciles_total` | counter | `machine` | reconciles run |
-//! | `lockstep_reconcile_triggers_total` | counter | `machine`, `trigger` | reconciles run, by what woke each (the first trigger since the object's previous reconcile): `object`, an owned kind (`statefulset`, `pod`, `service`, `job`, `cronjob`, `configmap`, `poddisruptionbudget`, `persistentvolumeclaim`, `lease`), `requeue`, `retry`, `resync`, `unknown` ([`crate::driver::Trigger`]) |
+//! | `lockstep_reconcile_triggers_total` | counter | `machine`, `trigger` | reconciles run, by what woke each (the first trigger since the object's previous reconcile): `object`, an owned kind (`statefulset`, `pod`, `service`, `job`, `cronjob`, `configmap`, `poddisruptionbudget`, `networkpolicy`, `persistentvolumeclaim`, `lease`), `requeue`, `retry`, `resync`, `unknown` ([`crate::driver::Trigger`]) |
 //! | `lockstep_wake_requests_total` | counter | `machine`, `trigger` | requests for a reconcile, before the debounce and the controller's deduplication fold them: the difference to the above is what they saved |
 //! | `lockstep_reconcile_errors_total` | counter | `machine` | reconciles that returned an error |
 //! | `lockstep_reconcile_duration_seconds` | histogram | `machine` | wall time of one reconcile |

@@ -45,9 +45,9 @@ use crate::support::{
 
 const ROLE: &str = "lockstep.dev/role";
 
-/// Three instances of PostgreSQL 16.3, plus `extra`.
+/// Three instances of PostgreSQL 18.1, plus `extra`.
 fn spec(extra: serde_json::Value) -> PostgresClusterSpec {
-    let mut base = json!({"version": "16.3", "replicas": 3, "storageSize": "1Gi"});
+    let mut base = json!({"version": "18.1", "replicas": 3, "storageSize": "1Gi"});
     merge_json(&mut base, extra);
     serde_json::from_value(base).expect("a valid PostgresCluster spec")
 }
@@ -556,7 +556,9 @@ async fn a_new_cluster_becomes_ready_with_pod_0_primary_and_the_services_selecti
     let operator = pg.operator();
     let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({"database": "app"}))).await;
-    let ready = pg.ready_at("pg", "postgres:16.3").await;
+    let ready = pg
+        .ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     let status = ready.status.as_ref().expect("a status");
     assert_eq!(status.primary_pod.as_deref(), Some("pg-0"));
     assert_eq!(status.replica_pods, vec!["pg-1", "pg-2"]);
@@ -598,6 +600,39 @@ async fn a_new_cluster_becomes_ready_with_pod_0_primary_and_the_services_selecti
     let keys: Vec<String> = secret.data.unwrap_or_default().keys().cloned().collect();
     assert_eq!(keys, vec!["replicationPassword", "superuserPassword"]);
     assert!(secret.metadata.owner_references.is_none());
+    // The endpoint token the managers' writes need: one key, created before the pods,
+    // kept like the credentials.
+    let token = pg
+        .env
+        .api::<Secret>()
+        .get("pg-endpoint-token")
+        .await
+        .expect("the endpoint token Secret");
+    let keys: Vec<String> = token.data.unwrap_or_default().keys().cloned().collect();
+    assert_eq!(keys, vec!["token"]);
+    assert!(token.metadata.owner_references.is_none());
+    // The application user's Secret: how to connect as `pg-app`, kept like the
+    // credentials (the role's password is in the volumes' data).
+    let app = pg
+        .env
+        .api::<Secret>()
+        .get("pg-app")
+        .await
+        .expect("the application Secret");
+    let data = app.data.unwrap_or_default();
+    let keys: Vec<&str> = data.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "dbname", "host", "jdbc-uri", "password", "pgpass", "port", "uri", "username"
+        ]
+    );
+    let value = |key: &str| String::from_utf8_lossy(&data[key].0).into_owned();
+    assert_eq!(value("username"), "pg-app");
+    assert_eq!(value("dbname"), "app");
+    assert_eq!(value("host"), format!("pg-rw.{}.svc", pg.env.namespace()));
+    assert_eq!(app.type_.as_deref(), Some("kubernetes.io/basic-auth"));
+    assert!(app.metadata.owner_references.is_none());
 
     let sts: Api<StatefulSet> = pg.env.api();
     let sts = sts.get("pg").await.expect("the StatefulSet");
@@ -697,7 +732,8 @@ async fn the_kubectl_plugin_shows_the_cluster_and_switches_over_on_demand() {
     let _operator = pg.operator();
     let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({}))).await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     let ns = pg.env.ns.name.clone();
 
     let (code, out) = plugin(&["status", "pg", "-n", &ns, "-o", "json"]).await;
@@ -742,7 +778,8 @@ async fn a_switchover_to_a_replica_that_does_not_stream_waits_degraded_until_it_
     let _operator = pg.operator();
     let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({}))).await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     let pods: Api<Pod> = pg.env.api();
     let says = |streams: &str| {
         json!({"status": {"conditions": [{"type": "lockstep.dev/Streaming", "status": streams,
@@ -785,7 +822,7 @@ async fn a_switchover_to_a_replica_that_does_not_stream_waits_degraded_until_it_
     .await
     .expect("pg-2 says it streams");
     pg.until("pg", "switched over to pg-2", |pg| {
-        is_ready_at(pg, "postgres:16.3") && primary_pod(pg) == Some("pg-2")
+        is_ready_at(pg, "ghcr.io/lockstep-dev/postgres:18.1") && primary_pod(pg) == Some("pg-2")
     })
     .await;
 }
@@ -799,7 +836,8 @@ async fn a_required_spread_puts_each_instance_on_a_node_of_its_own() {
     let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({"spread": {"mode": "Required"}})))
         .await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     let pods: Api<Pod> = pg.env.api();
     let mut nodes = std::collections::BTreeSet::new();
     for name in ["pg-0", "pg-1", "pg-2"] {
@@ -823,11 +861,12 @@ async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
     let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000060")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 2})))
         .await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     pg.label_pod("pg-0", "lockstep.dev/kwok-notready", Some("true"))
         .await;
     pg.until("pg", "failed over to pg-1, pg-0 back as a replica", |pg| {
-        is_ready_at(pg, "postgres:16.3")
+        is_ready_at(pg, "ghcr.io/lockstep-dev/postgres:18.1")
             && primary_pod(pg) == Some("pg-1")
             && pg
                 .status
@@ -864,7 +903,8 @@ async fn a_wiped_status_is_adopted_without_moving_a_role_or_restarting_a_pod() {
         .expect("wipe the status");
     let adopted = pg
         .until("pg", "Ready again after the wiped status", |pg| {
-            is_ready_at(pg, "postgres:16.3") && reasons(pg).iter().any(|r| r == "Adopted")
+            is_ready_at(pg, "ghcr.io/lockstep-dev/postgres:18.1")
+                && reasons(pg).iter().any(|r| r == "Adopted")
         })
         .await;
     assert_eq!(primary_pod(&adopted), Some("pg-1"));
@@ -894,7 +934,8 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
     let operator = pg.operator();
     let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({}))).await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     endpoints_become(&pg.env, "pg-rw", &["pg-0"]).await;
     let pods: Api<Pod> = pg.env.api();
     let old_primary_uid = pods
@@ -905,9 +946,11 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
         .expect("a UID");
     let recorder = Recorder::start(&pg.env, "pg").await;
 
-    pg.merge_patch("pg", json!({"spec": {"version": "16.4"}}))
+    pg.merge_patch("pg", json!({"spec": {"version": "18.2"}}))
         .await;
-    let upgraded = pg.ready_at("pg", "postgres:16.4").await;
+    let upgraded = pg
+        .ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.2")
+        .await;
 
     assert_eq!(
         recorder.switchover_steps(),
@@ -948,7 +991,7 @@ async fn a_version_change_upgrades_replicas_2_then_1_switches_over_then_replaces
         let image = pod
             .spec
             .and_then(|s| s.containers.first().and_then(|c| c.image.clone()));
-        assert_eq!(image.as_deref(), Some("postgres:16.4"));
+        assert_eq!(image.as_deref(), Some("ghcr.io/lockstep-dev/postgres:18.2"));
     }
     operator.stop().await;
     pg.env.finish().await;
@@ -962,14 +1005,16 @@ async fn a_primary_that_stays_not_ready_is_failed_over_to_a_ready_replica_after_
     let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000060")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 5})))
         .await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     let recorder = Recorder::start(&pg.env, "pg").await;
 
     pg.label_pod("pg-0", "lockstep.dev/kwok-notready", Some("true"))
         .await;
     let failed_over = pg
         .until("pg", "a failover to another pod", |pg| {
-            is_ready_at(pg, "postgres:16.3") && primary_pod(pg).is_some_and(|p| p != "pg-0")
+            is_ready_at(pg, "ghcr.io/lockstep-dev/postgres:18.1")
+                && primary_pod(pg).is_some_and(|p| p != "pg-0")
         })
         .await;
     assert_eq!(primary_pod(&failed_over), Some("pg-1"));
@@ -1034,12 +1079,14 @@ async fn a_failover_promotes_the_most_advanced_replica() {
     let _survey = SurveyAnswers::start(&pg.env, &[("pg-1", "0/3000060"), ("pg-2", "0/3000148")]);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 2})))
         .await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     pg.label_pod("pg-0", "lockstep.dev/kwok-notready", Some("true"))
         .await;
     let failed_over = pg
         .until("pg", "a failover to another pod", |pg| {
-            is_ready_at(pg, "postgres:16.3") && primary_pod(pg).is_some_and(|p| p != "pg-0")
+            is_ready_at(pg, "ghcr.io/lockstep-dev/postgres:18.1")
+                && primary_pod(pg).is_some_and(|p| p != "pg-0")
         })
         .await;
     assert_eq!(primary_pod(&failed_over), Some("pg-2"));
@@ -1077,7 +1124,8 @@ async fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
     let _agents = LeaseAgents::start(&pg.env);
     pg.create("pg", spec(json!({"failoverDelaySeconds": 600})))
         .await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     let recorder = Recorder::start(&pg.env, "pg").await;
 
     pg.label_pod("pg-0", "lockstep.dev/kwok-notready", Some("true"))
@@ -1116,7 +1164,9 @@ async fn a_primary_that_recovers_within_the_delay_keeps_its_role() {
 
     pg.label_pod("pg-0", "lockstep.dev/kwok-notready", None)
         .await;
-    let recovered = pg.ready_at("pg", "postgres:16.3").await;
+    let recovered = pg
+        .ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     assert_eq!(primary_pod(&recovered), Some("pg-0"));
     assert!(reasons(&recovered).iter().any(|r| r == "PrimaryRecovered"));
     assert!(
@@ -1141,7 +1191,8 @@ async fn the_backup_cronjob_follows_the_schedule_and_backup_now_runs_one_job() {
         spec(json!({"backup": backup(), "backupSchedule": "0 3 * * *"})),
     )
     .await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     let cronjobs: Api<CronJob> = pg.env.api();
     let schedule_is = |want: &'static str| {
         move |cj: Option<&CronJob>| cj.is_some_and(|cj| cj.spec.schedule == want)
@@ -1220,7 +1271,8 @@ async fn a_backup_whose_job_vanished_unread_says_so_in_last_backup() {
         json!({"podAnnotations": {"lockstep.dev/kwok-complete-delay-ms": "3000"}}),
     );
     pg.create("pg", spec(json!({"backup": with_delay}))).await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     pg.merge_patch(
         "pg",
         json!({"metadata": {"annotations": {"lockstep.dev/backup-now": "lost-1"}}}),
@@ -1306,7 +1358,8 @@ async fn deleting_a_cluster_runs_the_final_backup_job_and_then_it_is_gone() {
     let operator = pg.operator();
     let _agents = LeaseAgents::start(&pg.env);
     let created = pg.create("pg", spec(json!({"backup": backup()}))).await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     let recorder = Recorder::start(&pg.env, "pg").await;
 
     pg.api
@@ -1342,7 +1395,8 @@ async fn a_failing_final_backup_keeps_the_finalizer_until_the_skip_annotation() 
         json!({"podLabels": {"lockstep.dev/kwok-fail": "true"}}),
     );
     let created = pg.create("pg", spec(json!({"backup": failing}))).await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
 
     pg.api
         .delete("pg", &DeleteParams::default())
@@ -1394,7 +1448,7 @@ async fn a_failing_final_backup_keeps_the_finalizer_until_the_skip_annotation() 
 #[tokio::test]
 async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
     let pg = Pg::new("pg-invalid").await;
-    let base = json!({"version": "16.3", "replicas": 3, "storageSize": "1Gi"});
+    let base = json!({"version": "18.1", "replicas": 3, "storageSize": "1Gi"});
     let with = |extra: serde_json::Value| {
         let mut s = base.clone();
         merge_json(&mut s, extra);
@@ -1405,6 +1459,13 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
             "old",
             with(json!({"version": "12"})),
             "spec.version must be a supported",
+        ),
+        // A major between supported ones, with no image built here: the message names
+        // the ones that are.
+        (
+            "no-image",
+            with(json!({"version": "16.4"})),
+            "major version (15, 17 or 18",
         ),
         ("none", with(json!({"replicas": 0})), "spec.replicas"),
         (
@@ -1546,7 +1607,7 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
         assert!(error.contains(says), "{patch}: {error}");
     }
     // A minor version change is an upgrade, not an error.
-    pg.merge_patch("pg", json!({"spec": {"version": "16.4"}}))
+    pg.merge_patch("pg", json!({"spec": {"version": "18.2"}}))
         .await;
     pg.env.finish().await;
 }
@@ -1573,7 +1634,8 @@ async fn a_cluster_at_rest_makes_no_request_when_reconciled_again() {
         spec(json!({"backup": suspended, "backupSchedule": "0 3 * * *", "database": "app"})),
     )
     .await;
-    pg.ready_at("pg", "postgres:16.3").await;
+    pg.ready_at("pg", "ghcr.io/lockstep-dev/postgres:18.1")
+        .await;
     // Wait until reconciles stop coming (owned objects settle after creation), then
     // force a few more: each must find everything as rendered.
     let mut settled = counts_until(&mut counts, "reconciles to finish", |c| {

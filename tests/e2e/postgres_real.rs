@@ -1,12 +1,12 @@
 //! PostgresCluster on real PostgreSQL, on the real node (`lockstep-node-0`):
-//! the operator runs in this process, the pods run the locally built `postgres:15`
+//! the operator runs in this process, the pods run the locally built `ghcr.io/lockstep-dev/postgres:15`
 //! image (`tools/images`) with the pod scripts, and every check looks inside the
 //! databases. Each scenario has a client pod that writes one row per transaction
 //! through `<cluster>-rw` and logs `ack <id>` only for commits the server acknowledged.
 //!
 //! - [`replication_then_upgrade_switchover`]: 3 instances, streaming replication seen in
 //!   `pg_stat_replication` through the Service; then an image upgrade between two local
-//!   tags (`postgres:15` -> `lockstep.local/postgres:15-next`) with its switchover under
+//!   tags (`ghcr.io/lockstep-dev/postgres:15` -> `lockstep.local/postgres:15-next`) with its switchover under
 //!   the writer: 0 acknowledged commits lost, `-rw` selects at most one pod at every
 //!   instant of an EndpointSlice watch.
 //! - [`failover_after_the_primary_dies`]: the primary's postmaster is killed; a replica is
@@ -37,6 +37,11 @@
 //! - [`archive`]: the primary archives its WAL with pgBackRest into an S3 server over
 //!   TLS; the store unreachable is `Degraded` (`ArchiveFailing`) until it is back, with
 //!   no gap (`pgbackrest check`).
+//! - [`majors`]: one scenario per PostgreSQL major beyond 15 (17 and 18, the images
+//!   `ghcr.io/lockstep-dev/postgres:<major>`): the server reports its major; a
+//!   switchover and a failover under a writer lose no acknowledged commit (synchronous
+//!   replication); WAL archived with pgBackRest recovers a new cluster to a point in
+//!   time.
 //! - [`recovery_time`] (a benchmark, `#[ignore]`d; `make bench-postgres`): the seconds
 //!   writes are refused through `-rw` in switchovers and failovers, in both replication
 //!   modes.
@@ -86,9 +91,12 @@ use crate::support::{
 };
 use lockstep::machines::postgres::render::POSTGRES_UID;
 
+mod app;
 mod archive;
+mod majors;
 mod recovery_time;
 mod restore;
+mod tls;
 mod zero_loss;
 
 const ROLE: &str = "lockstep.dev/role";
@@ -99,7 +107,7 @@ const IMAGE: &str = "lockstep.local/postgres:15-bare";
 /// What runs beside the instances: the writer pods (`psql`), and the backup and
 /// restore Jobs (`spec.backup.image`: their scripts upload with `curl`)
 /// (`tools/images/build.sh --name postgres-15`).
-const TOOLS_IMAGE: &str = "postgres:15";
+const TOOLS_IMAGE: &str = "ghcr.io/lockstep-dev/postgres:15";
 /// The upgrade target (`tools/images/build.sh --name postgres-15-next`).
 const NEXT_IMAGE: &str = "lockstep.local/postgres:15-next";
 /// The local cluster's node-local class (`tools/cluster/storageclasses.yaml`).
@@ -174,7 +182,7 @@ where
     }
 }
 
-fn is_ready_at(pg: &PostgresCluster, image: &str) -> bool {
+pub(crate) fn is_ready_at(pg: &PostgresCluster, image: &str) -> bool {
     let Some(status) = &pg.status else {
         return false;
     };
@@ -188,8 +196,8 @@ fn is_ready_at(pg: &PostgresCluster, image: &str) -> bool {
 }
 
 /// A real-node namespace with the CRD and the operator in this process.
-struct Real {
-    pg: Fixture<Postgres>,
+pub(crate) struct Real {
+    pub(crate) pg: Fixture<Postgres>,
     operator: Option<InProcessOperator>,
 }
 
@@ -201,11 +209,19 @@ impl Real {
         Self { pg, operator }
     }
 
-    fn ns(&self) -> &str {
+    /// A real-node namespace `env` (labelled as [`Real::new`]'s) whose clusters an
+    /// operator installed in the cluster manages, with the CRD it installed: this
+    /// process runs no operator and applies no CRD.
+    pub(crate) async fn managed_elsewhere(env: Env) -> Self {
+        let pg = Fixture::<Postgres>::with_installed_crd(env).await;
+        Self { pg, operator: None }
+    }
+
+    pub(crate) fn ns(&self) -> &str {
         self.pg.env.namespace()
     }
 
-    fn kubectl(&self, args: &[&str]) -> (bool, String) {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> (bool, String) {
         let mut all = vec!["-n", self.ns()];
         all.extend_from_slice(args);
         kubectl(&all)
@@ -219,9 +235,21 @@ impl Real {
         replicas: usize,
         extra: serde_json::Value,
     ) -> PostgresCluster {
+        self.cluster_at(name, replicas, "15", IMAGE, extra).await
+    }
+
+    /// [`Self::cluster`] at `version`, its instances running `image`.
+    async fn cluster_at(
+        &self,
+        name: &str,
+        replicas: usize,
+        version: &str,
+        image: &str,
+        extra: serde_json::Value,
+    ) -> PostgresCluster {
         let mut spec = json!({
-            "version": "15",
-            "image": IMAGE,
+            "version": version,
+            "image": image,
             "replicas": replicas,
             "storageSize": "1Gi",
             "storageClassName": STORAGE_CLASS,
@@ -232,10 +260,10 @@ impl Real {
             serde_json::from_value(spec).expect("a valid PostgresCluster spec"),
         );
         self.pg.create_object(&object).await;
-        self.ready_at(name, IMAGE).await
+        self.ready_at(name, image).await
     }
 
-    async fn ready_at(&self, name: &str, image: &str) -> PostgresCluster {
+    pub(crate) async fn ready_at(&self, name: &str, image: &str) -> PostgresCluster {
         let image = image.to_owned();
         let pg = self
             .cluster_until(name, &format!("Ready at {image}"), move |pg| {
@@ -262,7 +290,7 @@ impl Real {
     }
 
     /// Every instance: its role label, UID and container restarts.
-    async fn roles(&self, name: &str) -> BTreeMap<String, (String, String, i32)> {
+    pub(crate) async fn roles(&self, name: &str) -> BTreeMap<String, (String, String, i32)> {
         let pods: Api<Pod> = self.pg.env.api();
         let selector = format!("app.kubernetes.io/instance={name},lockstep.dev/component=database");
         pods.list(&kube::api::ListParams::default().labels(&selector))
@@ -300,7 +328,14 @@ impl Real {
                 .map(|h| h.at)
                 .max()
         };
-        let before = latest(&self.pg.api.get(name).await.expect("the cluster"));
+        let at = self.pg.api.get(name).await.expect("the cluster");
+        let before = latest(&at);
+        // Ready again at the image it runs now.
+        let image = at
+            .status
+            .as_ref()
+            .and_then(|s| s.image.clone())
+            .expect("a Ready cluster names its image");
         loop {
             let pg = self.pg.api.get(name).await.expect("the cluster");
             if latest(&pg) > before {
@@ -326,7 +361,7 @@ impl Real {
         assert!(kills > 0, "the failover began before {old} was killed");
         let old = old.to_owned();
         self.cluster_until(name, "Ready with a new primary", move |pg| {
-            is_ready_at(pg, IMAGE)
+            is_ready_at(pg, &image)
                 && pg
                     .status
                     .as_ref()
@@ -398,7 +433,7 @@ impl Real {
     /// Wait on a watch of cluster `name` until `condition`, for at most [`SLOW`]; on
     /// timeout, print what the cluster, its pods, its Lease and its events say (the
     /// operator runs in this process, so nothing else would keep it) and panic.
-    async fn cluster_until(
+    pub(crate) async fn cluster_until(
         &self,
         name: &str,
         what: &str,
@@ -440,7 +475,19 @@ impl Real {
         out
     }
 
-    fn psql_on(&self, pod: &str, sql: &str) -> (bool, String) {
+    /// The server clock of `pod` now, as an RFC 3339 instant in UTC with microseconds: a
+    /// recovery target read between two commits on the same server lies strictly between
+    /// them.
+    fn server_now(&self, pod: &str) -> String {
+        let (ok, now) = self.psql_on(
+            pod,
+            "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+        );
+        assert!(ok, "{now}");
+        now
+    }
+
+    pub(crate) fn psql_on(&self, pod: &str, sql: &str) -> (bool, String) {
         self.kubectl(&[
             "exec",
             pod,
@@ -476,7 +523,7 @@ impl Real {
     }
 
     /// psql from the client pod through `<name>-rw`.
-    fn psql_rw(&self, name: &str, sql: &str) -> (bool, String) {
+    pub(crate) fn psql_rw(&self, name: &str, sql: &str) -> (bool, String) {
         let host = format!("{name}-rw");
         self.kubectl(&[
             "exec",
@@ -503,7 +550,7 @@ impl Real {
     /// The client pod: writes `INSERT INTO acks(id)` through `<name>-rw` one transaction
     /// at a time (each psql bounded by `timeout 10`) and logs `ack <id>` for every
     /// acknowledged commit; stops when `/tmp/stop` exists.
-    async fn start_client(&self, name: &str) {
+    pub(crate) async fn start_client(&self, name: &str) {
         self.start_writer("client", &format!("{name}-rw"), name, 1)
             .await;
     }
@@ -574,7 +621,7 @@ exec sleep infinity
     }
 
     /// Start or stop writing (the loop keeps running).
-    fn writing(&self, on: bool) {
+    pub(crate) fn writing(&self, on: bool) {
         self.writing_on("client", on);
     }
 
@@ -590,7 +637,7 @@ exec sleep infinity
     }
 
     /// Wait until the client has `n` more acknowledged commits than it had at `from`.
-    async fn acks_grow(&self, from: usize, n: usize) -> usize {
+    pub(crate) async fn acks_grow(&self, from: usize, n: usize) -> usize {
         self.acks_grow_on("client", from, n).await
     }
 
@@ -612,7 +659,7 @@ exec sleep infinity
     }
 
     /// Stop the writer for good and count what cluster `name` kept of what it was told.
-    fn tally(&self, name: &str) -> Tally {
+    pub(crate) fn tally(&self, name: &str) -> Tally {
         let acked = self.stop_client();
         let rows = self.rows(name);
         let lost = acked
@@ -660,7 +707,7 @@ exec sleep infinity
         }
     }
 
-    fn acks(&self) -> BTreeSet<u64> {
+    pub(crate) fn acks(&self) -> BTreeSet<u64> {
         self.acks_of("client")
     }
 
@@ -706,7 +753,7 @@ exec sleep infinity
             .collect()
     }
 
-    async fn finish(mut self) {
+    pub(crate) async fn finish(mut self) {
         if let Some(operator) = self.operator.take() {
             operator.stop().await;
         }
@@ -885,14 +932,14 @@ async fn failed_over_from(real: &Real, name: &str, old: &str) -> String {
     primary_of(&pg)
 }
 
-fn primary_of(pg: &PostgresCluster) -> String {
+pub(crate) fn primary_of(pg: &PostgresCluster) -> String {
     pg.status
         .as_ref()
         .and_then(|s| s.primary_pod.clone())
         .expect("a Ready cluster names its primary")
 }
 
-/// (a) 3 instances, streaming replication; (b) an image upgrade with its switchover under
+/// (a) 3 instances, streaming replication, TLS, the application user; (b) an image upgrade with its switchover under
 /// a writer: no acknowledged commit lost, `-rw` never selects two pods.
 #[tokio::test]
 async fn replication_then_upgrade_switchover() {
@@ -954,6 +1001,10 @@ async fn replication_then_upgrade_switchover() {
         assert!(ok && out.trim() == "t", "{replica} is not a standby: {out}");
     }
     eprintln!("(a) {primary} primary, {replicas:?} streaming");
+    tls::serves_tls_only_and_replicates_by_certificate(&real, name, &primary, replicas.len());
+    tls::a_renewal_reaches_the_server_without_a_restart(&real, name, &primary, replicas.len())
+        .await;
+    app::the_application_secret_connects_as_a_role_that_is_not_a_superuser(&real, name);
 
     // (b) Upgrade under the writer.
     let watch = RwWatch::start(&real.pg.env, name).await;
@@ -1371,8 +1422,18 @@ async fn failover_after_the_primary_dies() {
     }
     let real = Real::new("pgreal-fo").await;
     let name = "pg";
+    // With a server certificate of the test's own (`spec.certificates`): the standbys
+    // verify the new primary by it after the failover.
+    let own_ca = tls::own_server_certificate(&real, name);
     let pg = real
-        .cluster(name, 3, json!({"failoverDelaySeconds": 0}))
+        .cluster(
+            name,
+            3,
+            json!({
+                "failoverDelaySeconds": 0,
+                "certificates": {"serverTlsSecret": format!("{name}-own-tls")},
+            }),
+        )
         .await;
     let old = primary_of(&pg);
     let (ok, old_ip) = real.kubectl(&["get", "pod", &old, "-o", "jsonpath={.status.podIP}"]);
@@ -1404,6 +1465,7 @@ async fn failover_after_the_primary_dies() {
     );
     // The old primary's pod rejoined as a standby of the new one, via pg_rewind.
     rejoined_as_a_replica(&real, name, &old, &new).await;
+    tls::serves_its_own_certificate(&real, name, &own_ca, &new, 2);
     let (_, logs) = real.kubectl(&["logs", &old, "-c", "postgres"]);
     assert!(
         rewound(&logs),
@@ -1521,13 +1583,13 @@ async fn failover_never_promotes_a_lagging_replica() {
 }
 
 /// What a writer was told, and what the cluster kept of it.
-struct Tally {
+pub(crate) struct Tally {
     /// The ids whose commit was acknowledged.
-    acked: BTreeSet<u64>,
+    pub(crate) acked: BTreeSet<u64>,
     /// `(id, server address)` of every row the cluster has.
-    rows: BTreeMap<u64, String>,
+    pub(crate) rows: BTreeMap<u64, String>,
     /// The acknowledged ids the cluster lacks.
-    lost: Vec<u64>,
+    pub(crate) lost: Vec<u64>,
 }
 
 /// The writer that bypasses the Services writes ids from here (the `-rw` one from 1).

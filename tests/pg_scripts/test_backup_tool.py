@@ -9,8 +9,24 @@ from __future__ import annotations
 from datetime import datetime, timezone
 import json
 import subprocess
+import urllib.error
+import urllib.request
 
 from pg_harness import chown_postgres, free_port, user_kwargs, wait_until
+
+# The cluster's endpoint token (the Secret <cluster>-endpoint-token): a file the
+# managers read, an environment variable of the Jobs.
+TOKEN = "Zq8endpointTokenOfTheCluster0x9"
+
+
+def token_file(env):
+    """The token's file, as the pods mount it (read-only, the postgres group)."""
+    path = env.base / "endpoint-token"
+    if not path.exists():
+        path.write_text(TOKEN + "\n")
+        chown_postgres(path)
+        path.chmod(0o440)
+    return path
 
 
 def archiving(env, pod, repo, port, stanza="orders") -> dict:
@@ -18,6 +34,7 @@ def archiving(env, pod, repo, port, stanza="orders") -> dict:
     return dict(
         LOCKSTEP_WAL_ARCHIVE="pgbackrest",
         LOCKSTEP_METRICS_PORT=str(port),
+        LOCKSTEP_ENDPOINT_TOKEN_FILE=str(token_file(env)),
         PGBACKREST_STANZA=stanza,
         PGBACKREST_REPO1_TYPE="posix",
         PGBACKREST_REPO1_PATH=str(repo),
@@ -38,8 +55,21 @@ def backups(env, options: dict) -> list:
 
 
 def ask(env, port, name, **extra):
+    extra.setdefault("LOCKSTEP_ENDPOINT_TOKEN", TOKEN)
     return env.run_script("basebackup.sh", MANAGER_URL=f"http://127.0.0.1:{port}", BACKUP_NAME=name,
                           BACKUP_POLL_SECONDS=1, **extra)
+
+
+def post(port, path, authorization=None):
+    """`POST path` to the manager on `port`: (status, body)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST", data=b"")
+    if authorization:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def test_a_backup_job_gets_one_base_backup_per_token_and_retention_prunes_the_older(env):
@@ -62,6 +92,20 @@ def test_a_backup_job_gets_one_base_backup_per_token_and_retention_prunes_the_ol
     taken = backups(env, options)
     assert [b["annotation"]["lockstep-token"] for b in taken] == ["orders-backup-1"]
     assert taken[0]["label"] in first.stdout
+
+    # Without the endpoint token nothing is asked of pgBackRest: neither a request
+    # without it, nor one with another token, nor a Job given the wrong one.
+    for authorization in (None, "Bearer not-the-token", f"Basic {TOKEN}"):
+        status, body = post(port, "/backup?token=evil&retention-count=1", authorization)
+        assert status == 401 and body.startswith("unauthorized "), (authorization, status, body)
+        assert TOKEN not in body
+    wrong = ask(env, port, "orders-backup-evil", LOCKSTEP_ENDPOINT_TOKEN="not-the-token")
+    assert wrong.returncode == 2, wrong.stderr
+    assert "refused this Job's endpoint token" in wrong.stderr, wrong.stderr
+    assert [b["annotation"]["lockstep-token"] for b in backups(env, options)] == ["orders-backup-1"]
+    # /metrics stays open.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200
 
     # The same Job asking again (its pod retried) gets the same backup, not another.
     again = ask(env, port, "orders-backup-1")
@@ -97,6 +141,34 @@ def test_a_malformed_retention_is_refused_before_anything_is_asked(env):
     out = ask(env, free_port(), "orders-backup-1", BACKUP_RETENTION="all")
     assert out.returncode == 2, out.stderr
     assert "BACKUP_RETENTION must be retention-count=N or retention-days=N" in out.stderr
+
+
+def test_a_job_without_the_endpoint_token_fails_at_once_naming_the_secret(env):
+    out = ask(env, free_port(), "orders-backup-1", LOCKSTEP_ENDPOINT_TOKEN="")
+    assert out.returncode == 2, out.stderr
+    assert "the Secret <cluster>-endpoint-token (key token) is missing" in out.stderr
+    out = ask(env, free_port(), "orders-backup-1", LOCKSTEP_ENDPOINT_TOKEN='x" -o /tmp/x')
+    assert out.returncode == 2, out.stderr
+    assert "LOCKSTEP_ENDPOINT_TOKEN may only contain" in out.stderr
+    assert 'x" -o' not in out.stderr + out.stdout
+
+
+def test_the_endpoint_token_reaches_curl_on_stdin_never_in_its_argv(env):
+    """A stand-in curl records its arguments and its stdin and answers a success."""
+    bin_dir = env.base / "fake-bin"
+    bin_dir.mkdir()
+    chown_postgres(bin_dir)
+    curl = bin_dir / "curl"
+    curl.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >{bin_dir}/argv\ncat >{bin_dir}/stdin\n'
+                    'echo "succeeded 20261206-010000F (stand-in)"\n')
+    curl.chmod(0o755)
+    out = ask(env, free_port(), "orders-backup-1", PATH=f"{bin_dir}:{env.base_env()['PATH']}")
+    assert out.returncode == 0, out.stderr
+    argv = (bin_dir / "argv").read_text()
+    assert TOKEN not in argv, argv
+    assert "-K\n-\n" in argv, argv
+    assert (bin_dir / "stdin").read_text() == f'header = "Authorization: Bearer {TOKEN}"\n'
+    assert TOKEN not in out.stdout + out.stderr
 
 
 def archived_source(env):
@@ -150,12 +222,18 @@ def test_a_new_cluster_recovers_to_a_time_and_holds_exactly_the_rows_committed_b
                timeout=60, what="the WAL archived")
 
     pod, options = restored(env, root, "copy", "time", between)
+    # This cluster's application role, which the source's backup does not have.
+    options.update(APP_USER="copy-app", APP_PASSWORD="copy's app pw", APP_DATABASE="app")
     pod.start("primary", **options)
     assert pod.sql("SELECT count(*), max(id) FROM items") == "10|10", pod.log_tail()
     assert pod.sql("SELECT pg_is_in_recovery()") == "f"
     assert pod.sql("SHOW recovery_target_time") == "", "a standby cloned from it would inherit the target"
     assert pod.sql("SHOW restore_command") == ""
     pod.sql("INSERT INTO items (id) VALUES (100)")  # writable
+    # The application role exists with this cluster's password and owns its database.
+    assert pod.sql("SELECT rolsuper FROM pg_roles WHERE rolname = 'copy-app'") == "f"
+    assert pod.sql("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'app'") == "copy-app"
+    assert pod.sql("SELECT current_user", db="app", user="copy-app", password="copy's app pw") == "copy-app"
 
 
 def test_a_target_beyond_the_archive_fails_the_bootstrap_naming_why_and_never_serves(env):

@@ -135,6 +135,28 @@ def test_primary_bootstraps_with_password_auth_and_a_replication_role(env):
     assert_no_secret_in(pod.log_text())
 
 
+def test_primary_bootstraps_the_application_role_owning_its_database(env):
+    app_password = "app'pass word"
+    pod = env.pod("pg-0").start(
+        "primary", APP_USER="pg-app", APP_PASSWORD=app_password, APP_DATABASE="app"
+    )
+    attributes = (
+        "SELECT rolcanlogin, rolsuper, rolcreatedb, rolcreaterole, rolreplication, rolbypassrls "
+        "FROM pg_roles WHERE rolname = 'pg-app'"
+    )
+    assert pod.sql(attributes) == "t|f|f|f|f|f"
+    assert pod.sql("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'app'") == "pg-app"
+    assert pod.sql("SELECT rolpassword LIKE 'SCRAM-SHA-256$%' FROM pg_authid WHERE rolname = 'pg-app'") == "t"
+    # The role logs in over TCP with its password, creates and writes in its database.
+    as_app = {"db": "app", "user": "pg-app", "password": app_password}
+    assert pod.sql("CREATE TABLE t (id int); INSERT INTO t VALUES (1); SELECT count(*) FROM t", **as_app) == "1"
+    refused = pod.psql("CREATE ROLE intruder", **as_app)
+    assert refused.returncode != 0 and "permission denied" in refused.stderr
+    assert pod.psql("SELECT 1", db="app", user="pg-app", password="wrong").returncode != 0
+    assert_no_secret_in(pod.log_text())
+    assert app_password not in pod.log_text()
+
+
 def test_primary_refuses_to_initdb_over_a_non_empty_foreign_directory(env):
     pod = env.pod("pg-0")
     pod.pgdata.mkdir(mode=0o700)

@@ -25,10 +25,11 @@
 //! # Assumptions
 //! - The stanza exists (the archiver creates it, [`super::archive`]); before that a
 //!   backup fails with pgBackRest's own message, and the Job reports it.
-//! - Whoever reaches the port may ask: requests are not authenticated yet. A request
-//!   names its token and its retention, so an unauthorised caller can take backups and,
-//!   with a small retention, expire older ones (docs/backup.md says so, and how a
-//!   NetworkPolicy narrows it). It tells outcomes, never data.
+//! - Only the bearer of the cluster's endpoint token may ask ([`super::auth`]): a request
+//!   names its own token and retention, so anyone else could take backups and, with a
+//!   small retention, expire older ones. [`Endpoints`] refuses a write without it
+//!   (`401`) before it reads the request; `/metrics` and `/healthz` stay open. An answer
+//!   tells outcomes, never data.
 //!
 //! # Errors
 //! Nothing here fails the manager. A backup that fails (or outlives its bound) answers
@@ -42,6 +43,7 @@ use futures::FutureExt;
 use tokio::task::JoinHandle;
 
 use super::archive::{PGBACKREST, pgbackrest};
+use super::auth::EndpointToken;
 use crate::machines::postgres::recoverability::FIRST_RECOVERABLE_POINT;
 
 /// The annotation each backup carries: the token (the Job's name) that asked for it.
@@ -266,8 +268,10 @@ impl BaseBackups {
 pub struct Endpoints {
     /// `/metrics`.
     pub metrics: super::metrics::InstanceMetrics,
-    /// `POST /backup`; none: answered 404.
+    /// `POST /backup`; none: answered 404 (to an authorised request).
     pub backups: Option<BaseBackups>,
+    /// What every write (any method but `GET` and `HEAD`) must carry.
+    pub token: EndpointToken,
 }
 
 impl crate::ops::health::Scrape for Endpoints {
@@ -280,7 +284,12 @@ impl crate::ops::health::Scrape for Endpoints {
         method: &hyper::Method,
         path: &str,
         query: Option<&str>,
+        headers: &hyper::HeaderMap,
     ) -> Option<(u16, String)> {
+        let writes = method != hyper::Method::GET && method != hyper::Method::HEAD;
+        if writes && let Err(refusal) = self.token.authorize(headers) {
+            return Some(refusal.http());
+        }
         if path != "/backup" {
             return None;
         }
@@ -447,6 +456,91 @@ mod tests {
         );
         // Once it ended, another token starts another backup.
         assert_eq!(backups.request(ask("b")), Answer::Running);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `request` (one HTTP/1.1 request, `Connection: close`) to `addr`: the response.
+    async fn send(addr: std::net::SocketAddr, request: String) -> String {
+        use std::io::{Read, Write};
+        tokio::task::spawn_blocking(move || {
+            let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+            stream.write_all(request.as_bytes()).expect("write");
+            let mut out = String::new();
+            stream.read_to_string(&mut out).expect("read");
+            out
+        })
+        .await
+        .expect("join")
+    }
+
+    fn http(method: &str, path: &str, authorization: Option<&str>) -> String {
+        let header = authorization.map_or_else(String::new, |a| format!("Authorization: {a}\r\n"));
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\n{header}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+    }
+
+    #[tokio::test]
+    async fn a_write_without_the_endpoint_token_is_refused_and_reads_stay_open() {
+        let dir = std::env::temp_dir().join(format!("lockstep-endpoints-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let file = dir.join("token");
+        std::fs::write(&file, "the-token").expect("write the token");
+        // A standby's manager: an authorised request reaches the backups, which refuse
+        // it as they always did (`409`); nothing else would.
+        let endpoints = Endpoints {
+            metrics: super::super::metrics::InstanceMetrics::new(),
+            backups: Some(BaseBackups::with_program(&stand_in(&dir))),
+            token: EndpointToken::from_file(Some(file)),
+        };
+        let listener = crate::ops::health::bind("127.0.0.1:0".parse().expect("an address"))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let server = tokio::spawn(crate::ops::health::serve(
+            listener,
+            crate::ops::health::Status::new(false),
+            endpoints,
+            shutdown.clone(),
+        ));
+        let backup = "/backup?token=evil&retention-count=1";
+
+        let none = send(addr, http("POST", backup, None)).await;
+        assert!(none.starts_with("HTTP/1.1 401"), "{none}");
+        assert!(
+            none.to_ascii_lowercase()
+                .contains("www-authenticate: bearer"),
+            "{none}"
+        );
+        assert!(
+            none.contains("unauthorized a write needs the header"),
+            "{none}"
+        );
+        let wrong = send(addr, http("POST", backup, Some("Bearer the-tokem"))).await;
+        assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+        assert!(
+            !wrong.contains("the-token"),
+            "a refusal names no token: {wrong}"
+        );
+        let other = send(addr, http("DELETE", "/metrics", None)).await;
+        assert!(other.starts_with("HTTP/1.1 401"), "any write: {other}");
+
+        let right = send(addr, http("POST", backup, Some("Bearer the-token"))).await;
+        assert!(right.starts_with("HTTP/1.1 409"), "{right}");
+        assert!(right.contains("not a writable primary"), "{right}");
+        let authorised_other = send(addr, http("PUT", "/healthz", Some("Bearer the-token"))).await;
+        assert!(
+            authorised_other.starts_with("HTTP/1.1 405"),
+            "{authorised_other}"
+        );
+
+        for open in ["/metrics", "/healthz"] {
+            let read = send(addr, http("GET", open, None)).await;
+            assert!(read.starts_with("HTTP/1.1 200"), "{open}: {read}");
+        }
+        shutdown.cancel();
+        server.await.expect("join").expect("serve");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -53,6 +53,16 @@ pub struct InstanceArgs {
     /// The replication role's password (from the Secret; never logged).
     #[arg(long, env = "REPLICATION_PASSWORD", hide_env_values = true)]
     pub replication_password: String,
+    /// The application role, created at bootstrap (`instance::run::app`).
+    #[arg(long, env = "APP_USER")]
+    pub app_user: Option<String>,
+    /// The application role's password (from the Secret `<cluster>-app`; never logged).
+    /// Without it no application role is created.
+    #[arg(long, env = "APP_PASSWORD", hide_env_values = true)]
+    pub app_password: Option<String>,
+    /// The database the application role owns, created at bootstrap.
+    #[arg(long, env = "APP_DATABASE")]
+    pub app_database: Option<String>,
     /// The primary's address (the `<cluster>-rw` Service).
     #[arg(long, env = "PRIMARY_HOST")]
     pub primary_host: Option<String>,
@@ -61,6 +71,14 @@ pub struct InstanceArgs {
     /// [`Self::primary_host`].
     #[arg(long, env = "LOCKSTEP_PEER_DOMAIN")]
     pub peer_domain: Option<String>,
+    /// Where the operator projects the cluster's certificates (`<name>-tls`, without
+    /// the CA's key). None, or a directory without them: no TLS.
+    #[arg(long, env = "LOCKSTEP_TLS_DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// Where a person's own server certificate is projected (`spec.certificates`:
+    /// `tls.crt`, `tls.key`, `ca.crt`). None, or incomplete: the cluster's own.
+    #[arg(long, env = "LOCKSTEP_SERVER_TLS_DIR")]
+    pub server_tls_dir: Option<PathBuf>,
     /// The primary's port.
     #[arg(long, env = "PRIMARY_PORT", default_value_t = 5432)]
     pub primary_port: u16,
@@ -153,6 +171,10 @@ pub struct InstanceArgs {
     /// without it.
     #[arg(long, env = "LOCKSTEP_METRICS_PORT")]
     pub metrics_port: Option<u16>,
+    /// The file holding the endpoint token a write to that port must carry
+    /// ([`super::auth`]); none: every write is refused.
+    #[arg(long, env = "LOCKSTEP_ENDPOINT_TOKEN_FILE")]
+    pub endpoint_token_file: Option<PathBuf>,
 }
 
 impl InstanceArgs {
@@ -192,4 +214,22 @@ impl InstanceArgs {
             .as_ref()
             .map_or_else(|| PathBuf::from(name), |dir| dir.join(name))
     }
+}
+
+/// The settings `argv` (after the program's name) parses to, as tests write them.
+///
+/// # Panics
+/// If `argv` does not parse.
+#[cfg(test)]
+#[must_use]
+pub fn parsed(argv: &[&str]) -> InstanceArgs {
+    use clap::Parser;
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: InstanceArgs,
+    }
+    Cli::try_parse_from(std::iter::once("lockstep").chain(argv.iter().copied()))
+        .expect("valid flags")
+        .args
 }

@@ -36,6 +36,7 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::archive::Archiver;
+use super::auth::EndpointToken;
 use super::basebackup::{BaseBackups, Endpoints};
 use super::clock::Moment;
 use super::config::InstanceArgs;
@@ -354,6 +355,9 @@ pub struct Manager {
     reporter: Option<Reporter>,
     /// A reload was sent: the next round reads what waits for a restart.
     reloaded: bool,
+    /// The certificates' contents as last seen ([`super::tls::digest`]): when the
+    /// kubelet refreshes them (a renewal), the configuration is rewritten and reloaded.
+    certificates: Option<u64>,
     /// Since when the server has answered as a standby that does not stream.
     not_streaming_since: Option<Mono>,
     /// Continuous WAL archiving, when `LOCKSTEP_WAL_ARCHIVE` is set ([`super::archive`]).
@@ -432,6 +436,8 @@ impl Manager {
         );
         let archiver = args.wal_archive.is_some().then(Archiver::default);
         let backups = args.wal_archive.is_some().then(BaseBackups::default);
+        let certificates =
+            super::tls::digest(args.tls_dir.as_deref(), args.server_tls_dir.as_deref());
         Ok(Self {
             prepare: Prepare::new(args.clone()),
             args,
@@ -456,6 +462,7 @@ impl Manager {
             settings,
             reporter,
             reloaded: false,
+            certificates,
         })
     }
 
@@ -638,6 +645,7 @@ impl Manager {
                 let metrics = Endpoints {
                     metrics: self.metrics.clone(),
                     backups: self.backups.clone(),
+                    token: EndpointToken::from_file(self.args.endpoint_token_file.clone()),
                 };
                 tokio::spawn(async move {
                     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -913,6 +921,17 @@ impl Manager {
             }
         }
         self.settings.read();
+        let certificates = super::tls::digest(
+            self.args.tls_dir.as_deref(),
+            self.args.server_tls_dir.as_deref(),
+        );
+        if certificates != self.certificates {
+            // Renewed (or issued after this pod started): the server reads its
+            // certificates, and a standby its replication certificate, at a reload.
+            tracing::info!("the certificates changed: rewriting the configuration and reloading");
+            self.certificates = certificates;
+            self.settings.unwritten();
+        }
         if !standby && self.settings.follows_streaming() {
             match psql
                 .query("SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'")
@@ -1141,13 +1160,6 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: InstanceArgs,
-    }
 
     /// The settings of a Lease holder running with `L` = `lease` seconds (`T` = L/2).
     fn holder_with_lease(lease: &str) -> InstanceArgs {
@@ -1170,7 +1182,7 @@ mod tests {
             "--lease-seconds",
             lease,
         ];
-        Cli::try_parse_from(argv).expect("valid flags").args
+        super::super::config::parsed(&argv[1..])
     }
 
     #[test]

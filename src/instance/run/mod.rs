@@ -22,12 +22,15 @@
 //! - `settings`: the person's `spec.postgresql`, written and reloaded;
 //! - `metrics`: what the last round saw, on `/metrics`;
 //! - `archive`: continuous WAL archiving with pgBackRest (the stanza, the report);
-//! - `basebackup`: base backups with pgBackRest, on the backup Job's request.
+//! - `basebackup`: base backups with pgBackRest, on the backup Job's request;
+//! - `auth`: the endpoint token a write to the manager's endpoints must carry.
 //!
 //! The design, and how it compares with CloudNativePG's instance manager and Patroni's
 //! watchdog: `docs/instance-manager.md`.
 
+pub mod app;
 pub mod archive;
+pub mod auth;
 pub mod basebackup;
 pub mod clock;
 pub mod config;
@@ -45,3 +48,4 @@ pub mod report;
 pub mod settings;
 pub mod signals;
 pub mod sql;
+pub mod tls;

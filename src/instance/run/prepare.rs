@@ -35,6 +35,7 @@ use super::config::InstanceArgs;
 use super::quote;
 use super::settings::Settings;
 use super::sql::Psql;
+use super::tls::Transport;
 use crate::instance::observe::Upstream;
 use crate::machines::postgres::in_place;
 use crate::machines::postgres::recovery::RECOVERY_FAILED;
@@ -308,6 +309,16 @@ impl Prepare {
         Duration::from_secs(self.args.start_timeout_seconds)
     }
 
+    /// How this instance's connections are secured: by the certificates in
+    /// `LOCKSTEP_TLS_DIR`, if every one is there.
+    #[must_use]
+    pub fn transport(&self) -> Transport {
+        Transport::of(
+            self.args.tls_dir.as_deref(),
+            self.args.server_tls_dir.as_deref(),
+        )
+    }
+
     /// `psql` on the local server, over the socket.
     #[must_use]
     pub fn local(&self) -> Psql {
@@ -498,13 +509,15 @@ impl Prepare {
             // spec.synchronous (empty: asynchronous), the same on every member.
             format!("synchronous_standby_names = {}", quote::conf(synchronous)),
         ]);
+        let transport = self.transport();
+        lines.extend(transport.conf_lines());
         if standby && let Some(host) = &self.streams_from() {
             let conninfo = format!(
-                "host={} port={} user={} password={} application_name={} connect_timeout=10",
+                "host={} port={} user={} {} application_name={} connect_timeout=10",
                 quote::conninfo(host),
                 a.primary_port,
                 quote::conninfo(&a.replication_user),
-                quote::conninfo(&a.replication_password),
+                transport.replication_conninfo(&a.replication_password),
                 quote::conninfo(&self.application_name()),
             );
             lines.push(format!("primary_conninfo = {}", quote::conf(&conninfo)));
@@ -573,7 +586,21 @@ impl Prepare {
                 .collect();
             write_private(&auto, &kept)?;
         }
-        write_private(&dir.join("pg_hba.conf"), &pg_hba(user))?;
+        let transport = self.transport();
+        if transport == Transport::Plain
+            && let Some(tls) = &self.args.tls_dir
+        {
+            tracing::warn!(dir = %tls.display(), "no certificates: serving without TLS, the replication role by password (a cluster created before its operator issued certificates)");
+        }
+        if let (Transport::Tls { server, .. }, Some(own)) = (&transport, &self.args.server_tls_dir)
+            && server != own
+        {
+            tracing::warn!(dir = %own.display(), "spec.certificates names a Secret without tls.crt, tls.key and ca.crt (or none at all): serving the cluster's own certificate");
+        }
+        write_private(
+            &dir.join("pg_hba.conf"),
+            &pg_hba(user, &transport, &self.args.replication_user),
+        )?;
         let signal = dir.join("standby.signal");
         if standby {
             write_private(&signal, "")?;
@@ -671,8 +698,8 @@ impl Prepare {
         self.layout.pgdata.display().to_string()
     }
 
-    /// `initdb`, the superuser's password, the replication role and the optional
-    /// database, behind the bootstrap marker.
+    /// `initdb`, the superuser's password, the replication role, the application role
+    /// and its database ([`super::app`]), behind the bootstrap marker.
     ///
     /// # Errors
     /// [`PrepareError`]; [`PrepareError::Foreign`] for a foreign `$PGDATA`.
@@ -726,9 +753,13 @@ impl Prepare {
                 quote::sql_literal(&a.replication_password)
             );
         }
-        if let Some(db) = a.database.as_deref().filter(|db| *db != "postgres") {
-            sql += &format!("CREATE DATABASE {};\n", quote::sql_ident(db));
+        if a.app_user.is_some() && a.app_password.as_deref().unwrap_or_default().is_empty() {
+            tracing::warn!(
+                "no application password (its Secret is missing): no application role is created"
+            );
         }
+        // The application role and its database, or `POSTGRES_DB` alone.
+        sql += &super::app::bootstrap_sql(a);
         let roles = self.psql_stdin(&sql).await;
         if let Err(e) = roles {
             let _ = self.temp_stop().await;
@@ -736,7 +767,7 @@ impl Prepare {
         }
         self.temp_stop().await?;
         fs::remove_file(&marker).map_err(io("removing", &marker))?;
-        tracing::info!(superuser = %a.superuser, replication = %a.replication_user, "bootstrap complete");
+        tracing::info!(superuser = %a.superuser, replication = %a.replication_user, app = ?a.app_user, "bootstrap complete");
         Ok(())
     }
 
@@ -886,6 +917,8 @@ impl Prepare {
                 quote::sql_literal(&a.replication_password)
             );
         }
+        // The application role with this cluster's password, owning its database.
+        sql += &super::app::restore_sql(a);
         // The restore's settings: a standby cloned from this server must not inherit a
         // recovery target.
         for setting in [
@@ -907,7 +940,7 @@ impl Prepare {
             return Err(e);
         }
         self.temp_stop().await?;
-        tracing::info!(%source, "restored: this cluster's passwords set, the recovery settings reset");
+        tracing::info!(%source, "restored: this cluster's passwords set (the application role's too, if it has one), the recovery settings reset");
         Ok(())
     }
 
@@ -1086,10 +1119,9 @@ impl Prepare {
                 "fast",
                 "-R",
             ];
-            let env = [
-                ("PGPASSWORD", a.replication_password.as_str()),
-                ("PGAPPNAME", app.as_str()),
-            ];
+            let mut env = self.transport().replication_env(&a.replication_password);
+            env.push(("PGAPPNAME", app.clone()));
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
             match self
                 .run(
                     "pg_basebackup",
@@ -1211,16 +1243,17 @@ async fn bounded<T>(
 
 /// `pg_hba.conf`: local access and replication first (no rule of a person's can lock
 /// the manager or the standbys out), then the person's rules, then password access
-/// for everyone else.
+/// for everyone else. Over TLS ([`Transport::Tls`]) every remote rule of Lockstep's is
+/// `hostssl`, and the replication role is authenticated by its certificate.
 #[must_use]
-pub fn pg_hba(user: &PostgresqlSpec) -> String {
+pub fn pg_hba(user: &PostgresqlSpec, transport: &Transport, replication_user: &str) -> String {
     let mut text = String::from(
         "# Managed by lockstep instance; rewritten on every start and settings change.\n\
          # TYPE  DATABASE     USER  ADDRESS  METHOD\n\
          local   all          all            trust\n\
-         local   replication  all            trust\n\
-         host    replication  all   all      scram-sha-256\n",
+         local   replication  all            trust\n",
     );
+    text.push_str(&transport.replication_rules(replication_user));
     if !user.pg_hba.is_empty() {
         text.push_str("# spec.postgresql.pgHba\n");
         for rule in user.pg_hba.iter().filter(|r| !r.contains('\n')) {
@@ -1228,20 +1261,16 @@ pub fn pg_hba(user: &PostgresqlSpec) -> String {
             text.push('\n');
         }
     }
-    text.push_str("host    all          all   all      scram-sha-256\n");
+    text.push_str(&format!(
+        "{} all          all   all      scram-sha-256\n",
+        transport.remote()
+    ));
     text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: InstanceArgs,
-    }
 
     fn prepare(pgdata: &str) -> Prepare {
         let argv = vec![
@@ -1257,7 +1286,7 @@ mod tests {
             "--pod-name",
             "pg-1",
         ];
-        Prepare::new(Cli::try_parse_from(argv).expect("valid flags").args)
+        Prepare::new(super::super::config::parsed(&argv[1..]))
     }
 
     #[test]
@@ -1399,12 +1428,58 @@ mod tests {
         // Read later, the managed port wins over one that slipped through.
         assert!(at("port = '1'") < at("port = 5432"));
         at(r#"synchronous_standby_names = 'ANY 1 ("pg-1", "pg-2")'"#);
-        let hba = pg_hba(&user);
+        let hba = pg_hba(&user, &Transport::Plain, "replicator");
         let line = |needle: &str| {
             hba.find(needle)
                 .unwrap_or_else(|| panic!("{needle} in {hba}"))
         };
         assert!(line("local   replication") < line("host all app"));
         assert!(line("host all app") < line("host    all          all   all"));
+    }
+
+    #[test]
+    fn over_tls_every_remote_rule_of_lockstep_s_wants_tls_and_a_person_s_rule_stays_as_written() {
+        let user = PostgresqlSpec {
+            pg_hba: vec!["host all app 10.0.0.0/8 scram-sha-256".to_owned()],
+            ..PostgresqlSpec::default()
+        };
+        let t = Transport::Tls {
+            dir: "/t".into(),
+            server: "/t".into(),
+        };
+        let hba = pg_hba(&user, &t, "replicator");
+        let remote: Vec<&str> = hba
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("local"))
+            .collect();
+        assert_eq!(remote.len(), 4, "{hba}");
+        assert!(remote[0].starts_with("hostssl replication  \"replicator\""));
+        assert!(remote[0].ends_with("cert"));
+        assert_eq!(remote[2], "host all app 10.0.0.0/8 scram-sha-256");
+        assert!(remote[3].starts_with("hostssl all"));
+    }
+
+    #[test]
+    fn a_standby_over_tls_streams_with_verify_full_and_its_server_turns_ssl_on() {
+        let mut p = prepare("/tmp/x/pgdata");
+        p.args.tls_dir = Some("/nonexistent".into());
+        assert!(
+            !p.lockstep_conf(false, &PostgresqlSpec::default(), "")
+                .contains("ssl")
+        );
+        let dir = std::env::temp_dir().join(format!("lockstep-prepare-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        for f in crate::machines::postgres::render::tls::MOUNTED {
+            std::fs::write(dir.join(f), "x").expect("file");
+        }
+        p.args.tls_dir = Some(dir.clone());
+        let conf = p.lockstep_conf(true, &PostgresqlSpec::default(), "");
+        assert!(conf.contains("ssl = on\n"), "{conf}");
+        let conninfo = conf
+            .lines()
+            .find(|l| l.starts_with("primary_conninfo"))
+            .expect("a standby streams");
+        assert!(conninfo.contains("sslmode=verify-full"), "{conninfo}");
+        assert!(!conninfo.contains("password"), "{conninfo}");
     }
 }

@@ -1,5 +1,5 @@
-//! Quoting for the three languages the manager writes values into: SQL, libpq conninfo
-//! and `postgresql.conf`. Values (passwords above all) may hold quotes, backslashes and
+//! Quoting for the four languages the manager writes values into: SQL, libpq conninfo,
+//! `postgresql.conf` and `pg_hba.conf`. Values (passwords above all) may hold quotes, backslashes and
 //! spaces.
 
 /// A SQL string literal: `'…'` with single quotes doubled.
@@ -24,6 +24,13 @@ pub fn conninfo(value: &str) -> String {
 #[must_use]
 pub fn conf(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// A `pg_hba.conf` name: `"…"`, so that it is never read as a keyword (`all`) or a
+/// group (`+name`); a double quote, which the file cannot hold, is dropped.
+#[must_use]
+pub fn hba(value: &str) -> String {
+    format!("\"{}\"", value.replace('"', ""))
 }
 
 /// The string [`conf`] quoted: `None` if `quoted` is not one.

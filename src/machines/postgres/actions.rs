@@ -1,6 +1,8 @@
 //! The side effects the PostgresCluster machine asks for, as data, the roles pods are
 //! labelled with, and the names actions carry.
 
+use std::sync::OnceLock;
+
 use super::api::PostgresClusterSpec;
 pub use crate::machines::common::actions::JobAction;
 use crate::machines::common::meta::short_hash;
@@ -59,12 +61,29 @@ pub enum ServiceKind {
 pub enum PgAction {
     /// Create the generated credentials Secret (random passwords) if absent.
     CreateCredentials,
+    /// Renew the leaves of `<name>-tls` (the Secret as read), signed by its CA.
+    RenewCertificates {
+        /// The Secret's UID.
+        uid: String,
+        /// Its resourceVersion.
+        version: String,
+        /// The CA to sign with.
+        ca: crate::machines::postgres::render::tls::CaMaterial,
+    },
     /// Apply the ConfigMap holding the pod scripts.
     EnsureScripts,
     /// Apply a Service.
     EnsureService(ServiceKind),
     /// Apply the PodDisruptionBudget.
     EnsurePdb,
+    /// Apply the NetworkPolicy (`spec.networkPolicy.enabled`).
+    EnsureNetworkPolicy,
+    /// Delete the NetworkPolicy made while `spec.networkPolicy.enabled` was true, only
+    /// the object observed (by its UID).
+    DeleteNetworkPolicy {
+        /// The observed policy's UID.
+        uid: String,
+    },
     /// Apply the StatefulSet with this image and replica count.
     EnsureStatefulSet {
         /// The template's image.
@@ -197,9 +216,38 @@ pub fn survey_key(old_uid: &str, term: i32, attempt: u32) -> String {
 
 pub use crate::machines::common::on_demand::key as backup_key;
 
-/// The image a spec asks for: `spec.image`, else `postgres:<version>`.
+/// The repository of the server image when `spec.image` is unset, unless the operator
+/// was told otherwise: the project's PostgreSQL images (`tools/images/build.sh`
+/// `postgres-<major>`, pushed by `tools/registry/push.sh`).
+pub const DEFAULT_POSTGRES_IMAGE_REPOSITORY: &str = "ghcr.io/lockstep-dev/postgres";
+
+static POSTGRES_IMAGE_REPOSITORY: OnceLock<String> = OnceLock::new();
+
+/// Sets the repository of the default server image (`lockstep run
+/// --postgres-image-repository`), once per process, at start; a later call is ignored
+/// (the first one wins), so every decision of a process agrees, as with the instance
+/// image.
+pub fn set_postgres_image_repository(repository: String) {
+    let _ = POSTGRES_IMAGE_REPOSITORY.set(repository);
+}
+
+/// The repository of the default server image: the one set at start, else
+/// [`DEFAULT_POSTGRES_IMAGE_REPOSITORY`].
+pub fn postgres_image_repository() -> &'static str {
+    POSTGRES_IMAGE_REPOSITORY
+        .get()
+        .map_or(DEFAULT_POSTGRES_IMAGE_REPOSITORY, String::as_str)
+}
+
+/// The image a spec asks for under the process's configured repository
+/// ([`image_in`] with [`postgres_image_repository`]).
 pub fn spec_image(spec: &PostgresClusterSpec) -> String {
+    image_in(spec, postgres_image_repository())
+}
+
+/// The image a spec asks for: `spec.image`, else `<repository>:<version>`.
+pub fn image_in(spec: &PostgresClusterSpec, repository: &str) -> String {
     spec.image
         .clone()
-        .unwrap_or_else(|| format!("postgres:{}", spec.version))
+        .unwrap_or_else(|| format!("{repository}:{}", spec.version))
 }

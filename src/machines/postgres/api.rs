@@ -5,7 +5,7 @@
 //! kind: PostgresCluster
 //! metadata: {name: orders}
 //! spec:
-//!   version: "16"               # 13..17, optionally with a minor: "16.4" -> postgres:16.4
+//!   version: "18"               # 15, 17 or 18, optionally with a minor: "18.1" -> <repository>:18.1
 //!   replicas: 3                 # one primary, two streaming replicas
 //!   storageSize: 10Gi           # immutable
 //!   failoverDelaySeconds: 30    # primary not Ready this long -> promote a Ready replica
@@ -26,7 +26,8 @@
 //!
 //! # Validation (by the API server, each message naming the field)
 //! - `metadata.name` at most 40 characters (pod, Service and Job names derive from it);
-//! - `spec.version` a supported major (13–17), optionally with a minor version; the
+//! - `spec.version` a supported major (15, 17 or 18: [`SUPPORTED_MAJORS`]), optionally
+//!   with a minor version; the
 //!   major cannot change in place (data directories are not compatible across majors:
 //!   create a new cluster and restore a dump into it);
 //! - `spec.replicas` ≥ 1;
@@ -80,9 +81,17 @@ pub const REPLICATION_PASSWORD_KEY: &str = "replicationPassword";
 pub const SUPERUSER: &str = "postgres";
 /// The replication role.
 pub const REPLICATION_USER: &str = "replicator";
-/// The supported majors, as a regular expression over `spec.version` (RE2, no
-/// backslashes, so that it embeds in a CEL string).
-pub const VERSION_PATTERN: &str = "^(13|14|15|16|17)([.][0-9]+)?$";
+/// The PostgreSQL majors `spec.version` accepts: those with a server image built
+/// here (`tools/images/build.sh`), one per Debian suite that serves the major with
+/// pgBackRest (bookworm 15, trixie 17, sid 18; docs/postgres-versions.md).
+pub const SUPPORTED_MAJORS: [u32; 3] = [15, 17, 18];
+
+/// [`SUPPORTED_MAJORS`] as a regular expression over `spec.version`, optionally with a
+/// minor (RE2, no backslashes, so that it embeds in a CEL string).
+pub const VERSION_PATTERN: &str = "^(15|17|18)([.][0-9]+)?$";
+
+/// What the API server answers to a `spec.version` outside [`VERSION_PATTERN`].
+pub const VERSION_MESSAGE: &str = "spec.version must be a supported PostgreSQL major version (15, 17 or 18: the majors Lockstep builds a server image for), optionally with a minor version such as \"18.1\"";
 
 fn default_replicas() -> i32 {
     3
@@ -165,15 +174,15 @@ fn version_rule() -> String {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterSpec {
-    /// The PostgreSQL version: a major from 13 to 17 (`"16"`), optionally with a minor
-    /// (`"16.4"`). The image is `postgres:<version>` unless `image` is set. A change of
+    /// The PostgreSQL version: a supported major, 15, 17 or 18 (`"18"`), optionally with
+    /// a minor (`"18.1"`). The image is `<repository>:<version>` unless `image` is set, the
+    /// repository the operator's `--postgres-image-repository`
+    /// (`ghcr.io/lockstep-dev/postgres` by default). A change of
     /// the minor (or of `image`) is a rolling upgrade: replicas first, then a switchover,
     /// then the old primary. The major cannot change in place.
     #[schemars(length(max = 16))]
     #[x_kube(
-        validation = Rule::new(version_rule()).message(
-            "spec.version must be a supported PostgreSQL major version (13, 14, 15, 16 or 17), optionally with a minor version such as \"16.4\""
-        ),
+        validation = Rule::new(version_rule()).message(VERSION_MESSAGE),
         validation = Rule::new(
             "!self.matches('^[0-9]+') || !oldSelf.matches('^[0-9]+') || self.find('^[0-9]+') == oldSelf.find('^[0-9]+')"
         )
@@ -181,7 +190,7 @@ pub struct PostgresClusterSpec {
             .reason(Reason::FieldValueForbidden)
     )]
     pub version: String,
-    /// The server image, overriding `postgres:<version>`. It must run the major of
+    /// The server image, overriding `<repository>:<version>`. It must run the major of
     /// `version` and provide the server binaries and `psql` on `PATH` (the official
     /// images do), and `pgbackrest` when WAL is archived; nothing of Lockstep's.
     #[schemars(length(min = 1))]
@@ -214,7 +223,14 @@ pub struct PostgresClusterSpec {
     /// `<name>-credentials`. Immutable.
     #[schemars(length(min = 1, max = 253))]
     pub credentials_secret: Option<String>,
-    /// A database created at bootstrap; backups dump it (default: `postgres`).
+    /// Certificates of your own instead of those Lockstep issues (`<name>-tls`, which it
+    /// issues anyway: the cluster's CA verifies the replication role's certificate).
+    pub certificates: Option<CertificatesSpec>,
+    /// The application's database, created at bootstrap and owned by the application
+    /// role `<name>-app` (whose Secret `<name>-app` names it): default `app` for clusters
+    /// created by an operator that has the application role (before it, none was created;
+    /// changing this field later creates nothing). `Dump` backups dump it (default there:
+    /// `postgres`).
     #[schemars(length(min = 1, max = 63), regex(pattern = "^[A-Za-z_][A-Za-z0-9_]*$"))]
     pub database: Option<String>,
     /// When scheduled backups run: five cron fields (`0 3 * * *`) or a macro (`@daily`).
@@ -264,6 +280,33 @@ pub struct PostgresClusterSpec {
     /// committed after the target is discarded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreSpec>,
+    /// Per-cluster NetworkPolicy `<name>` (ingress only): PostgreSQL's port from the
+    /// cluster's own members and from pods labelled `lockstep.dev/client: <name>` in
+    /// the cluster's namespace; the instance managers' port from the members, the
+    /// cluster's backup Jobs and the operator's namespace. Off by default (`enabled:
+    /// false`): nothing is created, and a policy created earlier is deleted. It takes
+    /// effect only where the cluster's network plugin enforces NetworkPolicies (see
+    /// `docs/security.md`).
+    #[serde(default, skip_serializing_if = "NetworkPolicySpec::is_default")]
+    pub network_policy: NetworkPolicySpec,
+}
+
+/// `spec.networkPolicy`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// `true`: the operator keeps the NetworkPolicy `<name>`; `false` (default): it
+    /// keeps none, and deletes the one it made while this was `true`.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+impl NetworkPolicySpec {
+    /// Whether this is the default (disabled), left out when serialized.
+    #[must_use]
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// `spec.restore`: a request to rewind the running cluster to a point of its own
@@ -327,6 +370,20 @@ pub struct RecoveryTarget {
     pub name: Option<String>,
     /// `true`: stop as soon as the base backup is consistent.
     pub immediate: Option<bool>,
+}
+
+/// `spec.certificates`: certificates a person brings (for example from cert-manager).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificatesSpec {
+    /// A Secret in the cluster's namespace with the server's certificate (`tls.crt`), its
+    /// key (`tls.key`) and the CA that signed it (`ca.crt`): a cert-manager Certificate's
+    /// Secret has all three. It must name `<name>-rw.<namespace>.svc` and
+    /// `*.<name>.<namespace>.svc` (standbys verify the primary by these names). Renewed
+    /// in place (by cert-manager), it is reloaded without a restart. While it lacks a
+    /// key, the instances serve Lockstep's own certificate and log why.
+    #[schemars(length(min = 1, max = 253))]
+    pub server_tls_secret: String,
 }
 
 /// `spec.spread`: the pod anti-affinity Lockstep adds to the instances' own, over one
@@ -603,6 +660,12 @@ pub struct PostgresClusterStatus {
     /// so a primary Lease created in place of one that vanished carries it and expires
     /// only after it. It never decreases.
     pub longest_lease_seconds: Option<i64>,
+    /// The synchronous terms (`number`, `dataDurability`, how many members) commits may
+    /// have been acknowledged under: the spec's, and any earlier ones until every
+    /// instance runs the spec's. A failover under `Required` reads enough members for
+    /// the strictest of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub synchronous_terms: Option<Vec<super::terms::Terms>>,
     /// Every instance pod, by ordinal: its role, whether it is Ready, what its server is
     /// and on which timeline ([`super::instances`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -653,7 +716,42 @@ pub struct FailoverRecord {
 
 #[cfg(test)]
 mod tests {
-    use super::PostgresClusterStatus;
+    use super::{PostgresClusterStatus, SUPPORTED_MAJORS, VERSION_MESSAGE, VERSION_PATTERN};
+
+    fn accepted(version: &str) -> bool {
+        regex::Regex::new(VERSION_PATTERN)
+            .expect("the version pattern compiles")
+            .is_match(version)
+    }
+
+    #[test]
+    fn every_supported_major_is_accepted_with_or_without_a_minor_and_named_in_the_message() {
+        for major in SUPPORTED_MAJORS {
+            for version in [
+                format!("{major}"),
+                format!("{major}.1"),
+                format!("{major}.12"),
+            ] {
+                assert!(accepted(&version), "{version}");
+            }
+            assert!(VERSION_MESSAGE.contains(&major.to_string()), "{major}");
+        }
+        assert!(VERSION_MESSAGE.starts_with("spec.version "));
+    }
+
+    #[test]
+    fn a_major_without_an_image_or_a_malformed_version_is_refused() {
+        for major in 0..100 {
+            assert_eq!(
+                accepted(&major.to_string()),
+                SUPPORTED_MAJORS.contains(&major),
+                "{major}"
+            );
+        }
+        for version in ["150", "18.", "18.1.2", "v18", "18beta1", " 18", "1 8", ""] {
+            assert!(!accepted(version), "{version:?} accepted");
+        }
+    }
 
     #[test]
     fn a_status_is_written_as_today() {

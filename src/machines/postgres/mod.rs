@@ -62,12 +62,14 @@ pub mod status;
 pub mod streaming;
 pub mod synchronous;
 pub mod table;
+pub mod terms;
 #[cfg(test)]
 mod tests;
 pub mod volume;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 
 pub use actions::PgAction;
@@ -79,6 +81,7 @@ pub use status::last_backup_time;
 
 use crate::driver::{Cache, Error, Op, Operator, Precondition};
 use crate::engine::EngineStatus;
+use crate::machines::common::actions::JobAction;
 use crate::machines::common::{last_backup, ops};
 use actions::Role;
 use render::ROLE_LABEL;
@@ -155,13 +158,33 @@ impl Operator for Postgres {
             )]
         };
         Ok(match action {
-            PgAction::CreateCredentials => vec![Op::create(&render::credentials_secret(object))?],
+            PgAction::CreateCredentials => {
+                let mut ops = Vec::new();
+                if object.spec.credentials_secret.is_none() {
+                    ops.push(Op::create(&render::credentials_secret(object))?);
+                }
+                ops.push(Op::create(&render::app_secret(object))?);
+                ops.push(Op::create(&render::tls::secret(object)?)?);
+                ops
+            }
+            PgAction::RenewCertificates { uid, version, ca } => vec![Op::patch_if::<Secret>(
+                render::tls::secret_name(object),
+                read(uid, version),
+                render::tls::renewal(object, ca)?,
+            )],
             PgAction::EnsureScripts => vec![Op::apply(&render::scripts(object)?)?],
             PgAction::EnsureService(kind) => vec![Op::apply(&render::service(object, *kind)?)?],
             PgAction::EnsurePdb => vec![Op::apply(&render::pdb(object)?)?],
+            PgAction::EnsureNetworkPolicy => vec![Op::apply(&render::network_policy(object)?)?],
+            PgAction::DeleteNetworkPolicy { uid } => vec![Op::delete::<NetworkPolicy>(
+                render::network_policy_name(object),
+                uid,
+            )],
             // The pods' ServiceAccount, Role and RoleBinding go with the StatefulSet:
             // a pod cannot be created before its ServiceAccount exists.
+            // The endpoint token first: the pods and Jobs read it (`render::token`).
             PgAction::EnsureStatefulSet { image, replicas } => vec![
+                Op::create(&render::endpoint_token_secret(object))?,
                 Op::apply(&render::service_account(object)?)?,
                 Op::apply(&render::instance_role(object)?)?,
                 Op::apply(&render::instance_binding(object)?)?,
@@ -240,12 +263,24 @@ impl Operator for Postgres {
                 uid,
                 version,
             } => lease_patch(uid, version, render::lease_survey(token)),
-            PgAction::Jobs(action) => ops::job_action(
-                action,
-                &name,
-                |key, kind| Ok(render::backup_job(object, key, kind)?),
-                || Ok(render::cronjob(object)?),
-            )?,
+            PgAction::Jobs(action) => {
+                let mut ops = ops::job_action(
+                    action,
+                    &name,
+                    |key, kind| Ok(render::backup_job(object, key, kind)?),
+                    || Ok(render::cronjob(object)?),
+                )?;
+                // A backup Job reads the endpoint token: created before the Job (or
+                // the CronJob) if a cluster older than the token has none yet.
+                let starts = matches!(
+                    action,
+                    JobAction::RunBackup { .. } | JobAction::EnsureCronJob
+                );
+                if starts && !ops.is_empty() {
+                    ops.insert(0, Op::create(&render::endpoint_token_secret(object))?);
+                }
+                ops
+            }
         })
     }
 
@@ -334,6 +369,11 @@ impl Operator for Postgres {
                 object.spec.fencing.lease_duration_seconds,
                 observed,
                 old.and_then(|s| s.longest_lease_seconds),
+            )),
+            synchronous_terms: Some(status::synchronous_terms(
+                &object.spec,
+                observed,
+                old.and_then(|s| s.synchronous_terms.as_deref()),
             )),
         };
         serde_json::to_value(status).unwrap_or(serde_json::Value::Null)

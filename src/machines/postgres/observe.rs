@@ -60,6 +60,9 @@ pub struct InSync {
     pub read_only: bool,
     /// The PodDisruptionBudget.
     pub pdb: bool,
+    /// The NetworkPolicy is as `spec.networkPolicy` wants it: present and as rendered
+    /// when enabled, absent when not.
+    pub network_policy: bool,
 }
 
 impl InSync {
@@ -70,6 +73,7 @@ impl InSync {
         read_write: true,
         read_only: true,
         pdb: true,
+        network_policy: true,
     };
 }
 
@@ -177,6 +181,9 @@ pub struct Own {
     pub in_sync: InSync,
     /// The primary Lease, if it exists.
     pub lease: Option<LeaseView>,
+    /// The UID of the cluster's NetworkPolicy, if one exists (what a delete is
+    /// preconditioned on once `spec.networkPolicy` is turned off).
+    pub network_policy_uid: Option<String>,
     /// The termination messages of owned Jobs' pods, by Job name (a base backup's
     /// first recoverable point).
     pub job_results: BTreeMap<String, String>,
@@ -203,6 +210,12 @@ pub struct Own {
     /// spec's ([`SettingsReport::judged`]): their managers have yet to read, or their
     /// servers to reload, what the spec asks for.
     pub unjudged: BTreeSet<i32>,
+    /// The live instance pods (by ordinal) whose report is about the spec's settings
+    /// ([`SettingsReport::judged`]): they run the spec's synchronous terms.
+    pub judged: BTreeSet<i32>,
+    /// `status.synchronousTerms` as read ([`super::terms`]); `None` when the status does
+    /// not say.
+    pub synchronous_terms: Option<Vec<super::terms::Terms>>,
     /// The live instance pods (by ordinal) that report their standby not streaming
     /// ([`super::streaming`]): behind the primary.
     pub lagging: BTreeSet<i32>,
@@ -238,6 +251,50 @@ pub struct Own {
     /// The digest of each live instance pod's restore annotation
     /// ([`super::in_place::RESTORE_ANNOTATION`]), by ordinal, where it carries one.
     pub restore_annotated: BTreeMap<i32, String>,
+    /// `<name>-tls` as the cache holds it ([`render::tls`]), if it exists.
+    pub certificates: Option<CertificatesView>,
+}
+
+/// The cluster's certificates Secret as observed: when its leaves are due, and the CA
+/// that signs their renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificatesView {
+    /// Its UID.
+    pub uid: String,
+    /// Its resourceVersion: a renewal is written on the Secret as read.
+    pub version: String,
+    /// [`render::tls::RENEW_AT`], if it parses.
+    pub renew_at: Option<DateTime<Utc>>,
+    /// The CA, if the cache holds its key.
+    pub ca: Option<render::tls::CaMaterial>,
+}
+
+impl CertificatesView {
+    fn of(secret: &k8s_openapi::api::core::v1::Secret) -> Self {
+        Self {
+            uid: secret.uid().unwrap_or_default(),
+            version: secret.resource_version().unwrap_or_default(),
+            renew_at: secret
+                .annotations()
+                .get(render::tls::RENEW_AT)
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&Utc)),
+            ca: render::tls::CaMaterial::of(secret),
+        }
+    }
+
+    /// The action that renews the leaves, if they are due at `now` and the CA is at
+    /// hand. A Secret that says nothing of its renewal is not renewed.
+    #[must_use]
+    pub fn renewal(&self, now: DateTime<Utc>) -> Option<PgAction> {
+        let due = self.renew_at.is_some_and(|at| at <= now);
+        let ca = self.ca.clone().filter(|_| due)?;
+        Some(PgAction::RenewCertificates {
+            uid: self.uid.clone(),
+            version: self.version.clone(),
+            ca,
+        })
+    }
 }
 
 impl Observed {
@@ -332,12 +389,19 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
     };
     let scripts = read.named(&cache.configmaps, &render::scripts_name(pg));
     let pdb = read.named(&cache.pdbs, &name);
+    let policy = read.named(&cache.network_policies, &render::network_policy_name(pg));
+    let network_policy_uid = policy.as_ref().and_then(|p| p.metadata.uid.clone());
     let in_sync = InSync {
         scripts: common::in_sync(scripts.as_deref(), render::scripts(pg).ok()),
         headless: service_in_sync(ServiceKind::Headless),
         read_write: service_in_sync(ServiceKind::ReadWrite),
         read_only: service_in_sync(ServiceKind::ReadOnly),
         pdb: common::in_sync(pdb.as_deref(), render::pdb(pg).ok()),
+        network_policy: if pg.spec.network_policy.enabled {
+            common::in_sync(policy.as_deref(), render::network_policy(pg).ok())
+        } else {
+            policy.is_none()
+        },
     };
 
     let lease = read
@@ -390,6 +454,11 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
     let unjudged = reports
         .iter()
         .filter(|(_, r)| r.judged.as_ref().is_some_and(|d| *d != spec_digest))
+        .map(|(k, _)| *k)
+        .collect();
+    let judged = reports
+        .iter()
+        .filter(|(_, r)| r.judged.as_ref() == Some(&spec_digest))
         .map(|(k, _)| *k)
         .collect();
     // What each live pod reports under the pod condition `type_`: whether it holds,
@@ -487,6 +556,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         older_managers,
         in_sync,
         lease,
+        network_policy_uid,
         job_results,
         answers,
         requests: PgRequests::from_annotations(pg.annotations()),
@@ -495,11 +565,16 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         unconfigured,
         settings: reports,
         unjudged,
+        judged,
+        synchronous_terms: pg.status.as_ref().and_then(|s| s.synchronous_terms.clone()),
         lagging,
         archiving,
         archived,
         instances,
         synchronous,
+        certificates: read
+            .named(&cache.secrets, &render::tls::secret_name(pg))
+            .map(|secret| CertificatesView::of(&secret)),
     };
     read.observed(
         statefulset,

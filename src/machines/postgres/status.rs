@@ -4,11 +4,12 @@
 use kube::ResourceExt;
 
 use super::actions::Role;
-use super::api::{FailoverRecord, PostgresCluster};
+use super::api::{FailoverRecord, PostgresCluster, PostgresClusterSpec};
 use super::applied::{Gathered, reason as applied_reason};
 use super::observe::Observed;
 use super::state::{PgState, RestoreStep, SwitchCause};
 use super::table::reason;
+use super::terms::{self, Applied, Terms};
 use super::{CONTINUOUS_ARCHIVING, PRIMARY_AVAILABLE, SETTINGS_APPLIED, SYNCHRONOUS_REPLICATION};
 use super::{archiving, synchronous};
 use crate::engine::{Condition, HistoryEntry, conditions};
@@ -56,6 +57,39 @@ pub fn longest_lease_seconds(spec_seconds: i64, observed: &Observed, before: Opt
         .copied()
         .chain(before)
         .fold(spec_seconds, i64::max)
+}
+
+/// `status.synchronousTerms` ([`super::terms::record`]): the spec's terms alone once
+/// every member of the spec's (`0..spec.replicas`) and every other pod observed reports
+/// it judged the spec's settings; otherwise those the status said `before`, with the
+/// spec's added. The widest a lost record is taken over: the spec's members, every pod
+/// and every volume claim observed.
+pub fn synchronous_terms(
+    spec: &PostgresClusterSpec,
+    observed: &Observed,
+    before: Option<&[Terms]>,
+) -> Vec<Terms> {
+    let judged = &observed.own.judged;
+    let everywhere = (0..spec.replicas).all(|k| judged.contains(&k))
+        && observed.pods.keys().all(|k| judged.contains(k));
+    let applied = if everywhere {
+        Applied::Everywhere
+    } else {
+        Applied::NotYet
+    };
+    let seen = observed
+        .pods
+        .keys()
+        .chain(observed.own.claims.keys())
+        .map(|k| k.saturating_add(1))
+        .max()
+        .unwrap_or(0);
+    terms::record(
+        Terms::of(spec.synchronous.as_ref(), spec.replicas),
+        before,
+        applied,
+        seen.max(spec.replicas),
+    )
 }
 
 pub(super) fn last_failover(history: &[HistoryEntry]) -> Option<FailoverRecord> {

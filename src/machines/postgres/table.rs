@@ -21,7 +21,8 @@ pub mod reason {
         BACKUP_REQUESTED, BACKUP_RUNNING, BACKUP_SUCCEEDED,
     };
 
-    /// Edge: the generated credentials Secret was created.
+    /// Edge: the generated Secrets were created: `<name>-tls` and `<name>-app` always,
+    /// `<name>-credentials` without `spec.credentialsSecret`.
     pub const CREDENTIALS_GENERATED: &str = "CredentialsGenerated";
     /// Edge: every instance is Ready with its role, at the spec's image.
     pub const CLUSTER_CREATED: &str = "ClusterCreated";
@@ -205,7 +206,7 @@ mod by {
 /// The declared transition table.
 pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
     Creating -> {
-        Creating: CREDENTIALS_GENERATED, "no spec.credentialsSecret: <name>-credentials was created with random passwords", by::CREATING;
+        Creating: CREDENTIALS_GENERATED, "<name>-tls was issued (a CA, the server's and the replication role's certificates), <name>-app with the application role's random password, and without spec.credentialsSecret <name>-credentials with random passwords", by::CREATING;
         Ready: CLUSTER_CREATED, "every instance is Ready with its role at the spec's image", by::CREATING;
         Upgrading: MIXED_IMAGES, "every instance is Ready but some run an earlier image of the spec", by::CREATING;
         Upgrading: SETTINGS_NEED_RESTART, "every instance is Ready but some wait for a start to apply a parameter (an adopted cluster)", by::CREATING;

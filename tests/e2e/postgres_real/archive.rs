@@ -3,7 +3,8 @@
 //! unreachable makes the cluster `Degraded` (`ArchiveFailing`) within a bound, and once
 //! it is back the WAL written meanwhile reaches it with no gap (`pgbackrest check`).
 //! Then `backup-now` takes base backups into the same repository, and a retention of
-//! one prunes the older; a new cluster recovers from them to a moment between two
+//! one prunes the older; a request to the primary's manager without the cluster's
+//! endpoint token is refused (`401`) and takes nothing; a new cluster recovers from them to a moment between two
 //! inserts and holds exactly the rows committed before it; a target beyond the archive
 //! leaves a cluster Creating, Degraded with `RecoveryFailed`; and after a failover, a
 //! recovery to a moment on the new timeline holds exactly the rows committed before it
@@ -20,7 +21,7 @@ use std::process::Command;
 use super::*;
 
 /// The store's certificate and its CA, made in a directory of this namespace's own.
-fn make_tls(ns: &str) -> std::path::PathBuf {
+pub(super) fn make_tls(ns: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("lockstep-{ns}-tls"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temporary directory");
@@ -90,7 +91,7 @@ fn make_tls(ns: &str) -> std::path::PathBuf {
 
 /// The store: versitygw over TLS on `/data` (its bucket `archive` made by an init
 /// container), behind the Service `store` on 443.
-fn deploy_store(real: &Real, tls: &std::path::Path) {
+pub(super) fn deploy_store(real: &Real, tls: &std::path::Path) {
     let file = |name: &str| tls.join(name).display().to_string();
     for (secret, files) in [
         ("store-tls", vec![file("tls.crt"), file("tls.key")]),
@@ -165,7 +166,7 @@ spec:
 }
 
 /// `spec.backup` archiving into the store of [`deploy_store`] (its CA, its credentials).
-fn archiving_to_the_store(real: &Real) -> serde_json::Value {
+pub(super) fn archiving_to_the_store(real: &Real) -> serde_json::Value {
     json!({
         "s3Endpoint": format!("https://store.{}.svc", real.ns()),
         "bucket": "archive",
@@ -185,7 +186,10 @@ fn store_reachable(real: &Real, reachable: bool) {
 }
 
 /// The cluster's condition `type_`, if it has one: `(status, reason, message)`.
-fn cluster_condition(pg: &PostgresCluster, type_: &str) -> Option<(String, String, String)> {
+pub(super) fn cluster_condition(
+    pg: &PostgresCluster,
+    type_: &str,
+) -> Option<(String, String, String)> {
     pg.status
         .as_ref()?
         .engine
@@ -194,7 +198,7 @@ fn cluster_condition(pg: &PostgresCluster, type_: &str) -> Option<(String, Strin
 }
 
 /// `pgbackrest <args>` in the primary's container (its `PGBACKREST_*` environment).
-fn pgbackrest(real: &Real, pod: &str, args: &[&str]) -> (bool, String) {
+pub(super) fn pgbackrest(real: &Real, pod: &str, args: &[&str]) -> (bool, String) {
     let mut all = vec!["exec", pod, "-c", "postgres", "--", "pgbackrest"];
     all.extend_from_slice(args);
     real.kubectl(&all)
@@ -202,7 +206,12 @@ fn pgbackrest(real: &Real, pod: &str, args: &[&str]) -> (bool, String) {
 
 /// Ask for a base backup with the token `token`, wait until a backup other than
 /// `before` finished: the Job that took it (asserted to have succeeded).
-async fn base_backup(real: &Real, name: &str, token: &str, before: Option<&str>) -> String {
+pub(super) async fn base_backup(
+    real: &Real,
+    name: &str,
+    token: &str,
+    before: Option<&str>,
+) -> String {
     let (ok, out) = real.kubectl(&[
         "annotate",
         "--overwrite",
@@ -232,6 +241,31 @@ async fn base_backup(real: &Real, name: &str, token: &str, before: Option<&str>)
         .expect("a last backup");
     assert_eq!(last.outcome, "Succeeded", "{last:?}");
     last.job
+}
+
+/// `POST path` to the instance manager on `pod`'s port 9187 from this machine (the pod
+/// network is routed here), with `authorization` if any: the status line and the body.
+fn post_to_manager(real: &Real, pod: &str, path: &str, authorization: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let (ok, ip) = real.kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
+    assert!(ok, "{ip}");
+    let addr = format!("{}:9187", ip.trim())
+        .parse()
+        .expect("a pod address");
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .expect("connect to the manager");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a read timeout");
+    let header = authorization.map_or_else(String::new, |a| format!("Authorization: {a}\r\n"));
+    stream
+        .write_all(format!("POST {path} HTTP/1.0\r\n{header}Content-Length: 0\r\n\r\n").as_bytes())
+        .expect("send the request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("read the answer");
+    response
 }
 
 /// The tokens of the repository's backups, oldest first (`pgbackrest info`).
@@ -412,6 +446,37 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     // one leaves only itself, and the status says from when the repository can recover.
     let first = base_backup(&real, name, "base-1", None).await;
     assert_eq!(backup_tokens(&real, &primary), vec![first.clone()]);
+    // Only the bearer of the cluster's endpoint token may ask: a request from anywhere
+    // else naming its own token and a retention of one is refused before anything is
+    // asked of pgBackRest, and the repository holds what it held. The Job's own
+    // request (the second backup, next) still succeeds.
+    let (ok, secret) = real.kubectl(&[
+        "get",
+        "secret",
+        &format!("{name}-endpoint-token"),
+        "-o",
+        "jsonpath={.data.token}|{.metadata.ownerReferences}",
+    ]);
+    assert!(ok, "the endpoint token Secret: {secret}");
+    assert!(
+        secret.trim().ends_with('|') && secret.len() > 10,
+        "one key, kept (no owner): {secret}"
+    );
+    for authorization in [None, Some("Bearer not-the-endpoint-token")] {
+        let answer = post_to_manager(
+            &real,
+            &primary,
+            "/backup?token=intruder&retention-count=1",
+            authorization,
+        );
+        eprintln!(
+            "unauthenticated POST /backup to {primary}:9187 ({authorization:?}): {}",
+            answer.lines().next().unwrap_or_default()
+        );
+        assert_eq!(answer.split_whitespace().nth(1), Some("401"), "{answer}");
+        assert!(answer.contains("unauthorized "), "{answer}");
+    }
+    assert_eq!(backup_tokens(&real, &primary), vec![first.clone()]);
     let (ok, out) = real.kubectl(&[
         "patch",
         "postgrescluster",
@@ -468,11 +533,7 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     assert!(ok, "{out}");
     // Read after the first insert's commit returned, before the second begins: strictly
     // between the two commits (one server clock, microseconds).
-    let (ok, between) = real.psql_on(
-        &primary,
-        "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
-    );
-    assert!(ok, "{between}");
+    let between = real.server_now(&primary);
     let (ok, out) = real.psql_on(
         &primary,
         "INSERT INTO pitr (id) SELECT generate_series(11, 20)",
@@ -559,11 +620,7 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
         "INSERT INTO pitr (id) SELECT generate_series(21, 30)",
     );
     assert!(ok, "{out}");
-    let (ok, between) = real.psql_on(
-        &promoted,
-        "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
-    );
-    assert!(ok, "{between}");
+    let between = real.server_now(&promoted);
     let (ok, out) = real.psql_on(
         &promoted,
         "INSERT INTO pitr (id) SELECT generate_series(31, 40)",

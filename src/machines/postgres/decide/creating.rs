@@ -63,14 +63,21 @@ pub(crate) fn creating(
             ),
         );
     }
-    if spec.credentials_secret.is_none() && !credentials_created {
+    if !credentials_created {
+        let passwords = if spec.credentials_secret.is_none() {
+            ", and (no spec.credentialsSecret) the superuser and replication passwords"
+        } else {
+            ""
+        };
         return Decision::go(
             PgState::Creating {
                 credentials_created: true,
                 served_restore: served_restore.map(str::to_owned),
             },
             CREDENTIALS_GENERATED,
-            "no spec.credentialsSecret: generated the superuser and replication passwords",
+            format!(
+                "issued the cluster's CA, server and replication certificates, the application role's password{passwords}"
+            ),
         )
         .with_actions([PgAction::CreateCredentials]);
     }

@@ -151,6 +151,13 @@ pub(crate) fn objects(
     if !s.pdb {
         actions.push(PgAction::EnsurePdb);
     }
+    if !s.network_policy {
+        if spec.network_policy.enabled {
+            actions.push(PgAction::EnsureNetworkPolicy);
+        } else if let Some(uid) = &o.own.network_policy_uid {
+            actions.push(PgAction::DeleteNetworkPolicy { uid: uid.clone() });
+        }
+    }
     if !o
         .statefulset
         .as_ref()

@@ -97,13 +97,15 @@ pub fn backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -
 }
 
 /// The base-backup container's environment (`basebackup.sh`): where the primary's
-/// instance manager answers, and what to ask it.
+/// instance manager answers, the token it is asked with ([`super::token`]), and what
+/// to ask it.
 pub fn base_backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -> Vec<EnvVar> {
     let mut env = vec![
         plain(
             "MANAGER_URL",
             format!("http://{}:{METRICS_PORT}", primary_host(pg)),
         ),
+        super::token::job_env(pg),
         plain("BACKUP_KIND", <&str>::from(kind)),
         from_field(
             "BACKUP_NAME",

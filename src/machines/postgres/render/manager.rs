@@ -1,7 +1,8 @@
 //! The instance manager in the pod: an init container copies `lockstep` from the
 //! operator's image into an `emptyDir`, and the PostgreSQL container runs it as PID 1
 //! (`lockstep instance`, `src/instance/`). The PostgreSQL image needs the server
-//! binaries and nothing of Lockstep's: the official `postgres:<major>` images work.
+//! binaries and nothing of Lockstep's: the project's `ghcr.io/lockstep-dev/postgres:<major>`
+//! images and the official `postgres:<major>` ones work.
 //!
 //! The image is the operator's own: `lockstep run --instance-image` (env
 //! `LOCKSTEP_INSTANCE_IMAGE`) sets it once at start, before any object is rendered;
@@ -16,7 +17,7 @@ use super::mount;
 /// The image the init container copies `lockstep` from, unless the operator was told
 /// otherwise: the reference `tools/images/build.sh lockstep` builds.
 pub const DEFAULT_INSTANCE_IMAGE: &str =
-    concat!("docker.io/library/lockstep:", env!("CARGO_PKG_VERSION"));
+    concat!("ghcr.io/lockstep-dev/operator:", env!("CARGO_PKG_VERSION"));
 /// The shared volume holding the copy.
 pub const BIN_VOLUME: &str = "lockstep-bin";
 /// Where that volume is mounted in the server's container.

@@ -1,18 +1,23 @@
 //! Rendering: the typed objects a PostgresCluster owns, as functions of the custom
 //! resource (the StatefulSet also of the state's image and replicas).
 //!
-//! Everything here is pure except [`credentials_secret`], which draws random passwords;
-//! it is created once (`AlreadyExists` counts as success) and never re-rendered for a
-//! drift check, so the passwords a cluster was bootstrapped with never change.
+//! Everything here is pure except [`credentials_secret`], [`app_secret`] and
+//! [`endpoint_token_secret`], which draw random values; each is created once (`AlreadyExists` counts as success)
+//! and never re-rendered for a drift check, so the passwords a cluster was bootstrapped
+//! with and the token its pods read never change.
 //!
 //! | object | name | notes |
 //! |---|---|---|
 //! | ConfigMap | `<name>-scripts` | the Jobs' scripts (`backup.sh`, `basebackup.sh`, `restore.sh` and the `lib.sh` they source), mounted at `/lockstep/scripts` in the Jobs |
 //! | Secret | `<name>-credentials` | only without `spec.credentialsSecret`; random passwords; not owned (kept, like the claims) |
+//! | Secret | `<name>-app` | the application role's name and password, its database and how to connect (`uri`, `jdbc-uri`, `pgpass`); random password; generated whatever `spec.credentialsSecret` says; not owned (kept); [`app`] |
+//! | Secret | `<name>-tls` | the cluster's CA and the server and replication certificates it issued ([`tls`]); created once; owned; the instances mount all but the CA's key |
+//! | Secret | `<name>-endpoint-token` | key `token`, random; authorises writes to the instance managers' endpoints (`POST /backup`): mounted read-only (`0440`) in the instances, an environment variable of the base-backup Jobs; created before the StatefulSet and before each backup Job or CronJob; not owned (kept); [`token`] |
 //! | Service | `<name>` | headless, publishes not-ready addresses: each pod's stable DNS name |
 //! | Service | `<name>-rw` | selects `lockstep.dev/role=primary` |
 //! | Service | `<name>-ro` | selects `lockstep.dev/role=replica` (neither Service selects `demoted`) |
 //! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` |
+//! | NetworkPolicy | `<name>` | only with `spec.networkPolicy.enabled` (deleted when it is turned off); ingress to the instances only ([`netpol`]) |
 //! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; the init container copies `lockstep` from the operator's image and the server's container runs `lockstep instance` as PID 1 (`render::manager`); claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
 //! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator; a failover's survey asks the standbys through it (`lockstep.dev/survey`, [`super::answers`]) |
 //! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
@@ -59,11 +64,16 @@ use crate::machines::common::placement;
 use crate::machines::common::security;
 use crate::machines::common::storage;
 
+pub mod app;
 pub mod archive;
 mod jobs;
 mod lease;
 mod manager;
+pub mod netpol;
+pub mod tls;
+pub mod token;
 
+pub use app::{app_name, app_secret};
 pub use jobs::{backup_env, backup_job, cronjob};
 pub use lease::{
     LEASE_SECONDS_ENV, instance_binding, instance_name, instance_role, lease, lease_hand_over,
@@ -73,6 +83,10 @@ pub use manager::{
     BIN_PATH, DEFAULT_INSTANCE_IMAGE, INSTALL_CONTAINER, INSTALL_PATH, INSTANCE_BINARY,
     INSTANCE_COMMAND, LIVENESS_COMMAND, instance_image, set_instance_image,
 };
+pub use netpol::{
+    CLIENT_LABEL, network_policy, network_policy_name, operator_namespace, set_operator_namespace,
+};
+pub use token::{endpoint_token_secret, token_name};
 
 /// `app.kubernetes.io/name` of everything a PostgresCluster owns.
 pub const KIND_LABEL: &str = "postgrescluster";
@@ -382,12 +396,18 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
             "LOCKSTEP_RENEW_SECONDS",
             FencingSpec::RENEW_SECONDS.to_string(),
         ),
+        plain(tls::TLS_DIR_ENV, tls::TLS_PATH),
     ];
     if let Some(db) = &pg.spec.database {
         env.push(plain("POSTGRES_DB", db));
     }
+    if pg.spec.certificates.is_some() {
+        env.push(plain(tls::SERVER_TLS_DIR_ENV, tls::SERVER_TLS_PATH));
+    }
+    env.extend(app::server_env(pg));
     env.extend(archive::env(pg));
     env.extend(archive::recovery_env(pg));
+    env.push(token::server_env());
     env
 }
 
@@ -456,9 +476,12 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                 mount(VOLUME, DATA_PATH, false),
                 mount(manager::BIN_VOLUME, BIN_PATH, true),
                 mount(PODINFO_VOLUME, PODINFO_PATH, true),
+                token::volume(pg).1,
             ]
             .into_iter()
             .chain(archive::ca_volume(pg).map(|(_, m)| m))
+            .chain([tls::volume(pg).1])
+            .chain(tls::server_volume(pg).map(|(_, m)| m))
             .collect(),
         ),
         ..Container::default()
@@ -526,9 +549,11 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                             automount_service_account_token: Some(true),
                             termination_grace_period_seconds: Some(60),
                             volumes: Some(
-                                [manager::bin_volume(), podinfo]
+                                [manager::bin_volume(), podinfo, token::volume(pg).0]
                                     .into_iter()
                                     .chain(archive::ca_volume(pg).map(|(v, _)| v))
+                                    .chain([tls::volume(pg).0])
+                                    .chain(tls::server_volume(pg).map(|(v, _)| v))
                                     .collect(),
                             ),
                             ..PodSpec::default()

@@ -20,7 +20,13 @@ fn a_cluster_without_a_credentials_secret_generates_one_before_anything_else() {
 
 #[test]
 fn a_given_credentials_secret_is_used_as_it_is() {
+    // The certificates are issued first, even with credentials given.
     let d = decide(&spec("16.3"), &Postgres::initial(), Observed::default());
+    assert_eq!(d.reason(), CREDENTIALS_GENERATED);
+    let message = crate::machines::common::testing::message(&d);
+    assert!(message.contains("certificates") && !message.contains("passwords"));
+
+    let d = decide(&spec("16.3"), &issued(), Observed::default());
     assert!(!d.actions().contains(&PgAction::CreateCredentials));
     assert!(d.actions().contains(&PgAction::EnsureStatefulSet {
         image: V1.to_owned(),
@@ -43,7 +49,7 @@ fn creation_labels_pod_0_primary_and_every_other_pod_replica() {
         p.role = None;
         p.ready = false;
     }
-    let d = decide(&spec("16.3"), &Postgres::initial(), o);
+    let d = decide(&spec("16.3"), &issued(), o);
     assert_eq!(
         labels_in(&d),
         vec![(1, Role::Replica), (2, Role::Replica), (0, Role::Primary)]
@@ -53,7 +59,7 @@ fn creation_labels_pod_0_primary_and_every_other_pod_replica() {
 
 #[test]
 fn creation_completes_once_every_instance_is_ready_with_its_role() {
-    let d = decide(&spec("16.3"), &Postgres::initial(), at_rest(V1, 0));
+    let d = decide(&spec("16.3"), &issued(), at_rest(V1, 0));
     assert_goes(&d, CLUSTER_CREATED, &ready(V1, 0));
 }
 
@@ -68,7 +74,7 @@ fn a_first_primary_whose_bootstrap_from_backups_failed_keeps_the_cluster_creatin
         edit(&mut o, 0, |p| p.ready = ready);
         o
     };
-    match decide(&spec("16.3"), &Postgres::initial(), failing(false)) {
+    match decide(&spec("16.3"), &issued(), failing(false)) {
         Decision::Stay {
             reason,
             message,
@@ -86,7 +92,7 @@ fn a_first_primary_whose_bootstrap_from_backups_failed_keeps_the_cluster_creatin
         other => panic!("a degraded stay, got {other:?}"),
     }
     // A Ready primary's last exit is history: a retry succeeded.
-    let d = decide(&spec("16.3"), &Postgres::initial(), failing(true));
+    let d = decide(&spec("16.3"), &issued(), failing(true));
     assert_goes(&d, CLUSTER_CREATED, &ready(V1, 0));
 }
 
@@ -94,11 +100,34 @@ fn a_first_primary_whose_bootstrap_from_backups_failed_keeps_the_cluster_creatin
 fn an_explicit_image_overrides_the_version() {
     let mut s = spec("16");
     s.image = Some("registry.example/postgres:16-custom".to_owned());
-    let d = decide(&s, &Postgres::initial(), Observed::default());
+    let d = decide(&s, &issued(), Observed::default());
     assert!(d.actions().contains(&PgAction::EnsureStatefulSet {
         image: "registry.example/postgres:16-custom".to_owned(),
         replicas: 3
     }));
+}
+
+#[test]
+fn without_an_image_the_server_runs_the_configured_repository_at_the_spec_version() {
+    use crate::machines::postgres::actions::{DEFAULT_POSTGRES_IMAGE_REPOSITORY, image_in};
+    let s = spec("16.3");
+    assert_eq!(
+        image_in(&s, "registry.example/pg"),
+        "registry.example/pg:16.3"
+    );
+    // Unless the operator is told otherwise: the project's own images.
+    let d = decide(&s, &issued(), Observed::default());
+    assert!(d.actions().contains(&PgAction::EnsureStatefulSet {
+        image: format!("{DEFAULT_POSTGRES_IMAGE_REPOSITORY}:16.3"),
+        replicas: 3
+    }));
+    // An explicit image wins over any repository.
+    let mut custom = spec("16");
+    custom.image = Some("registry.example/postgres:16-custom".to_owned());
+    assert_eq!(
+        image_in(&custom, "registry.example/pg"),
+        "registry.example/postgres:16-custom"
+    );
 }
 
 // --- at rest -----------------------------------------------------------------------

@@ -16,7 +16,7 @@ pub(super) fn identity(k: i32, image: &str) -> String {
 }
 
 fn creating() -> PgState {
-    Postgres::initial()
+    issued()
 }
 
 pub(super) fn hand_overs(d: &Decision<PgState, PgAction>) -> Vec<Option<String>> {

@@ -1,17 +1,22 @@
 //! Unit tests of `decide`, of rendering and of the status projection, read as sentences:
 //! one file per concern, sharing the fixtures here.
 
+mod app_user;
 mod archiving;
 mod at_rest;
 mod deletion;
+mod endpoint_token;
 mod failover;
 mod fencing;
+mod network_policy;
 mod planned_release;
 mod records;
 mod rendering;
 mod requested;
 mod restoring;
 mod synchronous_failover;
+mod synchronous_terms;
+mod tls;
 mod upgrades;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,8 +43,10 @@ use crate::machines::common::testing::{
     message, picked, requeue_secs, t, target,
 };
 
-const V1: &str = "postgres:16.3";
-const V2: &str = "postgres:16.4";
+// The default images of `spec("16.3")` and `spec("16.4")` (no `spec.image`): the
+// default repository's, `DEFAULT_POSTGRES_IMAGE_REPOSITORY`.
+const V1: &str = "ghcr.io/lockstep-dev/postgres:16.3";
+const V2: &str = "ghcr.io/lockstep-dev/postgres:16.4";
 
 fn spec(version: &str) -> PostgresClusterSpec {
     PostgresClusterSpec {
@@ -51,9 +58,11 @@ fn spec(version: &str) -> PostgresClusterSpec {
         resources: None,
         failover_delay_seconds: 30,
         credentials_secret: Some("pg-creds".to_owned()),
+        certificates: None,
         synchronous: None,
         bootstrap: None,
         restore: None,
+        network_policy: Default::default(),
         database: Some("app".to_owned()),
         backup_schedule: None,
         backup: None,
@@ -145,7 +154,9 @@ fn at_rest(image: &str, primary: i32) -> Observed {
         requests: Requests::default(),
         own: Own {
             in_sync: InSync::ALL,
+            certificates: None,
             lease: Some(lease_of(primary, image)),
+            network_policy_uid: None,
             job_results: BTreeMap::new(),
             answers: BTreeMap::new(),
             requests: PgRequests::default(),
@@ -154,6 +165,9 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             longest_lease_seconds: Some(15),
             unconfigured: Default::default(),
             unjudged: Default::default(),
+            // Every member runs the spec's settings (and so its synchronous terms).
+            judged: (0..3).collect(),
+            synchronous_terms: None,
             settings: BTreeMap::new(),
             lagging: Default::default(),
             archiving: BTreeMap::new(),
@@ -258,6 +272,15 @@ fn promoted_1(o: &mut Observed) {
 
 fn job(key: &str, purpose: Purpose, outcome: JobOutcome) -> JobView {
     testing::job("pg", key, purpose, outcome)
+}
+
+/// A new cluster whose generated Secrets (its certificates, and passwords unless given)
+/// are created: the first step of every cluster.
+fn issued() -> PgState {
+    PgState::Creating {
+        credentials_created: true,
+        served_restore: None,
+    }
 }
 
 fn decide(spec: &PostgresClusterSpec, state: &PgState, o: Observed) -> Decision<PgState, PgAction> {
