@@ -35,8 +35,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, ContainerState, ContainerStateTerminated, ContainerStatus,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodCondition, PodSpec, PodStatus,
-    Service,
+    Secret, Service,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher;
@@ -78,6 +79,34 @@ impl Project for Service {
 
 impl Project for ConfigMap {}
 
+/// The annotation by which an owned Secret names the keys of its data the cache keeps
+/// (comma-separated); every other key is dropped before the Secret is stored.
+pub const CACHED_KEYS: &str = "lockstep.dev/cached-keys";
+
+impl Project for Secret {
+    /// Keeps metadata, and of the data only the keys the Secret names in [`CACHED_KEYS`]
+    /// (none by default): a machine that must read part of a Secret it owns (a CA it
+    /// signs with) says so on the Secret, and no password it does not read is held.
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
+        self.string_data = None;
+        let kept: Vec<String> = self
+            .annotations()
+            .get(CACHED_KEYS)
+            .map(|keys| keys.split(',').map(|k| k.trim().to_owned()).collect())
+            .unwrap_or_default();
+        self.data = self
+            .data
+            .take()
+            .map(|data| {
+                data.into_iter()
+                    .filter(|(k, _)| kept.contains(k))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            })
+            .filter(|data| !data.is_empty());
+    }
+}
+
 impl Project for StatefulSet {
     /// Keeps metadata and spec (the drift check, image, replicas, claim size) and, of
     /// the status, `observedGeneration` (whether the controller has caught up). Replica
@@ -105,6 +134,13 @@ impl Project for PodDisruptionBudget {
     fn project(&mut self) {
         self.meta_mut().managed_fields = None;
         self.status = None;
+    }
+}
+
+impl Project for NetworkPolicy {
+    /// Keeps metadata and spec (the drift check).
+    fn project(&mut self) {
+        self.meta_mut().managed_fields = None;
     }
 }
 

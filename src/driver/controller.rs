@@ -52,7 +52,7 @@ use super::own_writes::OwnWrites;
 use super::status::{fenced_status_patch, merge_diff};
 use super::wakeup::{Trigger, Wakeups};
 use super::watch::{self, ResourceTrigger, WatchBackoff};
-use super::{Cache, Error, Op, Operator};
+use super::{Cache, Error, Op, Operator, namespace_terminating};
 use crate::engine::step::{decode, describe, with_error, with_refusal};
 use crate::engine::{Input, Note, NoteKind, Taken, step};
 
@@ -508,6 +508,11 @@ async fn reconcile<O: Operator>(
                 tracing::debug!("lost a write race; re-reading and re-deciding");
                 Finished::Conflict
             }
+            Err(error) if error.is_namespace_terminating() => {
+                tracing::debug!(error = %error.redacted(), "namespace being deleted; retrying with backoff");
+                record_error::<O>(&ctx, &key, &latest, error).await;
+                Finished::Failed
+            }
             Err(error) => {
                 tracing::warn!(error = %error.redacted(), "reconcile failed; retrying with backoff");
                 record_error::<O>(&ctx, &key, &latest, error).await;
@@ -663,8 +668,12 @@ async fn publish<O: Operator>(
         action: action.to_owned(),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
-        tracing::warn!(%error, reason = %note.reason, "could not record event");
+    match ctx.recorder.publish(&event, &object.object_ref(&())).await {
+        Ok(()) => {}
+        Err(error) if namespace_terminating(&error) => {
+            tracing::debug!(reason = %note.reason, "event dropped: its namespace is being deleted");
+        }
+        Err(error) => tracing::warn!(%error, reason = %note.reason, "could not record event"),
     }
 }
 
@@ -789,6 +798,22 @@ mod tests {
             data: Some([("k".to_owned(), data.to_owned())].into()),
             ..ConfigMap::default()
         }
+    }
+
+    /// A refusal as the API server sends it, with one cause.
+    fn refusal(cause: &str) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 403, "reason": "Forbidden", "message": "refused",
+            "details": { "causes": [{ "reason": cause }] },
+        }))
+        .expect("a Status");
+        kube::Error::Api(status.boxed())
+    }
+
+    #[test]
+    fn an_event_refused_because_its_namespace_is_going_away_is_expected() {
+        assert!(namespace_terminating(&refusal("NamespaceTerminating")));
+        assert!(!namespace_terminating(&refusal("")));
     }
 
     #[test]

@@ -63,7 +63,8 @@ use serde::de::DeserializeOwned;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::engine::{EngineStatus, Machine};
@@ -149,10 +150,17 @@ impl Error {
             Error::Api {
                 source: kube::Error::Api(status),
                 ..
-            } => matches!(status.code, 400 | 403 | 422),
+            } if !self.is_namespace_terminating() => matches!(status.code, 400 | 403 | 422),
             Error::Render(_) => true,
             _ => false,
         }
+    }
+
+    /// Whether the API server refused a write only because its namespace is being
+    /// deleted: expected while a resource finalizes in a namespace on its way out, so
+    /// neither a refusal a person must act on nor worth a warning.
+    pub fn is_namespace_terminating(&self) -> bool {
+        matches!(self, Error::Api { source, .. } if namespace_terminating(source))
     }
 
     /// The error as it may be persisted in `status.machine.lastError` and shown to
@@ -162,7 +170,9 @@ impl Error {
     pub fn redacted(&self) -> String {
         let text = match self {
             Error::Api { what, source } => match source {
-                kube::Error::Api(status) if what.contains("Secret") => {
+                kube::Error::Api(status)
+                    if what.contains("Secret") && !namespace_terminating(source) =>
+                {
                     format!("{what}: {} {}", status.code, status.reason)
                 }
                 kube::Error::Api(status) => {
@@ -187,6 +197,15 @@ impl Error {
         }
         text[..end].to_owned()
     }
+}
+
+/// Whether `error` is the API server refusing a write only because its namespace is
+/// being deleted (a `NamespaceTerminating` cause).
+pub(crate) fn namespace_terminating(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status)
+    if status.details.as_ref().is_some_and(|d| {
+        d.causes.iter().any(|c| c.reason == "NamespaceTerminating")
+    }))
 }
 
 /// One request against the API server, rendered from a machine action.
@@ -393,8 +412,13 @@ pub struct Cache {
     pub configmaps: Owned<ConfigMap>,
     /// PodDisruptionBudgets.
     pub pdbs: Owned<PodDisruptionBudget>,
+    /// NetworkPolicies (a PostgresCluster's, when enabled).
+    pub network_policies: Owned<NetworkPolicy>,
     /// PersistentVolumeClaims made from volumeClaimTemplates, projected.
     pub pvcs: Owned<PersistentVolumeClaim>,
+    /// Secrets the owner made, projected: metadata, and only the data keys each names
+    /// ([`cache::CACHED_KEYS`]).
+    pub secrets: Owned<Secret>,
     /// Leases (a PostgresCluster's primary Lease). A renewal alone (a new
     /// `spec.renewTime`) triggers no reconcile; machines that wait on a Lease's expiry
     /// ask for a requeue.
@@ -412,7 +436,9 @@ impl Cache {
             cronjobs: Owned::new(kind_label),
             configmaps: Owned::new(kind_label),
             pdbs: Owned::new(kind_label),
+            network_policies: Owned::new(kind_label),
             pvcs: Owned::new(kind_label),
+            secrets: Owned::new(kind_label),
             leases: Owned::new(kind_label),
         }
     }
@@ -563,5 +589,27 @@ mod tests {
         }
         assert!(Error::Render("no name".into()).is_refusal());
         assert!(!Error::Conflict.is_refusal());
+    }
+
+    #[test]
+    fn a_create_refused_because_its_namespace_is_going_away_is_no_refusal_and_says_why() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 403, "reason": "Forbidden",
+            "message": "unable to create new content in namespace a because it is being terminated",
+            "details": { "causes": [{ "reason": "NamespaceTerminating" }] },
+        }))
+        .expect("a Status");
+        let error = Error::Api {
+            what: "create Secret/pg-endpoint-token".into(),
+            source: kube::Error::Api(status.boxed()),
+        };
+        assert!(error.is_namespace_terminating());
+        assert!(!error.is_refusal());
+        assert!(
+            error.redacted().contains("being terminated"),
+            "{}",
+            error.redacted()
+        );
+        assert!(!api(403).is_namespace_terminating());
     }
 }

@@ -7,6 +7,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
@@ -265,6 +266,7 @@ fn every_owned_kind_wakes_its_owner_when_it_appears_or_disappears() {
     both::<CronJob>(cronjob("0 * * * *", "2026-01-01T00:00:00Z"));
     both::<ConfigMap>(json!({"data": {"a": "1"}}));
     both::<PodDisruptionBudget>(pdb(2, 3));
+    both::<NetworkPolicy>(json!({"spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}));
     both::<PersistentVolumeClaim>(claim("1Gi", "Pending"));
     both::<Lease>(lease("db-0", "2026-01-01T00:00:00.000000Z"));
 }

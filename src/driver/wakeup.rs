@@ -47,8 +47,12 @@ pub enum Trigger {
     ConfigMap,
     /// An owned PodDisruptionBudget.
     PodDisruptionBudget,
+    /// An owned NetworkPolicy.
+    NetworkPolicy,
     /// An owned PersistentVolumeClaim.
     PersistentVolumeClaim,
+    /// An owned Secret.
+    Secret,
     /// An owned Lease.
     Lease,
     /// The previous reconcile asked to run again after a delay (a transition's follow-up
@@ -64,7 +68,7 @@ pub enum Trigger {
 
 impl Trigger {
     /// Every trigger, in the order of the metric's documentation.
-    pub const ALL: [Trigger; 14] = [
+    pub const ALL: [Trigger; 16] = [
         Trigger::Object,
         Trigger::StatefulSet,
         Trigger::Pod,
@@ -73,7 +77,9 @@ impl Trigger {
         Trigger::CronJob,
         Trigger::ConfigMap,
         Trigger::PodDisruptionBudget,
+        Trigger::NetworkPolicy,
         Trigger::PersistentVolumeClaim,
+        Trigger::Secret,
         Trigger::Lease,
         Trigger::Requeue,
         Trigger::Retry,
@@ -93,7 +99,9 @@ impl Trigger {
             Trigger::CronJob => "cronjob",
             Trigger::ConfigMap => "configmap",
             Trigger::PodDisruptionBudget => "poddisruptionbudget",
+            Trigger::NetworkPolicy => "networkpolicy",
             Trigger::PersistentVolumeClaim => "persistentvolumeclaim",
+            Trigger::Secret => "secret",
             Trigger::Lease => "lease",
             Trigger::Requeue => "requeue",
             Trigger::Retry => "retry",
@@ -113,7 +121,9 @@ impl Trigger {
             "CronJob" => Trigger::CronJob,
             "ConfigMap" => Trigger::ConfigMap,
             "PodDisruptionBudget" => Trigger::PodDisruptionBudget,
+            "NetworkPolicy" => Trigger::NetworkPolicy,
             "PersistentVolumeClaim" => Trigger::PersistentVolumeClaim,
+            "Secret" => Trigger::Secret,
             "Lease" => Trigger::Lease,
             _ => Trigger::Unknown,
         }
@@ -257,7 +267,9 @@ mod tests {
             "CronJob",
             "ConfigMap",
             "PodDisruptionBudget",
+            "NetworkPolicy",
             "PersistentVolumeClaim",
+            "Secret",
             "Lease",
         ] {
             let trigger = Trigger::owned(kind);

@@ -266,7 +266,9 @@ impl Cache {
             owned_watch::<_, O::Resource>(client, namespace, c.cronjobs),
             owned_watch::<_, O::Resource>(client, namespace, c.configmaps),
             owned_watch::<_, O::Resource>(client, namespace, c.pdbs),
+            owned_watch::<_, O::Resource>(client, namespace, c.network_policies),
             owned_watch::<_, O::Resource>(client, namespace, c.pvcs),
+            owned_watch::<_, O::Resource>(client, namespace, c.secrets),
             owned_watch::<_, O::Resource>(client, namespace, c.leases),
         ];
         (cache, stream::select_all(streams))
@@ -294,7 +296,9 @@ impl Cache {
         one(&self.cronjobs, "cronjobs", timeout).await?;
         one(&self.configmaps, "configmaps", timeout).await?;
         one(&self.pdbs, "poddisruptionbudgets", timeout).await?;
+        one(&self.network_policies, "networkpolicies", timeout).await?;
         one(&self.pvcs, "persistentvolumeclaims", timeout).await?;
+        one(&self.secrets, "secrets", timeout).await?;
         one(&self.leases, "leases", timeout).await
     }
 }
