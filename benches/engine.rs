@@ -196,6 +196,7 @@ fn pg_spec(version: &str) -> PostgresClusterSpec {
     PostgresClusterSpec {
         bootstrap: None,
         restore: None,
+        network_policy: Default::default(),
         version: version.trim_start_matches("postgres:").to_owned(),
         image: None,
         replicas: 3,
@@ -204,6 +205,7 @@ fn pg_spec(version: &str) -> PostgresClusterSpec {
         resources: None,
         failover_delay_seconds: 30,
         credentials_secret: Some("pg-creds".to_owned()),
+        certificates: None,
         synchronous: None,
         database: Some("app".to_owned()),
         backup_schedule: None,
@@ -249,7 +251,9 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
         cronjob: None,
         requests: pg::Requests::default(),
         own: pg::Own {
+            certificates: None,
             in_sync: pg::InSync::ALL,
+            network_policy_uid: None,
             lease: Some(lockstep::machines::postgres::observe::LeaseView {
                 holder: Some(format!("pg-{primary}/uid-{primary}-{image}")),
                 // Renewed just now: at rest, nothing to do.
@@ -275,6 +279,8 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
             longest_lease_seconds: Some(15),
             unconfigured: Default::default(),
             unjudged: Default::default(),
+            judged: (0..3).collect(),
+            synchronous_terms: None,
             settings: BTreeMap::new(),
             lagging: Default::default(),
             archiving: Default::default(),

@@ -46,18 +46,18 @@ use crate::support::{Env, Fixture, RESTRICTED, TEST_MANAGER, kubeconfig_path, re
 use lockstep::machines::common::security::NON_ROOT_UID;
 
 /// The label (and taint key) of the real node (tools/node/node.sh).
-const REAL_NODE_LABEL: &str = "lockstep.dev/real-node";
+pub(crate) const REAL_NODE_LABEL: &str = "lockstep.dev/real-node";
 /// The images `examples/etcd.yaml` upgrades from and to (tools/images/build.sh).
-const FROM: &str = "lockstep.local/etcd:v3.6.16";
+pub(crate) const FROM: &str = "lockstep.local/etcd:v3.6.16";
 const TO: &str = "lockstep.local/etcd:v3.7.3";
 /// The image with etcdctl and the s3 helper the writer runs.
 const TOOLS_IMAGE: &str = "lockstep.local/backup:1";
 /// The bucket of `examples/etcd.yaml`.
 const BUCKET: &str = "etcd-backups";
 /// The name of the DistributedDB in `examples/etcd.yaml`.
-const NAME: &str = "etcd";
+pub(crate) const NAME: &str = "etcd";
 /// Deadline of one lifecycle step on a loaded 2-core machine (pods start for real).
-const STEP: Duration = Duration::from_secs(600);
+pub(crate) const STEP: Duration = Duration::from_secs(600);
 /// Deadline of building and importing the images (a cold build compiles etcd and the
 /// operator).
 const BUILD: Duration = Duration::from_secs(3600);
@@ -74,7 +74,7 @@ const MAX_RESTART: f64 = 180.0;
 /// The real node's name, or why the real-node tier cannot run here: mirrors
 /// tools/cluster (the `LOCKSTEP_REAL_NODE` switch, then a Ready node with the
 /// real-node label).
-async fn real_node(client: &Client) -> Result<String, String> {
+pub(crate) async fn real_node(client: &Client) -> Result<String, String> {
     if std::env::var("LOCKSTEP_REAL_NODE").is_ok_and(|v| v == "0") {
         return Err("LOCKSTEP_REAL_NODE=0: the cluster runs KWOK nodes only".to_owned());
     }
@@ -103,7 +103,7 @@ async fn real_node(client: &Client) -> Result<String, String> {
 
 /// Every pod of `ns` ran on `node` (placement honoured for the database, hook, backup,
 /// writer and restore pods alike).
-async fn assert_all_on(pods: &Api<Pod>, node: &str) {
+pub(crate) async fn assert_all_on(pods: &Api<Pod>, node: &str) {
     let listed = pods
         .list(&ListParams::default())
         .await
@@ -126,24 +126,24 @@ async fn assert_all_on(pods: &Api<Pod>, node: &str) {
 }
 
 /// Say on the terminal (not captured) that `test` is skipped and why.
-fn skipped(test: &str, why: &str) {
+pub(crate) fn skipped(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
 /// The directory of the running cluster (the kubeconfig's).
-fn cluster_dir() -> PathBuf {
+pub(crate) fn cluster_dir() -> PathBuf {
     kubeconfig_path()
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-fn repo() -> &'static Path {
+pub(crate) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Run a command of this machine (blocking, off the runtime) with `env` and `stdin`;
 /// returns whether it succeeded and its stdout (stderr appended when it failed).
-async fn run(
+pub(crate) async fn run(
     program: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
@@ -187,7 +187,7 @@ async fn run(
 }
 
 /// `kubectl ARGS` against the test cluster; fails the test unless it succeeds.
-async fn kubectl(args: &[&str], stdin: Option<String>) -> String {
+pub(crate) async fn kubectl(args: &[&str], stdin: Option<String>) -> String {
     let (ok, out) = run(
         cluster_dir().join("bin/kubectl"),
         args.iter().map(|s| (*s).to_owned()).collect(),
@@ -202,7 +202,7 @@ async fn kubectl(args: &[&str], stdin: Option<String>) -> String {
 
 /// `kubectl exec` of `script` (sh -c) in container `db` of pod `pod`; `None` if it
 /// failed.
-async fn exec_db(ns: &str, pod: &str, script: &str) -> Option<String> {
+pub(crate) async fn exec_db(ns: &str, pod: &str, script: &str) -> Option<String> {
     let (ok, out) = run(
         cluster_dir().join("bin/kubectl"),
         ["-n", ns, "exec", pod, "-c", "db", "--", "sh", "-c", script]
@@ -225,7 +225,7 @@ async fn exec_db(ns: &str, pod: &str, script: &str) -> Option<String> {
 /// tier alone built it whenever `src/` had changed: 994 s on the 2-core machine with
 /// other work on its cores (docs/development.md), the KWOK tier's 1,716 s at b720b17
 /// against 906 s when the image was already cached.
-async fn load_images(images: &[&str]) {
+pub(crate) async fn load_images(images: &[&str]) {
     let profile = std::env::var("LOCKSTEP_IMAGE_PROFILE").unwrap_or_else(|_| "image-test".into());
     let (ok, out) = run(
         repo().join("tools/images/load.sh"),
@@ -337,7 +337,7 @@ fn s3_time(text: &str) -> f64 {
 // ------------------------------------------------------------------ waits
 
 /// Wait (watch, `deadline`) until the object `name` satisfies `condition`.
-async fn wait_long<K>(
+pub(crate) async fn wait_long<K>(
     api: &Api<K>,
     name: &str,
     what: &str,
@@ -374,7 +374,7 @@ fn ready_at(image: &str) -> impl Fn(Option<&DistributedDB>) -> bool + Send + 'st
     }
 }
 
-async fn wait_ready_at(api: &Api<DistributedDB>, image: &str) -> DistributedDB {
+pub(crate) async fn wait_ready_at(api: &Api<DistributedDB>, image: &str) -> DistributedDB {
     wait_long(
         api,
         NAME,
@@ -407,7 +407,7 @@ async fn pod_outcome(pods: &Api<Pod>, name: &str) -> (bool, String) {
 
 /// `examples/etcd.yaml`: its S3 credentials Secret and its DistributedDB (backups
 /// under `prefix` in the bucket, so that each test reads back its own snapshots).
-fn example(prefix: &str) -> (Secret, DistributedDB) {
+pub(crate) fn example(prefix: &str) -> (Secret, DistributedDB) {
     let text = std::fs::read_to_string(repo().join("examples/etcd.yaml"))
         .expect("read examples/etcd.yaml");
     let mut secret = None;
@@ -490,7 +490,7 @@ async fn member_status(ns: &str) -> Option<(Vec<(String, String)>, usize)> {
 /// All three members answer `endpoint health` (a linearizable read on each) and see a
 /// leader. Retried under the deadline: a member's pod may be Ready a moment before it
 /// serves.
-async fn assert_all_healthy(ns: &str, version: &str) {
+pub(crate) async fn assert_all_healthy(ns: &str, version: &str) {
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut last = String::new();
     let mut tick = tokio::time::interval(Duration::from_secs(2));

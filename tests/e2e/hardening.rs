@@ -397,7 +397,7 @@ async fn input_that_kubernetes_would_refuse_downstream_is_rejected_at_admission_
 
         let pg = json!({"apiVersion": "lockstep.dev/v1alpha1", "kind": "PostgresCluster",
             "metadata": {"name": "sched"},
-            "spec": {"version": "16.3", "replicas": 3, "storageSize": "1Gi",
+            "spec": {"version": "18.1", "replicas": 3, "storageSize": "1Gi",
                 "backupSchedule": bad,
                 "backup": {"s3Endpoint": "https://s3.example", "bucket": "b",
                     "credentialsSecret": "s3", "image": "registry.example/b:1"}}});

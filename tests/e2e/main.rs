@@ -13,10 +13,15 @@
 //! - [`etcd`]: on the real node, a real 3-member etcd DistributedDB driven by the
 //!   operator through create, upgrade under a writer, backup and restore, and delete with
 //!   a final backup; and `examples/deploy` running the operator as a pod there.
+//! - [`install`]: on the real node, `helm install` of `charts/lockstep`, databases it
+//!   drives through a switchover, `helm upgrade` of the operator (no database pod
+//!   restarts) and `helm uninstall` (the databases keep serving).
 //! - [`hardening`]: regressions from fault testing (refused requests, wiped status,
 //!   authority to act).
 //! - [`instance_lease`]: `lockstep instance`'s Lease client against the real API server.
 //! - [`postgres_real`]: PostgresCluster on real PostgreSQL pods on the real node.
+//! - [`postgres_network_policy`]: a PostgresCluster's NetworkPolicy is applied when
+//!   enabled and deleted when turned off.
 //! - [`postgres_freeze`]: on the real node, a primary whose whole pod is frozen (still
 //!   Ready to the kubelet) is reported lost and failed over.
 //! - [`operability`]: `lockstep run` in production: health, metrics, leader election,
@@ -35,10 +40,12 @@ mod distributeddb;
 mod engine_requests;
 mod etcd;
 mod hardening;
+mod install;
 mod instance_lease;
 mod operability;
 mod postgres;
 mod postgres_freeze;
+mod postgres_network_policy;
 mod postgres_real;
 mod smoke;
 mod status_truth;

@@ -2,6 +2,7 @@
 //! volume provisioner, the garbage collector and CEL validation all do their jobs.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -41,6 +42,16 @@ fn uids(pods: &[Pod]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The pod-level security context of the `restricted` Pod Security Standard: the test
+/// namespaces enforce it, so the plain workloads below carry it as the operator's do.
+static RESTRICTED_POD: LazyLock<serde_json::Value> = LazyLock::new(
+    || json!({"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}}),
+);
+
+/// The container-level half of the same standard.
+static RESTRICTED_CONTAINER: LazyLock<serde_json::Value> =
+    LazyLock::new(|| json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}));
+
 fn web(replicas: i32, image: &str) -> StatefulSet {
     from_json(json!({
         "apiVersion": "apps/v1",
@@ -54,7 +65,10 @@ fn web(replicas: i32, image: &str) -> StatefulSet {
             "selector": {"matchLabels": {"app": "web"}},
             "template": {
                 "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": image}]},
+                "spec": {
+                    "securityContext": RESTRICTED_POD.clone(),
+                    "containers": [{"name": "web", "image": image, "securityContext": RESTRICTED_CONTAINER.clone()}],
+                },
             },
             "volumeClaimTemplates": [{
                 "metadata": {"name": "data"},
@@ -239,7 +253,12 @@ fn job(name: &str, fail: bool) -> Job {
                 "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "registry.invalid/job:1"}],
+                    "securityContext": RESTRICTED_POD.clone(),
+                    "containers": [{
+                        "name": "main",
+                        "image": "registry.invalid/job:1",
+                        "securityContext": RESTRICTED_CONTAINER.clone(),
+                    }],
                 },
             },
         },

@@ -366,7 +366,10 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
-    /// Create a namespace named `<prefix>-<random>`, labelled `lockstep.dev/e2e=true`.
+    /// Create a namespace named `<prefix>-<random>`, labelled `lockstep.dev/e2e=true` and
+    /// [`RESTRICTED`]: every pod the operator's objects make there (a StatefulSet's, a
+    /// Job's) must meet the `restricted` Pod Security Standard, or the API server
+    /// refuses it and the test fails.
     pub async fn create(client: &Client, prefix: &str) -> Self {
         Self::create_labelled(client, prefix, &[]).await
     }
@@ -375,8 +378,11 @@ impl TestNamespace {
     /// which puts its pods on the real node).
     pub async fn create_labelled(client: &Client, prefix: &str, extra: &[(&str, &str)]) -> Self {
         let api: Api<Namespace> = Api::all(client.clone());
-        let mut labels: BTreeMap<String, String> =
-            [("lockstep.dev/e2e".to_owned(), "true".to_owned())].into();
+        let mut labels: BTreeMap<String, String> = [
+            ("lockstep.dev/e2e".to_owned(), "true".to_owned()),
+            (RESTRICTED.0.to_owned(), RESTRICTED.1.to_owned()),
+        ]
+        .into();
         labels.extend(
             extra
                 .iter()
@@ -735,8 +741,14 @@ where
     }
 
     /// [`Fixture::new`] in an [`Env`] made by the caller.
-    pub async fn in_env(mut env: Env) -> Self {
+    pub async fn in_env(env: Env) -> Self {
         install_crd_of::<O::Resource>(&env.client).await;
+        Self::with_installed_crd(env).await
+    }
+
+    /// [`Fixture::in_env`] where the CRD is someone else's to install (a Helm chart's):
+    /// nothing is applied to it.
+    pub async fn with_installed_crd(mut env: Env) -> Self {
         env.ns.track::<O::Resource>();
         let secret: k8s_openapi::api::core::v1::Secret =
             serde_json::from_value(serde_json::json!({

@@ -97,6 +97,9 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A certificate could not be issued (what, and the encoder's reason).
+    #[error("cannot issue a certificate: {0}")]
+    Certificate(String),
 }
 
 impl From<Error> for crate::driver::Error {

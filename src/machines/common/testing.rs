@@ -530,7 +530,9 @@ pub fn cache(
         cronjobs: Owned::from_objects(kind_label, Vec::new()),
         configmaps: Owned::from_objects(kind_label, Vec::new()),
         pdbs: Owned::from_objects(kind_label, Vec::new()),
+        network_policies: Owned::from_objects(kind_label, Vec::new()),
         pvcs: Owned::from_objects(kind_label, Vec::new()),
+        secrets: Owned::from_objects(kind_label, Vec::new()),
         leases: Owned::from_objects(kind_label, Vec::new()),
     }
 }
