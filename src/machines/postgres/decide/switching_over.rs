@@ -163,7 +163,7 @@ pub(crate) fn switching_over(
 }
 
 /// Survey (a failover, or a planned switchover whose old primary released no
-/// position): ask every other live pod below `below` (a scale-down's targets) for its
+/// position): ask every other member below `below` (a scale-down's targets) for its
 /// WAL positions through the Lease ([`crate::machines::postgres::answers`]), wait up to
 /// [`SURVEY_WAIT_SECONDS`] for them all to answer, and record the most advanced Ready
 /// standby that answered as the target, with the positions (intent first), before the
@@ -197,9 +197,7 @@ fn survey(
         lease.transitions,
         attempt,
     );
-    let hosts: Vec<i32> = (0..s.cluster.replicas.min(below))
-        .filter(|k| *k != old && o.live(*k).is_some())
-        .collect();
+    let hosts = members(s, below);
     if lease.survey.as_deref() != Some(token.as_str()) {
         return stay(
             SURVEYING,
@@ -412,9 +410,21 @@ pub(crate) const RESURVEY_SECONDS: i64 = 10;
 /// `3 × SURVEY_WAIT_SECONDS + 2 × RESURVEY_SECONDS` (35 s), never without end.
 pub(crate) const SURVEYS_FOR_EVERY_MEMBER: u32 = 3;
 
-/// Every live member other than the old primary (below `below`, a scale-down's bound) may hold
-/// newer WAL than those the survey read, so a survey that read fewer waits and surveys
-/// again, up to [`SURVEYS_FOR_EVERY_MEMBER`] surveys. `Ok(None)`: every live member
+/// The members a survey asks and waits for: every ordinal of the cluster but the old
+/// primary's, below `below` (a scale-down's bound), whether or not its pod is there now.
+/// A member whose pod is being deleted or recreated keeps its volume, and once back may
+/// hold newer WAL than every member that answered (found by the model check: a standby
+/// force-deleted as the survey ran, back and Ready by the time the member chosen
+/// without it was promoted, with a commit the promoted one lacked).
+fn members(s: &Switchover, below: i32) -> Vec<i32> {
+    (0..s.cluster.replicas.min(below))
+        .filter(|k| *k != s.cluster.primary)
+        .collect()
+}
+
+/// Every member other than the old primary ([`members`]) may hold newer WAL than those
+/// the survey read, so a survey that read fewer waits and surveys again, up to
+/// [`SURVEYS_FOR_EVERY_MEMBER`] surveys. `Ok(None)`: every live member
 /// answered; `Ok(Some(note))`: the last survey still missed some, named in the note
 /// the transition's message carries into the history; `Err`: wait or survey again.
 fn members_unread(
@@ -425,9 +435,8 @@ fn members_unread(
     what: &str,
 ) -> Result<Option<String>, Box<D>> {
     let o = &world.observed;
-    let old = s.cluster.primary;
-    let unread: Vec<i32> = (0..s.cluster.replicas.min(below))
-        .filter(|k| *k != old && o.live(*k).is_some())
+    let unread: Vec<i32> = members(s, below)
+        .into_iter()
         .filter(|k| surveyed.iter().all(|x| x.ordinal != *k))
         .collect();
     if unread.is_empty() {

@@ -44,6 +44,8 @@ type CurrentSpecQuorum = Planted<Postgres, QuorumFromCurrentSpec>;
 /// Three running members under `Required`, one synchronous standby: pod 2 received (and
 /// so acknowledged) a commit pod 1 has not; `number` is raised to 2, which the standbys
 /// read but pod 0, the primary, has not; pod 2 goes (its pod deleted), and pod 0 fails.
+/// The survey waits for pod 2 as for any member, up to three surveys, then skips it
+/// and waits for the quorum of the older terms.
 fn required_failover_after_number_was_raised() -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     let env = Event::Env;
@@ -62,10 +64,29 @@ fn required_failover_after_number_was_raised() -> (World, Vec<Event<Move, Edit>>
         ],
         fail_over(),
         surveyed(),
+        // Pod 2, deleted, is waited for as any member is: surveyed again twice, pod 1
+        // answering each time, then skipped.
+        vec![Event::Tick(6), r(), Event::Tick(10), r()],
+        resurveyed(),
+        resurveyed(),
         vec![r(), r(), r()],
     ]
     .concat();
     (world, events)
+}
+
+/// The next survey: asked, pod 1 answers, its wait runs out, and the survey after it is
+/// due.
+fn resurveyed() -> Vec<Event<Move, Edit>> {
+    use Move::*;
+    vec![
+        r(),
+        Event::Env(AgentTick(1)),
+        Event::Tick(6),
+        r(),
+        Event::Tick(10),
+        r(),
+    ]
 }
 
 #[test]
@@ -156,15 +177,15 @@ impl Focus for TermChanges {
     }
 }
 
-/// The pinned seed of [`TermChanges`]' generated runs: [`pinned`]'s with its last byte
-/// 0. Every seed byte from 0 to 5 fails the planted machine within 1,024 runs; the
-/// real machine passes the runs of bytes 0 and 1 (so there the failure is the bug's),
-/// and fails those of 2 and 3 on an open gap (`docs/fencing.md`, Known gaps: a
-/// failover under `Preferred` whose survey missed a member being deleted promoted
-/// below it once it was back).
+/// The pinned seed of [`TermChanges`]' generated runs: [`pinned`]'s with the last byte
+/// set to one. Since a survey waits for every member, pod or no pod, the planted
+/// machine's bug shows only where a member stays away for three surveys: of the seed
+/// bytes 0 to 3, the runs of 1, 2 and 3 find it within 1,024 runs, and the real machine
+/// passes those of 1 and 3 (so there the failure is the bug's) and fails those of 2
+/// (not yet sorted).
 fn pinned_terms() -> CheckConfig {
     let mut config = pinned();
-    config.seed[31] = 0;
+    config.seed[31] = 1;
     config
 }
 

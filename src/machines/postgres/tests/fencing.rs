@@ -544,11 +544,19 @@ fn a_live_member_the_survey_did_not_reach_is_surveyed_again_then_skipped_with_th
 fn a_standby_the_survey_did_not_reach_or_that_is_not_ready_is_never_chosen() {
     let mut o = surveyed(ONLY_PG2);
     edit(&mut o, 1, |p| p.terminating = true);
-    let d = decide(&spec("16.3"), &at_survey(None), o.clone());
+    // pg-1's pod is being deleted; back on its volume it may hold newer WAL: surveyed
+    // again, as a member that does not answer is, then skipped.
+    let d = decide_at(&spec("16.3"), &at_survey(None), o.clone(), 12, 0);
+    assert_stays(&d, SURVEYING);
+    assert!(target(&d).is_none(), "{d:?}");
+    let mut third = surveyed_by(ONLY_PG2, 3);
+    third.pods.remove(&1);
+    let d = decide_at(&spec("16.3"), &at_survey(Some(3)), third, 12, 0);
     assert!(matches!(
         target(&d),
         Some(PgState::SwitchingOver(s)) if s.target.ordinal == 2
     ));
+    assert_says(&d, &["pg-1 did not answer 3 surveys and was skipped"]);
     edit(&mut o, 2, |p| p.ready = false);
     let d = decide(&spec("16.3"), &at_survey(None), o);
     // A standby may be restarting: it is read again before the failover gives up.

@@ -3,7 +3,7 @@
 //! until every member runs the spec's, and a scale-down removes no member before every
 //! member runs the terms that no longer name it.
 
-use super::fencing::{Said, at_survey, surveyed, synchronous};
+use super::fencing::{Said, at_survey, surveyed, surveyed_by, synchronous};
 use super::*;
 use crate::machines::postgres::synchronous::DataDurability;
 use crate::machines::postgres::terms::Terms;
@@ -51,9 +51,13 @@ fn a_failover_after_number_was_raised_reads_the_quorum_of_the_old_terms_until_ev
     assert_degraded(&d, NO_PROMOTION_TARGET);
     assert!(target(&d).is_none(), "pg-1 alone is not enough: {d:?}");
     assert_says(&d, &["on 1 of the 2 other members", "so 2 must be read"]);
-    // Once every member ran `number: 2`, one member read of two has every commit.
-    let o = read_pg1_alone(vec![terms(2, DataDurability::Required, 3)], &[0, 1, 2]);
-    let d = decide_at(&raised, &at_survey(None), o, 12, 0);
+    // Once every member ran `number: 2`, one member read of two has every commit: the
+    // third survey that misses pg-2 (gone, and waited for as any member) chooses pg-1.
+    let mut o = surveyed_by(ONLY_PG1, 3);
+    o.pods.remove(&2);
+    o.own.synchronous_terms = Some(vec![terms(2, DataDurability::Required, 3)]);
+    o.own.judged = [0, 1, 2].into();
+    let d = decide_at(&raised, &at_survey(Some(3)), o, 12, 0);
     assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN, "{d:?}");
 }
 
