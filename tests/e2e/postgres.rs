@@ -1469,6 +1469,19 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
         ),
         ("none", with(json!({"replicas": 0})), "spec.replicas"),
         (
+            "reserved-role",
+            with(json!({"roles": [{"name": "pg_monitor"}]})),
+            "spec.roles[].name: postgres, replicator and names starting with pg_",
+        ),
+        (
+            "twice",
+            with(json!({"databases": [
+                {"name": "a", "owner": "x"},
+                {"name": "a", "owner": "y"}
+            ]})),
+            "Duplicate value",
+        ),
+        (
             "size",
             with(json!({"storageSize": "lots"})),
             "spec.storageSize must be a positive quantity",

@@ -83,9 +83,11 @@ comes from is said in examples/deploy/rbac.yaml, which the e2e tests prove suffi
   verbs: ["create", "patch"]
 # Generated credentials, endpoint token and certificates: created once; the
 # certificates' Secret is watched (label-selected) and its leaves renewed by a patch.
+# get is granted on to the PostgreSQL pods' Role, for the password Secrets spec.roles
+# names (list already reads as much).
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["list", "watch", "create", "patch"]
+  verbs: ["list", "watch", "get", "create", "patch"]
 # One Event per transition.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]

@@ -42,12 +42,14 @@ use super::clock::Moment;
 use super::config::InstanceArgs;
 use super::fence::Fence;
 use super::lease::LeaseClient;
+use super::managed::{Objects, Wanted};
 use super::metrics::{InstanceMetrics, ServerStats, stats_from_row};
 use super::postmaster::Postmaster;
 use super::prepare::{Layout, Prepare};
 use super::process::{self, Pidfd, Signal};
 use super::report::{self, Reporter};
 use super::settings::Settings;
+use super::sql::Psql;
 use crate::engine::Decision;
 use crate::instance::machine::{AgentSpec, LeaseTerms};
 use crate::instance::observe::{
@@ -59,6 +61,7 @@ use crate::machines::postgres::actions::Role;
 use crate::machines::postgres::answers::{self, Answer, SURVEY};
 use crate::machines::postgres::instances::{ServerRole, report_of};
 use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
+use crate::machines::postgres::settings::digest_of;
 use crate::machines::postgres::streaming::NOT_STREAMING_SECONDS;
 
 /// What keeps the manager from running.
@@ -377,6 +380,9 @@ pub struct Manager {
     /// The token of the last survey this manager answered ([`answers`]): each is
     /// answered once.
     answered: Option<String>,
+    /// Keeps `spec.roles` and `spec.databases` on the writable server
+    /// ([`super::managed`]).
+    objects: Objects,
 }
 
 impl Manager {
@@ -404,6 +410,7 @@ impl Manager {
                 args.role_file.display()
             )));
         }
+        let mut secrets = None;
         let (lease, reporter) = match (&args.lease_name, &args.pod_namespace, args.holder()) {
             (Some(name), Some(namespace), Some(me)) => {
                 let mut config = kube::Config::infer()
@@ -420,6 +427,7 @@ impl Manager {
                     .pod_name
                     .as_deref()
                     .map(|pod| Reporter::start(client.clone(), namespace, pod));
+                secrets = Some(kube::Api::namespaced(client.clone(), namespace));
                 (
                     Some(LeaseClient::new(client, namespace, name, &me, l, bound)),
                     reporter,
@@ -438,8 +446,18 @@ impl Manager {
         let backups = args.wal_archive.is_some().then(BaseBackups::default);
         let certificates =
             super::tls::digest(args.tls_dir.as_deref(), args.server_tls_dir.as_deref());
+        let prepare = Prepare::new(args.clone());
+        // Creating or dropping a database may take longer than a round's queries.
+        let objects = Objects::start(
+            Psql {
+                statement_timeout: Duration::from_secs(60),
+                ..prepare.local()
+            },
+            secrets,
+        );
         Ok(Self {
-            prepare: Prepare::new(args.clone()),
+            prepare,
+            objects,
             args,
             spec,
             lease,
@@ -515,6 +533,14 @@ impl Manager {
                 self.reported = server;
             }
             let answer = self.answer(&seen).await;
+            let wanted = self.settings.wanted();
+            self.objects.want(Wanted {
+                roles: wanted.roles.clone(),
+                databases: wanted.databases.clone(),
+                judged: digest_of(wanted),
+                writable,
+            });
+            let objects = self.objects.report();
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
                 let synchronous = writable
@@ -532,6 +558,7 @@ impl Manager {
                     archived: archived.as_ref(),
                     server,
                     answer: answer.as_ref(),
+                    objects: objects.as_ref(),
                 }));
             }
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);

@@ -38,6 +38,7 @@ pub mod fence;
 pub mod init;
 pub mod install;
 pub mod lease;
+pub mod managed;
 pub mod manager;
 pub mod metrics;
 pub mod postmaster;

@@ -6,7 +6,8 @@
 //! `spec.synchronous` whether its commits wait for standbys
 //! ([`crate::machines::postgres::synchronous`]), and whether its volume holds a database
 //! ([`crate::machines::postgres::volume`]), and a standby's answer to a failover's
-//! survey ([`crate::machines::postgres::answers`]).
+//! survey ([`crate::machines::postgres::answers`]), and for the writable server what it
+//! made of `spec.roles` and `spec.databases` ([`crate::machines::postgres::managed`]).
 //!
 //! # Guarantees
 //! - **A write never delays a round of the manager** (its Lease renewals): the writes
@@ -40,6 +41,7 @@ use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
 use crate::machines::postgres::archived::ARCHIVED;
 use crate::machines::postgres::archiving::{ARCHIVING, Archiving};
 use crate::machines::postgres::instances::{SERVER, ServerRole};
+use crate::machines::postgres::managed::{OBJECTS_APPLIED, ObjectsReport};
 use crate::machines::postgres::streaming::{self, STREAMING};
 use crate::machines::postgres::synchronous::{self, SYNCHRONOUS};
 use crate::machines::postgres::volume::{self, DATA};
@@ -74,6 +76,9 @@ pub struct Round<'a> {
     pub server: Option<ServerRole>,
     /// For a standby the Lease asks, its answer to the failover's survey.
     pub answer: Option<&'a Answer>,
+    /// For the writable server with `spec.roles` or `spec.databases`, what it made of
+    /// them ([`crate::machines::postgres::managed`]).
+    pub objects: Option<&'a ObjectsReport>,
 }
 
 /// This round's report, by condition type.
@@ -103,6 +108,9 @@ pub fn report(round: &Round<'_>) -> Report {
     }
     if let Some(answer) = round.answer {
         report.insert(SURVEYED, answer.condition());
+    }
+    if let Some(objects) = round.objects {
+        report.insert(OBJECTS_APPLIED, objects.condition());
     }
     report
 }

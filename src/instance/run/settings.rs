@@ -179,6 +179,12 @@ impl Settings {
             && self.synchronous.is_empty()
     }
 
+    /// What the annotation asks for, as last read.
+    #[must_use]
+    pub fn wanted(&self) -> &InstanceSettings {
+        &self.wanted
+    }
+
     /// What goes into the files: what is asked for, less what the server refused (a
     /// refused parameter keeps the last value it accepted, if any).
     #[must_use]
@@ -401,7 +407,7 @@ mod tests {
         Settings {
             wanted: InstanceSettings {
                 postgresql: spec.clone(),
-                synchronous: None,
+                ..InstanceSettings::default()
             },
             ..Settings::default()
         }

@@ -82,6 +82,25 @@ impl Psql {
     /// # Errors
     /// [`SqlError`].
     pub async fn query(&self, sql: &str) -> Result<Vec<Vec<String>>, SqlError> {
+        let mut command = self.command("postgres");
+        command.args(["-c", sql]).stdin(Stdio::null());
+        self.output(command, None).await
+    }
+
+    /// Runs the script `sql` in `database`, given on `psql`'s stdin (never in argv: it
+    /// may carry a password), stopping at its first error; its rows as
+    /// [`Self::query`]'s.
+    ///
+    /// # Errors
+    /// [`SqlError`].
+    pub async fn script(&self, database: &str, sql: &str) -> Result<Vec<Vec<String>>, SqlError> {
+        let mut command = self.command(database);
+        command.args(["-f", "-"]).stdin(Stdio::piped());
+        self.output(command, Some(sql)).await
+    }
+
+    /// `psql` with the bounds of [`Self`] and no input yet.
+    fn command(&self, database: &str) -> Command {
         let mut command = Command::new(&self.binary);
         command
             .args(["-X", "-A", "-t", "-q", "-w", "-v", "ON_ERROR_STOP=1"])
@@ -92,7 +111,7 @@ impl Psql {
             .arg(self.port.to_string())
             .arg("-U")
             .arg(&self.user)
-            .args(["-d", "postgres", "-c", sql])
+            .args(["-d", database])
             .env(
                 "PGCONNECT_TIMEOUT",
                 self.connect_timeout.as_secs().max(2).to_string(),
@@ -105,20 +124,39 @@ impl Psql {
                 ),
             )
             .env_remove("PGPASSWORD")
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         if let Some(password) = &self.password {
             command.env("PGPASSWORD", password);
         }
-        let child = command.spawn().map_err(|source| SqlError::Spawn {
+        command
+    }
+
+    /// Runs `command` (writing `input` to its stdin) within [`Self::bound`]; its rows.
+    async fn output(
+        &self,
+        mut command: Command,
+        input: Option<&str>,
+    ) -> Result<Vec<Vec<String>>, SqlError> {
+        let mut child = command.spawn().map_err(|source| SqlError::Spawn {
             binary: self.binary.clone(),
             source,
         })?;
         let bound = self.bound();
+        let stdin = child.stdin.take();
+        let input = input.unwrap_or_default().to_owned();
+        let run = async move {
+            if let Some(mut stdin) = stdin {
+                use tokio::io::AsyncWriteExt;
+                // A psql that exits early closes its end: its exit status says why.
+                let _ = stdin.write_all(input.as_bytes()).await;
+                drop(stdin);
+            }
+            child.wait_with_output().await
+        };
         // On timeout the future (and with it the child) is dropped: kill_on_drop kills it.
-        let output = tokio::time::timeout(bound, child.wait_with_output())
+        let output = tokio::time::timeout(bound, run)
             .await
             .map_err(|_| SqlError::Timeout(bound))?
             .map_err(|source| SqlError::Spawn {
@@ -207,6 +245,22 @@ mod tests {
             "{err}"
         );
         assert!(started.elapsed() < q.bound() + Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn a_script_reaches_psql_on_stdin_not_in_argv() {
+        let bin = fake_psql(
+            "stdin",
+            r#"case "$*" in *secret*) exit 9;; esac; case "$*" in *"-d orders"*) cat;; esac"#,
+        );
+        let rows = psql(bin)
+            .script("orders", "ALTER ROLE a PASSWORD 'secret';")
+            .await
+            .unwrap();
+        assert_eq!(
+            rows,
+            vec![vec!["ALTER ROLE a PASSWORD 'secret';".to_owned()]]
+        );
     }
 
     #[tokio::test]

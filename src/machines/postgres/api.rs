@@ -233,6 +233,24 @@ pub struct PostgresClusterSpec {
     /// `postgres`).
     #[schemars(length(min = 1, max = 63), regex(pattern = "^[A-Za-z_][A-Za-z0-9_]*$"))]
     pub database: Option<String>,
+    /// Roles the primary keeps as described (`CREATE`, `ALTER` or `DROP ROLE`), applied
+    /// without a restart; roles not listed are left alone (`docs/roles-and-databases.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "maxItems" = 64,
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["name"]
+    ))]
+    pub roles: Vec<super::managed::RoleSpec>,
+    /// Databases the primary keeps, each with its owner and extensions; databases not
+    /// listed are left alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "maxItems" = 64,
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["name"]
+    ))]
+    pub databases: Vec<super::managed::DatabaseSpec>,
     /// When scheduled backups run: five cron fields (`0 3 * * *`) or a macro (`@daily`).
     /// Needs `backup`.
     #[schemars(length(max = 128))]
@@ -670,6 +688,12 @@ pub struct PostgresClusterStatus {
     /// and on which timeline ([`super::instances`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<InstanceStatus>,
+    /// What the primary last made of each entry of `spec.roles`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<super::managed::ObjectStatus>,
+    /// What the primary last made of each entry of `spec.databases`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub databases: Vec<super::managed::ObjectStatus>,
 }
 
 /// An instance in `status.instances`.

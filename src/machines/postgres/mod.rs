@@ -50,6 +50,7 @@ mod decide;
 pub mod in_place;
 pub mod instances;
 pub mod machine;
+pub mod managed;
 #[cfg(test)]
 mod model;
 pub mod observe;
@@ -375,6 +376,18 @@ impl Operator for Postgres {
                 observed,
                 old.and_then(|s| s.synchronous_terms.as_deref()),
             )),
+            roles: Vec::new(),
+            databases: Vec::new(),
+        };
+        // What the primary last made of the entries; until it says, what was said.
+        let (roles, databases) = match &observed.own.objects {
+            Some(report) => managed::statuses(report),
+            None => old.map_or_else(Default::default, |s| (s.roles.clone(), s.databases.clone())),
+        };
+        let status = PostgresClusterStatus {
+            roles,
+            databases,
+            ..status
         };
         serde_json::to_value(status).unwrap_or(serde_json::Value::Null)
     }

@@ -18,6 +18,7 @@ use super::applied::{SETTINGS_APPLIED, SettingsReport};
 use super::archived::ARCHIVED;
 use super::archiving::ARCHIVING;
 use super::instances::{Reported, SERVER, ServerRole};
+use super::managed::{OBJECTS_APPLIED, ObjectsReport};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use super::settings;
 use super::streaming::STREAMING;
@@ -227,6 +228,9 @@ pub struct Own {
     /// ([`super::archived`]). Only a primary writes it; a pod keeps what it wrote
     /// while it was one.
     pub archived: BTreeMap<i32, LastArchived>,
+    /// What the pod labelled primary reports of `spec.roles` and `spec.databases`
+    /// ([`super::managed`]), when its report is about the spec's current entries.
+    pub objects: Option<ObjectsReport>,
     /// What each live instance pod (by ordinal) reports of its server and its
     /// streaming ([`super::instances`]), for `status.instances`.
     pub instances: BTreeMap<i32, Reported>,
@@ -570,6 +574,11 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         lagging,
         archiving,
         archived,
+        objects: live
+            .iter()
+            .find(|(_, p)| role_label(p) == Some(Role::Primary))
+            .and_then(|(_, p)| ObjectsReport::from_condition(&pod_condition(p, OBJECTS_APPLIED)?.1))
+            .filter(|r| r.judged == spec_digest),
         instances,
         synchronous,
         certificates: read

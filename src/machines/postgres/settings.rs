@@ -31,6 +31,7 @@ use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use super::api::PostgresCluster;
+use super::managed::{DatabaseSpec, RoleSpec};
 use super::synchronous::SyncStandbys;
 
 /// The pod annotation carrying [`PostgresqlSpec`] as JSON to the instance manager (the
@@ -145,6 +146,12 @@ pub struct InstanceSettings {
     /// `spec.synchronous`, with the members it names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub synchronous: Option<SyncStandbys>,
+    /// `spec.roles`, which the primary's manager keeps ([`super::managed`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<RoleSpec>,
+    /// `spec.databases`, which the primary's manager keeps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub databases: Vec<DatabaseSpec>,
 }
 
 impl InstanceSettings {
@@ -158,6 +165,8 @@ impl InstanceSettings {
                 .synchronous
                 .as_ref()
                 .map(|s| SyncStandbys::new(s, &pg.name_any(), pg.spec.replicas)),
+            roles: pg.spec.roles.clone(),
+            databases: pg.spec.databases.clone(),
         }
     }
 }
@@ -166,7 +175,11 @@ impl InstanceSettings {
 /// (so that a cluster without settings renders exactly as before them).
 #[must_use]
 pub fn annotation(settings: &InstanceSettings) -> Option<String> {
-    if settings.postgresql.is_empty() && settings.synchronous.is_none() {
+    if settings.postgresql.is_empty()
+        && settings.synchronous.is_none()
+        && settings.roles.is_empty()
+        && settings.databases.is_empty()
+    {
         return None;
     }
     serde_json::to_string(settings).ok()
@@ -219,7 +232,7 @@ mod tests {
                 parameters: BTreeMap::from([("work_mem".to_owned(), "16MB".to_owned())]),
                 pg_hba: vec!["host all app 10.0.0.0/8 scram-sha-256".to_owned()],
             },
-            synchronous: None,
+            ..InstanceSettings::default()
         };
         let text = annotation(&spec).expect("an annotation");
         assert_eq!(parse(&text).expect("it parses"), spec);
@@ -253,6 +266,7 @@ mod tests {
         let spec = InstanceSettings {
             postgresql: PostgresqlSpec::default(),
             synchronous: Some(sync),
+            ..InstanceSettings::default()
         };
         let text = annotation(&spec).expect("an annotation");
         assert_eq!(

@@ -99,6 +99,10 @@ pub mod reason {
     /// Stay (Degraded): at rest, but an instance reports a setting of `spec.postgresql`
     /// that its server refused (it runs on the last value it accepted).
     pub const SETTINGS_REFUSED: &str = "SettingsRefused";
+    /// Stay (Degraded): at rest, but the primary could not apply an entry of
+    /// `spec.roles` or `spec.databases` (it applied the others;
+    /// [`crate::machines::postgres::managed`]).
+    pub const OBJECTS_REFUSED: &str = "ObjectsRefused";
     /// Stay (Degraded): at rest, but the primary reports that its WAL does not reach
     /// the archive (`spec.backup.walArchive`; [`crate::machines::postgres::archiving`]).
     pub const ARCHIVE_FAILING: &str = "ArchiveFailing";

@@ -62,3 +62,169 @@ pub(super) fn the_application_secret_connects_as_a_role_that_is_not_a_superuser(
         "application user: {name}-app over TLS, not a superuser, creates and writes in app, may not create a role"
     );
 }
+
+/// psql from the client pod as `user` with `password` (in the child's environment, not
+/// argv) into `database` through `<name>-rw`, TLS required, running `sql`.
+fn psql_as(
+    real: &Real,
+    name: &str,
+    (user, password, database): (&str, &str, &str),
+    sql: &str,
+) -> (bool, String) {
+    real.kubectl(&[
+        "exec",
+        "client",
+        "--",
+        "sh",
+        "-c",
+        "PGPASSWORD=\"$1\" psql -X -A -t -q -v ON_ERROR_STOP=1 \"host=$2 user=$3 dbname=$4 sslmode=require connect_timeout=5\" -c \"$5\"",
+        "--",
+        password,
+        &format!("{name}-rw"),
+        user,
+        database,
+        sql,
+    ])
+}
+
+/// Polls `check` every second until it holds or `seconds` pass; what it last said.
+fn within(seconds: u64, what: &str, mut check: impl FnMut() -> (bool, String)) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let (done, said) = check();
+        if done {
+            return said;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} within {seconds} s: {said}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// `spec.roles` and `spec.databases` on a running cluster: a role with a password from
+/// its Secret logs in through `-rw` to a database it owns, with the extension asked;
+/// an entry that cannot be applied (an owner that does not exist) is refused in
+/// `status.databases` and makes the cluster `Degraded` naming it while the others are
+/// applied; a changed password Secret is applied without a restart; a role asked
+/// `absent` is dropped; removing the bad entry clears `Degraded`.
+pub(super) fn declared_roles_and_databases_are_kept_and_passwords_follow_their_secret(
+    real: &Real,
+    name: &str,
+) {
+    let restarts = |real: &Real| {
+        real.kubectl(&[
+            "get",
+            "pods",
+            "-l",
+            &format!("app.kubernetes.io/instance={name}"),
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.metadata.uid}/{.status.containerStatuses[0].restartCount} {end}",
+        ])
+        .1
+    };
+    let before = restarts(real);
+    let (ok, out) = real.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "reporter-password",
+        "--from-literal=password=first-Pa55",
+    ]);
+    assert!(ok, "{out}");
+    let spec = |databases: &str| {
+        format!(
+            r#"{{"spec":{{"roles":[
+                {{"name":"reporter","login":true,"inRoles":["pg_read_all_data"],"passwordSecret":"reporter-password"}},
+                {{"name":"intruder","login":true}}
+              ],"databases":[{databases}]}}}}"#
+        )
+    };
+    let good = r#"{"name":"reports","owner":"reporter","extensions":["pgcrypto"]}"#;
+    let bad = r#"{"name":"orphan","owner":"nobody"}"#;
+    let (ok, out) = real.kubectl(&[
+        "patch",
+        "pgc",
+        name,
+        "--type",
+        "merge",
+        "-p",
+        &spec(&format!("{good},{bad}")),
+    ]);
+    assert!(ok, "{out}");
+    let degraded = "jsonpath={.status.conditions[?(@.type==\"Degraded\")].reason} {.status.conditions[?(@.type==\"Degraded\")].message}";
+    let said = within(120, "Degraded naming spec.databases[orphan]", || {
+        let (_, out) = real.kubectl(&["get", "pgc", name, "-o", degraded]);
+        (
+            out.starts_with("ObjectsRefused") && out.contains("spec.databases[orphan]"),
+            out,
+        )
+    });
+    assert!(said.contains("\"nobody\" does not exist"), "{said}");
+    let states = "jsonpath={range .status.roles[*]}{.name}={.state} {end}{range .status.databases[*]}{.name}={.state} {end}";
+    let (_, out) = real.kubectl(&["get", "pgc", name, "-o", states]);
+    assert_eq!(
+        out.trim(),
+        "reporter=present intruder=present reports=present orphan=refused"
+    );
+    let reporter = ("reporter", "first-Pa55", "reports");
+    let (ok, out) = psql_as(
+        real,
+        name,
+        reporter,
+        "SELECT current_user, current_database(), (SELECT count(*) FROM pg_extension WHERE extname = 'pgcrypto'), pg_has_role('pg_read_all_data', 'MEMBER')",
+    );
+    assert!(ok, "reporter logs in: {out}");
+    assert_eq!(out.trim(), "reporter|reports|1|t");
+
+    // A new password, from the Secret alone: applied without a restart.
+    let (ok, out) = real.kubectl(&[
+        "patch",
+        "secret",
+        "reporter-password",
+        "-p",
+        r#"{"stringData":{"password":"second-Pa55"}}"#,
+    ]);
+    assert!(ok, "{out}");
+    within(150, "the new password accepted", || {
+        psql_as(
+            real,
+            name,
+            ("reporter", "second-Pa55", "reports"),
+            "SELECT 1",
+        )
+    });
+    let (ok, out) = psql_as(real, name, reporter, "SELECT 1");
+    assert!(!ok, "the old password still logs in: {out}");
+
+    // `absent` drops a role; dropping the bad entry clears Degraded.
+    let (ok, out) = real.kubectl(&[
+        "patch",
+        "pgc",
+        name,
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/roles/1/ensure","value":"absent"},{"op":"remove","path":"/spec/databases/1"}]"#,
+    ]);
+    assert!(ok, "{out}");
+    within(120, "Degraded cleared and intruder absent", || {
+        let (_, degraded) = real.kubectl(&["get", "pgc", name, "-o", degraded]);
+        let (_, states) = real.kubectl(&["get", "pgc", name, "-o", states]);
+        (
+            degraded.starts_with("AsExpected")
+                && states.trim() == "reporter=present intruder=absent reports=present",
+            format!("{degraded}; {states}"),
+        )
+    });
+    let (ok, out) = real.psql_rw(
+        name,
+        "SELECT count(*) FROM pg_roles WHERE rolname = 'intruder'",
+    );
+    assert!(ok && out.trim() == "0", "intruder is still a role: {out}");
+    assert_eq!(restarts(real), before, "a pod restarted or was replaced");
+    eprintln!(
+        "roles and databases: reporter logs in to reports (pgcrypto), orphan refused and named, the new password applied without a restart, intruder dropped"
+    );
+}

@@ -7,7 +7,9 @@
 //! ([`prune_promote_jobs`]) and on-demand backup Jobs beyond their history limit
 //! ([`on_demand::prune`]) and reports ([`report`]): Degraded while a replica is not Ready,
 //! while an instance reports a setting of `spec.postgresql` its server refused
-//! ([`crate::machines::postgres::applied`]), or while a backup's outcome is unknown.
+//! ([`crate::machines::postgres::applied`]), while the primary could not apply an entry
+//! of `spec.roles` or `spec.databases` ([`crate::machines::postgres::managed`]), or while
+//! a backup's outcome is unknown.
 
 use std::ops::ControlFlow;
 
@@ -32,6 +34,10 @@ use crate::machines::postgres::table::reason::*;
 
 /// What a person does about a setting PostgreSQL refused, named in the message.
 pub const SETTINGS_WAY_OUT: &str = "each instance keeps running on the last value it accepted; correct the value in spec.postgresql (the instance manager's log gives PostgreSQL's reason), and this clears once the instances accept it";
+
+/// What a person does about an entry of `spec.roles` or `spec.databases` the primary
+/// could not apply, named in the message.
+pub const OBJECTS_WAY_OUT: &str = "the other entries are applied; correct or remove the entry named (status.roles and status.databases say what each came to), and this clears at the primary's next pass";
 
 /// The request tokens last taken on (the record's acks).
 #[derive(Debug, Clone, Copy, Default)]
@@ -222,6 +228,21 @@ fn report(cluster: &Topology, o: &Observed, lost: Option<String>, actions: Vec<P
             format!(
                 "PostgreSQL refused {}: {SETTINGS_WAY_OUT}",
                 settings.refused_text(|k| o.pod_name(k))
+            ),
+            actions,
+        )
+        .degraded()
+        .requeue(RESYNC);
+    }
+    if let Some(refused) = o.own.objects.as_ref().map(|r| r.refused())
+        && !refused.is_empty()
+    {
+        return stay(
+            OBJECTS_REFUSED,
+            format!(
+                "primary {} could not apply {}: {OBJECTS_WAY_OUT}",
+                o.pod_name(cluster.primary),
+                refused.join("; ")
             ),
             actions,
         )

@@ -70,6 +70,8 @@ where
             network_policy: Default::default(),
             synchronous: self.synchronous.clone(),
             database: None,
+            roles: Vec::new(),
+            databases: Vec::new(),
             backup_schedule: if self.backup {
                 SCHEDULES[self.schedule].map(str::to_owned)
             } else {
@@ -298,6 +300,7 @@ where
                 // an archiving report only ever makes a Ready stay Degraded.
                 archiving: BTreeMap::new(),
                 archived: BTreeMap::new(),
+                objects: None,
                 // What each live pod's manager last reported of its server.
                 instances: self
                     .pods

@@ -13,6 +13,7 @@ use crate::machines::common::applied::with_applied_hash;
 use crate::machines::postgres::actions::LsnGate;
 use crate::machines::postgres::answers::SURVEY;
 use crate::machines::postgres::api::PostgresCluster;
+use crate::machines::postgres::managed::password_secrets;
 use crate::machines::postgres::observe::{NEVER_HELD, RELEASED_BY, RELEASED_LSN};
 
 /// The environment variable carrying the lease duration `L` a pod's fence runs with
@@ -162,6 +163,20 @@ pub fn instance_role(pg: &PostgresCluster) -> Result<RbacRole, Error> {
             },
         ]),
     };
+    let mut role = role;
+    let secrets = password_secrets(&pg.spec.roles);
+    if !secrets.is_empty()
+        && let Some(rules) = role.rules.as_mut()
+    {
+        // The primary's manager reads the passwords of `spec.roles` (and only those).
+        rules.push(PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["secrets".to_owned()]),
+            resource_names: Some(secrets.into_iter().collect()),
+            verbs: vec!["get".to_owned()],
+            ..PolicyRule::default()
+        });
+    }
     with_applied_hash(role, |r| &mut r.metadata)
 }
 

@@ -8,6 +8,7 @@ mod deletion;
 mod endpoint_token;
 mod failover;
 mod fencing;
+mod managed;
 mod network_policy;
 mod planned_release;
 mod records;
@@ -64,6 +65,8 @@ fn spec(version: &str) -> PostgresClusterSpec {
         restore: None,
         network_policy: Default::default(),
         database: Some("app".to_owned()),
+        roles: Vec::new(),
+        databases: Vec::new(),
         backup_schedule: None,
         backup: None,
         fencing: Default::default(),
@@ -172,6 +175,7 @@ fn at_rest(image: &str, primary: i32) -> Observed {
             lagging: Default::default(),
             archiving: BTreeMap::new(),
             archived: BTreeMap::new(),
+            objects: None,
             instances: BTreeMap::new(),
             synchronous: BTreeMap::new(),
             recovery_failed: BTreeMap::new(),

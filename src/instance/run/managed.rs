@@ -1,0 +1,522 @@
+//! `spec.roles` and `spec.databases` on the writable server
+//! ([`crate::machines::postgres::managed`]): compared with the catalog, and what differs
+//! applied by `CREATE`, `ALTER` or `DROP`, each entry on its own.
+//!
+//! # Guarantees
+//! - **Never in the Lease's way:** the work runs on its own task ([`Objects::start`]);
+//!   the manager's round hands it what is wanted and reads the last report without
+//!   waiting.
+//! - **Only on the writable server**, and only for the entries listed.
+//! - **One entry's failure stops no other:** each runs as its own script (a role's in
+//!   one transaction); a refused entry is reported with PostgreSQL's reason. Roles to
+//!   keep come first, then databases, then roles to drop (so a database's owner exists,
+//!   and a role's databases can go before it).
+//! - **Passwords never reach argv or the server's log:** a script goes through `psql`'s
+//!   stdin ([`Psql::script`]) and turns statement logging off for its session first.
+//! - A password Secret is read again every [`RESYNC`]; a changed one (another
+//!   `resourceVersion`) is applied by `ALTER ROLE … PASSWORD`, without a restart.
+//!
+//! - Every pass runs `CREATE EXTENSION IF NOT EXISTS` for each listed extension, so one
+//!   dropped by hand comes back within [`RESYNC`].
+//!
+//! # Errors
+//! None escape: a catalog that cannot be read reports nothing this pass (the last
+//! report stands) and is tried again after [`RETRY`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use tokio::sync::watch;
+
+use super::quote::{sql_ident, sql_literal};
+use super::sql::Psql;
+use crate::machines::postgres::managed::{
+    DatabaseSpec, Ensure, Kind, ObjectsReport, Outcome, PASSWORD_KEY, RoleSpec, State, one_line,
+};
+
+/// How often the entries are compared again with no change asked (and the password
+/// Secrets read again).
+pub const RESYNC: Duration = Duration::from_secs(60);
+
+/// How soon a pass that could not read the catalog is tried again.
+pub const RETRY: Duration = Duration::from_secs(5);
+
+/// What the manager's round asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Wanted {
+    /// `spec.roles`.
+    pub roles: Vec<RoleSpec>,
+    /// `spec.databases`.
+    pub databases: Vec<DatabaseSpec>,
+    /// The digest of the settings annotation they came in.
+    pub judged: String,
+    /// Whether this server is writable (nothing is done otherwise).
+    pub writable: bool,
+}
+
+/// The task keeping the entries, as the round sees it.
+#[derive(Debug)]
+pub struct Objects {
+    wanted: watch::Sender<Wanted>,
+    report: watch::Receiver<Option<ObjectsReport>>,
+}
+
+impl Objects {
+    /// Starts the task: `psql` reaches the local server as a superuser; `secrets` reads
+    /// the password Secrets (none without API access: a role naming one is refused).
+    #[must_use]
+    pub fn start(psql: Psql, secrets: Option<Api<Secret>>) -> Self {
+        let (wanted, wanted_rx) = watch::channel(Wanted::default());
+        let (report_tx, report) = watch::channel(None);
+        tokio::spawn(keep(psql, secrets, wanted_rx, report_tx));
+        Self { wanted, report }
+    }
+
+    /// Hands the task what this round wants (it acts only when that changed, or at its
+    /// next resync).
+    pub fn want(&self, wanted: Wanted) {
+        self.wanted.send_if_modified(|w| {
+            let changed = *w != wanted;
+            *w = wanted;
+            changed
+        });
+    }
+
+    /// The last report, while this server is writable and has entries.
+    #[must_use]
+    pub fn report(&self) -> Option<ObjectsReport> {
+        self.report.borrow().clone()
+    }
+}
+
+async fn keep(
+    psql: Psql,
+    secrets: Option<Api<Secret>>,
+    mut wanted: watch::Receiver<Wanted>,
+    report: watch::Sender<Option<ObjectsReport>>,
+) {
+    let mut passwords = Passwords::default();
+    loop {
+        let now = wanted.borrow_and_update().clone();
+        let idle = !now.writable || (now.roles.is_empty() && now.databases.is_empty());
+        let mut next = RESYNC;
+        if idle {
+            report.send_replace(None);
+        } else if let Some(done) = pass(&psql, secrets.as_ref(), &now, &mut passwords).await {
+            report.send_replace(Some(done));
+        } else {
+            // The catalog could not be read (a server starting, a promotion): soon again.
+            next = RETRY;
+        }
+        tokio::select! {
+            changed = wanted.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(next) => {}
+        }
+    }
+}
+
+/// The `resourceVersion` of each role's password Secret as last applied.
+#[derive(Debug, Default)]
+struct Passwords(BTreeMap<String, String>);
+
+/// One pass over every entry; `None` if the catalog could not be read.
+async fn pass(
+    psql: &Psql,
+    secrets: Option<&Api<Secret>>,
+    wanted: &Wanted,
+    passwords: &mut Passwords,
+) -> Option<ObjectsReport> {
+    let roles = read_roles(psql, &wanted.roles).await?;
+    let databases = read_databases(psql, &wanted.databases).await?;
+    let mut outcomes = BTreeMap::new();
+    for role in wanted.roles.iter().filter(|r| r.ensure == Ensure::Present) {
+        let outcome = keep_role(psql, secrets, role, roles.get(&role.name), passwords).await;
+        outcomes.insert((Kind::Role, role.name.clone()), outcome);
+    }
+    for db in &wanted.databases {
+        let outcome = keep_database(psql, db, databases.get(&db.name)).await;
+        outcomes.insert((Kind::Database, db.name.clone()), outcome);
+    }
+    for role in wanted.roles.iter().filter(|r| r.ensure == Ensure::Absent) {
+        let outcome = match roles.get(&role.name) {
+            None => Ok(State::Absent),
+            Some(_) => run(
+                psql,
+                "postgres",
+                &format!("DROP ROLE {};", sql_ident(&role.name)),
+            )
+            .await
+            .map(|()| State::Absent),
+        };
+        passwords.0.remove(&role.name);
+        outcomes.insert((Kind::Role, role.name.clone()), outcome);
+    }
+    let order = wanted
+        .roles
+        .iter()
+        .map(|r| (Kind::Role, &r.name))
+        .chain(wanted.databases.iter().map(|d| (Kind::Database, &d.name)));
+    let outcomes = order
+        .filter_map(|(kind, name)| {
+            let outcome = outcomes.remove(&(kind, name.clone()))?;
+            Some(match outcome {
+                Ok(state) => Outcome {
+                    kind,
+                    name: name.clone(),
+                    state,
+                    message: String::new(),
+                },
+                Err(message) => {
+                    tracing::warn!(%kind, %name, %message, "could not apply an entry of the spec");
+                    Outcome {
+                        kind,
+                        name: name.clone(),
+                        state: State::Refused,
+                        message,
+                    }
+                }
+            })
+        })
+        .collect();
+    Some(ObjectsReport {
+        outcomes,
+        judged: wanted.judged.clone(),
+    })
+}
+
+async fn keep_role(
+    psql: &Psql,
+    secrets: Option<&Api<Secret>>,
+    role: &RoleSpec,
+    row: Option<&RoleRow>,
+    passwords: &mut Passwords,
+) -> Result<State, String> {
+    let password = match &role.password_secret {
+        Some(secret) => Some(read_password(secrets, secret).await?),
+        None => None,
+    };
+    let fresh = password
+        .as_ref()
+        .filter(|(version, _)| row.is_none() || passwords.0.get(&role.name) != Some(version));
+    let sql = role_sql(role, row, fresh.map(|(_, p)| p.as_str()));
+    if !sql.is_empty() {
+        run(psql, "postgres", &format!("BEGIN;\n{sql}COMMIT;\n")).await?;
+    }
+    if let Some((version, _)) = password {
+        passwords.0.insert(role.name.clone(), version);
+    }
+    Ok(State::Present)
+}
+
+async fn keep_database(
+    psql: &Psql,
+    db: &DatabaseSpec,
+    row: Option<&String>,
+) -> Result<State, String> {
+    let name = sql_ident(&db.name);
+    match (db.ensure, row) {
+        (Ensure::Absent, None) => return Ok(State::Absent),
+        (Ensure::Absent, Some(_)) => {
+            run(psql, "postgres", &format!("DROP DATABASE {name};")).await?;
+            return Ok(State::Absent);
+        }
+        (Ensure::Present, None) => {
+            let owner = sql_ident(&db.owner);
+            run(
+                psql,
+                "postgres",
+                &format!("CREATE DATABASE {name} OWNER {owner};"),
+            )
+            .await?;
+        }
+        (Ensure::Present, Some(owner)) if *owner != db.owner => {
+            let owner = sql_ident(&db.owner);
+            run(
+                psql,
+                "postgres",
+                &format!("ALTER DATABASE {name} OWNER TO {owner};"),
+            )
+            .await?;
+        }
+        (Ensure::Present, Some(_)) => {}
+    }
+    let extensions: String = db
+        .extensions
+        .iter()
+        .map(|e| format!("CREATE EXTENSION IF NOT EXISTS {};\n", sql_ident(e)))
+        .collect();
+    if !extensions.is_empty() {
+        run(psql, &db.name, &extensions).await?;
+    }
+    Ok(State::Present)
+}
+
+/// Runs `sql` in `database` with statement logging off; PostgreSQL's reason on one
+/// line if it fails.
+async fn run(psql: &Psql, database: &str, sql: &str) -> Result<(), String> {
+    let script =
+        format!("SET log_statement = 'none';\nSET log_min_duration_statement = -1;\n{sql}");
+    psql.script(database, &script)
+        .await
+        .map(drop)
+        .map_err(|e| reason(&e.to_string()))
+}
+
+/// PostgreSQL's reason from `psql`'s error output, without `psql`'s location prefix.
+fn reason(error: &str) -> String {
+    let text = one_line(error);
+    match text.find("ERROR:") {
+        Some(at) => one_line(&text[at + "ERROR:".len()..]),
+        None => text,
+    }
+}
+
+/// The password in `secret` and the Secret's `resourceVersion`.
+async fn read_password(
+    secrets: Option<&Api<Secret>>,
+    secret: &str,
+) -> Result<(String, String), String> {
+    let api = secrets.ok_or("this instance has no API access to read password Secrets")?;
+    let found = api
+        .get(secret)
+        .await
+        .map_err(|e| format!("reading the password Secret {secret}: {e}"))?;
+    let password = found
+        .data
+        .as_ref()
+        .and_then(|d| d.get(PASSWORD_KEY))
+        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| format!("the Secret {secret} has no key {PASSWORD_KEY}"))?;
+    Ok((
+        found.metadata.resource_version.unwrap_or_default(),
+        password,
+    ))
+}
+
+/// A role as the catalog has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleRow {
+    /// `rolsuper`, `rolinherit`, `rolcreaterole`, `rolcreatedb`, `rolcanlogin`,
+    /// `rolreplication`.
+    pub flags: [bool; 6],
+    /// `rolconnlimit`.
+    pub connection_limit: i32,
+    /// The roles it is a member of.
+    pub member_of: BTreeSet<String>,
+}
+
+fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let listed: Vec<String> = names.map(|n| sql_literal(n)).collect();
+    if listed.is_empty() {
+        return "NULL".to_owned();
+    }
+    listed.join(", ")
+}
+
+async fn read_roles(psql: &Psql, roles: &[RoleSpec]) -> Option<BTreeMap<String, RoleRow>> {
+    if roles.is_empty() {
+        return Some(BTreeMap::new());
+    }
+    let sql = format!(
+        "SELECT r.rolname, r.rolsuper, r.rolinherit, r.rolcreaterole, r.rolcreatedb, r.rolcanlogin, r.rolreplication, r.rolconnlimit, \
+         coalesce((SELECT string_agg(g.rolname, ',') FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid WHERE m.member = r.oid), '') \
+         FROM pg_roles r WHERE r.rolname IN ({})",
+        names(roles.iter().map(|r| &r.name))
+    );
+    let rows = catalog(psql, &sql).await?;
+    Some(
+        rows.into_iter()
+            .filter_map(|row| {
+                let [name, flags @ .., limit, member_of]: [String; 9] = row.try_into().ok()?;
+                let flags: [bool; 6] = flags.map(|f| f == "t");
+                Some((
+                    name,
+                    RoleRow {
+                        flags,
+                        connection_limit: limit.parse().ok()?,
+                        member_of: member_of
+                            .split(',')
+                            .filter(|m| !m.is_empty())
+                            .map(str::to_owned)
+                            .collect(),
+                    },
+                ))
+            })
+            .collect(),
+    )
+}
+
+async fn read_databases(
+    psql: &Psql,
+    databases: &[DatabaseSpec],
+) -> Option<BTreeMap<String, String>> {
+    if databases.is_empty() {
+        return Some(BTreeMap::new());
+    }
+    let sql = format!(
+        "SELECT datname, pg_get_userbyid(datdba) FROM pg_database WHERE datname IN ({})",
+        names(databases.iter().map(|d| &d.name))
+    );
+    let rows = catalog(psql, &sql).await?;
+    Some(
+        rows.into_iter()
+            .filter_map(|row| {
+                let [name, owner]: [String; 2] = row.try_into().ok()?;
+                Some((name, owner))
+            })
+            .collect(),
+    )
+}
+
+async fn catalog(psql: &Psql, sql: &str) -> Option<Vec<Vec<String>>> {
+    match psql.query(sql).await {
+        Ok(rows) => Some(rows),
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the roles and databases failed; trying again later");
+            None
+        }
+    }
+}
+
+/// The attributes `role` asks for, in the catalog's order ([`RoleRow::flags`]).
+fn flags(role: &RoleSpec) -> [bool; 6] {
+    [
+        role.superuser,
+        role.inherit,
+        role.createrole,
+        role.createdb,
+        role.login,
+        role.replication,
+    ]
+}
+
+/// The `WITH` clause for `role`'s attributes.
+fn attributes(role: &RoleSpec) -> String {
+    const NAMES: [&str; 6] = [
+        "SUPERUSER",
+        "INHERIT",
+        "CREATEROLE",
+        "CREATEDB",
+        "LOGIN",
+        "REPLICATION",
+    ];
+    let mut words: Vec<String> = NAMES
+        .iter()
+        .zip(flags(role))
+        .map(|(name, on)| {
+            if on {
+                (*name).to_owned()
+            } else {
+                format!("NO{name}")
+            }
+        })
+        .collect();
+    words.push(format!("CONNECTION LIMIT {}", role.connection_limit));
+    words.join(" ")
+}
+
+/// The statements that bring a role to be kept from `row` (`None`: it does not exist) to
+/// `role`, with `password` if one is to be set; empty when nothing differs.
+#[must_use]
+pub fn role_sql(role: &RoleSpec, row: Option<&RoleRow>, password: Option<&str>) -> String {
+    let name = sql_ident(&role.name);
+    let mut sql = String::new();
+    let password = password
+        .map(|p| format!(" PASSWORD {}", sql_literal(p)))
+        .unwrap_or_default();
+    let member_of = match row {
+        None => {
+            sql += &format!("CREATE ROLE {name} WITH {}{password};\n", attributes(role));
+            BTreeSet::new()
+        }
+        Some(row) => {
+            if row.flags != flags(role) || row.connection_limit != role.connection_limit {
+                sql += &format!("ALTER ROLE {name} WITH {};\n", attributes(role));
+            }
+            if !password.is_empty() {
+                sql += &format!("ALTER ROLE {name} WITH{password};\n");
+            }
+            row.member_of.clone()
+        }
+    };
+    let wanted: BTreeSet<&String> = role.in_roles.iter().collect();
+    for granted in wanted.iter().filter(|g| !member_of.contains(**g)) {
+        sql += &format!("GRANT {} TO {name};\n", sql_ident(granted));
+    }
+    for extra in member_of.iter().filter(|m| !wanted.contains(m)) {
+        sql += &format!("REVOKE {} FROM {name};\n", sql_ident(extra));
+    }
+    sql
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role(name: &str) -> RoleSpec {
+        RoleSpec {
+            name: name.into(),
+            ensure: Ensure::Present,
+            login: true,
+            superuser: false,
+            createdb: false,
+            createrole: false,
+            inherit: true,
+            replication: false,
+            connection_limit: -1,
+            in_roles: vec!["pg_read_all_data".into()],
+            password_secret: None,
+        }
+    }
+
+    fn row_of(role: &RoleSpec) -> RoleRow {
+        RoleRow {
+            flags: flags(role),
+            connection_limit: role.connection_limit,
+            member_of: role.in_roles.iter().cloned().collect(),
+        }
+    }
+
+    #[test]
+    fn a_missing_role_is_created_with_its_attributes_password_and_memberships() {
+        assert_eq!(
+            role_sql(&role("report-er"), None, Some("p'w")),
+            "CREATE ROLE \"report-er\" WITH NOSUPERUSER INHERIT NOCREATEROLE NOCREATEDB LOGIN NOREPLICATION CONNECTION LIMIT -1 PASSWORD 'p''w';\n\
+             GRANT \"pg_read_all_data\" TO \"report-er\";\n"
+        );
+    }
+
+    #[test]
+    fn a_role_as_asked_needs_nothing() {
+        let r = role("reporter");
+        assert_eq!(role_sql(&r, Some(&row_of(&r)), None), "");
+    }
+
+    #[test]
+    fn a_changed_attribute_a_new_password_and_memberships_are_altered_granted_and_revoked() {
+        let before = role("reporter");
+        let mut after = before.clone();
+        after.createdb = true;
+        after.connection_limit = 5;
+        after.in_roles = vec!["pg_monitor".into()];
+        assert_eq!(
+            role_sql(&after, Some(&row_of(&before)), Some("new")),
+            "ALTER ROLE \"reporter\" WITH NOSUPERUSER INHERIT NOCREATEROLE CREATEDB LOGIN NOREPLICATION CONNECTION LIMIT 5;\n\
+             ALTER ROLE \"reporter\" WITH PASSWORD 'new';\n\
+             GRANT \"pg_monitor\" TO \"reporter\";\n\
+             REVOKE \"pg_read_all_data\" FROM \"reporter\";\n"
+        );
+    }
+
+    #[test]
+    fn the_reason_is_postgresqls_without_psqls_location() {
+        assert_eq!(
+            reason("psql exited with Some(3): psql:<stdin>:3: ERROR:  role \"bob\" does not exist"),
+            "role \"bob\" does not exist"
+        );
+        assert_eq!(reason("no answer within 5s"), "no answer within 5s");
+    }
+}
