@@ -150,7 +150,7 @@ impl Error {
             Error::Api {
                 source: kube::Error::Api(status),
                 ..
-            } if !self.is_namespace_terminating() => matches!(status.code, 400 | 403 | 422),
+            } => matches!(status.code, 400 | 403 | 422),
             Error::Render(_) => true,
             _ => false,
         }
@@ -158,7 +158,9 @@ impl Error {
 
     /// Whether the API server refused a write only because its namespace is being
     /// deleted: expected while a resource finalizes in a namespace on its way out, so
-    /// neither a refusal a person must act on nor worth a warning.
+    /// not worth a warning in the log. It stays a refusal ([`Self::is_refusal`]): a
+    /// final backup such a namespace refuses is `Degraded`, naming the annotation that
+    /// skips it, or the deletion would wait without a way out.
     pub fn is_namespace_terminating(&self) -> bool {
         matches!(self, Error::Api { source, .. } if namespace_terminating(source))
     }
@@ -592,7 +594,7 @@ mod tests {
     }
 
     #[test]
-    fn a_create_refused_because_its_namespace_is_going_away_is_no_refusal_and_says_why() {
+    fn a_create_refused_because_its_namespace_is_going_away_says_why() {
         let status: kube::core::Status = serde_json::from_value(serde_json::json!({
             "status": "Failure", "code": 403, "reason": "Forbidden",
             "message": "unable to create new content in namespace a because it is being terminated",
@@ -604,7 +606,7 @@ mod tests {
             source: kube::Error::Api(status.boxed()),
         };
         assert!(error.is_namespace_terminating());
-        assert!(!error.is_refusal());
+        assert!(error.is_refusal(), "Degraded, naming the way out");
         assert!(
             error.redacted().contains("being terminated"),
             "{}",
