@@ -458,17 +458,8 @@ mod tests {
 
     fn role(name: &str) -> RoleSpec {
         RoleSpec {
-            name: name.into(),
-            ensure: Ensure::Present,
-            login: true,
-            superuser: false,
-            createdb: false,
-            createrole: false,
-            inherit: true,
-            replication: false,
-            connection_limit: -1,
             in_roles: vec!["pg_read_all_data".into()],
-            password_secret: None,
+            ..RoleSpec::login(name)
         }
     }
 

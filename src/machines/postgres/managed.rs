@@ -117,6 +117,27 @@ fn no_limit() -> i32 {
     -1
 }
 
+impl RoleSpec {
+    /// A role `name` that may log in, with every other field at its default (present,
+    /// no other attribute but `inherit`, no limit, no memberships, no password Secret).
+    #[must_use]
+    pub fn login(name: &str) -> Self {
+        RoleSpec {
+            name: name.to_owned(),
+            ensure: Ensure::Present,
+            login: true,
+            superuser: false,
+            createdb: false,
+            createrole: false,
+            inherit: yes(),
+            replication: false,
+            connection_limit: no_limit(),
+            in_roles: Vec::new(),
+            password_secret: None,
+        }
+    }
+}
+
 /// One entry of `spec.databases`: a database the primary's manager keeps.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -389,17 +410,9 @@ mod tests {
     #[test]
     fn only_present_roles_name_secrets_the_pods_may_read() {
         let role = |name: &str, ensure, secret: Option<&str>| RoleSpec {
-            name: name.into(),
             ensure,
-            login: true,
-            superuser: false,
-            createdb: false,
-            createrole: false,
-            inherit: true,
-            replication: false,
-            connection_limit: -1,
-            in_roles: vec![],
             password_secret: secret.map(str::to_owned),
+            ..RoleSpec::login(name)
         };
         let roles = [
             role("a", Ensure::Present, Some("a-pw")),

@@ -379,10 +379,15 @@ impl Operator for Postgres {
             roles: Vec::new(),
             databases: Vec::new(),
         };
-        // What the primary last made of the entries; until it says, what was said.
+        // What the primary last made of the entries; until it says, what was said; none
+        // once the spec lists none.
+        let listed = !object.spec.roles.is_empty() || !object.spec.databases.is_empty();
         let (roles, databases) = match &observed.own.objects {
             Some(report) => managed::statuses(report),
-            None => old.map_or_else(Default::default, |s| (s.roles.clone(), s.databases.clone())),
+            None if listed => {
+                old.map_or_else(Default::default, |s| (s.roles.clone(), s.databases.clone()))
+            }
+            None => Default::default(),
         };
         let status = PostgresClusterStatus {
             roles,

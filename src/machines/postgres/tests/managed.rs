@@ -4,21 +4,12 @@
 use super::rendering::object;
 use super::*;
 use crate::engine::Health;
-use crate::machines::postgres::managed::{Ensure, Kind, ObjectsReport, Outcome, RoleSpec, State};
+use crate::machines::postgres::managed::{Kind, ObjectsReport, Outcome, RoleSpec, State};
 
 fn role(name: &str, secret: Option<&str>) -> RoleSpec {
     RoleSpec {
-        name: name.into(),
-        ensure: Ensure::Present,
-        login: true,
-        superuser: false,
-        createdb: false,
-        createrole: false,
-        inherit: true,
-        replication: false,
-        connection_limit: -1,
-        in_roles: vec![],
         password_secret: secret.map(str::to_owned),
+        ..RoleSpec::login(name)
     }
 }
 
@@ -113,4 +104,41 @@ fn the_entries_travel_in_the_settings_annotation() {
     let annotation = settings::annotation_of(&object(s)).expect("an annotation");
     let parsed = settings::parse(&annotation).expect("parses");
     assert_eq!(parsed.roles, vec![role("reporter", None)]);
+}
+
+#[test]
+fn the_status_shows_the_primarys_report_keeps_it_while_the_primary_is_silent_and_drops_it_with_the_entries()
+ {
+    use crate::driver::Operator;
+    use crate::machines::postgres::api::PostgresClusterStatus;
+    let mut s = spec("16.3");
+    s.roles = vec![role("reporter", None)];
+    let mut pg = object(s);
+    let status = testing::status_in(&ready(V1, 0));
+    let mut o = at_rest(V1, 0);
+    o.own.objects = Some(refused_database("orders", "role \"nobody\" does not exist"));
+    let shown = Postgres::status(&pg, status.clone(), Some(&ready(V1, 0)), &o, t(10));
+    assert_eq!(
+        shown["roles"],
+        serde_json::json!([{"name": "reporter", "state": "present"}])
+    );
+    assert_eq!(
+        shown["databases"],
+        serde_json::json!([{
+            "name": "orders", "state": "refused",
+            "message": "role \"nobody\" does not exist",
+        }])
+    );
+    // A new primary that has not reported yet: the status keeps what was said.
+    pg.status = Some(serde_json::from_value::<PostgresClusterStatus>(shown).expect("a status"));
+    o.own.objects = None;
+    let kept = Postgres::status(&pg, status.clone(), Some(&ready(V1, 1)), &o, t(20));
+    assert_eq!(kept["databases"][0]["name"], "orders");
+    // The spec lists nothing any more: nothing is shown.
+    pg.spec.roles.clear();
+    let dropped = Postgres::status(&pg, status, Some(&ready(V1, 1)), &o, t(30));
+    assert!(
+        dropped.get("roles").is_none() && dropped.get("databases").is_none(),
+        "{dropped}"
+    );
 }
