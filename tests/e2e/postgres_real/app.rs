@@ -87,8 +87,9 @@ fn psql_as(
     ])
 }
 
-/// Polls `check` every second until it holds or `seconds` pass; what it last said.
-fn within(seconds: u64, what: &str, mut check: impl FnMut() -> (bool, String)) -> String {
+/// Polls `check` every second until it holds or `seconds` pass; what it last said. It
+/// sleeps on the runtime, not the thread: the operator runs in this test's process.
+async fn within(seconds: u64, what: &str, mut check: impl FnMut() -> (bool, String)) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
     loop {
         let (done, said) = check();
@@ -99,7 +100,7 @@ fn within(seconds: u64, what: &str, mut check: impl FnMut() -> (bool, String)) -
             std::time::Instant::now() < deadline,
             "{what} within {seconds} s: {said}"
         );
-        std::thread::sleep(Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -109,7 +110,7 @@ fn within(seconds: u64, what: &str, mut check: impl FnMut() -> (bool, String)) -
 /// `status.databases` and makes the cluster `Degraded` naming it while the others are
 /// applied; a changed password Secret is applied without a restart; a role asked
 /// `absent` is dropped; removing the bad entry clears `Degraded`.
-pub(super) fn declared_roles_and_databases_are_kept_and_passwords_follow_their_secret(
+pub(super) async fn declared_roles_and_databases_are_kept_and_passwords_follow_their_secret(
     real: &Real,
     name: &str,
 ) {
@@ -162,7 +163,8 @@ pub(super) fn declared_roles_and_databases_are_kept_and_passwords_follow_their_s
             out.starts_with("ObjectsRefused") && out.contains("spec.databases[orphan]"),
             out,
         )
-    });
+    })
+    .await;
     assert!(said.contains("\"nobody\" does not exist"), "{said}");
     let states = "jsonpath={range .status.roles[*]}{.name}={.state} {end}{range .status.databases[*]}{.name}={.state} {end}";
     let (_, out) = real.kubectl(&["get", "pgc", name, "-o", states]);
@@ -197,7 +199,8 @@ pub(super) fn declared_roles_and_databases_are_kept_and_passwords_follow_their_s
             ("reporter", "second-Pa55", "reports"),
             "SELECT 1",
         )
-    });
+    })
+    .await;
     let (ok, out) = psql_as(real, name, reporter, "SELECT 1");
     assert!(!ok, "the old password still logs in: {out}");
 
@@ -220,7 +223,8 @@ pub(super) fn declared_roles_and_databases_are_kept_and_passwords_follow_their_s
                 && states.trim() == "reporter=present intruder=absent reports=present",
             format!("{degraded}; {states}"),
         )
-    });
+    })
+    .await;
     let (ok, out) = real.psql_rw(
         name,
         "SELECT count(*) FROM pg_roles WHERE rolname = 'intruder'",
