@@ -158,6 +158,7 @@ pub static TABLE: &[Edge<AgentKind>] = crate::edges![AgentKind;
         PromotingLocally: LEASE_HELD, "the Lease names this pod, a renewal by it was accepted; $PGDATA is a standby's", by::LEASE;
         StartingPrimary: LEASE_HELD, "the Lease names this pod, a renewal by it was accepted; $PGDATA is a primary's", by::LEASE;
         Standby: RELEASED_POSITION_PENDING, "the Lease names this pod and a released position; $PGDATA is a standby's: it starts as a standby, promoted once it has that position", by::LEASE;
+        Exited: FOREIGN_DATA, "$PGDATA came to hold something that is no data directory of ours while it waited", by::LEASE;
         Exited: SIGNALLED, "asked to stop while waiting", by::LEASE;
     }
     Bootstrapping -> {

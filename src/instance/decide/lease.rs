@@ -9,8 +9,8 @@ use crate::instance::machine::AgentSpec;
 use crate::instance::observe::{DataDir, Observation, RoleLabel};
 use crate::instance::state::{AgentState, ExitCode};
 use crate::instance::table::reason::{
-    ALREADY_INITIALIZED, LEASE_HELD, LEASE_MOVED, RELEASED_POSITION_PENDING, ROLE_CHANGED,
-    SIGNALLED, STARTED_WRITABLE, WAITING_FOR_LEASE,
+    ALREADY_INITIALIZED, FOREIGN_DATA, LEASE_HELD, LEASE_MOVED, RELEASED_POSITION_PENDING,
+    ROLE_CHANGED, SIGNALLED, STARTED_WRITABLE, WAITING_FOR_LEASE,
 };
 use crate::machines::postgres::actions::Role;
 use crate::machines::postgres::observe::INITIALIZED;
@@ -64,6 +64,18 @@ pub(super) fn awaiting(spec: &AgentSpec, seen: &Observation, signalled: bool) ->
     }
     if let Some(changed) = role_changed(seen) {
         return changed;
+    }
+    if seen.data == DataDir::Foreign {
+        // Files put on the volume while it waited (found by the model check: an
+        // initialized cluster's recreated primary, its volume lost, would otherwise
+        // bootstrap an empty database over them once the Lease came back to it).
+        return Decision::go(
+            AgentState::Exited {
+                code: ExitCode::Misconfigured,
+            },
+            FOREIGN_DATA,
+            "$PGDATA is not empty but holds no PostgreSQL data directory: refusing to write over it",
+        );
     }
     match standing(spec, seen) {
         Standing::Mine => {}

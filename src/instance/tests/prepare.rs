@@ -111,6 +111,32 @@ fn the_lease_held_prepares_only_through_an_accepted_renewal() {
 }
 
 #[test]
+fn files_put_on_the_volume_while_the_pod_waits_for_the_lease_are_never_written_over() {
+    for initialized in [false, true] {
+        let seen = Observation {
+            data: DataDir::Foreign,
+            lease: LeaseRead::Seen(LeaseSeen {
+                holder: Some(ME.to_owned()),
+                initialized,
+                ..LeaseSeen::default()
+            }),
+            ..seen()
+        };
+        let d = decide_in(&AgentState::AwaitingLease, &seen);
+        assert_eq!(
+            goes(&d),
+            Some((
+                AgentState::Exited {
+                    code: ExitCode::Misconfigured
+                },
+                FOREIGN_DATA
+            ))
+        );
+        assert!(d.actions().is_empty(), "no renewal, no initdb");
+    }
+}
+
+#[test]
 fn a_pod_with_no_data_never_bootstraps_once_the_lease_says_the_database_exists() {
     for data in [DataDir::Empty, DataDir::Interrupted] {
         let seen = Observation {

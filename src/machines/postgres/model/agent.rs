@@ -362,6 +362,11 @@ impl World {
                 self.streaming.remove(&k);
                 true
             }
+            // `Prepare::bootstrap` refuses a `$PGDATA` of foreign files.
+            AgentAction::Bootstrap if self.volumes.get(&k) == Some(&Vol::Foreign) => {
+                finished(self, Task::Bootstrap, false);
+                true
+            }
             AgentAction::Bootstrap if self.bootstrap_restores(k) => {
                 finished(self, Task::Bootstrap, true);
                 true
