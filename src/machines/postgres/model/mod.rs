@@ -539,7 +539,7 @@ impl fmt::Debug for World {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "spec v{} x{} L{}s{}{}; sts {:?}; db primary {}; skew {}s; pods [",
+            "spec v{} x{} L{}s{}{}; sts {:?}; db primary {}; skew {}s; ",
             VERSIONS[self.version],
             self.replicas,
             self.lease_seconds,
@@ -549,6 +549,15 @@ impl fmt::Debug for World {
             self.db_primary,
             self.skew
         )?;
+        if let Some(l) = &self.lease {
+            write!(
+                f,
+                "lease {:?} released {:?}; ",
+                l.holder.map(|(k, uid)| format!("{k}/{uid}")),
+                l.released_lsn
+            )?;
+        }
+        write!(f, "head {}; pods [", self.head.lsn)?;
         for (k, p) in &self.pods {
             let at = if *k >= GONE {
                 format!("{}(force-deleted)", ordinal(*k))
@@ -557,8 +566,9 @@ impl fmt::Debug for World {
             };
             write!(
                 f,
-                " {at}:uid{} L{}s {}{}{}{}{}{}{} {:?}",
+                " {at}:uid{} @{} L{}s {}{}{}{}{}{}{} {:?}",
                 p.uid,
+                self.held(*k),
                 p.lease_seconds,
                 p.image
                     .rsplit_once(':')
