@@ -963,6 +963,15 @@ pub(super) mod stories {
                 vec![env(ForeignFiles(1)), env(AgentTick(1))],
             ),
             story(
+                "AwaitingLease -> Exited (ForeignData)",
+                |w| {
+                    lease_to(w, 1);
+                    waiting(w, 1, AgentState::AwaitingLease, Role::Primary);
+                    w.volumes.remove(&1);
+                },
+                vec![env(ForeignFiles(1)), env(AgentTick(1))],
+            ),
+            story(
                 "Releasing -> Exited (ReleaseOvertaken)",
                 |w| {
                     let uid = w.pods.get(&1).map_or(0, |p| p.uid);
