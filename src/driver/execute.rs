@@ -5,8 +5,9 @@
 //! - [`Op::Apply`] is a forced server-side apply with field manager `lockstep`: applying
 //!   the same object twice changes nothing the second time.
 //! - [`Op::Create`] treats `AlreadyExists` as success.
-//! - [`Op::Delete`] carries a UID precondition; `NotFound` and a failed precondition
-//!   (409) both mean the object it named is gone, which is success.
+//! - [`Op::Delete`] carries a UID precondition, and may carry a resourceVersion one;
+//!   `NotFound` and a failed precondition (409) both mean the object as read is gone,
+//!   which is success (a changed object's watch event brings the next decision).
 //! - [`Op::Label`] is a JSON merge patch of `metadata.labels`; NotFound counts as success
 //!   (machines relabel whatever replaces the object from their persisted state). With a
 //!   precondition the patch also carries the UID and resourceVersion read, so the server
@@ -124,11 +125,12 @@ pub async fn execute(
             resource,
             name,
             uid,
+            version,
         } => {
             let params = DeleteParams {
                 preconditions: uid.as_ref().map(|uid| Preconditions {
                     uid: Some(uid.clone()),
-                    resource_version: None,
+                    resource_version: version.clone(),
                 }),
                 ..DeleteParams::background()
             };

@@ -239,6 +239,10 @@ pub enum Op {
         name: String,
         /// The UID precondition. `None` only for objects whose identity does not matter.
         uid: Option<String>,
+        /// The resourceVersion precondition, for an object deleted for what it was when
+        /// read (a pod that was not Ready): any change since refuses the delete (409),
+        /// and the change's watch event brings the next decision.
+        version: Option<String>,
     },
     /// A JSON merge patch of metadata labels (for example moving a role label); NotFound
     /// counts as success, since machines relabel whatever replaces the object.
@@ -376,6 +380,20 @@ impl Op {
             resource: ApiResource::erase::<K>(&()),
             name: name.into(),
             uid: Some(uid.into()),
+            version: None,
+        }
+    }
+
+    /// Delete a typed object by name only as it was read: its UID and resourceVersion.
+    pub fn delete_as_read<K>(name: impl Into<String>, precondition: Precondition) -> Self
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        Op::Delete {
+            resource: ApiResource::erase::<K>(&()),
+            name: name.into(),
+            uid: Some(precondition.uid),
+            version: Some(precondition.resource_version),
         }
     }
 }

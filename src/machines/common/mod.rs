@@ -55,6 +55,7 @@ pub mod annotations;
 pub mod applied;
 pub mod backup;
 pub mod cron;
+pub mod disruption;
 pub mod env;
 pub mod finalize;
 pub mod jobs;

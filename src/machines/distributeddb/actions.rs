@@ -52,6 +52,8 @@ pub struct Shape {
 pub enum DdbAction {
     /// Apply the headless Service.
     EnsureService,
+    /// Apply the PodDisruptionBudget.
+    EnsurePdb,
     /// Apply the StatefulSet in this shape.
     EnsureStatefulSet(Shape),
     /// Delete pod `ordinal` if it still has `uid`.
@@ -60,6 +62,16 @@ pub enum DdbAction {
         ordinal: i32,
         /// The UID precondition.
         uid: String,
+    },
+    /// Delete pod `ordinal`, which never became Ready at an earlier image, only as it
+    /// was read (`uid` at `version`): one that became Ready since is a member now.
+    DeleteUnstarted {
+        /// The ordinal.
+        ordinal: i32,
+        /// The UID precondition.
+        uid: String,
+        /// The resourceVersion precondition.
+        version: String,
     },
     /// Create a hook Job (if absent).
     RunHook {

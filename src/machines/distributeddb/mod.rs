@@ -59,8 +59,8 @@
 //! state and the observation, so an idle reconcile writes nothing.
 //!
 //! # Assumptions
-//! The driver's cache watches pods, Jobs, CronJobs, StatefulSets, Services and volume
-//! claims carrying the standard labels, which every rendered object (and every pod and
+//! The driver's cache watches pods, Jobs, CronJobs, StatefulSets, Services,
+//! PodDisruptionBudgets and volume claims carrying the standard labels, which every rendered object (and every pod and
 //! claim made from them) carries.
 //!
 //! # Errors
@@ -93,7 +93,7 @@ pub use observe::Observed;
 pub use state::{DdbKind, DdbState};
 pub use status::{last_backup, version};
 
-use crate::driver::{Cache, Error, Op, Operator};
+use crate::driver::{Cache, Error, Op, Operator, Precondition};
 use crate::engine::EngineStatus;
 use crate::machines::common::ops;
 
@@ -122,12 +122,24 @@ impl Operator for DistributedDb {
         let name = object.name_any();
         Ok(match action {
             DdbAction::EnsureService => vec![Op::apply(&render::service(object)?)?],
+            DdbAction::EnsurePdb => vec![Op::apply(&render::pdb(object)?)?],
             DdbAction::EnsureStatefulSet(shape) => {
                 vec![Op::apply(&render::statefulset(object, shape)?)?]
             }
             DdbAction::DeletePod { ordinal, uid } => {
                 vec![Op::delete::<Pod>(format!("{name}-{ordinal}"), uid)]
             }
+            DdbAction::DeleteUnstarted {
+                ordinal,
+                uid,
+                version,
+            } => vec![Op::delete_as_read::<Pod>(
+                format!("{name}-{ordinal}"),
+                Precondition {
+                    uid: uid.clone(),
+                    resource_version: version.clone(),
+                },
+            )],
             DdbAction::RunHook {
                 phase,
                 ordinal,

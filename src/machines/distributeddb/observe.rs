@@ -59,6 +59,8 @@ impl HookRequests {
 pub struct Own {
     /// The headless Service rendered for the spec is contained in the live one.
     pub service_in_sync: bool,
+    /// The PodDisruptionBudget rendered for the spec is contained in the live one.
+    pub pdb_in_sync: bool,
     /// The data volumes.
     pub volumes: Volumes,
     /// The hook requests.
@@ -174,8 +176,10 @@ pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
     let service = read.named(&cache.services, &name);
     let service_in_sync = common::in_sync(service.as_deref(), render::service(db).ok());
 
+    let pdb = read.named(&cache.pdbs, &name);
     let own = Own {
         service_in_sync,
+        pdb_in_sync: common::in_sync(pdb.as_deref(), render::pdb(db).ok()),
         volumes,
         requests: HookRequests::from_annotations(db.annotations()),
     };

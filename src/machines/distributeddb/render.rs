@@ -8,6 +8,7 @@
 //! | object | name | notes |
 //! |---|---|---|
 //! | headless Service | `<name>` | `clusterIP: None`, publishes not-ready addresses |
+//! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` ([`disruption`]) |
 //! | StatefulSet | `<name>` | `OnDelete`, `Parallel` (pods start together at creation; Scaling steps `replicas` by one), claim template `data` |
 //! | pods (by the StatefulSet) | `<name>-<ordinal>` | container `db`, volume at `/var/lib/data` |
 //! | hook Jobs | `<name>-{pre,post}-<ordinal>-<hash>-<attempt>` | run once |
@@ -32,6 +33,7 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerPort, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
     PodTemplateSpec, Service, ServicePort, ServiceSpec, VolumeMount, VolumeResourceRequirements,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
@@ -41,6 +43,7 @@ use super::api::{BackupPolicy, DbPort, DistributedDB};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};
+use crate::machines::common::disruption;
 use crate::machines::common::env::{from_field, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
 use crate::machines::common::meta::{self, Owner};
@@ -78,6 +81,18 @@ pub fn pod_host(db: &DistributedDB, ordinal: i32) -> String {
 /// `data-<name>-<ordinal>`: the volume claim of a pod.
 pub fn claim_name(db: &DistributedDB, ordinal: i32) -> String {
     format!("{VOLUME}-{}-{ordinal}", db.name_any())
+}
+
+/// The PodDisruptionBudget: evictions take one member at a time, so a drain keeps the
+/// quorum of three to five members ([`disruption`]).
+///
+/// # Errors
+/// [`Error`] if the owner has no UID or the object does not serialize.
+pub fn pdb(db: &DistributedDB) -> Result<PodDisruptionBudget, Error> {
+    disruption::one_at_a_time(
+        Owner::of(db)?.child(db.name_any(), labels(db)),
+        selector(db),
+    )
 }
 
 /// The headless Service giving each pod a stable DNS name.

@@ -34,7 +34,9 @@ pub(crate) fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
         .as_ref()
         .is_some_and(|s| s.serves(&spec.image));
     // Pods at an earlier spec.image that never became Ready have never served: replace
-    // them now rather than upgrade them later.
+    // them now rather than upgrade them later, each only as read (found by the model
+    // check: read from a cache behind, a pod that had become Ready since, a member, was
+    // deleted with another that was not).
     if template_current {
         actions.extend(
             o.pods
@@ -45,9 +47,10 @@ pub(crate) fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
                         && !p.ready
                         && p.image.as_deref() != Some(&spec.image)
                 })
-                .map(|(k, p)| DdbAction::DeletePod {
+                .map(|(k, p)| DdbAction::DeleteUnstarted {
                     ordinal: *k,
                     uid: p.uid.clone(),
+                    version: p.version.clone(),
                 }),
         );
     }
@@ -83,7 +86,7 @@ pub(crate) fn creating(spec: &DistributedDBSpec, o: &Observed) -> D {
                         replicas,
                         ordinal,
                         uid,
-                        &o.own.requests,
+                        o,
                     )),
                     MIXED_IMAGES,
                     format!(

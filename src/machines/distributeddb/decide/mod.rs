@@ -19,12 +19,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::actions::{DdbAction, Shape};
+use super::actions::{DdbAction, HookPhase, Shape, hook_key};
 use super::api::DistributedDBSpec;
-use super::observe::{HookRequests, Observed};
+use super::observe::Observed;
 use super::state::{DdbState, Upgrade, UpgradeStep};
 use crate::engine::Decision;
 use crate::machines::common::actions::cronjob_upkeep;
+use crate::machines::common::jobs::JobOutcome;
 use crate::machines::common::replace;
 use crate::machines::common::retry::RetryBudget;
 
@@ -52,8 +53,10 @@ impl Upgrade {
         replicas: i32,
         ordinal: i32,
         pod_uid: String,
-        requests: &HookRequests,
+        o: &Observed,
     ) -> Self {
+        let attempt = first_attempt(o, ordinal, &to, &pod_uid);
+        let requests = &o.own.requests;
         Upgrade {
             from,
             to,
@@ -61,25 +64,47 @@ impl Upgrade {
             ordinal,
             step: UpgradeStep::PreHook,
             pod_uid,
-            attempt: 1,
-            budget: RetryBudget::begin(requests.retry_hook.clone()),
+            attempt,
+            budget: RetryBudget {
+                round_start: attempt,
+                ..RetryBudget::begin(requests.retry_hook.clone())
+            },
             skip_ack: requests.skip_hook.clone(),
             drained: false,
         }
     }
 
     /// This upgrade moved on to pod `ordinal`: its pre-hook, with a fresh hook budget.
-    pub(super) fn at(&self, ordinal: i32, pod_uid: String) -> Self {
+    pub(super) fn at(&self, ordinal: i32, pod_uid: String, o: &Observed) -> Self {
+        let attempt = first_attempt(o, ordinal, &self.to, &pod_uid);
         Upgrade {
             ordinal,
             step: UpgradeStep::PreHook,
             pod_uid,
-            attempt: 1,
-            budget: self.budget.restart(),
+            attempt,
+            budget: RetryBudget {
+                round_start: attempt,
+                ..self.budget.restart()
+            },
             drained: false,
             ..self.clone()
         }
     }
+}
+
+/// The first attempt of the pre-hook of pod `ordinal` (`pod_uid`) on its way to `to`:
+/// 1, or past every attempt whose Job already finished. An earlier upgrade to the same
+/// image, undone before it replaced the pod, leaves those Jobs behind (their names are
+/// functions of the image, the pod and the attempt), and their outcomes are not this
+/// upgrade's (found by the model check: a pre-hook that had failed before was taken as
+/// this upgrade's, its retries spent before it ran). A Job still running is adopted.
+fn first_attempt(o: &Observed, ordinal: i32, to: &str, pod_uid: &str) -> u32 {
+    (1..)
+        .find(|attempt| {
+            o.job(&hook_key(HookPhase::Pre, ordinal, to, pod_uid, *attempt))
+                .is_none_or(|j| j.outcome == JobOutcome::Running)
+        })
+        .unwrap_or(1)
 }
 
 /// The next pod an upgrade to `to` replaces.
@@ -148,6 +173,9 @@ pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> V
     let mut actions = Vec::new();
     if !o.own.service_in_sync {
         actions.push(DdbAction::EnsureService);
+    }
+    if !o.own.pdb_in_sync {
+        actions.push(DdbAction::EnsurePdb);
     }
     let step = Shape {
         replicas: cut_back_step(shape, o),

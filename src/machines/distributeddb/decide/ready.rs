@@ -112,7 +112,7 @@ fn upgrade(
                 replicas,
                 ordinal,
                 uid,
-                &o.own.requests,
+                o,
             )),
             IMAGE_CHANGED,
             format!(
@@ -166,7 +166,7 @@ fn stray_image(version: &str, replicas: i32, o: &Observed) -> Option<D> {
             replicas,
             ordinal,
             uid,
-            &o.own.requests,
+            o,
         )),
         STRAY_IMAGE,
         format!(

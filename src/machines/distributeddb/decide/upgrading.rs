@@ -126,7 +126,7 @@ pub(crate) fn retarget(
         Next::Pod { ordinal, uid } => Decision::go(
             DdbState::Upgrading(Upgrade {
                 to: spec.image.clone(),
-                ..u.at(ordinal, uid)
+                ..u.at(ordinal, uid, o)
             }),
             IMAGE_CHANGED,
             format!(
@@ -155,7 +155,7 @@ pub(crate) fn advance(
 ) -> D {
     match next_pod(o, u.replicas, &u.to) {
         Next::Pod { ordinal, uid } => Decision::go(
-            DdbState::Upgrading(u.at(ordinal, uid)),
+            DdbState::Upgrading(u.at(ordinal, uid, o)),
             reason,
             format!("{done}; next: {}", o.pod_name(ordinal)),
         ),
@@ -292,7 +292,7 @@ pub(crate) fn overtaken(u: &Upgrade, o: &Observed) -> Option<D> {
                 )
             };
             Some(Decision::go(
-                DdbState::Upgrading(u.at(ordinal, uid)),
+                DdbState::Upgrading(u.at(ordinal, uid, o)),
                 REPLANNED,
                 why,
             ))

@@ -74,6 +74,19 @@ struct Pod {
     stuck: bool,
 }
 
+impl Pod {
+    /// Its resourceVersion: it changes whenever the pod does. (Derived from what the
+    /// model plays of a pod, so a pod changed and changed back has its old version
+    /// again: the model accepts a delete as read that the API server would refuse,
+    /// never the other way round.)
+    fn version(&self) -> String {
+        format!(
+            "{}/{}/{}/{}/{}",
+            self.uid, self.image, self.ready, self.terminating, self.stuck
+        )
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Running,
@@ -121,6 +134,8 @@ pub(super) struct Cluster {
     hook_requests: HookRequests,
     /// `Some(in sync)` when the Service exists.
     service: Option<bool>,
+    /// The PodDisruptionBudget exists.
+    pdb: bool,
     sts: Option<Sts>,
     pods: BTreeMap<i32, Pod>,
     jobs: Vec<Job>,
@@ -131,6 +146,12 @@ pub(super) struct Cluster {
     final_backup_done: bool,
     /// Every on-demand backup Job key ever created.
     backup_keys: BTreeSet<String>,
+    /// The keys of the on-demand backup Jobs whose token a persisted state served
+    /// (noted as the invariants read it). Until then the Job is not deleted: the
+    /// sub-machine's assumption ([`crate::machines::common::on_demand`]), which a
+    /// status write lost after the Job's creation would otherwise break (found by the
+    /// model check: the token served again, its Job created a second time).
+    persisted_keys: std::cell::RefCell<BTreeSet<String>>,
     /// Every image a spec asked for.
     asked: BTreeSet<String>,
     /// The spec had no backup policy at some point.
@@ -240,7 +261,8 @@ pub(super) enum Move {
     /// The n-th running Job finishes.
     JobFinishes(u8, bool),
     /// Someone removes the outcome finalizer of the n-th finished backup Job and
-    /// deletes it (or it was never held): it is gone at once.
+    /// deletes it (or it was never held): it is gone at once. An on-demand one only once
+    /// a persisted state served its token.
     BackupJobDeleted(u8),
     /// Someone (a person, a TTL controller, a cleanup) deletes the n-th Job, finished or
     /// not: it stays, marked for deletion, while the outcome finalizer holds it.
@@ -254,6 +276,8 @@ pub(super) enum Move {
     StsImageSet(u8),
     /// Someone deletes the Service.
     ServiceDeleted,
+    /// Someone deletes the PodDisruptionBudget.
+    PdbDeleted,
     /// Someone deletes the CronJob.
     CronJobDeleted,
     /// The CronJob starts a scheduled backup.
@@ -293,12 +317,14 @@ impl Cluster {
             requests: Requests::default(),
             hook_requests: HookRequests::default(),
             service: None,
+            pdb: false,
             sts: None,
             pods: BTreeMap::new(),
             jobs: Vec::new(),
             cron: None,
             next_uid: 0,
             backup_keys: BTreeSet::new(),
+            persisted_keys: std::cell::RefCell::default(),
             final_backup_done: false,
             asked: BTreeSet::from([IMAGES[0].to_owned()]),
             ever_without_policy: !backups,
@@ -473,6 +499,7 @@ impl Cluster {
     fn existing(replicas: i32, hooks: Option<i32>, backups: bool) -> Self {
         let mut world = Cluster::new(replicas, hooks, backups);
         world.service = Some(true);
+        world.pdb = true;
         world.sts = Some(Sts {
             image: IMAGES[0].to_owned(),
             replicas,

@@ -1,6 +1,7 @@
 //! How the simulated cluster answers the harness: spec edits, actions, environment moves, invariants.
 
 use super::*;
+use crate::machines::distributeddb::observe::PodView;
 
 impl WorldModel<DistributedDb> for Cluster {
     type Move = Move;
@@ -75,7 +76,10 @@ impl WorldModel<DistributedDb> for Cluster {
                 .map(|(k, p)| {
                     (
                         *k,
-                        testing::pod(p.uid.clone(), &p.image, p.ready, p.terminating, ()),
+                        PodView {
+                            version: p.version(),
+                            ..testing::pod(p.uid.clone(), &p.image, p.ready, p.terminating, ())
+                        },
                     )
                 })
                 .collect(),
@@ -110,6 +114,7 @@ impl WorldModel<DistributedDb> for Cluster {
             requests: self.requests.clone(),
             own: Own {
                 service_in_sync: self.service == Some(true),
+                pdb_in_sync: self.pdb,
                 volumes: crate::machines::distributeddb::observe::Volumes {
                     template_size: self.sts.as_ref().map(|_| "1Gi".to_owned()),
                     claims: BTreeMap::new(),
@@ -122,6 +127,7 @@ impl WorldModel<DistributedDb> for Cluster {
     fn apply(&mut self, action: &DdbAction) {
         match action {
             DdbAction::EnsureService => self.service = Some(true),
+            DdbAction::EnsurePdb => self.pdb = true,
             DdbAction::EnsureStatefulSet(shape) => {
                 if !self.asked.contains(&shape.image) {
                     self.violations.push(format!(
@@ -151,9 +157,15 @@ impl WorldModel<DistributedDb> for Cluster {
                     }
                 }
             }
-            DdbAction::DeletePod { ordinal, uid } => {
+            DdbAction::DeletePod { ordinal, uid }
+            | DdbAction::DeleteUnstarted { ordinal, uid, .. } => {
+                let as_read = match action {
+                    DdbAction::DeleteUnstarted { version, .. } => Some(version),
+                    _ => None,
+                };
                 if let Some(pod) = self.pods.get(ordinal).cloned()
                     && pod.uid == *uid
+                    && as_read.is_none_or(|v| *v == pod.version())
                     && !pod.terminating
                 {
                     self.check_delete(*ordinal, &pod);
@@ -220,6 +232,7 @@ impl WorldModel<DistributedDb> for Cluster {
             1 => Just(Move::StsDrifts),
             1 => Just(Move::StsImageTampered),
             1 => Just(Move::ServiceDeleted),
+            1 => Just(Move::PdbDeleted),
             1 => Just(Move::CronJobDeleted),
             1 => Just(Move::CronFires),
             1 => (0..3u8).prop_map(Move::BackupNow),
@@ -294,7 +307,15 @@ impl WorldModel<DistributedDb> for Cluster {
                     .jobs
                     .iter()
                     .filter(|j| j.outcome != Outcome::Running)
-                    .filter(|j| matches!(j.purpose, Purpose::Backup | Purpose::FinalBackup))
+                    .filter(|j| match j.purpose {
+                        // A scheduled one (no key) whenever.
+                        Purpose::Backup => j
+                            .key
+                            .as_ref()
+                            .is_none_or(|k| self.persisted_keys.borrow().contains(k)),
+                        Purpose::FinalBackup => true,
+                        _ => false,
+                    })
                     .map(|j| j.uid.clone())
                     .collect();
                 if !finished.is_empty() {
@@ -318,6 +339,7 @@ impl WorldModel<DistributedDb> for Cluster {
             Move::StsImageTampered => self.tamper(ROGUE),
             Move::StsImageSet(i) => self.tamper(IMAGES[usize::from(i) % IMAGES.len()]),
             Move::ServiceDeleted => self.service = None,
+            Move::PdbDeleted => self.pdb = false,
             Move::CronJobDeleted => self.cron = None,
             Move::CronFires => {
                 if self.cron.is_some() {
@@ -333,6 +355,11 @@ impl WorldModel<DistributedDb> for Cluster {
     fn invariants(&self, state: &DdbState) -> Result<(), String> {
         if let Some(first) = self.violations.first() {
             return Err(first.clone());
+        }
+        if let DdbState::BackingUp { request, .. } = state {
+            self.persisted_keys
+                .borrow_mut()
+                .insert(on_demand::key(request));
         }
         let reading = match state {
             DdbState::BackingUp { request, .. } => Some(on_demand::key(request)),
@@ -405,6 +432,7 @@ impl WorldModel<DistributedDb> for Cluster {
             && *replicas == spec.replicas
             && released
             && self.service == Some(true)
+            && self.pdb
             && sts_ok
             && pods_ok
             && cron_ok

@@ -21,8 +21,10 @@ fn a_drifted_or_deleted_statefulset_is_restored_at_the_version() {
     let mut o = at_rest("db:1");
     o.statefulset = None;
     o.own.service_in_sync = false;
+    o.own.pdb_in_sync = false;
     let d = decide(&spec("db:1"), &ready("db:1"), o);
-    assert_eq!(d.actions().len(), 2);
+    assert_eq!(d.actions().len(), 3);
+    assert!(d.actions().contains(&DdbAction::EnsurePdb));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use super::*;
 
 #[test]
-fn creating_creates_the_service_and_the_statefulset_first() {
+fn creating_creates_the_service_the_disruption_budget_and_the_statefulset_first() {
     let o = Observed {
         name: "db".to_owned(),
         ..Observed::default()
@@ -13,6 +13,7 @@ fn creating_creates_the_service_and_the_statefulset_first() {
         d.actions(),
         &[
             DdbAction::EnsureService,
+            DdbAction::EnsurePdb,
             DdbAction::EnsureStatefulSet(Shape {
                 image: "db:1".to_owned(),
                 replicas: 3,
@@ -39,11 +40,24 @@ fn creating_waits_while_a_pod_is_not_ready() {
 }
 
 #[test]
-fn creating_replaces_pods_that_never_came_up_at_an_earlier_image() {
+fn creating_replaces_pods_that_never_came_up_at_an_earlier_image_only_as_read() {
     let mut o = at_rest("db:2");
-    o.pods.insert(2, pod(2, "db:1", false));
+    o.pods.insert(
+        2,
+        PodView {
+            version: "7".to_owned(),
+            ..pod(2, "db:1", false)
+        },
+    );
     let d = decide(&spec("db:2"), &DdbState::Creating, o);
-    assert_eq!(deletes(&d), vec![(2, uid(2, "db:1"))]);
+    assert_eq!(
+        d.actions(),
+        [DdbAction::DeleteUnstarted {
+            ordinal: 2,
+            uid: uid(2, "db:1"),
+            version: "7".to_owned()
+        }]
+    );
 }
 
 #[test]

@@ -63,6 +63,7 @@ fn at_rest(image: &str) -> Observed {
         requests: Requests::default(),
         own: Own {
             service_in_sync: true,
+            pdb_in_sync: true,
             volumes: crate::machines::distributeddb::observe::Volumes {
                 template_size: Some("1Gi".to_owned()),
                 claims: BTreeMap::new(),

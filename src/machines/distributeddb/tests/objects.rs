@@ -101,6 +101,23 @@ fn the_statefulset_is_replaced_by_hand_with_claims_from_storage() {
 }
 
 #[test]
+fn the_disruption_budget_lets_one_member_of_the_statefulset_go_at_a_time() {
+    let db = db(spec("db:1"));
+    let pdb = render::pdb(&db).expect("renders");
+    let sts = render::statefulset(&db, &shape("db:1")).expect("renders");
+    let spec = pdb.spec.unwrap_or_default();
+    assert_eq!(
+        spec.max_unavailable,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
+    assert_eq!(
+        spec.selector.and_then(|s| s.match_labels),
+        sts.spec.selector.match_labels
+    );
+    assert_eq!(pdb.metadata.owner_references.map(|r| r.len()), Some(1));
+}
+
+#[test]
 fn a_stored_statefulset_with_api_defaults_conforms_and_an_edited_one_does_not() {
     let d = db(spec("db:1"));
     let live = as_stored(&render::statefulset(&d, &shape("db:2")).unwrap_or_default());

@@ -68,6 +68,34 @@ fn an_image_change_starts_with_the_highest_ordinal_and_records_its_uid() {
 }
 
 #[test]
+fn an_upgrade_begun_again_runs_a_pre_hook_that_failed_in_an_earlier_one_anew() {
+    // An earlier upgrade to db:2, undone before pod 2 was replaced, left its failed
+    // pre-hook Job: this upgrade's first attempt is the next one, with its own retries.
+    let s = with_hooks(spec("db:2"), 0);
+    let o = at_rest("db:1").with_job(pre_hook(1, failed(0)));
+    let d = decide(&s, &ready("db:1"), o.clone());
+    let u = next_upgrade(&d).expect("an upgrade begins");
+    assert_eq!((u.attempt, u.budget.round_start), (2, 2));
+    let d = decide(
+        &s,
+        target(&d).expect("checked above"),
+        o.with_template("db:2"),
+    );
+    assert!(
+        matches!(d.actions(), [DdbAction::RunHook { phase: HookPhase::Pre, key, .. }] if *key == pre_hook_key(2)),
+        "{:?}",
+        d.actions()
+    );
+}
+
+#[test]
+fn an_upgrade_begun_again_adopts_a_pre_hook_that_still_runs() {
+    let o = at_rest("db:1").with_job(pre_hook(1, JobOutcome::Running));
+    let d = decide(&with_hooks(spec("db:2"), 0), &ready("db:1"), o);
+    assert_eq!(next_upgrade(&d).map(|u| u.attempt), Some(1));
+}
+
+#[test]
 fn an_upgrade_waits_while_another_pod_is_not_ready() {
     let o = at_rest("db:1")
         .with_pod(0, "db:2", false)

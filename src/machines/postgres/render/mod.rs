@@ -44,7 +44,7 @@ use k8s_openapi::api::core::v1::{
     DownwardAPIVolumeSource, EnvVar, ExecAction, ObjectFieldSelector, PodSpec, PodTemplateSpec,
     Probe, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
-use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -58,6 +58,7 @@ use super::api::{
 use super::settings;
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
+use crate::machines::common::disruption;
 use crate::machines::common::env::{from_field, from_secret, plain};
 use crate::machines::common::meta::{self, Owner};
 use crate::machines::common::placement;
@@ -340,19 +341,7 @@ pub fn service(pg: &PostgresCluster, kind: ServiceKind) -> Result<Service, Error
 /// # Errors
 /// [`Error`] if the owner has no UID or the object does not serialize.
 pub fn pdb(pg: &PostgresCluster) -> Result<PodDisruptionBudget, Error> {
-    let pdb = PodDisruptionBudget {
-        metadata: metadata(pg, pg.name_any())?,
-        spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(1)),
-            selector: Some(LabelSelector {
-                match_labels: Some(selector(pg)),
-                match_expressions: None,
-            }),
-            ..PodDisruptionBudgetSpec::default()
-        }),
-        status: None,
-    };
-    with_applied_hash(pdb, |p| &mut p.metadata)
+    disruption::one_at_a_time(metadata(pg, pg.name_any())?, selector(pg))
 }
 
 /// The instance manager's environment (`instance::run::config::InstanceArgs`).
