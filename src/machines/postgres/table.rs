@@ -201,7 +201,10 @@ mod by {
     pub const READY: &str = "src/machines/postgres/decide/ready.rs";
     pub const SCALING: &str = "src/machines/postgres/decide/scaling.rs";
     pub const UPGRADING: &str = "src/machines/postgres/decide/upgrading.rs";
-    pub const SWITCHING_OVER: &str = "src/machines/postgres/decide/switching_over.rs";
+    pub const SWITCHING_OVER: &str = "src/machines/postgres/decide/switching_over/mod.rs";
+    pub const SURVEYING: &str = "src/machines/postgres/decide/switching_over/surveying.rs";
+    pub const HAND_OVER: &str = "src/machines/postgres/decide/switching_over/hand_over.rs";
+    pub const PROMOTE: &str = "src/machines/postgres/decide/switching_over/promote.rs";
     pub const PRIMARY_LOST: &str = "src/machines/postgres/decide/primary_lost.rs";
     pub const REQUESTED: &str = "src/machines/postgres/decide/requested.rs";
     pub const RESTORING_IN_PLACE: &str = "src/machines/postgres/decide/restoring_in_place.rs";
@@ -246,19 +249,19 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         "spec.replicas would remove the primary's ordinal: the role moves to a lower one first", by::SCALING;
     SwitchingOver -> {
         SwitchingOver: OLD_PRIMARY_DEMOTED, "the old primary is labelled demoted (a failed one is also deleted): neither -rw nor -ro selects it", by::SWITCHING_OVER;
-        SwitchingOver: PROMOTION_RETRIED, "the target reported no promotion within an attempt's bound (within the retry limit, or lockstep.dev/retry-promote has a new token): the next attempt waits again", by::SWITCHING_OVER;
-        SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SWITCHING_OVER;
-        SwitchingOver: TARGET_SHORT_OF_RELEASED, "a planned switchover's target reported no promotion within the bound while the Lease holds the old primary's released position (the target may lack that WAL: it was not streaming when the old primary stopped): the members are surveyed, and the most advanced is promoted", by::SWITCHING_OVER;
-        SwitchingOver: LEASE_HANDED_OVER, "the Lease holder is certainly fenced (released, pod gone, or renewTime + L + S passed): the Lease names the target", by::SWITCHING_OVER;
-        SwitchingOver: OLD_PRIMARY_FENCED, "a failover's old primary is certainly fenced (or a planned switchover's, without its released position): the standbys are asked for their WAL positions through the Lease, and their instance managers answer on their pods", by::SWITCHING_OVER;
-        SwitchingOver: MOST_ADVANCED_CHOSEN, "failover (or a switchover surveyed): every live member answered, or SURVEY_WAIT_SECONDS passed; the most advanced Ready standby that answered (the newest timeline, then receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SWITCHING_OVER;
-        SwitchingOver: SURVEY_RETRIED, "failover: the survey read too few members (the synchronous quorum, or not every live member, up to SURVEYS_FOR_EVERY_MEMBER surveys) or no Ready standby, and RESURVEY_SECONDS passed since its answers were read; or, at once, the chosen target was lost, no other member it read can be promoted, and a member it did not read (not labelled demoted) is there to ask", by::SWITCHING_OVER;
+        SwitchingOver: PROMOTION_RETRIED, "the target reported no promotion within an attempt's bound (within the retry limit, or lockstep.dev/retry-promote has a new token): the next attempt waits again", by::PROMOTE;
+        SwitchingOver: TARGET_CHANGED, "the target is no longer a Ready replica; another Ready one is promoted", by::SURVEYING;
+        SwitchingOver: TARGET_SHORT_OF_RELEASED, "a planned switchover's target reported no promotion within the bound while the Lease holds the old primary's released position (the target may lack that WAL: it was not streaming when the old primary stopped): the members are surveyed, and the most advanced is promoted", by::PROMOTE;
+        SwitchingOver: LEASE_HANDED_OVER, "the Lease holder is certainly fenced (released, pod gone, or renewTime + L + S passed): the Lease names the target", by::HAND_OVER;
+        SwitchingOver: OLD_PRIMARY_FENCED, "a failover's old primary is certainly fenced (or a planned switchover's, without its released position): the standbys are asked for their WAL positions through the Lease, and their instance managers answer on their pods", by::HAND_OVER;
+        SwitchingOver: MOST_ADVANCED_CHOSEN, "failover (or a switchover surveyed): every live member answered, or SURVEY_WAIT_SECONDS passed; the most advanced Ready standby that answered (the newest timeline, then receive LSN, then replay LSN, then the lowest ordinal) is the target, recorded with the positions", by::SURVEYING;
+        SwitchingOver: SURVEY_RETRIED, "failover: the survey read too few members (the synchronous quorum, or not every live member, up to SURVEYS_FOR_EVERY_MEMBER surveys) or no Ready standby, and RESURVEY_SECONDS passed since its answers were read; or, at once, the chosen target was lost, no other member it read can be promoted, and a member it did not read (not labelled demoted) is there to ask", by::SURVEYING;
         SwitchingOver: LEASE_LOST, "mid-promotion the Lease no longer names the target: its holder is fenced again first", by::SWITCHING_OVER;
-        Upgrading: SWITCHOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary, and the old primary is upgraded next", by::SWITCHING_OVER;
-        Ready: SWITCHOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary (a scale-down: scaling follows; a requested switchover: done)", by::SWITCHING_OVER;
+        Upgrading: SWITCHOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary, and the old primary is upgraded next", by::PROMOTE;
+        Ready: SWITCHOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary (a scale-down: scaling follows; a requested switchover: done)", by::PROMOTE;
         Ready: ALREADY_PRIMARY, "the requested switchover names the pod that is already primary: nothing moves", by::SWITCHING_OVER;
-        Ready: FAILOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary in place of the failed one", by::SWITCHING_OVER;
-        PrimaryLost: BACK_TO_OLD_PRIMARY, "three surveys read no standby that can be promoted, no survey chose a target, the Lease never named another ordinal, and the old primary's pod is live (a failover's recreated on its volume, a switchover's stopped on purpose): no other server was writable, so the old primary has the newest WAL and is labelled primary again (given the Lease once any failed pod's expired)", by::SWITCHING_OVER;
+        Ready: FAILOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary in place of the failed one", by::PROMOTE;
+        PrimaryLost: BACK_TO_OLD_PRIMARY, "three surveys read no standby that can be promoted, no survey chose a target, the Lease never named another ordinal, and the old primary's pod is live (a failover's recreated on its volume, a switchover's stopped on purpose): no other server was writable, so the old primary has the newest WAL and is labelled primary again (given the Lease once any failed pod's expired)", by::SURVEYING;
     }
     [Ready, Scaling] -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready, or released the primary Lease (its server is down)", by::PRIMARY_LOST;
     Upgrading -> PrimaryLost: PRIMARY_NOT_READY,

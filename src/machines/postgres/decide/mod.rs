@@ -34,7 +34,7 @@ use switching_over::begin_switchover;
 
 pub(crate) type D = Decision<PgState, PgAction>;
 
-/// How many more promote attempts (each [`switching_over::PROMOTE_WAIT_SECONDS`] long)
+/// How many more promote attempts (each [`switching_over::promote::PROMOTE_WAIT_SECONDS`] long)
 /// follow one that ended unreported before the switchover holds Degraded
 /// ([`crate::machines::postgres::table::reason::PROMOTION_EXHAUSTED`]) until
 /// `lockstep.dev/retry-promote` has a new token: a promotion that does not come is said,

@@ -6,15 +6,15 @@ use crate::engine::check::check_scenario;
 /// How long a survey waits after its answers were read before it asks again, as a
 /// clock step.
 const RESURVEY: u32 =
-    crate::machines::postgres::decide::switching_over::RESURVEY_SECONDS as u32 + 1;
+    crate::machines::postgres::decide::switching_over::surveying::RESURVEY_SECONDS as u32 + 1;
 
 /// How long a survey waits for answers, as a clock step.
 const WAIT_FOR_ANSWERS: u32 =
-    crate::machines::postgres::decide::switching_over::SURVEY_WAIT_SECONDS as u32 + 1;
+    crate::machines::postgres::decide::switching_over::surveying::SURVEY_WAIT_SECONDS as u32 + 1;
 
 /// The bound of one promote attempt, as a clock step: past it, the attempt failed.
 const PROMOTE_WAIT: u32 =
-    crate::machines::postgres::decide::switching_over::PROMOTE_WAIT_SECONDS as u32;
+    crate::machines::postgres::decide::switching_over::promote::PROMOTE_WAIT_SECONDS as u32;
 
 /// The model check's configuration (the planted bugs run under it too).
 pub(super) fn config() -> CheckConfig {

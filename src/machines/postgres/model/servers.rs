@@ -99,7 +99,7 @@ impl World {
             })
             .filter(|(k, _)| {
                 self.missed(**k)
-                    < crate::machines::postgres::decide::switching_over::SURVEYS_FOR_EVERY_MEMBER
+                    < crate::machines::postgres::decide::switching_over::surveying::SURVEYS_FOR_EVERY_MEMBER
             })
             .map(|(k, _)| (*k, self.held(*k)))
             .find(|(_, theirs)| *theirs > mine)

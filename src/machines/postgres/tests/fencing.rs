@@ -6,7 +6,7 @@ use super::*;
 use crate::driver::Operator;
 use crate::machines::postgres::actions::{LsnGate, survey_key};
 use crate::machines::postgres::answers::Answer;
-use crate::machines::postgres::decide::switching_over::SURVEYS_FOR_EVERY_MEMBER;
+use crate::machines::postgres::decide::switching_over::surveying::SURVEYS_FOR_EVERY_MEMBER;
 use crate::machines::postgres::observe::{ADOPT_PRIMARY, FENCED, RELEASED_LSN};
 use crate::machines::postgres::state::Surveyed;
 use crate::machines::postgres::synchronous::{DataDurability, SyncMethod, SynchronousSpec};

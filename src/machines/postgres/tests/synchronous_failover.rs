@@ -51,7 +51,8 @@ fn under_required_a_failover_never_chooses_a_ready_standby_below_a_furthest_one_
 #[test]
 fn under_required_a_failover_out_of_surveys_waits_degraded_for_the_furthest_member() {
     let spec = synchronous(DataDurability::Required);
-    let surveys = crate::machines::postgres::decide::switching_over::SURVEYS_FOR_EVERY_MEMBER;
+    let surveys =
+        crate::machines::postgres::decide::switching_over::surveying::SURVEYS_FOR_EVERY_MEMBER;
     let last = Some(surveys);
     let mut o = surveyed_by(PG1_AHEAD, surveys);
     edit(&mut o, 1, |p| p.ready = false);
