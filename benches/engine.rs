@@ -133,6 +133,7 @@ fn db_at_rest(image: &str) -> ddb::Observed {
         requests: ddb::Requests::default(),
         own: ddb::Own {
             service_in_sync: true,
+            pdb_in_sync: true,
             volumes: ddb::Volumes {
                 template_size: Some("1Gi".to_owned()),
                 claims: BTreeMap::new(),

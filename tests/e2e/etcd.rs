@@ -31,7 +31,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-use kube::api::{DeleteParams, ListParams, LogParams, PostParams};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, EvictParams, ListParams, LogParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -332,6 +333,57 @@ fn s3_time(text: &str) -> f64 {
         .unwrap_or_else(|e| panic!("S3 LastModified {text:?}: {e}"))
         .timestamp_millis() as f64
         / 1000.0
+}
+
+/// Evict `etcd-0` (accepted) and, before it is back, `etcd-1` (refused with 429 by the
+/// PodDisruptionBudget); then wait until `etcd-0`'s replacement is Ready. The evictions
+/// go through a client that does not retry a 429 (kube-rs retries one by default, which
+/// would wait until the budget allows the second).
+async fn assert_one_eviction_at_a_time(pdbs: &Api<PodDisruptionBudget>, pods: &Api<Pod>, ns: &str) {
+    // The disruption controller has counted the 3 healthy members.
+    wait_long(
+        pdbs,
+        NAME,
+        "the budget to allow one disruption",
+        STEP,
+        |p: Option<&PodDisruptionBudget>| {
+            p.and_then(|p| p.status.as_ref())
+                .is_some_and(|s| s.expected_pods == Some(3) && s.disruptions_allowed == Some(1))
+        },
+    )
+    .await;
+    let mut config = crate::support::kube_config().await;
+    config.default_retry = false;
+    let once: Api<Pod> = Api::namespaced(Client::try_from(config).expect("a client"), ns);
+    let first = pods.get(&format!("{NAME}-0")).await.expect("etcd-0");
+    once.evict(&format!("{NAME}-0"), &EvictParams::default())
+        .await
+        .expect("the first eviction is allowed");
+    match once
+        .evict(&format!("{NAME}-1"), &EvictParams::default())
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 429 => {}
+        other => panic!("a second eviction while etcd-0 is away must be refused (429): {other:?}"),
+    }
+    let old_uid = first.uid();
+    wait_long(
+        pods,
+        &format!("{NAME}-0"),
+        "etcd-0 back Ready after its eviction",
+        STEP,
+        move |p: Option<&Pod>| {
+            p.is_some_and(|p| {
+                p.uid() != old_uid
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+        },
+    )
+    .await;
+    eprintln!("evictions: one member at a time (the second refused with 429)");
 }
 
 // ------------------------------------------------------------------ waits
@@ -721,6 +773,11 @@ async fn etcd_lifecycle_on_the_real_node() {
     wait_ready_at(&db.api, FROM).await;
     assert_all_healthy(&ns, "3.6.16").await;
     eprintln!("created: 3 members healthy at 3.6.16 in {:?}", t0.elapsed());
+
+    // 1b. The PodDisruptionBudget keeps the quorum through evictions (a node drain):
+    // one member may go, a second is refused while the first is away.
+    assert_one_eviction_at_a_time(&db.env.api(), &pods, &ns).await;
+    assert_all_healthy(&ns, "3.6.16").await;
 
     // 2. Upgrade under a writer.
     pods.create(&PostParams::default(), &placed(writer_pod(&ns), &object))
