@@ -173,8 +173,14 @@ pub(super) struct Cluster {
     /// pod that just became Ready).
     served: bool,
     pass: Option<Pass>,
-    /// The keys of the Jobs whose outcome finalizer the operator removed.
+    /// The keys of the Jobs whose outcome finalizer the operator removed while the
+    /// persisted state read their outcome. (One released before a state read it, such
+    /// as the Job of a token whose serving write was lost, released at rest and asked
+    /// for again later, is read without its finalizer: gone, it is reported lost.)
     released: BTreeSet<String>,
+    /// The key of the Job whose outcome the persisted state reads, as the invariants
+    /// last saw it.
+    reading: std::cell::RefCell<Option<String>>,
     violations: Vec<String>,
 }
 
@@ -336,6 +342,7 @@ impl Cluster {
             last_down: BTreeMap::new(),
             pass: None,
             released: BTreeSet::new(),
+            reading: std::cell::RefCell::default(),
             violations: Vec::new(),
         }
     }
@@ -389,7 +396,9 @@ impl Cluster {
     fn release_job(&mut self, uid: &str) {
         for j in self.jobs.iter_mut().filter(|j| j.uid == uid) {
             j.held = false;
-            if let Some(key) = &j.key {
+            if let Some(key) = &j.key
+                && self.reading.borrow().as_ref() == Some(key)
+            {
                 self.released.insert(key.clone());
             }
         }

@@ -366,6 +366,7 @@ impl WorldModel<DistributedDb> for Cluster {
             DdbState::Finalizing { attempt } => Some(finalize::key(*attempt)),
             _ => None,
         };
+        self.reading.replace(reading.clone());
         if let Some(key) = reading.filter(|k| self.released.contains(k)) {
             return Err(format!(
                 "the outcome finalizer of Job {key} was removed while {state:?} still reads its outcome"
@@ -411,8 +412,10 @@ impl WorldModel<DistributedDb> for Cluster {
             .iter()
             .any(|j| j.purpose == Purpose::Hook && j.outcome != Outcome::Running);
         let backup_served = match (&self.requests.backup_now, &spec.backup_policy) {
-            // Served: its Job was created (it may have been deleted since).
-            (Some(token), Some(_)) => self.backup_keys.contains(&backup_key(token)),
+            // Served: a persisted state served it (its Job may have been deleted since).
+            // A Job created by a reconcile whose status write was lost is not: the next
+            // reconcile follows it ([`crate::machines::common::on_demand`]).
+            (Some(token), Some(_)) => self.persisted_keys.borrow().contains(&backup_key(token)),
             _ => true,
         };
         // At rest, finished on-demand Jobs are within their history limit.
