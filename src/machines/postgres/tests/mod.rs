@@ -8,6 +8,8 @@ mod deletion;
 mod endpoint_token;
 mod failover;
 mod fencing;
+mod fencing_lease;
+mod fencing_survey;
 mod managed;
 mod network_policy;
 mod planned_release;
