@@ -353,6 +353,12 @@ pub struct Observation {
     /// Since when the server has answered as a standby whose WAL receiver does not
     /// stream (in this process); `None` while it streams, or when it is no standby.
     pub not_streaming_since: Option<Mono>,
+    /// Whether the standby's server has answered as streaming since this process last
+    /// started it.
+    pub streamed: bool,
+    /// Whether this process cloned `$PGDATA` (a standby that fails on data cloned a moment
+    /// ago does not fail for its data, and is not cloned again).
+    pub cloned: bool,
     /// Whom the standby's server streams from, as last configured.
     pub upstream: Upstream,
 }

@@ -76,6 +76,12 @@ pub mod reason {
     /// writable primary answers upstream (a timeline it cannot follow, a broken
     /// replication connection): a clean stop, and the restart rewinds it and rejoins.
     pub const STREAM_STALLED: &str = "StreamStalled";
+    /// Edge: labelled replica or demoted, the standby's server exited before it ever
+    /// streamed, on data this process did not clone, while a writable primary answers:
+    /// its data cannot follow that primary as it is (found on the real node: a timeline
+    /// switch cut short by a stop leaves a segment every later start refuses), so it is
+    /// discarded and cloned again.
+    pub const STANDBY_UNFOLLOWABLE: &str = "StandbyUnfollowable";
     /// Edge: the container was asked to stop (SIGTERM: the pod is deleted).
     pub const SIGNALLED: &str = "Signalled";
     /// Edge: the server exited on its own.
@@ -190,6 +196,7 @@ pub static TABLE: &[Edge<AgentKind>] = crate::edges![AgentKind;
         Fencing: PROMOTED_BY_SOMEONE_ELSE, "writable though this agent asked no promotion", by::STANDBY;
         Stopping: SIGNALLED, "asked to stop: a clean stop", by::STANDBY;
         Stopping: STREAM_STALLED, "labelled replica, not streaming for the stall bound while a writable primary answers: a clean stop; the restart rewinds it and rejoins", by::STANDBY;
+        Cloning: STANDBY_UNFOLLOWABLE, "labelled replica or demoted, the server exited before it streamed, on data not cloned by this process, while a writable primary answers (and re-cloning is on): $PGDATA is discarded and cloned again", by::STANDBY;
         Exited: SERVER_EXITED, "the server exited", by::STANDBY;
     }
     Promoting -> Primary: PROMOTED, "the server accepts writes", by::STANDBY;

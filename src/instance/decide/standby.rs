@@ -6,7 +6,10 @@
 //! A standby labelled replica that has not streamed for the stall bound while a writable
 //! primary answers upstream cannot follow it as it is (a timeline it cannot follow after
 //! a failover, a broken replication connection): it stops cleanly, and its next start
-//! rewinds it against that primary.
+//! rewinds it against that primary. One whose server exits before it ever streamed, on
+//! data this process did not just clone, while such a primary answers, cannot follow it
+//! on that data (a rewind finds nothing to undo in a timeline switch cut short, and every
+//! start refuses the segment it left): it is cloned again, unless re-cloning is off.
 //!
 //! With a Lease, a standby streams only from the Lease's holder, and only while the
 //! holder's tenure lasts on its own clock ([`upstream`]): a primary that lost the Lease
@@ -23,7 +26,7 @@ use crate::instance::observe::{Observation, ReleasedAt, RoleLabel, Server, Upstr
 use crate::instance::state::{AgentState, ExitCode};
 use crate::instance::table::reason::{
     CHOSEN, FOLLOWING, HELD_BACK, PROMOTED, PROMOTED_BY_SOMEONE_ELSE, SERVER_EXITED, SIGNALLED,
-    STREAM_STALLED, UPSTREAM_MOVED,
+    STANDBY_UNFOLLOWABLE, STREAM_STALLED, UPSTREAM_MOVED,
 };
 use crate::machines::postgres::actions::Role;
 
@@ -32,6 +35,13 @@ pub(super) fn standby(spec: &AgentSpec, seen: &Observation, signalled: bool) -> 
     let following =
         || Decision::stay(FOLLOWING, "a standby following the primary").requeue(spec.period());
     let standby = match &seen.server {
+        Server::Down { .. } if unfollowable(spec, seen) => {
+            return Decision::go(
+                AgentState::Cloning,
+                STANDBY_UNFOLLOWABLE,
+                "the standby exited before it streamed while a writable primary answers: its data cannot follow that primary as it is; DISCARDING $PGDATA and cloning the primary again",
+            );
+        }
         Server::Down { exit } => {
             let status = exit.unwrap_or(1);
             return Decision::go(
@@ -158,6 +168,18 @@ fn upstream(spec: &AgentSpec, seen: &Observation) -> Option<Upstream> {
         _ => Upstream::Nobody,
     };
     (want != seen.upstream).then_some(want)
+}
+
+/// Whether a standby whose server is down cannot follow the primary on its data as it
+/// is: labelled replica or demoted (never one chosen to promote), it never streamed since
+/// it started, on data this process did not clone a moment ago (which a clone would not
+/// mend), while a writable primary answers to clone from, and re-cloning is on.
+fn unfollowable(spec: &AgentSpec, seen: &Observation) -> bool {
+    matches!(seen.role, RoleLabel::Is(Role::Replica | Role::Demoted))
+        && !seen.streamed
+        && !seen.cloned
+        && seen.upstream_writable
+        && spec.reclone_on_rewind_failure
 }
 
 /// How long the standby has gone without streaming, once that is at least the stall

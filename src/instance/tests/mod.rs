@@ -47,6 +47,8 @@ fn seen() -> Observation {
         finished: None,
         upstream_writable: false,
         not_streaming_since: None,
+        streamed: false,
+        cloned: false,
         upstream: Upstream::Service,
     }
 }

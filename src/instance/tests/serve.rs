@@ -123,6 +123,62 @@ fn a_replica_that_has_not_streamed_for_the_stall_bound_while_a_primary_answers_s
 }
 
 #[test]
+fn a_replica_that_exits_before_it_ever_streamed_while_a_primary_answers_is_cloned_again() {
+    let exited = Observation {
+        role: RoleLabel::Is(Role::Replica),
+        data: DataDir::Standby { clean: false },
+        server: Server::Down { exit: Some(1) },
+        upstream_writable: true,
+        ..seen()
+    };
+    let d = decide_in(&AgentState::Standby, &exited);
+    assert_eq!(goes(&d), Some((AgentState::Cloning, STANDBY_UNFOLLOWABLE)));
+    assert!(d.actions().is_empty(), "the clone runs in Cloning");
+    // One that streamed, one on data cloned a moment ago, one with no primary to clone
+    // from, and one chosen to promote exit as before (the container restarts).
+    for (why, seen) in [
+        (
+            "streamed",
+            Observation {
+                streamed: true,
+                ..exited.clone()
+            },
+        ),
+        (
+            "cloned",
+            Observation {
+                cloned: true,
+                ..exited.clone()
+            },
+        ),
+        (
+            "no primary",
+            Observation {
+                upstream_writable: false,
+                ..exited.clone()
+            },
+        ),
+        (
+            "chosen",
+            Observation {
+                role: RoleLabel::Is(Role::Primary),
+                ..exited.clone()
+            },
+        ),
+    ] {
+        let d = decide_in(&AgentState::Standby, &seen);
+        assert_eq!(d.reason(), SERVER_EXITED, "{why}");
+    }
+    // Nor is one cloned again with re-cloning off.
+    let off = AgentSpec {
+        reclone_on_rewind_failure: false,
+        ..spec()
+    };
+    let d = decide(&off, &AgentState::Standby, &exited, false);
+    assert_eq!(d.reason(), SERVER_EXITED);
+}
+
+#[test]
 fn a_standby_chosen_as_primary_is_never_stopped_for_not_streaming() {
     let chosen = Observation {
         upstream_writable: true,

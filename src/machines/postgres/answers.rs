@@ -133,6 +133,8 @@ mod tests {
             finished: None,
             upstream_writable: false,
             not_streaming_since: None,
+            streamed: false,
+            cloned: false,
             upstream: Upstream::Service,
         }
     }

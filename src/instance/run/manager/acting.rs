@@ -16,6 +16,7 @@ impl Manager {
                 self.recovery_failed = Some(e.to_string());
             }
         }
+        self.cloned |= task == Task::Clone && result.is_ok();
         self.finished = Some(Finished {
             task,
             ok: result.is_ok(),
@@ -194,6 +195,7 @@ impl Manager {
             self.fence.guard(pm.pidfd());
         }
         self.last_exit = None;
+        self.streamed = false;
         self.postmaster = Some(pm);
         // A server that starts reads every parameter in its files: none waits any more.
         self.settings

@@ -214,6 +214,10 @@ pub struct Manager {
     certificates: Option<u64>,
     /// Since when the server has answered as a standby that does not stream.
     not_streaming_since: Option<Mono>,
+    /// The standby's server has answered as streaming since it was last started.
+    streamed: bool,
+    /// This process cloned `$PGDATA`.
+    cloned: bool,
     /// Continuous WAL archiving, when `LOCKSTEP_WAL_ARCHIVE` is set ([`super::archive`]).
     archiver: Option<Archiver>,
     /// Base backups on request, when archiving ([`super::basebackup`]).
@@ -322,6 +326,8 @@ impl Manager {
             postmaster: None,
             last_exit: None,
             not_streaming_since: None,
+            streamed: false,
+            cloned: false,
             archiver,
             backups,
             recovery_failed: None,
@@ -668,6 +674,8 @@ mod tests {
             finished: None,
             upstream_writable: false,
             not_streaming_since: None,
+            streamed: false,
+            cloned: false,
             upstream: crate::instance::Upstream::Service,
         };
         let primary = ["f", "0/3000148", "", "", "2", "0", "f"];

@@ -181,6 +181,7 @@ impl Manager {
         let stray = process::stray_postmaster(&self.args.pgdata, own)
             .and_then(|pid| u32::try_from(pid).ok());
         let streaming = matches!(&server, Server::Standby(s) if s.streaming);
+        self.streamed |= streaming;
         self.not_streaming_since = match &server {
             Server::Standby(s) if !s.streaming => self
                 .not_streaming_since
@@ -203,6 +204,8 @@ impl Manager {
             finished: self.finished.take(),
             upstream_writable,
             not_streaming_since: self.not_streaming_since,
+            streamed: self.streamed,
+            cloned: self.cloned,
             upstream: self.prepare.upstream.clone(),
         }
     }

@@ -302,6 +302,10 @@ struct Pod {
     /// Its standby's WAL receiver stopped streaming at this instant (true time;
     /// [`Move::StreamBreaks`]): it receives nothing until its server starts again.
     stream_broken: Option<DateTime<Utc>>,
+    /// Its standby's server was seen streaming by its agent since it last started.
+    streamed: bool,
+    /// This container's agent cloned its volume.
+    cloned: bool,
     /// The [`World::restart_settings`] its server last started with.
     settings_started: u32,
     /// The [`World::restart_settings`] its manager last read and reported on
@@ -359,6 +363,8 @@ impl Pod {
             slow_next: false,
             fail_task: false,
             stream_broken: None,
+            streamed: false,
+            cloned: false,
             garbled: false,
             settings_started: 0,
             settings_judged: 0,

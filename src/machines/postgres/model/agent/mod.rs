@@ -123,6 +123,8 @@ impl World {
         p.renewed = None;
         p.finished = None;
         p.stream_broken = None;
+        p.streamed = false;
+        p.cloned = false;
         p.answered = None;
         p.next_round = now + chrono::Duration::seconds(RENEW_SECONDS);
     }
@@ -157,6 +159,7 @@ impl World {
                 position: position(self.head),
             },
         };
+        let streamed = p.streamed || matches!(&server, Server::Standby(s) if s.streaming);
         let not_streaming_since = match server {
             Server::Standby(_) => p.stream_broken.map(mono),
             _ => None,
@@ -192,6 +195,9 @@ impl World {
                 .iter()
                 .any(|(j, q)| *j != k && q.server == Srv::Writable),
             not_streaming_since,
+            // As the manager keeps them (`manager::observing`, `acting`).
+            streamed,
+            cloned: p.cloned,
             upstream: p.upstream.clone(),
         })
     }
@@ -218,6 +224,7 @@ impl World {
         let decision = (self.agent_decide)(&spec, &state, &seen, signalled);
         if let Some(p) = self.pods.get_mut(&k) {
             p.finished = None;
+            p.streamed = seen.streamed;
             // Its manager reports what its volume holds each round (`report.rs`).
             if p.cut.is_none() {
                 p.data_reported = Some(matches!(
@@ -401,6 +408,9 @@ impl World {
                 if upstream {
                     self.volumes.insert(k, Vol::Standby);
                     self.at_head(k);
+                    if let Some(p) = self.pods.get_mut(&k) {
+                        p.cloned = true;
+                    }
                 }
                 finished(self, Task::Clone, upstream);
                 true
@@ -432,6 +442,7 @@ impl World {
                     p.settings_judged = settings;
                     p.sync_runs = Some(runs);
                     p.stream_broken = None;
+                    p.streamed = false;
                     self.streaming.remove(&k);
                 }
                 standby

@@ -288,6 +288,24 @@ pub(in super::super) fn all() -> Vec<Story> {
             ],
         ),
         story(
+            "Standby -> Cloning (StandbyUnfollowable), Cloning -> Standby (Cloned)",
+            // Pod 1's standby stops streaming and exits before its agent saw it
+            // stream once (as one that starts on data a cut-short timeline switch
+            // left does): it is cloned again from pod 0.
+            |w| {
+                if let Some(p) = w.pods.get_mut(&1) {
+                    p.streamed = false;
+                }
+            },
+            vec![
+                env(StreamBreaks(1)),
+                env(ServerCrashes(1)),
+                env(AgentTick(1)),
+                env(AgentTick(1)),
+                env(AgentTick(1)),
+            ],
+        ),
+        story(
             "Primary -> Fencing (RoleUnknownWhileWritable)",
             |_| {},
             vec![env(LabelGarbled(0)), env(AgentTick(0))],
