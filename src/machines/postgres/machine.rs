@@ -143,8 +143,9 @@
 //! labelled `replica` or `demoted` that is to get the Lease is labelled `primary` first
 //! (its agent would give back a Lease handed to it under another role). A primary that
 //! stays lost with no Ready replica to promote (`NoPromotionTarget`: say the only data is
-//! on a member that cannot start as a standby, having no primary to follow) is adopted
-//! anew around the pod a person names the same way (`AdoptionRequested`). In a
+//! on a member that cannot start as a standby, having no primary to follow), or whose
+//! failover's surveys found none and cannot go back to the old primary, is adopted anew
+//! around the pod a person names the same way (`AdoptionRequested`). In a
 //! state naming the primary, a missing Lease (deleted) is created naming nobody and
 //! handed to the primary's pod once it expired: the pod now at that ordinal may not be
 //! the one that held it.

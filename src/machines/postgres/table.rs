@@ -261,6 +261,7 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         Ready: SWITCHOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary (a scale-down: scaling follows; a requested switchover: done)", by::PROMOTE;
         Ready: ALREADY_PRIMARY, "the requested switchover names the pod that is already primary: nothing moves", by::SWITCHING_OVER;
         Ready: FAILOVER_COMPLETED, "the target's manager reports it promoted under the Lease's term; it is labelled primary in place of the failed one", by::PROMOTE;
+        Creating: ADOPTION_REQUESTED, "three surveys read no standby that can be promoted, it cannot go back to the old primary (a target was chosen, or the Lease named another ordinal), and lockstep.dev/adopt-primary names a live pod: the cluster is adopted anew around it, as a lost status is (its Lease handed once its holder is fenced)", by::PRIMARY_LOST;
         PrimaryLost: BACK_TO_OLD_PRIMARY, "three surveys read no standby that can be promoted, no survey chose a target, the Lease never named another ordinal, and the old primary's pod is live (a failover's recreated on its volume, a switchover's stopped on purpose): no other server was writable, so the old primary has the newest WAL and is labelled primary again (given the Lease once any failed pod's expired)", by::SURVEYING;
     }
     [Ready, Scaling] -> PrimaryLost: PRIMARY_NOT_READY, "the primary is not Ready, or released the primary Lease (its server is down)", by::PRIMARY_LOST;

@@ -147,24 +147,9 @@ pub(crate) fn primary_lost(
             },
         ),
         None => {
-            // A member that holds the data but cannot start as a standby (no primary to
-            // follow) is made primary by a person: the cluster is adopted around it.
-            let named = o.own.requests.adopt_primary.as_deref();
-            if let Some(k) = named
-                .and_then(|n| ordinal_named(o, n))
-                .filter(|k| *k != cluster.primary && o.live(*k).is_some())
-            {
-                return Decision::go(
-                    PgState::Creating {
-                        credentials_created: true,
-                        served_restore: None,
-                    },
-                    ADOPTION_REQUESTED,
-                    format!(
-                        "{why}, no replica is Ready to take over, and {ADOPT_PRIMARY} names {}: adopting the cluster anew around it (the primary Lease is handed to it once its holder is fenced)",
-                        o.pod_name(k)
-                    ),
-                );
+            let stuck = format!("{why}, no replica is Ready to take over");
+            if let Some(adopt) = adoption_requested(o, Some(cluster.primary), &stuck) {
+                return adopt;
             }
             stay(
                 NO_PROMOTION_TARGET,
@@ -177,4 +162,30 @@ pub(crate) fn primary_lost(
             .degraded()
         }
     }
+}
+
+/// A person's way out of a failover with nothing to promote (`stuck` says why): a member
+/// that holds the data but cannot start as a standby (no primary to follow) is named by
+/// `lockstep.dev/adopt-primary`, and the cluster is adopted anew around that live pod (not
+/// `excluded`), as a lost status is: the primary Lease is handed to it once its holder is
+/// certainly fenced. `None`: no such pod is named.
+pub(super) fn adoption_requested(o: &Observed, excluded: Option<i32>, stuck: &str) -> Option<D> {
+    let k = o
+        .own
+        .requests
+        .adopt_primary
+        .as_deref()
+        .and_then(|n| ordinal_named(o, n))
+        .filter(|k| Some(*k) != excluded && o.live(*k).is_some())?;
+    Some(Decision::go(
+        PgState::Creating {
+            credentials_created: true,
+            served_restore: None,
+        },
+        ADOPTION_REQUESTED,
+        format!(
+            "{stuck}, and {ADOPT_PRIMARY} names {}: adopting the cluster anew around it (the primary Lease is handed to it once its holder is fenced)",
+            o.pod_name(k)
+        ),
+    ))
 }

@@ -272,14 +272,35 @@ fn a_failover_with_no_standby_to_promote_goes_back_to_the_old_primary_back_on_it
 }
 
 /// After the last survey, no Ready standby and no old primary back on its volume: the
-/// failover waits, Degraded.
+/// failover waits, Degraded, naming the person's way out; once `adopt-primary` names a
+/// live pod (the old primary's too: found by the model check, a chosen target's volume
+/// lost before it promoted, the old primary's data the only copy left), the cluster is
+/// adopted anew around it.
 #[test]
-fn a_failover_that_surveyed_three_times_and_found_no_ready_standby_waits_degraded() {
+fn a_failover_that_surveyed_three_times_and_found_no_ready_standby_waits_degraded_until_a_person_names_the_primary()
+ {
     let mut o = surveyed_by(ONLY_PG2, SURVEYS_FOR_EVERY_MEMBER);
     edit(&mut o, 1, |p| p.terminating = true);
     edit(&mut o, 2, |p| p.ready = false);
-    let d = decide(&spec("16.3"), &at_survey(Some(SURVEYS_FOR_EVERY_MEMBER)), o);
+    let state = at_survey(Some(SURVEYS_FOR_EVERY_MEMBER));
+    let d = decide(&spec("16.3"), &state, o.clone());
     assert_degraded(&d, NO_PROMOTION_TARGET);
+    assert_says(&d, &["lockstep.dev/adopt-primary=<pod>"]);
+    // A pod that is not there is not adopted.
+    o.own.requests.adopt_primary = Some("pg-7".to_owned());
+    let d = decide(&spec("16.3"), &state, o.clone());
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+    o.own.requests.adopt_primary = Some("pg-2".to_owned());
+    let d = decide(&spec("16.3"), &state, o);
+    assert_goes(
+        &d,
+        ADOPTION_REQUESTED,
+        &PgState::Creating {
+            credentials_created: true,
+            served_restore: None,
+        },
+    );
+    assert_says(&d, &["pg-2"]);
 }
 
 #[test]

@@ -5,6 +5,8 @@
 
 #[allow(clippy::wildcard_imports)] // the switchover's vocabulary, imported once in its parent
 use super::*;
+use crate::machines::postgres::decide::primary_lost::adoption_requested;
+use crate::machines::postgres::observe::ADOPT_PRIMARY;
 
 /// Survey (a failover, or a planned switchover whose old primary released no
 /// position): ask every other member below `below` (a scale-down's targets) for its
@@ -134,11 +136,17 @@ pub(super) fn survey(
                 return resurvey(s, world, finished, NO_PROMOTION_TARGET, again, true)
                     .with_actions(actions);
             }
-            abandon(s, o, &unpromotable(o, what, &surveyed)).unwrap_or_else(|| {
-                stay(NO_PROMOTION_TARGET, message, actions)
-                    .degraded()
-                    .requeue(std::time::Duration::from_secs(10))
-            })
+            // Nothing to go back to: a person who knows where the data is names it.
+            abandon(s, o, &unpromotable(o, what, &surveyed))
+                .or_else(|| adoption_requested(o, None, &message))
+                .unwrap_or_else(|| {
+                    let message = format!(
+                        "{message}; if a member holds the data but cannot start as a standby (no primary to follow), set {ADOPT_PRIMARY}=<pod> to make it the primary"
+                    );
+                    stay(NO_PROMOTION_TARGET, message, actions)
+                        .degraded()
+                        .requeue(std::time::Duration::from_secs(10))
+                })
         }
     }
 }
