@@ -120,10 +120,28 @@ e2e: cluster-up ## End-to-end tests on the local control plane (brings it up).
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --test-threads=2 --skip postgres_real:: --skip postgres_freeze:: --skip install::
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test -p lockstep-canary --test e2e
 
+# The real tier's slower variants: each a second angle on what a test of the per-change
+# tier already covers (a failover that must not promote a lagging replica, a primary cut
+# off from the API server without synchronous replication, an asynchronous frozen
+# primary, `Preferred` relaxing, a frozen primary found by its probe). `make test-slow`
+# runs them, before each stop; CI runs the rest (docs/development.md).
+REAL_SLOW := \
+  postgres_real::failover_never_promotes_a_lagging_replica \
+  postgres_real::failover_with_the_primary_cut_off_from_the_api \
+  postgres_real::zero_loss::asynchronously_a_frozen_primary_is_failed_over_and_what_it_lost_is_reported \
+  postgres_real::zero_loss::preferred_turns_asynchronous_when_no_standby_streams_and_says_so \
+  postgres_freeze::a_frozen_primary_is_reported_lost_and_failed_over
+REAL_IMAGES := pause postgres-15 postgres-15-bare postgres-15-next postgres-17 postgres-18 s3 lockstep
+
 .PHONY: e2e-postgres-real
-e2e-postgres-real: ## PostgresCluster on real PostgreSQL pods on the real node (cluster-up with the real node first).
-	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh pause postgres-15 postgres-15-bare postgres-15-next postgres-17 postgres-18 s3 lockstep
-	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- postgres_real:: postgres_freeze:: --test-threads=2
+e2e-postgres-real: ## PostgresCluster on real PostgreSQL pods on the real node, but the slower variants (cluster-up with the real node first).
+	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh $(REAL_IMAGES)
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- postgres_real:: postgres_freeze:: --test-threads=2 $(addprefix --skip ,$(REAL_SLOW))
+
+.PHONY: test-slow
+test-slow: cluster-up ## The real tier's slower variants (REAL_SLOW), run before each stop and not in CI; brings the control plane up and leaves it.
+	LOCKSTEP_CLUSTER_DIR=$(CLUSTER_DIR) LOCKSTEP_IMAGE_PROFILE=image-test tools/images/load.sh $(REAL_IMAGES)
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(CARGO) test --test e2e -- --exact --test-threads=2 $(REAL_SLOW)
 
 .PHONY: e2e-install
 # Alone: the chart's operator watches every namespace.

@@ -60,7 +60,11 @@
 //! storage. Deleting the namespace deletes the claims, and their volumes with them.
 //!
 //! `LOCKSTEP_REAL_NODE=0` (a cluster without the real node) skips the tier, as it skips
-//! `make node-smoke`; the Makefile runs it after the KWOK tier.
+//! `make node-smoke`; the Makefile runs it after the KWOK tier. The slower variants
+//! (`REAL_SLOW` in the Makefile: the lagging replica, the primary cut off without
+//! synchronous replication, the asynchronous freeze, `Preferred` relaxing, and
+//! `postgres_freeze`) are each a second angle on a scenario the per-change tier keeps;
+//! `make test-slow` runs them before each stop, CI does not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
