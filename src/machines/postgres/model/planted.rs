@@ -901,6 +901,17 @@ fn a_primary_lost_with_no_ready_replica_adopts_the_member_a_person_names() {
     assert_took(&report, "PrimaryLost -> Creating (AdoptionRequested)");
 }
 
+/// Found by generated runs (a commit's seed, 2026-12-07): a failover's chosen target
+/// lost its volume before it promoted, and the only data left was the old primary's, on
+/// its recreated pod. The failover could not go back to it (a target had been chosen)
+/// and waited for ever, though the person named pod 0 with `adopt-primary`. The named
+/// pod is adopted now.
+#[test]
+fn a_failover_whose_chosen_target_was_lost_adopts_the_member_a_person_names() {
+    let report = passes(super::scenarios::chosen_target_lost_before_it_promoted());
+    assert_took(&report, "SwitchingOver -> Creating (AdoptionRequested)");
+}
+
 /// Found by generated runs (seed 14 of the vanished-pod test's generator): a
 /// switchover to pod 1 of two is requested, the Lease is deleted and pod 1's volume is
 /// lost. The switchover waited without end for a Ready replica: going back to the old

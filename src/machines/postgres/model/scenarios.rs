@@ -182,6 +182,37 @@ pub(super) fn only_data_on_a_member_that_cannot_follow() -> (World, Vec<Event<Mo
     (world, events)
 }
 
+/// Two members; pod 0's role label garbled, so it counts as lost and a failover chooses
+/// pod 1 and hands it the Lease; pod 1's volume is lost before it promotes. The old
+/// primary's pod, recreated on its volume, holds the only copy of the data, but a target
+/// was chosen, so the failover cannot go back to it: only the person's `adopt-primary`
+/// (the settling world names pod 0) ends it.
+pub(super) fn chosen_target_lost_before_it_promoted() -> (World, Vec<Event<Move, Edit>>) {
+    use Move::*;
+    use story::r;
+    let env = Event::Env;
+    let mut world = World::fresh(2, false, 0);
+    world.running();
+    let events = vec![
+        env(LabelGarbled(0)),
+        r(),
+        r(),
+        r(),
+        Event::Tick(4),
+        r(),
+        Event::Tick(42),
+        r(),
+        r(),
+        r(),
+        r(),
+        Event::Tick(2),
+        r(),
+        r(),
+        env(VolumeLost(1)),
+    ];
+    (world, events)
+}
+
 /// The replicas already run the new image; pod 1's stream breaks and a commit reaches
 /// pod 2 only; the upgrade's switchover makes pod 1 the target. The old primary stops
 /// cleanly and releases at the commit, which pod 1 cannot get, so it reports no
@@ -603,6 +634,14 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
         {
             let (world, events) = only_data_on_a_member_that_cannot_follow();
             ("PrimaryLost -> Creating (AdoptionRequested)", world, events)
+        },
+        {
+            let (world, events) = chosen_target_lost_before_it_promoted();
+            (
+                "SwitchingOver -> Creating (AdoptionRequested)",
+                world,
+                events,
+            )
         },
         (
             // Deleted mid-restore, after spec.backup was removed.
