@@ -29,7 +29,7 @@ ln -s "$HOME/.cargo/bin" "$cold/cargo/bin"
 if [ "$purge" = 1 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq postgresql-15 postgresql pgbackrest \
     shellcheck mmdebstrap runc containernetworking-plugins conntrack >/dev/null 2>&1
-  python3 -m pip uninstall -y -q moto boto3 >/dev/null 2>&1
+  python3 -m pip uninstall -y -q moto boto3 pytest-xdist execnet >/dev/null 2>&1
 fi
 
 dir="$cold/clone"

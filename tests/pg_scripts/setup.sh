@@ -3,7 +3,7 @@
 #   - PostgreSQL server binaries (Debian package `postgresql`, which also
 #     creates the `postgres` OS user the servers run as), curl, shellcheck, pgbackrest,
 #     util-linux (unshare, setpriv, nsenter)
-#   - the Python packages in requirements.txt (pytest, boto3, moto server)
+#   - the Python packages in requirements.txt (pytest, pytest-xdist, boto3, moto server)
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,7 +37,7 @@ if ((${#missing[@]})); then
 fi
 id postgres >/dev/null 2>&1 || { echo "setup.sh: OS user 'postgres' is missing (it comes with the postgresql package)" >&2; exit 1; }
 
-if ! python3 -c 'import pytest, boto3, moto, flask, flask_cors' >/dev/null 2>&1; then
+if ! python3 -c 'import pytest, xdist, boto3, moto, flask, flask_cors' >/dev/null 2>&1; then
 	echo "setup.sh: installing Python requirements"
 	python3 -m pip install -q -r "$here/requirements.txt"
 fi
