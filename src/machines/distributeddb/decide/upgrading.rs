@@ -116,13 +116,40 @@ pub(crate) fn in_flight(u: &Upgrade, world: &World<Observed>) -> bool {
     }
 }
 
+/// `spec.image` changed mid-upgrade: the upgrade goes on to the new image. If the step's
+/// pod already runs it (an earlier upgrade to it replaced the pod, and a retarget away
+/// and back came before that pod's post-hook ran: found by the model check, which took
+/// the next member down before the replaced one had caught up), its post-hook runs
+/// first, before another pod goes down; a post-hook that already succeeded for that pod
+/// is found by its name and passed at once. With every pod at the new image nothing else
+/// goes down: its version is adopted.
 pub(crate) fn retarget(
     spec: &DistributedDBSpec,
     u: &Upgrade,
     o: &Observed,
     actions: Vec<DdbAction>,
 ) -> D {
-    match next_pod(o, u.replicas, &spec.image) {
+    let at_target = o
+        .pods
+        .get(&u.ordinal)
+        .filter(|p| !p.terminating && p.image.as_deref() == Some(spec.image.as_str()));
+    let next = next_pod(o, u.replicas, &spec.image);
+    if let Some(p) = at_target.filter(|_| next != Next::Done) {
+        return Decision::go(
+            DdbState::Upgrading(Upgrade {
+                to: spec.image.clone(),
+                ..to_upgrade(u, UpgradeStep::PostHook, &p.uid)
+            }),
+            IMAGE_CHANGED,
+            format!(
+                "spec.image changed from {} to {} mid-upgrade; {} already runs it: its post-hook runs before another pod goes down",
+                u.to,
+                spec.image,
+                o.pod_name(u.ordinal)
+            ),
+        );
+    }
+    match next {
         Next::Pod { ordinal, uid } => Decision::go(
             DdbState::Upgrading(Upgrade {
                 to: spec.image.clone(),

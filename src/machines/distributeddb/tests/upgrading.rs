@@ -314,6 +314,25 @@ fn a_new_image_waits_while_a_pod_is_in_flight() {
 }
 
 #[test]
+fn a_retarget_back_to_the_image_a_pod_was_replaced_at_runs_its_post_hook_before_another_goes_down()
+{
+    // Pod 2 was replaced at db:2, spec.image went to db:3 while its replacement started,
+    // and back to db:2 before its pre-hook for db:3 ran: pod 2's post-hook for db:2 (for
+    // etcd: the new member caught up) runs before pod 1 goes down.
+    let s = with_hooks(spec("db:2"), 1);
+    let state = upgrading("db:3", 2, UpgradeStep::PreHook, &uid(2, "db:2"));
+    let o = mid_upgrade().with_pod(2, "db:2", false);
+    let d = decide(&s, &state, o.clone());
+    let post = upgrading("db:2", 2, UpgradeStep::PostHook, &uid(2, "db:2"));
+    assert_goes(&d, IMAGE_CHANGED, &post);
+    assert_says(&d, &["db-2", "post-hook"]);
+    // It waits for pod 2 to be Ready, then runs the hook; nothing else goes down.
+    let d = decide(&s, &post, o);
+    assert_stays(&d, WAITING_FOR_PODS);
+    assert!(deletes(&d).is_empty());
+}
+
+#[test]
 fn a_pod_recreated_at_a_stale_image_is_replaced_again() {
     let d = restarting(mid_upgrade().with_pod(2, "db:0", true));
     let again = pod_2_running("db:0", UpgradeStep::PreHook);
