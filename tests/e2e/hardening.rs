@@ -413,6 +413,14 @@ async fn input_that_kubernetes_would_refuse_downstream_is_rejected_at_admission_
     )
     .await;
     assert!(e.contains("ports[].name"), "{e}");
+    // A clock-skew bound too close to the Lease's duration: standbys would stop
+    // streaming at the full skew.
+    let pg = json!({"apiVersion": "lockstep.dev/v1alpha1", "kind": "PostgresCluster",
+        "metadata": {"name": "skew"},
+        "spec": {"version": "18.1", "replicas": 3, "storageSize": "1Gi",
+            "fencing": {"leaseDurationSeconds": 15, "clockSkewSeconds": 11}}});
+    let e = refusal(&pgcs, pg).await;
+    assert!(e.contains("spec.fencing.clockSkewSeconds"), "{e}");
     let e = refusal(&ddbs, ddb("dotted.db", json!({}))).await;
     assert!(e.contains("metadata.name"), "{e}");
     assert!(!e.contains("<nil>"), "the rule reports its field: {e}");

@@ -459,8 +459,18 @@ fn default_clock_skew() -> i64 {
 /// holder released the Lease, or `renewTime + L + S` has passed on the operator's clock
 /// (`L` the longest any living pod runs with), or a person says it is down (a vanished
 /// pod is not proof that its server stopped).
+///
+/// `L` exceeds `S` by at least 5 s (two renewals and a read): a standby follows the
+/// primary only while its Lease lasts on the standby's own clock (`renewTime + L`, the
+/// holder's clock), so with `S` near `L` the standbys could stop streaming at the full
+/// skew (found by the model check: a planned switchover's target had received nothing).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.leaseDurationSeconds >= self.clockSkewSeconds + 5").message(
+        "spec.fencing.leaseDurationSeconds must exceed spec.fencing.clockSkewSeconds by at least 5 seconds: standbys follow the primary only while its Lease lasts on their own clocks"
+    )
+)]
 pub struct FencingSpec {
     /// `L`: the Lease's duration in seconds (default 15, 12 to 120). A failed primary is
     /// replaced at the earliest `L + S` seconds after its last renewal, unless it was

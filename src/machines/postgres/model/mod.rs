@@ -103,8 +103,12 @@
 //! `skew` seconds from the operator's ([`Move::ClockSkew`]: `-S`, `0` or `+S`, `S` =
 //! `spec.fencing.clockSkewSeconds`). A cut-off agent fences its server (an immediate
 //! stop at `T - G`, a kill at `T` after its last accepted renewal began); [`Move::Heal`]
-//! ends the cut. The model's `S` (30 s) exceeds the slack `L - T` (8 s at the default
-//! `L` = 15 s), so that an operator leaving `S` out of its expiry is unsafe here. A
+//! ends the cut. The model's `S` (10 s) exceeds the slack `L - T` (8 s at the default
+//! `L` = 15 s), so that an operator leaving `S` out of its expiry is unsafe here, and is
+//! the most the CRD allows with that `L` (`L >= S + 5`: with `S` near `L`, a standby,
+//! which follows the holder only while `renewTime + L` lasts on its own clock, stops
+//! streaming at the full skew; found at `S` = 30 s, a planned switchover's target had
+//! received nothing). A
 //! standby cut off from the API server is never promoted: only its own agent promotes
 //! it, right after a renewal it could not make. A `pg_promote()` from outside
 //! ([`Move::PromotedByHand`]) is taken as one move with its agent's fence. Not modelled:
@@ -221,7 +225,7 @@ const LONG_LEASE_SECONDS: i64 = 120;
 /// `S`: `spec.fencing.clockSkewSeconds`. Larger than the default so that it exceeds
 /// the slack `L - (T + R + 1)` = 5 s of the default `L`: an operator that leaves `S`
 /// out of its expiry is then unsafe, and the check must find it.
-const SKEW_SECONDS: i64 = 30;
+const SKEW_SECONDS: i64 = 10;
 /// `T` of a pod created with lease duration `l`: a holder that has not renewed for
 /// this long fences itself (`FencingSpec::fence_seconds`).
 fn fence_seconds(l: i64) -> i64 {
