@@ -87,15 +87,16 @@ IS_ROOT = os.geteuid() == 0
 
 def free_port() -> int:
     """A port free now. Under pytest-xdist each worker takes only ports that are its own
-    modulo the number of workers, so two workers never pick the same one between the
-    check and the server's bind."""
+    (half the port, modulo the number of workers: Linux hands out odd ports to a bind
+    of port 0), so two workers never pick the same one between the check and the
+    server's bind."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port % workers == worker:
+        if (port >> 1) % workers == worker:
             return port
 
 
