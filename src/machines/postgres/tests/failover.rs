@@ -77,14 +77,8 @@ fn with_no_ready_replica_the_member_a_person_names_is_adopted_anew_and_the_wait_
     assert_degraded(&d, NO_PROMOTION_TARGET);
     o.own.requests.adopt_primary = Some("pg-2".to_owned());
     let d = decide_at(&spec("16.3"), &lost(0), o, 31, 0);
-    assert_goes(
-        &d,
-        ADOPTION_REQUESTED,
-        &PgState::Creating {
-            credentials_created: true,
-            served_restore: None,
-        },
-    );
+    // Adopted anew: `Creating`, its Secrets already there.
+    assert_goes(&d, ADOPTION_REQUESTED, &issued());
     assert_says(&d, &["pg-2"]);
 }
 

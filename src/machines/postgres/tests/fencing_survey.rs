@@ -292,14 +292,8 @@ fn a_failover_that_surveyed_three_times_and_found_no_ready_standby_waits_degrade
     assert_degraded(&d, NO_PROMOTION_TARGET);
     o.own.requests.adopt_primary = Some("pg-2".to_owned());
     let d = decide(&spec("16.3"), &state, o);
-    assert_goes(
-        &d,
-        ADOPTION_REQUESTED,
-        &PgState::Creating {
-            credentials_created: true,
-            served_restore: None,
-        },
-    );
+    // Adopted anew: `Creating`, its Secrets already there.
+    assert_goes(&d, ADOPTION_REQUESTED, &issued());
     assert_says(&d, &["pg-2"]);
 }
 
