@@ -560,9 +560,9 @@ impl Real {
     }
 
     /// A writer pod `pod` against `host` (a Service or a pod IP) with the superuser of
-    /// cluster `name`, ids from `first`: each attempt logs `ack|err <id> <start> <end>`
-    /// (wall-clock seconds around the psql call; an `ack` only for a commit the server
-    /// acknowledged). Writes while `/tmp/write` exists, stops when `/tmp/stop` does.
+    /// cluster `name`, ids from `first`: each attempt logs `begin <id>` before it and
+    /// `ack|err <id> <start> <end>` after it (wall-clock seconds around the psql call; an
+    /// `ack` only for a commit the server acknowledged). Writes while `/tmp/write` exists, stops when `/tmp/stop` does.
     /// Returns once its pod is Ready: the writer has reached `host` and created `acks`.
     async fn start_writer(&self, pod: &str, host: &str, name: &str, first: u64) {
         let secret = format!("{name}-credentials");
@@ -575,6 +575,7 @@ i=$(({first} - 1))
 while [ ! -f /tmp/stop ]; do
   if [ -f /tmp/write ]; then
     i=$((i + 1))
+    echo "begin $i"
     start=$EPOCHREALTIME
     if timeout 10 psql -X -q -v ON_ERROR_STOP=1 -c "INSERT INTO acks (id) VALUES ($i)" >/dev/null 2>&1; then
       echo "ack $i $start $EPOCHREALTIME"
@@ -721,6 +722,18 @@ exec sleep infinity
             .filter(|a| a.acked)
             .map(|a| a.id)
             .collect()
+    }
+
+    /// The highest id the client has begun an insert of (logged as `begin <id>` before
+    /// the insert, so an attempt still in flight counts): once writing stopped, every
+    /// insert the writer makes later has a higher id.
+    pub(crate) fn begun(&self) -> u64 {
+        let (ok, out) = self.kubectl(&["logs", "client"]);
+        assert!(ok, "client logs: {out}");
+        out.lines()
+            .filter_map(|l| l.strip_prefix("begin ")?.trim().parse().ok())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Every insert the writer pod `pod` attempted, in order.

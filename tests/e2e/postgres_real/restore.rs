@@ -42,12 +42,11 @@ pub(super) async fn in_place_restore_under_a_writer(real: &Real, name: &str, pri
         .into_iter()
         .filter(|id| *id > last + 1)
         .collect();
-    let before_restore = real
-        .attempts("client")
-        .iter()
-        .map(|a| a.id)
-        .max()
-        .unwrap_or(0);
+    // Every insert begun by now (one may still be in flight: it commits before the
+    // restore, or fails) is not one of after the restore. Read once the writer's last
+    // `begin` line is surely in its log: no insert begins after writing stopped.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before_restore = real.begun();
     // The target's WAL must be in the archive: the file holding it is switched out.
     real.archive_now(primary).await;
 
