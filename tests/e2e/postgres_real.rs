@@ -574,6 +574,7 @@ touch /tmp/ready
 i=$(({first} - 1))
 while [ ! -f /tmp/stop ]; do
   if [ -f /tmp/write ]; then
+    rm -f /tmp/idle
     i=$((i + 1))
     echo "begin $i"
     start=$EPOCHREALTIME
@@ -582,6 +583,8 @@ while [ ! -f /tmp/stop ]; do
     else
       echo "err $i $start $EPOCHREALTIME"
     fi
+  else
+    touch /tmp/idle
   fi
   sleep 0.05
 done
@@ -630,14 +633,16 @@ exec sleep infinity
         self.writing_on("client", on);
     }
 
-    /// Start or stop writing in the writer pod `pod`.
+    /// Start or stop writing in the writer pod `pod`. Stopping returns once the writer
+    /// is idle (`/tmp/idle`, touched by its loop only when it found no `/tmp/write`): no
+    /// insert is in flight, and every one it made is in its log.
     fn writing_on(&self, pod: &str, on: bool) {
         let cmd = if on {
             "touch /tmp/write"
         } else {
-            "rm -f /tmp/write"
+            "rm -f /tmp/write /tmp/idle; until [ -f /tmp/idle ]; do sleep 0.1; done"
         };
-        let (ok, out) = self.kubectl(&["exec", pod, "--", "bash", "-c", cmd]);
+        let (ok, out) = self.kubectl(&["exec", pod, "--", "timeout", "60", "bash", "-c", cmd]);
         assert!(ok, "{pod}: {out}");
     }
 

@@ -42,10 +42,8 @@ pub(super) async fn in_place_restore_under_a_writer(real: &Real, name: &str, pri
         .into_iter()
         .filter(|id| *id > last + 1)
         .collect();
-    // Every insert begun by now (one may still be in flight: it commits before the
-    // restore, or fails) is not one of after the restore. Read once the writer's last
-    // `begin` line is surely in its log: no insert begins after writing stopped.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Every insert begun by now (the writer is idle: none is in flight) is not one of
+    // after the restore.
     let before_restore = real.begun();
     // The target's WAL must be in the archive: the file holding it is switched out.
     real.archive_now(primary).await;
