@@ -12,6 +12,7 @@ mod fencing_lease;
 mod fencing_survey;
 mod managed;
 mod network_policy;
+mod parameters;
 mod planned_release;
 mod records;
 mod rendering;
