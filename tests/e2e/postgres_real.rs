@@ -418,6 +418,30 @@ impl Real {
         }
     }
 
+    /// What `script` prints in `pod`'s PostgreSQL container, run again until `kubectl exec`
+    /// reaches the container, for at most [`SLOW`]. An exec that does not reach it (the
+    /// container stopping or starting again) prints what a person would look at about
+    /// cluster `name` once, so the log says why.
+    async fn output_of(&self, name: &str, pod: &str, script: &str) -> String {
+        let deadline = std::time::Instant::now() + SLOW;
+        let mut explained = false;
+        loop {
+            let (ok, out) =
+                self.kubectl(&["exec", pod, "-c", "postgres", "--", "bash", "-c", script]);
+            if ok {
+                return out;
+            }
+            if !std::mem::replace(&mut explained, true) {
+                eprintln!("exec in {pod} failed: {out}\n{}", self.explain(name));
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pod} never ran {script:?} (last: {out})"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// Switch `pod`'s current WAL file out and wait until the archive holds it, so that
     /// everything committed on `pod` so far is recoverable from the archive.
     async fn archive_now(&self, pod: &str) {
@@ -1387,17 +1411,13 @@ async fn settings_reach_every_instance_by_a_reload() {
             ],
         )
         .await;
-        let (ok, conf) = real.kubectl(&[
-            "exec",
-            pod,
-            "-c",
-            "postgres",
-            "--",
-            "bash",
-            "-c",
-            "grep -E '^(work_mem|shared_buffers)' \"$PGDATA/lockstep.conf\"",
-        ]);
-        assert!(ok, "{conf}");
+        let conf = real
+            .output_of(
+                name,
+                pod,
+                "grep -E '^(work_mem|shared_buffers)' \"$PGDATA/lockstep.conf\"",
+            )
+            .await;
         assert!(
             conf.contains("work_mem = '16MB'") && !conf.contains("banana"),
             "{pod}'s files kept a refused value:\n{conf}"
@@ -1415,12 +1435,21 @@ async fn settings_reach_every_instance_by_a_reload() {
     for pod in pods {
         real.shows(pod, "SHOW work_mem", "32MB").await;
     }
-    real.cluster_until(name, "every setting applied, not Degraded", |pg| {
+    let watching = seen.clone();
+    real.cluster_until(name, "every setting applied, not Degraded", move |pg| {
+        watching.see(pg);
         condition_of(pg, conditions::DEGRADED)
             .is_some_and(|c| c.status == conditions::status::FALSE)
             && condition_of(pg, SETTINGS_APPLIED).is_some_and(|c| c.reason == "Applied")
     })
     .await;
+    // One rolling restart in all: a reload applies the rest.
+    let rolls = seen
+        .reasons()
+        .iter()
+        .filter(|r| *r == SETTINGS_NEED_RESTART)
+        .count();
+    assert_eq!(rolls, 1, "one rolling restart: {:?}", seen.reasons());
     real.finish().await;
 }
 
