@@ -153,6 +153,8 @@ impl<K> Clone for Owned<K> {
 struct Shared<K> {
     index: RwLock<Index<K>>,
     listed: tokio::sync::watch::Sender<bool>,
+    /// How many events were applied: waiters on a change of the store subscribe to it.
+    applied: tokio::sync::watch::Sender<u64>,
 }
 
 impl<K: Project> Owned<K> {
@@ -162,6 +164,7 @@ impl<K: Project> Owned<K> {
             shared: Arc::new(Shared {
                 index: RwLock::new(Index::new(kind_label)),
                 listed: tokio::sync::watch::Sender::new(false),
+                applied: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
@@ -246,7 +249,48 @@ impl<K: Project> Owned<K> {
             .unwrap_or_else(PoisonError::into_inner)
             .apply(event);
         owners.listed.then(|| self.shared.listed.send_replace(true));
+        self.shared.applied.send_modify(|n| *n = n.wrapping_add(1));
         owners.keys
+    }
+
+    /// Whether the store shows the object `name` of `owner` with UID `uid` going: gone,
+    /// replaced by another object of that name, or carrying a deletion timestamp.
+    pub(crate) fn shows_going(
+        &self,
+        namespace: Option<&str>,
+        owner: &str,
+        name: &str,
+        uid: &str,
+    ) -> bool {
+        !self.of(namespace, owner).iter().any(|o| {
+            let meta = o.meta();
+            meta.name.as_deref() == Some(name)
+                && meta.uid.as_deref() == Some(uid)
+                && meta.deletion_timestamp.is_none()
+        })
+    }
+
+    /// Resolves once `holds` holds of the store (looked at again after each event it
+    /// applies), or `within` has passed; says which.
+    pub(crate) async fn until(
+        &self,
+        within: std::time::Duration,
+        holds: impl Fn(&Self) -> bool,
+    ) -> bool {
+        let mut applied = self.shared.applied.subscribe();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if holds(self) {
+                return true;
+            }
+            // The sender lives as long as `self`: `changed` fails only on the deadline.
+            if !matches!(
+                tokio::time::timeout_at(deadline, applied.changed()).await,
+                Ok(Ok(()))
+            ) {
+                return holds(self);
+            }
+        }
     }
 
     /// Resolves once the first list is complete.

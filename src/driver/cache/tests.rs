@@ -2,6 +2,7 @@
 
 use super::*;
 use kube::api::ObjectMeta;
+use std::time::Duration;
 
 #[test]
 fn the_digest_is_fnv_1a_so_every_build_agrees_on_it() {
@@ -359,4 +360,62 @@ fn a_claim_keeps_its_name_labels_and_size_only() {
         Some("1Gi")
     );
     assert!(pvc.status.is_none());
+}
+
+/// ConfigMap `name` of owner `o` (kind `db`) with UID `uid`, at version `rv`.
+fn cm_uid(name: &str, uid: &str, rv: &str) -> ConfigMap {
+    let mut c = cm(name, "o", "db", rv, "x");
+    c.metadata.uid = Some(uid.into());
+    c
+}
+
+#[test]
+fn an_object_shows_going_once_it_carries_a_deletion_timestamp_is_gone_or_was_replaced() {
+    let store = Owned::<ConfigMap>::new("db");
+    let going = |store: &Owned<ConfigMap>| store.shows_going(Some("ns"), "o", "a", "uid-1");
+    store.apply(watcher::Event::Apply(cm_uid("a", "uid-1", "1")));
+    assert!(!going(&store), "live under the same UID");
+
+    let mut deleting = cm_uid("a", "uid-1", "2");
+    deleting.metadata.deletion_timestamp =
+        serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).expect("a time");
+    store.apply(watcher::Event::Apply(deleting.clone()));
+    assert!(going(&store), "terminating");
+
+    store.apply(watcher::Event::Delete(deleting));
+    assert!(going(&store), "gone");
+
+    store.apply(watcher::Event::Apply(cm_uid("a", "uid-2", "3")));
+    assert!(going(&store), "replaced by another object of that name");
+}
+
+#[tokio::test]
+async fn a_wait_on_the_store_ends_with_the_event_that_makes_it_hold_or_at_its_bound() {
+    let store = Owned::<ConfigMap>::new("db");
+    store.apply(watcher::Event::Apply(cm_uid("a", "uid-1", "1")));
+    let going = |s: &Owned<ConfigMap>| s.shows_going(Some("ns"), "o", "a", "uid-1");
+
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move { store.until(Duration::from_secs(10), going).await }
+    });
+    tokio::task::yield_now().await;
+    store.apply(watcher::Event::Delete(cm_uid("a", "uid-1", "2")));
+    assert!(
+        waiting.await.expect("the wait ends"),
+        "held once the event came"
+    );
+
+    store.apply(watcher::Event::Apply(cm_uid("a", "uid-3", "4")));
+    let started = tokio::time::Instant::now();
+    let held = store
+        .until(Duration::from_millis(200), |s| {
+            s.shows_going(Some("ns"), "o", "a", "uid-3")
+        })
+        .await;
+    assert!(!held, "a live object never shows going");
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "the wait ends at its bound, not before"
+    );
 }

@@ -7,7 +7,10 @@
 //! 2. Decode the persisted engine status ([`Operator::engine_status`]).
 //! 3. Observe the owned objects from the [`Cache`] ([`Operator::observe`]).
 //! 4. Decide ([`crate::engine::step()`]).
-//! 5. Render each action ([`Operator::render`]) and execute the [`Op`]s in order.
+//! 5. Render each action ([`Operator::render`]) and execute the [`Op`]s in order. After
+//!    a pod's deletion the reconcile waits (at most [`DELETE_SEEN_WITHIN`]) until the
+//!    pod store shows that pod going, so the next decision never reads a pod it deleted
+//!    as live.
 //! 6. Build the full status ([`Operator::status`]); if it differs from the `.status`
 //!    read (as JSON), write the difference with one merge patch to the status
 //!    subresource, fenced on the resourceVersion read.
@@ -568,6 +571,8 @@ async fn reconcile_once<O: Operator>(
         ctx.may_act()?;
         execute::execute(&ctx.client, target.namespace, op, FIELD_MANAGER).await?;
         tracing::debug!(op = %describe_op(op), "executed");
+        // Past its bound the wait has logged why; the next decision reads what there is.
+        let _seen = until_pod_seen_going(&ctx.cache, target, op).await;
     }
 
     // 6. One fenced status write, only if the status changes.
@@ -632,6 +637,42 @@ async fn reconcile_once<O: Operator>(
         .requeue
         .map_or_else(Action::await_change, Action::requeue);
     Ok((action, finished(wrote, &plan)))
+}
+
+/// How long a reconcile waits for the pod store to show a pod it deleted going.
+pub const DELETE_SEEN_WITHIN: Duration = Duration::from_secs(10);
+
+/// After `op` deleted a pod (by UID), wait until the pod store shows it going, for at
+/// most [`DELETE_SEEN_WITHIN`]: the next decision must not read the pod as live and
+/// serving (an upgrade would take a pod it is replacing for one it may leave, and
+/// report the upgrade complete while the pod goes). A deletion that was refused (the
+/// pod was already gone or replaced) is shown at once. Past the bound (a watch that
+/// lags) the reconcile goes on, as it did before this wait. Says whether the store
+/// shows what the op did (always, for any other op).
+async fn until_pod_seen_going(cache: &Cache, target: &Target<'_>, op: &Op) -> bool {
+    let Op::Delete {
+        resource,
+        name,
+        uid: Some(uid),
+        ..
+    } = op
+    else {
+        return true;
+    };
+    if resource.kind != "Pod" {
+        return true;
+    }
+    let ns = Some(target.namespace);
+    let seen = cache
+        .pods
+        .until(DELETE_SEEN_WITHIN, |pods| {
+            pods.shows_going(ns, target.name, name, uid)
+        })
+        .await;
+    if !seen {
+        tracing::warn!(pod = %name, "the pod store does not show the deleted pod going yet");
+    }
+    seen
 }
 
 /// What a reconcile that ran its plan did, for the hooks.

@@ -125,3 +125,63 @@ fn truncation_respects_character_boundaries() {
     assert_eq!(truncate("héllo", 2), "h");
     assert_eq!(truncate("hello", 10), "hello");
 }
+
+/// Pod `name` of cluster `pg` (kind label `postgrescluster`) with UID `uid`.
+fn pod(name: &str, uid: &str, rv: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv,
+            "labels": {"app.kubernetes.io/name": "postgrescluster",
+                       "app.kubernetes.io/instance": "pg"}},
+    }))
+    .expect("a pod")
+}
+
+#[tokio::test]
+async fn a_reconcile_that_deleted_a_pod_goes_on_once_the_store_shows_it_going() {
+    let cache = Cache::new("postgrescluster");
+    cache
+        .pods
+        .apply(kube::runtime::watcher::Event::Apply(pod("pg-0", "u0", "1")));
+    let delete = Op::delete::<k8s_openapi::api::core::v1::Pod>("pg-0", "u0");
+    let waiting = tokio::spawn({
+        let cache = cache.clone();
+        async move {
+            let target = Target {
+                machine: "postgrescluster",
+                namespace: "ns",
+                name: "pg",
+            };
+            until_pod_seen_going(&cache, &target, &delete).await
+        }
+    });
+    tokio::task::yield_now().await;
+    assert!(!waiting.is_finished(), "the store still shows pg-0 live");
+    let mut going = pod("pg-0", "u0", "2");
+    going.metadata.deletion_timestamp =
+        serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).expect("a time");
+    cache
+        .pods
+        .apply(kube::runtime::watcher::Event::Apply(going));
+    let seen = tokio::time::timeout(DELETE_SEEN_WITHIN, waiting)
+        .await
+        .expect("ends with the event")
+        .expect("the task ran");
+    assert!(seen);
+}
+
+#[tokio::test]
+async fn a_reconcile_waits_on_no_other_op_than_a_pods_deletion() {
+    let cache = Cache::new("postgrescluster");
+    cache
+        .pods
+        .apply(kube::runtime::watcher::Event::Apply(pod("pg-0", "u0", "1")));
+    let target = Target {
+        machine: "postgrescluster",
+        namespace: "ns",
+        name: "pg",
+    };
+    let other = Op::delete::<ConfigMap>("pg-0", "u0");
+    let started = std::time::Instant::now();
+    assert!(until_pod_seen_going(&cache, &target, &other).await);
+    assert!(started.elapsed() < DELETE_SEEN_WITHIN);
+}
