@@ -29,6 +29,11 @@
 //! re-read): the fence saves the wasted round trip and the conflict, the
 //! resourceVersion precondition guarantees correctness.
 
+mod deleted;
+
+pub use deleted::DELETE_SEEN_WITHIN;
+use deleted::until_pod_seen_going;
+
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -637,42 +642,6 @@ async fn reconcile_once<O: Operator>(
         .requeue
         .map_or_else(Action::await_change, Action::requeue);
     Ok((action, finished(wrote, &plan)))
-}
-
-/// How long a reconcile waits for the pod store to show a pod it deleted going.
-pub const DELETE_SEEN_WITHIN: Duration = Duration::from_secs(10);
-
-/// After `op` deleted a pod (by UID), wait until the pod store shows it going, for at
-/// most [`DELETE_SEEN_WITHIN`]: the next decision must not read the pod as live and
-/// serving (an upgrade would take a pod it is replacing for one it may leave, and
-/// report the upgrade complete while the pod goes). A deletion that was refused (the
-/// pod was already gone or replaced) is shown at once. Past the bound (a watch that
-/// lags) the reconcile goes on, as it did before this wait. Says whether the store
-/// shows what the op did (always, for any other op).
-async fn until_pod_seen_going(cache: &Cache, target: &Target<'_>, op: &Op) -> bool {
-    let Op::Delete {
-        resource,
-        name,
-        uid: Some(uid),
-        ..
-    } = op
-    else {
-        return true;
-    };
-    if resource.kind != "Pod" {
-        return true;
-    }
-    let ns = Some(target.namespace);
-    let seen = cache
-        .pods
-        .until(DELETE_SEEN_WITHIN, |pods| {
-            pods.shows_going(ns, target.name, name, uid)
-        })
-        .await;
-    if !seen {
-        tracing::warn!(pod = %name, "the pod store does not show the deleted pod going yet");
-    }
-    seen
 }
 
 /// What a reconcile that ran its plan did, for the hooks.
