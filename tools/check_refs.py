@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 HEX = re.compile(r"\b[0-9a-f]{7,40}\b")
+COMMENT_LEAD = re.compile(r"^\s*(?://[/!]?|#+|--)\s*")
 TRACKER = re.compile(r"\b(?:issues?|findings?|stops?)[ -]#?[0-9]+\b", re.IGNORECASE)
 CODE_DIRS = ("src", "tests", "examples", "tools")
 # The checker and its test name the rule they enforce.
@@ -100,8 +101,15 @@ def tracker_numbers(root):
                 text = path.read_text(encoding="utf-8")
             except (UnicodeDecodeError, OSError):
                 continue
-            for number, line in enumerate(text.splitlines(), 1):
-                for match in TRACKER.finditer(line):
+            lines = text.splitlines()
+            for number, line in enumerate(lines, 1):
+                # A number broken onto the next comment line ("(issue" / "//! 22)")
+                # counts too: the line is read with the next one's comment text.
+                following = lines[number] if number < len(lines) else ""
+                joined = line + " " + COMMENT_LEAD.sub("", following)
+                for match in TRACKER.finditer(joined):
+                    if match.start() >= len(line):
+                        continue
                     problems.append(
                         f"{name}:{number}: {match.group(0)!r}: a tracker number; "
                         "say the reason, or link a decision in docs/decisions/"

@@ -90,6 +90,17 @@ class CheckRefs(unittest.TestCase):
         self.assertEqual(len(problems), 3, problems)
         self.assertTrue(problems[0].startswith("src/a.rs:1: "), problems)
 
+    def test_a_tracker_number_broken_onto_the_next_comment_line_is_caught_once(self):
+        root = self.repo(
+            {
+                "src/a.rs": "//! never lost (issue\n//! " + "22), on the real plane\n",
+                "tests/b.py": "# see finding\n# " + "4 of the review\n",
+            }
+        )
+        problems = check_refs.tracker_numbers(root)
+        self.assertEqual(len(problems), 2, problems)
+        self.assertTrue(problems[0].startswith("src/a.rs:1: "), problems)
+
     def test_words_without_a_number_pass(self):
         root = self.repo({"src/a.rs": "// a known issue; the finding; stop the server\n"})
         self.assertEqual(check_refs.tracker_numbers(root), [])

@@ -105,8 +105,8 @@ mod zero_loss;
 
 const ROLE: &str = "lockstep.dev/role";
 /// The instances' image (`tools/images/build.sh --name postgres-15-bare`): the server
-/// binaries and pgBackRest, no `curl`, no `perl` and no file of Lockstep's own (issue
-/// 21): the pods run the instance manager their init container copies in.
+/// binaries and pgBackRest, no `curl`, no `perl` and no file of Lockstep's own: the
+/// pods run the instance manager their init container copies in.
 const IMAGE: &str = "lockstep.local/postgres:15-bare";
 /// What runs beside the instances: the writer pods (`psql`), and the backup and
 /// restore Jobs (`spec.backup.image`: their scripts upload with `curl`)

@@ -1,5 +1,5 @@
-//! Status that never says something false, and Job outcomes that are never lost (issue
-//! 22), on the real control plane with KWOK pods:
+//! Status that never says something false, and Job outcomes that are never lost, on
+//! the real control plane with KWOK pods:
 //! - a replacement pod held NotReady in the middle of an upgrade shows, within seconds,
 //!   in `readyReplicas` (the `READY` column), in `Available`, and in `Progressing`,
 //!   which names the pod and what it waits for;
