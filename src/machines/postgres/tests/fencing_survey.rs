@@ -374,6 +374,29 @@ fn with_synchronous_replication_a_failover_whose_unread_members_lost_their_data_
     }
 }
 
+/// The quorum stayed unread through every survey and the old primary's volume was lost,
+/// so there is nothing to go back to: the failover waits, Degraded, until a person names
+/// the member that holds the data (found by the model check: a member a scale-down
+/// removed stayed unread for ever).
+#[test]
+fn with_synchronous_replication_a_failover_whose_quorum_stays_unread_is_adopted_around_the_member_a_person_names()
+ {
+    let spec = synchronous(DataDurability::Required);
+    let state = at_survey(Some(SURVEYS_FOR_EVERY_MEMBER));
+    let mut o = surveyed_by(ONLY_PG2, SURVEYS_FOR_EVERY_MEMBER);
+    o.own.empty.insert(0);
+    let d = decide_at(&spec, &state, o.clone(), 12, 0);
+    assert_degraded(&d, NO_PROMOTION_TARGET);
+    assert_says(
+        &d,
+        &["lockstep.dev/adopt-primary=<pod>", "waiting for pg-1"],
+    );
+    o.own.requests.adopt_primary = Some("pg-2".to_owned());
+    let d = decide_at(&spec, &state, o, 12, 0);
+    assert_goes(&d, ADOPTION_REQUESTED, &issued());
+    assert_says(&d, &["synchronous quorum cannot be read", "pg-2"]);
+}
+
 #[test]
 fn with_synchronous_replication_a_failover_that_read_every_needed_member_promotes_the_most_advanced()
  {

@@ -88,10 +88,17 @@ pub(super) fn survey(
             Unread::Wait(wait) => (wait, false),
             Unread::DeadEnd(wait) => (wait, true),
         };
-        if (dead_end || attempt >= SURVEYS_FOR_EVERY_MEMBER)
-            && let Some(back) = abandon(s, o, &unpromotable(o, what, &surveyed))
-        {
-            return back;
+        if dead_end || attempt >= SURVEYS_FOR_EVERY_MEMBER {
+            // Nothing to go back to either: a person who knows where the data is may
+            // name it, as when no standby can be promoted (found by the model check: a
+            // member a scale-down removed stayed unread for ever, and the old primary's
+            // volume was lost).
+            let quorum = format!("{what}: the synchronous quorum cannot be read");
+            if let Some(out) = abandon(s, o, &unpromotable(o, what, &surveyed))
+                .or_else(|| adoption_requested(o, None, &quorum))
+            {
+                return out;
+            }
         }
         return wait.with_actions(actions);
     }
@@ -407,7 +414,8 @@ pub(super) fn quorum_unread(
          status.synchronousTerms), so {needed} must be read to promote one that has them all; \
          survey {token} read {} ({}); {waiting}. To promote the most advanced \
          member read instead, losing the commits only the others may hold, set \
-         spec.synchronous.dataDurability to Preferred",
+         spec.synchronous.dataDurability to Preferred, or set {ADOPT_PRIMARY}=<pod> \
+         to make a member that holds the data the primary",
         others.len(),
         read.len(),
         describe(o, surveyed),
