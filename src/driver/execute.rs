@@ -83,7 +83,18 @@ pub(crate) fn describe_op(op: &Op) -> String {
     }
 }
 
-/// Execute one op in `namespace` (the owner's; objects are always created there).
+/// What the API server made of an executed op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Executed {
+    /// It took the op as asked.
+    Taken,
+    /// Nothing changed, as the op allows: the object to create existed already, or the
+    /// one to delete was gone or replaced (its preconditions refused it).
+    AlreadySo,
+}
+
+/// Execute one op in `namespace` (the owner's; objects are always created there), and
+/// say what the server made of it.
 ///
 /// # Errors
 /// [`Error::Api`] when the server refuses for any reason other than the ones this op
@@ -93,7 +104,7 @@ pub async fn execute(
     namespace: &str,
     op: &Op,
     field_manager: &str,
-) -> Result<(), Error> {
+) -> Result<Executed, Error> {
     let what = describe_op(op);
     match op {
         Op::Apply { resource, object } => {
@@ -117,6 +128,7 @@ pub async fn execute(
                 Ok(_) => {}
                 Err(e) if reason(&e) == Some("AlreadyExists") => {
                     tracing::debug!("{what}: already exists");
+                    return Ok(Executed::AlreadySo);
                 }
                 Err(e) => return Err(api_error(what)(e)),
             }
@@ -141,6 +153,7 @@ pub async fn execute(
                 Ok(_) => {}
                 Err(e) if matches!(status_code(&e), Some(404 | 409)) => {
                     tracing::debug!("{what}: already gone (or replaced by another object)");
+                    return Ok(Executed::AlreadySo);
                 }
                 Err(e) => return Err(api_error(what)(e)),
             }
@@ -187,7 +200,7 @@ pub async fn execute(
             }
         }
     }
-    Ok(())
+    Ok(Executed::Taken)
 }
 
 /// `patch` carrying the object's UID and resourceVersion as read (the API server refuses

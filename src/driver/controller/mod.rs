@@ -574,10 +574,10 @@ async fn reconcile_once<O: Operator>(
     // 5. Act.
     for op in &plan.ops {
         ctx.may_act()?;
-        execute::execute(&ctx.client, target.namespace, op, FIELD_MANAGER).await?;
-        tracing::debug!(op = %describe_op(op), "executed");
+        let executed = execute::execute(&ctx.client, target.namespace, op, FIELD_MANAGER).await?;
+        tracing::debug!(op = %describe_op(op), ?executed, "executed");
         // Past its bound the wait has logged why; the next decision reads what there is.
-        let _seen = until_pod_seen_going(&ctx.cache, target, op).await;
+        let _seen = until_pod_seen_going(&ctx.cache, target, (op, executed)).await;
     }
 
     // 6. One fenced status write, only if the status changes.

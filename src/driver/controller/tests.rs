@@ -2,6 +2,7 @@
 
 use super::*;
 
+use crate::driver::execute::Executed;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 
@@ -151,7 +152,7 @@ async fn a_reconcile_that_deleted_a_pod_goes_on_once_the_store_shows_it_going() 
                 namespace: "ns",
                 name: "pg",
             };
-            until_pod_seen_going(&cache, &target, &delete).await
+            until_pod_seen_going(&cache, &target, (&delete, Executed::Taken)).await
         }
     });
     tokio::task::yield_now().await;
@@ -182,6 +183,26 @@ async fn a_reconcile_waits_on_no_other_op_than_a_pods_deletion() {
     };
     let other = Op::delete::<ConfigMap>("pg-0", "u0");
     let started = std::time::Instant::now();
-    assert!(until_pod_seen_going(&cache, &target, &other).await);
+    assert!(until_pod_seen_going(&cache, &target, (&other, Executed::Taken)).await);
+    assert!(started.elapsed() < DELETE_SEEN_WITHIN);
+}
+
+/// Found in review: a delete refused on its preconditions (as-read, the pod changed
+/// since) leaves the pod live; waiting to see it going would hold the reconcile for the
+/// whole bound.
+#[tokio::test]
+async fn a_pod_deletion_the_server_refused_is_not_waited_for() {
+    let cache = Cache::new("postgrescluster");
+    cache
+        .pods
+        .apply(kube::runtime::watcher::Event::Apply(pod("pg-0", "u0", "1")));
+    let target = Target {
+        machine: "postgrescluster",
+        namespace: "ns",
+        name: "pg",
+    };
+    let refused = Op::delete::<k8s_openapi::api::core::v1::Pod>("pg-0", "u0");
+    let started = std::time::Instant::now();
+    assert!(until_pod_seen_going(&cache, &target, (&refused, Executed::AlreadySo)).await);
     assert!(started.elapsed() < DELETE_SEEN_WITHIN);
 }
