@@ -55,7 +55,13 @@ pub fn lost<S>(record: &MachineRecord<S>, owner: &str) -> Option<LastBackup> {
         .filter(|t| entry.message.contains(&format!("{BACKUP_NOW}={t} ")))?;
     Some(LastBackup {
         time: entry.at,
-        job: job_name(owner, &on_demand::key(token)),
+        job: job_name(
+            owner,
+            &on_demand::serving(
+                token,
+                record.acks.get(on_demand::BACKUP_JOB).map(String::as_str),
+            ),
+        ),
         outcome: unknown(token),
     })
 }
@@ -149,7 +155,7 @@ mod tests {
         let gone = lost(&record(BACKUP_LOST, &lost_message("t1"), 50, "t1"), "pg")
             .expect("the last transition lost the backup of t1");
         assert_eq!(gone.time, at(50));
-        assert_eq!(gone.job, job_name("pg", &on_demand::key("t1")));
+        assert_eq!(gone.job, job_name("pg", &on_demand::key("t1", None)));
         assert_eq!(
             gone.outcome,
             "Unknown (the Job for lockstep.dev/backup-now=t1 is gone before its outcome was recorded)"

@@ -19,6 +19,11 @@
 //!   again. A failed backup is not retried; a new token asks for a new one.
 //! - If the write after creating the Job is lost, the next reconcile finds the Job of a
 //!   token not yet served and follows it ([`Request::Start`] without creating).
+//! - Every request has a Job of its own, a token set again after another was served
+//!   included: a Job's key chains the token to the key of the Job that served the token
+//!   before it ([`key`]), recorded in the same write under [`BACKUP_JOB`]. The old Job
+//!   of the same token (finished, or pruned and gone) is never taken for the new
+//!   request's, and its name is never used twice (found by the model check).
 //! - The Job is created only while backups are configured; a Job that exists is followed
 //!   to its end even if the configuration is removed meanwhile.
 //! - Finished on-demand Jobs are bounded like a CronJob's history: at rest, beyond the
@@ -102,15 +107,34 @@ pub(crate) use on_demand_edges;
 /// as a CronJob's `successfulJobsHistoryLimit` and `failedJobsHistoryLimit` do.
 pub const HISTORY_LIMIT: usize = 3;
 
-/// The key of the on-demand backup Job for a `backup-now` token.
-pub fn key(token: &str) -> String {
-    format!("backup-{}", short_hash(&[token]))
+/// The [`crate::engine::Machine::acks`] kind under which the record keeps the key of
+/// the Job serving the last token served: the link the next request's key chains to.
+pub const BACKUP_JOB: &str = "lockstep.dev/backup-job";
+
+/// The key of the on-demand backup Job for a `backup-now` token, chained to the key of
+/// the Job that served the token before it (`previous`, the record's [`BACKUP_JOB`]):
+/// the same token asked again after another one gets a key of its own. With nothing
+/// before it (or a record from before keys were chained), the token's alone.
+pub fn key(token: &str, previous: Option<&str>) -> String {
+    match previous {
+        None => format!("backup-{}", short_hash(&[token])),
+        Some(previous) => format!("backup-{}", short_hash(&[token, previous])),
+    }
 }
 
-/// The `(kind, token)` a backing-up state serving `token` declares in
-/// [`crate::engine::Machine::acks`].
-pub fn ack(token: &str) -> (&'static str, String) {
-    (BACKUP_NOW, token.to_owned())
+/// The key of the Job a backing-up state serves: the one it recorded (`job`), or, for a
+/// record from before keys were chained, the token's own.
+pub fn serving(token: &str, job: Option<&str>) -> String {
+    job.map_or_else(|| key(token, None), ToOwned::to_owned)
+}
+
+/// The `(kind, value)` pairs a backing-up state serving `token` with the Job of key
+/// `job` declares in [`crate::engine::Machine::acks`].
+pub fn acks(token: &str, job: Option<&str>) -> Vec<(&'static str, String)> {
+    vec![
+        (BACKUP_NOW, token.to_owned()),
+        (BACKUP_JOB, serving(token, job)),
+    ]
 }
 
 /// What the ready state does with the [`BACKUP_NOW`] annotation.
@@ -123,7 +147,7 @@ pub enum Request {
     Start {
         /// The token to persist.
         token: String,
-        /// The key of the token's Job.
+        /// The key of the token's Job, persisted with it.
         key: String,
         /// Whether to create the Job (false: it exists already, from a transition whose
         /// write was lost).
@@ -139,22 +163,23 @@ pub enum Request {
     },
 }
 
-/// What to do with the annotation's `token`, given the token last served (`served`, from
-/// [`crate::engine::World::acked`] of [`BACKUP_NOW`]), whether the Job of a key exists
-/// and whether backups are `configured`.
+/// What to do with the annotation's `token`, given the token last served and its Job's
+/// key (`served`, from [`crate::engine::World::acked`] of [`BACKUP_NOW`] and
+/// [`BACKUP_JOB`]), whether the Job of a key exists and whether backups are
+/// `configured`.
 pub fn request(
     token: Option<&str>,
-    served: Option<&str>,
+    served: Served<'_>,
     job_exists: impl FnOnce(&str) -> bool,
     configured: bool,
 ) -> Request {
     let Some(token) = token else {
         return Request::Idle;
     };
-    if served == Some(token) {
+    if served.token == Some(token) {
         return Request::Idle;
     }
-    let key = key(token);
+    let key = key(token, served.job);
     let exists = job_exists(&key);
     if configured || exists {
         Request::Start {
@@ -170,8 +195,27 @@ pub fn request(
     }
 }
 
+/// The last request served, as the record's acks keep it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Served<'a> {
+    /// Its token ([`BACKUP_NOW`]).
+    pub token: Option<&'a str>,
+    /// Its Job's key ([`BACKUP_JOB`]); absent in a record from before keys were chained.
+    pub job: Option<&'a str>,
+}
+
+impl<'a> Served<'a> {
+    /// The last request `world`'s record served.
+    pub fn of<O>(world: &'a World<O>) -> Self {
+        Served {
+            token: world.acked(BACKUP_NOW),
+            job: world.acked(BACKUP_JOB),
+        }
+    }
+}
+
 /// [`request`] for the token `o` observes, against the Jobs it observes.
-pub fn requested<R, M>(o: &Observed<R, M>, served: Option<&str>, configured: bool) -> Request {
+pub fn requested<R, M>(o: &Observed<R, M>, served: Served<'_>, configured: bool) -> Request {
     request(
         o.requests.backup_now.as_deref(),
         served,
@@ -182,14 +226,14 @@ pub fn requested<R, M>(o: &Observed<R, M>, served: Option<&str>, configured: boo
 
 impl Request {
     /// A [`Request::Start`] as the ready state's transition to the backing-up state
-    /// `backing_up(token)`, creating the token's Job unless it exists; any other request
-    /// as it is.
+    /// `backing_up(token, key)`, creating the Job of that key unless it exists; any other
+    /// request as it is.
     ///
     /// # Errors
     /// The request, if it does not start a backup.
     pub fn start<S, A: JobActions>(
         self,
-        backing_up: impl FnOnce(String) -> S,
+        backing_up: impl FnOnce(String, String) -> S,
     ) -> Result<Decision<S, A>, Request> {
         let Request::Start {
             token,
@@ -200,9 +244,10 @@ impl Request {
         else {
             return Err(self);
         };
-        let go = Decision::go(backing_up(token), BACKUP_REQUESTED, message);
-        Ok(if create {
-            go.with_actions([A::run_backup(key, BackupKind::OnDemand)])
+        let run = create.then(|| A::run_backup(key.clone(), BackupKind::OnDemand));
+        let go = Decision::go(backing_up(token, key), BACKUP_REQUESTED, message);
+        Ok(if let Some(run) = run {
+            go.with_actions([run])
         } else {
             go
         })
@@ -257,6 +302,8 @@ pub fn prune(jobs: &[JobView]) -> Vec<&JobView> {
 pub struct Facts<'a> {
     /// The token being served.
     pub token: &'a str,
+    /// The key of the Job serving it ([`serving`]).
+    pub key: &'a str,
     /// Whether the record says the token's Job was created (the token is acked): a
     /// record persisted before acks existed may be in the backing-up state without it.
     pub created: bool,
@@ -274,21 +321,23 @@ pub struct Facts<'a> {
 }
 
 impl<'a> Facts<'a> {
-    /// What the backing-up state sees of `world` while it serves `token`: whether the
-    /// record acks it, the token's Job, and how long the state has lasted. `configured`
-    /// says whether the spec field `field` still configures backups.
+    /// What the backing-up state sees of `world` while it serves `token` with the Job
+    /// of `key`: whether the record acks it, that Job, and how long the state has
+    /// lasted. `configured` says whether the spec field `field` still configures
+    /// backups.
     pub fn of<R, M>(
         world: &'a World<Observed<R, M>>,
-        token: &'a str,
+        (token, key): (&'a str, &'a str),
         configured: bool,
         field: &'a str,
     ) -> Self {
         Facts {
             token,
+            key,
             created: world.acked(BACKUP_NOW) == Some(token),
             configured,
             field,
-            job: job(&world.observed.jobs, token),
+            job: job(&world.observed.jobs, key),
             owner: &world.observed.name,
             in_state: world.in_state_for(),
         }
@@ -323,7 +372,7 @@ pub fn step(facts: Facts<'_>) -> Verdict {
             // Not in the cache yet: said as while it runs, so that Progressing is
             // written once for the wait.
             return Verdict::Wait {
-                message: waiting(facts.token, &jobs::job_name(facts.owner, &key(facts.token))),
+                message: waiting(facts.token, &jobs::job_name(facts.owner, facts.key)),
                 recheck: Some(UNSEEN_GRACE - facts.in_state),
             };
         }
@@ -338,7 +387,7 @@ pub fn step(facts: Facts<'_>) -> Verdict {
         }
         // A record from before acks existed: its Job may not have been created yet.
         return Verdict::Start {
-            key: key(facts.token),
+            key: facts.key.to_owned(),
             message: format!("starting on-demand backup for {BACKUP_NOW}={}", facts.token),
         };
     };
@@ -383,9 +432,9 @@ pub fn backing_up<S, A: JobActions>(facts: Facts<'_>, back: S, upkeep: Vec<A>) -
     )
 }
 
-/// The outcome and name of the Job serving `token` among `jobs`, for [`Facts::job`].
-pub fn job<'a>(jobs: &'a [JobView], token: &str) -> Option<(&'a JobOutcome, &'a str)> {
-    job_by_key(jobs, &key(token)).map(|j| (&j.outcome, j.name.as_str()))
+/// The outcome and name of the Job of `key` among `jobs`, for [`Facts::job`].
+pub fn job<'a>(jobs: &'a [JobView], key: &str) -> Option<(&'a JobOutcome, &'a str)> {
+    job_by_key(jobs, key).map(|j| (&j.outcome, j.name.as_str()))
 }
 
 #[cfg(test)]
@@ -397,6 +446,7 @@ mod tests {
     fn facts<'a>(job: Option<(&'a JobOutcome, &'a str)>) -> Facts<'a> {
         Facts {
             token: "t1",
+            key: "backup-t1",
             created: true,
             configured: true,
             field: "spec.backup",
@@ -423,35 +473,68 @@ mod tests {
         ));
     }
 
+    fn served<'a>(token: &'a str, job: &'a str) -> Served<'a> {
+        Served {
+            token: Some(token),
+            job: Some(job),
+        }
+    }
+
     #[test]
     fn a_new_token_starts_a_backup_once() {
-        assert_eq!(request(None, None, |_| false, true), Request::Idle);
+        let none = Served::default();
+        assert_eq!(request(None, none, |_| false, true), Request::Idle);
         assert!(matches!(
-            request(Some("t1"), None, |_| false, true),
+            request(Some("t1"), none, |_| false, true),
             Request::Start { token, create: true, .. } if token == "t1"
         ));
         // Served: whether or not its Job is still there.
+        let t1 = key("t1", None);
         assert_eq!(
-            request(Some("t1"), Some("t1"), |_| false, true),
+            request(Some("t1"), served("t1", &t1), |_| false, true),
             Request::Idle
         );
         assert_eq!(
-            request(Some("t1"), Some("t1"), |k| k == key("t1"), true),
+            request(Some("t1"), served("t1", &t1), |k| k == t1, true),
             Request::Idle
         );
         // The Job exists but the write that served it was lost: follow it, do not create.
         assert!(matches!(
-            request(Some("t1"), None, |k| k == key("t1"), false),
+            request(Some("t1"), none, |k| k == t1, false),
             Request::Start { create: false, .. }
         ));
         assert!(matches!(
-            request(Some("t2"), Some("t1"), |_| false, true),
+            request(Some("t2"), served("t1", &t1), |_| false, true),
             Request::Start { create: true, .. }
         ));
         assert!(matches!(
-            request(Some("t1"), None, |_| false, false),
+            request(Some("t1"), none, |_| false, false),
             Request::NotConfigured { .. }
         ));
+    }
+
+    /// Found by the model check: t1, then t0, then t1 again was served by t1's first Job
+    /// (its old outcome reported), or, once that Job was pruned, by a Job of the same name.
+    #[test]
+    fn a_token_set_again_after_another_was_served_gets_a_job_of_its_own() {
+        let first = key("t1", None);
+        let between = key("t0", Some(&first));
+        let again = request(Some("t1"), served("t0", &between), |k| k == first, true);
+        assert!(matches!(
+            &again,
+            Request::Start { key, create: true, .. } if *key != first && *key != between
+        ));
+        // The same history gives the same key: a lost write finds the Job it created.
+        let Request::Start { key: again, .. } = again else {
+            unreachable!("matched above")
+        };
+        assert!(matches!(
+            request(Some("t1"), served("t0", &between), |k| k == again, true),
+            Request::Start { create: false, .. }
+        ));
+        // A record from before keys were chained serves the token's own key.
+        assert_eq!(serving("t1", None), first);
+        assert_eq!(serving("t1", Some(&again)), again);
     }
 
     #[test]
@@ -461,7 +544,7 @@ mod tests {
             created: false,
             ..facts(None)
         };
-        assert!(matches!(step(old), Verdict::Start { key: k, .. } if k == key("t1")));
+        assert!(matches!(step(old), Verdict::Start { key: k, .. } if k == "backup-t1"));
         let unconfigured = Facts {
             configured: false,
             ..old

@@ -433,7 +433,7 @@ where
     let backing_up = target(&d).cloned().unwrap_or_else(|| panic!("{d:?}"));
     // The Job is created by the transition that persists BackingUp (and acks the token).
     let run = JobAction::RunBackup {
-        key: super::on_demand::key("t1"),
+        key: super::on_demand::key("t1", None),
         kind: BackupKind::OnDemand,
     };
     assert_eq!(only_job_action(d.actions()), Some(&run), "{d:?}");

@@ -89,7 +89,6 @@ use super::observe::Observed;
 use super::state::{DdbKind, DdbState, UpgradeStep};
 use super::table::{TABLE, reason::FINALIZED};
 use crate::engine::{Deadline, Decision, Edge, Machine, World};
-use crate::machines::common::annotations::BACKUP_NOW;
 use crate::machines::common::retry::HOOK_WAY_OUT;
 use crate::machines::common::{finalize, on_demand};
 
@@ -132,7 +131,14 @@ impl Machine for DistributedDb {
             DdbState::Creating => creating(spec, o),
             DdbState::Ready { version, replicas } => {
                 let lost = on_demand::lost(world, o.requests.backup_now.as_deref());
-                ready(spec, version, *replicas, world.acked(BACKUP_NOW), lost, o)
+                ready(
+                    spec,
+                    version,
+                    *replicas,
+                    on_demand::Served::of(world),
+                    lost,
+                    o,
+                )
             }
             DdbState::Scaling {
                 version,
@@ -144,7 +150,11 @@ impl Machine for DistributedDb {
                 version,
                 replicas,
                 request,
-            } => backing_up(spec, version, *replicas, request, world),
+                job,
+            } => {
+                let key = on_demand::serving(request, job.as_deref());
+                backing_up(spec, version, *replicas, (request, &key), world)
+            }
             DdbState::Finalizing { .. } | DdbState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
             }
@@ -174,7 +184,7 @@ impl Machine for DistributedDb {
 
     fn acks(state: &DdbState) -> Vec<(&'static str, String)> {
         match state {
-            DdbState::BackingUp { request, .. } => vec![on_demand::ack(request)],
+            DdbState::BackingUp { request, job, .. } => on_demand::acks(request, job.as_deref()),
             _ => Vec::new(),
         }
     }

@@ -46,6 +46,10 @@ pub enum DdbState {
         replicas: i32,
         /// The `backup-now` token being served.
         request: String,
+        /// The key of the Job serving it ([`crate::machines::common::on_demand::key`]);
+        /// absent in a record from before keys were chained (then the token's own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<String>,
     },
     /// Being deleted: a final backup runs before the finalizer is released.
     Finalizing {

@@ -363,7 +363,6 @@ fn keep_lease_at_rest(
     };
     d.with_actions(moves).requeue_if_any(wait)
 }
-use crate::machines::common::annotations::BACKUP_NOW;
 use crate::machines::common::{finalize, on_demand};
 
 /// The way out of a wait for pods (Creating, Scaling, Upgrading), named when its
@@ -422,7 +421,7 @@ impl Machine for Postgres {
                     spec,
                     cluster,
                     Served {
-                        backup: world.acked(BACKUP_NOW),
+                        backup: on_demand::Served::of(world),
                         switchover: world.acked(SWITCHOVER),
                         restore: world.acked(RESTORE_ACK),
                     },
@@ -440,7 +439,14 @@ impl Machine for Postgres {
             }
             PgState::SwitchingOver(s) => switching_over(spec, s, world),
             PgState::PrimaryLost { cluster } => primary_lost(spec, cluster, world),
-            PgState::BackingUp { cluster, request } => backing_up(spec, cluster, request, world),
+            PgState::BackingUp {
+                cluster,
+                request,
+                job,
+            } => {
+                let key = on_demand::serving(request, job.as_deref());
+                backing_up(spec, cluster, (request, &key), world)
+            }
             PgState::RestoringInPlace(r) => restoring_in_place(spec, r, world),
             PgState::Finalizing { .. } | PgState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
@@ -486,7 +492,7 @@ impl Machine for Postgres {
 
     fn acks(state: &PgState) -> Vec<(&'static str, String)> {
         match state {
-            PgState::BackingUp { request, .. } => vec![on_demand::ack(request)],
+            PgState::BackingUp { request, job, .. } => on_demand::acks(request, job.as_deref()),
             PgState::SwitchingOver(Switchover {
                 request: Some(token),
                 ..

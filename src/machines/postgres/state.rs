@@ -195,6 +195,10 @@ pub enum PgState {
         cluster: Topology,
         /// The `backup-now` token being served.
         request: String,
+        /// The key of the Job serving it ([`crate::machines::common::on_demand::key`]);
+        /// absent in a record from before keys were chained (then the token's own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<String>,
     },
     /// The cluster is rewound in place to a point of its own backups (`spec.restore`).
     RestoringInPlace(Restore),

@@ -403,7 +403,6 @@ pub async fn run(
             if wait.no_wait {
                 return Ok(0);
             }
-            let job = job_name(&found.name, &on_demand::key(&value));
             let outcome = found
                 .wait(wait.timeout, |o| {
                     if let Some((reason, message)) = condition_true(o, "Degraded")
@@ -411,6 +410,15 @@ pub async fn run(
                     {
                         return Some(Err(message));
                     }
+                    // The Job serving this token, once the machine took it on: its key
+                    // is chained to the requests before it, so only the record says it.
+                    let acks = o.pointer("/status/machine/acks")?;
+                    let served = acks.get(BACKUP_NOW).and_then(Value::as_str);
+                    if served != Some(value.as_str()) {
+                        return None;
+                    }
+                    let key = acks.get(on_demand::BACKUP_JOB).and_then(Value::as_str);
+                    let job = job_name(&found.name, &on_demand::serving(&value, key));
                     let last = o.pointer("/status/lastBackup")?;
                     (last.get("job").and_then(Value::as_str) == Some(job.as_str())).then(|| {
                         let outcome = last

@@ -12,7 +12,7 @@ pub(crate) fn backing_up(
     spec: &DistributedDBSpec,
     version: &str,
     replicas: i32,
-    request: &str,
+    request: (&str, &str),
     world: &World<Observed>,
 ) -> D {
     let o = &world.observed;

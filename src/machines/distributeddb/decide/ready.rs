@@ -22,13 +22,13 @@ use crate::machines::distributeddb::state::{DdbState, Upgrade};
 use crate::machines::distributeddb::table::reason::*;
 
 /// Decide in Ready: every pod at `version`, `replicas` of them.
-/// `served` is the `backup-now` token last served (the record's ack); `lost` the
+/// `served` is the `backup-now` request last served (the record's acks); `lost` the
 /// message of a backup it asked for whose outcome is unknown ([`on_demand::lost`]).
 pub(crate) fn ready(
     spec: &DistributedDBSpec,
     version: &str,
     replicas: i32,
-    served: Option<&str>,
+    served: on_demand::Served<'_>,
     lost: Option<String>,
     o: &Observed,
 ) -> D {
@@ -182,14 +182,15 @@ fn backup(
     spec: &DistributedDBSpec,
     version: &str,
     replicas: i32,
-    served: Option<&str>,
+    served: on_demand::Served<'_>,
     o: &Observed,
 ) -> ControlFlow<D, Option<String>> {
-    match on_demand::requested(o, served, spec.backup_policy.is_some()).start(|request| {
+    match on_demand::requested(o, served, spec.backup_policy.is_some()).start(|request, job| {
         DdbState::BackingUp {
             version: version.to_owned(),
             replicas,
             request,
+            job: Some(job),
         }
     }) {
         Ok(go) => ControlFlow::Break(go),

@@ -42,7 +42,7 @@ use std::fmt;
 
 use proptest::prelude::*;
 
-use super::actions::{DdbAction, HookPhase, JobAction, backup_key, hook_key};
+use super::actions::{DdbAction, HookPhase, JobAction, hook_key};
 use super::api::DistributedDBSpec;
 use super::fixtures::{self, policy};
 use super::machine::DistributedDb;
@@ -152,6 +152,9 @@ pub(super) struct Cluster {
     /// status write lost after the Job's creation would otherwise break (found by the
     /// model check: the token served again, its Job created a second time).
     persisted_keys: std::cell::RefCell<BTreeSet<String>>,
+    /// The token the last persisted backing-up state served (noted as the invariants
+    /// read it): the request at rest is served when it is this one.
+    persisted_token: std::cell::RefCell<Option<String>>,
     /// Every image a spec asked for.
     asked: BTreeSet<String>,
     /// The spec had no backup policy at some point.
@@ -331,6 +334,7 @@ impl Cluster {
             next_uid: 0,
             backup_keys: BTreeSet::new(),
             persisted_keys: std::cell::RefCell::default(),
+            persisted_token: std::cell::RefCell::default(),
             final_backup_done: false,
             asked: BTreeSet::from([IMAGES[0].to_owned()]),
             ever_without_policy: !backups,

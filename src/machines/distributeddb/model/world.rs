@@ -356,13 +356,16 @@ impl WorldModel<DistributedDb> for Cluster {
         if let Some(first) = self.violations.first() {
             return Err(first.clone());
         }
-        if let DdbState::BackingUp { request, .. } = state {
+        if let DdbState::BackingUp { request, job, .. } = state {
             self.persisted_keys
                 .borrow_mut()
-                .insert(on_demand::key(request));
+                .insert(on_demand::serving(request, job.as_deref()));
+            self.persisted_token.replace(Some(request.clone()));
         }
         let reading = match state {
-            DdbState::BackingUp { request, .. } => Some(on_demand::key(request)),
+            DdbState::BackingUp { request, job, .. } => {
+                Some(on_demand::serving(request, job.as_deref()))
+            }
             DdbState::Finalizing { attempt } => Some(finalize::key(*attempt)),
             _ => None,
         };
@@ -415,7 +418,7 @@ impl WorldModel<DistributedDb> for Cluster {
             // Served: a persisted state served it (its Job may have been deleted since).
             // A Job created by a reconcile whose status write was lost is not: the next
             // reconcile follows it ([`crate::machines::common::on_demand`]).
-            (Some(token), Some(_)) => self.persisted_keys.borrow().contains(&backup_key(token)),
+            (Some(token), Some(_)) => self.persisted_token.borrow().as_ref() == Some(token),
             _ => true,
         };
         // At rest, finished on-demand Jobs are within their history limit.

@@ -11,9 +11,10 @@ fn backup_now_runs_one_backup_per_token() {
         in_sync: true,
     });
     asked.requests.backup_now = Some("t1".to_owned());
-    let succeeded = asked
-        .clone()
-        .with_job(job(&backup_key("t1"), Purpose::Backup, succeeded()));
+    let succeeded =
+        asked
+            .clone()
+            .with_job(job(&backup_key("t1", None), Purpose::Backup, succeeded()));
     let pruned = Observed {
         jobs: Vec::new(),
         ..succeeded.clone()

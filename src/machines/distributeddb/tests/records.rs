@@ -25,7 +25,7 @@ fn with_token(mut o: Observed, token: &str) -> Observed {
 fn a_served_token_runs_no_second_backup_once_its_job_is_gone() {
     let mut run = from_ready();
     let mut o = with_token(at_rest("db:1"), "t1");
-    let key = backup_key("t1");
+    let key = backup_key("t1", None);
     let backups = run.backups_playing(3, &mut o, |o| {
         o.jobs = vec![job(&key, Purpose::Backup, JobOutcome::Running)];
     });
@@ -78,7 +78,7 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     let mut o = at_rest("db:1");
     let mut keys = Vec::new();
     for (i, token) in ["a", "b", "c", "d", "e"].iter().enumerate() {
-        let key = backup_key(token);
+        let key = backup_key(token, None);
         let mut j = job(
             &key,
             Purpose::Backup,
@@ -88,7 +88,7 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
         o.jobs.push(j);
         keys.push(key);
     }
-    let mut f = job(&backup_key("f"), Purpose::Backup, failed(10));
+    let mut f = job(&backup_key("f", None), Purpose::Backup, failed(10));
     f.created = Some(t(10));
     o.jobs.push(f);
     o.requests.backup_now = Some("e".to_owned());

@@ -28,6 +28,7 @@ fn every_state_round_trips_and_fits_the_schema() {
             version: "v".to_owned(),
             replicas: 3,
             request: "t".to_owned(),
+            job: Some("backup-1234567890".to_owned()),
         },
         DdbState::Finalizing { attempt: 2 },
         DdbState::Finalized,

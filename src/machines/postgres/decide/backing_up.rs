@@ -12,7 +12,7 @@ use crate::machines::postgres::state::{PgState, Topology};
 pub(crate) fn backing_up(
     spec: &PostgresClusterSpec,
     cluster: &Topology,
-    request: &str,
+    request: (&str, &str),
     world: &World<Observed>,
 ) -> D {
     let o = &world.observed;

@@ -42,8 +42,8 @@ pub const OBJECTS_WAY_OUT: &str = "the other entries are applied; correct or rem
 /// The request tokens last taken on (the record's acks).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Served<'a> {
-    /// `lockstep.dev/backup-now`'s.
-    pub backup: Option<&'a str>,
+    /// `lockstep.dev/backup-now`'s, with its Job's key.
+    pub backup: on_demand::Served<'a>,
     /// `lockstep.dev/switchover`'s.
     pub switchover: Option<&'a str>,
     /// `spec.restore.token`'s.
@@ -173,13 +173,14 @@ fn upgrade(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> Opti
 fn backup(
     spec: &PostgresClusterSpec,
     cluster: &Topology,
-    served: Option<&str>,
+    served: on_demand::Served<'_>,
     o: &Observed,
     actions: &[PgAction],
 ) -> ControlFlow<D> {
-    match on_demand::requested(o, served, spec.backup.is_some()).start(|request| PgState::BackingUp {
+    match on_demand::requested(o, served, spec.backup.is_some()).start(|request, job| PgState::BackingUp {
         cluster: cluster.clone(),
         request,
+        job: Some(job),
     }) {
         Ok(go) => ControlFlow::Break(go),
         Err(on_demand::Request::NotConfigured { .. }) => ControlFlow::Break(

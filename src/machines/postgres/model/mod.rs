@@ -196,7 +196,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 
-use super::actions::{DeleteCause, JobAction, LsnGate, PgAction, Role, ServiceKind, backup_key};
+use super::actions::{DeleteCause, JobAction, LsnGate, PgAction, Role, ServiceKind};
 use super::answers::{Answer, answer};
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::applied::SettingsReport;
@@ -436,6 +436,9 @@ pub(super) struct World {
     /// (what the record's acks hold), noted as the states are checked: a request is
     /// served once a switchover state carried it.
     switchover_served: std::cell::Cell<u32>,
+    /// The backup token the last persisted backing-up state served (noted as the
+    /// invariants read it): the request at rest is served when it is this one.
+    backup_served: std::cell::RefCell<Option<String>>,
     skip_final: bool,
     /// `lockstep.dev/retry-promote` is set (to one token: the settled world's).
     retry_promote: bool,

@@ -98,6 +98,7 @@ impl World {
             backup_token: 0,
             switchover: None,
             switchover_served: std::cell::Cell::new(0),
+            backup_served: std::cell::RefCell::default(),
             skip_final: false,
             retry_promote: false,
             adopt_hatch: false,

@@ -357,6 +357,9 @@ where
             self.switchover_served
                 .set(self.switchover_served.get().max(serial));
         }
+        if let PgState::BackingUp { request, .. } = state {
+            self.backup_served.replace(Some(request.clone()));
+        }
         self.note_restore(state);
         if let Some(v) = self.violations.first() {
             return Err(v.clone());
@@ -441,8 +444,9 @@ where
         let want = image(self.version);
         let scheduled = self.backup && SCHEDULES[self.schedule].is_some();
         let token = format!("t{}", self.backup_token);
-        // Served: its Job was created (it may have been deleted since).
-        let token_served = self.backup_token == 0 || self.backup_keys.contains(&backup_key(&token));
+        // Served: a persisted state served it (its Job may have been deleted since).
+        let token_served =
+            self.backup_token == 0 || self.backup_served.borrow().as_deref() == Some(&token);
         // A switchover request is served once a switchover state took its token on.
         let switchover_served = self
             .switchover

@@ -207,7 +207,7 @@ fn an_on_demand_backup_runs_once_per_token() {
     asked.requests.backup_now = Some("t1".to_owned());
     let mut succeeded = asked.clone();
     succeeded.jobs = vec![job(
-        &backup_key("t1"),
+        &backup_key("t1", None),
         Purpose::Backup,
         JobOutcome::Succeeded { at: t(5) },
     )];
@@ -225,6 +225,7 @@ fn an_on_demand_backup_runs_once_per_token() {
     let expected = PgState::BackingUp {
         cluster: cluster(V1, 0),
         request: "t1".to_owned(),
+        job: Some(backup_key("t1", None)),
     };
     assert_eq!(backing_up, expected);
 }

@@ -131,7 +131,7 @@ fn a_requested_backup_whose_job_vanished_unread_is_the_last_backup_with_an_unkno
     );
     assert_eq!(
         shown["lastBackup"]["job"],
-        crate::machines::common::jobs::job_name("pg", &backup_key("t1"))
+        crate::machines::common::jobs::job_name("pg", &backup_key("t1", None))
     );
     assert_eq!(shown["lastBackup"]["time"], serde_json::json!(t(120)));
 }

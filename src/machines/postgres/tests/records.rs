@@ -18,7 +18,7 @@ fn a_token_runs_one_backup_even_when_its_job_is_deleted() {
         let mut run = Reconciles::<Postgres>::from(with_backups(spec("16.3"), None), &ready(V1, 0));
         let mut o = at_rest(V1, 0);
         o.requests.backup_now = Some("t1".to_owned());
-        let key = backup_key("t1");
+        let key = backup_key("t1", None);
         let mut backups = run.backups_playing(3, &mut o, |o| {
             o.jobs = vec![job(&key, Purpose::Backup, JobOutcome::Running)];
         });
@@ -44,7 +44,7 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     let mut o = at_rest(V1, 0);
     for i in 0..5 {
         let mut j = job(
-            &backup_key(&format!("t{i}")),
+            &backup_key(&format!("t{i}"), None),
             Purpose::Backup,
             JobOutcome::Succeeded { at: t(i) },
         );
@@ -53,8 +53,8 @@ fn on_demand_backup_jobs_are_pruned_beyond_the_history_limit() {
     }
     let d = decide(&s, &ready(V1, 0), o);
     let mut oldest = vec![
-        format!("pg-{}", backup_key("t0")),
-        format!("pg-{}", backup_key("t1")),
+        format!("pg-{}", backup_key("t0", None)),
+        format!("pg-{}", backup_key("t1", None)),
     ];
     oldest.sort();
     let mut pruned = deleted_jobs(d.actions());
