@@ -215,10 +215,52 @@ pub(crate) fn choose_target(
     below: i32,
     image: Option<&str>,
 ) -> Option<PodRef> {
+    candidates(o, cluster, below, image).next()
+}
+
+/// The replica a planned switchover (an upgrade's or rolling restart's, a scale-down's)
+/// moves the primary role to: [`choose_target`]'s, among the replicas whose standby does
+/// not report that it stopped streaming ([`crate::machines::postgres::streaming`]), as a
+/// requested switchover refuses one. A standby behind the primary would keep writes
+/// unavailable, once the old primary stopped, until it caught up. `Err` names the
+/// candidates held back for that (empty: there is no candidate at all).
+pub(crate) fn choose_planned_target(
+    o: &Observed,
+    cluster: &Topology,
+    below: i32,
+    image: Option<&str>,
+) -> Result<PodRef, Vec<i32>> {
+    let (behind, streaming): (Vec<PodRef>, Vec<PodRef>) =
+        candidates(o, cluster, below, image).partition(|c| o.own.lagging.contains(&c.ordinal));
+    streaming
+        .into_iter()
+        .next()
+        .ok_or_else(|| behind.iter().map(|c| c.ordinal).collect())
+}
+
+/// What a planned switchover held back by [`choose_planned_target`] waits for, and the
+/// way out; `None` when no candidate was held back.
+pub(crate) fn held_back(o: &Observed, behind: &[i32]) -> Option<String> {
+    (!behind.is_empty()).then(|| {
+        format!(
+            "{} report that their standbys do not stream from the primary (behind it: a switchover to one would keep writes unavailable until it caught up); waiting for one to catch up (if it cannot, because the primary no longer keeps the WAL it needs, delete its volume claim and pod to clone it anew)",
+            o.pod_names(behind)
+        )
+    })
+}
+
+/// The replicas that may be promoted ([`choose_target`]'s rules), the lowest ordinal
+/// first.
+fn candidates<'a>(
+    o: &'a Observed,
+    cluster: &'a Topology,
+    below: i32,
+    image: Option<&'a str>,
+) -> impl Iterator<Item = PodRef> + 'a {
     (0..below.min(cluster.replicas))
         .filter(|k| *k != cluster.primary)
         .filter_map(|k| o.pods.get(&k).map(|p| (k, p)))
-        .find(|(_, p)| {
+        .filter(move |(_, p)| {
             p.serving()
                 && p.role != Some(Role::Demoted)
                 && image.is_none_or(|i| p.image.as_deref() == Some(i))

@@ -3,7 +3,7 @@
 
 use super::primary_lost::{lose_primary, primary_down};
 use super::switching_over::strictest;
-use super::{D, choose_target, stay, switch_to, upkeep_at};
+use super::{D, choose_planned_target, held_back, stay, switch_to, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::postgres::actions::PgAction;
 use crate::machines::postgres::api::PostgresClusterSpec;
@@ -19,8 +19,8 @@ fn scale_below_primary(
     o: &Observed,
     actions: Vec<PgAction>,
 ) -> D {
-    match choose_target(o, cluster, replicas, None) {
-        Some(target) => switch_to(
+    match choose_planned_target(o, cluster, replicas, None) {
+        Ok(target) => switch_to(
             cluster,
             target,
             SwitchCause::Scale,
@@ -32,15 +32,25 @@ fn scale_below_primary(
                 )
             },
         ),
-        None => stay(
-            NO_PROMOTION_TARGET,
-            format!(
-                "spec.replicas={replicas} would remove the primary {}, and no Ready replica below ordinal {replicas} can take over",
-                o.pod_name(cluster.primary)
+        Err(behind) => match held_back(o, &behind) {
+            Some(why) => stay(
+                WAITING_FOR_PODS,
+                format!(
+                    "spec.replicas={replicas} would remove the primary {}: {why}",
+                    o.pod_name(cluster.primary)
+                ),
+                actions,
             ),
-            actions,
-        )
-        .degraded(),
+            None => stay(
+                NO_PROMOTION_TARGET,
+                format!(
+                    "spec.replicas={replicas} would remove the primary {}, and no Ready replica below ordinal {replicas} can take over",
+                    o.pod_name(cluster.primary)
+                ),
+                actions,
+            )
+            .degraded(),
+        },
     }
 }
 

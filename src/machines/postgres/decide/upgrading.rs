@@ -4,7 +4,7 @@
 //! start ([`waits_for_restart`]): a rolling restart is an upgrade to the same image.
 
 use super::primary_lost::{lose_primary, primary_down};
-use super::{D, choose_target, stay, switch_to, upkeep_at};
+use super::{D, choose_planned_target, held_back, stay, switch_to, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::common::replace::{self, Replacement};
 use crate::machines::postgres::actions::{DeleteCause, PgAction, spec_image};
@@ -140,8 +140,9 @@ pub(crate) fn plan_upgrade(cluster: &Topology, o: &Observed, actions: Vec<PgActi
                     actions,
                 );
             }
-            return match choose_target(o, cluster, n, Some(target)) {
-                Some(t) if down.is_empty() => switch_to(
+            let chosen = choose_planned_target(o, cluster, n, Some(target));
+            return match chosen {
+                Ok(t) if down.is_empty() => switch_to(
                     cluster,
                     t,
                     SwitchCause::Upgrade,
@@ -150,6 +151,15 @@ pub(crate) fn plan_upgrade(cluster: &Topology, o: &Observed, actions: Vec<PgActi
                     |from, to| {
                         format!("every replica runs {target}; switching over from {from} to {to}")
                     },
+                ),
+                Err(behind) if down.is_empty() => stay(
+                    WAITING_FOR_PODS,
+                    format!(
+                        "every replica runs {target}; {}",
+                        held_back(o, &behind)
+                            .unwrap_or_else(|| "no replica can take over".to_owned())
+                    ),
+                    actions,
                 ),
                 _ => stay(
                     WAITING_FOR_PODS,

@@ -171,6 +171,27 @@ fn scaling_below_the_primary_hands_the_role_to_a_lower_ordinal_first() {
     assert_eq!(d.reason(), SERVING);
 }
 
+/// As a requested switchover refuses one: a standby behind the primary would keep
+/// writes unavailable until it caught up.
+#[test]
+fn scaling_below_the_primary_passes_over_a_standby_that_does_not_stream_and_waits_when_all_lag() {
+    let mut o = at_rest(V1, 2);
+    o.own.lagging = [0].into();
+    let d = decide(&scaled_to(2), &ready(V1, 2), o.clone());
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(sw)) if sw.target.ordinal == 1
+    ));
+    o.own.lagging = [0, 1].into();
+    let d = decide(&scaled_to(2), &ready(V1, 2), o);
+    assert_eq!(d.reason(), WAITING_FOR_PODS);
+    assert!(target(&d).is_none(), "nobody is promoted: {d:?}");
+    assert_says(
+        &d,
+        &["pg-0, pg-1", "do not stream", "delete its volume claim"],
+    );
+}
+
 #[test]
 fn scaling_above_the_primary_goes_straight_to_scaling() {
     let d = decide(&scaled_to(5), &ready(V1, 0), at_rest(V1, 0));

@@ -96,6 +96,23 @@ fn the_primary_is_left_alone_until_every_replica_runs_the_target() {
 }
 
 #[test]
+fn an_upgrades_switchover_passes_over_a_standby_that_does_not_stream_and_waits_when_all_lag() {
+    let state = upgrading_to_v2(0);
+    let mut o = upgrade_observed(&[1, 2], 0);
+    o.own.lagging = [1].into();
+    let d = decide(&spec("16.4"), &state, o.clone());
+    assert!(matches!(
+        target(&d),
+        Some(PgState::SwitchingOver(sw)) if sw.target.ordinal == 2
+    ));
+    o.own.lagging = [1, 2].into();
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), WAITING_FOR_PODS);
+    assert!(target(&d).is_none(), "nobody is promoted: {d:?}");
+    assert_says(&d, &["pg-1, pg-2", "do not stream"]);
+}
+
+#[test]
 fn with_every_replica_upgraded_the_switchover_intent_is_recorded_before_any_label_moves() {
     let state = upgrading_to_v2(0);
     let d = decide(&spec("16.4"), &state, upgrade_observed(&[1, 2], 0));
