@@ -172,10 +172,17 @@ fn a_target_that_is_not_ready_is_never_promoted_and_a_ready_one_is_chosen_instea
         target(&d),
         Some(PgState::SwitchingOver(s)) if s.target.ordinal == 2 && s.attempt == 1
     ));
-    // With no other Ready replica at the target image, it waits, Degraded.
+    // With no other Ready replica at the target image, it waits, Degraded, and the
+    // target holding the Lease is not labelled primary meanwhile: labelled, its agent
+    // would promote it (found by the deep model check).
     edit(&mut o, 2, |p| p.ready = false);
     let d = decide(&spec("16.4"), &upgrade_switchover(SwitchStep::Promote), o);
     assert_degraded(&d, NO_PROMOTION_TARGET);
+    assert!(
+        !labels_in(&d).contains(&(1, Role::Primary)),
+        "{:?}",
+        labels_in(&d)
+    );
 }
 
 #[test]

@@ -98,8 +98,12 @@ pub(crate) fn switching_over(
         // keeps the label it has meanwhile: demoted while it holds the Lease, its agent
         // would stop the server it is promoting (found by the model check at 6,000
         // cases: the old primary evicted mid-promotion, and nobody left to promote).
+        // Nor while the target is not Ready (found by the deep model check: its probe
+        // failed after the hand-over, and it was labelled, and so promoted, anyway):
+        // `promote` chooses another or waits for it.
         SwitchStep::Promote if target_seen && lease_holds_target(s, o).is_ok() => {
-            if o.pods.contains_key(&old) {
+            let serving = o.pods.get(&t).is_some_and(|p| p.serving());
+            if o.pods.contains_key(&old) && serving {
                 promoting_moves(o, t)
             } else {
                 label_moves(o, None)
