@@ -1576,6 +1576,12 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
             "spec.postgresql.parameters: wal_level is managed by Lockstep",
         ),
         (
+            "weak-commit",
+            with(json!({"synchronous": {"number": 1},
+                        "postgresql": {"parameters": {"synchronous_commit": "local"}}})),
+            "spec.postgresql.parameters.synchronous_commit must be on or remote_apply with spec.synchronous",
+        ),
+        (
             "upper",
             with(json!({"postgresql": {"parameters": {"Work_Mem": "8MB"}}})),
             "spec.postgresql.parameters: every name is a PostgreSQL parameter name in lower case",

@@ -171,6 +171,9 @@ fn version_rule() -> String {
     )
         .message("spec.restore needs spec.backup with walArchive: the cluster is restored from its own repository in that store")
         .field_path(".restore"),
+    validation = Rule::new(super::synchronous::COMMIT_RULE)
+        .message(super::synchronous::COMMIT_MESSAGE)
+        .field_path(".postgresql.parameters"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PostgresClusterSpec {

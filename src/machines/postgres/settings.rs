@@ -39,8 +39,11 @@ use super::synchronous::SyncStandbys;
 pub const SETTINGS_ANNOTATION: &str = "lockstep.dev/postgresql";
 
 /// The parameters (and configuration directives) Lockstep sets itself: replication,
-/// recovery, archiving, the addresses and files the pods and Services rely on.
+/// recovery, archiving, the addresses and files the pods and Services rely on, and
+/// `allow_alter_system` (off from PostgreSQL 17: what `ALTER SYSTEM` writes would
+/// override them).
 pub const MANAGED: &[&str] = &[
+    "allow_alter_system",
     "archive_command",
     "archive_library",
     "archive_mode",

@@ -22,13 +22,48 @@
 //!   A failover then promotes the most advanced member that answered, as without
 //!   `spec.synchronous`.
 //!
+//! - While a member names synchronous standbys, commits wait for them: its manager
+//!   writes `synchronous_commit = on` after the person's parameters
+//!   ([`managed_commit`]) unless they ask for the stronger `remote_apply`, the API
+//!   server refuses a weaker level with `spec.synchronous` ([`COMMIT_RULE`]), and
+//!   `postgresql.auto.conf` (what `ALTER SYSTEM` writes, read after every other file)
+//!   keeps none of the settings Lockstep manages.
+//!
 //! # Assumptions
 //! - Standbys connect with `application_name` = their pod name (the manager's default).
+//! - A client may still lower `synchronous_commit` for its own session or transaction
+//!   (`SET`), or for a role or database (`ALTER ROLE`/`ALTER DATABASE ... SET`), as
+//!   PostgreSQL allows: its commits are then acknowledged before the standbys hold them,
+//!   by its own choice.
 //! - `number` < `spec.replicas` (the API server refuses more): a primary never waits for
 //!   more standbys than the cluster has.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+/// The levels of `synchronous_commit` at which a commit waits for the synchronous
+/// standbys to flush it (or, `remote_apply`, to apply it).
+pub const WAITING_COMMIT_LEVELS: &[&str] = &["on", "remote_apply"];
+
+/// The CEL rule on the spec refusing, with `spec.synchronous`, a `synchronous_commit`
+/// at which commits do not wait for the standbys (`off`, `local`, `remote_write`).
+pub const COMMIT_RULE: &str = "!has(self.synchronous) || !has(self.postgresql) || !has(self.postgresql.parameters) || !('synchronous_commit' in self.postgresql.parameters) || self.postgresql.parameters['synchronous_commit'].lowerAscii() in ['on', 'remote_apply']";
+
+/// [`COMMIT_RULE`]'s message, naming the field.
+pub const COMMIT_MESSAGE: &str = "spec.postgresql.parameters.synchronous_commit must be on or remote_apply with spec.synchronous: at a weaker level a commit is acknowledged before the synchronous standbys hold it, and a failover may lose it";
+
+/// The `synchronous_commit` a member that names synchronous standbys writes after the
+/// person's parameters: `on` unless the person's (`user`) is one at which commits wait
+/// already ([`WAITING_COMMIT_LEVELS`]; an older CRD may have let another through).
+#[must_use]
+pub fn managed_commit(user: Option<&str>) -> Option<&'static str> {
+    let waits = user.is_some_and(|v| {
+        WAITING_COMMIT_LEVELS
+            .iter()
+            .any(|level| v.trim().eq_ignore_ascii_case(level))
+    });
+    (!waits).then_some("on")
+}
 
 /// The pod condition a primary's instance manager writes on its own pod (as
 /// [`super::archiving`]'s) while `spec.synchronous` is set, when it changes:
@@ -190,6 +225,23 @@ pub fn survey_quorum(spec: Option<&SynchronousSpec>, others: usize) -> Option<us
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_member_naming_standbys_makes_commits_wait_unless_the_person_asked_for_more() {
+        for weaker in [
+            None,
+            Some("off"),
+            Some("local"),
+            Some("remote_write"),
+            Some("bogus"),
+        ] {
+            assert_eq!(managed_commit(weaker), Some("on"), "{weaker:?}");
+        }
+        for waits in ["on", "ON", " remote_apply "] {
+            assert_eq!(managed_commit(Some(waits)), None, "{waits}");
+        }
+    }
+
     use std::collections::BTreeSet;
 
     use super::*;

@@ -3,8 +3,37 @@
 
 #[allow(clippy::wildcard_imports)] // the preparation's vocabulary, imported once in its parent
 use super::*;
+use crate::machines::postgres::synchronous::managed_commit;
+
+/// The parameter that makes a commit wait for the synchronous standbys.
+const SYNCHRONOUS_COMMIT: &str = "synchronous_commit";
+
+/// Whether a line of `postgresql.auto.conf` sets a parameter Lockstep manages
+/// ([`MANAGED`](crate::machines::postgres::settings::MANAGED), `synchronous_commit`,
+/// `allow_alter_system`).
+fn overrides_managed(line: &str) -> bool {
+    let key = line
+        .trim_start()
+        .split(|c: char| c == '=' || c.is_whitespace())
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    crate::machines::postgres::settings::MANAGED.contains(&key.as_str())
+        || key == SYNCHRONOUS_COMMIT
+        || key == "allow_alter_system"
+}
 
 impl Prepare {
+    /// The major of the server the data directory belongs to (its `PG_VERSION`), if
+    /// there is one yet.
+    fn major(&self) -> Option<u32> {
+        fs::read_to_string(self.layout.pgdata.join("PG_VERSION"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// `lockstep.conf` for a primary or a standby: the person's parameters (`user`)
     /// first, then the managed settings, which win over any of the same name (read
     /// later).
@@ -42,6 +71,18 @@ impl Prepare {
             // spec.synchronous (empty: asynchronous), the same on every member.
             format!("synchronous_standby_names = {}", quote::conf(synchronous)),
         ]);
+        // Standbys named: commits wait for them, whatever the person's parameters say.
+        if !synchronous.is_empty()
+            && let Some(level) =
+                managed_commit(user.parameters.get(SYNCHRONOUS_COMMIT).map(String::as_str))
+        {
+            lines.push(format!("{SYNCHRONOUS_COMMIT} = {}", quote::conf(level)));
+        }
+        // PostgreSQL 17 and later: `ALTER SYSTEM` is refused, so nothing it writes can
+        // override a managed setting at the next reload.
+        if self.major().is_some_and(|m| m >= 17) {
+            lines.push("allow_alter_system = off".to_owned());
+        }
         let transport = self.transport();
         lines.extend(transport.conf_lines());
         if standby && let Some(host) = &self.streams_from() {
@@ -107,14 +148,13 @@ impl Prepare {
             file.write_all(b"\n# lockstep managed settings\ninclude_if_exists = 'lockstep.conf'\n")
                 .map_err(io("writing", &conf))?;
         }
+        // Read after every other file, `postgresql.auto.conf` (`ALTER SYSTEM`'s, and
+        // `pg_basebackup`'s conninfo) would override a managed setting: none is kept.
         let auto = dir.join("postgresql.auto.conf");
         if let Ok(text) = fs::read_to_string(&auto) {
             let kept: String = text
                 .lines()
-                .filter(|line| {
-                    let key = line.trim_start();
-                    !(key.starts_with("primary_conninfo") || key.starts_with("primary_slot_name"))
-                })
+                .filter(|line| !overrides_managed(line))
                 .map(|line| format!("{line}\n"))
                 .collect();
             write_private(&auto, &kept)?;
