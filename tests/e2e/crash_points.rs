@@ -540,7 +540,7 @@ fn check_protocol(effects: &Effects, last: Option<&DistributedDB>) -> Result<(),
             }
         }
     }
-    let on_demand = format!("jobs {NAME}-{}", normalize(&backup_key(TOKEN)));
+    let on_demand = format!("jobs {NAME}-{}", normalize(&backup_key(TOKEN, None)));
     let final_backup = format!("jobs {NAME}-final-backup-1");
     for key in [on_demand, final_backup] {
         if effects.created.get(&key) != Some(&1) {
@@ -644,7 +644,7 @@ async fn lifecycle(world: &World, faults: Faults) -> (Effects, Option<Distribute
         )
         .await
         .unwrap_or_else(|e| panic!("annotate {NAME}: {e}"));
-    let job = format!("{NAME}-{}", backup_key(TOKEN));
+    let job = format!("{NAME}-{}", backup_key(TOKEN, None));
     let recorded = job.clone();
     wait_for(
         &world.api,

@@ -552,7 +552,7 @@ async fn scheduled_and_on_demand_backups_update_last_backup() {
         json!({"metadata": {"annotations": {"lockstep.dev/backup-now": "first"}}}),
     )
     .await;
-    let on_demand = format!("audit-{}", backup_key("first"));
+    let on_demand = format!("audit-{}", backup_key("first", None));
     let expected = on_demand.clone();
     wait_for(
         &db.api,

@@ -924,7 +924,7 @@ async fn etcd_lifecycle_on_the_real_node() {
         json!({"metadata": {"annotations": {"lockstep.dev/backup-now": token}}}),
     )
     .await;
-    let job = format!("{NAME}-{}", backup_key(&token));
+    let job = format!("{NAME}-{}", backup_key(&token, None));
     let backed_up = {
         let job = job.clone();
         wait_long(

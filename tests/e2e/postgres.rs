@@ -1285,7 +1285,7 @@ async fn a_backup_whose_job_vanished_unread_says_so_in_last_backup() {
     operator.stop().await;
 
     let jobs: Api<Job> = pg.env.api();
-    let name = format!("pg-{}", backup_key("lost-1"));
+    let name = format!("pg-{}", backup_key("lost-1", None));
     let job = wait_for(
         &jobs,
         &name,

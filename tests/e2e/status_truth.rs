@@ -204,7 +204,7 @@ async fn backup_finished_while_down(db: &Db, name: &str, token: &str) -> Job {
     operator.stop().await;
 
     let jobs: Api<Job> = db.env.api();
-    let job_name = format!("{name}-{}", backup_key(token));
+    let job_name = format!("{name}-{}", backup_key(token, None));
     let job = wait_for(
         &jobs,
         &job_name,
