@@ -682,6 +682,14 @@ async fn with_synchronous_replication_a_failover_loses_no_acknowledged_commit() 
     .await;
     real.metrics_say(&old, &["lockstep_instance_synchronous_standbys 1"])
         .await;
+    real.shows(&old, "SHOW synchronous_commit", "on").await;
+    alter_system_is_undone(&real, &old).await;
+    real.shows(
+        &old,
+        "SHOW synchronous_standby_names",
+        &any_one_of_the_others(name, &old),
+    )
+    .await;
     // Both standbys are in the quorum a commit waits for.
     real.shows(
         &old,
@@ -708,6 +716,34 @@ async fn with_synchronous_replication_a_failover_loses_no_acknowledged_commit() 
     )
     .await;
     real.finish().await;
+}
+
+/// `ALTER SYSTEM` (which PostgreSQL 15 allows) empties `synchronous_standby_names` on
+/// `pod` and reloads: its manager finds the server running other values than its files
+/// hold, writes them again and reloads, which leaves `postgresql.auto.conf` without the
+/// setting. Waits (at most `SLOW`) until the file no longer sets it.
+async fn alter_system_is_undone(real: &Real, pod: &str) {
+    for sql in [
+        "ALTER SYSTEM SET synchronous_standby_names = ''",
+        "SELECT pg_reload_conf()",
+    ] {
+        let (ok, out) = real.psql_on(pod, sql);
+        assert!(ok, "{sql} on {pod}: {out}");
+    }
+    let in_auto_conf = "SELECT count(*) FROM pg_file_settings \
+         WHERE name = 'synchronous_standby_names' AND sourcefile LIKE '%postgresql.auto.conf'";
+    let deadline = std::time::Instant::now() + SLOW;
+    loop {
+        let (ok, out) = real.psql_on(pod, in_auto_conf);
+        if ok && out.trim() == "0" {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pod}: postgresql.auto.conf still sets synchronous_standby_names after {SLOW:?} ({out})"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// (c') Failover with a lagging replica: replay paused (`pg_wal_replay_pause()`) on the

@@ -120,6 +120,8 @@ pub struct ServerStats {
     pub last_failed_wal: Option<String>,
     /// `pg_stat_archiver.last_failed_time`, as Unix time.
     pub last_failed: Option<f64>,
+    /// `synchronous_standby_names` and `synchronous_commit` as the server runs them.
+    pub synchronous: Option<(String, String)>,
 }
 
 impl ServerStats {
@@ -133,7 +135,7 @@ impl ServerStats {
 }
 
 /// [`ServerStats`] from the columns of [`SERVER_QUERY`](super::manager::SERVER_QUERY)
-/// after the ones `decide` reads (7 to 14); a column that does not parse reads as none.
+/// after the ones `decide` reads (7 to 16); a column that does not parse reads as none.
 #[must_use]
 pub fn stats_from_row(row: &[String]) -> ServerStats {
     let field = |i: usize| row.get(i).map(String::as_str).unwrap_or_default();
@@ -146,6 +148,7 @@ pub fn stats_from_row(row: &[String]) -> ServerStats {
         last_archived_wal: Some(field(12)).filter(|w| !w.is_empty()).map(str::to_owned),
         last_failed_wal: Some(field(13)).filter(|w| !w.is_empty()).map(str::to_owned),
         last_failed: field(14).parse().ok(),
+        synchronous: (row.len() > 16).then(|| (field(15).to_owned(), field(16).to_owned())),
     }
 }
 

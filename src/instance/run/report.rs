@@ -43,7 +43,7 @@ use crate::machines::postgres::archiving::{ARCHIVING, Archiving};
 use crate::machines::postgres::instances::{SERVER, ServerRole};
 use crate::machines::postgres::managed::{OBJECTS_APPLIED, ObjectsReport};
 use crate::machines::postgres::streaming::{self, STREAMING};
-use crate::machines::postgres::synchronous::{self, SYNCHRONOUS};
+use crate::machines::postgres::synchronous::{self, SYNCHRONOUS, Waiting};
 use crate::machines::postgres::volume::{self, DATA};
 
 /// The pause before a failed write is tried again.
@@ -65,9 +65,8 @@ pub struct Round<'a> {
     pub streaming: Option<bool>,
     /// For an archiving primary, whether its WAL reaches the archive.
     pub archiving: Option<&'a Archiving>,
-    /// For a primary with `spec.synchronous`: whether it turned asynchronous, and
-    /// `number`.
-    pub synchronous: Option<(bool, i32)>,
+    /// For a primary with `spec.synchronous`: what its commits wait for.
+    pub synchronous: Option<&'a Waiting>,
     /// Whether the volume holds a database.
     pub data: Option<bool>,
     /// For an archiving primary, the last WAL file archived and when.
@@ -94,8 +93,8 @@ pub fn report(round: &Round<'_>) -> Report {
     if let Some(archiving) = round.archiving {
         report.insert(ARCHIVING, archiving.condition());
     }
-    if let Some((asynchronous, number)) = round.synchronous {
-        report.insert(SYNCHRONOUS, synchronous::condition(asynchronous, number));
+    if let Some(waiting) = round.synchronous {
+        report.insert(SYNCHRONOUS, synchronous::condition(waiting));
     }
     if let Some(has_data) = round.data {
         report.insert(DATA, volume::condition(has_data));
@@ -288,7 +287,7 @@ mod tests {
     #[test]
     fn a_primary_with_synchronous_replication_says_whether_it_turned_asynchronous() {
         let (_, said) = report(&Round {
-            synchronous: Some((true, 1)),
+            synchronous: Some(&Waiting::Relaxed(1)),
             ..Round::default()
         })
         .remove(SYNCHRONOUS)
@@ -296,7 +295,7 @@ mod tests {
         .expect("a synchronous report");
         assert!(said.contains("Preferred"), "{said}");
         let waits = report(&Round {
-            synchronous: Some((false, 2)),
+            synchronous: Some(&Waiting::Standbys(2)),
             ..Round::default()
         });
         assert_eq!(

@@ -27,7 +27,7 @@ use crate::machines::postgres::applied::{SettingsReport, parameter_field, rule_f
 use crate::machines::postgres::settings::{
     InstanceSettings, PostgresqlSpec, SETTINGS_ANNOTATION, digest_of, parse,
 };
-use crate::machines::postgres::synchronous::{DataDurability, standby_names};
+use crate::machines::postgres::synchronous::{DataDurability, Waiting, standby_names};
 
 use super::quote;
 
@@ -160,12 +160,28 @@ impl Settings {
     }
 
     /// What a primary says of synchronous replication: `None` when none is asked for
-    /// (or the cluster has no other member), else whether `Preferred` turned it
-    /// asynchronous, and the `number` asked for.
+    /// (or the cluster has no other member), else what its commits wait for, given what
+    /// the server runs (`running`: `synchronous_standby_names` and `synchronous_commit`
+    /// as `SHOW` read them since the files were last written, if so).
     #[must_use]
-    pub fn synchronous_report(&self) -> Option<(bool, i32)> {
+    pub fn synchronous_report(&self, running: Option<(&str, &str)>) -> Option<Waiting> {
         let wanted = self.wanted.synchronous.as_ref()?;
-        (wanted.members.len() > 1).then(|| (self.synchronous_degraded(), wanted.spec.number))
+        // Before the files are first written, what the server runs is not compared.
+        let written = self.in_files();
+        (wanted.members.len() > 1).then(|| {
+            Waiting::of(
+                wanted.spec.number,
+                self.synchronous_degraded(),
+                written.unwrap_or(&self.synchronous),
+                running.filter(|_| written.is_some()),
+            )
+        })
+    }
+
+    /// `synchronous_standby_names` as the files hold it, once written.
+    #[must_use]
+    pub fn in_files(&self) -> Option<&str> {
+        self.written.as_ref().map(|(_, sync)| sync.as_str())
     }
 
     /// Synchronous replication is asked for but turned asynchronous (too few standbys

@@ -72,6 +72,7 @@ pub fn managed_commit(user: Option<&str>) -> Option<&'static str> {
 /// |---|---|---|
 /// | `True` | [`reason::SYNCHRONOUS`] | commits wait for `number` standbys |
 /// | `False` | [`reason::ASYNCHRONOUS`] | `Preferred` turned replication asynchronous: fewer than `number` standbys stream |
+/// | `False` | [`reason::ASYNCHRONOUS`] | the server runs other settings than its manager wrote (`SHOW`: an `ALTER SYSTEM` since, say); the manager writes its files again and reloads |
 ///
 /// The operator reads the primary's into the cluster condition `SynchronousReplication`.
 pub const SYNCHRONOUS: &str = "lockstep.dev/Synchronous";
@@ -84,15 +85,72 @@ pub mod reason {
     pub const ASYNCHRONOUS: &str = "Asynchronous";
 }
 
-/// The condition's status, reason and message for a primary whose commits wait for
-/// `number` standbys, or that turned asynchronous.
+/// What a primary's commits wait for, as its instance manager finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waiting {
+    /// The `number` standbys asked for.
+    Standbys(i32),
+    /// None: `Preferred` turned replication asynchronous (fewer than the `number` asked
+    /// for stream).
+    Relaxed(i32),
+    /// Not what the manager wrote: the server runs these values (read with `SHOW`).
+    NotInForce {
+        /// The `number` asked for.
+        number: i32,
+        /// `synchronous_standby_names` as the server runs it.
+        names: String,
+        /// `synchronous_commit` as the server runs it.
+        commit: String,
+    },
+}
+
+impl Waiting {
+    /// What a primary's commits wait for: the `number` asked for, whether `Preferred`
+    /// turned replication asynchronous (`relaxed`), what the manager wrote (`written`,
+    /// `synchronous_standby_names`) and what the server runs (`running`: `names` and
+    /// `commit`, none when not read after the files were last written).
+    #[must_use]
+    pub fn of(number: i32, relaxed: bool, written: &str, running: Option<(&str, &str)>) -> Self {
+        match running {
+            Some((names, commit))
+                if names != written
+                    || (!written.is_empty() && managed_commit(Some(commit)).is_some()) =>
+            {
+                Waiting::NotInForce {
+                    number,
+                    names: names.to_owned(),
+                    commit: commit.to_owned(),
+                }
+            }
+            _ if relaxed => Waiting::Relaxed(number),
+            _ => Waiting::Standbys(number),
+        }
+    }
+}
+
+/// The condition's status, reason and message for a primary whose commits wait as
+/// `waiting` says.
 #[must_use]
-pub fn condition(asynchronous: bool, number: i32) -> (&'static str, &'static str, String) {
-    let standbys = if number == 1 {
-        "one standby".to_owned()
-    } else {
-        format!("{number} standbys")
+pub fn condition(waiting: &Waiting) -> (&'static str, &'static str, String) {
+    let (asynchronous, number) = match waiting {
+        Waiting::Standbys(number) => (false, *number),
+        Waiting::Relaxed(number) => (true, *number),
+        Waiting::NotInForce {
+            number,
+            names,
+            commit,
+        } => {
+            return (
+                "False",
+                reason::ASYNCHRONOUS,
+                format!(
+                    "the server runs synchronous_standby_names = '{names}' and synchronous_commit = {commit}, not what its manager wrote for {}, so commits may be acknowledged before they have them (an ALTER SYSTEM?); the manager writes its settings again and reloads",
+                    standbys_of(*number)
+                ),
+            );
+        }
     };
+    let standbys = standbys_of(number);
     if asynchronous {
         let fewer = if number == 1 {
             "no standby streams".to_owned()
@@ -115,6 +173,15 @@ pub fn condition(asynchronous: bool, number: i32) -> (&'static str, &'static str
                 if number == 1 { "has" } else { "have" }
             ),
         )
+    }
+}
+
+/// "one standby" or "`number` standbys".
+fn standbys_of(number: i32) -> String {
+    if number == 1 {
+        "one standby".to_owned()
+    } else {
+        format!("{number} standbys")
     }
 }
 
@@ -283,7 +350,7 @@ mod tests {
     #[test]
     fn the_condition_says_how_many_standbys_a_commit_waits_for_or_that_none_streams() {
         assert_eq!(
-            condition(false, 2),
+            condition(&Waiting::Standbys(2)),
             (
                 "True",
                 reason::SYNCHRONOUS,
@@ -291,16 +358,44 @@ mod tests {
             )
         );
         assert_eq!(
-            condition(false, 1).2,
+            condition(&Waiting::Standbys(1)).2,
             "commits wait until one standby has them"
         );
-        let (status, why, message) = condition(true, 1);
+        let (status, why, message) = condition(&Waiting::Relaxed(1));
         assert_eq!((status, why), ("False", reason::ASYNCHRONOUS));
         assert!(
             message.starts_with(
                 "no standby streams, so commits are acknowledged without waiting for one standby"
             ),
             "{message}"
+        );
+    }
+
+    /// What the server runs (`SHOW`) is what counts: an `ALTER SYSTEM` since the manager
+    /// wrote its files may have emptied the names or lowered the commit level.
+    #[test]
+    fn a_server_running_other_settings_than_written_is_reported_not_waiting() {
+        let written = r#"ANY 1 ("pg-1", "pg-2")"#;
+        assert_eq!(
+            Waiting::of(1, false, written, Some((written, "on"))),
+            Waiting::Standbys(1)
+        );
+        assert_eq!(Waiting::of(1, false, written, None), Waiting::Standbys(1));
+        assert_eq!(
+            Waiting::of(1, true, "", Some(("", "on"))),
+            Waiting::Relaxed(1)
+        );
+        for running in [("", "on"), (written, "local")] {
+            let waiting = Waiting::of(1, false, written, Some(running));
+            assert!(matches!(waiting, Waiting::NotInForce { .. }), "{running:?}");
+            let (status, _, message) = condition(&waiting);
+            assert_eq!(status, "False");
+            assert!(message.contains("ALTER SYSTEM"), "{message}");
+        }
+        // Asynchronous as written: any commit level is the person's.
+        assert_eq!(
+            Waiting::of(1, true, "", Some(("", "off"))),
+            Waiting::Relaxed(1)
         );
     }
 

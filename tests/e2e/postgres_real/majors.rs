@@ -66,6 +66,14 @@ async fn a_cluster_of_the_major_fails_over_archives_and_recovers(major: u32, pre
         Ok(major),
         "{first} runs server_version_num {number}"
     );
+    // Commits wait for the standbys, and ALTER SYSTEM cannot turn that off: PostgreSQL 17
+    // and later refuse it (allow_alter_system = off).
+    real.shows(&first, "SHOW synchronous_commit", "on").await;
+    let (altered, said) = real.psql_on(&first, "ALTER SYSTEM SET synchronous_standby_names = ''");
+    assert!(
+        !altered && said.contains("ALTER SYSTEM is not allowed"),
+        "ALTER SYSTEM on {first}: {said}"
+    );
     real.cluster_until(name, "ContinuousArchiving True", |pg| {
         cluster_condition(pg, "ContinuousArchiving").is_some_and(|(s, _, _)| s == "True")
     })

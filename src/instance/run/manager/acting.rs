@@ -3,6 +3,7 @@
 
 #[allow(clippy::wildcard_imports)] // the manager's vocabulary, imported once in its parent
 use super::*;
+use crate::machines::postgres::synchronous::Waiting;
 
 impl Manager {
     pub(super) fn task_done(
@@ -56,6 +57,30 @@ impl Manager {
         }
         self.settings.accepted();
         Ok(())
+    }
+
+    /// What a writable server's commits wait for, from what it runs (this round's
+    /// `SHOW`, compared only if the files held `in_files` when it was read and still
+    /// do). A server that runs other values than its files (an `ALTER SYSTEM` and a
+    /// reload since) gets its files written again and a reload at the next round, which
+    /// leaves `postgresql.auto.conf` without them.
+    pub(super) fn synchronous_waiting(&mut self, in_files: Option<&str>) -> Option<Waiting> {
+        let unchanged = in_files.is_some() && in_files == self.settings.in_files();
+        let running = self
+            .stats
+            .as_ref()
+            .and_then(|s| s.synchronous.as_ref())
+            .filter(|_| unchanged)
+            .map(|(names, commit)| (names.as_str(), commit.as_str()));
+        let waiting = self.settings.synchronous_report(running)?;
+        if matches!(waiting, Waiting::NotInForce { .. }) && !self.settings.stale() {
+            tracing::warn!(
+                ?waiting,
+                "the server runs other synchronous settings than its files hold: writing them again and reloading"
+            );
+            self.settings.unwritten();
+        }
+        Some(waiting)
     }
 
     /// This member's name in `synchronous_standby_names` (its `application_name`).

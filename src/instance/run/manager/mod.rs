@@ -367,6 +367,7 @@ impl Manager {
         let me = self.args.holder();
         loop {
             let seen = self.observe().await;
+            let in_files = self.settings.in_files().map(str::to_owned);
             self.apply_settings().await;
             self.metrics.record(&seen, &self.state, me.as_deref());
             self.metrics.record_settings(&self.settings);
@@ -404,16 +405,16 @@ impl Manager {
                 writable,
             });
             let objects = self.objects.report();
+            let synchronous = writable
+                .then(|| self.synchronous_waiting(in_files.as_deref()))
+                .flatten();
             if let Some(reporter) = &self.reporter {
                 let settings = self.settings.is_written().then(|| self.settings.report());
-                let synchronous = writable
-                    .then(|| self.settings.synchronous_report())
-                    .flatten();
                 reporter.report(report::report(&report::Round {
                     settings: settings.as_ref(),
                     streaming: streams(&seen),
                     archiving: archiving.as_ref(),
-                    synchronous,
+                    synchronous: synchronous.as_ref(),
                     data: Some(matches!(
                         seen.data,
                         DataDir::Primary { .. } | DataDir::Standby { .. }

@@ -91,7 +91,8 @@ pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
      archived_count, failed_count, \
      coalesce(extract(epoch FROM last_archived_time)::text, ''), \
      coalesce(last_archived_wal, ''), coalesce(last_failed_wal, ''), \
-     coalesce(extract(epoch FROM last_failed_time)::text, '') \
+     coalesce(extract(epoch FROM last_failed_time)::text, ''), \
+     current_setting('synchronous_standby_names'), current_setting('synchronous_commit') \
      FROM pg_stat_archiver";
 
 /// The timeline of a standby's furthest WAL: the newest timeline whose segment file in

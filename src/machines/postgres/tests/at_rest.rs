@@ -264,7 +264,7 @@ fn synchronous_replication_is_a_condition_from_the_primarys_report_false_once_pr
  {
     use crate::driver::Operator;
     use crate::machines::postgres::synchronous::{
-        DataDurability, SyncMethod, SynchronousSpec, condition,
+        DataDurability, SyncMethod, SynchronousSpec, Waiting, condition,
     };
     let mut s = spec("16.3");
     s.synchronous = Some(SynchronousSpec {
@@ -284,7 +284,12 @@ fn synchronous_replication_is_a_condition_from_the_primarys_report_false_once_pr
     };
     let mut o = at_rest(V1, 0);
     let said = |asynchronous: bool| {
-        let (status, _, message) = condition(asynchronous, 1);
+        let waiting = if asynchronous {
+            Waiting::Relaxed(1)
+        } else {
+            Waiting::Standbys(1)
+        };
+        let (status, _, message) = condition(&waiting);
         (status == "True", message)
     };
     // A replica's report (from when it was a primary) is not the cluster's.
