@@ -86,7 +86,7 @@ struct InstanceCmd {
     #[arg(long)]
     liveness: bool,
     #[command(flatten)]
-    args: lockstep::instance::run::config::InstanceArgs,
+    args: lockstep::instance::run::args::InstanceArgs,
 }
 
 /// Where to find the cluster.

@@ -14,7 +14,7 @@
 //!   neither creates a role: such a cluster's pods start without it.
 //! - Identifiers and literals are quoted (`<name>-app` has a hyphen).
 
-use super::config::InstanceArgs;
+use super::args::InstanceArgs;
 use super::quote::{sql_ident, sql_literal};
 
 /// The application role, its password and its database, when all three are set.
@@ -117,7 +117,7 @@ mod tests {
             "r",
         ];
         argv.extend(extra);
-        super::super::config::parsed(&argv[1..])
+        super::super::args::parsed(&argv[1..])
     }
 
     const APP: [&str; 6] = [

@@ -30,10 +30,10 @@
 
 pub mod app;
 pub mod archive;
+pub mod args;
 pub mod auth;
 pub mod basebackup;
 pub mod clock;
-pub mod config;
 pub mod fence;
 pub mod init;
 pub mod install;

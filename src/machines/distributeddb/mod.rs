@@ -95,7 +95,7 @@ pub use status::{last_backup, version};
 
 use crate::driver::{Cache, Error, Op, Operator, Precondition};
 use crate::engine::EngineStatus;
-use crate::machines::common::ops;
+use crate::machines::common::requests;
 
 impl Operator for DistributedDb {
     type Resource = DistributedDB;
@@ -146,8 +146,8 @@ impl Operator for DistributedDb {
                 key,
                 from,
                 to,
-            } => ops::create_some(render::hook_job(object, *phase, *ordinal, key, from, to)?)?,
-            DdbAction::Jobs(action) => ops::job_action(
+            } => requests::create_some(render::hook_job(object, *phase, *ordinal, key, from, to)?)?,
+            DdbAction::Jobs(action) => requests::job_action(
                 action,
                 &name,
                 |key, kind| Ok(render::backup_job(object, key, kind)?),

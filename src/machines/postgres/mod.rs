@@ -83,7 +83,7 @@ pub use status::last_backup_time;
 use crate::driver::{Cache, Error, Op, Operator, Precondition};
 use crate::engine::EngineStatus;
 use crate::machines::common::actions::JobAction;
-use crate::machines::common::{last_backup, ops};
+use crate::machines::common::{last_backup, requests};
 use actions::Role;
 use render::ROLE_LABEL;
 use status::{
@@ -265,7 +265,7 @@ impl Operator for Postgres {
                 version,
             } => lease_patch(uid, version, render::lease_survey(token)),
             PgAction::Jobs(action) => {
-                let mut ops = ops::job_action(
+                let mut ops = requests::job_action(
                     action,
                     &name,
                     |key, kind| Ok(render::backup_job(object, key, kind)?),

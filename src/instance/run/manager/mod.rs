@@ -36,10 +36,10 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::archive::Archiver;
+use super::args::InstanceArgs;
 use super::auth::EndpointToken;
 use super::basebackup::{BaseBackups, Endpoints};
 use super::clock::Moment;
-use super::config::InstanceArgs;
 use super::fence::Fence;
 use super::lease::LeaseClient;
 use super::managed::{Objects, Wanted};
@@ -595,7 +595,7 @@ mod tests {
             "--lease-seconds",
             lease,
         ];
-        super::super::config::parsed(&argv[1..])
+        super::super::args::parsed(&argv[1..])
     }
 
     #[test]

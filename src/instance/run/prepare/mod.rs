@@ -31,7 +31,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use super::config::InstanceArgs;
+use super::args::InstanceArgs;
 use super::quote;
 use super::settings::Settings;
 use super::sql::Psql;
@@ -274,10 +274,10 @@ pub struct Prepare {
 }
 
 mod bootstrap;
-mod config;
+mod conf;
 mod standby;
 
-pub use config::pg_hba;
+pub use conf::pg_hba;
 
 impl Prepare {
     /// The steps for `args`.
@@ -540,7 +540,7 @@ mod tests {
             "--pod-name",
             "pg-1",
         ];
-        Prepare::new(super::super::config::parsed(&argv[1..]))
+        Prepare::new(super::super::args::parsed(&argv[1..]))
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub const DEFAULT_DATABASE: &str = "app";
 pub const USERNAME_KEY: &str = "username";
 /// The Secret's key holding the role's password.
 pub const PASSWORD_KEY: &str = "password";
-/// The instances' setting naming the application role (`instance::run::config`).
+/// The instances' setting naming the application role (`instance::run::args`).
 pub const USER_ENV: &str = "APP_USER";
 /// The instances' setting holding the application role's password.
 pub const PASSWORD_ENV: &str = "APP_PASSWORD";

@@ -119,7 +119,7 @@ pub fn env(pg: &PostgresCluster) -> Vec<EnvVar> {
 }
 
 /// The names of the recovery settings the instance manager reads
-/// (`instance::run::config`): set only with `spec.bootstrap.recovery`.
+/// (`instance::run::args`): set only with `spec.bootstrap.recovery`.
 pub mod recovery {
     /// The source cluster: its stanza.
     pub const SOURCE: &str = "LOCKSTEP_RECOVERY_SOURCE";

@@ -30,7 +30,7 @@
 //! privileges ([`crate::machines::common::security`]).
 //!
 //! The server container's environment is `lockstep instance`'s settings
-//! (`src/instance/run/config.rs`); the Jobs' follows the scripts' contract
+//! (`src/instance/run/args.rs`); the Jobs' follows the scripts' contract
 //! (`src/machines/postgres/scripts/README.md`).
 
 use std::collections::BTreeMap;
@@ -344,7 +344,7 @@ pub fn pdb(pg: &PostgresCluster) -> Result<PodDisruptionBudget, Error> {
     disruption::one_at_a_time(metadata(pg, pg.name_any())?, selector(pg))
 }
 
-/// The instance manager's environment (`instance::run::config::InstanceArgs`).
+/// The instance manager's environment (`instance::run::args::InstanceArgs`).
 fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
     let secret = credentials_name(pg);
     let mut env = vec![

@@ -44,7 +44,7 @@ use crate::machines::common::env::plain;
 
 /// The Secret's only key.
 pub const TOKEN_KEY: &str = "token";
-/// The instances' setting naming the token's file (`instance::run::config`).
+/// The instances' setting naming the token's file (`instance::run::args`).
 pub const TOKEN_FILE_ENV: &str = "LOCKSTEP_ENDPOINT_TOKEN_FILE";
 /// The base-backup Jobs' variable holding the token (`basebackup.sh`).
 pub const TOKEN_ENV: &str = "LOCKSTEP_ENDPOINT_TOKEN";
