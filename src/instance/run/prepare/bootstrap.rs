@@ -274,27 +274,18 @@ impl Prepare {
         }
         // The application role with this cluster's password, owning its database.
         sql += &super::super::app::restore_sql(a);
-        // The restore's settings: a standby cloned from this server must not inherit a
-        // recovery target.
-        for setting in [
-            "restore_command",
-            "recovery_target",
-            "recovery_target_time",
-            "recovery_target_lsn",
-            "recovery_target_name",
-            "recovery_target_xid",
-            "recovery_target_action",
-            "recovery_target_timeline",
-            "recovery_target_inclusive",
-        ] {
-            sql += &format!("ALTER SYSTEM RESET {setting};\n");
-        }
         let done = self.psql_stdin(&sql).await;
         if let Err(e) = done {
             let _ = self.temp_stop().await;
             return Err(e);
         }
         self.temp_stop().await?;
+        // The restore's settings: a standby cloned from this server must not inherit a
+        // recovery target. Removed from the file once the server stopped (ALTER SYSTEM
+        // RESET is refused from PostgreSQL 17: `allow_alter_system = off`).
+        self.drop_from_auto_conf(|line| {
+            conf::RESTORE_SETTINGS.contains(&conf::setting_of(line).as_str())
+        })?;
         tracing::info!(%source, "restored: this cluster's passwords set (the application role's too, if it has one), the recovery settings reset");
         Ok(())
     }

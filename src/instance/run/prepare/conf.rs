@@ -8,22 +8,63 @@ use crate::machines::postgres::synchronous::managed_commit;
 /// The parameter that makes a commit wait for the synchronous standbys.
 const SYNCHRONOUS_COMMIT: &str = "synchronous_commit";
 
-/// Whether a line of `postgresql.auto.conf` sets a parameter Lockstep manages
-/// ([`MANAGED`](crate::machines::postgres::settings::MANAGED), `synchronous_commit`,
-/// `allow_alter_system`).
-fn overrides_managed(line: &str) -> bool {
-    let key = line
-        .trim_start()
+/// What a restore (pgBackRest's `restore`) writes into `postgresql.auto.conf` for the
+/// recovery that follows, which needs it until it ends: the bootstrap removes it then
+/// ([`Prepare::drop_from_auto_conf`]), and nothing else does before.
+pub(super) const RESTORE_SETTINGS: &[&str] = &[
+    "restore_command",
+    "recovery_target",
+    "recovery_target_action",
+    "recovery_target_inclusive",
+    "recovery_target_lsn",
+    "recovery_target_name",
+    "recovery_target_time",
+    "recovery_target_timeline",
+    "recovery_target_xid",
+];
+
+/// The parameter a line of a configuration file sets, in lower case.
+pub(super) fn setting_of(line: &str) -> String {
+    line.trim_start()
         .split(|c: char| c == '=' || c.is_whitespace())
         .next()
         .unwrap_or_default()
-        .to_ascii_lowercase();
-    crate::machines::postgres::settings::MANAGED.contains(&key.as_str())
+        .to_ascii_lowercase()
+}
+
+/// Whether a line of `postgresql.auto.conf` sets a parameter Lockstep manages
+/// ([`MANAGED`](crate::machines::postgres::settings::MANAGED), `allow_alter_system`
+/// included, and `synchronous_commit`), but what a restore wrote for its recovery.
+fn overrides_managed(line: &str) -> bool {
+    let key = setting_of(line);
+    (crate::machines::postgres::settings::MANAGED.contains(&key.as_str())
+        && !RESTORE_SETTINGS.contains(&key.as_str()))
         || key == SYNCHRONOUS_COMMIT
-        || key == "allow_alter_system"
 }
 
 impl Prepare {
+    /// Removes from `postgresql.auto.conf` every line that sets a parameter `drop` names
+    /// (without `ALTER SYSTEM`, which PostgreSQL 17 refuses once Lockstep wrote
+    /// `allow_alter_system = off`).
+    ///
+    /// # Errors
+    /// [`PrepareError::Io`] when the file cannot be written.
+    pub(super) fn drop_from_auto_conf(
+        &self,
+        drop: impl Fn(&str) -> bool,
+    ) -> Result<(), PrepareError> {
+        let auto = self.layout.pgdata.join("postgresql.auto.conf");
+        let Ok(text) = fs::read_to_string(&auto) else {
+            return Ok(());
+        };
+        let kept: String = text
+            .lines()
+            .filter(|line| !drop(line))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        write_private(&auto, &kept)
+    }
+
     /// The major of the server the data directory belongs to (its `PG_VERSION`), if
     /// there is one yet.
     fn major(&self) -> Option<u32> {
@@ -150,15 +191,7 @@ impl Prepare {
         }
         // Read after every other file, `postgresql.auto.conf` (`ALTER SYSTEM`'s, and
         // `pg_basebackup`'s conninfo) would override a managed setting: none is kept.
-        let auto = dir.join("postgresql.auto.conf");
-        if let Ok(text) = fs::read_to_string(&auto) {
-            let kept: String = text
-                .lines()
-                .filter(|line| !overrides_managed(line))
-                .map(|line| format!("{line}\n"))
-                .collect();
-            write_private(&auto, &kept)?;
-        }
+        self.drop_from_auto_conf(overrides_managed)?;
         let transport = self.transport();
         if transport == Transport::Plain
             && let Some(tls) = &self.args.tls_dir
