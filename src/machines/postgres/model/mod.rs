@@ -263,6 +263,12 @@ struct Pod {
     /// Ready, yet it streams, acknowledges commits and answers surveys.
     probe_blocked: bool,
     role: Option<Role>,
+    /// Its current role label was set while it was not Ready: the operator asked a pod
+    /// it could not see serving to take the primary role. (A pod labelled while Ready
+    /// whose readiness fails before its agent promotes it is no decision of the
+    /// operator's: found by the deep model check, a probe failing between the label and
+    /// the agent's next round.)
+    labelled_unready: bool,
     /// It runs as a writable primary: it started labelled `primary` while holding the
     /// Lease (its agent, `lockstep instance`, waits for the Lease) or
     /// was promoted. It stays one until the pod is deleted or its agent fences it (it
@@ -358,6 +364,7 @@ impl Pod {
             ready: false,
             probe_blocked: false,
             role: None,
+            labelled_unready: false,
             writable: false,
             starts_primary: false,
             terminating: false,

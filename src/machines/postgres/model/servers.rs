@@ -69,8 +69,8 @@ impl World {
     }
 
     /// `target`'s data becomes the writable timeline: promoted by its own agent while it
-    /// runs (`running`: it must be Ready), or locally as its container starts labelled
-    /// primary. It must be the most advanced of the standbys that are Ready, by how much
+    /// runs (`running`: it must have been Ready when it was labelled primary), or locally
+    /// as its container starts labelled primary. It must be the most advanced of the standbys that are Ready, by how much
     /// of the writable history each holds (in a planned switchover every standby Ready
     /// when the old primary stopped cleanly received everything: [`World::agent_tick`]).
     pub(super) fn promote(&mut self, target: i32, running: bool) {
@@ -111,9 +111,15 @@ impl World {
                 self.head
             ));
         }
-        if running && !self.pods.get(&target).is_some_and(|p| p.ready) {
-            self.violations
-                .push(format!("promoted pod {target}, which is not Ready"));
+        if running
+            && self
+                .pods
+                .get(&target)
+                .is_none_or(|p| !p.ready && p.labelled_unready)
+        {
+            self.violations.push(format!(
+                "promoted pod {target}, which is not Ready and was labelled primary while it was not"
+            ));
         }
 
         let old = self.db_primary;

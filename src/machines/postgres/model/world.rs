@@ -184,6 +184,9 @@ where
                     if p.role.is_none() && *role == Role::Primary {
                         p.starts_primary = true;
                     }
+                    if p.role != Some(*role) {
+                        p.labelled_unready = !p.ready;
+                    }
                     p.role = Some(*role);
                 }
                 self.start_primaries();
