@@ -137,23 +137,27 @@ fn pod(name: &str, uid: &str, rv: &str) -> k8s_openapi::api::core::v1::Pod {
     .expect("a pod")
 }
 
-#[tokio::test]
-async fn a_reconcile_that_deleted_a_pod_goes_on_once_the_store_shows_it_going() {
+/// A pod store that shows `pg-0` live, and the cluster it belongs to.
+fn pg_0_live() -> (Cache, Target<'static>) {
     let cache = Cache::new("postgrescluster");
     cache
         .pods
         .apply(kube::runtime::watcher::Event::Apply(pod("pg-0", "u0", "1")));
+    let target = Target {
+        machine: "postgrescluster",
+        namespace: "ns",
+        name: "pg",
+    };
+    (cache, target)
+}
+
+#[tokio::test]
+async fn a_reconcile_that_deleted_a_pod_goes_on_once_the_store_shows_it_going() {
+    let (cache, target) = pg_0_live();
     let delete = Op::delete::<k8s_openapi::api::core::v1::Pod>("pg-0", "u0");
     let waiting = tokio::spawn({
         let cache = cache.clone();
-        async move {
-            let target = Target {
-                machine: "postgrescluster",
-                namespace: "ns",
-                name: "pg",
-            };
-            until_pod_seen_going(&cache, &target, (&delete, Executed::Taken)).await
-        }
+        async move { until_pod_seen_going(&cache, &target, (&delete, Executed::Taken)).await }
     });
     tokio::task::yield_now().await;
     assert!(!waiting.is_finished(), "the store still shows pg-0 live");
@@ -172,15 +176,7 @@ async fn a_reconcile_that_deleted_a_pod_goes_on_once_the_store_shows_it_going() 
 
 #[tokio::test]
 async fn a_reconcile_waits_on_no_other_op_than_a_pods_deletion() {
-    let cache = Cache::new("postgrescluster");
-    cache
-        .pods
-        .apply(kube::runtime::watcher::Event::Apply(pod("pg-0", "u0", "1")));
-    let target = Target {
-        machine: "postgrescluster",
-        namespace: "ns",
-        name: "pg",
-    };
+    let (cache, target) = pg_0_live();
     let other = Op::delete::<ConfigMap>("pg-0", "u0");
     let started = std::time::Instant::now();
     assert!(until_pod_seen_going(&cache, &target, (&other, Executed::Taken)).await);
@@ -192,15 +188,7 @@ async fn a_reconcile_waits_on_no_other_op_than_a_pods_deletion() {
 /// whole bound.
 #[tokio::test]
 async fn a_pod_deletion_the_server_refused_is_not_waited_for() {
-    let cache = Cache::new("postgrescluster");
-    cache
-        .pods
-        .apply(kube::runtime::watcher::Event::Apply(pod("pg-0", "u0", "1")));
-    let target = Target {
-        machine: "postgrescluster",
-        namespace: "ns",
-        name: "pg",
-    };
+    let (cache, target) = pg_0_live();
     let refused = Op::delete::<k8s_openapi::api::core::v1::Pod>("pg-0", "u0");
     let started = std::time::Instant::now();
     assert!(until_pod_seen_going(&cache, &target, (&refused, Executed::AlreadySo)).await);

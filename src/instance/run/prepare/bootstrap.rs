@@ -283,9 +283,7 @@ impl Prepare {
         // The restore's settings: a standby cloned from this server must not inherit a
         // recovery target. Removed from the file once the server stopped (ALTER SYSTEM
         // RESET is refused from PostgreSQL 17: `allow_alter_system = off`).
-        self.drop_from_auto_conf(|line| {
-            conf::RESTORE_SETTINGS.contains(&conf::setting_of(line).as_str())
-        })?;
+        self.drop_from_auto_conf(|line| conf::restore_setting(&conf::setting_of(line)))?;
         tracing::info!(%source, "restored: this cluster's passwords set (the application role's too, if it has one), the recovery settings reset");
         Ok(())
     }

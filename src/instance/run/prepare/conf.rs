@@ -8,20 +8,13 @@ use crate::machines::postgres::synchronous::managed_commit;
 /// The parameter that makes a commit wait for the synchronous standbys.
 const SYNCHRONOUS_COMMIT: &str = "synchronous_commit";
 
-/// What a restore (pgBackRest's `restore`) writes into `postgresql.auto.conf` for the
-/// recovery that follows, which needs it until it ends: the bootstrap removes it then
+/// Whether `key` is what a restore (pgBackRest's `restore`) writes into
+/// `postgresql.auto.conf` for the recovery that follows, which needs it until it ends:
+/// `restore_command` and the recovery target. The bootstrap removes it then
 /// ([`Prepare::drop_from_auto_conf`]), and nothing else does before.
-pub(super) const RESTORE_SETTINGS: &[&str] = &[
-    "restore_command",
-    "recovery_target",
-    "recovery_target_action",
-    "recovery_target_inclusive",
-    "recovery_target_lsn",
-    "recovery_target_name",
-    "recovery_target_time",
-    "recovery_target_timeline",
-    "recovery_target_xid",
-];
+pub(super) fn restore_setting(key: &str) -> bool {
+    key == "restore_command" || key.starts_with("recovery_target")
+}
 
 /// The parameter a line of a configuration file sets, in lower case.
 pub(super) fn setting_of(line: &str) -> String {
@@ -37,8 +30,7 @@ pub(super) fn setting_of(line: &str) -> String {
 /// included, and `synchronous_commit`), but what a restore wrote for its recovery.
 fn overrides_managed(line: &str) -> bool {
     let key = setting_of(line);
-    (crate::machines::postgres::settings::MANAGED.contains(&key.as_str())
-        && !RESTORE_SETTINGS.contains(&key.as_str()))
+    (crate::machines::postgres::settings::MANAGED.contains(&key.as_str()) && !restore_setting(&key))
         || key == SYNCHRONOUS_COMMIT
 }
 
