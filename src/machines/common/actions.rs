@@ -2,7 +2,7 @@
 //! and its finished Jobs ([`JobAction`]), how the shared sub-machines build them
 //! ([`JobActions`]), and when the backup CronJob needs one ([`cronjob_upkeep`]).
 //!
-//! Actions are data: [`super::ops`] turns them into requests at the edge.
+//! Actions are data: [`super::requests`] turns them into requests at the edge.
 
 use super::backup::BackupKind;
 use super::jobs::{Hold, JobOutcome, JobView};

@@ -23,7 +23,7 @@
 //! - [`on_demand`]: the on-demand backup sub-machine every `backup-now` request runs.
 //! - [`last_backup`]: every machine's `status.lastBackup`, which says so when a
 //!   requested backup's outcome is unknown.
-//! - [`ops`]: the requests every machine renders the same way from its
+//! - [`requests`]: the requests every machine renders the same way from its
 //!   [`actions::JobAction`]s.
 //! - [`replace`]: where the replacement of one pod stands, and when a pod may be taken
 //!   down.
