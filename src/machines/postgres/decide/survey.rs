@@ -66,7 +66,7 @@ impl Reach {
 
 /// How far a surveyed member reached: its timeline (see the module doc: positions are
 /// compared on one history only), then the furthest WAL it received or replayed.
-fn reach(s: &Surveyed) -> (u32, u64) {
+pub(crate) fn reach(s: &Surveyed) -> (u32, u64) {
     let received = lsn(&s.receive).unwrap_or(0);
     let replayed = lsn(&s.replay).unwrap_or(0);
     (s.timeline.unwrap_or(0), received.max(replayed))

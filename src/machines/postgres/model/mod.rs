@@ -48,7 +48,9 @@
 //!     one promoted, in a failover (the survey) and in a planned switchover (a clean
 //!     stop of the old primary sends every Ready standby all it wrote). What a member
 //!     holds is measured on timelines ([`history`]): WAL it received past a fork the
-//!     writable history left counts for nothing, however high its LSN.
+//!     writable history left counts for nothing, however high its LSN. One exception: a
+//!     member that had missed every survey a failover may ask when the Lease was handed
+//!     (the operator's last read; answering only after it changes nothing).
 //! 13. **A planned switchover loses no acknowledged write**: no promotion falls short
 //!     of the position a primary that stopped cleanly on demotion released the Lease at
 //!     (the agent's gate; only a person removing that position from the Lease, the
@@ -517,6 +519,11 @@ pub(super) struct World {
     /// a member only after it missed `SURVEYS_FOR_EVERY_MEMBER` of them
     /// ([`World::missed`], the most-advanced invariant's one exception).
     asked: Vec<String>,
+    /// How many surveys each ordinal had missed ([`World::missed`]) when the Lease was
+    /// last handed to a pod, until that pod is promoted: the operator's last read before
+    /// the hand-over. A member that answers only after it cannot be weighed, and counts
+    /// as it stood then.
+    missed_at_hand_over: Option<BTreeMap<i32, u32>>,
     /// The standbys connected to the writable server that runs now: each joins by a
     /// [`Move::Replicate`] once both run, and a writable server that starts (after a
     /// crash, or a promotion) has none. A clean stop sends its last WAL to these only.

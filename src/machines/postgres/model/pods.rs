@@ -127,6 +127,7 @@ impl World {
             received: BTreeMap::new(),
             answers_lost: BTreeSet::new(),
             asked: Vec::new(),
+            missed_at_hand_over: None,
             streaming: BTreeSet::new(),
             volumes: BTreeMap::new(),
             claims: BTreeMap::new(),

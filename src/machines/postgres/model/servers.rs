@@ -91,6 +91,7 @@ impl World {
         if let Some(l) = self.lease.as_mut() {
             l.released_lsn = None;
         }
+        let missed_at_hand_over = self.missed_at_hand_over.take();
         if let Some((k, theirs)) = self
             .pods
             .iter()
@@ -98,7 +99,10 @@ impl World {
                 **k != target && **k != self.db_primary && p.ready && !p.terminating && !p.writable
             })
             .filter(|(k, _)| {
-                self.missed(**k)
+                missed_at_hand_over
+                    .as_ref()
+                    .and_then(|m| m.get(*k).copied())
+                    .unwrap_or_else(|| self.missed(**k))
                     < crate::machines::postgres::decide::switching_over::surveying::SURVEYS_FOR_EVERY_MEMBER
             })
             .map(|(k, _)| (*k, self.held(*k)))
@@ -347,6 +351,10 @@ impl World {
             self.violations.push(format!(
                 "the Lease was handed from pod {k} to {holder:?} while pod {k} still runs a writable server"
             ));
+        }
+        if holder.is_some() {
+            let missed = self.pods.keys().map(|k| (*k, self.missed(*k))).collect();
+            self.missed_at_hand_over = Some(missed);
         }
         self.lease = Some(ModelLease {
             holder,

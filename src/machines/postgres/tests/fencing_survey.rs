@@ -205,6 +205,45 @@ fn a_live_member_the_survey_did_not_reach_is_surveyed_again_then_skipped_with_th
 }
 
 #[test]
+fn a_member_that_answers_after_the_choice_ahead_of_the_target_is_chosen_before_the_lease_is_handed()
+{
+    // The third survey skipped pg-1 and chose pg-2 ...
+    let d = decide_at(
+        &spec("16.3"),
+        &at_survey(Some(3)),
+        surveyed_by(ONLY_PG2, 3),
+        12,
+        0,
+    );
+    let Some(chosen) = target(&d).cloned() else {
+        panic!("{d:?}")
+    };
+    // ... and pg-1 answered it just after, further than pg-2.
+    let late = &[(1, None, "0/9000000", "0/9000000"), ONLY_PG2[0]];
+    let d = decide(&spec("16.3"), &chosen, surveyed_by(late, 3));
+    assert_eq!(d.reason(), MOST_ADVANCED_CHOSEN);
+    assert!(
+        hand_overs(&d).is_empty(),
+        "the Lease stays until the choice is recorded"
+    );
+    assert!(
+        message(&d).contains("pg-1 answered survey"),
+        "{}",
+        message(&d)
+    );
+    let Some(again) = target(&d).cloned() else {
+        panic!("{d:?}")
+    };
+    assert!(matches!(&again, PgState::SwitchingOver(s) if s.target.ordinal == 1));
+    let d = decide(&spec("16.3"), &again, surveyed_by(late, 3));
+    assert_eq!(hand_overs(&d).len(), 1, "{d:?}");
+    // One behind the choice changes nothing: the Lease goes to pg-2.
+    let behind = &[(1, None, "0/1", "0/1"), ONLY_PG2[0]];
+    let d = decide(&spec("16.3"), &chosen, surveyed_by(behind, 3));
+    assert_eq!(d.reason(), LEASE_HANDED_OVER, "{d:?}");
+}
+
+#[test]
 fn a_standby_the_survey_did_not_reach_or_that_is_not_ready_is_never_chosen() {
     let mut o = surveyed(ONLY_PG2);
     edit(&mut o, 1, |p| p.terminating = true);

@@ -61,6 +61,9 @@ pub(super) fn hand_over(
     if !surveying && lease.holder.as_deref() == Some(target.as_str()) {
         return promote(Vec::new(), format!("{target} holds the Lease"));
     }
+    if let Some(again) = answered_since(spec, s, o, what) {
+        return again.with_actions(actions);
+    }
     let planned = s.cause != SwitchCause::Failover;
     match fence(spec, lease, o, world.now) {
         Fence::Fenced { why, .. } if surveying => Decision::go(

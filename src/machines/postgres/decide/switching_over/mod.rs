@@ -5,7 +5,7 @@ use super::PROMOTE_RETRY_LIMIT;
 use super::fencing::recreate_lease;
 use super::fencing::{By, Fence, fence, hand_gated, hatch, lease_seconds, stamp, wait_for};
 use super::old_primary_role;
-use super::survey::{Choice, Reach, answered, describe, furthest_unready, most_advanced};
+use super::survey::{Choice, Reach, answered, describe, furthest_unready, most_advanced, reach};
 use super::{D, choose_target, label_moves, objects, promoting_moves, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::annotations::RETRY_PROMOTE;

@@ -452,6 +452,64 @@ pub(super) enum Unread {
     DeadEnd(D),
 }
 
+/// Members that answered the survey after its choice was read (a manager's round just
+/// after the operator's), weighed again before the Lease is handed: one more advanced
+/// than the chosen target becomes the target (found by the model check: a member
+/// evicted through two surveys answered the third just after the operator read it, and
+/// the Lease went to a member below it). `None`: no answer since, or the choice stands.
+/// A member that answers only after the hand-over is skipped, as one that never
+/// answered is.
+pub(super) fn answered_since(
+    spec: &PostgresClusterSpec,
+    s: &Switchover,
+    o: &Observed,
+    what: &str,
+) -> Option<D> {
+    let read = s.surveyed.as_ref()?;
+    let token = o.own.lease.as_ref()?.survey.as_deref()?;
+    let late: Vec<Surveyed> = answered(o, token)
+        .into_iter()
+        .filter(|a| !read.contains(a))
+        .collect();
+    if late.is_empty() {
+        return None;
+    }
+    let merged: Vec<Surveyed> = read
+        .iter()
+        .filter(|x| late.iter().all(|l| l.ordinal != x.ordinal))
+        .chain(&late)
+        .cloned()
+        .collect();
+    let choice = Choice {
+        old: s.cluster.primary,
+        below: target_bound(spec, s),
+        excluded: None,
+        within: Reach::of(spec.synchronous.as_ref()),
+    };
+    let target = most_advanced(o, &merged, choice)?;
+    let at = |k: i32| merged.iter().find(|m| m.ordinal == k).map(reach);
+    if target.ordinal == s.target.ordinal || at(target.ordinal) <= at(s.target.ordinal) {
+        return None;
+    }
+    let message = format!(
+        "{what}: {} answered survey {token} after the choice was read; {} is the most advanced Ready standby ({}), not {}",
+        o.pod_names(&late.iter().map(|l| l.ordinal).collect::<Vec<_>>()),
+        o.pod_name(target.ordinal),
+        describe(o, &merged),
+        o.pod_name(s.target.ordinal),
+    );
+    Some(Decision::go(
+        PgState::SwitchingOver(Switchover {
+            target,
+            step: SwitchStep::Fence,
+            surveyed: Some(merged),
+            ..s.clone()
+        }),
+        MOST_ADVANCED_CHOSEN,
+        message,
+    ))
+}
+
 /// The target cannot be promoted (`why`): choose another, the most advanced its survey
 /// read (under `Required` only one that reached as far as any member read), or, for a
 /// planned switchover, the next by [`choose_target`]; with none, survey again, go back
