@@ -34,6 +34,7 @@ class LeaseServer:
         self.down = False  # requests hang until the client gives up
         self.requests: list[tuple[str, int]] = []
         self.renewals = 0
+        self.renewed_at: list[float] = []  # time.monotonic() of each renewal
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -82,6 +83,7 @@ class LeaseServer:
                     body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
                     if body["spec"].get("renewTime") != server.lease["spec"].get("renewTime"):
                         server.renewals += 1
+                        server.renewed_at.append(time.monotonic())
                     server.lease = body
                     server.requests.append(("PUT", 200))
                     self._reply(200, server.lease)

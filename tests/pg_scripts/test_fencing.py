@@ -104,6 +104,34 @@ def test_fences_within_t_when_the_api_server_is_unreachable(env, lease):
     assert p.try_sql("SELECT 1") is None
 
 
+def test_a_primary_whose_server_answers_slowly_keeps_renewing_and_serving(env, lease):
+    # Its manager's queries wait (the postmaster is stopped: a new connection hangs until
+    # its timeout, 2 s); none may delay a renewal past T - G, or a merely slow primary
+    # would fence itself.
+    lease.set_holder(f"pg-0/{UID0}")
+    p = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
+    wait_until(lambda: lease.renewals >= 2, timeout=20, what="renewals")
+    pid = int((p.pgdata / "postmaster.pid").read_text().splitlines()[0])
+    os.kill(pid, signal.SIGSTOP)
+    began = time.monotonic()
+    time.sleep(10)
+    ended = time.monotonic()
+    alive = p.proc.poll() is None
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        alive = False  # fenced: its fence killed the server
+    assert alive, p.log_tail()
+    log = p.log_text()
+    assert "no renewal of the Lease accepted" not in log, p.log_tail()
+    during = [t for t in lease.renewed_at if began - 3 <= t <= ended]
+    gaps = [b - a for a, b in zip(during, during[1:])]
+    # T = 5, G = 2: each renewal within 3 s of the last (R = 1 s apart when nothing waits).
+    assert len(during) >= 5 and max(gaps) < 3, f"renewals {gaps}"
+    wait_until(lambda: writable(p), timeout=20, what="writable again")
+    assert lease.get()["spec"]["holderIdentity"] == f"pg-0/{UID0}"
+
+
 def test_a_fenced_server_with_a_busy_backend_is_killed_with_its_children(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
     p = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))

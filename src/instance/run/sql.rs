@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
+use super::clock::Moment;
+
 /// What went wrong running a query.
 #[derive(Debug, thiserror::Error)]
 pub enum SqlError {
@@ -39,6 +41,9 @@ pub enum SqlError {
     /// No answer within the bound: `psql` was killed.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    /// The deadline ([`Psql::deadline`]) had passed: the query was not run.
+    #[error("not run: its deadline had passed")]
+    Late,
     /// `psql` failed: the server refused or was unreachable, or the statement failed.
     #[error("psql exited with {code:?}: {stderr}")]
     Failed {
@@ -66,6 +71,9 @@ pub struct Psql {
     pub connect_timeout: Duration,
     /// The server-side `statement_timeout`.
     pub statement_timeout: Duration,
+    /// The latest a query may end, whatever its bound: the instance manager's next
+    /// renewal of the Lease must not wait behind it; `None`: only [`Self::bound`].
+    pub deadline: Option<Moment>,
 }
 
 impl Psql {
@@ -75,6 +83,15 @@ impl Psql {
         self.connect_timeout.max(Duration::from_secs(2))
             + self.statement_timeout
             + Duration::from_secs(1)
+    }
+
+    /// How long a query started now may run: [`Self::bound`], or less to end by the
+    /// deadline (zero once it passed).
+    #[must_use]
+    pub fn allowed(&self) -> Duration {
+        let bound = self.bound();
+        self.deadline
+            .map_or(bound, |d| bound.min(d.since(Moment::now())))
     }
 
     /// Runs `sql` and returns its rows, each a vector of fields (unaligned, tuples only).
@@ -139,11 +156,14 @@ impl Psql {
         mut command: Command,
         input: Option<&str>,
     ) -> Result<Vec<Vec<String>>, SqlError> {
+        let bound = self.allowed();
+        if bound.is_zero() {
+            return Err(SqlError::Late);
+        }
         let mut child = command.spawn().map_err(|source| SqlError::Spawn {
             binary: self.binary.clone(),
             source,
         })?;
-        let bound = self.bound();
         let stdin = child.stdin.take();
         let input = input.unwrap_or_default().to_owned();
         let run = async move {
@@ -215,6 +235,7 @@ mod tests {
             password: None,
             connect_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_millis(500),
+            deadline: None,
         }
     }
 
@@ -245,6 +266,30 @@ mod tests {
             "{err}"
         );
         assert!(started.elapsed() < q.bound() + Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn a_query_ends_by_its_deadline_and_one_past_it_is_not_run() {
+        let bin = fake_psql("late", "exec sleep 600");
+        let soon = Psql {
+            deadline: Some(Moment::now() + Duration::from_millis(300)),
+            ..psql(bin.clone())
+        };
+        let started = std::time::Instant::now();
+        let err = soon.value("SELECT 1").await.unwrap_err();
+        assert!(matches!(err, SqlError::Timeout(_)), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "ended by its deadline"
+        );
+        let passed = Psql {
+            deadline: Some(Moment::zero()),
+            ..psql(bin)
+        };
+        assert!(matches!(
+            passed.value("SELECT 1").await,
+            Err(SqlError::Late)
+        ));
     }
 
     #[tokio::test]

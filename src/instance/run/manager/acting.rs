@@ -44,7 +44,7 @@ impl Manager {
             self.settings.written();
             let refused = self
                 .prepare
-                .refused_parameters()
+                .refused_parameters(self.deadline())
                 .await
                 .map_err(|e| e.to_string())?;
             let mut new = false;
@@ -103,7 +103,7 @@ impl Manager {
         if self.postmaster.is_none() {
             return;
         }
-        let psql = self.prepare.local();
+        let psql = self.local();
         if std::mem::take(&mut self.reloaded) {
             match psql
                 .query("SELECT name FROM pg_settings WHERE pending_restart")
@@ -273,7 +273,6 @@ impl Manager {
                 }
                 let reloaded = match self.write_checked_config(true).await {
                     Ok(()) => self
-                        .prepare
                         .local()
                         .query("SELECT pg_reload_conf()")
                         .await
@@ -294,12 +293,7 @@ impl Manager {
                     // Guarded from the request on.
                     self.fence.guard(pm.pidfd());
                 }
-                match self
-                    .prepare
-                    .local()
-                    .value("SELECT pg_promote(wait => false)")
-                    .await
-                {
+                match self.local().value("SELECT pg_promote(wait => false)").await {
                     Ok(Some(t)) if t == "t" => Ok(()),
                     Ok(other) => Err(format!("pg_promote answered {other:?}")),
                     Err(e) => Err(e.to_string()),

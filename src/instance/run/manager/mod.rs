@@ -241,6 +241,7 @@ pub struct Manager {
 }
 
 mod acting;
+mod deadline;
 mod observing;
 
 use observing::lease_seen;
@@ -501,7 +502,9 @@ impl Manager {
                 tracing::info!(status = code.status(), "exiting");
                 return Ok(code.status());
             }
-            // Sleep until the decision's time, the server's exit, or a signal.
+            // Sleep until the decision's time (or the renewal's deadline), the server's
+            // exit, or a signal.
+            let wait = self.until_next_round(wait);
             let exited = async {
                 match self.postmaster.as_mut() {
                     Some(pm) => {

@@ -237,7 +237,7 @@ impl Manager {
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "waiting for postgres"),
         }
-        match self.prepare.local().query(SERVER_QUERY).await {
+        match self.local().query(SERVER_QUERY).await {
             Ok(rows) => {
                 self.stats = rows.first().map(|row| stats_from_row(row));
                 if let Some(stats) = &self.stats {
@@ -268,7 +268,7 @@ impl Manager {
         if !matches!(seen.server, Server::Standby(_)) {
             return None;
         }
-        let wal_timeline = match self.prepare.local().value(WAL_TIMELINE_QUERY).await {
+        let wal_timeline = match self.local().value(WAL_TIMELINE_QUERY).await {
             Ok(value) => value.and_then(|v| v.parse().ok()),
             Err(error) => {
                 tracing::warn!(%error, "reading the timeline of the WAL files failed");

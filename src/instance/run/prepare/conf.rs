@@ -3,6 +3,7 @@
 
 #[allow(clippy::wildcard_imports)] // the preparation's vocabulary, imported once in its parent
 use super::*;
+use crate::instance::run::clock::Moment;
 use crate::machines::postgres::synchronous::managed_commit;
 
 /// The parameter that makes a commit wait for the synchronous standbys.
@@ -219,10 +220,16 @@ impl Prepare {
     ///
     /// # Errors
     /// [`PrepareError::Spawn`] when `postgres` cannot run; [`PrepareError::Tool`] when
-    /// it outlasts `START_TIMEOUT_SECONDS`.
-    pub async fn refused_parameters(&self) -> Result<Vec<(String, String)>, PrepareError> {
+    /// it outlasts `START_TIMEOUT_SECONDS`, or runs until `by` (the manager's renewal
+    /// deadline while its server may write: the check is tried again next round).
+    pub async fn refused_parameters(
+        &self,
+        by: Option<Moment>,
+    ) -> Result<Vec<(String, String)>, PrepareError> {
         let tool = "postgres -C";
-        let bound = self.start_timeout();
+        let bound = by.map_or(self.start_timeout(), |by| {
+            self.start_timeout().min(by.since(Moment::now()))
+        });
         let run = Command::new(self.args.binary("postgres"))
             .arg("-D")
             .arg(&self.layout.pgdata)

@@ -338,6 +338,7 @@ impl Prepare {
             password: None,
             connect_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(2),
+            deadline: None,
         }
     }
 
@@ -355,6 +356,7 @@ impl Prepare {
             password: Some(password.to_owned()),
             connect_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(5),
+            deadline: None,
         })
     }
 
