@@ -64,3 +64,14 @@ fn under_required_a_planned_switchover_released_without_a_position_surveys_the_s
     assert_eq!(d.reason(), OLD_PRIMARY_FENCED);
     assert_says(&d, &["surveyed"]);
 }
+
+#[test]
+fn with_the_old_primarys_volume_lost_the_standbys_are_surveyed_without_waiting_for_a_person() {
+    let (state, mut o) = released_without_position();
+    // Recreated on a new, empty volume: its manager reports no database.
+    edit(&mut o, 0, |p| p.uid = uid(0, V2));
+    o.own.empty.insert(0);
+    let d = decide(&spec("16.4"), &state, o);
+    assert_eq!(d.reason(), OLD_PRIMARY_FENCED);
+    assert_says(&d, &["its volume was lost", "surveyed"]);
+}

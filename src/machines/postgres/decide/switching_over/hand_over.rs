@@ -185,7 +185,8 @@ pub(super) fn hand_over(
 /// - Released by the old primary itself, without `Required` durability: back to the old
 ///   primary when it is back on its volume and the Lease never left it (it has every
 ///   commit it acknowledged: [`abandon`]); otherwise wait, Degraded, for a person, whose
-///   `lockstep.dev/fenced=<old primary>/<uid>` accepts the loss of what only it had.
+///   `lockstep.dev/fenced=<old primary>/<uid>` accepts the loss of what only it had,
+///   unless its volume is known lost (nothing to wait for).
 /// - Otherwise (a person's word, a Lease naming nobody, or `Required`, whose survey
 ///   quorum reads a member with every acknowledged commit), survey first, as a failover
 ///   does (found by the model check with switchovers on demand).
@@ -202,7 +203,10 @@ pub(super) fn unreleased_position(
     let released_by = o.own.lease.as_ref().and_then(|l| l.released_by.clone());
     let accepted = released_by.is_some() && o.own.requests.fenced == released_by;
     let required = Reach::of(spec.synchronous.as_ref()) == Reach::Furthest;
-    if by == By::Release && !required && !accepted {
+    // Its volume lost (its recreated pod's manager reports no database): what only it
+    // had is gone, and waiting for it would wait for ever (found by the model check).
+    let lost = o.own.empty.contains(&s.cluster.primary);
+    if by == By::Release && !required && !accepted && !lost {
         let old = released_by.as_deref().unwrap_or("the old primary");
         let message = format!(
             "{what}: {why}, but without its last WAL position ({RELEASED_LSN}): its stop did not end cleanly, so no standby is known to have every commit it acknowledged"
@@ -228,7 +232,15 @@ pub(super) fn unreleased_position(
         }),
         OLD_PRIMARY_FENCED,
         format!(
-            "{what}: {why}, but it released no last WAL position: the standbys' positions are surveyed so that the most advanced is promoted (not necessarily {name})"
+            "{what}: {why}, but it released no last WAL position{}: the standbys' positions are surveyed so that the most advanced is promoted (not necessarily {name})",
+            if lost {
+                format!(
+                    " and its volume was lost ({} reports no database: what only it had is gone)",
+                    o.pod_name(s.cluster.primary)
+                )
+            } else {
+                String::new()
+            }
         ),
     )
 }
