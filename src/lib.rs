@@ -159,6 +159,9 @@
 //!   [`driver::Operator`]) as a controller; the only layer that talks to the API server.
 //! - [`machines`]: the DistributedDB and PostgresCluster machines, and what they share.
 //! - [`instance`]: the agent in every PostgreSQL pod (`lockstep instance`), a machine too.
+//! - [`pod`]: the protocol between the PostgresCluster machine and the pods' instance
+//!   managers: what each side writes for the other to read. Both import it; neither
+//!   imports the other for it.
 //! - [`ops`]: running it in production: `lockstep run`, leader election, metrics, health,
 //!   logs, and `lockstep narrate`.
 //! - [`testkit`]: fault injection at every request, for testing machines end to end.
@@ -171,4 +174,5 @@ pub mod engine;
 pub mod instance;
 pub mod machines;
 pub mod ops;
+pub mod pod;
 pub mod testkit;

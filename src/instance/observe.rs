@@ -7,14 +7,15 @@
 //! postmaster it did not start, and the long-running action that finished since the last round. Reading
 //! it is the runtime's job; nothing here does I/O.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::machines::postgres::actions::Role;
+use crate::pod::Role;
+pub use crate::pod::answers::Answer;
+pub use crate::pod::lsn::{Lsn, NotAnLsn};
+use crate::pod::server::ServerRole;
 
 /// A reading of the agent's monotonic clock (`CLOCK_BOOTTIME` since the pod's node
 /// booted), in milliseconds. Never set back, so `T` counted on it cannot be cut short
@@ -57,31 +58,6 @@ impl Mono {
     }
 }
 
-/// A WAL location (`pg_lsn`), written `X/Y` in hexadecimal as PostgreSQL prints it.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    Serialize,
-    Deserialize,
-    JsonSchema,
-)]
-#[serde(into = "String", try_from = "String")]
-#[schemars(with = "String")]
-pub struct Lsn(pub u64);
-
-impl fmt::Display for Lsn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:X}/{:X}", self.0 >> 32, self.0 & 0xFFFF_FFFF)
-    }
-}
-
 /// The released position a release leaves on the Lease, from the one `there` (if any)
 /// and the one the releasing holder `given` (if any): the higher, so that a release
 /// never erases nor lowers a position (`lockstep.dev/released-lsn`) the next primary
@@ -91,41 +67,6 @@ impl fmt::Display for Lsn {
 pub fn released_position(there: Option<Lsn>, given: Option<Lsn>) -> Option<Lsn> {
     // `None` orders below every position.
     there.max(given)
-}
-
-/// A string that is not an LSN (`X/Y`, each 1 to 8 hexadecimal digits).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not an LSN (X/Y in hexadecimal)")]
-pub struct NotAnLsn(pub String);
-
-impl FromStr for Lsn {
-    type Err = NotAnLsn;
-
-    fn from_str(s: &str) -> Result<Self, NotAnLsn> {
-        let bad = || NotAnLsn(s.to_owned());
-        let (hi, lo) = s.split_once('/').ok_or_else(bad)?;
-        let part = |p: &str| {
-            if p.is_empty() || p.len() > 8 {
-                return Err(bad());
-            }
-            u64::from_str_radix(p, 16).map_err(|_| bad())
-        };
-        Ok(Lsn((part(hi)? << 32) | part(lo)?))
-    }
-}
-
-impl From<Lsn> for String {
-    fn from(l: Lsn) -> String {
-        l.to_string()
-    }
-}
-
-impl TryFrom<String> for Lsn {
-    type Error = NotAnLsn;
-
-    fn try_from(s: String) -> Result<Self, NotAnLsn> {
-        s.parse()
-    }
 }
 
 /// A position in the WAL history: the timeline and the LSN on it. Two positions compare
@@ -246,7 +187,7 @@ pub struct LeaseSeen {
     pub transitions: i32,
     /// The annotation `lockstep.dev/survey`: the token of the failover's survey the
     /// operator asks the standbys to answer
-    /// ([`crate::machines::postgres::answers`]).
+    /// ([`crate::pod::answers`]).
     pub survey: Option<String>,
     /// When the holder's tenure runs out on this agent's clock: the Lease's `renewTime +
     /// leaseDurationSeconds` as read, carried onto the monotonic clock at the read (so a
@@ -367,6 +308,49 @@ impl Observation {
     /// How long ago the last accepted renewal began, if there was one.
     pub fn since_renewal(&self) -> Option<Duration> {
         self.renewed.map(|r| self.now.since(r))
+    }
+}
+
+/// What the manager that saw `seen` answers to `token`: for a standby, its positions,
+/// on the newest timeline it holds (`wal_timeline`, read from its WAL files, or its
+/// positions' own); `None` for any other server, or a standby with no position yet.
+#[must_use]
+pub fn answer(seen: &Observation, token: &str, wal_timeline: Option<u32>) -> Option<Answer> {
+    let Server::Standby(standby) = &seen.server else {
+        return None;
+    };
+    let furthest = standby.furthest()?;
+    let replayed = standby.replayed.map_or(furthest.lsn, |p| p.lsn);
+    Some(Answer {
+        token: token.to_owned(),
+        timeline: furthest.timeline.max(wal_timeline.unwrap_or(0)),
+        received: standby.received.map_or(replayed, |p| p.lsn),
+        replayed,
+    })
+}
+
+/// What the manager of pod `me` (its Lease holder identity) reports of the server it saw
+/// in `seen`, its `last` report before: a primary or a standby and its timeline (a
+/// standby's furthest position's), and for a primary the term of a Lease read this round
+/// that names `me` (a round that could not read the Lease keeps the term last reported,
+/// so an API server's hiccup costs no write). `None` while the server does not answer.
+#[must_use]
+pub fn report_of(seen: &Observation, me: &str, last: Option<ServerRole>) -> Option<ServerRole> {
+    match &seen.server {
+        Server::Writable { position } => Some(ServerRole {
+            primary: true,
+            timeline: position.timeline,
+            term: match seen.lease.seen() {
+                Some(l) => l.names(me).then_some(l.transitions),
+                None => last.filter(|r| r.primary).and_then(|r| r.term),
+            },
+        }),
+        Server::Standby(s) => s.furthest().map(|p| ServerRole {
+            primary: false,
+            timeline: p.timeline,
+            term: None,
+        }),
+        Server::Down { .. } | Server::Unanswering => None,
     }
 }
 

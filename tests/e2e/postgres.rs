@@ -33,8 +33,9 @@ use lockstep::engine::conditions;
 use lockstep::machines::common::meta::OUTCOME_FINALIZER;
 use lockstep::machines::common::on_demand::{BACKUP_OUTCOME_UNKNOWN, key as backup_key};
 use lockstep::machines::postgres::{
-    PRIMARY_AVAILABLE, Postgres, PostgresCluster, PostgresClusterSpec, answers,
+    PRIMARY_AVAILABLE, Postgres, PostgresCluster, PostgresClusterSpec,
 };
+use lockstep::pod::answers;
 
 use crate::support::{
     Env, Fixture, InProcessOperator, LeaseAgents, ReconcileCounts, ReconcileProbe, RequestLog,

@@ -13,7 +13,7 @@ use crate::instance::table::reason::{
     DEMOTED, LEASE_LOST, RENEWAL_OVERDUE, ROLE_UNKNOWN_WHILE_WRITABLE, SERVER_EXITED, SERVING,
     SIGNALLED,
 };
-use crate::machines::postgres::actions::Role;
+use crate::pod::Role;
 
 /// A server that may write: `Promoting` or `Primary`.
 pub(super) fn guarded(

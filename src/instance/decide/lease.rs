@@ -12,8 +12,8 @@ use crate::instance::table::reason::{
     ALREADY_INITIALIZED, FOREIGN_DATA, LEASE_HELD, LEASE_MOVED, RELEASED_POSITION_PENDING,
     ROLE_CHANGED, SIGNALLED, STARTED_WRITABLE, WAITING_FOR_LEASE,
 };
-use crate::machines::postgres::actions::Role;
-use crate::machines::postgres::observe::INITIALIZED;
+use crate::pod::Role;
+use crate::pod::lease::INITIALIZED;
 
 /// How the Lease stands for a writable start.
 enum Standing {

@@ -12,7 +12,7 @@ use crate::instance::table::reason::{
     PREPARE_FAILED, PREPARING, PROMOTED_LOCALLY, REWIND_FAILED, REWIND_UNREACHED, REWOUND,
     SIGNALLED, STANDBY_DATA, STANDBY_MAY_HAVE_DIVERGED, UNKNOWN_ROLE, WAITING_FOR_ROLE,
 };
-use crate::machines::postgres::actions::Role;
+use crate::pod::Role;
 
 /// Starting: the role label and `$PGDATA` say what comes next; asked to stop first, it
 /// exits at once (nothing of it runs yet, so a pod deleted before it was labelled does

@@ -28,7 +28,7 @@ use crate::instance::table::reason::{
     CHOSEN, FOLLOWING, HELD_BACK, PROMOTED, PROMOTED_BY_SOMEONE_ELSE, SERVER_EXITED, SIGNALLED,
     STANDBY_UNFOLLOWABLE, STREAM_STALLED, UPSTREAM_MOVED,
 };
-use crate::machines::postgres::actions::Role;
+use crate::pod::Role;
 
 /// The server runs as a standby.
 pub(super) fn standby(spec: &AgentSpec, seen: &Observation, signalled: bool) -> AgentDecision {

@@ -1,6 +1,6 @@
 //! Continuous WAL archiving with pgBackRest (`spec.backup.walArchive`): what the manager
 //! adds to the server's configuration, the stanza it creates on a primary, and what it
-//! reports ([`crate::machines::postgres::archiving`]).
+//! reports ([`crate::pod::archiving`]).
 //!
 //! The operator renders pgBackRest's options as `PGBACKREST_*` variables of the
 //! container (`machines::postgres::render::archive`); the postmaster inherits them, so
@@ -43,7 +43,7 @@ use tokio::task::JoinHandle;
 
 use super::metrics::ServerStats;
 use crate::machines::postgres::archived::{REPORT_SECONDS, is_wal_file};
-use crate::machines::postgres::archiving::{Archiving, STALL_SECONDS};
+use crate::pod::archiving::{Archiving, STALL_SECONDS};
 
 /// The tool `LOCKSTEP_WAL_ARCHIVE` names.
 pub const PGBACKREST: &str = "pgbackrest";
@@ -51,9 +51,7 @@ pub const PGBACKREST: &str = "pgbackrest";
 pub const STANZA_BOUND: Duration = Duration::from_secs(120);
 /// The pause after a failed `stanza-create`.
 pub const STANZA_RETRY: Duration = Duration::from_secs(30);
-/// `archive_timeout`: a primary that writes completes a WAL file (and archives it) at
-/// least this often, which bounds what a lost volume can take with it.
-pub const ARCHIVE_TIMEOUT_SECONDS: u32 = 60;
+pub use crate::pod::archiving::ARCHIVE_TIMEOUT_SECONDS;
 
 /// The `lockstep.conf` lines of an archiving instance. `archive_mode = on` archives on a
 /// primary only; a standby keeps the setting so that it archives as soon as it is

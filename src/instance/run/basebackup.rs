@@ -44,7 +44,7 @@ use tokio::task::JoinHandle;
 
 use super::archive::{PGBACKREST, pgbackrest};
 use super::auth::EndpointToken;
-use crate::machines::postgres::recoverability::FIRST_RECOVERABLE_POINT;
+use crate::pod::backups::FIRST_RECOVERABLE_POINT;
 
 /// The annotation each backup carries: the token (the Job's name) that asked for it.
 pub const TOKEN_ANNOTATION: &str = "lockstep-token";

@@ -26,7 +26,7 @@ use kube::api::PostParams;
 
 use super::clock::Moment;
 use crate::instance::observe::{Lsn, released_position};
-use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
+use crate::pod::lease::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 
 /// What went wrong with the Lease.
 #[derive(Debug, thiserror::Error)]

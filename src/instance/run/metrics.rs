@@ -44,8 +44,8 @@ use prometheus_client::registry::Registry;
 
 use crate::instance::observe::{LeaseRead, Observation, Position, RoleLabel, Server};
 use crate::instance::{AgentKind, AgentState};
-use crate::machines::postgres::archiving::Archiving;
 use crate::ops::health::Scrape;
+use crate::pod::archiving::Archiving;
 
 use super::settings::Settings;
 

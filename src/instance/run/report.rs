@@ -1,12 +1,12 @@
 //! What this instance tells the operator, as conditions on its own pod (`pods/status`):
 //! what its server made of `spec.postgresql` ([`crate::machines::postgres::applied`]),
-//! for a standby whether it streams ([`crate::machines::postgres::streaming`]), and for
+//! for a standby whether it streams ([`crate::pod::streaming`]), and for
 //! an archiving primary whether its WAL reaches the archive
-//! ([`crate::machines::postgres::archiving`]), and for a primary with
+//! ([`crate::pod::archiving`]), and for a primary with
 //! `spec.synchronous` whether its commits wait for standbys
 //! ([`crate::machines::postgres::synchronous`]), and whether its volume holds a database
-//! ([`crate::machines::postgres::volume`]), and a standby's answer to a failover's
-//! survey ([`crate::machines::postgres::answers`]), and for the writable server what it
+//! ([`crate::pod::volume`]), and a standby's answer to a failover's
+//! survey ([`crate::pod::answers`]), and for the writable server what it
 //! made of `spec.roles` and `spec.databases` ([`crate::machines::postgres::managed`]).
 //!
 //! # Guarantees
@@ -35,16 +35,16 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::machines::postgres::answers::{Answer, SURVEYED};
 use crate::machines::postgres::api::LastArchived;
 use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
 use crate::machines::postgres::archived::ARCHIVED;
-use crate::machines::postgres::archiving::{ARCHIVING, Archiving};
-use crate::machines::postgres::instances::{SERVER, ServerRole};
 use crate::machines::postgres::managed::{OBJECTS_APPLIED, ObjectsReport};
-use crate::machines::postgres::streaming::{self, STREAMING};
 use crate::machines::postgres::synchronous::{self, SYNCHRONOUS, Waiting};
-use crate::machines::postgres::volume::{self, DATA};
+use crate::pod::answers::{Answer, SURVEYED};
+use crate::pod::archiving::{ARCHIVING, Archiving};
+use crate::pod::server::{SERVER, ServerRole};
+use crate::pod::streaming::{self, STREAMING};
+use crate::pod::volume::{self, DATA};
 
 /// The pause before a failed write is tried again.
 pub const RETRY: Duration = Duration::from_secs(5);

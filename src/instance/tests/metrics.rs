@@ -138,7 +138,7 @@ fn the_servers_connections_lag_and_archiver_counts_are_reported_and_count_on_acr
 #[test]
 fn a_stalled_archive_shows_in_the_report_series_and_the_oldest_files_wait_and_a_standby_has_neither()
  {
-    use crate::machines::postgres::archiving::Archiving;
+    use crate::pod::archiving::Archiving;
     let m = InstanceMetrics::new();
     let stalled = Archiving::Stalled {
         wal: "000000010000000000000007".to_owned(),

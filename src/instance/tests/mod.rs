@@ -1,5 +1,6 @@
 //! Unit tests of the agent's decisions, one rule each.
 
+mod answers;
 mod metrics;
 mod prepare;
 mod serve;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::engine::{Decision, Wait};
-use crate::machines::postgres::actions::Role;
+use crate::pod::Role;
 
 const ME: &str = "pg-0/u0";
 

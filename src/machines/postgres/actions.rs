@@ -7,20 +7,7 @@ use super::api::PostgresClusterSpec;
 pub use crate::machines::common::actions::JobAction;
 use crate::machines::common::meta::short_hash;
 
-/// A role a pod is labelled with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
-#[strum(serialize_all = "lowercase")]
-pub enum Role {
-    /// Selected by `<name>-rw`; starts as (or becomes) the primary.
-    Primary,
-    /// Selected by `<name>-ro`; clones or follows the primary.
-    Replica,
-    /// Selected by neither Service: a pod that is (or may still be) a writable primary
-    /// but must not serve, e.g. the old primary of a switchover until it restarts. Only a
-    /// recreated pod (a new UID, so no label) is labelled `replica` in its place; if it
-    /// restarts in place, its agent treats `demoted` like `replica` (rewinds).
-    Demoted,
-}
+pub use crate::pod::Role;
 
 /// What a hand-over of the primary Lease does with the position the old primary
 /// released (`lockstep.dev/released-lsn`).
@@ -186,8 +173,8 @@ pub enum PgAction {
         cause: DeleteCause,
     },
     /// Ask the standbys for their WAL positions: write `token` on the Lease (the
-    /// annotation [`super::answers::SURVEY`]), on the Lease as observed; each standby's
-    /// instance manager answers it on its own pod ([`super::answers`]).
+    /// annotation [`crate::pod::answers::SURVEY`]), on the Lease as observed; each standby's
+    /// instance manager answers it on its own pod ([`crate::pod::answers`]).
     AskSurvey {
         /// The survey's token ([`survey_key`]).
         token: String,

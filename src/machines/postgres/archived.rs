@@ -1,6 +1,6 @@
 //! The newest WAL file the archive took (`status.lastArchived`), as the primary that
 //! archived it tells the operator: the pod condition [`ARCHIVED`], written on its own
-//! pod (as [`super::archiving`]'s) when it changes, with a new file at most every
+//! pod (as [`crate::pod::archiving`]'s) when it changes, with a new file at most every
 //! [`REPORT_SECONDS`].
 //!
 //! | status | reason | message |

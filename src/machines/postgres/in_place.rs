@@ -34,7 +34,7 @@ pub fn from_annotations(text: &str) -> Result<Option<RestoreSpec>, String> {
     }) else {
         return Ok(None);
     };
-    let value = crate::instance::run::quote::go_unquote(quoted)
+    let value = crate::pod::downward::go_unquote(quoted)
         .ok_or_else(|| format!("{RESTORE_ANNOTATION} is not quoted"))?;
     serde_json::from_str(&value)
         .map(Some)

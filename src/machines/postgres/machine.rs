@@ -118,7 +118,7 @@
 //! waits until it is certainly fenced (so no WAL moves any more); `Survey` asks every
 //! other live pod for its WAL positions through the Lease (a token in the annotation
 //! `lockstep.dev/survey`), which each standby's instance manager answers on its own pod
-//! ([`super::answers`]), and records the most advanced Ready standby that answered (the
+//! ([`crate::pod::answers`]), and records the most advanced Ready standby that answered (the
 //! newest timeline, then the highest receive LSN, then replay LSN, then the lowest
 //! ordinal) as the target, with the positions (`MostAdvancedChosen`, intent first; a
 //! standby that did not answer is never chosen, and is waited for up to 3 surveys); then `Fence` hands it the Lease and `Promote` promotes it as above. The

@@ -10,7 +10,7 @@
 //!   each edge naming the file that takes it (the generated statechart is
 //!   `machines/postgrescluster.md`); [`actions`]: the side effects, as data.
 //! - [`observe`] and [`render`]: the bridge to Kubernetes objects; [`applied`]: what
-//!   each instance reports on its pod of the settings it was given; [`volume`]: whether
+//!   each instance reports on its pod of the settings it was given; [`crate::pod::volume`]: whether
 //!   its volume holds a database;
 //!   [`status`]: the kind's own status fields.
 //! - `scripts/`: what runs in the Jobs (`backup.sh`, `restore.sh`), shipped in a ConfigMap; their environment contract is in
@@ -41,11 +41,9 @@
 //! API server) or an object that does not serialize: [`crate::driver::Error`].
 
 pub mod actions;
-pub mod answers;
 pub mod api;
 pub mod applied;
 pub mod archived;
-pub mod archiving;
 mod decide;
 pub mod in_place;
 pub mod instances;
@@ -55,18 +53,15 @@ pub mod managed;
 mod model;
 pub mod observe;
 pub mod recoverability;
-pub mod recovery;
 pub mod render;
 pub mod settings;
 pub mod state;
 pub mod status;
-pub mod streaming;
 pub mod synchronous;
 pub mod table;
 pub mod terms;
 #[cfg(test)]
 mod tests;
-pub mod volume;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
@@ -97,7 +92,7 @@ use status::{
 pub const SETTINGS_APPLIED: &str = "SettingsApplied";
 
 /// The condition type saying whether the primary's WAL reaches the archive
-/// (`spec.backup.walArchive`), from what the primary reports ([`archiving`]).
+/// (`spec.backup.walArchive`), from what the primary reports ([`crate::pod::archiving`]).
 pub const CONTINUOUS_ARCHIVING: &str = "ContinuousArchiving";
 
 /// The condition type saying whether the primary's commits wait for standbys

@@ -12,22 +12,23 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use kube::ResourceExt;
 
 use super::actions::{PgAction, Role, ServiceKind};
-use super::answers::{Answer, SURVEY, SURVEYED};
 use super::api::{DEFAULT_LEASE_SECONDS, LastArchived, PostgresCluster};
 use super::applied::{SETTINGS_APPLIED, SettingsReport};
 use super::archived::ARCHIVED;
-use super::archiving::ARCHIVING;
-use super::instances::{Reported, SERVER, ServerRole};
+use super::instances::{Reported, ServerRole};
 use super::managed::{OBJECTS_APPLIED, ObjectsReport};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
 use super::settings;
-use super::streaming::STREAMING;
 use super::synchronous::SYNCHRONOUS;
 use crate::driver::Cache;
 use crate::driver::cache::{JOB_NAME_LABEL, digest};
 use crate::machines::common::annotations;
 use crate::machines::common::observe::{self as common, Reading};
 pub use crate::machines::common::observe::{CronJobView, Requests, StatefulSetView, ordinal_of};
+use crate::pod::answers::{Answer, SURVEY, SURVEYED};
+use crate::pod::archiving::ARCHIVING;
+use crate::pod::server::SERVER;
+use crate::pod::streaming::STREAMING;
 
 /// Everything the machine sees of the world.
 pub type Observed = common::Observed<Option<Role>, Own>;
@@ -140,7 +141,7 @@ pub struct LeaseView {
     /// person asserts the holder is down): it is the only proof that no acknowledged
     /// commit is left behind.
     pub released_lsn: Option<String>,
-    /// The annotation [`super::answers::SURVEY`]: the token of the survey the operator
+    /// The annotation [`crate::pod::answers::SURVEY`]: the token of the survey the operator
     /// last asked the standbys to answer.
     pub survey: Option<String>,
     /// The annotation [`NEVER_HELD`]: the operator created it before any volume claim,
@@ -152,18 +153,7 @@ pub struct LeaseView {
     pub version: String,
 }
 
-/// The Lease annotation a holder writes when it stopped its server on purpose and
-/// cleared `holderIdentity`: `<pod-name>/<pod-uid>`.
-pub const RELEASED_BY: &str = "lockstep.dev/released-by";
-/// The Lease annotation a primary that stopped cleanly on demotion leaves: its last WAL
-/// position, which the next primary's agent must have received before it promotes
-/// (written and read by the pods; named here for messages).
-pub const RELEASED_LSN: &str = "lockstep.dev/released-lsn";
-/// The Lease annotation the pods' agents add at the first renewal made with data on
-/// their volume: the cluster's database exists. A pod labelled primary whose volume is
-/// empty then never bootstraps a new, empty database in its place (Patroni's
-/// `initialize` key plays this part). Remove it only to start the cluster anew, empty.
-pub const INITIALIZED: &str = "lockstep.dev/initialized";
+pub use crate::pod::lease::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 
 /// The Lease annotation the operator sets on a Lease it creates before any volume
 /// claim, StatefulSet or pod of the cluster exists (a brand-new cluster): no server can
@@ -189,7 +179,7 @@ pub struct Own {
     /// first recoverable point).
     pub job_results: BTreeMap<String, String>,
     /// What the live instance pods (by ordinal) last answered to a failover's survey
-    /// ([`super::answers`]), whichever survey it was.
+    /// ([`crate::pod::answers`]), whichever survey it was.
     pub answers: BTreeMap<i32, Answer>,
     /// The requests of PostgresCluster alone.
     pub requests: PgRequests,
@@ -218,10 +208,10 @@ pub struct Own {
     /// not say.
     pub synchronous_terms: Option<Vec<super::terms::Terms>>,
     /// The live instance pods (by ordinal) that report their standby not streaming
-    /// ([`super::streaming`]): behind the primary.
+    /// ([`crate::pod::streaming`]): behind the primary.
     pub lagging: BTreeSet<i32>,
     /// What the live instance pods (by ordinal) last reported of WAL archiving
-    /// ([`super::archiving`]): whether it works, and the message. Only a primary
+    /// ([`crate::pod::archiving`]): whether it works, and the message. Only a primary
     /// writes it; a pod keeps what it wrote while it was one.
     pub archiving: BTreeMap<i32, (bool, String)>,
     /// The newest WAL file each live instance pod (by ordinal) last reported archived
@@ -239,10 +229,10 @@ pub struct Own {
     /// standbys, and the message. Only a primary writes it.
     pub synchronous: BTreeMap<i32, (bool, String)>,
     /// The live instance pods (by ordinal) whose instance manager reported its
-    /// bootstrap from backups failed ([`super::recovery`]), with the error.
+    /// bootstrap from backups failed ([`crate::pod::recovery`]), with the error.
     pub recovery_failed: BTreeMap<i32, String>,
     /// The live instance pods (by ordinal) whose instance manager reports that their
-    /// volume holds no database ([`super::volume`]): they hold no commit.
+    /// volume holds no database ([`crate::pod::volume`]): they hold no commit.
     pub empty: BTreeSet<i32>,
     /// The live instance pods (by ordinal) whose instance manager was copied from
     /// another operator image than this operator's (a pod created before Lockstep was
@@ -515,7 +505,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .collect();
     let empty = live
         .iter()
-        .filter(|(_, p)| condition_status(p, super::volume::DATA) == Some("False"))
+        .filter(|(_, p)| condition_status(p, crate::pod::volume::DATA) == Some("False"))
         .map(|(k, _)| *k)
         .collect();
 
@@ -594,9 +584,9 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
 }
 
 /// The error of a bootstrap from backups that the pod's instance manager reported
-/// before it exited ([`super::recovery`]).
+/// before it exited ([`crate::pod::recovery`]).
 fn recovery_failure(pod: &Pod) -> Option<String> {
-    let (status, message) = pod_condition(pod, super::recovery::RECOVERY)?;
+    let (status, message) = pod_condition(pod, crate::pod::recovery::RECOVERY)?;
     (status == "False").then_some(message)
 }
 

@@ -23,18 +23,7 @@ use chrono::{DateTime, Utc};
 use super::observe::Observed;
 use crate::machines::common::jobs::JobOutcome;
 
-/// What precedes the point in a base backup's summary.
-pub const FIRST_RECOVERABLE_POINT: &str = "the first recoverable point ";
-
-/// The first recoverable point a base backup's summary names, if it names one.
-#[must_use]
-pub fn first_recoverable_point(summary: &str) -> Option<DateTime<Utc>> {
-    let (_, rest) = summary.rsplit_once(FIRST_RECOVERABLE_POINT)?;
-    let at = rest.split([')', ' ', '\n']).next()?;
-    DateTime::parse_from_rfc3339(at)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
-}
+pub use crate::pod::backups::{FIRST_RECOVERABLE_POINT, first_recoverable_point};
 
 /// `status.firstRecoverabilityPoint`: what the newest succeeded backup Job whose result
 /// names one says, else `before`.

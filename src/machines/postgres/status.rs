@@ -8,12 +8,13 @@ use super::api::{FailoverRecord, PostgresCluster, PostgresClusterSpec};
 use super::applied::{Gathered, reason as applied_reason};
 use super::observe::Observed;
 use super::state::{PgState, RestoreStep, SwitchCause};
+use super::synchronous;
 use super::table::reason;
 use super::terms::{self, Applied, Terms};
 use super::{CONTINUOUS_ARCHIVING, PRIMARY_AVAILABLE, SETTINGS_APPLIED, SYNCHRONOUS_REPLICATION};
-use super::{archiving, synchronous};
 use crate::engine::{Condition, HistoryEntry, conditions};
 use crate::machines::common::jobs::JobOutcome;
+use crate::pod::archiving;
 
 /// The image a state vouches every instance runs.
 pub(super) fn rest_image(state: Option<&PgState>) -> Option<String> {
@@ -289,7 +290,7 @@ pub(super) fn settings_applied(
 
 /// `ContinuousArchiving`: whether the primary's WAL reaches the archive
 /// (`spec.backup.walArchive`), as the primary reports it on its pod
-/// ([`super::archiving`]): `True` (`Archiving`) or `False` (`ArchiveFailing`, its
+/// ([`crate::pod::archiving`]): `True` (`Archiving`) or `False` (`ArchiveFailing`, its
 /// message). Absent without `walArchive`, or while the primary reports nothing (its
 /// stanza is being created).
 pub(super) fn continuous_archiving(

@@ -66,7 +66,7 @@ pub fn managed_commit(user: Option<&str>) -> Option<&'static str> {
 }
 
 /// The pod condition a primary's instance manager writes on its own pod (as
-/// [`super::archiving`]'s) while `spec.synchronous` is set, when it changes:
+/// [`crate::pod::archiving`]'s) while `spec.synchronous` is set, when it changes:
 ///
 /// | status | reason | when |
 /// |---|---|---|

@@ -104,7 +104,7 @@ pub mod reason {
     /// [`crate::machines::postgres::managed`]).
     pub const OBJECTS_REFUSED: &str = "ObjectsRefused";
     /// Stay (Degraded): at rest, but the primary reports that its WAL does not reach
-    /// the archive (`spec.backup.walArchive`; [`crate::machines::postgres::archiving`]).
+    /// the archive (`spec.backup.walArchive`; [`crate::pod::archiving`]).
     pub const ARCHIVE_FAILING: &str = "ArchiveFailing";
     /// Edge: an instance reports a parameter its server applies only at its next start:
     /// a rolling restart (an upgrade to the same image).
@@ -112,7 +112,7 @@ pub mod reason {
     /// Stay: waiting for pods (to exist, to be Ready, to be labelled).
     pub const WAITING_FOR_PODS: &str = "WaitingForPods";
     /// Stay (Degraded): the first primary's bootstrap from backups
-    /// (`spec.bootstrap.recovery`) failed ([`crate::machines::postgres::recovery`]); its
+    /// (`spec.bootstrap.recovery`) failed ([`crate::pod::recovery`]); its
     /// pod tries again, and never serves a half-restored server.
     pub const RECOVERY_FAILED: &str = "RecoveryFailed";
     /// Stay: the chosen pod is being deleted and recreated.

@@ -52,17 +52,18 @@ use super::settings::Settings;
 use super::sql::Psql;
 use crate::engine::Decision;
 use crate::instance::machine::{AgentSpec, LeaseTerms};
+use crate::instance::observe::report_of;
 use crate::instance::observe::{
     DataDir, Finished, LeaseRead, LeaseSeen, Lsn, Mono, Observation, Position, ReleasedAt,
     RoleLabel, Server, Standby, Task, Upstream,
 };
 use crate::instance::{AgentAction, AgentState, decide};
-use crate::machines::postgres::actions::Role;
-use crate::machines::postgres::answers::{self, Answer, SURVEY};
-use crate::machines::postgres::instances::{ServerRole, report_of};
-use crate::machines::postgres::observe::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 use crate::machines::postgres::settings::digest_of;
-use crate::machines::postgres::streaming::NOT_STREAMING_SECONDS;
+use crate::pod::Role;
+use crate::pod::answers::{Answer, SURVEY};
+use crate::pod::lease::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
+use crate::pod::server::ServerRole;
+use crate::pod::streaming::NOT_STREAMING_SECONDS;
 
 /// What keeps the manager from running.
 #[derive(Debug, thiserror::Error)]
@@ -223,7 +224,7 @@ pub struct Manager {
     /// Base backups on request, when archiving ([`super::basebackup`]).
     backups: Option<BaseBackups>,
     /// The error of a bootstrap from backups that failed, told to the operator before
-    /// the manager exits ([`crate::machines::postgres::recovery`]).
+    /// the manager exits ([`crate::pod::recovery`]).
     recovery_failed: Option<String>,
     /// What the last answer said beyond `decide`'s part (none when it did not answer).
     stats: Option<ServerStats>,
@@ -491,8 +492,8 @@ impl Manager {
                 }
                 if let (Some(error), Some(reporter)) = (&self.recovery_failed, &self.reporter) {
                     let report = report::Report::from([(
-                        crate::machines::postgres::recovery::RECOVERY,
-                        crate::machines::postgres::recovery::condition(error),
+                        crate::pod::recovery::RECOVERY,
+                        crate::pod::recovery::condition(error),
                     )]);
                     reporter
                         .tell_before_exit(&report, Duration::from_secs(5))

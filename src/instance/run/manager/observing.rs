@@ -4,7 +4,7 @@
 #[allow(clippy::wildcard_imports)] // the manager's vocabulary, imported once in its parent
 use super::*;
 
-/// Whether a standby says it streams this round ([`crate::machines::postgres::streaming`]):
+/// Whether a standby says it streams this round ([`crate::pod::streaming`]):
 /// yes while its WAL receiver streams; no once it has not for
 /// [`NOT_STREAMING_SECONDS`]; nothing for a primary, a server that does not answer, or a
 /// shorter gap (a receiver reconnecting).
@@ -100,7 +100,7 @@ pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
 /// segment by the timeline it streamed it on), 0 if none. A failover asks once the
 /// primary is gone, when PostgreSQL no longer says through SQL which timeline a standby
 /// received (its WAL receiver stopped), and its last restartpoint's may predate a switch
-/// ([`answers`]).
+/// ([`crate::pod::answers`]).
 pub const WAL_TIMELINE_QUERY: &str = "WITH s AS (\
      SELECT greatest(coalesce(pg_last_wal_receive_lsn(), '0/0'), \
        coalesce(pg_last_wal_replay_lsn(), '0/0')) AS at, \
@@ -275,7 +275,7 @@ impl Manager {
                 None
             }
         };
-        let said = answers::answer(seen, &token, wal_timeline)?;
+        let said = crate::instance::observe::answer(seen, &token, wal_timeline)?;
         tracing::info!(
             token,
             timeline = said.timeline,

@@ -40,9 +40,9 @@ use super::sql::Psql;
 use super::tls::Transport;
 use crate::instance::observe::Upstream;
 use crate::machines::postgres::in_place;
-use crate::machines::postgres::recovery::RECOVERY_FAILED;
 use crate::machines::postgres::render::archive::target_args;
 use crate::machines::postgres::settings::PostgresqlSpec;
+use crate::pod::recovery::RECOVERY_FAILED;
 
 /// What went wrong preparing `$PGDATA`.
 #[derive(Debug, thiserror::Error)]

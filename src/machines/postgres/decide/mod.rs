@@ -220,7 +220,7 @@ pub(crate) fn choose_target(
 
 /// The replica a planned switchover (an upgrade's or rolling restart's, a scale-down's)
 /// moves the primary role to: [`choose_target`]'s, among the replicas whose standby does
-/// not report that it stopped streaming ([`crate::machines::postgres::streaming`]), as a
+/// not report that it stopped streaming ([`crate::pod::streaming`]), as a
 /// requested switchover refuses one. A standby behind the primary would keep writes
 /// unavailable, once the old primary stopped, until it caught up. `Err` names the
 /// candidates held back for that (empty: there is no candidate at all).

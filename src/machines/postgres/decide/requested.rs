@@ -5,7 +5,7 @@
 //!
 //! A value the cluster cannot serve (it names no instance, one that is not a Ready
 //! replica, or one whose standby reports it does not stream,
-//! [`crate::machines::postgres::streaming`]) is not taken on: Ready stays, Degraded with `SwitchoverRefused` naming why,
+//! [`crate::pod::streaming`]) is not taken on: Ready stays, Degraded with `SwitchoverRefused` naming why,
 //! until it can run or the annotation goes.
 
 use std::ops::ControlFlow;

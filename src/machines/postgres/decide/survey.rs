@@ -1,6 +1,6 @@
 //! Failover's survey: which standby is the most advanced, by the timelines and WAL
 //! positions each standby's instance manager answered to the survey's token
-//! ([`crate::machines::postgres::answers`]).
+//! ([`crate::pod::answers`]).
 //!
 //! Positions are compared only on one history: a standby on an older timeline than
 //! another holds nothing past the newer timeline's fork that the cluster still has (it
@@ -10,10 +10,10 @@
 
 use std::cmp::Reverse;
 
-use crate::machines::postgres::actions::Role;
 use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PodRef, Surveyed};
 use crate::machines::postgres::synchronous::{DataDurability, SynchronousSpec};
+use crate::pod::Role;
 
 /// An LSN (`16/B374D848`) as a number; `None` if it is not one.
 pub(crate) fn lsn(text: &str) -> Option<u64> {

@@ -6,7 +6,7 @@
 //! backups run when the environment says so), the CronJob and the simple owned objects.
 //! The environment recreates, readies, unreadies and evicts pods, runs each pod's agent
 //! (a Ready standby labelled primary that holds the Lease promotes itself, and each
-//! agent reports on its pod what its server is, as `instances::report_of` says),
+//! agent reports on its pod what its server is, as `instance::observe::report_of` says),
 //! finishes Jobs, drifts objects, and the user edits
 //! the version, the replica count and the schedule, requests backups and sets the
 //! skip-final-backup annotation.
@@ -199,10 +199,9 @@ use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 
 use super::actions::{DeleteCause, JobAction, LsnGate, PgAction, Role, ServiceKind};
-use super::answers::{Answer, answer};
 use super::api::{BackupSpec, PostgresClusterSpec};
 use super::applied::SettingsReport;
-use super::instances::{Reported, ServerRole, report_of};
+use super::instances::{Reported, ServerRole};
 use super::machine::Postgres;
 use super::observe::{
     CronJobView, InSync, LeaseView, Observed, Own, PgRequests, Requests, StatefulSetView,
@@ -214,10 +213,13 @@ use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
 };
 use crate::instance::observe::Upstream;
+use crate::instance::observe::answer;
+use crate::instance::observe::report_of;
 use crate::instance::{AgentState, Finished};
 use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{Hold, JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{self, epoch};
+use crate::pod::answers::Answer;
 use agent::{AgentDecide, REAL_AGENT, Srv, Vol};
 use history::{Pos, Timelines};
 use jobs::{Job, JobKind};
@@ -336,13 +338,13 @@ struct Pod {
     sync_runs: Option<Runs>,
     /// Whether its volume holds a database, as its manager last reported it on the pod
     /// (each round, before it decides; a pod cut off writes nothing): `None` before its
-    /// first report ([`crate::machines::postgres::volume`]).
+    /// first report ([`crate::pod::volume`]).
     data_reported: Option<bool>,
     /// What its manager last reported of its server on the pod
     /// ([`crate::machines::postgres::instances`]): `None` before its first report.
     server_reported: Option<ServerRole>,
     /// What its manager last answered to a survey, on the pod
-    /// ([`crate::machines::postgres::answers`]); kept across container restarts.
+    /// ([`crate::pod::answers`]); kept across container restarts.
     answer: Option<Answer>,
     /// The survey token this container's manager answered (or, its answer lost, never
     /// will): each is answered once.

@@ -149,7 +149,7 @@ impl World {
                     .filter(|(_, p)| !p.terminating && p.server == Srv::Standby)
                     .filter(|(_, p)| {
                         p.stream_broken.is_some_and(|at| {
-                            let quiet = crate::machines::postgres::streaming::NOT_STREAMING_SECONDS;
+                            let quiet = crate::pod::streaming::NOT_STREAMING_SECONDS;
                             self.now - at
                                 >= chrono::Duration::seconds(
                                     i64::try_from(quiet).unwrap_or(i64::MAX),

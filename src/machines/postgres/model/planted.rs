@@ -7,8 +7,8 @@ use super::*;
 use crate::engine::World as Seen;
 use crate::engine::check::{CheckReport, Counterexample, check_scenario, try_check_machine};
 use crate::engine::planted::{Bug, Planted};
-use crate::instance::Lsn;
 use crate::machines::postgres::state::SwitchStep;
+use crate::pod::Lsn;
 
 /// A switchover or failover takes the Lease holder for fenced at once: the Lease is
 /// handed to the target (and the target promoted) while the old primary may still run

@@ -12,7 +12,7 @@ use super::*;
 use crate::engine::World as Seen;
 use crate::engine::check::try_check_machine;
 use crate::engine::planted::{Bug, Planted};
-use crate::instance::Lsn;
+use crate::pod::Lsn;
 
 /// A failover reads a member that is not Ready as if it had answered at no position:
 /// it is counted for the quorum but never weighed (the choice before it kept every

@@ -11,10 +11,10 @@ use super::{metadata, namespace};
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::postgres::actions::LsnGate;
-use crate::machines::postgres::answers::SURVEY;
 use crate::machines::postgres::api::PostgresCluster;
 use crate::machines::postgres::managed::password_secrets;
 use crate::machines::postgres::observe::{NEVER_HELD, RELEASED_BY, RELEASED_LSN};
+use crate::pod::answers::SURVEY;
 
 /// The environment variable carrying the lease duration `L` a pod's fence runs with
 /// (fixed when the pod is created; the operator reads it back: a pod created under a

@@ -19,7 +19,7 @@
 //! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` |
 //! | NetworkPolicy | `<name>` | only with `spec.networkPolicy.enabled` (deleted when it is turned off); ingress to the instances only ([`netpol`]) |
 //! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; the init container copies `lockstep` from the operator's image and the server's container runs `lockstep instance` as PID 1 (`render::manager`); claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
-//! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator; a failover's survey asks the standbys through it (`lockstep.dev/survey`, [`super::answers`]) |
+//! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator; a failover's survey asks the standbys through it (`lockstep.dev/survey`, [`crate::pod::answers`]) |
 //! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw`, or `basebackup.sh` asking its instance manager (`spec.backup.method`) |
 //! | CronJob | `<name>-backup` | scheduled backups, the same way |

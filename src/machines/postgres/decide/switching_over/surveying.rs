@@ -10,7 +10,7 @@ use crate::machines::postgres::observe::ADOPT_PRIMARY;
 
 /// Survey (a failover, or a planned switchover whose old primary released no
 /// position): ask every other member below `below` (a scale-down's targets) for its
-/// WAL positions through the Lease ([`crate::machines::postgres::answers`]), wait up to
+/// WAL positions through the Lease ([`crate::pod::answers`]), wait up to
 /// [`SURVEY_WAIT_SECONDS`] for them all to answer, and record the most advanced Ready
 /// standby that answered as the target, with the positions (intent first), before the
 /// Lease is handed to it.
@@ -162,7 +162,7 @@ pub(super) fn survey(
 /// back to the old primary when that is safe and possible: its ordinal has a live pod
 /// (for a failover, not the failed one: recreated, on its volume; a switchover's old
 /// primary stopped on purpose) whose manager does not report an empty volume
-/// ([`crate::machines::postgres::volume`]: recreated on a lost claim, it holds no WAL;
+/// ([`crate::pod::volume`]: recreated on a lost claim, it holds no WAL;
 /// found from seed 7 of the vanished-pod test's generator, two volumes lost in a
 /// synchronous cluster, going back to it and round again for ever), no survey chose a
 /// target yet, and the Lease names nobody
@@ -358,7 +358,7 @@ pub(super) fn resurvey(
 /// fewer: wait (Degraded, naming who and the way out) until [`RESURVEY_SECONDS`]
 /// after its answers were read (`survey`: its token and when), then survey again;
 /// unless every member it did not read reports an empty volume
-/// ([`crate::machines::postgres::volume`]): then wait, Degraded, for a person (or the
+/// ([`crate::pod::volume`]): then wait, Degraded, for a person (or the
 /// old primary) without surveying again. `None`: the survey read enough, or there is no
 /// quorum to meet.
 pub(super) fn quorum_unread(
@@ -581,9 +581,8 @@ pub(crate) fn retarget(
                 (0..cluster.replicas)
                     .filter(|k| *k != s.target.ordinal)
                     .filter(|k| {
-                        o.live(*k).is_some_and(|p| {
-                            p.role != Some(crate::machines::postgres::actions::Role::Demoted)
-                        })
+                        o.live(*k)
+                            .is_some_and(|p| p.role != Some(crate::pod::Role::Demoted))
                     })
                     .any(|k| !read.iter().any(|r| r.ordinal == k))
             };

@@ -231,7 +231,7 @@ impl World {
                     seen.data,
                     DataDir::Primary { .. } | DataDir::Standby { .. }
                 ));
-                // And what its server is (`instances::report_of`), when it answers.
+                // And what its server is (`instance::observe::report_of`), when it answers.
                 let me = format!("pg-{k}/{}", p.uid);
                 if let Some(role) = report_of(&seen, &me, p.server_reported) {
                     p.server_reported = Some(role);

@@ -30,7 +30,7 @@
 //! - Tokens are unique per failover and attempt (`actions::survey_key`: the old
 //!   primary's UID, the Lease's term, the attempt).
 
-use crate::instance::{Lsn, Observation, Server};
+use super::lsn::Lsn;
 
 /// The Lease annotation the operator writes to ask: the survey's token.
 pub const SURVEY: &str = "lockstep.dev/survey";
@@ -85,59 +85,9 @@ impl Answer {
     }
 }
 
-/// What the manager that saw `seen` answers to `token`: for a standby, its positions,
-/// on the newest timeline it holds (`wal_timeline`, read from its WAL files, or its
-/// positions' own); `None` for any other server, or a standby with no position yet.
-#[must_use]
-pub fn answer(seen: &Observation, token: &str, wal_timeline: Option<u32>) -> Option<Answer> {
-    let Server::Standby(standby) = &seen.server else {
-        return None;
-    };
-    let furthest = standby.furthest()?;
-    let replayed = standby.replayed.map_or(furthest.lsn, |p| p.lsn);
-    Some(Answer {
-        token: token.to_owned(),
-        timeline: furthest.timeline.max(wal_timeline.unwrap_or(0)),
-        received: standby.received.map_or(replayed, |p| p.lsn),
-        replayed,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::instance::{DataDir, LeaseRead, Mono, Position, RoleLabel, Standby, Upstream};
-    use crate::machines::postgres::actions::Role;
-
-    fn standby(received: Option<(u32, u64)>, replayed: Option<(u32, u64)>) -> Server {
-        let at = |(timeline, lsn)| Position {
-            timeline,
-            lsn: Lsn(lsn),
-        };
-        Server::Standby(Standby {
-            received: received.map(at),
-            replayed: replayed.map(at),
-            streaming: false,
-        })
-    }
-
-    fn seeing(server: Server) -> Observation {
-        Observation {
-            role: RoleLabel::Is(Role::Replica),
-            data: DataDir::Standby { clean: false },
-            server,
-            lease: LeaseRead::Unreadable,
-            now: Mono::at(std::time::Duration::from_secs(100)),
-            renewed: None,
-            stray: None,
-            finished: None,
-            upstream_writable: false,
-            not_streaming_since: None,
-            streamed: false,
-            cloned: false,
-            upstream: Upstream::Service,
-        }
-    }
 
     #[test]
     fn an_answer_is_read_back_as_written() {
@@ -159,32 +109,5 @@ mod tests {
             None
         );
         assert_eq!(Answer::parse("a standby on timeline 2"), None);
-    }
-
-    #[test]
-    fn a_standby_answers_its_positions_on_the_newest_timeline_its_wal_holds() {
-        let seen = seeing(standby(Some((1, 0x60)), Some((1, 0x28))));
-        let said = answer(&seen, "t", Some(2)).expect("a standby answers");
-        assert_eq!(
-            (said.timeline, said.received, said.replayed),
-            (2, Lsn(0x60), Lsn(0x28)),
-            "its WAL files' timeline is newer than its last restartpoint's"
-        );
-        let never_streamed = seeing(standby(None, Some((1, 0x28))));
-        let said = answer(&never_streamed, "t", None).expect("a standby answers");
-        assert_eq!((said.timeline, said.received), (1, Lsn(0x28)));
-    }
-
-    #[test]
-    fn only_a_standby_with_a_position_answers() {
-        let primary = seeing(Server::Writable {
-            position: Position {
-                timeline: 2,
-                lsn: Lsn(0x60),
-            },
-        });
-        assert_eq!(answer(&primary, "t", None), None);
-        assert_eq!(answer(&seeing(Server::Unanswering), "t", None), None);
-        assert_eq!(answer(&seeing(standby(None, None)), "t", None), None);
     }
 }

@@ -1,6 +1,6 @@
 //! Whether the primary's WAL reaches the archive (`spec.backup.walArchive`), as its
 //! instance manager tells the operator: the pod condition [`ARCHIVING`], written on its
-//! own pod (as [`super::applied`]'s) when it changes.
+//! own pod (as [`crate::machines::postgres::applied`]'s) when it changes.
 //!
 //! | status | reason | when |
 //! |---|---|---|
@@ -97,6 +97,10 @@ impl Archiving {
         }
     }
 }
+
+/// `archive_timeout`: a primary that writes completes a WAL file (and archives it) at
+/// least this often, which bounds what a lost volume can take with it.
+pub const ARCHIVE_TIMEOUT_SECONDS: u32 = 60;
 
 #[cfg(test)]
 mod tests {
