@@ -8,6 +8,7 @@ use super::observe::Observation;
 use super::state::{AgentKind, AgentState};
 use super::{decide, table};
 use crate::engine::{Deadline, Decision, Edge, Machine, World};
+use crate::pod::fencing::FencingTerms;
 
 /// What one agent runs with: fixed for the life of its process (its container's
 /// environment).
@@ -46,14 +47,15 @@ pub struct LeaseTerms {
 }
 
 impl LeaseTerms {
-    /// The terms for a pod named `identity` whose Lease lasts `lease_seconds` (`L`):
-    /// `T` = ⌊L/2⌋ (as `FencingSpec::fence_seconds`), `R` = 2 s.
+    /// The terms for a pod named `identity` whose Lease lasts `lease_seconds` (`L`), as
+    /// the operator renders them ([`FencingTerms::of_lease`]).
     pub fn for_lease(identity: impl Into<String>, lease_seconds: u64) -> Self {
+        let terms = FencingTerms::of_lease(u32::try_from(lease_seconds).unwrap_or(u32::MAX));
         LeaseTerms {
             identity: identity.into(),
-            duration: Duration::from_secs(lease_seconds),
-            fence: Duration::from_secs(lease_seconds / 2),
-            renew: Duration::from_secs(2),
+            duration: terms.lease,
+            fence: terms.tenure,
+            renew: terms.renew,
         }
     }
 }

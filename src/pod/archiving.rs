@@ -1,6 +1,6 @@
 //! Whether the primary's WAL reaches the archive (`spec.backup.walArchive`), as its
 //! instance manager tells the operator: the pod condition [`ARCHIVING`], written on its
-//! own pod (as [`crate::machines::postgres::applied`]'s) when it changes.
+//! own pod (as [`crate::pod::applied`]'s) when it changes.
 //!
 //! | status | reason | when |
 //! |---|---|---|

@@ -1,5 +1,5 @@
 //! Whether a standby keeps up, as its instance manager tells the operator: the pod
-//! condition [`STREAMING`], written on its own pod (as [`crate::machines::postgres::applied`]'s) when it
+//! condition [`STREAMING`], written on its own pod (as [`crate::pod::applied`]'s) when it
 //! changes.
 //!
 //! | status | reason | when |

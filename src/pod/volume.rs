@@ -1,6 +1,6 @@
 //! Whether an instance's volume holds a database, as its instance manager tells the
 //! operator: the pod condition [`DATA`], written on its own pod (as
-//! [`crate::machines::postgres::applied`]'s) when it changes.
+//! [`crate::pod::applied`]'s) when it changes.
 //!
 //! | status | reason | when |
 //! |---|---|---|

@@ -42,7 +42,7 @@ use futures::FutureExt;
 use tokio::task::JoinHandle;
 
 use super::metrics::ServerStats;
-use crate::machines::postgres::archived::{REPORT_SECONDS, is_wal_file};
+use crate::pod::archived::{REPORT_SECONDS, is_wal_file};
 use crate::pod::archiving::{Archiving, STALL_SECONDS};
 
 /// The tool `LOCKSTEP_WAL_ARCHIVE` names.

@@ -136,7 +136,7 @@ pub struct InstanceArgs {
     #[arg(long, env = "LOCKSTEP_FENCE_SECONDS")]
     pub fence_seconds: Option<u32>,
     /// `R`, in seconds: how often the holder renews.
-    #[arg(long, env = "LOCKSTEP_RENEW_SECONDS", default_value_t = 2)]
+    #[arg(long, env = "LOCKSTEP_RENEW_SECONDS", default_value_t = crate::pod::fencing::RENEW_SECONDS)]
     pub renew_seconds: u32,
     /// How long a standby may not stream while a writable primary answers before it
     /// restarts to rejoin it, in seconds.
@@ -187,7 +187,11 @@ impl InstanceArgs {
     /// `T`: the fence's deadline after the start of the last accepted renewal.
     #[must_use]
     pub fn fence(&self) -> Duration {
-        Duration::from_secs(self.fence_seconds.unwrap_or(self.lease_seconds / 2).into())
+        Duration::from_secs(
+            self.fence_seconds
+                .unwrap_or(crate::pod::fencing::tenure_seconds(self.lease_seconds))
+                .into(),
+        )
     }
 
     /// `R`.

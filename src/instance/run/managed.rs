@@ -1,5 +1,5 @@
 //! `spec.roles` and `spec.databases` on the writable server
-//! ([`crate::machines::postgres::managed`]): compared with the catalog, and what differs
+//! ([`crate::pod::managed`]): compared with the catalog, and what differs
 //! applied by `CREATE`, `ALTER` or `DROP`, each entry on its own.
 //!
 //! # Guarantees
@@ -32,7 +32,7 @@ use tokio::sync::watch;
 
 use super::quote::{sql_ident, sql_literal};
 use super::sql::Psql;
-use crate::machines::postgres::managed::{
+use crate::pod::managed::{
     DatabaseSpec, Ensure, Kind, ObjectsReport, Outcome, PASSWORD_KEY, RoleSpec, State, one_line,
 };
 

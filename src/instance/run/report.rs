@@ -1,13 +1,13 @@
 //! What this instance tells the operator, as conditions on its own pod (`pods/status`):
-//! what its server made of `spec.postgresql` ([`crate::machines::postgres::applied`]),
+//! what its server made of `spec.postgresql` ([`crate::pod::applied`]),
 //! for a standby whether it streams ([`crate::pod::streaming`]), and for
 //! an archiving primary whether its WAL reaches the archive
 //! ([`crate::pod::archiving`]), and for a primary with
 //! `spec.synchronous` whether its commits wait for standbys
-//! ([`crate::machines::postgres::synchronous`]), and whether its volume holds a database
+//! ([`crate::pod::synchronous`]), and whether its volume holds a database
 //! ([`crate::pod::volume`]), and a standby's answer to a failover's
 //! survey ([`crate::pod::answers`]), and for the writable server what it
-//! made of `spec.roles` and `spec.databases` ([`crate::machines::postgres::managed`]).
+//! made of `spec.roles` and `spec.databases` ([`crate::pod::managed`]).
 //!
 //! # Guarantees
 //! - **A write never delays a round of the manager** (its Lease renewals): the writes
@@ -35,15 +35,15 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::machines::postgres::api::LastArchived;
-use crate::machines::postgres::applied::{SETTINGS_APPLIED, SettingsReport};
-use crate::machines::postgres::archived::ARCHIVED;
-use crate::machines::postgres::managed::{OBJECTS_APPLIED, ObjectsReport};
-use crate::machines::postgres::synchronous::{self, SYNCHRONOUS, Waiting};
 use crate::pod::answers::{Answer, SURVEYED};
+use crate::pod::applied::{SETTINGS_APPLIED, SettingsReport};
+use crate::pod::archived::ARCHIVED;
+use crate::pod::archived::LastArchived;
 use crate::pod::archiving::{ARCHIVING, Archiving};
+use crate::pod::managed::{OBJECTS_APPLIED, ObjectsReport};
 use crate::pod::server::{SERVER, ServerRole};
 use crate::pod::streaming::{self, STREAMING};
+use crate::pod::synchronous::{self, SYNCHRONOUS, Waiting};
 use crate::pod::volume::{self, DATA};
 
 /// The pause before a failed write is tried again.
@@ -76,7 +76,7 @@ pub struct Round<'a> {
     /// For a standby the Lease asks, its answer to the failover's survey.
     pub answer: Option<&'a Answer>,
     /// For the writable server with `spec.roles` or `spec.databases`, what it made of
-    /// them ([`crate::machines::postgres::managed`]).
+    /// them ([`crate::pod::managed`]).
     pub objects: Option<&'a ObjectsReport>,
 }
 

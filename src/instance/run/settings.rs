@@ -1,5 +1,5 @@
 //! A person's PostgreSQL settings in this instance (`spec.postgresql`, see
-//! [`crate::machines::postgres::settings`]): read from the pod's annotations through the
+//! [`crate::pod::settings`]): read from the pod's annotations through the
 //! downward API, written into the managed configuration, applied by a reload.
 //!
 //! This is not a state of the agent's machine: applying settings never changes what the
@@ -23,11 +23,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use crate::machines::postgres::applied::{SettingsReport, parameter_field, rule_field};
-use crate::machines::postgres::settings::{
+use crate::pod::applied::{SettingsReport, parameter_field, rule_field};
+use crate::pod::settings::{
     InstanceSettings, PostgresqlSpec, SETTINGS_ANNOTATION, digest_of, parse,
 };
-use crate::machines::postgres::synchronous::{DataDurability, Waiting, standby_names};
+use crate::pod::synchronous::{DataDurability, Waiting, standby_names};
 
 use super::quote;
 
@@ -309,7 +309,7 @@ impl Settings {
     }
 
     /// What this instance tells the operator (the pod condition of
-    /// [`crate::machines::postgres::applied`]): each refused value by the field that
+    /// [`crate::pod::applied`]): each refused value by the field that
     /// holds it, and the parameters pending a restart.
     #[must_use]
     pub fn report(&self) -> SettingsReport {

@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 
 use super::quote;
-use crate::machines::postgres::render::tls::{
+use crate::pod::tls::{
     CA_CERT, MOUNTED, REPLICATION_CERT, REPLICATION_KEY, SERVER_CERT, SERVER_KEY,
 };
 

@@ -92,7 +92,7 @@ pub enum PgAction {
     },
     /// Set pod `ordinal`'s settings annotation to the spec's `postgresql` (removed when
     /// nothing is set), only on the pod as observed (`uid` at `version`). Its instance
-    /// manager reloads the server from it ([`super::settings`]).
+    /// manager reloads the server from it ([`crate::pod::settings`]).
     Configure {
         /// The ordinal.
         ordinal: i32,
@@ -137,12 +137,12 @@ pub enum PgAction {
         /// Its resourceVersion as observed.
         version: String,
     },
-    /// Write the in-place restore `value` ([`super::in_place::RESTORE_ANNOTATION`]) on
+    /// Write the in-place restore `value` ([`crate::pod::restore::RESTORE_ANNOTATION`]) on
     /// pod `ordinal`, only on the pod as observed (`uid` at `version`).
     AnnotateRestore {
         /// The ordinal.
         ordinal: i32,
-        /// The annotation's value ([`super::in_place::annotation_value`]).
+        /// The annotation's value ([`crate::pod::restore::annotation_value`]).
         value: String,
         /// The UID of the pod as observed.
         uid: String,

@@ -62,14 +62,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 
-use super::settings::PostgresqlSpec;
 use super::state::PgState;
-use super::synchronous::SynchronousSpec;
 use crate::engine::EngineStatus;
 use crate::machines::common::cron::{CRON_RANGE_RULE, CRON_RULE};
 use crate::machines::common::last_backup::LastBackup;
 use crate::machines::common::meta::{NAME_MESSAGE, NAME_RULE};
 pub use crate::machines::common::placement::{HOSTNAME_TOPOLOGY_KEY, Placement, Spread};
+use crate::pod::fencing::{RENEW_SECONDS, tenure_seconds};
+use crate::pod::settings::PostgresqlSpec;
+use crate::pod::synchronous::SynchronousSpec;
 
 /// The longest name a `PostgresCluster` may have.
 pub const MAX_NAME: usize = 40;
@@ -171,8 +172,8 @@ fn version_rule() -> String {
     )
         .message("spec.restore needs spec.backup with walArchive: the cluster is restored from its own repository in that store")
         .field_path(".restore"),
-    validation = Rule::new(super::synchronous::COMMIT_RULE)
-        .message(super::synchronous::COMMIT_MESSAGE)
+    validation = Rule::new(crate::pod::synchronous::COMMIT_RULE)
+        .message(crate::pod::synchronous::COMMIT_MESSAGE)
         .field_path(".postgresql.parameters"),
 )]
 #[serde(rename_all = "camelCase")]
@@ -244,7 +245,7 @@ pub struct PostgresClusterSpec {
         "x-kubernetes-list-type" = "map",
         "x-kubernetes-list-map-keys" = ["name"]
     ))]
-    pub roles: Vec<super::managed::RoleSpec>,
+    pub roles: Vec<crate::pod::managed::RoleSpec>,
     /// Databases the primary keeps, each with its owner and extensions; databases not
     /// listed are left alone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -253,7 +254,7 @@ pub struct PostgresClusterSpec {
         "x-kubernetes-list-type" = "map",
         "x-kubernetes-list-map-keys" = ["name"]
     ))]
-    pub databases: Vec<super::managed::DatabaseSpec>,
+    pub databases: Vec<crate::pod::managed::DatabaseSpec>,
     /// When scheduled backups run: five cron fields (`0 3 * * *`) or a macro (`@daily`).
     /// Needs `backup`.
     #[schemars(length(max = 128))]
@@ -330,20 +331,7 @@ impl NetworkPolicySpec {
     }
 }
 
-/// `spec.restore`: a request to rewind the running cluster to a point of its own
-/// archive.
-#[skip_serializing_none]
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreSpec {
-    /// Any new value runs the restore once (a value already served does nothing, so a
-    /// retry of the same request is harmless).
-    #[schemars(length(min = 1, max = 63))]
-    pub token: String,
-    /// Where recovery stops and the restored primary is promoted. Absent: the end of
-    /// the archive.
-    pub target: Option<RecoveryTarget>,
-}
+pub use crate::pod::restore::{RecoveryTarget, RestoreSpec};
 
 /// `spec.bootstrap`.
 #[skip_serializing_none]
@@ -368,29 +356,6 @@ pub struct RecoverySpec {
     /// Where recovery stops and the restored primary is promoted. Absent: the end of
     /// the archive.
     pub target: Option<RecoveryTarget>,
-}
-
-/// `spec.bootstrap.recovery.target` and `spec.restore.target`: exactly one of its fields.
-#[skip_serializing_none]
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, KubeSchema)]
-#[serde(rename_all = "camelCase")]
-#[x_kube(
-    validation = Rule::new(
-        "[has(self.time), has(self.lsn), has(self.name), has(self.immediate)].filter(x, x).size() == 1 && (!has(self.immediate) || self.immediate)"
-    )
-    .message("set exactly one of time, lsn, name and immediate (true)")
-)]
-pub struct RecoveryTarget {
-    /// Replay every transaction committed up to this moment (RFC 3339, inclusive).
-    pub time: Option<DateTime<Utc>>,
-    /// Replay up to this WAL position (`16/B374D848`, inclusive).
-    #[schemars(regex(pattern = "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"))]
-    pub lsn: Option<String>,
-    /// Replay up to the restore point of this name (`pg_create_restore_point`).
-    #[schemars(length(min = 1, max = 63))]
-    pub name: Option<String>,
-    /// `true`: stop as soon as the base backup is consistent.
-    pub immediate: Option<bool>,
 }
 
 /// `spec.certificates`: certificates a person brings (for example from cert-manager).
@@ -508,11 +473,11 @@ impl Default for FencingSpec {
 impl FencingSpec {
     /// `T`: how long the holder keeps its server writable without a successful renewal.
     pub fn fence_seconds(&self) -> i64 {
-        self.lease_duration_seconds / 2
+        u32::try_from(self.lease_duration_seconds).map_or(0, |l| i64::from(tenure_seconds(l)))
     }
 
     /// `R`: how often the holder renews.
-    pub const RENEW_SECONDS: i64 = 2;
+    pub const RENEW_SECONDS: i64 = RENEW_SECONDS as i64;
 }
 
 /// The backup destination and the backup Jobs' pod.
@@ -703,10 +668,10 @@ pub struct PostgresClusterStatus {
     pub instances: Vec<InstanceStatus>,
     /// What the primary last made of each entry of `spec.roles`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub roles: Vec<super::managed::ObjectStatus>,
+    pub roles: Vec<crate::pod::managed::ObjectStatus>,
     /// What the primary last made of each entry of `spec.databases`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub databases: Vec<super::managed::ObjectStatus>,
+    pub databases: Vec<crate::pod::managed::ObjectStatus>,
 }
 
 /// An instance in `status.instances`.
@@ -729,17 +694,7 @@ pub struct InstanceStatus {
     pub streaming: Option<bool>,
 }
 
-/// `status.lastArchived`: a WAL file the archive took.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LastArchived {
-    /// The WAL file's name (its timeline, then its position).
-    pub wal: String,
-    /// When it was archived (the server's `pg_stat_archiver.last_archived_time`).
-    pub time: DateTime<Utc>,
-    /// The instance that archived it (the primary then).
-    pub pod: String,
-}
+pub use crate::pod::archived::LastArchived;
 
 /// A completed failover.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]

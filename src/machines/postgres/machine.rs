@@ -195,7 +195,7 @@
 //!   acknowledged commit**: every such commit is on `number` of the other members, the
 //!   survey must read `replicas - number` of them (else it waits, Degraded, and surveys
 //!   again), and the most advanced member read is promoted
-//!   ([`super::synchronous`]; a pause or a partition of the primary is not yet covered).
+//!   ([`crate::pod::synchronous`]; a pause or a partition of the primary is not yet covered).
 //! - **A planned switchover loses no acknowledged commit**: the old primary stops
 //!   cleanly before the Lease moves (its walsenders send all WAL to connected standbys
 //!   before it exits) and releases the Lease with its last position

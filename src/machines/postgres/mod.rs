@@ -9,7 +9,7 @@
 //! - [`state`]: the persisted state; [`table`]: the declared edges and their reasons,
 //!   each edge naming the file that takes it (the generated statechart is
 //!   `machines/postgrescluster.md`); [`actions`]: the side effects, as data.
-//! - [`observe`] and [`render`]: the bridge to Kubernetes objects; [`applied`]: what
+//! - [`observe`] and [`render`]: the bridge to Kubernetes objects; [`crate::pod::applied`]: what
 //!   each instance reports on its pod of the settings it was given; [`crate::pod::volume`]: whether
 //!   its volume holds a database;
 //!   [`status`]: the kind's own status fields.
@@ -22,7 +22,7 @@
 //! says when a requested backup's outcome is unknown), `firstRecoverabilityPoint`
 //! ([`recoverability`]), `lastFailover`, and the condition
 //! `PrimaryAvailable`, and `SettingsApplied` (what the instances report of
-//! `spec.postgresql`, [`applied`]).
+//! `spec.postgresql`, [`crate::pod::applied`]).
 //!
 //! # Guarantees
 //! See [`machine`]. Additionally, `status` is a deterministic function of the persisted
@@ -42,22 +42,18 @@
 
 pub mod actions;
 pub mod api;
-pub mod applied;
 pub mod archived;
 mod decide;
-pub mod in_place;
+pub mod instance_settings;
 pub mod instances;
 pub mod machine;
-pub mod managed;
 #[cfg(test)]
 mod model;
 pub mod observe;
 pub mod recoverability;
 pub mod render;
-pub mod settings;
 pub mod state;
 pub mod status;
-pub mod synchronous;
 pub mod table;
 pub mod terms;
 #[cfg(test)]
@@ -67,6 +63,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
+
+use crate::pod::{managed, settings};
 
 pub use actions::PgAction;
 pub use api::{PostgresCluster, PostgresClusterSpec, PostgresClusterStatus};
@@ -88,7 +86,7 @@ use status::{
 
 /// The condition type saying what the instances made of `spec.postgresql`: applied,
 /// refused by PostgreSQL, or pending a restart, from what each instance reports
-/// ([`applied`]).
+/// ([`crate::pod::applied`]).
 pub const SETTINGS_APPLIED: &str = "SettingsApplied";
 
 /// The condition type saying whether the primary's WAL reaches the archive
@@ -96,7 +94,7 @@ pub const SETTINGS_APPLIED: &str = "SettingsApplied";
 pub const CONTINUOUS_ARCHIVING: &str = "ContinuousArchiving";
 
 /// The condition type saying whether the primary's commits wait for standbys
-/// (`spec.synchronous`), from what the primary reports ([`synchronous::SYNCHRONOUS`]):
+/// (`spec.synchronous`), from what the primary reports ([`crate::pod::synchronous::SYNCHRONOUS`]):
 /// `False` (`Asynchronous`) while `dataDurability: Preferred` turned it asynchronous.
 pub const SYNCHRONOUS_REPLICATION: &str = "SynchronousReplication";
 
@@ -232,7 +230,7 @@ impl Operator for Postgres {
                 uid,
                 version,
                 settings::SETTINGS_ANNOTATION,
-                settings::annotation_of(object),
+                instance_settings::annotation_of(object),
             ),
             PgAction::AnnotateRestore {
                 ordinal,
@@ -243,7 +241,7 @@ impl Operator for Postgres {
                 *ordinal,
                 uid,
                 version,
-                in_place::RESTORE_ANNOTATION,
+                crate::pod::restore::RESTORE_ANNOTATION,
                 Some(value.clone()),
             ),
             PgAction::DeleteClaim { ordinal, uid } => vec![Op::delete::<PersistentVolumeClaim>(

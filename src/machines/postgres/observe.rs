@@ -13,22 +13,22 @@ use kube::ResourceExt;
 
 use super::actions::{PgAction, Role, ServiceKind};
 use super::api::{DEFAULT_LEASE_SECONDS, LastArchived, PostgresCluster};
-use super::applied::{SETTINGS_APPLIED, SettingsReport};
-use super::archived::ARCHIVED;
 use super::instances::{Reported, ServerRole};
-use super::managed::{OBJECTS_APPLIED, ObjectsReport};
 use super::render::{self, CONTAINER, KIND_LABEL, ROLE_LABEL};
-use super::settings;
-use super::synchronous::SYNCHRONOUS;
 use crate::driver::Cache;
 use crate::driver::cache::{JOB_NAME_LABEL, digest};
 use crate::machines::common::annotations;
 use crate::machines::common::observe::{self as common, Reading};
 pub use crate::machines::common::observe::{CronJobView, Requests, StatefulSetView, ordinal_of};
 use crate::pod::answers::{Answer, SURVEY, SURVEYED};
+use crate::pod::applied::{SETTINGS_APPLIED, SettingsReport};
+use crate::pod::archived::ARCHIVED;
 use crate::pod::archiving::ARCHIVING;
+use crate::pod::managed::{OBJECTS_APPLIED, ObjectsReport};
 use crate::pod::server::SERVER;
+use crate::pod::settings;
 use crate::pod::streaming::STREAMING;
+use crate::pod::synchronous::SYNCHRONOUS;
 
 /// Everything the machine sees of the world.
 pub type Observed = common::Observed<Option<Role>, Own>;
@@ -192,10 +192,10 @@ pub struct Own {
     /// `None` when the status does not say (it was lost).
     pub longest_lease_seconds: Option<i64>,
     /// The live instance pods (by ordinal) whose settings annotation is not the spec's
-    /// `postgresql` ([`super::settings`]): their managers have yet to be told.
+    /// `postgresql` ([`crate::pod::settings`]): their managers have yet to be told.
     pub unconfigured: BTreeSet<i32>,
     /// What the live instance pods (by ordinal) report their servers made of the
-    /// settings ([`super::applied`]); a pod that reports nothing yet is absent.
+    /// settings ([`crate::pod::applied`]); a pod that reports nothing yet is absent.
     pub settings: BTreeMap<i32, SettingsReport>,
     /// The live instance pods (by ordinal) whose report is about other settings than the
     /// spec's ([`SettingsReport::judged`]): their managers have yet to read, or their
@@ -219,13 +219,13 @@ pub struct Own {
     /// while it was one.
     pub archived: BTreeMap<i32, LastArchived>,
     /// What the pod labelled primary reports of `spec.roles` and `spec.databases`
-    /// ([`super::managed`]), when its report is about the spec's current entries.
+    /// ([`crate::pod::managed`]), when its report is about the spec's current entries.
     pub objects: Option<ObjectsReport>,
     /// What each live instance pod (by ordinal) reports of its server and its
     /// streaming ([`super::instances`]), for `status.instances`.
     pub instances: BTreeMap<i32, Reported>,
     /// What the live instance pods (by ordinal) last reported of synchronous
-    /// replication ([`super::synchronous::SYNCHRONOUS`]): whether commits wait for
+    /// replication ([`crate::pod::synchronous::SYNCHRONOUS`]): whether commits wait for
     /// standbys, and the message. Only a primary writes it.
     pub synchronous: BTreeMap<i32, (bool, String)>,
     /// The live instance pods (by ordinal) whose instance manager reported its
@@ -243,7 +243,7 @@ pub struct Own {
     /// UIDs: an in-place restore deletes them all before it restores.
     pub claims: BTreeMap<i32, String>,
     /// The digest of each live instance pod's restore annotation
-    /// ([`super::in_place::RESTORE_ANNOTATION`]), by ordinal, where it carries one.
+    /// ([`crate::pod::restore::RESTORE_ANNOTATION`]), by ordinal, where it carries one.
     pub restore_annotated: BTreeMap<i32, String>,
     /// `<name>-tls` as the cache holds it ([`render::tls`]), if it exists.
     pub certificates: Option<CertificatesView>,
@@ -433,7 +433,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .collect();
     // The cache keeps the annotation as a digest (`driver::cache::DIGESTED_ANNOTATIONS`);
     // an instance reports the digest of the one it judged (`settings::digest_of`).
-    let annotation = settings::annotation_of(pg);
+    let annotation = super::instance_settings::annotation_of(pg);
     let wanted = annotation.as_deref().map(digest);
     let spec_digest = settings::annotation_digest(annotation.as_deref());
     let unconfigured = live
@@ -537,7 +537,9 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
     let restore_annotated = live
         .iter()
         .filter_map(|(k, p)| {
-            let value = p.annotations().get(super::in_place::RESTORE_ANNOTATION)?;
+            let value = p
+                .annotations()
+                .get(crate::pod::restore::RESTORE_ANNOTATION)?;
             Some((*k, value.clone()))
         })
         .collect();

@@ -5,16 +5,16 @@ use kube::ResourceExt;
 
 use super::actions::Role;
 use super::api::{FailoverRecord, PostgresCluster, PostgresClusterSpec};
-use super::applied::{Gathered, reason as applied_reason};
 use super::observe::Observed;
 use super::state::{PgState, RestoreStep, SwitchCause};
-use super::synchronous;
 use super::table::reason;
 use super::terms::{self, Applied, Terms};
 use super::{CONTINUOUS_ARCHIVING, PRIMARY_AVAILABLE, SETTINGS_APPLIED, SYNCHRONOUS_REPLICATION};
 use crate::engine::{Condition, HistoryEntry, conditions};
 use crate::machines::common::jobs::JobOutcome;
+use crate::pod::applied::{Gathered, reason as applied_reason};
 use crate::pod::archiving;
+use crate::pod::synchronous;
 
 /// The image a state vouches every instance runs.
 pub(super) fn rest_image(state: Option<&PgState>) -> Option<String> {
@@ -226,7 +226,7 @@ pub(super) fn primary_available(
 }
 
 /// `SettingsApplied`: what the instances made of `spec.postgresql`, from what each
-/// reports on its pod ([`super::applied`]): `False` while one refused a setting
+/// reports on its pod ([`crate::pod::applied`]): `False` while one refused a setting
 /// (`Refused`) or one waits for a restart to apply a parameter (`PendingRestart`),
 /// naming each field and its instances; `False` (`Applying`) while an instance has yet
 /// to judge the spec's settings ([`Observed`]'s `unjudged`, named in every message);

@@ -101,7 +101,7 @@ pub mod reason {
     pub const SETTINGS_REFUSED: &str = "SettingsRefused";
     /// Stay (Degraded): at rest, but the primary could not apply an entry of
     /// `spec.roles` or `spec.databases` (it applied the others;
-    /// [`crate::machines::postgres::managed`]).
+    /// [`crate::pod::managed`]).
     pub const OBJECTS_REFUSED: &str = "ObjectsRefused";
     /// Stay (Degraded): at rest, but the primary reports that its WAL does not reach
     /// the archive (`spec.backup.walArchive`; [`crate::pod::archiving`]).

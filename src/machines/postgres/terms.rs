@@ -1,12 +1,12 @@
 //! The synchronous terms commits may have been acknowledged under: `number`,
 //! `dataDurability` and how many members they name, as each instance was told them
-//! ([`super::synchronous::SyncStandbys`]). They are recorded in the status
+//! ([`crate::pod::synchronous::SyncStandbys`]). They are recorded in the status
 //! (`status.synchronousTerms`), not the Lease: they are the operator's knowledge of what
 //! it told the instances, like `status.longestLeaseSeconds`, and the Lease is the
 //! instances' own record of tenure, which they rewrite at every renewal.
 //!
 //! Why: a failover reads enough members to be sure one has every acknowledged commit
-//! ([`super::synchronous::survey_quorum`]), and that count depends on the terms the
+//! ([`crate::pod::synchronous::survey_quorum`]), and that count depends on the terms the
 //! commits were acknowledged under, not on the spec as it is now. Each instance applies
 //! a change of `spec.synchronous` or `spec.replicas` at its own next reading of its
 //! settings, so for a while the primary may still acknowledge under the old terms:
@@ -18,7 +18,7 @@
 //! - **Recorded before relaxed**: the record holds every distinct terms the spec asked
 //!   for since every member last ran the same ones ([`record`]); it goes back to the
 //!   spec's alone only once every member runs them (each instance reported, on its
-//!   pod, that it judged the spec's settings, [`super::applied`]). A decision computes
+//!   pod, that it judged the spec's settings, [`crate::pod::applied`]). A decision computes
 //!   the record from the status it read and the spec, so terms the spec asks for count
 //!   from the first reconcile that sees them, whether or not that reconcile's status
 //!   write lands.
@@ -43,7 +43,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::synchronous::{DataDurability, SynchronousSpec};
+use crate::pod::synchronous::{DataDurability, SynchronousSpec};
 
 /// Terms a primary may acknowledge commits under.
 #[derive(JsonSchema, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +161,7 @@ pub fn quorum(spec: Option<&SynchronousSpec>, recorded: &[Terms]) -> Option<Quor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machines::postgres::synchronous::SyncMethod;
+    use crate::pod::synchronous::SyncMethod;
 
     fn required(number: i32) -> SynchronousSpec {
         SynchronousSpec {

@@ -3,7 +3,7 @@
 
 #[allow(clippy::wildcard_imports)] // the manager's vocabulary, imported once in its parent
 use super::*;
-use crate::machines::postgres::synchronous::Waiting;
+use crate::pod::synchronous::Waiting;
 
 impl Manager {
     pub(super) fn task_done(

@@ -58,11 +58,11 @@ use crate::instance::observe::{
     RoleLabel, Server, Standby, Task, Upstream,
 };
 use crate::instance::{AgentAction, AgentState, decide};
-use crate::machines::postgres::settings::digest_of;
 use crate::pod::Role;
 use crate::pod::answers::{Answer, SURVEY};
 use crate::pod::lease::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
 use crate::pod::server::ServerRole;
+use crate::pod::settings::digest_of;
 use crate::pod::streaming::NOT_STREAMING_SECONDS;
 
 /// What keeps the manager from running.

@@ -127,7 +127,7 @@ impl Prepare {
     }
 
     /// What a bootstrap restores instead of running `initdb`, if anything: the in-place
-    /// restore the operator wrote on this pod ([`in_place::RESTORE_ANNOTATION`]: this
+    /// restore the operator wrote on this pod ([`crate::pod::restore::RESTORE_ANNOTATION`]: this
     /// cluster's own repository, from its `PGBACKREST_*` settings), else
     /// `spec.bootstrap.recovery` (the `LOCKSTEP_RECOVERY_*` settings).
     ///
@@ -141,7 +141,8 @@ impl Prepare {
             .as_ref()
             .and_then(|f| fs::read_to_string(f).ok())
             .unwrap_or_default();
-        let asked = in_place::from_annotations(&annotations).map_err(PrepareError::Recovery)?;
+        let asked =
+            crate::pod::restore::from_annotations(&annotations).map_err(PrepareError::Recovery)?;
         if let Some(request) = asked {
             let setting = |name: &str| {
                 std::env::var(name).map_err(|_| {

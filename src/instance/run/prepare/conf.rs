@@ -4,7 +4,7 @@
 #[allow(clippy::wildcard_imports)] // the preparation's vocabulary, imported once in its parent
 use super::*;
 use crate::instance::run::clock::Moment;
-use crate::machines::postgres::synchronous::managed_commit;
+use crate::pod::synchronous::managed_commit;
 
 /// The parameter that makes a commit wait for the synchronous standbys.
 const SYNCHRONOUS_COMMIT: &str = "synchronous_commit";
@@ -27,11 +27,11 @@ pub(super) fn setting_of(line: &str) -> String {
 }
 
 /// Whether a line of `postgresql.auto.conf` sets a parameter Lockstep manages
-/// ([`MANAGED`](crate::machines::postgres::settings::MANAGED), `allow_alter_system`
+/// ([`MANAGED`](crate::pod::settings::MANAGED), `allow_alter_system`
 /// included, and `synchronous_commit`), but what a restore wrote for its recovery.
 fn overrides_managed(line: &str) -> bool {
     let key = setting_of(line);
-    (crate::machines::postgres::settings::MANAGED.contains(&key.as_str()) && !restore_setting(&key))
+    (crate::pod::settings::MANAGED.contains(&key.as_str()) && !restore_setting(&key))
         || key == SYNCHRONOUS_COMMIT
 }
 

@@ -39,10 +39,9 @@ use super::settings::Settings;
 use super::sql::Psql;
 use super::tls::Transport;
 use crate::instance::observe::Upstream;
-use crate::machines::postgres::in_place;
-use crate::machines::postgres::render::archive::target_args;
-use crate::machines::postgres::settings::PostgresqlSpec;
 use crate::pod::recovery::RECOVERY_FAILED;
+use crate::pod::restore::target_args;
+use crate::pod::settings::PostgresqlSpec;
 
 /// What went wrong preparing `$PGDATA`.
 #[derive(Debug, thiserror::Error)]

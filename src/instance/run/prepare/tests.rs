@@ -268,7 +268,7 @@ fn a_standby_over_tls_streams_with_verify_full_and_its_server_turns_ssl_on() {
     );
     let dir = std::env::temp_dir().join(format!("lockstep-prepare-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    for f in crate::machines::postgres::render::tls::MOUNTED {
+    for f in crate::pod::tls::MOUNTED {
         std::fs::write(dir.join(f), "x").expect("file");
     }
     p.args.tls_dir = Some(dir.clone());

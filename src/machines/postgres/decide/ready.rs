@@ -7,8 +7,8 @@
 //! ([`prune_promote_jobs`]) and on-demand backup Jobs beyond their history limit
 //! ([`on_demand::prune`]) and reports ([`report`]): Degraded while a replica is not Ready,
 //! while an instance reports a setting of `spec.postgresql` its server refused
-//! ([`crate::machines::postgres::applied`]), while the primary could not apply an entry
-//! of `spec.roles` or `spec.databases` ([`crate::machines::postgres::managed`]), or while
+//! ([`crate::pod::applied`]), while the primary could not apply an entry
+//! of `spec.roles` or `spec.databases` ([`crate::pod::managed`]), or while
 //! a backup's outcome is unknown.
 
 use std::ops::ControlFlow;
@@ -27,10 +27,10 @@ use crate::machines::common::jobs::{self, Purpose};
 use crate::machines::common::on_demand;
 use crate::machines::postgres::actions::{PgAction, spec_image};
 use crate::machines::postgres::api::PostgresClusterSpec;
-use crate::machines::postgres::applied::Gathered;
 use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PgState, Topology};
 use crate::machines::postgres::table::reason::*;
+use crate::pod::applied::Gathered;
 
 /// What a person does about a setting PostgreSQL refused, named in the message.
 pub const SETTINGS_WAY_OUT: &str = "each instance keeps running on the last value it accepted; correct the value in spec.postgresql (the instance manager's log gives PostgreSQL's reason), and this clears once the instances accept it";
@@ -111,7 +111,7 @@ pub(crate) fn ready(
 /// first, then a switchover, then the old primary), with the same safety.
 ///
 /// Not before every instance has judged the spec's settings
-/// ([`crate::machines::postgres::applied`]): the kubelet refreshes each pod's
+/// ([`crate::pod::applied`]): the kubelet refreshes each pod's
 /// annotations on its own schedule, and a replica that says late that it waits too
 /// would find the role already moved to it, and move it a second time.
 fn restart(cluster: &Topology, o: &Observed) -> Option<D> {

@@ -33,11 +33,11 @@ use super::{D, label_moves, objects, stay};
 use crate::engine::{Decision, World};
 use crate::machines::postgres::actions::{PgAction, Role};
 use crate::machines::postgres::api::{PostgresClusterSpec, RecoveryTarget, RestoreSpec};
-use crate::machines::postgres::in_place::annotation_value;
 use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PgState, Restore, RestoreStep, Topology};
 use crate::machines::postgres::table::reason::*;
 use crate::pod::archiving::ARCHIVE_TIMEOUT_SECONDS;
+use crate::pod::restore::annotation_value;
 
 /// The key under which the record's acks keep the last `spec.restore.token` taken on.
 pub const RESTORE_ACK: &str = "spec.restore.token";

@@ -12,8 +12,8 @@ use std::cmp::Reverse;
 
 use crate::machines::postgres::observe::Observed;
 use crate::machines::postgres::state::{PodRef, Surveyed};
-use crate::machines::postgres::synchronous::{DataDurability, SynchronousSpec};
 use crate::pod::Role;
+use crate::pod::synchronous::{DataDurability, SynchronousSpec};
 
 /// An LSN (`16/B374D848`) as a number; `None` if it is not one.
 pub(crate) fn lsn(text: &str) -> Option<u64> {

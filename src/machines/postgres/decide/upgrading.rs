@@ -14,7 +14,7 @@ use crate::machines::postgres::state::{PgState, PodRef, SwitchCause, Topology};
 use crate::machines::postgres::table::reason::*;
 
 /// The instance at `k` reports a parameter its server applies only at its next start
-/// ([`crate::machines::postgres::applied`]).
+/// ([`crate::pod::applied`]).
 pub(crate) fn waits_for_restart(o: &Observed, k: i32) -> bool {
     o.own
         .settings

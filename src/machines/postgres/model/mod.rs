@@ -200,14 +200,12 @@ use proptest::prelude::*;
 
 use super::actions::{DeleteCause, JobAction, LsnGate, PgAction, Role, ServiceKind};
 use super::api::{BackupSpec, PostgresClusterSpec};
-use super::applied::SettingsReport;
 use super::instances::{Reported, ServerRole};
 use super::machine::Postgres;
 use super::observe::{
     CronJobView, InSync, LeaseView, Observed, Own, PgRequests, Requests, StatefulSetView,
 };
 use super::state::{PgState, SwitchCause};
-use super::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
 use crate::engine::Machine;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
@@ -220,6 +218,8 @@ use crate::machines::common::backup::BackupKind;
 use crate::machines::common::jobs::{Hold, JobOutcome, JobView, Purpose};
 use crate::machines::common::testing::{self, epoch};
 use crate::pod::answers::Answer;
+use crate::pod::applied::SettingsReport;
+use crate::pod::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
 use agent::{AgentDecide, REAL_AGENT, Srv, Vol};
 use history::{Pos, Timelines};
 use jobs::{Job, JobKind};

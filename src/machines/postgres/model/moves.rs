@@ -1,7 +1,7 @@
 //! What the model's runs change: a person's edits of the spec ([`Edit`]) and what the
 //! world does on its own ([`Move`]), each a step a strategy draws.
 
-use crate::machines::postgres::synchronous::{DataDurability, SynchronousSpec};
+use crate::pod::synchronous::{DataDurability, SynchronousSpec};
 
 #[derive(Clone, Copy, Debug)]
 pub(in crate::machines::postgres) enum Edit {

@@ -76,7 +76,7 @@ impl World {
             .as_mut()
             .filter(|s| s.data_durability == DataDurability::Required)
             && !has_data(&self.db_primary)
-            && crate::machines::postgres::synchronous::survey_quorum(Some(sync), others)
+            && crate::pod::synchronous::survey_quorum(Some(sync), others)
                 .is_some_and(|needed| kept < needed)
         {
             sync.data_durability = DataDurability::Preferred;

@@ -11,7 +11,7 @@
 use k8s_openapi::api::core::v1::{EnvVar, SecretVolumeSource, Volume, VolumeMount};
 use kube::ResourceExt;
 
-use super::super::api::{BackupSpec, PostgresCluster, RecoveryTarget};
+use super::super::api::{BackupSpec, PostgresCluster};
 use super::PGDATA;
 use crate::machines::common::env::{from_secret, plain};
 
@@ -157,24 +157,7 @@ pub fn recovery_env(pg: &PostgresCluster) -> Vec<EnvVar> {
     env
 }
 
-/// pgBackRest's restore `--type` and `--target` for a recovery target (absent: the end
-/// of the archive).
-#[must_use]
-pub fn target_args(target: Option<&RecoveryTarget>) -> (&'static str, Option<String>) {
-    match target {
-        None => ("default", None),
-        Some(t) => match (&t.time, &t.lsn, &t.name) {
-            // pgBackRest's form (and PostgreSQL's): `YYYY-MM-DD HH:MM:SS[.f]+00`.
-            (Some(time), _, _) => (
-                "time",
-                Some(time.format("%Y-%m-%d %H:%M:%S%.f+00").to_string()),
-            ),
-            (None, Some(lsn), _) => ("lsn", Some(lsn.clone())),
-            (None, None, Some(name)) => ("name", Some(name.clone())),
-            (None, None, None) => ("immediate", None),
-        },
-    }
-}
+pub use crate::pod::restore::target_args;
 
 /// The CA bundle's volume and its mount, when `spec.backup.walArchive.caSecret` names
 /// one.

@@ -12,9 +12,9 @@ use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::postgres::actions::LsnGate;
 use crate::machines::postgres::api::PostgresCluster;
-use crate::machines::postgres::managed::password_secrets;
 use crate::machines::postgres::observe::{NEVER_HELD, RELEASED_BY, RELEASED_LSN};
 use crate::pod::answers::SURVEY;
+use crate::pod::managed::password_secrets;
 
 /// The environment variable carrying the lease duration `L` a pod's fence runs with
 /// (fixed when the pod is created; the operator reads it back: a pod created under a
@@ -134,7 +134,7 @@ pub fn service_account(pg: &PostgresCluster) -> Result<ServiceAccount, Error> {
 
 /// The pods' Role: get, update and patch the Lease `<name>-primary`, and patch the
 /// status of the cluster's own pods (`<name>-0` … `<name>-<replicas - 1>`: each
-/// reports its settings there, [`crate::machines::postgres::applied`]); nothing else.
+/// reports its settings there, [`crate::pod::applied`]); nothing else.
 ///
 /// # Errors
 /// [`Error`] if the owner has no UID or the object does not serialize.

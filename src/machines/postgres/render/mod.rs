@@ -55,7 +55,7 @@ use super::api::{
     FencingSpec, PostgresCluster, REPLICATION_PASSWORD_KEY, REPLICATION_USER, SUPERUSER,
     SUPERUSER_PASSWORD_KEY,
 };
-use super::settings;
+use super::instance_settings;
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::disruption;
@@ -64,6 +64,7 @@ use crate::machines::common::meta::{self, Owner};
 use crate::machines::common::placement;
 use crate::machines::common::security;
 use crate::machines::common::storage;
+use crate::pod::settings;
 
 pub mod app;
 pub mod archive;
@@ -404,7 +405,7 @@ fn server_env(pg: &PostgresCluster) -> Vec<EnvVar> {
 /// none when nothing is set.
 #[must_use]
 pub fn settings_annotations(pg: &PostgresCluster) -> Option<BTreeMap<String, String>> {
-    settings::annotation_of(pg)
+    instance_settings::annotation_of(pg)
         .map(|value| BTreeMap::from([(settings::SETTINGS_ANNOTATION.to_owned(), value)]))
 }
 

@@ -263,7 +263,7 @@ fn a_backup_without_a_destination_is_reported_not_attempted() {
 fn synchronous_replication_is_a_condition_from_the_primarys_report_false_once_preferred_turned_asynchronous()
  {
     use crate::driver::Operator;
-    use crate::machines::postgres::synchronous::{
+    use crate::pod::synchronous::{
         DataDurability, SyncMethod, SynchronousSpec, Waiting, condition,
     };
     let mut s = spec("16.3");

@@ -7,7 +7,7 @@ use super::*;
 use crate::driver::Operator;
 use crate::machines::postgres::actions::LsnGate;
 use crate::machines::postgres::observe::{FENCED, RELEASED_LSN};
-use crate::machines::postgres::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
+use crate::pod::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
 
 // --- the operator's side of the released position, a lowered L and a holderless Lease ---
 

@@ -5,8 +5,8 @@ use super::fencing::*;
 use super::*;
 use crate::machines::postgres::actions::survey_key;
 use crate::machines::postgres::decide::switching_over::surveying::SURVEYS_FOR_EVERY_MEMBER;
-use crate::machines::postgres::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
 use crate::pod::answers::Answer;
+use crate::pod::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
 
 // --- most advanced failover ------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 use super::rendering::object;
 use super::*;
 use crate::engine::Health;
-use crate::machines::postgres::managed::{Kind, ObjectsReport, Outcome, RoleSpec, State};
+use crate::pod::managed::{Kind, ObjectsReport, Outcome, RoleSpec, State};
 
 fn role(name: &str, secret: Option<&str>) -> RoleSpec {
     RoleSpec {
@@ -101,7 +101,8 @@ fn every_entry_applied_is_serving() {
 fn the_entries_travel_in_the_settings_annotation() {
     let mut s = spec("16.3");
     s.roles = vec![role("reporter", None)];
-    let annotation = settings::annotation_of(&object(s)).expect("an annotation");
+    let annotation = crate::machines::postgres::instance_settings::annotation_of(&object(s))
+        .expect("an annotation");
     let parsed = settings::parse(&annotation).expect("parses");
     assert_eq!(parsed.roles, vec![role("reporter", None)]);
 }

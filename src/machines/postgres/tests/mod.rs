@@ -30,13 +30,11 @@ use kube::ResourceExt;
 
 use super::actions::{DeleteCause, JobAction, PgAction, Role, ServiceKind, backup_key};
 use super::api::{BackupSpec, PostgresCluster, PostgresClusterSpec};
-use super::applied::SettingsReport;
 use super::machine::Postgres;
 use super::observe::{
     CronJobView, InSync, LeaseView, Observed, Own, PgRequests, PodView, Requests, StatefulSetView,
 };
 use super::render;
-use super::settings;
 use super::state::{PgState, PodRef, SwitchCause, SwitchStep, Switchover, Topology};
 use super::table::reason::*;
 use crate::engine::{Decision, Machine};
@@ -46,6 +44,8 @@ use crate::machines::common::testing::{
     self, assert_degraded, assert_goes, assert_says, assert_stays, failed, has_action, is_degraded,
     message, picked, requeue_secs, t, target,
 };
+use crate::pod::applied::SettingsReport;
+use crate::pod::settings;
 
 // The default images of `spec("16.3")` and `spec("16.4")` (no `spec.image`): the
 // default repository's, `DEFAULT_POSTGRES_IMAGE_REPOSITORY`.

@@ -9,7 +9,7 @@ use super::fencing::{hand_overs, identity, synchronous};
 use super::upgrades::upgrade_observed;
 use super::*;
 use crate::machines::postgres::observe::FENCED;
-use crate::machines::postgres::synchronous::DataDurability;
+use crate::pod::synchronous::DataDurability;
 
 /// An upgrade's switchover from pg-0 to pg-1 at its Fence step, whose old primary
 /// (still seen, labelled demoted) released the Lease without a position.

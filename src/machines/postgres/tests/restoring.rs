@@ -5,8 +5,8 @@ use super::*;
 use crate::machines::common::testing::{decide_acked, message, target};
 use crate::machines::postgres::api::{RecoveryTarget, RestoreSpec};
 use crate::machines::postgres::decide::restoring_in_place::RESTORE_ACK;
-use crate::machines::postgres::in_place::annotation_value;
 use crate::machines::postgres::state::{Restore, RestoreStep};
+use crate::pod::restore::annotation_value;
 
 fn restoring_to(token: &str, time: Option<i64>) -> PostgresClusterSpec {
     let mut s = with_backups(spec("16.3"), None);

@@ -8,7 +8,7 @@ use super::fencing::{
 };
 use super::*;
 use crate::machines::postgres::state::Surveyed;
-use crate::machines::postgres::synchronous::DataDurability;
+use crate::pod::synchronous::DataDurability;
 
 /// pg-1 received further than pg-2 (it alone acknowledged the last commits).
 const PG1_AHEAD: &[Said] = &[

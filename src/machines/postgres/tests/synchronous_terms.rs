@@ -5,8 +5,8 @@
 
 use super::fencing::{Said, at_survey, surveyed, surveyed_by, synchronous};
 use super::*;
-use crate::machines::postgres::synchronous::DataDurability;
 use crate::machines::postgres::terms::Terms;
+use crate::pod::synchronous::DataDurability;
 
 /// pg-1 answered; pg-2 is gone (deleted, not answering): the survey read one member.
 const ONLY_PG1: &[Said] = &[(1, Some(1), "0/5000000", "0/5000000")];

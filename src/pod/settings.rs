@@ -27,10 +27,8 @@
 use std::collections::BTreeMap;
 
 use kube::KubeSchema;
-use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
-use super::api::PostgresCluster;
 use super::managed::{DatabaseSpec, RoleSpec};
 use super::synchronous::SyncStandbys;
 
@@ -157,23 +155,6 @@ pub struct InstanceSettings {
     pub databases: Vec<DatabaseSpec>,
 }
 
-impl InstanceSettings {
-    /// The settings of `pg`'s instances.
-    #[must_use]
-    pub fn of(pg: &PostgresCluster) -> Self {
-        InstanceSettings {
-            postgresql: pg.spec.postgresql.clone(),
-            synchronous: pg
-                .spec
-                .synchronous
-                .as_ref()
-                .map(|s| SyncStandbys::new(s, &pg.name_any(), pg.spec.replicas)),
-            roles: pg.spec.roles.clone(),
-            databases: pg.spec.databases.clone(),
-        }
-    }
-}
-
 /// The value of [`SETTINGS_ANNOTATION`] for `settings`, or `None` when nothing is set
 /// (so that a cluster without settings renders exactly as before them).
 #[must_use]
@@ -186,13 +167,6 @@ pub fn annotation(settings: &InstanceSettings) -> Option<String> {
         return None;
     }
     serde_json::to_string(settings).ok()
-}
-
-/// The value of [`SETTINGS_ANNOTATION`] on `pg`'s pods (what [`annotation`] makes of
-/// [`InstanceSettings::of`]).
-#[must_use]
-pub fn annotation_of(pg: &PostgresCluster) -> Option<String> {
-    annotation(&InstanceSettings::of(pg))
 }
 
 /// The digest of the annotation that carries `settings` ([`annotation`], digested as
