@@ -261,7 +261,9 @@ def test_a_standby_promoted_from_outside_while_cut_off_is_fenced_at_once(env, le
     lease.set_holder(f"pg-1/{UID1}")  # it was chosen once; the Lease may have moved since
     lease.down = True
     t0 = time.monotonic()
-    assert rogue.sql("SELECT pg_promote(true, 30)") == "t"
+    # Asked without waiting: its agent may fence it between the promotion's end and
+    # a waiting pg_promote's next look (every 0.1 s), which would fail this query.
+    assert rogue.sql("SELECT pg_promote(wait => false)") == "t"
     assert rogue.wait_exit(timeout=30) == 5
     took = time.monotonic() - t0
     assert took < 1 + 1 + 5, f"fencing took {took:.1f}s"  # R + a request + the stop
@@ -273,7 +275,9 @@ def test_a_standby_promoted_without_the_lease_is_fenced(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
     primary = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
     rogue = env.pod("pg-1").start("replica", primary=primary, **instance_env(env, lease, UID1))
-    assert rogue.sql("SELECT pg_promote(true, 30)") == "t"
+    # Asked without waiting: its agent may fence it between the promotion's end and
+    # a waiting pg_promote's next look (every 0.1 s), which would fail this query.
+    assert rogue.sql("SELECT pg_promote(wait => false)") == "t"
     assert rogue.wait_exit(timeout=30) == 5
     assert "the standby is writable though this agent asked no promotion" in rogue.log_text()
     assert primary.proc.poll() is None and writable(primary)
