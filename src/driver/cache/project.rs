@@ -218,8 +218,8 @@ fn slim_metadata(meta: &mut ObjectMeta) {
 }
 
 /// The annotations a projected object keeps, as [`digest`]s: PostgresCluster's settings
-/// (`machines::postgres::settings`) and in-place restore
-/// (`machines::postgres::in_place`), which it writes on its pods.
+/// (`pod::settings`) and in-place restore
+/// (`pod::restore`), which it writes on its pods.
 pub const DIGESTED_ANNOTATIONS: &[&str] = &["lockstep.dev/postgresql", "lockstep.dev/restore"];
 
 /// What a projected object keeps of a [`DIGESTED_ANNOTATIONS`] `value`: a digest

@@ -10,7 +10,7 @@
 //!    primary Lease; it ends once none is left, so no member can start again on the
 //!    pre-restore data.
 //! 3. [`RestoreStep::RestorePrimary`]: pod 0 alone, on a new volume, is given a new
-//!    Lease, the restore annotation ([`crate::machines::postgres::in_place`]) and then
+//!    Lease, the restore annotation ([`crate::pod::restore`]) and then
 //!    the primary label. Its manager restores the repository, replays the archive to the
 //!    target listening on no address, promotes there (a new timeline) and only then
 //!    starts for clients. A manager that reports the restore failed makes the step
