@@ -196,6 +196,14 @@ pub struct LeaseSeen {
 }
 
 impl LeaseSeen {
+    /// The holder's tenure, when the Lease names one and has a renewal time.
+    pub fn tenure(&self) -> Option<Tenure> {
+        Some(Tenure {
+            holder: self.holder.clone()?,
+            until: self.holder_until?,
+        })
+    }
+
     /// Whether the Lease names `me` as its holder.
     pub fn names(&self, me: &str) -> bool {
         self.holder.as_deref() == Some(me)
@@ -220,6 +228,16 @@ pub enum Upstream {
     Holder(String),
     /// Nobody: the WAL receiver does not run.
     Nobody,
+}
+
+/// A holder's tenure as a read of the Lease gave it: who held it, and until when on this
+/// agent's monotonic clock ([`LeaseSeen::holder_until`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenure {
+    /// The holder identity (`<pod name>/<pod uid>`).
+    pub holder: String,
+    /// When its tenure runs out, as read.
+    pub until: Mono,
 }
 
 /// The Lease, or why it could not be read this round.
@@ -300,6 +318,10 @@ pub struct Observation {
     /// Whether this process cloned `$PGDATA` (a standby that fails on data cloned a moment
     /// ago does not fail for its data, and is not cloned again).
     pub cloned: bool,
+    /// The holder's tenure from the last Lease this process read (this round's, when it
+    /// read one): while the Lease is unreadable, a standby streams from that holder only
+    /// until it runs out.
+    pub tenure: Option<Tenure>,
     /// Whom the standby's server streams from, as last configured.
     pub upstream: Upstream,
 }

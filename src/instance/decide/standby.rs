@@ -154,11 +154,22 @@ fn follow(upstream: Upstream) -> AgentAction {
 /// Whom the standby should stream from, if not from whom it does: with a Lease, its
 /// holder while the holder's tenure lasts on this agent's clock (the Lease's
 /// `renewTime + L` as read), and nobody once it ran out or while the Lease names nobody.
-/// `None`: no change (no Lease: the `-rw` Service; the Lease unreadable this round, or
-/// naming this pod, which promotes next: as it was).
+/// While the Lease is unreadable, the tenure last read still bounds it: a holder cut off
+/// with this standby (a deposed primary whose pod the operator no longer reaches) gets
+/// no acknowledgement from it once that tenure ran out. `None`: no change (no Lease: the
+/// `-rw` Service; the Lease naming this pod, which promotes next: as it was).
 fn upstream(spec: &AgentSpec, seen: &Observation) -> Option<Upstream> {
     spec.lease.as_ref()?;
-    let lease = seen.lease.seen()?;
+    let Some(lease) = seen.lease.seen() else {
+        let Upstream::Holder(h) = &seen.upstream else {
+            return None;
+        };
+        let lasts = seen
+            .tenure
+            .as_ref()
+            .is_some_and(|t| t.holder == *h && seen.now < t.until);
+        return (!lasts).then_some(Upstream::Nobody);
+    };
     if lease.names(me(spec)) {
         // Chosen: it promotes next, or waits for its label.
         return None;

@@ -2,9 +2,11 @@
 
 use crate::instance::observe::answer;
 use crate::instance::{
-    DataDir, LeaseRead, Lsn, Mono, Observation, Position, RoleLabel, Server, Standby, Upstream,
+    DataDir, LeaseRead, Lsn, Observation, Position, RoleLabel, Server, Standby,
 };
 use crate::pod::Role;
+
+use super::seen;
 
 fn standby(received: Option<(u32, u64)>, replayed: Option<(u32, u64)>) -> Server {
     let at = |(timeline, lsn)| Position {
@@ -24,15 +26,8 @@ fn seeing(server: Server) -> Observation {
         data: DataDir::Standby { clean: false },
         server,
         lease: LeaseRead::Unreadable,
-        now: Mono::at(std::time::Duration::from_secs(100)),
         renewed: None,
-        stray: None,
-        finished: None,
-        upstream_writable: false,
-        not_streaming_since: None,
-        streamed: false,
-        cloned: false,
-        upstream: Upstream::Service,
+        ..seen()
     }
 }
 

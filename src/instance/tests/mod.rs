@@ -50,6 +50,7 @@ fn seen() -> Observation {
         not_streaming_since: None,
         streamed: false,
         cloned: false,
+        tenure: None,
         upstream: Upstream::Service,
     }
 }

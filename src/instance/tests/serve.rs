@@ -36,6 +36,11 @@ fn a_standby_not_named_by_the_lease_follows_whatever_its_label() {
                 server: standby_at(10),
                 lease,
                 upstream,
+                // The tenure it last read lasts (for the round that cannot read it).
+                tenure: Some(Tenure {
+                    holder: "pg-1/u1".to_owned(),
+                    until: at(200),
+                }),
                 ..seen()
             },
         );
@@ -87,6 +92,39 @@ fn a_standby_streams_from_the_lease_holder_only_while_its_tenure_lasts() {
     // The Lease unreadable this round: as it was.
     let d = following(LeaseRead::Unreadable, Upstream::Service);
     assert_eq!((d.reason(), d.actions()), (FOLLOWING, &[][..]));
+}
+
+#[test]
+fn a_standby_that_cannot_read_the_lease_stops_streaming_once_the_tenure_it_last_read_ran_out() {
+    let cut_off = |tenure: Option<Tenure>| {
+        decide_in(
+            &AgentState::Standby,
+            &Observation {
+                role: RoleLabel::Is(Role::Replica),
+                server: standby_at(10),
+                lease: LeaseRead::Unreadable,
+                upstream: Upstream::Holder("pg-1/u1".to_owned()),
+                tenure,
+                ..seen()
+            },
+        )
+    };
+    let tenure = |holder: &str, until: u64| {
+        Some(Tenure {
+            holder: holder.to_owned(),
+            until: at(until),
+        })
+    };
+    // Within the tenure it last read (now is 100 s): it keeps streaming from the holder.
+    let d = cut_off(tenure("pg-1/u1", 101));
+    assert_eq!((d.reason(), d.actions()), (FOLLOWING, &[][..]));
+    // Once it ran out, or with no tenure of that holder read: nobody, so a deposed
+    // primary cut off with it gets no acknowledgement from it.
+    for last in [tenure("pg-1/u1", 100), tenure("pg-2/u2", 200), None] {
+        let d = cut_off(last.clone());
+        assert_eq!(d.reason(), UPSTREAM_MOVED, "{last:?}");
+        assert_eq!(d.actions(), [AgentAction::Follow { holder: None }]);
+    }
 }
 
 #[test]

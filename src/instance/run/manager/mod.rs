@@ -219,6 +219,8 @@ pub struct Manager {
     streamed: bool,
     /// This process cloned `$PGDATA`.
     cloned: bool,
+    /// The holder's tenure from the last Lease this process read.
+    tenure: Option<crate::instance::Tenure>,
     /// Continuous WAL archiving, when `LOCKSTEP_WAL_ARCHIVE` is set ([`super::archive`]).
     archiver: Option<Archiver>,
     /// Base backups on request, when archiving ([`super::basebackup`]).
@@ -330,6 +332,7 @@ impl Manager {
             not_streaming_since: None,
             streamed: false,
             cloned: false,
+            tenure: None,
             archiver,
             backups,
             recovery_failed: None,
@@ -681,6 +684,7 @@ mod tests {
             not_streaming_since: None,
             streamed: false,
             cloned: false,
+            tenure: None,
             upstream: crate::instance::Upstream::Service,
         };
         let primary = ["f", "0/3000148", "", "", "2", "0", "f"];

@@ -178,6 +178,9 @@ impl Manager {
                 }
             };
         }
+        if let Some(t) = self.lease_read.seen().and_then(LeaseSeen::tenure) {
+            self.tenure = Some(t);
+        }
         let own = self.postmaster.as_ref().map(Postmaster::pid);
         let stray = process::stray_postmaster(&self.args.pgdata, own)
             .and_then(|pid| u32::try_from(pid).ok());
@@ -207,6 +210,7 @@ impl Manager {
             not_streaming_since: self.not_streaming_since,
             streamed: self.streamed,
             cloned: self.cloned,
+            tenure: self.tenure.clone(),
             upstream: self.prepare.upstream.clone(),
         }
     }

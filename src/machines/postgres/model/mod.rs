@@ -327,6 +327,8 @@ struct Pod {
     streamed: bool,
     /// This container's agent cloned its volume.
     cloned: bool,
+    /// The holder's tenure from the last Lease this container's agent read.
+    tenure: Option<crate::instance::Tenure>,
     /// The [`World::restart_settings`] its server last started with.
     settings_started: u32,
     /// The [`World::restart_settings`] its manager last read and reported on
@@ -387,6 +389,7 @@ impl Pod {
             stream_broken: None,
             streamed: false,
             cloned: false,
+            tenure: None,
             garbled: false,
             settings_started: 0,
             settings_judged: 0,

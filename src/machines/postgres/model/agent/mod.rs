@@ -125,6 +125,7 @@ impl World {
         p.stream_broken = None;
         p.streamed = false;
         p.cloned = false;
+        p.tenure = None;
         p.answered = None;
         p.next_round = now + chrono::Duration::seconds(RENEW_SECONDS);
     }
@@ -177,6 +178,10 @@ impl World {
             }),
             _ => LeaseRead::Unreadable,
         };
+        let tenure = lease
+            .seen()
+            .and_then(LeaseSeen::tenure)
+            .or(p.tenure.clone());
         Some(Observation {
             role: if p.garbled {
                 RoleLabel::Unknown("garbled".to_owned())
@@ -198,6 +203,7 @@ impl World {
             // As the manager keeps them (`manager::observing`, `acting`).
             streamed,
             cloned: p.cloned,
+            tenure,
             upstream: p.upstream.clone(),
         })
     }
@@ -225,6 +231,7 @@ impl World {
         if let Some(p) = self.pods.get_mut(&k) {
             p.finished = None;
             p.streamed = seen.streamed;
+            p.tenure.clone_from(&seen.tenure);
             // Its manager reports what its volume holds each round (`report.rs`).
             if p.cut.is_none() {
                 p.data_reported = Some(matches!(
