@@ -156,18 +156,22 @@ fn follow(upstream: Upstream) -> AgentAction {
 /// `renewTime + L` as read), and nobody once it ran out or while the Lease names nobody.
 /// While the Lease is unreadable, the tenure last read still bounds it: a holder cut off
 /// with this standby (a deposed primary whose pod the operator no longer reaches) gets
-/// no acknowledgement from it once that tenure ran out. `None`: no change (no Lease: the
-/// `-rw` Service; the Lease naming this pod, which promotes next: as it was).
+/// no acknowledgement from it once that tenure ran out, and one that never read the
+/// Lease streams from nobody rather than the `-rw` Service. `None`: no change (no Lease:
+/// the `-rw` Service; the Lease naming this pod, which promotes next: as it was).
 fn upstream(spec: &AgentSpec, seen: &Observation) -> Option<Upstream> {
     spec.lease.as_ref()?;
     let Some(lease) = seen.lease.seen() else {
-        let Upstream::Holder(h) = &seen.upstream else {
-            return None;
+        let lasts = match &seen.upstream {
+            Upstream::Holder(h) => seen
+                .tenure
+                .as_ref()
+                .is_some_and(|t| t.holder == *h && seen.now < t.until),
+            // The `-rw` Service, which it starts on: no tenure vouches for the pod it
+            // selects (the operator may not have relabelled a deposed primary yet).
+            Upstream::Service => false,
+            Upstream::Nobody => true,
         };
-        let lasts = seen
-            .tenure
-            .as_ref()
-            .is_some_and(|t| t.holder == *h && seen.now < t.until);
         return (!lasts).then_some(Upstream::Nobody);
     };
     if lease.names(me(spec)) {
