@@ -246,7 +246,33 @@ impl Manager {
                 Ok(())
             }
             AgentAction::PromoteLocally => {
-                let r = self.prepare.promote_locally().await;
+                // The temporary server is guarded as the server proper will be: the
+                // renewal that took this pod here started its deadline.
+                let guarded = self.spec.lease.is_some();
+                let fence = &self.fence;
+                let r = self
+                    .prepare
+                    .promote_locally(|pid| {
+                        if guarded {
+                            fence.guard(std::sync::Arc::new(Pidfd::open(pid)?));
+                        }
+                        Ok(())
+                    })
+                    .await;
+                if guarded {
+                    if r.is_err() && self.fence.is_guarding() {
+                        // A failed promotion's temporary server may still run (its stop
+                        // failed too): killed now, before the guard is dropped.
+                        self.fence.fence_now("the local promotion failed");
+                        for _ in 0..50 {
+                            if self.fence.fired().is_some() {
+                                break;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                    }
+                    self.fence.release();
+                }
                 self.task_done(Task::PromoteLocally, r);
                 Ok(())
             }

@@ -27,6 +27,26 @@ impl Prepare {
         .await
     }
 
+    /// The temporary server's postmaster pid: the first line of `postmaster.pid`.
+    pub(super) fn temp_pid(&self) -> Result<i32, PrepareError> {
+        let path = self.layout.pgdata.join("postmaster.pid");
+        let io = |source| PrepareError::Io {
+            what: "reading",
+            path: path.clone(),
+            source,
+        };
+        let text = std::fs::read_to_string(&path).map_err(io)?;
+        text.lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| {
+                io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "no pid on its first line",
+                ))
+            })
+    }
+
     pub(super) async fn temp_stop(&self) -> Result<(), PrepareError> {
         tracing::info!("stopping the temporary server");
         let t = self.args.start_timeout_seconds.to_string();

@@ -6,11 +6,18 @@ use super::*;
 
 impl Prepare {
     /// Standby data made a primary's: a temporary local-only start in recovery,
-    /// `pg_ctl promote` (a new timeline), a stop.
+    /// `pg_ctl promote` (a new timeline), a stop. Once promoted the temporary server may
+    /// write (its end-of-recovery checkpoint, the WAL it archives), so it is handed to
+    /// `guard` by its postmaster's pid as soon as it runs: the fence kills it at the last
+    /// renewal plus `T`, as it would the server proper.
     ///
     /// # Errors
-    /// [`PrepareError`].
-    pub async fn promote_locally(&self) -> Result<(), PrepareError> {
+    /// [`PrepareError`]; [`PrepareError::Io`] when the temporary server's pid cannot be
+    /// read or `guard` refuses it (it is stopped, never promoted unguarded).
+    pub async fn promote_locally(
+        &self,
+        guard: impl FnOnce(i32) -> std::io::Result<()>,
+    ) -> Result<(), PrepareError> {
         tracing::info!(
             "the data directory is a standby's but this pod is labelled primary: promoting it locally"
         );
@@ -19,6 +26,17 @@ impl Prepare {
         self.write_config(false, &PostgresqlSpec::default(), "")?;
         write_private(&self.layout.pgdata.join("standby.signal"), "")?;
         self.temp_start().await?;
+        let guarded = self.temp_pid().and_then(|pid| {
+            guard(pid).map_err(|source| PrepareError::Io {
+                what: "guarding the temporary server of",
+                path: self.layout.pgdata.join("postmaster.pid"),
+                source,
+            })
+        });
+        if let Err(e) = guarded {
+            let _ = self.temp_stop().await;
+            return Err(e);
+        }
         let t = self.args.start_timeout_seconds.to_string();
         let args = ["-D", &self.pgdata_str(), "-w", "-t", &t, "promote"];
         if let Err(e) = self
