@@ -12,9 +12,10 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 from lease_stand_in import UID0, UID1, instance_env, writable
-from pg_harness import SUPER_PASSWORD, instance_binary, user_kwargs, wait_until
+from pg_harness import PG_BIN, SUPER_PASSWORD, instance_binary, user_kwargs, wait_until
 
 
 def set_role(pod, role: str):
@@ -194,6 +195,78 @@ def test_a_standby_labelled_primary_promotes_itself_once_it_holds_the_lease(env,
     assert new.sql("SELECT count(*) FROM items") == "1"
     # Past the old primary's last WAL, the new primary drops the annotation.
     assert "lockstep.dev/released-lsn" not in lease.get()["metadata"]["annotations"]
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def slow_promote_bin(env, seconds: int) -> str:
+    """PostgreSQL's binaries, except that `pg_ctl promote` returns `seconds` after the
+    server promoted: a local promotion whose temporary server, writable, outlasts `T`."""
+    real = PG_BIN
+    wrapped = env.base / "slow-promote-bin"
+    if not wrapped.exists():
+        wrapped.mkdir()
+        for tool in Path(real).iterdir():
+            (wrapped / tool.name).symlink_to(tool)
+        (wrapped / "pg_ctl").unlink()
+        (wrapped / "pg_ctl").write_text(
+            "#!/bin/sh\n"
+            f'"{real}/pg_ctl" "$@"; rc=$?\n'
+            f'for a in "$@"; do [ "$a" = promote ] && sleep {seconds}; done\n'
+            "exit $rc\n")
+        (wrapped / "pg_ctl").chmod(0o755)
+        wrapped.chmod(0o755)
+    return str(wrapped)
+
+
+def test_a_local_promotion_that_outlasts_its_tenure_is_killed_by_the_fence(env, lease):
+    # A standby's data on a pod labelled primary is promoted by a temporary server that
+    # writes once promoted (its checkpoint, its WAL to the archive). It is guarded as the
+    # server proper: killed at the last renewal plus T, however long the promotion takes.
+    lease.set_holder(f"pg-0/{UID0}")
+    old = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))
+    new = env.pod("pg-1").start("replica", primary=old, **instance_env(env, lease, UID1))
+    old.sql("CREATE TABLE items (v text)")
+    old.sql("INSERT INTO items VALUES ('acknowledged')")
+    wait_until(lambda: new.try_sql("SELECT count(*) FROM items") == "1", timeout=30, what="the row on the standby")
+    set_role(old, "demoted")
+    assert old.wait_exit(timeout=60) == 0
+    new.stop()
+    # The standby has every acknowledged commit; with no released position on the Lease
+    # (a person removed it, or the old primary's clean stop never released), the pod
+    # labelled primary promotes its standby's data locally before it starts writable.
+    lease.drop_annotation("lockstep.dev/released-lsn")
+    lease.drop_annotation("lockstep.dev/released-by")
+    lease.set_holder(f"pg-1/{UID1}")
+    slow = slow_promote_bin(env, 12)
+    new.start("primary", wait=False, PG_BIN=slow, PATH=f"{slow}:/usr/bin:/bin",
+              **instance_env(env, lease, UID1))
+    wait_until(lambda: "promoting it locally" in new.log_text(), timeout=30,
+               what=f"the local promotion in {new.log}")
+    # The temporary server (local-only) runs, promoted: its new timeline's history file
+    # is written. Nothing renews while pg_ctl waits.
+    wait_until(lambda: (new.pgdata / "pg_wal" / "00000002.history").exists(), timeout=30,
+               what="the temporary server promoted")
+    pid = int((new.pgdata / "postmaster.pid").read_text().splitlines()[0])
+    last = lease.renewed_at[-1]
+    wait_until(lambda: not running(pid), timeout=15, what="the temporary server killed")
+    killed = time.monotonic()
+    # T = 5 s after the last renewal's start, plus the fence's wake-up and our polling.
+    assert killed - last < 5 + 2, f"killed {killed - last:.1f} s after the last renewal"
+    assert new.wait_exit(timeout=60) != 0
+    log = new.log_text()
+    assert "the local promotion failed" in log, new.log_tail()
+    # The next container start finds a primary's data and the Lease its own: it serves,
+    # with the acknowledged row.
+    new.start("primary", **instance_env(env, lease, UID1))
+    wait_until(lambda: writable(new), timeout=30, what="writable after the restart")
+    assert new.sql("SELECT count(*) FROM items") == "1"
 
 
 def missed_the_last_commit(env, lease):
