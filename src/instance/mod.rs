@@ -103,7 +103,7 @@ pub mod table;
 mod tests;
 
 pub use action::AgentAction;
-pub use decide::decide;
+pub use decide::{decide, may_answer};
 pub use machine::{AgentSpec, Instance, LeaseTerms};
 pub use observe::{
     DataDir, Finished, LeaseRead, LeaseSeen, Lsn, Mono, Observation, Position, ReleasedAt,

@@ -20,6 +20,10 @@
 //! - **Only a standby answers**: a writable server, or one that does not answer its
 //!   manager, says nothing; the operator waits for it up to its bound, then skips it,
 //!   naming it in the history.
+//! - **Only a standby that left the old holder answers**: one whose WAL receiver still
+//!   points at a holder whose tenure ran out (or at the `-rw` Service) moves to nobody
+//!   first and answers a round later (`instance::may_answer`), so a deposed primary
+//!   that thaws after the survey gets no acknowledgement from a member already counted.
 //! - **The timeline is the WAL's, not the last restartpoint's**: the manager reads the
 //!   timeline of the segment file that holds its furthest position
 //!   (`WAL_TIMELINE_QUERY`), so a standby that streamed a timeline switch answers the

@@ -70,6 +70,17 @@ pub fn decide(
     }
 }
 
+/// Whether a standby may answer the survey the Lease asks, as far as whom it streams
+/// from goes: only once its configuration follows whom the Lease says (this round needs
+/// no [`AgentAction::Follow`]). A standby still pointed at a holder whose tenure ran out
+/// (or at the `-rw` Service) answers a round later, after its WAL receiver left that
+/// server, so a deposed primary that thaws after the survey gets no acknowledgement from
+/// a standby the survey already counted. Pure.
+#[must_use]
+pub fn may_answer(spec: &AgentSpec, seen: &Observation) -> bool {
+    standby::upstream(spec, seen).is_none()
+}
+
 /// Stop the server at once: this pod may no longer write.
 fn fence(seen: &Observation, why: &'static str, message: String) -> AgentDecision {
     Decision::go(

@@ -159,7 +159,7 @@ fn follow(upstream: Upstream) -> AgentAction {
 /// no acknowledgement from it once that tenure ran out, and one that never read the
 /// Lease streams from nobody rather than the `-rw` Service. `None`: no change (no Lease:
 /// the `-rw` Service; the Lease naming this pod, which promotes next: as it was).
-fn upstream(spec: &AgentSpec, seen: &Observation) -> Option<Upstream> {
+pub(super) fn upstream(spec: &AgentSpec, seen: &Observation) -> Option<Upstream> {
     spec.lease.as_ref()?;
     let Some(lease) = seen.lease.seen() else {
         let lasts = match &seen.upstream {

@@ -263,13 +263,16 @@ impl Manager {
     }
 
     /// This round's answer to the survey the Lease asks ([`answers`]), if this manager
-    /// has not answered that token yet and its server answers as a standby.
+    /// has not answered that token yet, its server answers as a standby, and it streams
+    /// from nobody the Lease no longer vouches for ([`crate::instance::may_answer`]).
     pub(super) async fn answer(&mut self, seen: &Observation) -> Option<Answer> {
         let token = seen.lease.seen()?.survey.clone()?;
         if self.answered.as_deref() == Some(token.as_str()) || self.reporter.is_none() {
             return None;
         }
-        if !matches!(seen.server, Server::Standby(_)) {
+        if !matches!(seen.server, Server::Standby(_))
+            || !crate::instance::may_answer(&self.spec, seen)
+        {
             return None;
         }
         let wal_timeline = match self.local().value(WAL_TIMELINE_QUERY).await {

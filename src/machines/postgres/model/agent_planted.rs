@@ -363,11 +363,36 @@ fn frozen_primary_thaws_after_the_failover() -> (World, Vec<Event<Move, Edit>>) 
 fn the_model_check_finds_a_standby_still_streaming_from_a_primary_that_lost_the_lease() {
     let (mut world, events) = frozen_primary_thaws_after_the_failover();
     world.agent_decide = follow_the_service_forever;
+    world.answer_gate = answer_whomever_it_follows;
     let failure = check_scenario::<Postgres, World>(&config(), world, &events)
         .expect_err("the planted bug is found");
     assert!(
         failure.reason.contains("still streamed from pod 0"),
         "{failure}"
+    );
+}
+
+/// The gate before a standby waited to leave the old holder: it answers a survey while
+/// it still streams from it.
+fn answer_whomever_it_follows(_: &AgentSpec, _: &Observation) -> bool {
+    true
+}
+
+/// With the real gate, a standby that never leaves the old primary never answers the
+/// survey, so the failover promotes nobody it counted, and no commit the thawed primary
+/// finishes is acknowledged and lost: the second defense behind the agent's own.
+#[test]
+fn a_standby_still_streaming_from_the_old_primary_answers_no_survey_so_nothing_acknowledged_is_lost()
+ {
+    let (mut world, events) = frozen_primary_thaws_after_the_failover();
+    world.agent_decide = follow_the_service_forever;
+    let report = passes((world, events));
+    assert!(
+        !report
+            .transitions
+            .contains_key("SwitchingOver -> Ready (FailoverCompleted)"),
+        "{}",
+        report.trace.join("\n")
     );
 }
 

@@ -220,7 +220,7 @@ use crate::machines::common::testing::{self, epoch};
 use crate::pod::answers::Answer;
 use crate::pod::applied::SettingsReport;
 use crate::pod::synchronous::{DataDurability, SyncMethod, SynchronousSpec};
-use agent::{AgentDecide, REAL_AGENT, Srv, Vol};
+use agent::{AgentDecide, AnswerGate, REAL_AGENT, REAL_GATE, Srv, Vol};
 use history::{Pos, Timelines};
 use jobs::{Job, JobKind};
 pub(super) use moves::{Edit, Move, Runs};
@@ -554,6 +554,8 @@ pub(super) struct World {
     restore_epoch: Option<u32>,
     /// How every pod's agent decides: the real one, or a planted bug.
     agent_decide: AgentDecide,
+    /// Whether an agent may answer a survey yet: the real gate, or a planted bug.
+    answer_gate: AnswerGate,
     /// The agents run with `RECLONE_ON_REWIND_FAILURE=false` (a scenario's).
     reclone_off: bool,
     // Audit.

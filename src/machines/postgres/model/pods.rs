@@ -138,6 +138,7 @@ impl World {
             restored: 0,
             restore_epoch: None,
             agent_decide: REAL_AGENT,
+            answer_gate: REAL_GATE,
             reclone_off: false,
             round: 0,
             round_primary: None,

@@ -32,6 +32,12 @@ pub(super) type AgentDecide =
 /// The real agent.
 pub(super) const REAL_AGENT: AgentDecide = instance::decide;
 
+/// Whether an agent may answer a survey, as far as whom it streams from goes.
+pub(super) type AnswerGate = fn(&AgentSpec, &Observation) -> bool;
+
+/// The real gate.
+pub(super) const REAL_GATE: AnswerGate = instance::may_answer;
+
 /// A pod's server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Srv {
@@ -100,6 +106,7 @@ impl World {
     /// Whether every pod runs the real agent.
     pub(super) fn agent_decide_is_real(&self) -> bool {
         std::ptr::fn_addr_eq(self.agent_decide, REAL_AGENT)
+            && std::ptr::fn_addr_eq(self.answer_gate, REAL_GATE)
     }
 
     /// What pod `k`'s agent runs with: the L its pod was created with (its
@@ -244,13 +251,17 @@ impl World {
                     p.server_reported = Some(role);
                 }
                 // And answers a survey the Lease asks that it has not answered
-                // (`answers::answer`), unless its answer is lost.
+                // (`answers::answer`), once it follows whom the Lease says
+                // (`instance::may_answer`, or a planted gate), unless its answer is lost.
                 if let Some(token) = seen.lease.seen().and_then(|l| l.survey.clone())
                     && p.answered.as_ref() != Some(&token)
                 {
                     if self.answers_lost.remove(&k) {
                         p.answered = Some(token);
-                    } else if let Some(said) = answer(&seen, &token, None) {
+                    } else if let Some(said) = (self.answer_gate)(&spec, &seen)
+                        .then(|| answer(&seen, &token, None))
+                        .flatten()
+                    {
                         p.answer = Some(said);
                         p.answered = Some(token);
                     }
