@@ -261,6 +261,7 @@ fn pg_at_rest(image: &str, primary: i32) -> pg::Observed {
                 holder: Some(format!("pg-{primary}/uid-{primary}-{image}")),
                 // Renewed just now: at rest, nothing to do.
                 renewed: Some(t(999)),
+                renewal_seen: Some(t(999)),
                 duration: 15,
                 transitions: 0,
                 released_by: None,

@@ -61,12 +61,28 @@ pub use project::*;
 struct Entry {
     version: Option<Box<str>>,
     content: Box<[u8]>,
+    /// The object's [`Project::moment`] and when this process first saw that value.
+    seen: Option<Box<Seen>>,
+}
+
+/// A [`Project::moment`] value and when this process first saw it, on its monotonic
+/// clock.
+#[derive(Debug)]
+struct Seen {
+    moment: Box<str>,
+    at: std::time::Instant,
 }
 
 impl Entry {
     /// Project `object` and encode it (`None` only if it does not serialize, which no
     /// object decoded from the API server fails to).
     fn of<K: Project>(object: &mut K) -> Option<Self> {
+        let seen = object.moment().map(|moment| {
+            Box::new(Seen {
+                moment: moment.into(),
+                at: std::time::Instant::now(),
+            })
+        });
         object.project();
         let version = object.meta_mut().resource_version.take();
         let content = serde_json::to_vec(&*object);
@@ -81,6 +97,7 @@ impl Entry {
         Some(Self {
             version: object.meta().resource_version.as_deref().map(Box::from),
             content,
+            seen,
         })
     }
 
@@ -293,6 +310,28 @@ impl<K: Project> Owned<K> {
         }
     }
 
+    /// The current [`Project::moment`] of the object `name` in `namespace`, with when
+    /// this process first saw that value: measured on its monotonic clock, given on its
+    /// wall clock as it reads now (so a step of the wall clock since does not move it).
+    /// `None` if the object is not stored or has no moment.
+    pub fn moment_seen(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<(String, chrono::DateTime<chrono::Utc>)> {
+        let index = self
+            .shared
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let seen = index
+            .get(&(namespace.map(str::to_owned), name.to_owned()))?
+            .seen
+            .as_ref()?;
+        let ago = chrono::Duration::from_std(seen.at.elapsed()).ok()?;
+        Some((seen.moment.to_string(), chrono::Utc::now() - ago))
+    }
+
     /// Resolves once the first list is complete.
     pub async fn wait_until_listed(&self) {
         let mut listed = self.shared.listed.subscribe();
@@ -358,10 +397,18 @@ impl<K: Project> Index<K> {
     fn upsert(&mut self, mut object: K) -> Vec<Key> {
         let key = (object.namespace(), object.name_any());
         let owner = self.owner(&object);
-        let Some(entry) = Entry::of(&mut object) else {
+        let Some(mut entry) = Entry::of(&mut object) else {
             // Not storable: drop any older version, and let its owner look.
             return self.remove(&key).into_iter().chain(owner).collect();
         };
+        // A moment seen before keeps the time it was first seen.
+        if let (Some(now), Some(before)) = (
+            entry.seen.as_mut(),
+            self.get(&key).and_then(|e| e.seen.as_ref()),
+        ) && now.moment == before.moment
+        {
+            now.at = before.at;
+        }
         let unchanged = self.get(&key).is_some_and(|before| {
             before.content == entry.content || (K::HAS_QUIET && same_but_quiet::<K>(before, &entry))
         });

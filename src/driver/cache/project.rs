@@ -20,6 +20,13 @@ pub trait Project:
     /// it changes (a Lease's renewal time). The stored object keeps it. The default
     /// clears nothing.
     fn quiet(&mut self) {}
+
+    /// A value whose every change machines time on this process's own clock (a Lease's
+    /// renewal time, written on the holder's clock): the store keeps when it first saw
+    /// each ([`super::Owned::moment_seen`]). The default: none.
+    fn moment(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Project for Service {
@@ -274,6 +281,12 @@ impl Project for Lease {
         if let Some(spec) = self.spec.as_mut() {
             spec.renew_time = None;
         }
+    }
+
+    /// The renewal time: an expiry is judged from when this process saw it change too,
+    /// not from the holder's clock alone.
+    fn moment(&self) -> Option<String> {
+        Some(self.spec.as_ref()?.renew_time.as_ref()?.0.to_string())
     }
 }
 

@@ -183,6 +183,28 @@ fn a_lease_renewal_alone_is_stored_but_triggers_nothing() {
 }
 
 #[test]
+fn a_lease_renewal_is_timed_from_when_this_process_first_saw_it() {
+    let s = Owned::<Lease>::new("beacon");
+    s.apply(watcher::Event::Apply(lease("1", "db-0/u", 0)));
+    let (first, at) = s.moment_seen(Some("ns"), "db-primary").expect("seen");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // The same renewal again (an annotation changed, a relist): still first seen then.
+    s.apply(watcher::Event::Apply(lease("2", "db-0/u", 0)));
+    let (again, at_again) = s.moment_seen(Some("ns"), "db-primary").expect("seen");
+    assert_eq!(again, first);
+    assert!(
+        (at_again - at).num_milliseconds().abs() < 10,
+        "{at} then {at_again}"
+    );
+    // A new renewal: seen now, whatever time the holder wrote.
+    s.apply(watcher::Event::Apply(lease("3", "db-0/u", 2)));
+    let (renewed, at_renewed) = s.moment_seen(Some("ns"), "db-primary").expect("seen");
+    assert_ne!(renewed, first);
+    assert!(at_renewed - at >= chrono::Duration::milliseconds(20));
+    assert!(s.moment_seen(Some("ns"), "other").is_none());
+}
+
+#[test]
 fn a_new_lease_holder_triggers_the_owner() {
     let s = Owned::<Lease>::new("beacon");
     s.apply(watcher::Event::Apply(lease("1", "db-0/u", 0)));

@@ -127,6 +127,10 @@ pub struct LeaseView {
     /// `spec.renewTime`: the holder's clock when it started its last successful renewal
     /// (or the operator's when it handed the Lease over).
     pub renewed: Option<DateTime<Utc>>,
+    /// When this operator first saw the current `renewTime`, on its own clock (rounded
+    /// up to the second): the holder renewed no later than that, whatever its clock says.
+    /// `None` when unknown.
+    pub renewal_seen: Option<DateTime<Utc>>,
     /// `spec.leaseDurationSeconds` (`L`) as last written: the holder's own at each of
     /// its renewals, the spec's at a creation or hand-over by the operator.
     pub duration: i64,
@@ -337,6 +341,25 @@ pub fn pod_lease_seconds(pod: &Pod) -> Option<i64> {
         .ok()
 }
 
+/// What the machine needs to know of the primary Lease, with when this operator first
+/// saw its renewal time ([`crate::driver::Owned::moment_seen`]: the value it saw, and
+/// when), if known.
+pub fn lease_view_seen(lease: &Lease, seen: Option<(String, DateTime<Utc>)>) -> LeaseView {
+    let renewal_seen = seen
+        .filter(|(moment, _)| Some(moment) == crate::driver::Project::moment(lease).as_ref())
+        .map(|(_, at)| round_up(at));
+    LeaseView {
+        renewal_seen,
+        ..lease_view(lease)
+    }
+}
+
+/// `at`, rounded up to the second: an expiry is never computed early.
+fn round_up(at: DateTime<Utc>) -> DateTime<Utc> {
+    let up = i64::from(at.timestamp_subsec_nanos() > 0);
+    DateTime::<Utc>::from_timestamp(at.timestamp().saturating_add(up), 0).unwrap_or(at)
+}
+
 /// What the machine needs to know of the primary Lease.
 pub fn lease_view(lease: &Lease) -> LeaseView {
     let spec = lease.spec.clone().unwrap_or_default();
@@ -348,6 +371,7 @@ pub fn lease_view(lease: &Lease) -> LeaseView {
             DateTime::<Utc>::from_timestamp(t.0.as_second().saturating_add(up), 0)
                 .unwrap_or_default()
         }),
+        renewal_seen: None,
         duration: spec
             .lease_duration_seconds
             .map_or(DEFAULT_LEASE_SECONDS, i64::from),
@@ -398,9 +422,12 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         },
     };
 
-    let lease = read
-        .named(&cache.leases, &render::lease_name(pg))
-        .map(|l| lease_view(&l));
+    let lease = read.named(&cache.leases, &render::lease_name(pg)).map(|l| {
+        let seen = cache
+            .leases
+            .moment_seen(l.namespace().as_deref(), &l.name_any());
+        lease_view_seen(&l, seen)
+    });
 
     let job_results = read
         .owned(&cache.pods)

@@ -4,8 +4,10 @@
 //! A holder is **certainly fenced** when it released the Lease (the annotation
 //! `lockstep.dev/released-by` names it), when `renewTime + L + S` has passed on the
 //! operator's clock (the holder stops its server by `renewTime + T + R + 1` on its own
-//! clock, `T + R + 1 ≤ L`, and the clocks differ by at most `S`), or when a person
-//! asserted it with `lockstep.dev/fenced`. `L` is the longest any living holder may run
+//! clock, `T + R + 1 ≤ L`, and the clocks differ by at most `S`) and so has `L` since
+//! the operator first saw that `renewTime` (the renewal began before it was seen, so
+//! this holds whatever the holder's clock says: client-go's leader election judges so
+//! too), or when a person asserted it with `lockstep.dev/fenced`. `L` is the longest any living holder may run
 //! with ([`lease_seconds`]).
 //!
 //! A pod that is no longer observed is **not** fenced by that alone:
@@ -37,14 +39,18 @@
 //! - Every pod is created from a StatefulSet template whose `L` a status write saw
 //!   (the spec's, projected at the write that follows the template's change); a pod
 //!   created and lost while every status write failed is not covered.
-//! - Clocks within `S`, and the pods do their part (the machine's `# Assumptions`).
+//! - The pods do their part (the machine's `# Assumptions`). A holder's clock beyond `S`
+//!   from the operator's no longer makes a healthy primary look expired, nor a paused
+//!   one look fenced early: the operator's own sighting bounds both (the message names
+//!   the skew, [`skew_note`]). An operator that has just started saw every renewal
+//!   "now": it waits `L` before it takes a holder for expired, as client-go does.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use crate::machines::postgres::actions::{LsnGate, PgAction};
-use crate::machines::postgres::api::{MAX_LEASE_SECONDS, PostgresClusterSpec};
+use crate::machines::postgres::api::{FencingSpec, MAX_LEASE_SECONDS, PostgresClusterSpec};
 use crate::machines::postgres::observe::{FENCED, LeaseView, Observed};
 
 /// How a holder came to be certainly fenced.
@@ -123,15 +129,48 @@ pub(crate) fn recreate_lease(
     }
 }
 
-/// When the Lease's current holder is certainly no longer writable by expiry
-/// (`renewTime + L + S`, [`lease_seconds`]).
+/// When the Lease's current holder is certainly no longer writable by expiry: the later
+/// of `renewTime + L + S` (the holder's clock, within `S` of the operator's) and `L`
+/// after this operator first saw that `renewTime` (its own clock: the holder renewed no
+/// later than that, so a holder clock that runs more than `S` behind cannot make a
+/// healthy primary look expired). [`lease_seconds`] gives `L`.
 pub(crate) fn expiry(
     spec: &PostgresClusterSpec,
     lease: &LeaseView,
     o: &Observed,
 ) -> Option<DateTime<Utc>> {
-    let l = lease_seconds(spec, lease, o).saturating_add(spec.fencing.clock_skew_seconds);
-    lease.renewed.map(|r| r + chrono::Duration::seconds(l))
+    let l = lease_seconds(spec, lease, o);
+    let s = spec.fencing.clock_skew_seconds;
+    let by_holder = lease
+        .renewed
+        .map(|r| r + chrono::Duration::seconds(l.saturating_add(s)));
+    let by_operator = lease
+        .renewal_seen
+        .map(|seen| seen + chrono::Duration::seconds(l));
+    by_holder.max(by_operator)
+}
+
+/// How far the holder's `renewTime` lies from when this operator saw it, when that is
+/// more than `S` (plus a renewal's round `R` for the write and the watch to land): the
+/// holder's clock is off, and the message says so. `None` while they agree or either is
+/// unknown.
+pub(crate) fn skew_note(spec: &PostgresClusterSpec, lease: &LeaseView) -> Option<String> {
+    let (renewed, seen) = (lease.renewed?, lease.renewal_seen?);
+    let s = spec.fencing.clock_skew_seconds;
+    let off = (renewed - seen).num_seconds();
+    let beyond = if off > s {
+        Some("ahead of")
+    } else if off < -(s + FencingSpec::RENEW_SECONDS) {
+        Some("behind")
+    } else {
+        None
+    };
+    beyond.map(|way| {
+        format!(
+            "; its renewTime {renewed} is {}s {way} when this operator saw it ({seen}), beyond spec.fencing.clockSkewSeconds={s}: the holder's node clock is off (check NTP); expiries count from what the operator saw",
+            off.abs()
+        )
+    })
 }
 
 /// Whether the holder the Lease names (or, with none, whoever held it last) is
@@ -165,9 +204,11 @@ pub(crate) fn fence(
         _ if until.is_some_and(|u| now > u) => fenced(
             By::Expiry,
             format!(
-                "the Lease expired (renewTime + {}s + {}s)",
+                "the Lease expired (renewTime + {}s + {}s, and {}s after this operator saw that renewal){}",
                 lease_seconds(spec, lease, o),
-                spec.fencing.clock_skew_seconds
+                spec.fencing.clock_skew_seconds,
+                lease_seconds(spec, lease, o),
+                skew_note(spec, lease).unwrap_or_default()
             ),
         ),
         _ => Fence::Alive { until },

@@ -103,7 +103,9 @@
 //! unable to read or renew the Lease or read a new label. The Lease keeps the
 //! `renewTime` of its last accepted renewal, written by the pod's clock, which runs
 //! `skew` seconds from the operator's ([`Move::ClockSkew`]: `-S`, `0` or `+S`, `S` =
-//! `spec.fencing.clockSkewSeconds`). A cut-off agent fences its server (an immediate
+//! `spec.fencing.clockSkewSeconds`, or `±2S`, beyond the bound; the operator sees each
+//! renewal as it is written, the earliest a real one may, and a person brings a clock
+//! beyond `S` back within it once faults stop). A cut-off agent fences its server (an immediate
 //! stop at `T - G`, a kill at `T` after its last accepted renewal began); [`Move::Heal`]
 //! ends the cut. The model's `S` (10 s) exceeds the slack `L - T` (8 s at the default
 //! `L` = 15 s), so that an operator leaving `S` out of its expiry is unsafe here, and is
@@ -413,6 +415,9 @@ struct ModelLease {
     /// `(ordinal, uid)` of the holder.
     holder: Option<(i32, u64)>,
     renewed: DateTime<Utc>,
+    /// When the operator saw `renewed` written, on its clock: at once (its watch is
+    /// the model's own world), the earliest a real operator may see it.
+    seen: DateTime<Utc>,
     released_by: Option<(i32, u64)>,
     /// The WAL position a primary stopped cleanly at on demotion (the annotation
     /// `lockstep.dev/released-lsn`): nobody promotes before receiving it. Kept by the

@@ -90,9 +90,10 @@ pub(in crate::machines::postgres) enum Move {
     /// refreshes each pod's file on its own schedule) and reports on them: a server
     /// running since before a restart-only change then reports it pending.
     SettingsRead(i32),
-    /// The pods' clocks move to `sign × S` seconds from the operator's (within the
-    /// bound `spec.fencing.clockSkewSeconds` the operator allows for). A holder's
-    /// `renewTime` is written by its own clock.
+    /// The pods' clocks move to `sign × S` seconds from the operator's: within the
+    /// bound `spec.fencing.clockSkewSeconds` the operator allows for (`-1..=1`), or
+    /// twice beyond it (`±2`: the operator's own sighting of each renewal bounds the
+    /// expiry then). A holder's `renewTime` is written by its own clock.
     ClockSkew(i8),
     /// A stop the pod's server runs (clean or immediate) finishes.
     ServerStops(i32),

@@ -81,6 +81,7 @@ impl World {
                     // Its holder's agent renews it every R seconds while it may write,
                     // and writes the `L` it runs with at each renewal.
                     renewed: Some(l.renewed),
+                    renewal_seen: Some(l.seen),
                     duration: l.duration,
                     transitions: l.transitions,
                     released_by: l.released_by.map(|(k, uid)| format!("pg-{k}/{uid}")),

@@ -364,8 +364,9 @@ fn the_model_check_finds_a_promotion_before_the_old_primary_is_fenced() {
 }
 
 /// The operator trusts `renewTime + L` for the holder's expiry and leaves the clock
-/// skew `S` out: a holder whose clock runs behind the operator's looks expired before
-/// it has certainly fenced itself (by `renewTime + T + R + 1` on its own clock).
+/// skew `S` out, and its own sighting of the renewal too: a holder whose clock runs
+/// behind the operator's looks expired before it has certainly fenced itself (by
+/// `renewTime + T + R + 1` on its own clock).
 struct LeaveTheSkewOut;
 
 impl Bug<Postgres> for LeaveTheSkewOut {
@@ -375,7 +376,9 @@ impl Bug<Postgres> for LeaveTheSkewOut {
         // The bug: the expiry is `renewTime + L`; the machine adds the spec's `S`, so
         // the lie takes it off first.
         let mut lying = world.clone();
-        let renewed = lying.observed.own.lease.as_mut()?.renewed.as_mut()?;
+        let lease = lying.observed.own.lease.as_mut()?;
+        lease.renewal_seen = None;
+        let renewed = lease.renewed.as_mut()?;
         *renewed -= chrono::Duration::seconds(SKEW_SECONDS);
         Some(lying)
     }
@@ -390,6 +393,12 @@ type ExpiryWithoutSkew = Planted<Postgres, LeaveTheSkewOut>;
 /// itself within `T + R + 1` of its last renewal; the operator may hand the Lease over
 /// only after `renewTime + L + S` by its own clock.
 fn partitioned_holder_failover() -> (World, Vec<Event<Move, Edit>>) {
+    partitioned_holder_failover_skewed(-1)
+}
+
+/// [`partitioned_holder_failover`] with the holder's clock `skew × S` from the
+/// operator's.
+fn partitioned_holder_failover_skewed(skew: i8) -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     let env = Event::Env;
     // Two reconciles, the Job of the step finishes, three reconciles.
@@ -409,7 +418,7 @@ fn partitioned_holder_failover() -> (World, Vec<Event<Move, Edit>>) {
             fail_over(),
             vec![
                 r(),
-                env(ClockSkew(-1)),
+                env(ClockSkew(skew)),
                 // Its agent renews once more, by its slow clock, and is cut off.
                 env(AgentTick(0)),
                 env(Partition(0)),
@@ -429,6 +438,50 @@ fn partitioned_holder_failover() -> (World, Vec<Event<Move, Edit>>) {
         ]
         .concat(),
     )
+}
+
+/// The operator judges the holder's expiry by the holder's `renewTime + L + S` alone,
+/// not by when it saw the renewal: a holder whose clock runs more than `S` behind looks
+/// expired while it may still write.
+struct TrustTheHoldersClock;
+
+impl Bug<Postgres> for TrustTheHoldersClock {
+    const NAME: &'static str = "postgrescluster-expiry-by-the-holders-clock";
+
+    fn distort(_: &PgState, world: &Seen<Observed>) -> Option<Seen<Observed>> {
+        let mut lying = world.clone();
+        lying.observed.own.lease.as_mut()?.renewal_seen = None;
+        Some(lying)
+    }
+}
+
+#[test]
+fn the_model_check_finds_an_expiry_by_the_holders_clock_beyond_the_skew_bound() {
+    let (world, events) = partitioned_holder_failover_skewed(-2);
+    let failure =
+        check_scenario::<Planted<Postgres, TrustTheHoldersClock>, World>(&config(), world, &events)
+            .expect_err("the planted bug is found");
+    assert!(
+        failure.reason.contains("still runs a writable server")
+            || failure.reason.contains("all run a writable server"),
+        "the one-writable-server invariant fails:\n{failure}"
+    );
+}
+
+/// A holder whose clock runs `2S` behind: the operator takes it for fenced only `L`
+/// after it saw its last renewal, by which time the holder's own deadline has passed.
+#[test]
+fn a_failover_waits_for_a_partitioned_holder_whose_clock_runs_beyond_the_skew_bound() {
+    let (world, events) = partitioned_holder_failover_skewed(-2);
+    let report = check_scenario::<Postgres, World>(&config(), world, &events)
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
+    let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
+    assert!(
+        at("clock +16s") < at("(OldPrimaryFenced)") && at("(OldPrimaryFenced)").is_some(),
+        "{}",
+        report.trace.join("\n")
+    );
 }
 
 #[test]

@@ -197,6 +197,7 @@ impl World {
         self.lease = Some(ModelLease {
             holder,
             renewed: epoch(),
+            seen: epoch(),
             released_by: None,
             released_lsn: None,
             transitions: 0,

@@ -359,6 +359,7 @@ impl World {
         self.lease = Some(ModelLease {
             holder,
             renewed: at,
+            seen: at,
             released_by: None,
             released_lsn: match gate {
                 LsnGate::Keep => l.released_lsn,
@@ -416,6 +417,7 @@ impl World {
         if let Some(l) = self.lease.as_mut() {
             l.holder = holder;
             l.renewed = now;
+            l.seen = now;
             l.transitions = 1;
             l.version += 1;
         }

@@ -23,6 +23,12 @@ impl World {
     }
 
     pub(super) fn settle_once(&mut self) {
+        // A user told that a node's clock is off beyond `S` (the failover's message says
+        // so) fixes it: safety never rested on it, but a standby judges its holder's
+        // tenure by the holder's `renewTime`.
+        if self.skew.abs() > SKEW_SECONDS {
+            self.skew = self.skew.signum() * SKEW_SECONDS;
+        }
         // A user who finds a promotion out of retries asks for it to be tried again.
         self.retry_promote = true;
         // A user who finds an adoption ambiguous names the primary.

@@ -266,6 +266,7 @@ where
                     self.lease = Some(ModelLease {
                         holder: holder.as_deref().and_then(parse_holder),
                         renewed: *at,
+                        seen: self.now,
                         released_by: None,
                         released_lsn: None,
                         transitions: 0,
@@ -321,7 +322,7 @@ where
             3 => (0..MAX_PODS).prop_map(Move::Replicate),
             1 => (0..MAX_PODS).prop_map(Move::Partition),
             1 => (0..MAX_PODS).prop_map(Move::Heal),
-            1 => (-1i8..=1).prop_map(Move::ClockSkew),
+            1 => (-2i8..=2).prop_map(Move::ClockSkew),
             2 => (0..MAX_PODS).prop_map(Move::ServerStops),
             1 => (0..MAX_PODS).prop_map(Move::RefuseNext),
             1 => (0..MAX_PODS).prop_map(Move::SlowRenewal),

@@ -291,6 +291,47 @@ fn primary_hung() -> Observed {
     o
 }
 
+/// The primary's node clock runs 30 s behind the operator's (beyond `S`): its last
+/// renewal reads `t(970)`, but the operator saw it written at `t(995)`.
+#[test]
+fn a_primary_whose_clock_runs_behind_beyond_s_is_lost_only_l_after_its_renewal_was_seen() {
+    let mut o = at_rest(V1, 0);
+    edit_lease(&mut o, |l| {
+        l.renewed = Some(t(970));
+        l.renewal_seen = Some(t(995));
+    });
+    // renewTime + L + S (987) has passed, but not L since the operator saw it (1010).
+    for now in [1000, 1010] {
+        let d = decide_at(&spec("16.3"), &ready(V1, 0), o.clone(), now, 0);
+        assert!(matches!(d, Decision::Stay { .. }), "at {now}: {d:?}");
+    }
+    let d = decide_at(&spec("16.3"), &ready(V1, 0), o, 1011, 0);
+    assert_goes(&d, PRIMARY_NOT_RENEWING, &lost(0));
+}
+
+#[test]
+fn a_holders_clock_beyond_s_from_when_the_operator_saw_its_renewal_is_named() {
+    let note = |renewed: i64| {
+        let mut l = lease_of(0, V1);
+        l.renewed = Some(t(renewed));
+        l.renewal_seen = Some(t(995));
+        crate::machines::postgres::decide::fencing::skew_note(&spec("16.3"), &l)
+    };
+    // Within S (2 s) ahead, or within S + R behind (the write and the watch take time).
+    assert_eq!(note(997), None);
+    assert_eq!(note(991), None);
+    let ahead = note(1025).unwrap_or_default();
+    assert!(
+        ahead.contains("30s ahead of") && ahead.contains("clockSkewSeconds=2"),
+        "{ahead}"
+    );
+    let behind = note(965).unwrap_or_default();
+    assert!(
+        behind.contains("30s behind") && behind.contains("NTP"),
+        "{behind}"
+    );
+}
+
 #[test]
 fn a_ready_primary_that_stopped_renewing_its_lease_is_lost() {
     let d = decide(&spec("16.3"), &ready(V1, 0), primary_hung());

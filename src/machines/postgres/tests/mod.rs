@@ -196,6 +196,7 @@ fn lease_of(k: i32, image: &str) -> LeaseView {
     LeaseView {
         holder: Some(format!("pg-{k}/{}", uid(k, image))),
         renewed: Some(t(995)),
+        renewal_seen: None,
         duration: 15,
         transitions: 0,
         released_by: None,

@@ -520,6 +520,7 @@ impl World {
                 let duration = i64::try_from(lease.as_secs()).unwrap_or(i64::MAX);
                 if let Some(l) = self.lease.as_mut() {
                     l.renewed = began + skew;
+                    l.seen = now;
                     l.duration = duration;
                     l.version += 1;
                     if *drop_released_lsn {
