@@ -30,6 +30,10 @@ pub struct AgentSpec {
     /// primary answers upstream before it stops cleanly to rejoin (its next start
     /// rewinds it against that primary).
     pub standby_stall: Duration,
+    /// How long a server that may write may leave WAL it wrote unflushed, its flush
+    /// position never moving, before it is stopped at once: its commits all wait (a hung
+    /// WAL volume) though it still renews the Lease.
+    pub wal_stall: Duration,
 }
 
 /// The Lease an agent renews, and the timings its fence runs with.
@@ -62,7 +66,8 @@ impl LeaseTerms {
 
 impl AgentSpec {
     /// An agent renewing `lease`, with a 120 s clean-stop bound, a 2 s immediate-stop
-    /// grace, re-cloning when a rewind fails, and a 20 s bound on a standby's stall.
+    /// grace, re-cloning when a rewind fails, a 20 s bound on a standby's stall and a 30 s
+    /// bound on a WAL flush's.
     pub fn with_lease(lease: LeaseTerms) -> Self {
         AgentSpec {
             lease: Some(lease),
@@ -70,6 +75,7 @@ impl AgentSpec {
             immediate_grace: Duration::from_secs(2),
             reclone_on_rewind_failure: true,
             standby_stall: Duration::from_secs(20),
+            wal_stall: Duration::from_secs(30),
         }
     }
 

@@ -107,6 +107,6 @@ pub use decide::{decide, may_answer};
 pub use machine::{AgentSpec, Instance, LeaseTerms};
 pub use observe::{
     DataDir, Finished, LeaseRead, LeaseSeen, Lsn, Mono, Observation, Position, ReleasedAt,
-    RoleLabel, Server, Standby, Task, Tenure, Upstream,
+    RoleLabel, Server, Standby, Task, Tenure, Upstream, WalStall,
 };
 pub use state::{AgentKind, AgentState, ExitCode, FenceStep};

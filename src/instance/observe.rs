@@ -324,6 +324,37 @@ pub struct Observation {
     pub tenure: Option<Tenure>,
     /// Whom the standby's server streams from, as last configured.
     pub upstream: Upstream,
+    /// A writable server whose WAL, written up to `inserted`, has been flushed to
+    /// `flushed` and no further since `since` (in this process); `None` while it flushes
+    /// all it writes, or moves on.
+    pub wal_stall: Option<WalStall>,
+}
+
+/// WAL written and not flushed, the flush position unmoved: every commit waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalStall {
+    /// Since when the flush position has stood at `flushed` behind the insert position.
+    pub since: Mono,
+    /// The flush position.
+    pub flushed: Lsn,
+    /// The insert position, as last read.
+    pub inserted: Lsn,
+}
+
+impl WalStall {
+    /// The stall as read `now`: the insert and flush positions of a writable server,
+    /// and the stall read before. `None` once everything written is flushed; a new
+    /// flush position starts the count again.
+    #[must_use]
+    pub fn next(before: Option<WalStall>, inserted: Lsn, flushed: Lsn, now: Mono) -> Option<Self> {
+        (inserted > flushed).then(|| WalStall {
+            since: before
+                .filter(|b| b.flushed == flushed)
+                .map_or(now, |b| b.since),
+            flushed,
+            inserted,
+        })
+    }
 }
 
 impl Observation {

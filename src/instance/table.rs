@@ -67,6 +67,10 @@ pub mod reason {
     /// Edge: no renewal was accepted for `T - G` (G: the immediate stop's grace) while
     /// the server may write: it is stopped at once, killed by `T`.
     pub const RENEWAL_OVERDUE: &str = "RenewalOverdue";
+    /// Edge: the server's WAL, written, has not been flushed any further for the WAL
+    /// stall bound (a hung WAL volume: every commit waits): stopped at once, so the
+    /// Lease is released or expires and a standby takes over.
+    pub const WAL_FLUSH_STALLED: &str = "WalFlushStalled";
     /// Edge: the role label is no role while the server may write.
     pub const ROLE_UNKNOWN_WHILE_WRITABLE: &str = "RoleUnknownWhileWritable";
     /// Edge: labelled `demoted` while it serves as the primary: a clean stop for the
@@ -203,6 +207,7 @@ pub static TABLE: &[Edge<AgentKind>] = crate::edges![AgentKind;
     [Promoting, Primary] -> {
         Fencing: LEASE_LOST, "the Lease names another holder, or none", by::GUARD;
         Fencing: RENEWAL_OVERDUE, "no renewal accepted for T - G", by::GUARD;
+        Fencing: WAL_FLUSH_STALLED, "WAL written but not flushed any further for the WAL stall bound (a hung WAL volume)", by::GUARD;
         Fencing: ROLE_UNKNOWN_WHILE_WRITABLE, "the role label is no role", by::GUARD;
         Stopping: DEMOTED, "labelled demoted: a clean stop, renewing while it runs", by::GUARD;
         Stopping: SIGNALLED, "asked to stop: a clean stop, renewing while it runs", by::GUARD;

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from lease_stand_in import UID0, UID1, instance_env, writable
-from pg_harness import PG_BIN, SUPER_PASSWORD, instance_binary, user_kwargs, wait_until
+from pg_harness import PG_BIN, SUPER_PASSWORD, chown_postgres, instance_binary, user_kwargs, wait_until
 
 
 def set_role(pod, role: str):
@@ -267,6 +267,70 @@ def test_a_local_promotion_that_outlasts_its_tenure_is_killed_by_the_fence(env, 
     new.start("primary", **instance_env(env, lease, UID1))
     wait_until(lambda: writable(new), timeout=30, what="writable after the restart")
     assert new.sql("SELECT count(*) FROM items") == "1"
+
+
+class HungVolume:
+    """A small ext4 file system on a loop device, which the test freezes (`fsfreeze`):
+    every write to it blocks until it is thawed, as on a hung disk."""
+
+    def __init__(self, base: Path):
+        self.image, self.mount = base / "wal.img", base / "wal-volume"
+        self.mount.mkdir()
+        subprocess.run(["truncate", "-s", "64M", str(self.image)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", str(self.image)], check=True)
+        subprocess.run(["mount", "-o", "loop", str(self.image), str(self.mount)], check=True)
+        chown_postgres(self.mount)
+        self.frozen = False
+
+    def freeze(self):
+        subprocess.run(["fsfreeze", "-f", str(self.mount)], check=True)
+        self.frozen = True
+
+    def close(self):
+        if self.frozen:
+            subprocess.run(["fsfreeze", "-u", str(self.mount)], check=False)
+        subprocess.run(["umount", "-l", str(self.mount)], check=False)
+
+
+def test_a_primary_whose_wal_volume_hangs_stops_and_gives_the_lease_up(env, lease):
+    # It still renews the Lease (the manager's own work) while every commit waits on its
+    # WAL: its flush position standing still behind what it wrote for the WAL stall
+    # bound (5 s here) stops it, so that a standby can take over.
+    volume = HungVolume(env.base)
+    client = None
+    try:
+        lease.set_holder(f"pg-0/{UID0}")
+        p = env.pod("pg-0").start(
+            "primary",
+            INITDB_ARGS=f"--encoding=UTF8 --locale=C --wal-segsize=1 --waldir={volume.mount}/wal",
+            LOCKSTEP_WAL_STALL_SECONDS="5",
+            **instance_env(env, lease, UID0))
+        p.sql("CREATE TABLE items (v text)")
+        volume.freeze()
+        frozen = time.monotonic()
+        client = subprocess.Popen(
+            [f"{PG_BIN}/psql", "-X", "-h", "127.0.0.1", "-p", str(p.port), "-U", "postgres",
+             "-d", "postgres", "-c", "INSERT INTO items VALUES ('never acknowledged')"],
+            env=dict(os.environ, PGPASSWORD=SUPER_PASSWORD),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_until(lambda: "has not been flushed past" in p.log_text(), timeout=30,
+                   what="the WAL stall to be seen")
+        stopped = time.monotonic()
+        # The bound (5 s) plus a round or two (R = 1 s) and the probe's own wait.
+        assert stopped - frozen < 5 + 8, f"stopped {stopped - frozen:.1f} s after the freeze"
+        # It no longer renews: the Lease is released, or expires.
+        wait_until(lambda: lease.get()["spec"].get("holderIdentity") in (None, "")
+                   or p.proc.poll() is not None, timeout=30, what="the Lease given up")
+        n = lease.renewals
+        time.sleep(3)
+        assert lease.renewals == n, "it renews no more"
+    finally:
+        volume.close()
+    # Thawed: the commit that waited was never acknowledged.
+    out, _ = client.communicate(timeout=30)
+    assert "INSERT 0 1" not in out, out
+    log = p.log_text()
+    assert "WalFlushStalled" in log, p.log_tail()
 
 
 def missed_the_last_commit(env, lease):

@@ -1,7 +1,8 @@
 //! The guard of a server that may write (asked to promote, or the primary): renew the
 //! Lease every `R`; stop at once when the Lease names another holder or none, when no
-//! renewal was accepted for `T - G`, or when the role label is no role; stop cleanly
-//! when labelled `demoted` or asked to stop.
+//! renewal was accepted for `T - G`, when its WAL flush stood still behind what it wrote
+//! for the WAL stall bound, or when the role label is no role; stop cleanly when
+//! labelled `demoted` or asked to stop.
 
 use super::{AgentDecision, fence, me, next_look, overdue, renew, standby};
 use crate::engine::Decision;
@@ -11,7 +12,7 @@ use crate::instance::observe::{LeaseRead, Observation, RoleLabel, Server};
 use crate::instance::state::AgentState;
 use crate::instance::table::reason::{
     DEMOTED, LEASE_LOST, RENEWAL_OVERDUE, ROLE_UNKNOWN_WHILE_WRITABLE, SERVER_EXITED, SERVING,
-    SIGNALLED,
+    SIGNALLED, WAL_FLUSH_STALLED,
 };
 use crate::pod::Role;
 
@@ -62,6 +63,20 @@ pub(super) fn guarded(
                 ),
             );
         }
+    }
+    if let Some(stall) = seen.wal_stall
+        && seen.now.since(stall.since) >= spec.wal_stall
+    {
+        return fence(
+            seen,
+            WAL_FLUSH_STALLED,
+            format!(
+                "the WAL written up to {} has not been flushed past {} for {}s (a hung WAL volume?): every commit waits, so the server is stopped and a standby takes over",
+                stall.inserted,
+                stall.flushed,
+                seen.now.since(stall.since).as_secs()
+            ),
+        );
     }
     let role = match &seen.role {
         RoleLabel::Is(role) => *role,

@@ -142,6 +142,10 @@ pub struct InstanceArgs {
     /// restarts to rejoin it, in seconds.
     #[arg(long, env = "STANDBY_STALL_SECONDS", default_value_t = 20)]
     pub standby_stall_seconds: u64,
+    /// How long a writable server may leave the WAL it wrote unflushed, its flush
+    /// position never moving, before it is stopped at once, in seconds.
+    #[arg(long, env = "LOCKSTEP_WAL_STALL_SECONDS", default_value_t = 30)]
+    pub wal_stall_seconds: u64,
     /// The bound of one Lease request, in seconds.
     #[arg(long, env = "LEASE_REQUEST_SECONDS", default_value_t = 1)]
     pub lease_request_seconds: u64,

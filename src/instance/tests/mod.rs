@@ -52,6 +52,7 @@ fn seen() -> Observation {
         cloned: false,
         tenure: None,
         upstream: Upstream::Service,
+        wal_stall: None,
     }
 }
 

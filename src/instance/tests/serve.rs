@@ -483,3 +483,53 @@ fn without_a_lease_a_standby_labelled_primary_promotes_and_only_demotion_stops_i
         SERVING
     );
 }
+
+/// A primary whose WAL volume hangs still renews the Lease (that is the manager's own
+/// work), while every commit waits: it must not stay the primary for ever.
+#[test]
+fn a_primary_whose_wal_flush_stands_still_behind_what_it_wrote_is_stopped_at_once() {
+    let stalled = |since: u64, server: Server| Observation {
+        wal_stall: Some(WalStall {
+            since: at(since),
+            flushed: Lsn(400),
+            inserted: Lsn(500),
+        }),
+        ..chosen_with(None, server)
+    };
+    // Within the bound (30 s; now is 100 s), or with its queries hanging too: it serves.
+    let d = decide_in(&AgentState::Primary, &stalled(71, writable()));
+    assert_eq!((goes(&d), d.actions()), (None, &[renew()][..]));
+    for server in [writable(), Server::Unanswering] {
+        let d = decide_in(&AgentState::Primary, &stalled(70, server));
+        let fencing = AgentState::Fencing {
+            since: at(100),
+            step: FenceStep::Immediate,
+        };
+        assert_eq!(goes(&d), Some((fencing, WAL_FLUSH_STALLED)));
+        assert_eq!(d.actions(), [AgentAction::StopImmediate]);
+        let Decision::Go { message, .. } = &d else {
+            panic!("{d:?}")
+        };
+        assert!(
+            message.contains("up to 0/1F4") && message.contains("past 0/190"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn a_wal_stall_counts_from_when_the_flush_position_last_moved() {
+    let (written, flushed) = (Lsn(500), Lsn(400));
+    let first = WalStall::next(None, written, flushed, at(10));
+    assert_eq!(first.map(|s| s.since), Some(at(10)));
+    // More written, the flush position unmoved: the same stall.
+    let later = WalStall::next(first, Lsn(600), flushed, at(20));
+    assert_eq!(
+        later.map(|s| (s.since, s.inserted)),
+        Some((at(10), Lsn(600)))
+    );
+    // The flush position moved: counted again; everything flushed: none.
+    let moved = WalStall::next(later, Lsn(700), Lsn(650), at(30));
+    assert_eq!(moved.map(|s| s.since), Some(at(30)));
+    assert_eq!(WalStall::next(moved, Lsn(700), Lsn(700), at(40)), None);
+}

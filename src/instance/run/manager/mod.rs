@@ -57,7 +57,7 @@ use crate::instance::observe::{
     DataDir, Finished, LeaseRead, LeaseSeen, Lsn, Mono, Observation, Position, ReleasedAt,
     RoleLabel, Server, Standby, Task, Upstream,
 };
-use crate::instance::{AgentAction, AgentState, decide};
+use crate::instance::{AgentAction, AgentState, WalStall, decide};
 use crate::pod::Role;
 use crate::pod::answers::{Answer, SURVEY};
 use crate::pod::lease::{INITIALIZED, RELEASED_BY, RELEASED_LSN};
@@ -168,6 +168,7 @@ pub fn agent_spec(args: &InstanceArgs) -> Result<AgentSpec, ManagerError> {
     spec.clean_stop = Duration::from_secs(args.start_timeout_seconds);
     spec.reclone_on_rewind_failure = args.reclone_on_rewind_failure;
     spec.standby_stall = Duration::from_secs(args.standby_stall_seconds);
+    spec.wal_stall = Duration::from_secs(args.wal_stall_seconds);
     if let Some(l) = &spec.lease {
         // The fence starts at T - G: that must leave room for two renewals, or one
         // slow renewal (or none yet, right after a start) fences a healthy primary.
@@ -215,6 +216,8 @@ pub struct Manager {
     certificates: Option<u64>,
     /// Since when the server has answered as a standby that does not stream.
     not_streaming_since: Option<Mono>,
+    /// A writable server's WAL flush standing still behind what it wrote.
+    wal_stall: Option<WalStall>,
     /// The standby's server has answered as streaming since it was last started.
     streamed: bool,
     /// This process cloned `$PGDATA`.
@@ -330,6 +333,7 @@ impl Manager {
             postmaster: None,
             last_exit: None,
             not_streaming_since: None,
+            wal_stall: None,
             streamed: false,
             cloned: false,
             tenure: None,
@@ -652,6 +656,22 @@ mod tests {
     }
 
     #[test]
+    fn a_primary_row_ends_with_its_wal_insert_and_flush_positions() {
+        // Columns 17 and 18 (the pod scripts' hung WAL volume reads them from a real
+        // server).
+        let mut fields = vec![""; 17];
+        fields.extend(["0/1527B38", "0/1527AD0"]);
+        assert_eq!(
+            observing::wal_positions(&row(&fields)),
+            Some((
+                "0/1527B38".parse().unwrap_or_default(),
+                "0/1527AD0".parse().unwrap_or_default()
+            ))
+        );
+        assert_eq!(observing::wal_positions(&row(&fields[..18])), None);
+    }
+
+    #[test]
     fn a_standby_answers_what_it_received_and_replayed_and_whether_it_streams() {
         let Server::Standby(standby) =
             server_from_row(&row(&["t", "", "0/5000000", "0/4000000", "1", "2", "t"]))
@@ -682,6 +702,7 @@ mod tests {
             finished: None,
             upstream_writable: false,
             not_streaming_since: None,
+            wal_stall: None,
             streamed: false,
             cloned: false,
             tenure: None,

@@ -75,7 +75,9 @@ pub fn server_from_row(row: &[String]) -> Server {
 /// ([`super::super::metrics::stats_from_row`]): client connections, a standby's replay lag in
 /// seconds, the archiver's archived and failed counts and last archived time; and for
 /// the archive's report ([`super::super::archive`]), the last archived and last failed WAL
-/// files and when the last attempt failed.
+/// files and when the last attempt failed; the settings of synchronous replication; a
+/// primary's WAL insert and flush positions (a flush that stands still behind what was
+/// written: [`wal_positions`], [`crate::instance::WalStall`]).
 pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
      CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END, \
      coalesce(pg_last_wal_receive_lsn()::text, ''), \
@@ -92,8 +94,17 @@ pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
      coalesce(extract(epoch FROM last_archived_time)::text, ''), \
      coalesce(last_archived_wal, ''), coalesce(last_failed_wal, ''), \
      coalesce(extract(epoch FROM last_failed_time)::text, ''), \
-     current_setting('synchronous_standby_names'), current_setting('synchronous_commit') \
+     current_setting('synchronous_standby_names'), current_setting('synchronous_commit'), \
+     CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_insert_lsn()::text END, \
+     CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_flush_lsn()::text END \
      FROM pg_stat_archiver";
+
+/// A writable server's insert and flush positions, from its [`SERVER_QUERY`] row.
+#[must_use]
+pub fn wal_positions(row: &[String]) -> Option<(Lsn, Lsn)> {
+    let lsn = |i: usize| row.get(i)?.parse::<Lsn>().ok();
+    Some((lsn(17)?, lsn(18)?))
+}
 
 /// The timeline of a standby's furthest WAL: the newest timeline whose segment file in
 /// `pg_wal` holds the byte before its furthest position (the WAL receiver names each
@@ -212,6 +223,7 @@ impl Manager {
             cloned: self.cloned,
             tenure: self.tenure.clone(),
             upstream: self.prepare.upstream.clone(),
+            wal_stall: self.wal_stall,
         }
     }
 
@@ -234,6 +246,7 @@ impl Manager {
                     tracing::warn!(killed, "killed processes the exited postmaster left behind");
                 }
                 self.last_exit = Some(exit.code());
+                self.wal_stall = None;
                 return Server::Down {
                     exit: self.last_exit,
                 };
@@ -250,6 +263,15 @@ impl Manager {
                 let server = rows
                     .first()
                     .map_or(Server::Unanswering, |r| server_from_row(r));
+                self.wal_stall = match (&server, rows.first().and_then(|r| wal_positions(r))) {
+                    (Server::Writable { .. }, Some((inserted, flushed))) => {
+                        WalStall::next(self.wal_stall, inserted, flushed, mono(Moment::now()))
+                    }
+                    // A server that does not answer keeps the stall it had: its queries
+                    // may hang on the same volume.
+                    (Server::Unanswering, _) => self.wal_stall,
+                    _ => None,
+                };
                 if !matches!(server, Server::Unanswering) {
                     self.phase("running");
                 }

@@ -212,6 +212,8 @@ impl World {
             cloned: p.cloned,
             tenure,
             upstream: p.upstream.clone(),
+            // The model's volumes never hang (a hung WAL volume: the pod scripts).
+            wal_stall: None,
         })
     }
 
