@@ -151,6 +151,36 @@ def test_a_fenced_server_with_a_busy_backend_is_killed_with_its_children(env, le
             client.kill()
 
 
+def test_in_a_container_the_fence_kills_every_other_process_at_once(env, lease):
+    # As PID 1's child (Lockstep's init), the fence kills every process of the container
+    # in one call: no backend runs on while the others are listed and killed. The
+    # postmaster is stopped (SIGSTOP), so the agent's immediate stop does nothing and
+    # its kill, on the fence thread, is what ends the server.
+    from test_instance import children, comm
+    lease.set_holder(f"pg-0/{UID0}")
+    p = env.pod("pg-0").start("primary", pid1=True, **instance_env(env, lease, UID0))
+    p.sql("CREATE TABLE t (v int)")
+    [init] = wait_until(lambda: children(p.proc.pid), timeout=10, what="the namespace's PID 1")
+    [manager] = wait_until(lambda: children(init), timeout=10, what="the manager")
+    [postmaster] = [c for c in children(manager) if comm(c) == "postgres"]
+    client = subprocess.Popen(
+        [f"{PG_BIN}/psql", "-X", "-h", "127.0.0.1", "-p", str(p.port), "-U", "postgres",
+         "-d", "postgres", "-c", "SELECT pg_sleep(60)"],
+        env=dict(os.environ, PGPASSWORD=SUPER_PASSWORD), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: len(children(postmaster)) > 5, timeout=10, what="the backends")
+        os.kill(postmaster, signal.SIGSTOP)
+        lease.set_holder("")
+        assert p.wait_exit(timeout=30) == 5, p.log_tail()
+        assert "killed every other process of the container at once" in p.log_text(), p.log_tail()
+        assert client.wait(timeout=15) != 0  # its session is gone
+        assert p.try_sql("SELECT 1") is None
+    finally:
+        if client.poll() is None:
+            client.kill()
+
+
 def test_demotion_stops_cleanly_and_releases_the_lease(env, lease):
     lease.set_holder(f"pg-0/{UID0}")
     old = env.pod("pg-0").start("primary", **instance_env(env, lease, UID0))

@@ -5,7 +5,9 @@
 //! Lease renewal plus `T`. When the deadline passes, the thread kills the postmaster and
 //! every process it started ([`super::process::kill_tree`]), whatever the rest of the
 //! manager is doing: blocked in a query, waiting on the API server, stopping the server
-//! cleanly, or handling `SIGTERM`.
+//! cleanly, or handling `SIGTERM`. In a container (Lockstep's init is PID 1), it first
+//! kills every other process of the container in one call
+//! ([`super::process::kill_every_other`]).
 //!
 //! # Guarantees
 //! - A guarded server is killed no later than its deadline plus the thread's wake-up
@@ -31,7 +33,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::clock::Moment;
-use super::process::{Pidfd, kill_tree};
+use super::process::{Pidfd, kill_every_other, kill_tree};
 
 /// The longest the fence thread sleeps without reading the clock again.
 pub const POLL: Duration = Duration::from_millis(100);
@@ -242,6 +244,18 @@ fn run(shared: &Shared) {
             });
             drop(state);
             // Not under the lock: renewals may be recorded meanwhile (too late now).
+            // In a container, every other process at once first (a thawed backend must
+            // not finish a commit while the others are listed).
+            if super::init::runs_the_container() {
+                match kill_every_other() {
+                    Ok(()) => tracing::error!(
+                        "FENCED: killed every other process of the container at once"
+                    ),
+                    Err(error) => {
+                        tracing::warn!(%error, "killing every other process of the container failed")
+                    }
+                }
+            }
             let killed = kill_tree(&postmaster);
             tracing::error!(pid = postmaster.pid(), %reason, ?killed, "FENCED: killed the postmaster and its children");
             state = shared.lock();

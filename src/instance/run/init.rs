@@ -31,6 +31,19 @@
 //! PID 1 itself, as before (orphans are not reaped, everything else holds).
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set in the manager forked by [`become_init`]: its parent is the container's PID 1.
+static UNDER_OWN_INIT: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process runs the container: it is PID 1 of its PID namespace, or the
+/// manager [`become_init`] forked under it. Only then may it signal every other process
+/// it sees ([`super::process::kill_every_other`]): they are all the container's.
+#[must_use]
+pub fn runs_the_container() -> bool {
+    // SAFETY: getpid has no preconditions.
+    UNDER_OWN_INIT.load(Ordering::SeqCst) || unsafe { libc::getpid() } == 1
+}
 
 /// The signals PID 1 passes on to the manager.
 const FORWARDED: [libc::c_int; 6] = [
@@ -79,6 +92,7 @@ pub fn become_init() -> Result<(), InitError> {
         0 => {
             // SAFETY: as above.
             unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &inherited, std::ptr::null_mut()) };
+            UNDER_OWN_INIT.store(true, Ordering::SeqCst);
             Ok(())
         }
         manager => std::process::exit(reap_and_forward(manager, &watched)),

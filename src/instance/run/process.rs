@@ -18,6 +18,8 @@
 //!   reaching whichever process got its pid.
 //! - [`kill_tree`] leaves no process that the postmaster had started when it was
 //!   stopped able to run another instruction of PostgreSQL code.
+//! - [`kill_every_other`] reaches every process but PID 1 and the caller in one system
+//!   call; callers use it only in a container Lockstep's init runs.
 //!
 //! # Assumptions
 //! - Linux ≥ 5.3 (`pidfd_open`, `pidfd_send_signal`), and `/proc` mounted.
@@ -187,6 +189,27 @@ pub fn children_of(parent: i32) -> Vec<(i32, i32)> {
             (ppid == parent).then_some((pid, pgrp))
         })
         .collect()
+}
+
+/// Sends `SIGKILL` to every process this one may signal but itself and PID 1, in one
+/// call (`kill(-1)`): in a container whose PID 1 is Lockstep's init, every process of
+/// the server at once, so that none runs on while the others are listed and killed one
+/// by one (a thawed backend finishing a commit). Only for a process that runs the
+/// container (`init::runs_the_container`): anywhere else it would reach the host's.
+///
+/// # Errors
+/// The OS error, other than `ESRCH` (nothing else runs).
+pub fn kill_every_other() -> io::Result<()> {
+    // SAFETY: kill has no memory preconditions; -1 is "every process but PID 1 and us".
+    if unsafe { libc::kill(-1, libc::SIGKILL) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(e)
+    }
 }
 
 /// Kills `postmaster` and every process it started (see the module doc), whatever
