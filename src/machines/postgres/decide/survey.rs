@@ -96,6 +96,27 @@ pub(crate) struct Choice<'a> {
     pub within: Reach,
 }
 
+impl<'a> Choice<'a> {
+    /// The choice of a failover from `old` under `synchronous`, among ordinals below
+    /// `below`, excluding no one.
+    pub(crate) fn of(synchronous: Option<&SynchronousSpec>, old: i32, below: i32) -> Self {
+        Choice {
+            old,
+            below,
+            excluded: None,
+            within: Reach::of(synchronous),
+        }
+    }
+
+    /// The same choice, never taking `target` again.
+    pub(crate) fn excluding(self, target: &'a PodRef) -> Self {
+        Choice {
+            excluded: Some(target),
+            ..self
+        }
+    }
+}
+
 /// The most advanced standby of `surveyed` that is a Ready replica now (not
 /// `choice.old`, not `demoted`, not `choice.excluded`, below `choice.below`): the newest
 /// timeline, then the highest receive LSN, then the highest replay LSN, then the lowest

@@ -94,9 +94,7 @@ pub(super) fn survey(
             // member a scale-down removed stayed unread for ever, and the old primary's
             // volume was lost).
             let quorum = format!("{what}: the synchronous quorum cannot be read");
-            if let Some(out) = abandon(s, o, &unpromotable(o, what, &surveyed))
-                .or_else(|| adoption_requested(o, None, &quorum))
-            {
+            if let Some(out) = back_or_adopted(s, o, (what, &surveyed), &quorum) {
                 return out;
             }
         }
@@ -107,12 +105,7 @@ pub(super) fn survey(
         Ok(skipped) => skipped,
         Err(wait) => return (*wait).with_actions(actions),
     };
-    let choice = Choice {
-        old,
-        below,
-        excluded: None,
-        within: Reach::of(spec.synchronous.as_ref()),
-    };
+    let choice = Choice::of(spec.synchronous.as_ref(), old, below);
     match most_advanced(o, &surveyed, choice) {
         Some(target) => {
             let message = format!(
@@ -144,9 +137,7 @@ pub(super) fn survey(
                     .with_actions(actions);
             }
             // Nothing to go back to: a person who knows where the data is names it.
-            abandon(s, o, &unpromotable(o, what, &surveyed))
-                .or_else(|| adoption_requested(o, None, &message))
-                .unwrap_or_else(|| {
+            back_or_adopted(s, o, (what, &surveyed), &message).unwrap_or_else(|| {
                     let message = format!(
                         "{message}; if a member holds the data but cannot start as a standby (no primary to follow), set {ADOPT_PRIMARY}=<pod> to make it the primary"
                     );
@@ -156,6 +147,18 @@ pub(super) fn survey(
                 })
         }
     }
+}
+
+/// No standby can be promoted (`what`, with what the surveys read): back to the old
+/// primary when [`abandon`] may, else the member a person names with
+/// `lockstep.dev/adopt-primary` (`message` says why in its history); `None`: neither.
+fn back_or_adopted(
+    s: &Switchover,
+    o: &Observed,
+    (what, surveyed): (&str, &[Surveyed]),
+    message: &str,
+) -> Option<D> {
+    abandon(s, o, &unpromotable(o, what, surveyed)).or_else(|| adoption_requested(o, None, message))
 }
 
 /// A failover or switchover whose surveys read no standby that can be promoted goes
@@ -480,12 +483,11 @@ pub(super) fn answered_since(
         .chain(&late)
         .cloned()
         .collect();
-    let choice = Choice {
-        old: s.cluster.primary,
-        below: target_bound(spec, s),
-        excluded: None,
-        within: Reach::of(spec.synchronous.as_ref()),
-    };
+    let choice = Choice::of(
+        spec.synchronous.as_ref(),
+        s.cluster.primary,
+        target_bound(spec, s),
+    );
     let target = most_advanced(o, &merged, choice)?;
     let at = |k: i32| merged.iter().find(|m| m.ordinal == k).map(reach);
     if target.ordinal == s.target.ordinal || at(target.ordinal) <= at(s.target.ordinal) {
@@ -532,12 +534,7 @@ pub(crate) fn retarget(
         Some(surveyed) => most_advanced(
             o,
             surveyed,
-            Choice {
-                old: cluster.primary,
-                below,
-                excluded: Some(&s.target),
-                within: Reach::of(spec.synchronous.as_ref()),
-            },
+            Choice::of(spec.synchronous.as_ref(), cluster.primary, below).excluding(&s.target),
         ),
         None => choose_target(o, cluster, below, image)
             .filter(|c| c.ordinal != s.target.ordinal || c.uid != s.target.uid),
