@@ -446,20 +446,21 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// Empty, unlisted stores for the objects of owners of `kind_label`.
-    pub fn new(kind_label: &'static str) -> Self {
+    /// Empty, unlisted stores for the objects of owners of `kind_label`, keeping what
+    /// `keep` declares ([`Operator::KEEP`]).
+    pub fn new(kind_label: &'static str, keep: cache::Keep) -> Self {
         Self {
-            statefulsets: Owned::new(kind_label),
-            pods: Owned::new(kind_label),
-            services: Owned::new(kind_label),
-            jobs: Owned::new(kind_label),
-            cronjobs: Owned::new(kind_label),
-            configmaps: Owned::new(kind_label),
-            pdbs: Owned::new(kind_label),
-            network_policies: Owned::new(kind_label),
-            pvcs: Owned::new(kind_label),
-            secrets: Owned::new(kind_label),
-            leases: Owned::new(kind_label),
+            statefulsets: Owned::keeping(kind_label, keep),
+            pods: Owned::keeping(kind_label, keep),
+            services: Owned::keeping(kind_label, keep),
+            jobs: Owned::keeping(kind_label, keep),
+            cronjobs: Owned::keeping(kind_label, keep),
+            configmaps: Owned::keeping(kind_label, keep),
+            pdbs: Owned::keeping(kind_label, keep),
+            network_policies: Owned::keeping(kind_label, keep),
+            pvcs: Owned::keeping(kind_label, keep),
+            secrets: Owned::keeping(kind_label, keep),
+            leases: Owned::keeping(kind_label, keep),
         }
     }
 
@@ -517,6 +518,10 @@ pub trait Operator: Machine + Sized {
 
     /// The finalizer this operator holds on its objects.
     const FINALIZER: &'static str = "lockstep.dev/finalizer";
+
+    /// What its machines read of their objects beyond what every machine reads: the
+    /// annotations and variables the cache keeps ([`cache::Keep`]). The default: none.
+    const KEEP: cache::Keep = cache::Keep::NOTHING;
 
     /// The object's spec, as the machine reads it.
     fn spec(object: &Self::Resource) -> Self::Spec;

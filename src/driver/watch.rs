@@ -256,7 +256,7 @@ impl Cache {
         Self,
         impl Stream<Item = (ObjectRef<O::Resource>, Trigger)> + Send + 'static,
     ) {
-        let cache = Cache::new(O::KIND_LABEL);
+        let cache = Cache::new(O::KIND_LABEL, O::KEEP);
         let c = cache.clone();
         let streams = vec![
             owned_watch::<_, O::Resource>(client, namespace, c.statefulsets),

@@ -254,11 +254,6 @@ mod tests {
     }
 
     #[test]
-    fn the_drivers_cache_keeps_the_settings_annotation() {
-        assert!(crate::driver::cache::DIGESTED_ANNOTATIONS.contains(&SETTINGS_ANNOTATION));
-    }
-
-    #[test]
     fn the_managed_rule_names_every_managed_parameter_once() {
         let rule = managed_rule();
         for p in MANAGED {

@@ -76,14 +76,14 @@ struct Seen {
 impl Entry {
     /// Project `object` and encode it (`None` only if it does not serialize, which no
     /// object decoded from the API server fails to).
-    fn of<K: Project>(object: &mut K) -> Option<Self> {
+    fn of<K: Project>(object: &mut K, keep: &Keep) -> Option<Self> {
         let seen = object.moment().map(|moment| {
             Box::new(Seen {
                 moment: moment.into(),
                 at: std::time::Instant::now(),
             })
         });
-        object.project();
+        object.project(keep);
         let version = object.meta_mut().resource_version.take();
         let content = serde_json::to_vec(&*object);
         object.meta_mut().resource_version = version;
@@ -175,20 +175,33 @@ struct Shared<K> {
 }
 
 impl<K: Project> Owned<K> {
-    /// An empty store for objects of owners of `kind_label`, not yet listed.
+    /// An empty store for objects of owners of `kind_label`, not yet listed, keeping
+    /// nothing beyond what every machine reads.
     pub fn new(kind_label: &'static str) -> Self {
+        Self::keeping(kind_label, Keep::NOTHING)
+    }
+
+    /// An empty store for objects of owners of `kind_label`, not yet listed, keeping
+    /// what `keep` declares.
+    pub fn keeping(kind_label: &'static str, keep: Keep) -> Self {
         Self {
             shared: Arc::new(Shared {
-                index: RwLock::new(Index::new(kind_label)),
+                index: RwLock::new(Index::new(kind_label, keep)),
                 listed: tokio::sync::watch::Sender::new(false),
                 applied: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
 
-    /// A listed store holding `objects` (projected), for tests of observation code.
+    /// A listed store holding `objects` (projected, keeping nothing more than every
+    /// machine reads), for tests of observation code.
     pub fn from_objects(kind_label: &'static str, objects: Vec<K>) -> Self {
-        let store = Self::new(kind_label);
+        Self::from_objects_keeping(kind_label, Keep::NOTHING, objects)
+    }
+
+    /// A listed store holding `objects`, projected keeping what `keep` declares.
+    pub fn from_objects_keeping(kind_label: &'static str, keep: Keep, objects: Vec<K>) -> Self {
+        let store = Self::keeping(kind_label, keep);
         store.apply(watcher::Event::Init);
         for object in objects {
             store.apply(watcher::Event::InitApply(object));
@@ -349,6 +362,8 @@ pub(crate) struct Applied {
 /// The index behind [`Owned`], without locking or I/O (unit-tested as is).
 pub(crate) struct Index<K> {
     kind_label: &'static str,
+    /// What the operator keeps beyond what every machine reads.
+    keep: Keep,
     /// Owner → object name → object.
     by_owner: HashMap<Key, Objects>,
     /// Object → its owner (`None`: not one of ours; kept so deletes are cheap).
@@ -359,9 +374,10 @@ pub(crate) struct Index<K> {
 }
 
 impl<K: Project> Index<K> {
-    pub(crate) fn new(kind_label: &'static str) -> Self {
+    pub(crate) fn new(kind_label: &'static str, keep: Keep) -> Self {
         Self {
             kind_label,
+            keep,
             by_owner: HashMap::new(),
             owner_of: HashMap::new(),
             relisted: None,
@@ -397,7 +413,7 @@ impl<K: Project> Index<K> {
     fn upsert(&mut self, mut object: K) -> Vec<Key> {
         let key = (object.namespace(), object.name_any());
         let owner = self.owner(&object);
-        let Some(mut entry) = Entry::of(&mut object) else {
+        let Some(mut entry) = Entry::of(&mut object, &self.keep) else {
             // Not storable: drop any older version, and let its owner look.
             return self.remove(&key).into_iter().chain(owner).collect();
         };

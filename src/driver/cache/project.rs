@@ -8,8 +8,10 @@ use super::*;
 pub trait Project:
     Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Send + Sync + 'static
 {
-    /// Drop what no machine reads. The default drops `managedFields`.
-    fn project(&mut self) {
+    /// Drop what no machine reads, keeping what the operator declared in `keep`. The
+    /// default drops `managedFields`.
+    fn project(&mut self, keep: &Keep) {
+        let _ = keep;
         self.meta_mut().managed_fields = None;
     }
 
@@ -32,7 +34,7 @@ pub trait Project:
 impl Project for Service {
     /// Keeps metadata and spec (the drift check reads what Lockstep applies); the status
     /// (load balancer ingress) is never read.
-    fn project(&mut self) {
+    fn project(&mut self, _: &Keep) {
         self.meta_mut().managed_fields = None;
         self.status = None;
     }
@@ -48,7 +50,7 @@ impl Project for Secret {
     /// Keeps metadata, and of the data only the keys the Secret names in [`CACHED_KEYS`]
     /// (none by default): a machine that must read part of a Secret it owns (a CA it
     /// signs with) says so on the Secret, and no password it does not read is held.
-    fn project(&mut self) {
+    fn project(&mut self, _: &Keep) {
         self.meta_mut().managed_fields = None;
         self.string_data = None;
         let kept: Vec<String> = self
@@ -72,7 +74,7 @@ impl Project for StatefulSet {
     /// Keeps metadata and spec (the drift check, image, replicas, claim size) and, of
     /// the status, `observedGeneration` (whether the controller has caught up). Replica
     /// counts are read from the pods.
-    fn project(&mut self) {
+    fn project(&mut self, _: &Keep) {
         self.meta_mut().managed_fields = None;
         self.status = self.status.take().map(|status| StatefulSetStatus {
             observed_generation: status.observed_generation,
@@ -84,7 +86,7 @@ impl Project for StatefulSet {
 impl Project for CronJob {
     /// Keeps metadata and spec (the drift check); the status (last schedule) is never
     /// read: the Jobs it makes are watched themselves.
-    fn project(&mut self) {
+    fn project(&mut self, _: &Keep) {
         self.meta_mut().managed_fields = None;
         self.status = None;
     }
@@ -92,7 +94,7 @@ impl Project for CronJob {
 
 impl Project for PodDisruptionBudget {
     /// Keeps metadata and spec (the drift check); the status is never read.
-    fn project(&mut self) {
+    fn project(&mut self, _: &Keep) {
         self.meta_mut().managed_fields = None;
         self.status = None;
     }
@@ -100,7 +102,7 @@ impl Project for PodDisruptionBudget {
 
 impl Project for NetworkPolicy {
     /// Keeps metadata and spec (the drift check).
-    fn project(&mut self) {
+    fn project(&mut self, _: &Keep) {
         self.meta_mut().managed_fields = None;
     }
 }
@@ -109,13 +111,12 @@ impl Project for Pod {
     /// Keeps, of the metadata, what identifies the pod and what is read of it (name,
     /// namespace, UID, creation and deletion timestamps, Lockstep's and the Job
     /// controller's labels, the owner references' kind, name, UID and controller
-    /// flag); each container's name, image and literal `LOCKSTEP_*` environment
-    /// variables (what a pod was created with: PostgresCluster reads the lease duration
-    /// its fence runs with); the Ready condition's type and status while it holds
+    /// flag); each container's name, image and the literal environment variables the
+    /// operator keeps ([`Keep::env_prefix`]); the Ready condition's type and status while it holds
     /// (`True`): what readiness, images, ordinals and roles are read from; the type,
     /// status, reason and message of the conditions a pod's own agent writes (types
-    /// under [`LOCKSTEP_CONDITION_PREFIX`]); the digests of
-    /// [`DIGESTED_ANNOTATIONS`]. Other annotations,
+    /// under [`LOCKSTEP_CONDITION_PREFIX`]); the digests of the annotations the operator
+    /// keeps ([`Keep::digested_annotations`]). Other annotations,
     /// other environment variables and the labels other controllers add
     /// (`controller-revision-hash`, `pod-index`, …) are dropped.
     ///
@@ -123,8 +124,8 @@ impl Project for Pod {
     /// absent one: machines read readiness as "the Ready condition is True"
     /// (`common::observe::pod_ready`), so a pod being scheduled and reported not ready
     /// yet wakes no machine; becoming ready, or losing readiness, does.
-    fn project(&mut self) {
-        slim_metadata(self.meta_mut());
+    fn project(&mut self, keep: &Keep) {
+        slim_metadata(self.meta_mut(), keep);
         self.spec = self.spec.take().map(|spec| PodSpec {
             containers: spec
                 .containers
@@ -136,7 +137,7 @@ impl Project for Pod {
                         .env
                         .map(|env| {
                             env.into_iter()
-                                .filter(|e| e.name.starts_with("LOCKSTEP_") && e.value.is_some())
+                                .filter(|e| keep.keeps_env(&e.name) && e.value.is_some())
                                 .collect::<Vec<_>>()
                         })
                         .filter(|env| !env.is_empty()),
@@ -190,7 +191,7 @@ impl Project for Pod {
 /// `generateName` or `generation`; only the labels Lockstep sets or reads
 /// (`app.kubernetes.io/*`, `lockstep.dev/*`, [`JOB_NAME_LABEL`]); owner references
 /// without `apiVersion` and `blockOwnerDeletion`.
-fn slim_metadata(meta: &mut ObjectMeta) {
+fn slim_metadata(meta: &mut ObjectMeta, keep: &Keep) {
     meta.managed_fields = None;
     // The annotations a machine writes and reads back stay, each as the digest of its
     // value: enough to tell whether it holds what the machine would write, at a fixed
@@ -201,7 +202,7 @@ fn slim_metadata(meta: &mut ObjectMeta) {
         .map(|annotations| {
             annotations
                 .into_iter()
-                .filter(|(key, _)| DIGESTED_ANNOTATIONS.contains(&key.as_str()))
+                .filter(|(key, _)| keep.digested_annotations.contains(&key.as_str()))
                 .map(|(key, value)| (key, digest(&value)))
                 .collect::<BTreeMap<_, _>>()
         })
@@ -224,12 +225,42 @@ fn slim_metadata(meta: &mut ObjectMeta) {
     }
 }
 
-/// The annotations a projected object keeps, as [`digest`]s: PostgresCluster's settings
-/// (`pod::settings`) and in-place restore
-/// (`pod::restore`), which it writes on its pods.
-pub const DIGESTED_ANNOTATIONS: &[&str] = &["lockstep.dev/postgresql", "lockstep.dev/restore"];
+/// What an operator's machines read of their objects beyond what every machine reads
+/// ([`crate::driver::Operator::KEEP`]): the driver knows no machine's annotations or
+/// variables, each operator declares its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keep {
+    /// The annotations kept on pods and claims, each as its [`digest`]: what a machine
+    /// writes on them and reads back (PostgresCluster's settings and in-place restore).
+    pub digested_annotations: &'static [&'static str],
+    /// The prefix of the literal environment variables kept of each pod container
+    /// (what a pod was created with: PostgresCluster reads the lease duration its fence
+    /// runs with); `None`: none kept.
+    pub env_prefix: Option<&'static str>,
+}
 
-/// What a projected object keeps of a [`DIGESTED_ANNOTATIONS`] `value`: a digest
+impl Keep {
+    /// Nothing beyond what every machine reads.
+    pub const NOTHING: Keep = Keep {
+        digested_annotations: &[],
+        env_prefix: None,
+    };
+
+    /// Whether a container's variable `name` is kept.
+    #[must_use]
+    pub fn keeps_env(&self, name: &str) -> bool {
+        self.env_prefix
+            .is_some_and(|prefix| name.starts_with(prefix))
+    }
+}
+
+impl Default for Keep {
+    fn default() -> Self {
+        Keep::NOTHING
+    }
+}
+
+/// What a projected object keeps of a [`Keep::digested_annotations`] `value`: a digest
 /// that differs for different values (64-bit FNV-1a, so it is the same in every process
 /// and every build: an instance manager can say which value it judged, and the operator
 /// compare it with the one it wrote).
@@ -271,7 +302,7 @@ impl Project for Lease {
     /// A renewal alone (only `spec.renewTime` changed) is stored but triggers nothing:
     /// the holder renews every few seconds, and the machine computes the expiry it
     /// waits for and asks for a requeue at that time instead.
-    fn project(&mut self) {
+    fn project(&mut self, _: &Keep) {
         self.meta_mut().managed_fields = None;
     }
 
@@ -293,7 +324,7 @@ impl Project for Lease {
 impl Project for Job {
     /// Keeps metadata and, of the status, the conditions and completion time: a Job is
     /// judged by its labels and its outcome; its pod template is never read back.
-    fn project(&mut self) {
+    fn project(&mut self, _: &Keep) {
         self.meta_mut().managed_fields = None;
         self.spec = None;
         self.status = self.status.take().map(|status| JobStatus {
@@ -309,8 +340,8 @@ impl Project for PersistentVolumeClaim {
     /// volume expansion reads). The phase (bound or not), the binding annotations, the
     /// protection finalizer and the creation time are never read, so a claim's binding
     /// wakes no machine.
-    fn project(&mut self) {
-        slim_metadata(self.meta_mut());
+    fn project(&mut self, keep: &Keep) {
+        slim_metadata(self.meta_mut(), keep);
         self.meta_mut().creation_timestamp = None;
         self.spec = self.spec.take().map(|spec| PersistentVolumeClaimSpec {
             resources: spec.resources,

@@ -243,6 +243,12 @@ fn a_job_pod_keeps_its_termination_message_and_nothing_else_of_its_containers() 
     assert!(terminated.reason.is_none() && statuses[0].image.is_empty());
 }
 
+/// What the test operator "beacon" declares it reads beyond what every machine does.
+const BEACON: Keep = Keep {
+    digested_annotations: &["beacon.example/settings"],
+    env_prefix: Some("BEACON_"),
+};
+
 #[test]
 fn a_pod_is_stored_with_only_what_machines_read() {
     let pod: Pod = serde_json::from_value(serde_json::json!({
@@ -250,8 +256,8 @@ fn a_pod_is_stored_with_only_what_machines_read() {
             "app.kubernetes.io/name": "beacon", "app.kubernetes.io/instance": "db"},
             "managedFields": [{"manager": "kubelet"}]},
         "spec": {"containers": [{"name": "db", "image": "db:1",
-            "env": [{"name": "A", "value": "b"}, {"name": "LOCKSTEP_LEASE_SECONDS", "value": "15"},
-                {"name": "LOCKSTEP_X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
+            "env": [{"name": "A", "value": "b"}, {"name": "BEACON_LEASE_SECONDS", "value": "15"},
+                {"name": "BEACON_X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
             "command": ["run"]}],
             "volumes": [{"name": "data", "emptyDir": {}}], "nodeName": "n1"},
         "status": {"phase": "Running", "podIP": "10.0.0.9",
@@ -262,19 +268,28 @@ fn a_pod_is_stored_with_only_what_machines_read() {
                 "ready": true, "restartCount": 0}]}
     }))
     .expect("a pod");
-    let s = Owned::<Pod>::from_objects("beacon", vec![pod]);
+    // An operator that declares no variable keeps none.
+    let bare = Owned::<Pod>::from_objects("beacon", vec![pod.clone()]);
+    let bare = bare.of(Some("ns"), "db");
+    assert!(
+        bare[0]
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.containers[0].env.is_none())
+    );
+    let s = Owned::<Pod>::from_objects_keeping("beacon", BEACON, vec![pod]);
     let stored = s.of(Some("ns"), "db");
     let stored = &stored[0];
     assert!(stored.metadata.managed_fields.is_none());
     let spec = stored.spec.as_ref().expect("spec");
     assert_eq!(spec.containers[0].image.as_deref(), Some("db:1"));
-    // Only Lockstep's literal variables stay: what the pod was created with.
+    // Only the literal variables the operator declared stay: what the pod was created with.
     let env = spec.containers[0].env.as_deref().unwrap_or_default();
     let kept: Vec<_> = env
         .iter()
         .map(|e| (e.name.as_str(), e.value.as_deref()))
         .collect();
-    assert_eq!(kept, vec![("LOCKSTEP_LEASE_SECONDS", Some("15"))]);
+    assert_eq!(kept, vec![("BEACON_LEASE_SECONDS", Some("15"))]);
     assert!(spec.containers[0].command.is_none());
     assert!(spec.volumes.is_none());
     let status = stored.status.as_ref().expect("status");
@@ -283,25 +298,25 @@ fn a_pod_is_stored_with_only_what_machines_read() {
 }
 
 #[test]
-fn a_pod_keeps_its_settings_annotation_as_a_digest_that_tells_values_apart() {
+fn a_pod_keeps_a_declared_annotation_as_a_digest_that_tells_values_apart() {
     let pod = |value: &str| -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "db-1", "namespace": "ns", "uid": "u1",
-                "annotations": {"lockstep.dev/postgresql": value, "other": "x"},
+                "annotations": {"beacon.example/settings": value, "other": "x"},
                 "labels": {"app.kubernetes.io/name": "beacon",
                     "app.kubernetes.io/instance": "db"}}
         }))
         .expect("a pod")
     };
     let kept = |value: &str| {
-        let s = Owned::<Pod>::from_objects("beacon", vec![pod(value)]);
+        let s = Owned::<Pod>::from_objects_keeping("beacon", BEACON, vec![pod(value)]);
         s.of(Some("ns"), "db")[0].metadata.annotations.clone()
     };
     let a = kept("{\"parameters\":{\"work_mem\":\"8MB\"}}");
     assert_eq!(
         a,
         Some(BTreeMap::from([(
-            "lockstep.dev/postgresql".to_owned(),
+            "beacon.example/settings".to_owned(),
             digest("{\"parameters\":{\"work_mem\":\"8MB\"}}")
         )]))
     );

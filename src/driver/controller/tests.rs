@@ -139,7 +139,7 @@ fn pod(name: &str, uid: &str, rv: &str) -> k8s_openapi::api::core::v1::Pod {
 
 /// A pod store that shows `pg-0` live, and the cluster it belongs to.
 fn pg_0_live() -> (Cache, Target<'static>) {
-    let cache = Cache::new("postgrescluster");
+    let cache = Cache::new("postgrescluster", crate::driver::cache::Keep::NOTHING);
     cache
         .pods
         .apply(kube::runtime::watcher::Event::Apply(pod("pg-0", "u0", "1")));

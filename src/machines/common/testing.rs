@@ -515,25 +515,26 @@ pub fn label(meta: Option<&ObjectMeta>, key: &str) -> Option<String> {
     meta.and_then(|m| m.labels.as_ref()?.get(key).cloned())
 }
 
-/// A cache for owners of `kind_label` holding `statefulsets` and `pods` and nothing else.
-pub fn cache(
-    kind_label: &'static str,
+/// A cache for owners of `O`'s kind holding `statefulsets` and `pods` and nothing else,
+/// projected keeping what `O` declares ([`crate::driver::Operator::KEEP`]).
+pub fn cache<O: crate::driver::Operator>(
     statefulsets: Vec<k8s_openapi::api::apps::v1::StatefulSet>,
     pods: Vec<k8s_openapi::api::core::v1::Pod>,
 ) -> crate::driver::Cache {
     use crate::driver::Owned;
+    let (kind_label, keep) = (O::KIND_LABEL, O::KEEP);
     crate::driver::Cache {
-        statefulsets: Owned::from_objects(kind_label, statefulsets),
-        pods: Owned::from_objects(kind_label, pods),
-        services: Owned::from_objects(kind_label, Vec::new()),
-        jobs: Owned::from_objects(kind_label, Vec::new()),
-        cronjobs: Owned::from_objects(kind_label, Vec::new()),
-        configmaps: Owned::from_objects(kind_label, Vec::new()),
-        pdbs: Owned::from_objects(kind_label, Vec::new()),
-        network_policies: Owned::from_objects(kind_label, Vec::new()),
-        pvcs: Owned::from_objects(kind_label, Vec::new()),
-        secrets: Owned::from_objects(kind_label, Vec::new()),
-        leases: Owned::from_objects(kind_label, Vec::new()),
+        statefulsets: Owned::from_objects_keeping(kind_label, keep, statefulsets),
+        pods: Owned::from_objects_keeping(kind_label, keep, pods),
+        services: Owned::from_objects_keeping(kind_label, keep, Vec::new()),
+        jobs: Owned::from_objects_keeping(kind_label, keep, Vec::new()),
+        cronjobs: Owned::from_objects_keeping(kind_label, keep, Vec::new()),
+        configmaps: Owned::from_objects_keeping(kind_label, keep, Vec::new()),
+        pdbs: Owned::from_objects_keeping(kind_label, keep, Vec::new()),
+        network_policies: Owned::from_objects_keeping(kind_label, keep, Vec::new()),
+        pvcs: Owned::from_objects_keeping(kind_label, keep, Vec::new()),
+        secrets: Owned::from_objects_keeping(kind_label, keep, Vec::new()),
+        leases: Owned::from_objects_keeping(kind_label, keep, Vec::new()),
     }
 }
 

@@ -64,6 +64,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 
+use crate::pod::restore::RESTORE_ANNOTATION;
+use crate::pod::settings::SETTINGS_ANNOTATION;
 use crate::pod::{managed, settings};
 
 pub use actions::PgAction;
@@ -73,6 +75,7 @@ pub use observe::Observed;
 pub use state::{PgKind, PgState};
 pub use status::last_backup_time;
 
+use crate::driver::cache::Keep;
 use crate::driver::{Cache, Error, Op, Operator, Precondition};
 use crate::engine::EngineStatus;
 use crate::machines::common::actions::JobAction;
@@ -106,6 +109,14 @@ impl Operator for Postgres {
     type Resource = PostgresCluster;
 
     const KIND_LABEL: &'static str = render::KIND_LABEL;
+
+    /// The settings and in-place restore it writes on its pods (read back as digests),
+    /// and the `LOCKSTEP_*` variables a pod was created with (the `L` its fence runs
+    /// with).
+    const KEEP: Keep = Keep {
+        digested_annotations: &[SETTINGS_ANNOTATION, RESTORE_ANNOTATION],
+        env_prefix: Some("LOCKSTEP_"),
+    };
 
     fn spec(object: &PostgresCluster) -> PostgresClusterSpec {
         object.spec.clone()

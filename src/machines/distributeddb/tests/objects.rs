@@ -15,7 +15,7 @@ use crate::machines::common::backup::BackupKind;
 use crate::machines::common::testing::{assert_env, assert_runs_once, job_pod};
 
 fn cache(statefulsets: Vec<StatefulSet>, pods: Vec<Pod>) -> Cache {
-    crate::machines::common::testing::cache(DistributedDb::KIND_LABEL, statefulsets, pods)
+    crate::machines::common::testing::cache::<DistributedDb>(statefulsets, pods)
 }
 
 fn db(spec: super::DistributedDBSpec) -> DistributedDB {

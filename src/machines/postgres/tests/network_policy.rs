@@ -130,7 +130,7 @@ fn an_operator_that_does_not_know_its_namespace_lets_no_namespace_in() {
 }
 
 fn cache_with(policies: Vec<NetworkPolicy>) -> crate::driver::Cache {
-    let mut cache = testing::cache(render::KIND_LABEL, Vec::new(), Vec::new());
+    let mut cache = testing::cache::<crate::machines::postgres::Postgres>(Vec::new(), Vec::new());
     cache.network_policies = crate::driver::Owned::from_objects(render::KIND_LABEL, policies);
     cache
 }

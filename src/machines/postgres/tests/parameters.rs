@@ -343,12 +343,26 @@ fn a_pod_whose_standby_says_it_does_not_stream_is_observed_lagging() {
         }))
         .expect("a pod")
     };
-    let cache = crate::machines::common::testing::cache(
-        render::KIND_LABEL,
+    let cache = crate::machines::common::testing::cache::<crate::machines::postgres::Postgres>(
         Vec::new(),
         vec![pod(1, "True"), pod(2, "False")],
     );
     let o = crate::machines::postgres::observe::observe(&object(spec("16.3")), &cache);
     assert_eq!(o.pods.len(), 2, "both pods are the cluster's");
     assert_eq!(o.own.lagging, [2].into());
+}
+
+#[test]
+fn postgres_declares_the_annotations_it_writes_on_its_pods_and_the_variables_it_reads_back() {
+    use crate::driver::Operator;
+    let keep = crate::machines::postgres::Postgres::KEEP;
+    assert!(
+        keep.digested_annotations
+            .contains(&crate::pod::settings::SETTINGS_ANNOTATION)
+    );
+    assert!(
+        keep.digested_annotations
+            .contains(&crate::pod::restore::RESTORE_ANNOTATION)
+    );
+    assert!(keep.keeps_env(render::LEASE_SECONDS_ENV));
 }

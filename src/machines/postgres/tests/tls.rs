@@ -67,7 +67,7 @@ fn cached(secret: &k8s_openapi::api::core::v1::Secret) -> k8s_openapi::api::core
     });
     stored.metadata.uid = Some("tls-uid".to_owned());
     stored.metadata.resource_version = Some("7".to_owned());
-    stored.project();
+    stored.project(&crate::driver::cache::Keep::NOTHING);
     stored
 }
 
