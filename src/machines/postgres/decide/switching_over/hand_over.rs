@@ -3,6 +3,9 @@
 
 #[allow(clippy::wildcard_imports)] // the switchover's vocabulary, imported once in its parent
 use super::*;
+use chrono::{DateTime, Utc};
+
+use crate::machines::postgres::observe::LeaseView;
 
 /// Fence: wait until whoever holds the Lease is certainly no longer writable, then hand
 /// it to the target (the hand-over is fenced on the Lease as observed) and promote.
@@ -34,18 +37,7 @@ pub(super) fn hand_over(
         .as_deref()
         .map(|uid| holder_identity(&o.pod_name(s.cluster.primary), uid));
     let Some(lease) = &o.own.lease else {
-        // Whoever held a Lease that vanished stops by its last renewal + T + R + 1: a
-        // Lease naming nobody, renewed now, expires after all of them.
-        return stay(
-            WAITING_FOR_FENCE,
-            format!(
-                "{what}: the primary Lease is missing (deleted); it is created naming nobody, and the old primary counts as fenced once it expires ({} if its node is known to be down)",
-                hatch(old_id.as_deref())
-            ),
-            actions,
-        )
-        .degraded()
-        .with_actions([recreate_lease(spec, o, world.now)]);
+        return lease_missing(spec, world, old_id.as_deref(), what, actions);
     };
     // After the Lease is there again (a Lease deleted by hand is made anew first, so
     // that going back to the old primary can tell nobody else held it since).
@@ -84,51 +76,24 @@ pub(super) fn hand_over(
         // A Lease that names nobody was cleared or deleted by hand (only Lockstep and
         // the holder's agent write it: an assumption), and one that names another pod
         // was handed over since, after the release: its expiry suffices.
-        Fence::Fenced { by: By::Expiry, why }
-            if planned
-                && lease.released_lsn.is_none()
-                && old_id.is_some()
-                && lease.holder == old_id =>
+        Fence::Fenced {
+            by: By::Expiry,
+            why,
+        } if planned
+            && lease.released_lsn.is_none()
+            && old_id.is_some()
+            && lease.holder == old_id =>
         {
-            stay(
-                WAITING_FOR_RELEASE,
-                format!(
-                    "{what}: {why}, but {} never released it with its last WAL position ({RELEASED_LSN}): promoting {name} now could lose commits it acknowledged. Waiting for its release; set {} once its node is known to be down ({name} is then promoted without that position: what only the old primary had is lost)",
-                    lease.holder.as_deref().unwrap_or("the old primary"),
-                    hatch(old_id.as_deref())
-                ),
-                actions,
-            )
-            .degraded()
-            .requeue(std::time::Duration::from_secs(10))
+            waiting_for_release(lease, old_id.as_deref(), (what, &name, &why), actions)
         }
         // A failover waives the old primary's released position: it promises the most
         // advanced standby, and a position nobody received (the old primary came back
         // after a crash, wrote, and stopped before a standby reconnected) would hold the
         // promotion back forever.
-        Fence::Fenced { why, .. } if !planned => {
-            // Under `Required` a commit is acknowledged only once a standby has it, and the
-            // quorum rule made sure the survey read one that does.
-            let lost = match strictest(spec, o) {
-                Some(q) if q.promised => {
-                    "WAL only the old primary had was never acknowledged (synchronous replication, dataDurability: Required): no acknowledged commit is lost"
-                }
-                Some(_) => {
-                    "commits only the old primary had are lost if it acknowledged them under earlier synchronous terms that did not wait for a standby (status.synchronousTerms)"
-                }
-                None => "commits only the old primary had are lost",
-            };
-            let why = match &lease.released_lsn {
-                Some(lsn) => format!(
-                    "{why}; its released position {lsn} is not waited for (a failover promotes the most advanced standby: {lost})"
-                ),
-                None => why,
-            };
-            promote(
-                vec![hand_gated(lease, Some(target), LsnGate::Waive, world.now)],
-                why,
-            )
-        }
+        Fence::Fenced { why, .. } if !planned => promote(
+            vec![hand_gated(lease, Some(target), LsnGate::Waive, world.now)],
+            waived(spec, o, lease, why),
+        ),
         Fence::Fenced { why, by }
             if planned && s.surveyed.is_none() && lease.released_lsn.is_none() =>
         {
@@ -139,41 +104,118 @@ pub(super) fn hand_over(
             why,
         ),
         Fence::Alive { until } => {
-            let holder = lease.holder.as_deref().unwrap_or("its last holder");
-            let grace = lease_seconds(spec, lease, o)
-                .saturating_add(spec.fencing.clock_skew_seconds)
-                .saturating_add(FENCE_GRACE_SECONDS)
-                .max(0);
-            let waited = world.in_state_for().as_secs();
-            let d = stay(
-                WAITING_FOR_FENCE,
-                format!(
-                    "{what}: {holder} may still be writable (it holds the primary Lease); {} once it releases the Lease or the Lease expires ({} asserts it is down)",
-                    if surveying {
-                        "a replica is promoted".to_owned()
-                    } else {
-                        format!("{name} is promoted")
-                    },
-                    hatch(lease.holder.as_deref())
-                ),
-                actions,
-            )
-            .with_actions(stamp(lease, world.now));
-            let grace = u64::try_from(grace).unwrap_or(u64::MAX);
-            let mut wake = wait_for(until, world.now);
-            // A Lease naming nobody that nobody released was cleared or recreated by
-            // hand: said at once, with the escape hatch.
-            let d = if waited > grace || lease.holder.is_none() {
-                d.degraded()
+            let next = if surveying {
+                "a replica is promoted".to_owned()
             } else {
-                // Look again when the report turns Degraded, if nothing else comes first.
-                let left = std::time::Duration::from_secs(grace - waited + 1);
-                wake = Some(wake.map_or(left, |w| w.min(left)));
-                d
+                format!("{name} is promoted")
             };
-            d.requeue_if_any(wake)
+            may_still_write(spec, world, (lease, until), (what, &next), actions)
         }
     }
+}
+
+/// The Lease is missing (deleted): whoever held it stops by its last renewal +
+/// `T + R + 1`, so it is created naming nobody, renewed now, and expires after all of
+/// them.
+fn lease_missing(
+    spec: &PostgresClusterSpec,
+    world: &World<Observed>,
+    old_id: Option<&str>,
+    what: &str,
+    actions: Vec<PgAction>,
+) -> D {
+    stay(
+        WAITING_FOR_FENCE,
+        format!(
+            "{what}: the primary Lease is missing (deleted); it is created naming nobody, and the old primary counts as fenced once it expires ({} if its node is known to be down)",
+            hatch(old_id)
+        ),
+        actions,
+    )
+    .degraded()
+    .with_actions([recreate_lease(spec, &world.observed, world.now)])
+}
+
+/// A planned switchover whose old primary's Lease expired (`why`) without a released
+/// position: it waits, Degraded, for the release or for a person.
+fn waiting_for_release(
+    lease: &LeaseView,
+    old_id: Option<&str>,
+    (what, name, why): (&str, &str, &str),
+    actions: Vec<PgAction>,
+) -> D {
+    stay(
+        WAITING_FOR_RELEASE,
+        format!(
+            "{what}: {why}, but {} never released it with its last WAL position ({RELEASED_LSN}): promoting {name} now could lose commits it acknowledged. Waiting for its release; set {} once its node is known to be down ({name} is then promoted without that position: what only the old primary had is lost)",
+            lease.holder.as_deref().unwrap_or("the old primary"),
+            hatch(old_id)
+        ),
+        actions,
+    )
+    .degraded()
+    .requeue(std::time::Duration::from_secs(10))
+}
+
+/// Why a failover hands the Lease over (`why` the old primary is fenced), waiving any
+/// position it released, and what that may cost: under `Required` a commit is
+/// acknowledged only once a standby has it, and the quorum rule made sure the survey
+/// read one that does.
+fn waived(spec: &PostgresClusterSpec, o: &Observed, lease: &LeaseView, why: String) -> String {
+    let lost = match strictest(spec, o) {
+        Some(q) if q.promised => {
+            "WAL only the old primary had was never acknowledged (synchronous replication, dataDurability: Required): no acknowledged commit is lost"
+        }
+        Some(_) => {
+            "commits only the old primary had are lost if it acknowledged them under earlier synchronous terms that did not wait for a standby (status.synchronousTerms)"
+        }
+        None => "commits only the old primary had are lost",
+    };
+    match &lease.released_lsn {
+        Some(lsn) => format!(
+            "{why}; its released position {lsn} is not waited for (a failover promotes the most advanced standby: {lost})"
+        ),
+        None => why,
+    }
+}
+
+/// The Lease's holder may still be writable (it expires `until`): wait, Degraded once
+/// `L + S` and a grace have passed in this state (or at once for a Lease naming nobody
+/// that nobody released: cleared or recreated by hand), naming the escape hatch; `next`
+/// says what follows the fence.
+fn may_still_write(
+    spec: &PostgresClusterSpec,
+    world: &World<Observed>,
+    (lease, until): (&LeaseView, Option<DateTime<Utc>>),
+    (what, next): (&str, &str),
+    actions: Vec<PgAction>,
+) -> D {
+    let holder = lease.holder.as_deref().unwrap_or("its last holder");
+    let grace = lease_seconds(spec, lease, &world.observed)
+        .saturating_add(spec.fencing.clock_skew_seconds)
+        .saturating_add(FENCE_GRACE_SECONDS)
+        .max(0);
+    let waited = world.in_state_for().as_secs();
+    let d = stay(
+        WAITING_FOR_FENCE,
+        format!(
+            "{what}: {holder} may still be writable (it holds the primary Lease); {next} once it releases the Lease or the Lease expires ({} asserts it is down)",
+            hatch(lease.holder.as_deref())
+        ),
+        actions,
+    )
+    .with_actions(stamp(lease, world.now));
+    let grace = u64::try_from(grace).unwrap_or(u64::MAX);
+    let mut wake = wait_for(until, world.now);
+    let d = if waited > grace || lease.holder.is_none() {
+        d.degraded()
+    } else {
+        // Look again when the report turns Degraded, if nothing else comes first.
+        let left = std::time::Duration::from_secs(grace - waited + 1);
+        wake = Some(wake.map_or(left, |w| w.min(left)));
+        d
+    };
+    d.requeue_if_any(wake)
 }
 
 /// A planned switchover whose old primary is fenced without a released position (its
