@@ -380,135 +380,11 @@ impl Manager {
             self.apply_settings().await;
             self.metrics.record(&seen, &self.state, me.as_deref());
             self.metrics.record_settings(&self.settings);
-            let writable = matches!(seen.server, Server::Writable { .. });
-            if let Some(backups) = &self.backups {
-                backups.set_writable(writable);
-            }
-            let waiting = (writable && self.archiver.is_some())
-                .then(|| super::archive::oldest_waiting(&self.args.pgdata))
-                .flatten();
-            let waited = waiting.as_ref().map(|(_, waited)| *waited);
-            let archiving = self
-                .archiver
-                .as_mut()
-                .and_then(|a| a.round(writable, self.stats.as_ref(), waiting));
-            self.metrics.record_archiving(waited, archiving.as_ref());
-            let archived = self.archiver.as_mut().and_then(|a| {
-                a.last_archived(writable, self.stats.as_ref(), std::time::Instant::now())
-            });
-            // The timeline reported never goes back ([`Manager::reported`]).
-            let me = self.args.holder().unwrap_or_default();
-            let server = report_of(&seen, &me, self.reported).map(|role| ServerRole {
-                timeline: role.timeline.max(self.reported.map_or(0, |r| r.timeline)),
-                ..role
-            });
-            if server.is_some() {
-                self.reported = server;
-            }
-            let answer = self.answer(&seen).await;
-            let wanted = self.settings.wanted();
-            self.objects.want(Wanted {
-                roles: wanted.roles.clone(),
-                databases: wanted.databases.clone(),
-                judged: digest_of(wanted),
-                writable,
-            });
-            let objects = self.objects.report();
-            let synchronous = writable
-                .then(|| self.synchronous_waiting(in_files.as_deref()))
-                .flatten();
-            if let Some(reporter) = &self.reporter {
-                let settings = self.settings.is_written().then(|| self.settings.report());
-                reporter.report(report::report(&report::Round {
-                    settings: settings.as_ref(),
-                    streaming: streams(&seen),
-                    archiving: archiving.as_ref(),
-                    synchronous: synchronous.as_ref(),
-                    data: Some(matches!(
-                        seen.data,
-                        DataDir::Primary { .. } | DataDir::Standby { .. }
-                    )),
-                    archived: archived.as_ref(),
-                    server,
-                    answer: answer.as_ref(),
-                    objects: objects.as_ref(),
-                }));
-            }
+            self.report_round(&seen, in_files.as_deref()).await;
             let decision = decide(&self.spec, &self.state, &seen, self.signalled);
-            let (to, wait) = match &decision {
-                Decision::Go {
-                    to,
-                    reason,
-                    message,
-                    ..
-                } => {
-                    tracing::info!(from = <&str>::from(crate::instance::AgentKind::from(&self.state)), to = <&str>::from(crate::instance::AgentKind::from(to)), reason, %message, "transition");
-                    if let AgentState::Exited { code } = to
-                        && code.status() == 2
-                    {
-                        // Misconfigured: name what a person has to fix.
-                        tracing::error!(
-                            reason,
-                            pgdata = %self.args.pgdata.display(),
-                            role_file = %self.args.role_file.display(),
-                            "{message}"
-                        );
-                    }
-                    self.staying = None;
-                    (Some(to.clone()), Duration::ZERO)
-                }
-                Decision::Stay {
-                    reason,
-                    message,
-                    wait,
-                    ..
-                } => {
-                    if self.staying == Some(*reason) {
-                        tracing::debug!(reason, "{message}");
-                    } else {
-                        tracing::info!(reason, "{message}");
-                        self.staying = Some(*reason);
-                    }
-                    let wait = match wait {
-                        crate::engine::Wait::Requeue(d) => *d,
-                        _ => self.spec.period(),
-                    };
-                    (None, wait)
-                }
-            };
-            let mut all_done = true;
-            for action in decision.actions() {
-                if let Err(why) = self.act(action).await {
-                    tracing::warn!(?action, %why, "action failed: the rest of this round's actions are skipped");
-                    all_done = false;
-                    break;
-                }
-            }
-            let wait = if all_done {
-                if let Some(to) = to {
-                    self.state = to;
-                }
-                wait
-            } else {
-                // The transition is not taken: look again after a period, not at once.
-                self.spec.period()
-            };
+            let wait = self.take(&decision).await;
             if let AgentState::Exited { code } = self.state {
-                if let Some(mut pm) = self.postmaster.take() {
-                    let _ = pm.immediate().await;
-                }
-                if let (Some(error), Some(reporter)) = (&self.recovery_failed, &self.reporter) {
-                    let report = report::Report::from([(
-                        crate::pod::recovery::RECOVERY,
-                        crate::pod::recovery::condition(error),
-                    )]);
-                    reporter
-                        .tell_before_exit(&report, Duration::from_secs(5))
-                        .await;
-                }
-                self.phase("exited");
-                tracing::info!(status = code.status(), "exiting");
-                return Ok(code.status());
+                return Ok(self.exit(code.status()).await);
             }
             // Sleep until the decision's time (or the renewal's deadline), the server's
             // exit, or a signal.
@@ -533,6 +409,146 @@ impl Manager {
                 ),
             }
         }
+    }
+
+    /// What this round tells the outside: the archive's and the backups' view of whether
+    /// the server is writable, and the pod's conditions (settings, streaming, archiving,
+    /// synchronous replication, data, the server's role, a survey's answer, the
+    /// declared roles and databases) from what the round `seen`; `in_files`: the
+    /// settings as written before this round applied them.
+    async fn report_round(&mut self, seen: &Observation, in_files: Option<&str>) {
+        let writable = matches!(seen.server, Server::Writable { .. });
+        if let Some(backups) = &self.backups {
+            backups.set_writable(writable);
+        }
+        let waiting = (writable && self.archiver.is_some())
+            .then(|| super::archive::oldest_waiting(&self.args.pgdata))
+            .flatten();
+        let waited = waiting.as_ref().map(|(_, waited)| *waited);
+        let archiving = self
+            .archiver
+            .as_mut()
+            .and_then(|a| a.round(writable, self.stats.as_ref(), waiting));
+        self.metrics.record_archiving(waited, archiving.as_ref());
+        let archived = self.archiver.as_mut().and_then(|a| {
+            a.last_archived(writable, self.stats.as_ref(), std::time::Instant::now())
+        });
+        // The timeline reported never goes back ([`Manager::reported`]).
+        let me = self.args.holder().unwrap_or_default();
+        let server = report_of(seen, &me, self.reported).map(|role| ServerRole {
+            timeline: role.timeline.max(self.reported.map_or(0, |r| r.timeline)),
+            ..role
+        });
+        if server.is_some() {
+            self.reported = server;
+        }
+        let answer = self.answer(seen).await;
+        let wanted = self.settings.wanted();
+        self.objects.want(Wanted {
+            roles: wanted.roles.clone(),
+            databases: wanted.databases.clone(),
+            judged: digest_of(wanted),
+            writable,
+        });
+        let objects = self.objects.report();
+        let synchronous = writable
+            .then(|| self.synchronous_waiting(in_files))
+            .flatten();
+        if let Some(reporter) = &self.reporter {
+            let settings = self.settings.is_written().then(|| self.settings.report());
+            reporter.report(report::report(&report::Round {
+                settings: settings.as_ref(),
+                streaming: streams(seen),
+                archiving: archiving.as_ref(),
+                synchronous: synchronous.as_ref(),
+                data: Some(matches!(
+                    seen.data,
+                    DataDir::Primary { .. } | DataDir::Standby { .. }
+                )),
+                archived: archived.as_ref(),
+                server,
+                answer: answer.as_ref(),
+                objects: objects.as_ref(),
+            }));
+        }
+    }
+
+    /// Logs `decision` (a transition once; a stay when its reason changes), carries out
+    /// its actions, and takes its edge if they all succeeded. Returns how long to wait
+    /// before the next round.
+    async fn take(&mut self, decision: &Decision<AgentState, AgentAction>) -> Duration {
+        let (to, wait) = match decision {
+            Decision::Go {
+                to,
+                reason,
+                message,
+                ..
+            } => {
+                tracing::info!(from = <&str>::from(crate::instance::AgentKind::from(&self.state)), to = <&str>::from(crate::instance::AgentKind::from(to)), reason, %message, "transition");
+                if let AgentState::Exited { code } = to
+                    && code.status() == 2
+                {
+                    // Misconfigured: name what a person has to fix.
+                    tracing::error!(
+                        reason,
+                        pgdata = %self.args.pgdata.display(),
+                        role_file = %self.args.role_file.display(),
+                        "{message}"
+                    );
+                }
+                self.staying = None;
+                (Some(to.clone()), Duration::ZERO)
+            }
+            Decision::Stay {
+                reason,
+                message,
+                wait,
+                ..
+            } => {
+                if self.staying == Some(*reason) {
+                    tracing::debug!(reason, "{message}");
+                } else {
+                    tracing::info!(reason, "{message}");
+                    self.staying = Some(*reason);
+                }
+                let wait = match wait {
+                    crate::engine::Wait::Requeue(d) => *d,
+                    _ => self.spec.period(),
+                };
+                (None, wait)
+            }
+        };
+        for action in decision.actions() {
+            if let Err(why) = self.act(action).await {
+                tracing::warn!(?action, %why, "action failed: the rest of this round's actions are skipped");
+                // The transition is not taken: look again after a period, not at once.
+                return self.spec.period();
+            }
+        }
+        if let Some(to) = to {
+            self.state = to;
+        }
+        wait
+    }
+
+    /// The agent exited with `status`: the server is stopped at once if it still runs, a
+    /// failed recovery is told before the container ends. Returns `status`.
+    async fn exit(&mut self, status: i32) -> i32 {
+        if let Some(mut pm) = self.postmaster.take() {
+            let _ = pm.immediate().await;
+        }
+        if let (Some(error), Some(reporter)) = (&self.recovery_failed, &self.reporter) {
+            let report = report::Report::from([(
+                crate::pod::recovery::RECOVERY,
+                crate::pod::recovery::condition(error),
+            )]);
+            reporter
+                .tell_before_exit(&report, Duration::from_secs(5))
+                .await;
+        }
+        self.phase("exited");
+        tracing::info!(status, "exiting");
+        status
     }
 
     /// Serve `/metrics`, `/healthz` and `POST /backup` on `port` for as long as the process runs. A
