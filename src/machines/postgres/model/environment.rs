@@ -80,6 +80,12 @@ impl World {
                     p.slow_next = true;
                 }
             }
+            Move::WalHangs(k) => {
+                let now = self.now;
+                if let Some(p) = self.pods.get_mut(&k).filter(|p| p.writable) {
+                    p.wal_hung.get_or_insert(now);
+                }
+            }
             Move::Pause(k) => self.pause(k),
             Move::Resume(k) => self.resume(k),
             Move::PromotionEnds(k) => self.promotion_ends(k),

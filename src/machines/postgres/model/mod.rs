@@ -361,6 +361,9 @@ struct Pod {
     connected_to: Option<u64>,
     /// The in-place restore annotation the operator wrote on it (its value).
     restore: Option<String>,
+    /// Since when its WAL volume hangs ([`Move::WalHangs`]): its server's commits all
+    /// wait, and its manager reads the flush position standing still while it writes.
+    wal_hung: Option<DateTime<Utc>>,
 }
 
 impl Pod {
@@ -403,6 +406,7 @@ impl Pod {
             upstream: Upstream::Service,
             connected_to: None,
             restore: None,
+            wal_hung: None,
         }
     }
 }

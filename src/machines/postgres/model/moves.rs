@@ -102,6 +102,9 @@ pub(in crate::machines::postgres) enum Move {
     /// The pod's agent's next accepted renewal is slower than `R`: it began `R + 1` s
     /// before it was accepted.
     SlowRenewal(i32),
+    /// The writable server's WAL volume hangs (a frozen disk): its commits all wait, while
+    /// its agent runs and renews; until the pod is gone or a person mends the volume.
+    WalHangs(i32),
     /// The whole pod pauses (a frozen cgroup, a VM pause): no agent round, no write, no
     /// progress of a stop.
     Pause(i32),

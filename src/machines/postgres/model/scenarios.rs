@@ -661,6 +661,23 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             .concat(),
         ),
         (
+            // A second restore is asked for while the first one runs: it starts again,
+            // from its first step, for the new target.
+            "RestoringInPlace -> RestoringInPlace (RestoreRequested)",
+            running(3, true),
+            [
+                adopt(),
+                vec![
+                    env(Write),
+                    env(RequestRestore(128)),
+                    r(),
+                    env(RequestRestore(64)),
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
             // Deleted mid-restore: the final backup is taken first.
             "RestoringInPlace -> Finalizing (DeletionRequested)",
             running(3, true),

@@ -247,13 +247,13 @@ impl World {
     }
 
     /// A client commits on the writable server, if there is exactly one and it accepts
-    /// writes (not stopping, not paused).
+    /// writes (not stopping, not paused, its WAL volume not hung: the commit waits).
     pub(super) fn write(&mut self) {
         if let [k] = self.writable()[..]
             && self
                 .pods
                 .get(&k)
-                .is_some_and(|p| p.server == Srv::Writable && !p.paused)
+                .is_some_and(|p| p.server == Srv::Writable && !p.paused && p.wal_hung.is_none())
         {
             self.head.lsn += 1;
             self.at_head(k);

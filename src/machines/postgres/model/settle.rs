@@ -23,6 +23,10 @@ impl World {
     }
 
     pub(super) fn settle_once(&mut self) {
+        // A user told that a primary stopped for a hung WAL volume mends the volume.
+        for p in self.pods.values_mut() {
+            p.wal_hung = None;
+        }
         // A user told that a node's clock is off beyond `S` (the failover's message says
         // so) fixes it: safety never rested on it, but a standby judges its holder's
         // tenure by the holder's `renewTime`.

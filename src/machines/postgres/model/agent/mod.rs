@@ -23,6 +23,7 @@ use crate::engine::{Decision, Wait};
 use crate::instance::{
     self, AgentAction, AgentSpec, AgentState, DataDir, Finished, Instance, LeaseRead, LeaseSeen,
     LeaseTerms, Lsn, Mono, Observation, Position, ReleasedAt, RoleLabel, Server, Standby, Task,
+    WalStall,
 };
 
 /// How an agent decides: [`instance::decide`], or a planted bug's distortion of it.
@@ -212,8 +213,13 @@ impl World {
             cloned: p.cloned,
             tenure,
             upstream: p.upstream.clone(),
-            // The model's volumes never hang (a hung WAL volume: the pod scripts).
-            wal_stall: None,
+            // A hung WAL volume, as its manager reads it: the flush position standing
+            // still behind what the server wrote, while the server may write.
+            wal_stall: p.wal_hung.filter(|_| p.writable).map(|since| WalStall {
+                since: mono(since),
+                flushed: Lsn(self.head.lsn),
+                inserted: Lsn(self.head.lsn + 1),
+            }),
         })
     }
 

@@ -109,10 +109,26 @@ fn a_release_without_a_position_keeps_the_one_on_the_lease() {
     assert!(world.violations.is_empty(), "{:?}", world.violations);
 }
 
+/// Pod `k`'s WAL volume hangs; its agent keeps renewing (a round every 4 s, within
+/// `T - G`) for 32 s, past the 30 s WAL stall bound.
+fn wal_hangs(k: i32) -> Vec<Event<Move, Edit>> {
+    let mut events = vec![Event::Env(Move::WalHangs(k))];
+    for _ in 0..8 {
+        events.extend([Event::Tick(4), Event::Env(Move::AgentTick(k))]);
+    }
+    events
+}
+
 pub(in super::super) fn all() -> Vec<Story> {
     use Move::*;
     let env = Event::Env;
     vec![
+        story("Primary -> Fencing (WalFlushStalled)", |_| {}, wal_hangs(0)),
+        promoting(
+            "Promoting -> Fencing (WalFlushStalled)",
+            Role::Primary,
+            wal_hangs(1),
+        ),
         // Its round releases the Lease without a position over the one there
         // (invariant 16 checks it stays).
         without_operator(story(
