@@ -326,7 +326,6 @@ where
             2 => (0..MAX_PODS).prop_map(Move::ServerStops),
             1 => (0..MAX_PODS).prop_map(Move::RefuseNext),
             1 => (0..MAX_PODS).prop_map(Move::SlowRenewal),
-            1 => (0..MAX_PODS).prop_map(Move::WalHangs),
             1 => (0..MAX_PODS).prop_map(Move::Pause),
             1 => (0..MAX_PODS).prop_map(Move::Resume),
             2 => (0..MAX_PODS).prop_map(Move::PromotionEnds),
