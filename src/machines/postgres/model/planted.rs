@@ -389,15 +389,9 @@ type ExpiryWithoutSkew = Planted<Postgres, LeaveTheSkewOut>;
 
 /// Pod 0, the primary, fails; the failover starts and labels it demoted, but before its
 /// agent sees that, it is cut off from the API server (alive, writable, replicating,
-/// unable to renew), its clock `S` behind the operator's. The old primary fences
+/// unable to renew), its clock `skew × S` from the operator's. The old primary fences
 /// itself within `T + R + 1` of its last renewal; the operator may hand the Lease over
-/// only after `renewTime + L + S` by its own clock.
-fn partitioned_holder_failover() -> (World, Vec<Event<Move, Edit>>) {
-    partitioned_holder_failover_skewed(-1)
-}
-
-/// [`partitioned_holder_failover`] with the holder's clock `skew × S` from the
-/// operator's.
+/// only after `renewTime + L + S` by its own clock, and `L` after it saw that renewal.
 fn partitioned_holder_failover_skewed(skew: i8) -> (World, Vec<Event<Move, Edit>>) {
     use Move::*;
     let env = Event::Env;
@@ -455,60 +449,60 @@ impl Bug<Postgres> for TrustTheHoldersClock {
     }
 }
 
-#[test]
-fn the_model_check_finds_an_expiry_by_the_holders_clock_beyond_the_skew_bound() {
-    let (world, events) = partitioned_holder_failover_skewed(-2);
-    let failure =
-        check_scenario::<Planted<Postgres, TrustTheHoldersClock>, World>(&config(), world, &events)
-            .expect_err("the planted bug is found");
-    assert!(
-        failure.reason.contains("still runs a writable server")
-            || failure.reason.contains("all run a writable server"),
-        "the one-writable-server invariant fails:\n{failure}"
-    );
-}
-
-/// A holder whose clock runs `2S` behind: the operator takes it for fenced only `L`
-/// after it saw its last renewal, by which time the holder's own deadline has passed.
-#[test]
-fn a_failover_waits_for_a_partitioned_holder_whose_clock_runs_beyond_the_skew_bound() {
-    let (world, events) = partitioned_holder_failover_skewed(-2);
-    let report = check_scenario::<Postgres, World>(&config(), world, &events)
-        .unwrap_or_else(|failure| panic!("{failure}"));
-    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
-    let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
-    assert!(
-        at("clock +16s") < at("(OldPrimaryFenced)") && at("(OldPrimaryFenced)").is_some(),
-        "{}",
-        report.trace.join("\n")
-    );
-}
-
-#[test]
-fn a_failover_waits_for_a_partitioned_holder_with_a_slow_clock() {
-    let (world, events) = partitioned_holder_failover();
-    let report = check_scenario::<Postgres, World>(&config(), world, &events)
-        .unwrap_or_else(|failure| panic!("{failure}"));
-    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
-    // The old primary counted as fenced only once the clock passed renewTime + L + S.
-    let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
-    assert!(
-        at("clock +16s") < at("(OldPrimaryFenced)") && at("(OldPrimaryFenced)").is_some(),
-        "{}",
-        report.trace.join("\n")
-    );
-}
-
-#[test]
-fn the_model_check_finds_an_expiry_that_leaves_the_clock_skew_out() {
-    let (world, events) = partitioned_holder_failover();
-    let failure = check_scenario::<ExpiryWithoutSkew, World>(&config(), world, &events)
+/// `M`'s check of the partitioned holder's failover, its clock `skew × S` behind, fails
+/// on the one-writable-server invariant.
+fn finds_two_writers<M>(skew: i8)
+where
+    M: crate::engine::Machine<Observed = Observed, Action = PgAction, Spec = PostgresClusterSpec>,
+    World: WorldModel<M, Move = Move, Edit = Edit>,
+{
+    let (world, events) = partitioned_holder_failover_skewed(skew);
+    let failure = check_scenario::<M, World>(&config(), world, &events)
         .expect_err("the planted bug is found");
     assert!(
         failure.reason.contains("still runs a writable server")
             || failure.reason.contains("all run a writable server"),
         "the one-writable-server invariant fails:\n{failure}"
     );
+}
+
+/// The real machine's check of the same story completes the failover, and takes the old
+/// primary for fenced only once the clock passed its expiry (16 s after the story's
+/// first wait).
+fn waits_for_the_partitioned_holder(skew: i8) {
+    let (world, events) = partitioned_holder_failover_skewed(skew);
+    let report = check_scenario::<Postgres, World>(&config(), world, &events)
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
+    let at = |needle: &str| report.trace.iter().position(|l| l.contains(needle));
+    assert!(
+        at("clock +16s") < at("(OldPrimaryFenced)") && at("(OldPrimaryFenced)").is_some(),
+        "{}",
+        report.trace.join("\n")
+    );
+}
+
+#[test]
+fn the_model_check_finds_an_expiry_by_the_holders_clock_beyond_the_skew_bound() {
+    finds_two_writers::<Planted<Postgres, TrustTheHoldersClock>>(-2);
+}
+
+/// A holder whose clock runs `2S` behind: the operator takes it for fenced only `L`
+/// after it saw its last renewal, by which time the holder's own deadline has passed.
+#[test]
+fn a_failover_waits_for_a_partitioned_holder_whose_clock_runs_beyond_the_skew_bound() {
+    waits_for_the_partitioned_holder(-2);
+}
+
+/// The old primary counts as fenced only once the clock passed `renewTime + L + S`.
+#[test]
+fn a_failover_waits_for_a_partitioned_holder_with_a_slow_clock() {
+    waits_for_the_partitioned_holder(-1);
+}
+
+#[test]
+fn the_model_check_finds_an_expiry_that_leaves_the_clock_skew_out() {
+    finds_two_writers::<ExpiryWithoutSkew>(-1);
 }
 
 /// A failover's target, handed the Lease and labelled primary, is cut off from the API
