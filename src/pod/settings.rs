@@ -33,7 +33,7 @@ use super::managed::{DatabaseSpec, RoleSpec};
 use super::synchronous::SyncStandbys;
 
 /// The pod annotation carrying [`PostgresqlSpec`] as JSON to the instance manager (the
-/// driver's cache keeps its digest: [`crate::driver::cache::DIGESTED_ANNOTATIONS`]).
+/// driver's cache keeps its digest, as PostgresCluster declares in `Operator::KEEP`).
 pub const SETTINGS_ANNOTATION: &str = "lockstep.dev/postgresql";
 
 /// The parameters (and configuration directives) Lockstep sets itself: replication,

@@ -458,7 +458,7 @@ pub fn observe(pg: &PostgresCluster, cache: &Cache) -> Observed {
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| Some((ordinal_of(p, &name)?, p.as_ref())))
         .collect();
-    // The cache keeps the annotation as a digest (`driver::cache::DIGESTED_ANNOTATIONS`);
+    // The cache keeps the annotation as a digest (PostgresCluster's `Operator::KEEP`);
     // an instance reports the digest of the one it judged (`settings::digest_of`).
     let annotation = super::instance_settings::annotation_of(pg);
     let wanted = annotation.as_deref().map(digest);

@@ -77,7 +77,7 @@ pub fn server_from_row(row: &[String]) -> Server {
 /// the archive's report ([`super::super::archive`]), the last archived and last failed WAL
 /// files and when the last attempt failed; the settings of synchronous replication; a
 /// primary's WAL insert and flush positions (a flush that stands still behind what was
-/// written: [`wal_positions`], [`crate::instance::WalStall`]).
+/// written: `wal_positions`, [`crate::instance::WalStall`]).
 pub const SERVER_QUERY: &str = "SELECT pg_is_in_recovery(), \
      CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_current_wal_lsn()::text END, \
      coalesce(pg_last_wal_receive_lsn()::text, ''), \
