@@ -129,6 +129,10 @@ pub mod reason {
     pub const PROMOTION_EXHAUSTED: &str = "PromotionExhausted";
     /// Stay (Degraded): no Ready replica to promote.
     pub const NO_PROMOTION_TARGET: &str = "NoPromotionTarget";
+    /// Stay: the target, further than any other candidate its survey read, is not Ready
+    /// (restarting, or recreated on its volume); waited for a while before a member
+    /// behind it is promoted.
+    pub const TARGET_RETURNING: &str = "TargetReturning";
     /// Edge: the primary stayed lost with no Ready replica to promote, and
     /// `lockstep.dev/adopt-primary` names another live pod: the cluster is adopted anew
     /// around it (Creating), as a cluster whose status was lost is.

@@ -465,3 +465,65 @@ fn a_target_not_ready_for_a_moment_with_no_member_left_unread_is_waited_for() {
         "a new survey would demote the target: {d:?}"
     );
 }
+
+// --- a failover's chosen target away for a while ---------------------------------------
+
+/// A failover in `Promote` to pod 1, whose survey read pod 1 at `0/10` and pod 2 at
+/// `0/5`: pod 1 holds WAL pod 2 lacks.
+fn promoting_the_furthest_of_two() -> PgState {
+    let mut state = promoting_what_pod_1_answered();
+    if let PgState::SwitchingOver(s) = &mut state
+        && let Some(read) = s.surveyed.as_mut()
+    {
+        read.push(crate::machines::postgres::state::Surveyed {
+            ordinal: 2,
+            receive: "0/5".to_owned(),
+            replay: "0/5".to_owned(),
+            timeline: Some(1),
+        });
+    }
+    state
+}
+
+/// The Lease names pod 1, which is not Ready (its pod restarting on its volume).
+fn target_away() -> Observed {
+    let mut o = primary_down(0);
+    hand_over_to_1(&mut o, V1);
+    edit(&mut o, 1, |p| p.ready = false);
+    o
+}
+
+#[test]
+fn a_target_further_than_the_others_is_waited_for_while_it_is_away() {
+    let d = decide_at(
+        &spec("16.3"),
+        &promoting_the_furthest_of_two(),
+        target_away(),
+        30,
+        0,
+    );
+    assert_eq!(d.reason(), TARGET_RETURNING);
+    assert!(target(&d).is_none(), "pod 2 is not promoted yet: {d:?}");
+    assert_says(&d, &["waiting up to 60s", "further than pg-2"]);
+}
+
+#[test]
+fn a_target_away_longer_than_the_bound_gives_way_to_the_next_most_advanced() {
+    let d = decide_at(
+        &spec("16.3"),
+        &promoting_the_furthest_of_two(),
+        target_away(),
+        61,
+        0,
+    );
+    assert_eq!(d.reason(), TARGET_CHANGED);
+    assert!(matches!(target(&d), Some(PgState::SwitchingOver(s)) if s.target.ordinal == 2));
+}
+
+#[test]
+fn a_target_back_on_an_empty_volume_is_not_waited_for() {
+    let mut o = target_away();
+    o.own.empty.insert(1);
+    let d = decide_at(&spec("16.3"), &promoting_the_furthest_of_two(), o, 30, 0);
+    assert_eq!(d.reason(), TARGET_CHANGED);
+}

@@ -48,7 +48,7 @@ pub(super) fn hand_over(
         _ => Some(format!("{name} was replaced")),
     };
     if let Some(why) = gone {
-        return retarget(spec, s, o, what, why, actions);
+        return retarget(spec, s, world, what, why, actions);
     }
     if !surveying && lease.holder.as_deref() == Some(target.as_str()) {
         return promote(Vec::new(), format!("{target} holds the Lease"));

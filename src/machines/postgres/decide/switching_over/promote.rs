@@ -35,9 +35,25 @@ pub(crate) fn promote(
         return elect(s, o, what, actions);
     }
     match pod {
-        None => return retarget(spec, s, o, what, format!("{name} was replaced"), actions),
+        None => {
+            return retarget(
+                spec,
+                s,
+                world,
+                what,
+                format!("{name} was replaced"),
+                actions,
+            );
+        }
         Some(p) if !p.serving() => {
-            return retarget(spec, s, o, what, format!("{name} is not Ready"), actions);
+            return retarget(
+                spec,
+                s,
+                world,
+                what,
+                format!("{name} is not Ready"),
+                actions,
+            );
         }
         Some(_) => {}
     }

@@ -256,6 +256,38 @@ pub(super) fn no_target_message(
     }
 }
 
+/// While the step is younger than [`TARGET_RETURN_SECONDS`], a target its survey read
+/// further than `next` (the member [`retarget`] would take instead), whose volume is not
+/// reported empty, is waited for: its pod is only restarting or recreated on its volume
+/// (a node drained, a pod deleted), and promoting `next` would lose the WAL only the
+/// target has, or fork a history the target then rewinds away. Found by the model check:
+/// a failover's chosen member deleted just after the survey, and a member behind it
+/// promoted under `Preferred` while it came back Ready seconds later. `None`: go on
+/// (the target is no further, lost its volume, or was waited for long enough); else
+/// the message and how much longer it is waited for.
+fn target_returning(
+    s: &Switchover,
+    world: &World<Observed>,
+    next: &PodRef,
+    why: &str,
+) -> Option<(String, std::time::Duration)> {
+    let o = &world.observed;
+    let surveyed = s.surveyed.as_ref()?;
+    let at = |k: i32| surveyed.iter().find(|r| r.ordinal == k).map(reach);
+    let (t, n) = (s.target.ordinal, next.ordinal);
+    let further = at(t)? > at(n).unwrap_or_default();
+    let waited = world.in_state_for();
+    let bound = std::time::Duration::from_secs(TARGET_RETURN_SECONDS);
+    (further && !o.own.empty.contains(&t) && waited < bound).then(|| {
+        let message = format!(
+            "{why}; waiting up to {TARGET_RETURN_SECONDS}s for it to come back on its volume, since its survey read it further than {} (promoting that one would lose what only {} has)",
+            o.pod_name(n),
+            o.pod_name(t)
+        );
+        (message, bound - waited)
+    })
+}
+
 /// How long a survey waits for every live member to answer before it reads what was
 /// answered: a standby's manager answers at its next round (every `R` seconds, 2 by
 /// default), once its server answers it.
@@ -512,18 +544,25 @@ pub(super) fn answered_since(
     ))
 }
 
+/// How long a target its survey found further than every other candidate is waited for
+/// while it is not Ready (its pod restarting, or recreated on its volume), from when the
+/// switchover's step began, before a member behind it is promoted.
+pub(crate) const TARGET_RETURN_SECONDS: u64 = 60;
+
 /// The target cannot be promoted (`why`): choose another, the most advanced its survey
 /// read (under `Required` only one that reached as far as any member read), or, for a
 /// planned switchover, the next by [`choose_target`]; with none, survey again, go back
-/// to the old primary, or wait (Degraded).
+/// to the old primary, or wait (Degraded). A target further than the other choice is
+/// waited for first ([`target_returning`]).
 pub(crate) fn retarget(
     spec: &PostgresClusterSpec,
     s: &Switchover,
-    o: &Observed,
+    world: &World<Observed>,
     what: &str,
     why: String,
     actions: Vec<PgAction>,
 ) -> D {
+    let o = &world.observed;
     let cluster = &s.cluster;
     let below = target_bound(spec, s);
     let image = (s.cause == SwitchCause::Upgrade).then_some(cluster.image.as_str());
@@ -539,6 +578,11 @@ pub(crate) fn retarget(
         None => choose_target(o, cluster, below, image)
             .filter(|c| c.ordinal != s.target.ordinal || c.uid != s.target.uid),
     };
+    if let Some(next) = &candidate
+        && let Some((wait, left)) = target_returning(s, world, next, &why)
+    {
+        return stay(TARGET_RETURNING, wait, actions).requeue(left);
+    }
     match candidate {
         Some(next) => {
             let message = format!("{why}; promoting {} instead", o.pod_name(next.ordinal));
