@@ -121,7 +121,7 @@ pub(super) fn standby(spec: &AgentSpec, seen: &Observation, signalled: bool) -> 
         Some(ReleasedAt::Lsn(lsn)) if !standby.has(*lsn) => Decision::stay(
             HELD_BACK,
             format!(
-                "chosen, but not promoting before this standby has received up to {lsn}, the last WAL of the primary that stopped cleanly before it (removing the Lease's lockstep.dev/released-lsn annotation promotes it without them)"
+                "chosen, but not promoting before this standby has received up to {lsn}, the last WAL of the primary that stopped cleanly before it (the operator surveys the members and promotes the most advanced; only once its status names that way out, removing the Lease's lockstep.dev/released-lsn annotation promotes the standby it chose without them)"
             ),
         )
         .requeue(spec.period()),

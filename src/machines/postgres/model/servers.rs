@@ -70,7 +70,8 @@ impl World {
 
     /// `target`'s data becomes the writable timeline: promoted by its own agent while it
     /// runs (`running`: it must have been Ready when it was labelled primary), or locally
-    /// as its container starts labelled primary. It must be the most advanced of the standbys that are Ready, by how much
+    /// as its container starts labelled primary. It must be the most advanced of the
+    /// standbys that are Ready (and were when the Lease was handed to it), by how much
     /// of the writable history each holds (in a planned switchover every standby Ready
     /// when the old primary stopped cleanly received everything: [`World::agent_tick`]).
     pub(super) fn promote(&mut self, target: i32, running: bool) {
@@ -92,12 +93,14 @@ impl World {
             l.released_lsn = None;
         }
         let missed_at_hand_over = self.missed_at_hand_over.take();
+        let away_at_hand_over = self.away_at_hand_over.take().unwrap_or_default();
         if let Some((k, theirs)) = self
             .pods
             .iter()
             .filter(|(k, p)| {
                 **k != target && **k != self.db_primary && p.ready && !p.terminating && !p.writable
             })
+            .filter(|(k, _)| !away_at_hand_over.contains(*k))
             .filter(|(k, _)| {
                 missed_at_hand_over
                     .as_ref()
@@ -355,6 +358,9 @@ impl World {
         if holder.is_some() {
             let missed = self.pods.keys().map(|k| (*k, self.missed(*k))).collect();
             self.missed_at_hand_over = Some(missed);
+            let here = |k: &i32| self.pods.get(k).is_some_and(|p| p.ready && !p.terminating);
+            let away = (0..MAX_PODS).filter(|k| !here(k)).collect();
+            self.away_at_hand_over = Some(away);
         }
         self.lease = Some(ModelLease {
             holder,

@@ -45,19 +45,22 @@ impl World {
         // primary's node is down) says so.
         self.fenced_hatch = true;
         // A user who finds a promotion held back short of the position the old primary
-        // stopped at (no Ready member but the old primary has it: the operator's survey
-        // finds one that has it otherwise) removes it from the Lease, accepting the loss.
-        let held_back = self
-            .pods
-            .iter()
-            .any(|(k, p)| p.role == Some(Role::Primary) && !p.writable && !self.caught_up(*k))
-            && !self.pods.iter().any(|(k, p)| {
-                *k != self.db_primary
-                    && *k < GONE
-                    && p.ready
-                    && !p.terminating
-                    && self.caught_up(*k)
-            });
+        // stopped at removes it from the Lease, accepting the loss, once the operator
+        // names that way out: after its survey moved the promotion to the member that
+        // holds the most (so no Ready member but the old primary has the position, and
+        // none holds more than the target). Removed earlier, from a target behind
+        // another standby, it would lose that standby's acknowledged commits.
+        let ready_others = || {
+            self.pods
+                .iter()
+                .filter(|(k, p)| **k != self.db_primary && **k < GONE && p.ready && !p.terminating)
+        };
+        let held_back = self.pods.iter().any(|(k, p)| {
+            p.role == Some(Role::Primary)
+                && !p.writable
+                && !self.caught_up(*k)
+                && ready_others().all(|(j, _)| self.held(*j) <= self.held(*k))
+        }) && !ready_others().any(|(k, _)| self.caught_up(*k));
         if held_back && let Some(l) = self.lease.as_mut() {
             l.released_lsn = None;
         }

@@ -342,6 +342,7 @@ where
             1 => Just(Move::LeaseDeleted),
             2 => (0..MAX_PODS).prop_map(Move::SettingsRead),
             1 => any::<u8>().prop_map(Move::RequestRestore),
+            1 => (0..MAX_PODS).prop_map(Move::WalHangs),
         ]
         .boxed()
     }
