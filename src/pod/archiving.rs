@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `True` | [`reason::ARCHIVING`] | the stanza exists and no archiving attempt failed since the last that succeeded |
 //! | `False` | [`reason::FAILING`] | `archive_command` failed for a WAL file more recently than one succeeded |
+//! | `False` | [`reason::UNREACHABLE`] | the archive's repository did not answer the last check (`pgbackrest repo-ls`, every 20 s off the round), and `archive_command` has not failed since its last success |
 //! | `False` | [`reason::STALLED`] | the oldest WAL file waiting to be archived has waited longer than [`STALL_SECONDS`], with no failure recorded since (a hung `archive_command`, or a backlog that long) |
 //! | `False` | [`reason::STANZA_FAILED`] | pgBackRest could not create the stanza (the repository unreachable, refused, or another cluster's) |
 //!
@@ -35,6 +36,8 @@ pub mod reason {
     pub const STANZA_FAILED: &str = "StanzaCreateFailed";
     /// A WAL file has waited too long, with no failure recorded.
     pub const STALLED: &str = "ArchiveStalled";
+    /// The repository does not answer, whether or not a WAL file is due.
+    pub const UNREACHABLE: &str = "ArchiveUnreachable";
 }
 
 /// What a primary's archiver shows this round.
@@ -54,6 +57,12 @@ pub enum Archiving {
     Stalled {
         /// That file.
         wal: String,
+    },
+    /// The repository did not answer the last check (`pgbackrest repo-ls`), and
+    /// `archive_command` has not failed since it last succeeded.
+    Unreachable {
+        /// pgBackRest's error, its first `ERROR:` line.
+        error: String,
     },
     /// `pgbackrest stanza-create` failed.
     StanzaFailed {
@@ -87,6 +96,13 @@ impl Archiving {
                 reason::STALLED,
                 format!(
                     "WAL file {wal} has waited more than {STALL_SECONDS} s to be archived, and no attempt failed meanwhile: archive_command (pgbackrest archive-push) hangs, or the archive is that far behind; the server keeps every WAL file not archived"
+                ),
+            ),
+            Archiving::Unreachable { error } => (
+                "False",
+                reason::UNREACHABLE,
+                format!(
+                    "the archive's repository does not answer (pgbackrest repo-ls): {error}; the next WAL file cannot be archived, and the server keeps every WAL file not archived (its pg_wal grows) until it can"
                 ),
             ),
             Archiving::StanzaFailed { error } => (

@@ -42,6 +42,7 @@ use futures::FutureExt;
 use tokio::task::JoinHandle;
 
 use super::metrics::ServerStats;
+use super::repository::Probe;
 use crate::pod::archived::{REPORT_SECONDS, is_wal_file};
 use crate::pod::archiving::{Archiving, STALL_SECONDS};
 
@@ -99,6 +100,8 @@ pub struct Archiver {
     stanza: Stanza,
     /// The last archived WAL file reported, its archive time, and when it was reported.
     reported: Option<(String, DateTime<Utc>, Instant)>,
+    /// Whether the repository answers, asked off the round once the stanza exists.
+    probe: Probe,
 }
 
 impl Archiver {
@@ -114,6 +117,7 @@ impl Archiver {
         waiting: Option<(String, Duration)>,
     ) -> Option<Archiving> {
         if !writable {
+            self.probe.reset();
             return None;
         }
         self.follow();
@@ -141,16 +145,22 @@ impl Archiver {
             } => Some(Archiving::StanzaFailed {
                 error: error.clone(),
             }),
-            Stanza::Created { at } => Some(match (stats, waiting) {
-                (Some(s), _) if s.archive_failing_since(*at) => Archiving::Failing {
-                    wal: s.last_failed_wal.clone().unwrap_or_default(),
-                    last_archived: s.last_archived_wal.clone(),
-                },
-                (_, Some((wal, waited))) if waited >= Duration::from_secs(STALL_SECONDS) => {
-                    Archiving::Stalled { wal }
-                }
-                _ => Archiving::Works,
-            }),
+            Stanza::Created { at } => {
+                let unreachable = self.probe.round(Instant::now());
+                Some(match (stats, unreachable, waiting) {
+                    (Some(s), _, _) if s.archive_failing_since(*at) => Archiving::Failing {
+                        wal: s.last_failed_wal.clone().unwrap_or_default(),
+                        last_archived: s.last_archived_wal.clone(),
+                    },
+                    (_, Some(error), _) => Archiving::Unreachable {
+                        error: error.to_owned(),
+                    },
+                    (_, _, Some((wal, waited))) if waited >= Duration::from_secs(STALL_SECONDS) => {
+                        Archiving::Stalled { wal }
+                    }
+                    _ => Archiving::Works,
+                })
+            }
         }
     }
 
@@ -246,7 +256,9 @@ async fn stanza_create() -> Result<(), String> {
 }
 
 /// Run `program` (pgBackRest's command line) with `args` within `bound`, killed past it:
-/// its standard output, or the last line it printed on failure.
+/// its standard output, or on failure the first line it marked `ERROR:` (the cause;
+/// what follows may be request headers that change from run to run), else the last
+/// line it printed.
 pub(super) async fn pgbackrest(
     program: &str,
     args: &[String],
@@ -269,8 +281,8 @@ pub(super) async fn pgbackrest(
                 + &String::from_utf8_lossy(&out.stdout);
             Err(text
                 .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
+                .find(|l| l.contains("ERROR:"))
+                .or_else(|| text.lines().rev().find(|l| !l.trim().is_empty()))
                 .unwrap_or("no output")
                 .trim()
                 .to_owned())
@@ -282,9 +294,57 @@ pub(super) async fn pgbackrest(
 mod tests {
     use super::*;
 
+    /// An archiver whose repository probe always succeeds.
+    fn quiet() -> Archiver {
+        Archiver {
+            probe: Probe::new("true", &[], Duration::from_secs(5)),
+            ..Archiver::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_repository_that_does_not_answer_is_reported_until_archive_command_itself_fails() {
+        let mut a = Archiver {
+            stanza: Stanza::Created { at: 1000.0 },
+            probe: Probe::new(
+                "sh",
+                &["-c", "echo 'ERROR: [049]: unable to connect' >&2; exit 49"],
+                Duration::from_secs(5),
+            ),
+            ..Archiver::default()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let said = loop {
+            match a.round(true, None, None) {
+                Some(Archiving::Works) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                said => break said,
+            }
+        };
+        let unreachable = Archiving::Unreachable {
+            error: "ERROR: [049]: unable to connect".to_owned(),
+        };
+        assert_eq!(said, Some(unreachable.clone()));
+        let failing = ServerStats {
+            last_failed: Some(1010.0),
+            last_failed_wal: Some("000000010000000000000004".to_owned()),
+            ..ServerStats::default()
+        };
+        assert!(
+            matches!(
+                a.round(true, Some(&failing), None),
+                Some(Archiving::Failing { .. })
+            ),
+            "archive_command's own failure names the file"
+        );
+        assert_eq!(a.round(true, None, None), Some(unreachable));
+        assert_eq!(a.round(false, None, None), None, "a standby says nothing");
+    }
+
     #[tokio::test]
     async fn a_standby_reports_nothing_and_a_primary_reports_once_the_stanza_exists() {
-        let mut a = Archiver::default();
+        let mut a = quiet();
         assert_eq!(a.round(false, None, None), None);
         a.stanza = Stanza::Created { at: 1000.0 };
         assert_eq!(a.round(true, None, None), Some(Archiving::Works));
@@ -368,7 +428,7 @@ mod tests {
     async fn a_wal_file_waiting_past_the_bound_without_a_failure_is_a_stalled_archive() {
         let mut a = Archiver {
             stanza: Stanza::Created { at: 1000.0 },
-            ..Archiver::default()
+            ..quiet()
         };
         let waiting = |secs| {
             Some((

@@ -30,7 +30,7 @@
 //! | `lockstep_instance_wal_archive_failures_total` | failed archiving attempts (`pg_stat_archiver.failed_count`, the same way) |
 //! | `lockstep_instance_last_archived_timestamp_seconds` | when the archiver last archived a WAL file (Unix time; 0: never since the server started) |
 //! | `lockstep_instance_wal_archive_waiting_seconds` | how long the primary's oldest WAL file not yet archived has waited (0: none waits) |
-//! | `lockstep_instance_wal_archive_report{reason}` | 1 for what the primary reports of its archive (`Archiving`, `ArchiveFailing`, `ArchiveStalled`, `StanzaCreateFailed`); no series on a standby |
+//! | `lockstep_instance_wal_archive_report{reason}` | 1 for what the primary reports of its archive (`Archiving`, `ArchiveFailing`, `ArchiveUnreachable`, `ArchiveStalled`, `StanzaCreateFailed`); no series on a standby |
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

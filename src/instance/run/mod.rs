@@ -46,6 +46,7 @@ pub mod prepare;
 pub mod process;
 pub mod quote;
 pub mod report;
+pub mod repository;
 pub mod settings;
 pub mod signals;
 pub mod sql;

@@ -1,6 +1,8 @@
 //! (h) Continuous WAL archiving and base backups with pgBackRest, on real
 //! PostgreSQL: the primary archives into an S3 server over TLS; the store turning
-//! unreachable makes the cluster `Degraded` (`ArchiveFailing`) within a bound, and once
+//! unreachable makes the cluster `Degraded` (`ArchiveFailing`) within a minute with no
+//! WAL file due (the primary's check of the repository), then names the file that
+//! could not be archived; and once
 //! it is back the WAL written meanwhile reaches it with no gap (`pgbackrest check`).
 //! Then `backup-now` takes base backups into the same repository, and a retention of
 //! one prunes the older; a request to the primary's manager without the cluster's
@@ -349,15 +351,40 @@ async fn the_primary_archives_its_wal_with_pgbackrest_and_an_unreachable_store_i
     )
     .await;
 
-    // The store turns unreachable: the next WAL file cannot be archived, and the cluster
-    // says so, naming the primary and the file, within a bound.
+    // The store turns unreachable. With no WAL file due, the primary's check of the
+    // repository says so within a minute.
     store_reachable(&real, false);
+    let cut = std::time::Instant::now();
+    let unanswered = real
+        .cluster_until(
+            name,
+            "Degraded: ArchiveFailing, the repository unanswered",
+            |pg| {
+                cluster_condition(pg, "Degraded").is_some_and(|(s, reason, message)| {
+                    s == "True" && reason == "ArchiveFailing" && message.contains("does not answer")
+                })
+            },
+        )
+        .await;
+    let took = cut.elapsed();
+    eprintln!(
+        "(h) the unreachable store reported after {:.1}s",
+        took.as_secs_f64()
+    );
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "reported {took:?} after the cut: {:?}",
+        cluster_condition(&unanswered, "Degraded")
+    );
+    // The next WAL file cannot be archived, and the cluster names the primary and the
+    // file.
     let (ok, out) = real.psql_on(&primary, "INSERT INTO t VALUES (2); SELECT pg_switch_wal()");
     assert!(ok, "{out}");
     let degraded = real
-        .cluster_until(name, "Degraded: ArchiveFailing", |pg| {
-            cluster_condition(pg, "Degraded")
-                .is_some_and(|(s, reason, _)| s == "True" && reason == "ArchiveFailing")
+        .cluster_until(name, "Degraded: ArchiveFailing for a WAL file", |pg| {
+            cluster_condition(pg, "Degraded").is_some_and(|(s, reason, message)| {
+                s == "True" && reason == "ArchiveFailing" && message.contains("fails for WAL file")
+            })
         })
         .await;
     let (_, _, message) = cluster_condition(&degraded, "Degraded").unwrap_or_default();
