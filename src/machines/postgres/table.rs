@@ -106,6 +106,10 @@ pub mod reason {
     /// Stay (Degraded): at rest, but the primary reports that its WAL does not reach
     /// the archive (`spec.backup.walArchive`; [`crate::pod::archiving`]).
     pub const ARCHIVE_FAILING: &str = "ArchiveFailing";
+    /// Stay (Degraded): at rest, but the primary's Lease renewals are dated beyond
+    /// `spec.fencing.clockSkewSeconds` from when the operator sees them (its node's
+    /// clock is off).
+    pub const HOLDER_CLOCK_SKEWED: &str = "HolderClockSkewed";
     /// Edge: an instance reports a parameter its server applies only at its next start:
     /// a rolling restart (an upgrade to the same image).
     pub const SETTINGS_NEED_RESTART: &str = "SettingsNeedRestart";

@@ -157,20 +157,31 @@ pub(crate) fn expiry(
 pub(crate) fn skew_note(spec: &PostgresClusterSpec, lease: &LeaseView) -> Option<String> {
     let (renewed, seen) = (lease.renewed?, lease.renewal_seen?);
     let s = spec.fencing.clock_skew_seconds;
+    let (off, way) = holder_skew(spec, lease)?;
+    Some(format!(
+        "; its renewTime {renewed} is {}s {way} when this operator saw it ({seen}), beyond spec.fencing.clockSkewSeconds={s}: the holder's node clock is off (check NTP); expiries count from what the operator saw",
+        off.abs()
+    ))
+}
+
+/// How many seconds the holder's last `renewTime` lies from when this operator saw it,
+/// and which way (`"ahead of"`, `"behind"`), when that is more than `S` ahead or `S + R`
+/// behind (the write and the watch take a round); `None` while they agree or either is
+/// unknown.
+pub(crate) fn holder_skew(
+    spec: &PostgresClusterSpec,
+    lease: &LeaseView,
+) -> Option<(i64, &'static str)> {
+    let (renewed, seen) = (lease.renewed?, lease.renewal_seen?);
+    let s = spec.fencing.clock_skew_seconds;
     let off = (renewed - seen).num_seconds();
-    let beyond = if off > s {
-        Some("ahead of")
+    if off > s {
+        Some((off, "ahead of"))
     } else if off < -(s + FencingSpec::RENEW_SECONDS) {
-        Some("behind")
+        Some((off, "behind"))
     } else {
         None
-    };
-    beyond.map(|way| {
-        format!(
-            "; its renewTime {renewed} is {}s {way} when this operator saw it ({seen}), beyond spec.fencing.clockSkewSeconds={s}: the holder's node clock is off (check NTP); expiries count from what the operator saw",
-            off.abs()
-        )
-    })
+    }
 }
 
 /// Whether the holder the Lease names (or, with none, whoever held it last) is

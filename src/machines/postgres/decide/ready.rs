@@ -19,7 +19,7 @@ use super::requested::requested;
 use super::restoring_in_place::{Asked, restore_requested};
 use super::scaling::rescale;
 use super::upgrading::waits_for_restart;
-use super::{D, rest, stay, upkeep_at};
+use super::{D, fencing, rest, stay, upkeep_at};
 use crate::engine::Decision;
 use crate::machines::common::actions::{self, JobActions};
 use crate::machines::common::annotations;
@@ -103,7 +103,7 @@ pub(crate) fn ready(
             .into_iter()
             .map(PgAction::delete_job),
     );
-    report(cluster, o, lost, actions)
+    report(spec, cluster, o, lost, actions)
 }
 
 /// An instance reports a parameter its server applies only at its next start: restart
@@ -204,10 +204,36 @@ fn prune_promote_jobs(o: &Observed) -> impl Iterator<Item = PgAction> {
     jobs::finished(&o.jobs, Purpose::Promote).map(PgAction::delete_job)
 }
 
+/// A primary holding the Lease whose node clock is off from the operator's beyond `S`
+/// ([`fencing::holder_skew`]): safety never rests on its clock (every expiry counts from
+/// when the operator saw a renewal), but its standbys judge its tenure by its
+/// `renewTime` on their own clocks, and stop streaming from it when it seems to have
+/// run out. The message names no number of seconds, so a steady skew writes the status
+/// once.
+fn skewed_holder(spec: &PostgresClusterSpec, cluster: &Topology, o: &Observed) -> Option<String> {
+    let lease = o.own.lease.as_ref()?;
+    let primary = o.identity(cluster.primary)?;
+    if lease.holder.as_deref() != Some(primary.as_str()) {
+        return None;
+    }
+    let (_, way) = fencing::holder_skew(spec, lease)?;
+    let s = spec.fencing.clock_skew_seconds;
+    Some(format!(
+        "primary {} serves, but its Lease renewals are dated more than {s}s (spec.fencing.clockSkewSeconds) {way} when this operator sees them: its node's clock is off (check NTP). Nothing is at risk of two writers, since every expiry counts from when the operator saw a renewal; but its standbys judge its tenure by their own clocks, and one that finds it run out stops streaming from it (under synchronous replication, commits then wait)",
+        o.pod_name(cluster.primary)
+    ))
+}
+
 /// The stay at rest: Degraded while a replica is down or the backup the current token
 /// asked for was `lost`, otherwise serving (or restoring what drifted); either way
 /// looked at again every [`RESYNC`].
-fn report(cluster: &Topology, o: &Observed, lost: Option<String>, actions: Vec<PgAction>) -> D {
+fn report(
+    spec: &PostgresClusterSpec,
+    cluster: &Topology,
+    o: &Observed,
+    lost: Option<String>,
+    actions: Vec<PgAction>,
+) -> D {
     let down: Vec<i32> = (0..cluster.replicas).filter(|k| !o.serving(*k)).collect();
     if !down.is_empty() {
         return stay(
@@ -261,6 +287,11 @@ fn report(cluster: &Topology, o: &Observed, lost: Option<String>, actions: Vec<P
         )
         .degraded()
         .requeue(RESYNC);
+    }
+    if let Some(message) = skewed_holder(spec, cluster, o) {
+        return stay(HOLDER_CLOCK_SKEWED, message, actions)
+            .degraded()
+            .requeue(RESYNC);
     }
     if let Some(message) = lost {
         return stay(BACKUP_OUTCOME_UNKNOWN, message, actions)

@@ -527,3 +527,31 @@ fn a_target_back_on_an_empty_volume_is_not_waited_for() {
     let d = decide_at(&spec("16.3"), &promoting_the_furthest_of_two(), o, 30, 0);
     assert_eq!(d.reason(), TARGET_CHANGED);
 }
+
+// --- a serving primary whose clock is off ----------------------------------------------
+
+#[test]
+fn a_serving_primary_whose_clock_is_off_beyond_s_is_degraded_with_a_steady_message() {
+    let skewed = |renewed: i64| {
+        let mut o = at_rest(V1, 0);
+        edit_lease(&mut o, |l| {
+            l.renewed = Some(t(renewed));
+            l.renewal_seen = Some(t(995));
+        });
+        decide_at(&spec("16.3"), &ready(V1, 0), o, 996, 0)
+    };
+    assert!(
+        matches!(skewed(996), Decision::Stay { .. }) && skewed(996).reason() == SERVING,
+        "within S: {:?}",
+        skewed(996)
+    );
+    let ahead = skewed(1025);
+    assert_degraded(&ahead, HOLDER_CLOCK_SKEWED);
+    assert_says(&ahead, &["pg-0", "ahead of", "NTP", "stops streaming"]);
+    // Another renewal, another offset: the same message, so no status write.
+    let message = |d: &Decision<PgState, PgAction>| match d {
+        Decision::Stay { message, .. } | Decision::Go { message, .. } => message.clone(),
+    };
+    assert_eq!(message(&ahead), message(&skewed(1040)));
+    assert_says(&skewed(960), &["behind"]);
+}
