@@ -365,11 +365,9 @@ pub fn lease_view(lease: &Lease) -> LeaseView {
     let spec = lease.spec.clone().unwrap_or_default();
     LeaseView {
         holder: spec.holder_identity.filter(|h| !h.is_empty()),
-        // Rounded up to the second: an expiry is never computed early.
         renewed: spec.renew_time.map(|t| {
-            let up = i64::from(t.0.subsec_nanosecond() > 0);
-            DateTime::<Utc>::from_timestamp(t.0.as_second().saturating_add(up), 0)
-                .unwrap_or_default()
+            let nanos = u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0);
+            round_up(DateTime::<Utc>::from_timestamp(t.0.as_second(), nanos).unwrap_or_default())
         }),
         renewal_seen: None,
         duration: spec
@@ -651,4 +649,30 @@ fn role_label(pod: &Pod) -> Option<Role> {
     pod.labels()
         .get(ROLE_LABEL)
         .and_then(|r| r.parse::<Role>().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    #[test]
+    fn a_renewal_time_is_rounded_up_to_the_second_so_an_expiry_is_never_early() {
+        let renewed_at = |nanos: i32| {
+            let lease = Lease {
+                spec: Some(LeaseSpec {
+                    renew_time: Some(MicroTime(
+                        k8s_openapi::jiff::Timestamp::new(1000, nanos).expect("a time"),
+                    )),
+                    ..LeaseSpec::default()
+                }),
+                ..Lease::default()
+            };
+            lease_view(&lease).renewed.map(|t| t.timestamp())
+        };
+        assert_eq!(renewed_at(0), Some(1000));
+        assert_eq!(renewed_at(1), Some(1001));
+        assert_eq!(renewed_at(999_999_999), Some(1001));
+    }
 }
