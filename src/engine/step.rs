@@ -149,44 +149,15 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
         deleting,
         now,
     } = input;
-
+    let read = Read {
+        spec,
+        old,
+        generation,
+        now,
+    };
     let record = match decode::<M>(old) {
         Ok(Some(record)) => record,
-        Ok(None) if deleting && !M::holds_data(&observed) => {
-            // No record, and the machine sees nothing that may hold data (it never
-            // created anything): nothing needs a final backup or cleaning up.
-            return Outcome {
-                actions: Vec::new(),
-                status: old.clone(),
-                changed: false,
-                note: None,
-                requeue: None,
-                taken: None,
-                state: None,
-                release_finalizer: true,
-            };
-        }
-        // No record (never initialized, or lost: a status wiped by a restore or an
-        // edit): start again from the initial state. While deleting, the next reconcile
-        // takes the machine's deletion path from there, final backup included.
-        Ok(None) => {
-            // What the initial state waits for, as far as this observation tells: so that
-            // Progressing names it in this write, not in one more.
-            let state = M::initial();
-            let world = World {
-                observed,
-                deleting,
-                now,
-                entered_at: now,
-                acks: acked::<M>(BTreeMap::new(), &state),
-                entered_by: reason::INITIALIZED.to_owned(),
-            };
-            let waiting = match M::decide(spec, &state, &world) {
-                Decision::Stay { message, .. } => message,
-                Decision::Go { .. } => String::new(),
-            };
-            return initialize::<M>(old, generation, now, &waiting);
-        }
+        Ok(None) => return without_record(read, observed, deleting),
         Err(why) => {
             // The way out: the operator version that wrote the record reads it.
             let why = format!(
@@ -197,7 +168,6 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
             return held(old, status, None);
         }
     };
-
     if let Err(why) = deadline_declared::<M>(&record.state) {
         let status = project_hold::<M>(
             old,
@@ -209,7 +179,6 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
         );
         return held(old, status, Some(record.state));
     }
-
     let world = World {
         observed,
         deleting,
@@ -222,153 +191,280 @@ pub fn step<M: Machine>(input: Input<'_, M>) -> Outcome<M> {
             .map(|h| h.reason.clone())
             .unwrap_or_default(),
     };
-    let decision = M::decide(spec, &record.state, &world);
-
-    match decision {
+    match M::decide(spec, &record.state, &world) {
         Decision::Stay {
-            reason: stay_reason,
+            reason,
             message,
             actions,
             wait,
             health,
-        } => {
-            let declared = M::deadline(&record.state);
-            let deadline = declared.limit();
-            let in_state = world.in_state_for();
-            let stuck = deadline.is_some_and(|d| in_state > d);
-            let progress = progress_message::<M>(&record, &message);
-            let degraded = match (health, stuck, declared) {
-                (Health::Degraded, _, _) => Some((stay_reason, message)),
-                (Health::Healthy, true, Deadline::Within { limit, way_out }) => Some((
-                    reason::PROGRESS_DEADLINE_EXCEEDED,
-                    format!(
-                        "{} for longer than its deadline of {}s: {message}; {way_out}",
-                        describe::<M>(&record.state),
-                        limit.as_secs()
-                    ),
-                )),
-                (Health::Healthy, _, _) => None,
-            };
-            let mut requeue = match wait {
-                Wait::Watch => None,
-                Wait::Requeue(after) => Some(after),
-            };
-            if let Some(left) = deadline
-                .and_then(|d| d.checked_sub(in_state))
-                .filter(|_| !stuck)
-            {
-                // Look again when the deadline passes, so a silent stall is reported.
-                let left = left + Duration::from_secs(1);
-                requeue = Some(requeue.map_or(left, |r| r.min(left)));
-            }
-            // The write that follows this decision happens only if its actions all
-            // succeed, so it clears the error a failed reconcile recorded.
-            let record = MachineRecord {
-                last_error: None,
-                acks: acked::<M>(record.acks.clone(), &record.state),
-                ..record
-            };
-            let status = project::<M>(
-                old,
-                &record,
-                generation,
-                now,
-                degraded.as_ref().map(|(r, m)| (*r, m.as_str())),
-                (stuck, &progress),
-            );
-            let note = degraded_note(old, &status);
-            let changed = &status != old;
-            Outcome {
-                release_finalizer: deleting && M::finalized(&record.state),
-                actions,
-                status,
-                changed,
-                note,
-                requeue,
-                taken: None,
-                state: Some(record.state),
-            }
-        }
+        } => stayed(
+            read,
+            record,
+            &world,
+            Stayed {
+                reason,
+                message,
+                wait,
+                health,
+            },
+            actions,
+        ),
         Decision::Go {
             to,
-            reason: edge_reason,
+            reason,
             message,
             actions,
-        } => {
-            if !is_declared::<M>(&record.state, &to, edge_reason) {
-                let why = format!(
-                    "refused undeclared transition {} -> {} ({edge_reason}); nothing was done",
-                    kind_name::<M>(&record.state),
-                    kind_name::<M>(&to)
-                );
-                let status = project_hold::<M>(
-                    old,
-                    Some(&record),
-                    generation,
-                    now,
-                    reason::UNDECLARED_TRANSITION,
-                    &why,
-                );
-                return held(old, status, Some(record.state));
-            }
-            let from = describe::<M>(&record.state);
-            let taken = Taken {
-                from: kind_name::<M>(&record.state),
-                to: kind_name::<M>(&to),
-                reason: edge_reason,
-            };
-            let mut history = record.history;
-            history.push(HistoryEntry {
-                from: from.clone(),
-                to: describe::<M>(&to),
-                reason: edge_reason.to_owned(),
-                message: message.clone(),
-                at: now,
-            });
-            let excess = history.len().saturating_sub(HISTORY_LIMIT);
-            history.drain(..excess);
-            let next = MachineRecord {
-                acks: acked::<M>(record.acks, &to),
-                state: to,
-                entered_at: now,
-                state_version: M::STATE_VERSION,
-                history,
-                last_error: None,
-            };
-            // What the new state waits for, as far as this observation tells: so that
-            // Progressing names it in this write, not in one more.
-            let ahead = World {
-                entered_at: now,
-                acks: next.acks.clone(),
-                entered_by: edge_reason.to_owned(),
-                ..world
-            };
-            let waiting = match M::decide(spec, &next.state, &ahead) {
-                Decision::Stay { message, .. } => message,
-                Decision::Go { .. } => message.clone(),
-            };
-            let progress = progress_message::<M>(&next, &waiting);
-            let status = project::<M>(old, &next, generation, now, None, (false, &progress));
-            let note = Some(Note {
-                kind: NoteKind::Normal,
-                reason: edge_reason.to_owned(),
-                message: format!("{from} -> {}: {message}", describe::<M>(&next.state)),
-            });
-            Outcome {
-                // Not in the transition's own write: the next reconcile, which decides
-                // in the finalized state as persisted, releases it after the actions that
-                // state still takes (its Jobs' outcome finalizers).
-                release_finalizer: false,
-                actions,
-                changed: true,
-                status,
-                note,
-                // Carry on promptly: the next step's inputs are usually already there.
-                requeue: Some(Duration::ZERO),
-                taken: Some(taken),
-                state: Some(next.state),
-            }
-        }
+        } => went(read, record, world, (to, reason, message), actions),
+    }
+}
+
+/// What every path of [`step`] reads besides the observation.
+struct Read<'a, M: Machine> {
+    /// The object's spec.
+    spec: &'a M::Spec,
+    /// The engine status as read.
+    old: &'a EngineStatus<M::State>,
+    /// `metadata.generation`.
+    generation: i64,
+    /// The clock.
+    now: DateTime<Utc>,
+}
+
+impl<M: Machine> Clone for Read<'_, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<M: Machine> Copy for Read<'_, M> {}
+
+/// A stay's parts besides its actions.
+struct Stayed {
+    /// Why.
+    reason: &'static str,
+    /// What it waits for.
+    message: String,
+    /// When to look again.
+    wait: Wait,
+    /// Degraded or not.
+    health: Health,
+}
+
+/// No record (never initialized, or lost: a status wiped by a restore or an edit): start
+/// again from the initial state; while deleting, the next reconcile takes the machine's
+/// deletion path from there, final backup included. Only an object being deleted whose
+/// machine sees nothing that may hold data (it never created anything) is released at
+/// once.
+fn without_record<M: Machine>(
+    read: Read<'_, M>,
+    observed: M::Observed,
+    deleting: bool,
+) -> Outcome<M> {
+    let Read {
+        spec,
+        old,
+        generation,
+        now,
+    } = read;
+    if deleting && !M::holds_data(&observed) {
+        return Outcome {
+            actions: Vec::new(),
+            status: old.clone(),
+            changed: false,
+            note: None,
+            requeue: None,
+            taken: None,
+            state: None,
+            release_finalizer: true,
+        };
+    }
+    // What the initial state waits for, as far as this observation tells: so that
+    // Progressing names it in this write, not in one more.
+    let state = M::initial();
+    let world = World {
+        observed,
+        deleting,
+        now,
+        entered_at: now,
+        acks: acked::<M>(BTreeMap::new(), &state),
+        entered_by: reason::INITIALIZED.to_owned(),
+    };
+    let waiting = match M::decide(spec, &state, &world) {
+        Decision::Stay { message, .. } => message,
+        Decision::Go { .. } => String::new(),
+    };
+    initialize::<M>(old, generation, now, &waiting)
+}
+
+/// The machine stays: Degraded when it says so or when the state's deadline passed
+/// (then a look again once it passes), and the record's error cleared (the write
+/// follows only if the actions succeed).
+fn stayed<M: Machine>(
+    read: Read<'_, M>,
+    record: MachineRecord<M::State>,
+    world: &World<M::Observed>,
+    stay: Stayed,
+    actions: Vec<M::Action>,
+) -> Outcome<M> {
+    let Read {
+        old,
+        generation,
+        now,
+        ..
+    } = read;
+    let Stayed {
+        reason: stay_reason,
+        message,
+        wait,
+        health,
+    } = stay;
+    let declared = M::deadline(&record.state);
+    let deadline = declared.limit();
+    let in_state = world.in_state_for();
+    let stuck = deadline.is_some_and(|d| in_state > d);
+    let progress = progress_message::<M>(&record, &message);
+    let degraded = match (health, stuck, declared) {
+        (Health::Degraded, _, _) => Some((stay_reason, message)),
+        (Health::Healthy, true, Deadline::Within { limit, way_out }) => Some((
+            reason::PROGRESS_DEADLINE_EXCEEDED,
+            format!(
+                "{} for longer than its deadline of {}s: {message}; {way_out}",
+                describe::<M>(&record.state),
+                limit.as_secs()
+            ),
+        )),
+        (Health::Healthy, _, _) => None,
+    };
+    let mut requeue = match wait {
+        Wait::Watch => None,
+        Wait::Requeue(after) => Some(after),
+    };
+    if let Some(left) = deadline
+        .and_then(|d| d.checked_sub(in_state))
+        .filter(|_| !stuck)
+    {
+        // Look again when the deadline passes, so a silent stall is reported.
+        let left = left + Duration::from_secs(1);
+        requeue = Some(requeue.map_or(left, |r| r.min(left)));
+    }
+    // The write that follows this decision happens only if its actions all succeed, so
+    // it clears the error a failed reconcile recorded.
+    let record = MachineRecord {
+        last_error: None,
+        acks: acked::<M>(record.acks.clone(), &record.state),
+        ..record
+    };
+    let status = project::<M>(
+        old,
+        &record,
+        generation,
+        now,
+        degraded.as_ref().map(|(r, m)| (*r, m.as_str())),
+        (stuck, &progress),
+    );
+    let note = degraded_note(old, &status);
+    let changed = &status != old;
+    Outcome {
+        release_finalizer: world.deleting && M::finalized(&record.state),
+        actions,
+        status,
+        changed,
+        note,
+        requeue,
+        taken: None,
+        state: Some(record.state),
+    }
+}
+
+/// The machine goes along `(to, edge_reason, message)`: refused (held, Degraded) unless
+/// the edge is declared; else the history grows by one entry, the new state's acks are
+/// taken, and Progressing names what the new state waits for.
+fn went<M: Machine>(
+    read: Read<'_, M>,
+    record: MachineRecord<M::State>,
+    world: World<M::Observed>,
+    (to, edge_reason, message): (M::State, &'static str, String),
+    actions: Vec<M::Action>,
+) -> Outcome<M> {
+    let Read {
+        spec,
+        old,
+        generation,
+        now,
+    } = read;
+    if !is_declared::<M>(&record.state, &to, edge_reason) {
+        let why = format!(
+            "refused undeclared transition {} -> {} ({edge_reason}); nothing was done",
+            kind_name::<M>(&record.state),
+            kind_name::<M>(&to)
+        );
+        let status = project_hold::<M>(
+            old,
+            Some(&record),
+            generation,
+            now,
+            reason::UNDECLARED_TRANSITION,
+            &why,
+        );
+        return held(old, status, Some(record.state));
+    }
+    let from = describe::<M>(&record.state);
+    let taken = Taken {
+        from: kind_name::<M>(&record.state),
+        to: kind_name::<M>(&to),
+        reason: edge_reason,
+    };
+    let mut history = record.history;
+    history.push(HistoryEntry {
+        from: from.clone(),
+        to: describe::<M>(&to),
+        reason: edge_reason.to_owned(),
+        message: message.clone(),
+        at: now,
+    });
+    let excess = history.len().saturating_sub(HISTORY_LIMIT);
+    history.drain(..excess);
+    let next = MachineRecord {
+        acks: acked::<M>(record.acks, &to),
+        state: to,
+        entered_at: now,
+        state_version: M::STATE_VERSION,
+        history,
+        last_error: None,
+    };
+    // What the new state waits for, as far as this observation tells: so that
+    // Progressing names it in this write, not in one more.
+    let ahead = World {
+        entered_at: now,
+        acks: next.acks.clone(),
+        entered_by: edge_reason.to_owned(),
+        ..world
+    };
+    let waiting = match M::decide(spec, &next.state, &ahead) {
+        Decision::Stay { message, .. } => message,
+        Decision::Go { .. } => message.clone(),
+    };
+    let progress = progress_message::<M>(&next, &waiting);
+    let status = project::<M>(old, &next, generation, now, None, (false, &progress));
+    let note = Some(Note {
+        kind: NoteKind::Normal,
+        reason: edge_reason.to_owned(),
+        message: format!("{from} -> {}: {message}", describe::<M>(&next.state)),
+    });
+    Outcome {
+        // Not in the transition's own write: the next reconcile, which decides in the
+        // finalized state as persisted, releases it after the actions that state still
+        // takes (its Jobs' outcome finalizers).
+        release_finalizer: false,
+        actions,
+        changed: true,
+        status,
+        note,
+        // Carry on promptly: the next step's inputs are usually already there.
+        requeue: Some(Duration::ZERO),
+        taken: Some(taken),
+        state: Some(next.state),
     }
 }
 
