@@ -92,65 +92,18 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
     let (reader, writer) = reflector::store();
     let written = Arc::new(OwnWrites::default());
     let fence = Arc::new(Fence::<O::Resource>::default());
-    let caught_up = fence.clone();
-    let mut trigger = ResourceTrigger::default();
-    let ours = written.clone();
-    let observer = hooks.clone();
     let wakeups = Arc::new(Wakeups::default());
-    let woken = wakeups.clone();
-    let wake = move |o: &O::Resource| {
-        woken.record((o.namespace(), o.name_any()), Trigger::Object);
-        observer.wake_requested(O::NAME, Trigger::Object);
-    };
-    let observer = hooks.clone();
-    let gone = wakeups.clone();
-    let objects = watcher(
-        watch::api::<O::Resource>(&client, ns),
-        watcher::Config::default()
-            .page_size(watch::LIST_PAGE_SIZE)
-            .any_semantic(),
-    )
-    .backoff(WatchBackoff::default())
-    .modify(watch::project_resource)
-    .reflect(writer)
-    .filter_map(move |event| {
-        if let Ok(event) = &event
-            && observer.wants_resource_events()
-        {
-            tell::<O>(&*observer, event);
-        }
-        let admitted = match event {
-            Ok(watcher::Event::Apply(o)) => {
-                caught_up.caught_up(
-                    &ObjectRef::from_obj(&o),
-                    o.meta().resource_version.as_deref(),
-                );
-                trigger.admit(&o, &ours).then(|| {
-                    wake(&o);
-                    Ok(o)
-                })
-            }
-            // Not told to the fence: during a relist the store serves the old versions
-            // until `InitDone` (the reflector buffers the new ones).
-            Ok(watcher::Event::InitApply(o)) => trigger.admit(&o, &ours).then(|| {
-                wake(&o);
-                Ok(o)
-            }),
-            Ok(watcher::Event::Delete(o)) => {
-                caught_up.forget(&ObjectRef::from_obj(&o));
-                trigger.forget(&o);
-                gone.forget(&(o.namespace(), o.name_any()));
-                None
-            }
-            Ok(watcher::Event::Init) => None,
-            Ok(watcher::Event::InitDone) => {
-                watch::release_freed_memory();
-                None
-            }
-            Err(error) => Some(Err(error)),
-        };
-        futures::future::ready(admitted)
-    });
+    let objects = resource_events::<O>(
+        &client,
+        ns,
+        writer,
+        Shared {
+            hooks: hooks.clone(),
+            wakeups: wakeups.clone(),
+            written: written.clone(),
+            fence: fence.clone(),
+        },
+    );
     let (cache, owned) = Cache::watch::<O>(&client, ns);
     let (woken, observer) = (wakeups.clone(), hooks.clone());
     let owned = owned.map(move |(owner, trigger)| {
@@ -220,20 +173,112 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
     );
     controller
         .run(reconcile::<O>, error_policy::<O>, context)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, action)) => tracing::trace!(%object, ?action, "reconciled"),
-                Err(controller::Error::ReconcilerFailed(error, object)) => {
-                    tracing::debug!(%object, error = %error.redacted(), "reconcile failed");
-                }
-                Err(controller::Error::ObjectNotFound(object)) => {
-                    tracing::debug!(%object, "object gone before its reconcile");
-                }
-                Err(error) => tracing::warn!(%error, "controller"),
-            }
-        })
+        .for_each(|result| async move { log_finished::<O>(result) })
         .await;
     tracing::info!(machine = O::NAME, "driver stopped");
+}
+
+/// What the watch of the custom resources shares with the reconciles.
+struct Shared<O: Operator> {
+    /// Told of every event (when they want them) and of every wake-up.
+    hooks: Arc<dyn DriverHooks>,
+    /// Why each object was woken.
+    wakeups: Arc<Wakeups>,
+    /// The driver's own status writes, so their echoes wake nothing.
+    written: Arc<OwnWrites>,
+    /// The resource versions the store has caught up to.
+    fence: Arc<Fence<O::Resource>>,
+}
+
+/// The watch of the custom resources in `ns` (all with none), reflected into `writer`:
+/// the objects whose change a reconcile must see (not the echo of the driver's own
+/// status writes: [`ResourceTrigger`]), each recorded as woken; the store's fence told
+/// of every version it applied, and everything forgotten of an object deleted.
+fn resource_events<O: Operator>(
+    client: &Client,
+    ns: Option<&str>,
+    writer: reflector::store::Writer<O::Resource>,
+    shared: Shared<O>,
+) -> impl futures::Stream<Item = Result<O::Resource, watcher::Error>> + Send + use<O> {
+    let Shared {
+        hooks,
+        wakeups,
+        written,
+        fence,
+    } = shared;
+    let mut trigger = ResourceTrigger::default();
+    let (observer, gone) = (hooks.clone(), wakeups.clone());
+    let wake = move |o: &O::Resource| {
+        wakeups.record((o.namespace(), o.name_any()), Trigger::Object);
+        hooks.wake_requested(O::NAME, Trigger::Object);
+    };
+    watcher(
+        watch::api::<O::Resource>(client, ns),
+        watcher::Config::default()
+            .page_size(watch::LIST_PAGE_SIZE)
+            .any_semantic(),
+    )
+    .backoff(WatchBackoff::default())
+    .modify(watch::project_resource)
+    .reflect(writer)
+    .filter_map(move |event| {
+        if let Ok(event) = &event
+            && observer.wants_resource_events()
+        {
+            tell::<O>(&*observer, event);
+        }
+        let admitted = match event {
+            Ok(watcher::Event::Apply(o)) => {
+                fence.caught_up(
+                    &ObjectRef::from_obj(&o),
+                    o.meta().resource_version.as_deref(),
+                );
+                trigger.admit(&o, &written).then(|| {
+                    wake(&o);
+                    Ok(o)
+                })
+            }
+            // Not told to the fence: during a relist the store serves the old versions
+            // until `InitDone` (the reflector buffers the new ones).
+            Ok(watcher::Event::InitApply(o)) => trigger.admit(&o, &written).then(|| {
+                wake(&o);
+                Ok(o)
+            }),
+            Ok(watcher::Event::Delete(o)) => {
+                fence.forget(&ObjectRef::from_obj(&o));
+                trigger.forget(&o);
+                gone.forget(&(o.namespace(), o.name_any()));
+                None
+            }
+            Ok(watcher::Event::Init) => None,
+            Ok(watcher::Event::InitDone) => {
+                watch::release_freed_memory();
+                None
+            }
+            Err(error) => Some(Err(error)),
+        };
+        futures::future::ready(admitted)
+    })
+}
+
+/// How one reconcile ended, as the controller reports it.
+type Finish<O> = Result<
+    (ObjectRef<<O as Operator>::Resource>, Action),
+    controller::Error<Error, watcher::Error>,
+>;
+
+/// Log how one reconcile ended (the driver's own log says more of a failure).
+fn log_finished<O: Operator>(result: Finish<O>) {
+    match result {
+        Ok((object, action)) => tracing::trace!(%object, ?action, "reconciled"),
+        Err(controller::Error::ReconcilerFailed(error, object)) => {
+            tracing::debug!(%object, error = %error.redacted(), "reconcile failed");
+        }
+        Err(controller::Error::ObjectNotFound(object)) => {
+            tracing::debug!(%object, "object gone before its reconcile");
+        }
+        Err(error) => tracing::warn!(%error, "controller"),
+    }
 }
 
 /// Hand one event of the custom resources' watch to the hooks.
