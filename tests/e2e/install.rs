@@ -149,11 +149,24 @@ async fn a_helm_install_runs_databases_through_a_switchover_an_operator_upgrade_
             json!({"metadata": {"annotations": {"lockstep.dev/switchover": target}}}),
         )
         .await;
+    // At rest, not only Ready: the transition's own write says Ready while the old
+    // primary, labelled `demoted`, is still to be recreated as a standby; a baseline of
+    // the pods taken then would count that recreation against the operator's upgrade.
     let (wanted, image) = (target.clone(), pg_image.clone());
-    real.cluster_until(PG, "Ready with the requested primary", move |pg| {
-        is_ready_at(pg, &image)
-            && pg.status.as_ref().and_then(|s| s.primary_pod.as_deref()) == Some(wanted.as_str())
-    })
+    real.cluster_until(
+        PG,
+        "Ready with the requested primary, every instance Ready as primary or replica",
+        move |pg| {
+            let status = pg.status.as_ref();
+            let instances = status.map(|s| s.instances.as_slice()).unwrap_or_default();
+            is_ready_at(pg, &image)
+                && status.and_then(|s| s.primary_pod.as_deref()) == Some(wanted.as_str())
+                && instances.len() == 2
+                && instances
+                    .iter()
+                    .all(|i| i.ready && matches!(i.role.as_deref(), Some("primary" | "replica")))
+        },
+    )
     .await;
     real.acks_grow(real.acks().len(), 20).await;
     let Tally { acked, rows, lost } = real.tally(PG);
@@ -200,9 +213,13 @@ async fn a_helm_install_runs_databases_through_a_switchover_an_operator_upgrade_
         is_ready_at(pg, &image)
     })
     .await;
+    let pods_after = database_pods(&real).await;
+    if pods_after != pods_before {
+        // The cluster's history and events say which decision replaced the pod.
+        eprintln!("{}", real.explain(PG));
+    }
     assert_eq!(
-        database_pods(&real).await,
-        pods_before,
+        pods_after, pods_before,
         "a database pod was replaced or restarted by the operator's upgrade"
     );
     eprintln!("upgraded to {next}: {leader} leads, no database pod restarted");

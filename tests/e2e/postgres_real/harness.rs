@@ -403,7 +403,7 @@ impl Real {
 
     /// What a person would look at when cluster `name` is stuck: its status, its pods,
     /// its Lease, the namespace's events, and the tail of each instance's log.
-    pub(super) fn explain(&self, name: &str) -> String {
+    pub(crate) fn explain(&self, name: &str) -> String {
         let mut out = format!("--- why {name} is stuck ---\n");
         let mut show = |title: &str, args: &[&str]| {
             let (_, text) = self.kubectl(args);
