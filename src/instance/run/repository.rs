@@ -84,12 +84,7 @@ impl Probe {
             && let Some(joined) = task.now_or_never()
         {
             self.running = None;
-            self.failed = joined
-                .unwrap_or_else(|e| Err(format!("the repository probe failed: {e}")))
-                .err();
-            if let Some(error) = &self.failed {
-                tracing::warn!(%error, "pgbackrest repo-ls: the archive's repository does not answer");
-            }
+            self.took(joined);
         }
         let due = self
             .began
@@ -103,6 +98,28 @@ impl Probe {
             }));
         }
         self.failed.as_deref()
+    }
+
+    /// Records what the run that finished said.
+    fn took(&mut self, joined: Result<Result<String, String>, tokio::task::JoinError>) {
+        self.failed = joined
+            .unwrap_or_else(|e| Err(format!("the repository probe failed: {e}")))
+            .err();
+        if let Some(error) = &self.failed {
+            tracing::warn!(%error, "pgbackrest repo-ls: the archive's repository does not answer");
+        }
+    }
+
+    /// Waits (within 10 s) for the run in flight to finish and records it, as a round
+    /// would once it had.
+    #[cfg(test)]
+    pub(super) async fn finish(&mut self) {
+        if let Some(task) = self.running.take() {
+            let joined = tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("the probe finished within 10 s");
+            self.took(joined);
+        }
     }
 
     /// Forget the runs so far (the server is no longer a writable primary): the next
@@ -120,13 +137,9 @@ impl Probe {
 mod tests {
     use super::*;
 
-    /// Round `probe` until its run in flight finished (within 10 s).
+    /// What `probe` says at `now` once its run in flight finished.
     async fn finished(probe: &mut Probe, now: Instant) -> Option<String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while probe.running.as_ref().is_some_and(|t| !t.is_finished()) {
-            assert!(Instant::now() < deadline, "the probe did not finish");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        probe.finish().await;
         probe.round(now).map(str::to_owned)
     }
 
