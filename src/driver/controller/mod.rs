@@ -30,6 +30,9 @@
 //! resourceVersion precondition guarantees correctness.
 
 mod deleted;
+mod resources;
+
+use resources::{Shared, resource_events};
 
 pub use deleted::DELETE_SEEN_WITHIN;
 use deleted::until_pod_seen_going;
@@ -44,7 +47,7 @@ use futures::StreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::Instrument;
@@ -55,11 +58,10 @@ use super::config::{Backoff, Config, FIELD_MANAGER};
 use super::debounce::Debouncer;
 use super::events::Recorder;
 use super::execute::{self, describe_op};
-use super::hooks::{DriverHooks, Finished, ResourceEvent, Target};
+use super::hooks::{DriverHooks, Finished, Target};
 use super::own_writes::OwnWrites;
 use super::status::{fenced_status_patch, merge_diff};
 use super::wakeup::{Trigger, Wakeups};
-use super::watch::{self, ResourceTrigger, WatchBackoff};
 use super::{Cache, Error, Op, Operator, namespace_terminating};
 use crate::engine::step::{decode, describe, with_error, with_refusal};
 use crate::engine::{Input, Note, NoteKind, Taken, step};
@@ -178,89 +180,6 @@ pub async fn run<O: Operator>(client: Client, config: Config) {
     tracing::info!(machine = O::NAME, "driver stopped");
 }
 
-/// What the watch of the custom resources shares with the reconciles.
-struct Shared<O: Operator> {
-    /// Told of every event (when they want them) and of every wake-up.
-    hooks: Arc<dyn DriverHooks>,
-    /// Why each object was woken.
-    wakeups: Arc<Wakeups>,
-    /// The driver's own status writes, so their echoes wake nothing.
-    written: Arc<OwnWrites>,
-    /// The resource versions the store has caught up to.
-    fence: Arc<Fence<O::Resource>>,
-}
-
-/// The watch of the custom resources in `ns` (all with none), reflected into `writer`:
-/// the objects whose change a reconcile must see (not the echo of the driver's own
-/// status writes: [`ResourceTrigger`]), each recorded as woken; the store's fence told
-/// of every version it applied, and everything forgotten of an object deleted.
-fn resource_events<O: Operator>(
-    client: &Client,
-    ns: Option<&str>,
-    writer: reflector::store::Writer<O::Resource>,
-    shared: Shared<O>,
-) -> impl futures::Stream<Item = Result<O::Resource, watcher::Error>> + Send + use<O> {
-    let Shared {
-        hooks,
-        wakeups,
-        written,
-        fence,
-    } = shared;
-    let mut trigger = ResourceTrigger::default();
-    let (observer, gone) = (hooks.clone(), wakeups.clone());
-    let wake = move |o: &O::Resource| {
-        wakeups.record((o.namespace(), o.name_any()), Trigger::Object);
-        hooks.wake_requested(O::NAME, Trigger::Object);
-    };
-    watcher(
-        watch::api::<O::Resource>(client, ns),
-        watcher::Config::default()
-            .page_size(watch::LIST_PAGE_SIZE)
-            .any_semantic(),
-    )
-    .backoff(WatchBackoff::default())
-    .modify(watch::project_resource)
-    .reflect(writer)
-    .filter_map(move |event| {
-        if let Ok(event) = &event
-            && observer.wants_resource_events()
-        {
-            tell::<O>(&*observer, event);
-        }
-        let admitted = match event {
-            Ok(watcher::Event::Apply(o)) => {
-                fence.caught_up(
-                    &ObjectRef::from_obj(&o),
-                    o.meta().resource_version.as_deref(),
-                );
-                trigger.admit(&o, &written).then(|| {
-                    wake(&o);
-                    Ok(o)
-                })
-            }
-            // Not told to the fence: during a relist the store serves the old versions
-            // until `InitDone` (the reflector buffers the new ones).
-            Ok(watcher::Event::InitApply(o)) => trigger.admit(&o, &written).then(|| {
-                wake(&o);
-                Ok(o)
-            }),
-            Ok(watcher::Event::Delete(o)) => {
-                fence.forget(&ObjectRef::from_obj(&o));
-                trigger.forget(&o);
-                gone.forget(&(o.namespace(), o.name_any()));
-                None
-            }
-            Ok(watcher::Event::Init) => None,
-            Ok(watcher::Event::InitDone) => {
-                watch::release_freed_memory();
-                None
-            }
-            Err(error) => Some(Err(error)),
-        };
-        futures::future::ready(admitted)
-    })
-}
-
 /// How one reconcile ended, as the controller reports it.
 type Finish<O> = Result<
     (ObjectRef<<O as Operator>::Resource>, Action),
@@ -278,40 +197,6 @@ fn log_finished<O: Operator>(result: Finish<O>) {
             tracing::debug!(%object, "object gone before its reconcile");
         }
         Err(error) => tracing::warn!(%error, "controller"),
-    }
-}
-
-/// Hand one event of the custom resources' watch to the hooks.
-fn tell<O: Operator>(hooks: &dyn DriverHooks, event: &watcher::Event<O::Resource>) {
-    let seen = |o: &O::Resource| {
-        let status = serde_json::to_value(o)
-            .ok()
-            .and_then(|mut v| v.get_mut("status").map(Value::take))
-            .unwrap_or(Value::Null);
-        let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
-        hooks.resource_event(
-            O::NAME,
-            ResourceEvent::Seen {
-                namespace: &namespace,
-                name: &name,
-                status: &status,
-            },
-        );
-    };
-    match event {
-        watcher::Event::Init => hooks.resource_event(O::NAME, ResourceEvent::Relisting),
-        watcher::Event::InitApply(o) | watcher::Event::Apply(o) => seen(o),
-        watcher::Event::Delete(o) => {
-            let (namespace, name) = (o.namespace().unwrap_or_default(), o.name_any());
-            hooks.resource_event(
-                O::NAME,
-                ResourceEvent::Deleted {
-                    namespace: &namespace,
-                    name: &name,
-                },
-            );
-        }
-        watcher::Event::InitDone => hooks.resource_event(O::NAME, ResourceEvent::Listed),
     }
 }
 
