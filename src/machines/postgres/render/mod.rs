@@ -18,7 +18,7 @@
 //! | Service | `<name>-ro` | selects `lockstep.dev/role=replica` (neither Service selects `demoted`) |
 //! | PodDisruptionBudget | `<name>` | `maxUnavailable: 1` |
 //! | NetworkPolicy | `<name>` | only with `spec.networkPolicy.enabled` (deleted when it is turned off); ingress to the instances only ([`netpol`]) |
-//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; the init container copies `lockstep` from the operator's image and the server's container runs `lockstep instance` as PID 1 (`render::manager`); claims of removed ordinals are deleted on scale-down, kept on deletion; pods run as `<name>-instance` |
+//! | StatefulSet | `<name>` | `OnDelete`, `Parallel`, claim template `data`; the init container copies `lockstep` from the operator's image and the server's container runs `lockstep instance` as PID 1 (`render::manager`); claims of removed ordinals are deleted on scale-down (kept when it scales to zero), kept on deletion; pods run as `<name>-instance` |
 //! | Lease | `<name>-primary` | names the one pod allowed to be writable; created by the operator, renewed by its holder, handed over by the operator; a failover's survey asks the standbys through it (`lockstep.dev/survey`, [`crate::pod::answers`]) |
 //! | ServiceAccount, Role, RoleBinding | `<name>-instance` | the pods may get, update and patch the Lease `<name>-primary`, nothing else; applied with the StatefulSet |
 //! | backup Jobs | `<name>-backup-<hash>`, `<name>-final-backup-<attempt>` | `backup.sh` against `<name>-rw`, or `basebackup.sh` asking its instance manager (`spec.backup.method`) |
@@ -409,6 +409,17 @@ pub fn settings_annotations(pg: &PostgresCluster) -> Option<BTreeMap<String, Str
         .map(|value| BTreeMap::from([(settings::SETTINGS_ANNOTATION.to_owned(), value)]))
 }
 
+/// The StatefulSet's claim retention policy on a scale-down to `replicas`
+/// (`whenScaled`): a removed replica's data is stale, and a new one clones afresh
+/// (`Delete`); but a StatefulSet of no pod (hibernation, or an in-place restore's stop,
+/// which deletes the claims itself once every server is down) keeps them all
+/// (`Retain`), so its members come back on their own volumes. Rendered in the same write
+/// as the count, so the controller never condemns a claim of a cluster going to sleep.
+#[must_use]
+pub fn when_scaled(replicas: i32) -> &'static str {
+    if replicas == 0 { "Retain" } else { "Delete" }
+}
+
 /// The StatefulSet running `image` × `replicas`.
 ///
 /// # Errors
@@ -512,8 +523,7 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
             }),
             persistent_volume_claim_retention_policy: Some(
                 StatefulSetPersistentVolumeClaimRetentionPolicy {
-                    // A removed replica's data is stale; a new one clones afresh.
-                    when_scaled: Some("Delete".to_owned()),
+                    when_scaled: Some(when_scaled(replicas).to_owned()),
                     // Deleting the cluster keeps the data.
                     when_deleted: Some("Retain".to_owned()),
                 },

@@ -486,3 +486,23 @@ fn the_example_in_examples_is_a_postgres_cluster_this_operator_reads() {
     assert_eq!(pg.spec.spread.mode, Spread::Preferred);
     assert!(pg.spec.backup.is_some());
 }
+
+#[test]
+fn a_scale_down_deletes_the_removed_claims_but_a_statefulset_of_no_pod_keeps_every_one() {
+    let pg = object(spec("16.3"));
+    let policy = |replicas| {
+        let sts = render::statefulset(&pg, V1, replicas).expect("renders");
+        let p = sts
+            .spec
+            .persistent_volume_claim_retention_policy
+            .unwrap_or_default();
+        (p.when_scaled, p.when_deleted)
+    };
+    let (delete, retain) = (Some("Delete".to_owned()), Some("Retain".to_owned()));
+    assert_eq!(policy(2), (delete, retain.clone()));
+    assert_eq!(
+        policy(0),
+        (retain.clone(), retain),
+        "a hibernating cluster wakes on its own volumes"
+    );
+}
