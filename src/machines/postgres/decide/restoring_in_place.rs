@@ -28,7 +28,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::fencing::{Fence, fence, recreate_lease, recreated_lease_seconds, wait_for};
+use super::fencing::{Fence, fence, wait_for};
+use super::stopping::stopped;
 use super::{D, label_moves, objects, stay};
 use crate::engine::{Decision, World};
 use crate::machines::postgres::actions::{PgAction, Role};
@@ -186,45 +187,11 @@ pub(crate) fn restoring_in_place(
     );
     match r.restore_step {
         RestoreStep::StopWrites => {
-            let actions = objects(spec, image, 0, o);
-            if !o.pods.is_empty() {
-                return stay(
-                    STOPPING_WRITES,
-                    format!(
-                        "{what}: the StatefulSet holds no pod; waiting for {} to stop",
-                        o.pod_names(&o.pods.keys().copied().collect::<Vec<_>>())
-                    ),
-                    actions,
-                );
-            }
-            // A Lease missing here (deleted by hand) may have been held by a server
-            // whose pod vanished while its node was cut off: it is created naming
-            // nobody, carrying the longest `L` any former holder may run with, and
-            // waited out like any other.
-            let Some(lease) = &o.own.lease else {
-                let mut actions = actions;
-                actions.push(recreate_lease(spec, o, now));
-                let l = recreated_lease_seconds(spec, o)
-                    .saturating_add(spec.fencing.clock_skew_seconds);
-                let d = stay(
-                    STOPPING_WRITES,
-                    format!(
-                        "{what}: no pod is left, but the primary Lease is missing; it is created naming nobody, and the volumes go once it expired (L + S = {l}s), when any former holder has stopped"
-                    ),
-                    actions,
-                );
-                return d.requeue_if_any(wait_for(Some(now + chrono::Duration::seconds(l)), now));
-            };
-            if let Fence::Alive { until } = fence(spec, lease, o, now) {
-                let d = stay(
-                    STOPPING_WRITES,
-                    format!(
-                        "{what}: no pod is left, but {} may still be writable (it holds the primary Lease) until it expires",
-                        lease.holder.as_deref().unwrap_or("its last holder")
-                    ),
-                    actions,
-                );
-                return d.requeue_if_any(wait_for(until, now));
+            let mut actions = objects(spec, image, 0, o);
+            if let Err(running) = stopped(spec, o, now) {
+                actions.extend(running.actions);
+                let d = stay(STOPPING_WRITES, format!("{what}: {}", running.why), actions);
+                return d.requeue_if_any(running.wake);
             }
             go(
                 RestoreStep::ReplaceVolumes,
