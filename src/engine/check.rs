@@ -213,6 +213,11 @@ pub trait WorldModel<M: Machine>: Clone + Debug + 'static {
     fn clock(&mut self, now: DateTime<Utc>) {
         let _ = now;
     }
+
+    /// The custom resource was deleted (its finalizer holds it): for worlds whose people
+    /// act on it when they settle (a person who must wake a hibernated cluster for its
+    /// final backup). Others ignore it.
+    fn deleted(&mut self) {}
 }
 
 /// How a generated sequence is checked.

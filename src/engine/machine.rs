@@ -121,7 +121,7 @@ impl Deadline {
 /// # Errors
 /// A message naming the state that waits without a deadline.
 pub fn deadline_declared<M: Machine>(state: &M::State) -> Result<(), String> {
-    let waits = !M::is_ready(state) && !M::finalized(state);
+    let waits = !M::rests(state) && !M::finalized(state);
     if waits && M::deadline(state) == Deadline::None {
         return Err(format!(
             "{} state {} waits on something outside but declares no deadline",
@@ -337,8 +337,15 @@ pub trait Machine: 'static {
     /// Whether the state is a resting state in which the workload serves.
     fn is_ready(state: &Self::State) -> bool;
 
+    /// Whether the state is at rest, waiting on nothing outside: every ready state, and
+    /// a rest the user asked for in which nothing serves (a hibernated cluster). `Ready`
+    /// is false there and `Progressing` too.
+    fn rests(state: &Self::State) -> bool {
+        Self::is_ready(state)
+    }
+
     /// How long the machine may stay in `state` before it is reported `Degraded`, and
-    /// the way out a person has then. Every state that neither rests ([`Machine::is_ready`])
+    /// the way out a person has then. Every state that neither rests ([`Machine::rests`])
     /// nor is done ([`Machine::finalized`]) waits on something outside and must declare
     /// [`Deadline::Within`] ([`deadline_declared`]).
     fn deadline(state: &Self::State) -> Deadline;

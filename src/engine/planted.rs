@@ -80,6 +80,10 @@ impl<M: Machine, B: Bug<M>> Machine for Planted<M, B> {
         M::is_ready(state)
     }
 
+    fn rests(state: &M::State) -> bool {
+        M::rests(state)
+    }
+
     fn deadline(state: &M::State) -> crate::engine::Deadline {
         M::deadline(state)
     }

@@ -624,7 +624,7 @@ fn degraded_note<S: JsonSchema + PartialEq>(
 /// `enteredAt`, so that the message need not change while the wait goes on).
 fn progress_message<M: Machine>(record: &MachineRecord<M::State>, waiting: &str) -> String {
     let described = describe::<M>(&record.state);
-    if M::is_ready(&record.state) || waiting.is_empty() {
+    if M::rests(&record.state) || waiting.is_empty() {
         return described;
     }
     let since = record
@@ -646,6 +646,7 @@ fn project<M: Machine>(
     let kind = kind_name::<M>(&record.state);
     let described = describe::<M>(&record.state);
     let ready = M::is_ready(&record.state);
+    let rests = M::rests(&record.state);
     let mut next = old.clone();
     next.phase = Some(kind.to_owned());
     next.step = M::step_label(&record.state);
@@ -668,7 +669,7 @@ fn project<M: Machine>(
         at(conditions::READY, ready && ok, kind, &described),
         at(
             conditions::PROGRESSING,
-            !stuck && !ready,
+            !stuck && !rests,
             progress,
             progress_text,
         ),

@@ -137,6 +137,7 @@ impl<'c, M: Machine, W: WorldModel<M>> Sim<'c, M, W> {
             Event::Delete => {
                 if !self.gone && !self.object.deleting {
                     self.object.deleting = true;
+                    self.world.deleted();
                     self.object.resource_version += 1;
                 }
                 Ok(())
