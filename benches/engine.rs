@@ -198,6 +198,7 @@ fn pg_spec(version: &str) -> PostgresClusterSpec {
         bootstrap: None,
         restore: None,
         network_policy: Default::default(),
+        hibernate: false,
         version: version.trim_start_matches("postgres:").to_owned(),
         image: None,
         replicas: 3,

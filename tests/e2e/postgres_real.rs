@@ -30,6 +30,9 @@
 //!   (`tools/node/s3.sh`) and restores into a new cluster; then the cluster is deleted
 //!   and its final backup appears in S3 before the finalizer is released, and restores.
 //! - [`lease_agent_against_the_api_server`]: the pod side of fencing alone.
+//! - [`switchover_on_demand_loses_no_acknowledged_commit`]: a requested switchover under
+//!   the writer; then [`hibernate`]: `spec.hibernate` stops every instance and keeps the
+//!   claims, and the cluster wakes with the same primary and every row.
 //! - [`settings_reach_every_instance_by_a_reload`]: `spec.postgresql` reaches both
 //!   servers by a reload (no restart); a value PostgreSQL refuses keeps the last good
 //!   one on the server and in its files; a restart's parameter is reported pending and
@@ -93,6 +96,7 @@ use lockstep::machines::postgres::render::POSTGRES_UID;
 
 mod app;
 mod archive;
+mod hibernate;
 mod majors;
 mod recovery_time;
 mod restore;
@@ -103,8 +107,9 @@ mod harness;
 
 pub(crate) use harness::*;
 
-/// (a) 3 instances, streaming replication, TLS, the application user; (b) an image upgrade with its switchover under
-/// a writer: no acknowledged commit lost, `-rw` never selects two pods.
+/// (d) A switchover on demand under a writer: no acknowledged commit lost, `-rw` never
+/// selects two pods; then the cluster hibernates and wakes with the same primary and
+/// every row ([`hibernate`]).
 #[tokio::test]
 async fn replication_then_upgrade_switchover() {
     if !real_node() {
@@ -371,6 +376,8 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
         )
         .await;
     }
+    // Then it hibernates and wakes with the same primary and every row.
+    hibernate::sleeps_and_wakes_with_its_primary(&real, name, target, rows.len()).await;
     real.finish().await;
 }
 

@@ -311,6 +311,12 @@ pub struct PostgresClusterSpec {
     /// `docs/security.md`).
     #[serde(default, skip_serializing_if = "NetworkPolicySpec::is_default")]
     pub network_policy: NetworkPolicySpec,
+    /// `true`: every instance stops cleanly and its volume is kept (nothing runs, so
+    /// nothing serves); `false` (default) brings the cluster back with the primary it
+    /// had (see `docs/hibernation.md`). Taken on only from `Ready`: a change in flight
+    /// finishes first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hibernate: bool,
 }
 
 /// `spec.networkPolicy`.

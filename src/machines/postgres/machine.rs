@@ -22,6 +22,9 @@
 //!  Ready ──RestoreRequested──► RestoringInPlace: StopWrites ─WritesStopped─► ReplaceVolumes
 //!    ─VolumesReplaced─► RestorePrimary ─PrimaryRestored─► CloneReplicas ─RestoreCompleted─► Ready
 //!
+//!  Ready ──HibernationRequested──► Hibernating: Stopping ─InstancesStopped─► Asleep
+//!    ─WakeRequested─► Waking ─ClusterWoken─► Ready   (Waking ─HibernationRequested─► Stopping)
+//!
 //!  every state above ──deleting──► Finalizing(attempt) ──FinalBackupSucceeded──► Finalized
 //!                    └──deleting, no spec.backup / skip annotation─────────────► Finalized
 //! ```
@@ -320,6 +323,7 @@ use super::decide::{
     D,
     backing_up::backing_up,
     creating::creating,
+    hibernating::{self, hibernating},
     primary_lost::primary_lost,
     ready::ready,
     restoring_in_place::{RESTORE_ACK, restoring_in_place},
@@ -328,10 +332,10 @@ use super::decide::{
     upgrading::upgrading,
 };
 use super::observe::{Observed, SWITCHOVER};
-use super::state::{PgKind, PgState, RestoreStep, SwitchStep, Switchover};
+use super::state::{HibernateStep, PgKind, PgState, RestoreStep, SwitchStep, Switchover};
 use super::table::{
     TABLE,
-    reason::{FINALIZED, RESTORE_WAY_OUT},
+    reason::{FINALIZED, HIBERNATE_WAY_OUT, RESTORE_WAY_OUT},
 };
 use crate::engine::{Deadline, Decision, Edge, Machine, Wait, World};
 
@@ -407,6 +411,12 @@ impl Machine for Postgres {
         if world.deleting {
             let (o, configured) = (&world.observed, spec.backup.is_some());
             let skip = o.requests.skip_final_backup;
+            if let PgState::Hibernating(h) = state
+                && configured
+                && !skip
+            {
+                return hibernating::deleting(spec, h, world);
+            }
             return finalize::deleting(state, configured, skip, &o.jobs, world.now);
         }
         let o = &world.observed;
@@ -448,6 +458,7 @@ impl Machine for Postgres {
                 backing_up(spec, cluster, (request, &key), world)
             }
             PgState::RestoringInPlace(r) => restoring_in_place(spec, r, world),
+            PgState::Hibernating(h) => hibernating(spec, h, world),
             PgState::Finalizing { .. } | PgState::Finalized => {
                 Decision::stay(FINALIZED, "waiting for the object to be deleted")
             }
@@ -457,6 +468,14 @@ impl Machine for Postgres {
 
     fn is_ready(state: &PgState) -> bool {
         matches!(state, PgState::Ready { .. } | PgState::BackingUp { .. })
+    }
+
+    fn rests(state: &PgState) -> bool {
+        Self::is_ready(state)
+            || matches!(
+                state,
+                PgState::Hibernating(h) if h.hibernate_step == HibernateStep::Asleep
+            )
     }
 
     fn deadline(state: &PgState) -> Deadline {
@@ -480,6 +499,13 @@ impl Machine for Postgres {
                 RestoreStep::StopWrites
                 | RestoreStep::ReplaceVolumes
                 | RestoreStep::CloneReplicas => Deadline::minutes(15, RESTORE_WAY_OUT),
+            },
+            PgState::Hibernating(h) => match h.hibernate_step {
+                // At rest ([`Machine::rests`]): it waits for nothing but the person.
+                HibernateStep::Asleep => Deadline::None,
+                HibernateStep::Stopping | HibernateStep::Waking => {
+                    Deadline::minutes(15, HIBERNATE_WAY_OUT)
+                }
             },
             PgState::Finalizing { .. } => Deadline::minutes(60, finalize::WAY_OUT),
             PgState::Ready { .. } | PgState::Finalized => Deadline::None,
@@ -528,6 +554,7 @@ impl Machine for Postgres {
             )),
             PgState::Finalizing { attempt } => Some(format!("FinalBackup#{attempt}")),
             PgState::RestoringInPlace(r) => Some(r.restore_step.to_string()),
+            PgState::Hibernating(h) => Some(h.hibernate_step.to_string()),
             _ => None,
         }
     }

@@ -141,6 +141,30 @@ pub struct Restore {
     pub restore_step: RestoreStep,
 }
 
+/// Where hibernation (`spec.hibernate`) stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
+pub enum HibernateStep {
+    /// The StatefulSet is scaled to zero: waiting until no pod is left and the Lease
+    /// holder is certainly fenced (every server stopped).
+    Stopping,
+    /// No instance runs; the volume claims are kept. `spec.hibernate: false` wakes it.
+    Asleep,
+    /// The StatefulSet holds `cluster.replicas` again; the primary before hibernation is
+    /// given the Lease and the primary label: waiting until every instance is Ready.
+    Waking,
+}
+
+/// A hibernation in progress, or a cluster asleep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Hibernation {
+    /// The cluster as it was when hibernation began: the primary wakes as the primary.
+    pub cluster: Topology,
+    /// The step (not `step`: a switchover's has other values, and every variant's
+    /// fields share one schema).
+    pub hibernate_step: HibernateStep,
+}
+
 /// The persisted state of a PostgresCluster (`status.machine.state`). Its CRD schema is
 /// derived from this enum ([`crate::engine::schema`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, EnumDiscriminants)]
@@ -202,6 +226,9 @@ pub enum PgState {
     },
     /// The cluster is rewound in place to a point of its own backups (`spec.restore`).
     RestoringInPlace(Restore),
+    /// `spec.hibernate`: every instance stops cleanly and the volumes are kept; the
+    /// cluster wakes with the same primary.
+    Hibernating(Hibernation),
     /// Being deleted: a final backup runs before the finalizer is released.
     Finalizing {
         /// The final backup attempt, from 1.
@@ -222,6 +249,7 @@ impl PgState {
             | PgState::BackingUp { cluster, .. } => Some(cluster),
             PgState::SwitchingOver(s) => Some(&s.cluster),
             PgState::RestoringInPlace(r) => Some(&r.cluster),
+            PgState::Hibernating(h) => Some(&h.cluster),
             PgState::Creating { .. } | PgState::Finalizing { .. } | PgState::Finalized => None,
         }
     }
@@ -234,6 +262,11 @@ impl PgState {
             PgState::RestoringInPlace(r) => match r.restore_step {
                 RestoreStep::StopWrites | RestoreStep::ReplaceVolumes => None,
                 RestoreStep::RestorePrimary | RestoreStep::CloneReplicas => Some(0),
+            },
+            // No pod runs until the cluster wakes; then its primary is the one before.
+            PgState::Hibernating(h) => match h.hibernate_step {
+                HibernateStep::Stopping | HibernateStep::Asleep => None,
+                HibernateStep::Waking => Some(h.cluster.primary),
             },
             PgState::SwitchingOver(_) | PgState::Finalizing { .. } | PgState::Finalized => None,
             other => other.cluster().map(|c| c.primary),

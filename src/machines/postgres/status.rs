@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use super::actions::Role;
 use super::api::{FailoverRecord, PostgresCluster, PostgresClusterSpec};
 use super::observe::Observed;
-use super::state::{PgState, RestoreStep, SwitchCause};
+use super::state::{HibernateStep, PgState, RestoreStep, SwitchCause};
 use super::table::reason;
 use super::terms::{self, Applied, Terms};
 use super::{CONTINUOUS_ARCHIVING, PRIMARY_AVAILABLE, SETTINGS_APPLIED, SYNCHRONOUS_REPLICATION};
@@ -191,6 +191,21 @@ pub(super) fn primary_available(
                 ),
             }
         }
+        // Hibernation: nothing serves until the primary it had is back.
+        PgState::Hibernating(h) if !observed.serving(h.cluster.primary) => (
+            false,
+            "Hibernating",
+            match h.hibernate_step {
+                HibernateStep::Stopping => {
+                    "spec.hibernate: the instances stop, their volumes kept".to_owned()
+                }
+                HibernateStep::Asleep => "spec.hibernate: no instance runs".to_owned(),
+                HibernateStep::Waking => format!(
+                    "waking from hibernation: {} starts as the primary it was",
+                    pod(h.cluster.primary)
+                ),
+            },
+        ),
         other
             if other
                 .cluster()

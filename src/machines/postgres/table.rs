@@ -197,6 +197,28 @@ pub mod reason {
     pub const RESTORING_PRIMARY: &str = "RestoringPrimary";
     /// Stay: the replicas clone the restored primary.
     pub const CLONING_REPLICAS: &str = "CloningReplicas";
+    /// Edge: `spec.hibernate` is true (at rest, or again while waking): the
+    /// StatefulSet scales to zero.
+    pub const HIBERNATION_REQUESTED: &str = "HibernationRequested";
+    /// Stay: hibernation waits for the pods to stop and the Lease holder to be fenced.
+    pub const STOPPING_INSTANCES: &str = "StoppingInstances";
+    /// Edge: no pod is left and the Lease holder is certainly fenced: asleep.
+    pub const INSTANCES_STOPPED: &str = "InstancesStopped";
+    /// Stay: asleep, nothing runs, the volumes are kept.
+    pub const HIBERNATED: &str = "Hibernated";
+    /// Edge: `spec.hibernate` is false: the instances start again.
+    pub const WAKE_REQUESTED: &str = "WakeRequested";
+    /// Stay: waking, waiting for every instance to be Ready.
+    pub const WAKING: &str = "Waking";
+    /// Stay (Degraded): waking, the primary's volume came back without a database.
+    pub const PRIMARY_VOLUME_EMPTY: &str = "PrimaryVolumeEmpty";
+    /// Stay (Degraded): deleted while hibernated with a final backup to take, which needs
+    /// a running primary.
+    pub const FINAL_BACKUP_NEEDS_PRIMARY: &str = "FinalBackupNeedsPrimary";
+    /// Edge: every instance is Ready again after hibernation, with the same primary.
+    pub const CLUSTER_WOKEN: &str = "ClusterWoken";
+    /// What a person does about a hibernation step stuck past its deadline.
+    pub const HIBERNATE_WAY_OUT: &str = "see why the pods named above do not stop or start (kubectl describe pod; kubectl logs: the instance manager's); a Lease holder on a node that is down is certainly stopped once its Lease expires, or once lockstep.dev/fenced=<pod>/<uid> says so";
     /// What a person does about a restore stuck past its deadline.
     pub const RESTORE_WAY_OUT: &str = "set spec.restore to a new token (with another target, or none: the end of the archive) to start the restore again";
 }
@@ -216,6 +238,7 @@ mod by {
     pub const PRIMARY_LOST: &str = "src/machines/postgres/decide/primary_lost.rs";
     pub const REQUESTED: &str = "src/machines/postgres/decide/requested.rs";
     pub const RESTORING_IN_PLACE: &str = "src/machines/postgres/decide/restoring_in_place.rs";
+    pub const HIBERNATING: &str = "src/machines/postgres/decide/hibernating.rs";
 }
 
 /// The declared transition table.
@@ -235,6 +258,18 @@ pub static TABLE: &[Edge<PgKind>] = crate::edges![PgKind;
         RestoringInPlace: VOLUMES_REPLACED, "no volume claim and no primary Lease is left: pod 0 alone is created, given the Lease and the restore, and labelled primary", by::RESTORING_IN_PLACE;
         RestoringInPlace: PRIMARY_RESTORED, "pod 0 serves as the primary: its manager restored the repository, recovered to the target and promoted there before it listened; the replicas are added", by::RESTORING_IN_PLACE;
         Ready: RESTORE_COMPLETED, "every instance is Ready on the restored primary's timeline", by::RESTORING_IN_PLACE;
+    }
+    [Ready, Hibernating] -> Hibernating: HIBERNATION_REQUESTED,
+        "spec.hibernate is true (at rest with the primary serving, or again while waking): the StatefulSet scales to zero, every server stops cleanly, and the volume claims are kept", by::HIBERNATING;
+    Hibernating -> {
+        Hibernating: INSTANCES_STOPPED, "no pod is left and the Lease holder is certainly fenced: the cluster is asleep (the backup CronJob is deleted until it wakes)", by::HIBERNATING;
+        Hibernating: WAKE_REQUESTED, "spec.hibernate is false: the StatefulSet holds the instances again, and the primary before hibernation is given the Lease (once its holder is fenced) and the primary label", by::HIBERNATING;
+        Ready: CLUSTER_WOKEN, "every instance is Ready again, with the primary it had before hibernation", by::HIBERNATING;
+        Creating: ADOPTION_REQUESTED, "waking, the primary's volume holds no database, and lockstep.dev/adopt-primary names another live pod: the cluster is adopted anew around it", by::PRIMARY_LOST;
+        // Deleted while hibernating with a final backup to take, the cluster wakes
+        // first (Ready, then Finalizing): no final backup runs without a primary.
+        Finalized: NO_BACKUP_POLICY, "deleted without spec.backup", crate::machines::common::finalize::SOURCE;
+        Finalized: FINAL_BACKUP_SKIPPED, "deleted with lockstep.dev/skip-final-backup=true", crate::machines::common::finalize::SOURCE;
     }
     Ready -> Upgrading: IMAGE_CHANGED, "spec.version or spec.image changed (or an instance runs another image)", by::READY;
     Ready -> Upgrading: SETTINGS_NEED_RESTART, "an instance reports a parameter of spec.postgresql that its server applies only at a start; the instances are restarted as an upgrade replaces them", by::READY;

@@ -3,8 +3,8 @@
 //! which replica may be promoted.
 //!
 //! - [`creating`], [`ready`], [`scaling`], [`upgrading`], [`switching_over`],
-//!   [`primary_lost`], [`backing_up`], [`restoring_in_place`]: one per
-//!   state; deletion is [`crate::machines::common::finalize::deleting`].
+//!   [`primary_lost`], [`backing_up`], [`restoring_in_place`], [`hibernating`]: one per
+//!   state ([`stopping`]: the wait for every server to stop, which two of them share); deletion is [`crate::machines::common::finalize::deleting`].
 //! - [`ready`] is split into its sub-decisions: a lost primary, scaling, upgrades and
 //!   stray images, a switchover on demand ([`requested`]), an in-place restore
 //!   ([`restoring_in_place::restore_requested`]), backups, Job pruning and reporting.
@@ -12,11 +12,13 @@
 pub(super) mod backing_up;
 pub(super) mod creating;
 pub(super) mod fencing;
+pub(super) mod hibernating;
 pub(super) mod primary_lost;
 pub(super) mod ready;
 pub(super) mod requested;
 pub(super) mod restoring_in_place;
 pub(super) mod scaling;
+pub(super) mod stopping;
 pub(super) mod survey;
 pub(super) mod switching_over;
 pub(super) mod upgrading;

@@ -1,5 +1,6 @@
 //! Ready: at rest. [`ready`] runs its sub-decisions in order, the first that moves wins:
-//! a lost primary ([`lose_primary`]: not Ready, or not renewing the Lease), scaling ([`rescale`]),
+//! a lost primary ([`lose_primary`]: not Ready, or not renewing the Lease), hibernation
+//! ([`hibernate_requested`]), scaling ([`rescale`]),
 //! [`upgrade`] (a new image or a stray one), [`restart`] (a parameter waits for a start),
 //! [`backup`]; then, staying, it releases the outcome
 //! finalizer of every finished Job ([`actions::release_finished`]: their outcomes are recorded),
@@ -14,6 +15,7 @@
 use std::ops::ControlFlow;
 
 use super::RESYNC;
+use super::hibernating::hibernate_requested;
 use super::primary_lost::{lose_primary, primary_down};
 use super::requested::requested;
 use super::restoring_in_place::{Asked, restore_requested};
@@ -78,6 +80,10 @@ pub(crate) fn ready(
     }
     if let Some(lost) = primary_down(spec, cluster, o, now) {
         return lose_primary(cluster, o, &lost);
+    }
+    // Before any change: a cluster about to sleep scales or upgrades once it wakes.
+    if let Some(go) = hibernate_requested(spec, cluster) {
+        return go;
     }
     if spec.replicas != cluster.replicas {
         return rescale(spec, cluster, None, o, actions);

@@ -40,12 +40,19 @@ impl World {
                     .copied()
                     .filter(|k| ordinal(*k) < n)
                     .collect();
-                if self.pods.keys().any(|k| *k >= n && *k < GONE) {
+                let removed: Vec<i32> = self
+                    .pods
+                    .keys()
+                    .copied()
+                    .filter(|k| *k >= n && *k < GONE)
+                    .collect();
+                if !removed.is_empty() {
                     for k in streaming {
                         self.replicate(k);
                     }
                 }
                 self.pods.retain(|k, _| *k < n || *k >= GONE);
+                self.claims_scaled_away(&removed, n);
             }
             Move::JobFinishes { nth, ok } => {
                 let running: Vec<usize> = (0..self.jobs.len())
@@ -193,6 +200,23 @@ impl World {
                     self.jobs.retain(|j| j.uid != uid);
                 }
             }
+        }
+    }
+}
+
+impl World {
+    /// The StatefulSet's claim retention policy (`whenScaled`), as the operator renders
+    /// it ([`crate::machines::postgres::render::when_scaled`]): with `Delete`, the
+    /// claims of the pods `removed` by a scale-down to `n` go with them.
+    pub(super) fn claims_scaled_away(&mut self, removed: &[i32], n: i32) {
+        if crate::machines::postgres::render::when_scaled(n) != "Delete" {
+            return;
+        }
+        for k in removed {
+            self.claims.remove(k);
+            self.volumes.remove(k);
+            self.received.remove(k);
+            self.streaming.remove(k);
         }
     }
 }

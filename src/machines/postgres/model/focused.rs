@@ -85,4 +85,7 @@ where
     fn clock(&mut self, now: DateTime<Utc>) {
         <World as WorldModel<M>>::clock(&mut self.0, now);
     }
+    fn deleted(&mut self) {
+        <World as WorldModel<M>>::deleted(&mut self.0);
+    }
 }

@@ -176,6 +176,7 @@ mod agent;
 mod agent_planted;
 mod environment;
 mod focused;
+mod hibernation;
 mod history;
 mod jobs;
 mod moves;
@@ -478,6 +479,10 @@ pub(super) struct World {
     /// ([`Edit::RestartSetting`]): a running server that started before the last change
     /// reports it pending ([`Pod::settings_started`]).
     restart_settings: u32,
+    /// `spec.hibernate` ([`Edit::Hibernate`]).
+    hibernate: bool,
+    /// The custom resource was deleted ([`WorldModel::deleted`]).
+    deleted: bool,
     /// `spec.synchronous`: with `Required`, a commit is acknowledged only once `number`
     /// standbys have it, any of them (`Any`) or the first connected by ordinal (`First`)
     /// ([`World::acked`]); with `Preferred`, no acknowledgement is promised.
@@ -597,12 +602,13 @@ impl fmt::Debug for World {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "spec v{} x{} L{}s{}{}; sts {:?}; db primary {}; skew {}s; ",
+            "spec v{} x{} L{}s{}{}{}; sts {:?}; db primary {}; skew {}s; ",
             VERSIONS[self.version],
             self.replicas,
             self.lease_seconds,
             if self.backup { " +backup" } else { "" },
             SCHEDULES[self.schedule].map_or(String::new(), |s| format!(" @'{s}'")),
+            if self.hibernate { " hibernate" } else { "" },
             self.sts,
             self.db_primary,
             self.skew

@@ -26,6 +26,9 @@ pub(in crate::machines::postgres) enum Edit {
     /// none). Each server runs the new terms once its manager reads them
     /// ([`Move::SettingsRead`], or at its start).
     Synchronous(i32, DataDurability),
+    /// Set `spec.hibernate` (the hibernation check's edits only, so the whole world's
+    /// generated runs keep their seeds).
+    Hibernate(bool),
 }
 
 /// The synchronous terms a server runs: `spec.synchronous`, and how many members they
@@ -46,7 +49,8 @@ pub(in crate::machines::postgres) enum Move {
     ProbeBlocked(i32),
     /// The pod is deleted by someone else (a drain, a node loss).
     Evicted(i32),
-    /// The StatefulSet controller removes pods above its replica count.
+    /// The StatefulSet controller removes pods above its replica count, and their
+    /// claims with them unless it holds no pod (its `whenScaled` policy).
     ScaledDown,
     /// The `nth` running Job finishes.
     JobFinishes { nth: u8, ok: bool },

@@ -105,6 +105,8 @@ impl World {
             lease_seconds: LEASE_SECONDS,
             longest_lease: Some(LEASE_SECONDS),
             restart_settings: 0,
+            hibernate: false,
+            deleted: false,
             synchronous: None,
             terms_record: None,
             fenced_hatch: false,

@@ -27,7 +27,7 @@ pub(super) fn config() -> CheckConfig {
 }
 
 /// A running cluster of `replicas` at version 0 (`backup`: with a destination).
-fn running(replicas: i32, backup: bool) -> World {
+pub(super) fn running(replicas: i32, backup: bool) -> World {
     let mut world = World::fresh(replicas, backup, 0);
     world.running();
     world
@@ -733,7 +733,8 @@ fn the_postgres_machine_keeps_one_primary_converges_under_faults_and_takes_every
         max_staleness: 6,
         ..config()
     };
-    assert_every_edge_taken::<Postgres, World>(&scenario, &report, scenarios());
+    let all = [scenarios(), super::hibernation::scenarios()].concat();
+    assert_every_edge_taken::<Postgres, World>(&scenario, &report, all);
     // The agent's edges: generated runs, then stories for those they seldom take.
     for (edge, world, events) in super::agent::stories::all() {
         check_scenario::<Postgres, World>(&config(), world, &events)

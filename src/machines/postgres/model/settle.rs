@@ -35,6 +35,7 @@ impl World {
         }
         // A user who finds a promotion out of retries asks for it to be tried again.
         self.retry_promote = true;
+        self.wake_if_deleted();
         // A user who finds an adoption ambiguous names the primary.
         self.adopt_hatch = true;
         // A user whose switchover request names a pod that no longer exists removes it.
@@ -112,7 +113,14 @@ impl World {
         }
         // Partitioned nodes answer: the kubelet kills the containers of pods that no
         // longer exist (force-deleted ones, [`GONE`]).
+        let removed: Vec<i32> = self
+            .pods
+            .keys()
+            .copied()
+            .filter(|k| *k >= n && *k < GONE)
+            .collect();
         self.pods.retain(|k, p| *k < n && !p.terminating);
+        self.claims_scaled_away(&removed, n);
         // Partitions heal (a cut holder still writable renews again), paused pods
         // resume, requests go through.
         for p in self.pods.values_mut() {

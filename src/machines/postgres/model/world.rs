@@ -68,6 +68,7 @@ where
             bootstrap: None,
             restore: self.restore_spec(),
             network_policy: Default::default(),
+            hibernate: self.hibernate,
             synchronous: self.synchronous.clone(),
             database: None,
             roles: Vec::new(),
@@ -133,6 +134,7 @@ where
                 self.longest_lease = Some(pods.chain(self.longest_lease).fold(l, i64::max));
             }
             Edit::RestartSetting => self.restart_settings += 1,
+            Edit::Hibernate(on) => self.hibernate = on,
             Edit::ToggleBackup => {
                 self.backup = !self.backup;
                 if !self.backup {
@@ -370,6 +372,7 @@ where
             return Err(v.clone());
         }
         self.restore_invariants(state)?;
+        self.hibernation_invariants(state)?;
         let writable = self.writable();
         if let Some(gone) = writable.iter().find(|k| **k >= GONE)
             && writable.len() > 1
@@ -440,6 +443,9 @@ where
     }
 
     fn converged(&self, state: &PgState) -> bool {
+        if self.hibernate {
+            return self.asleep(state);
+        }
         let PgState::Ready { cluster } = state else {
             return false;
         };
@@ -514,6 +520,10 @@ where
             &observed,
             self.terms_record.as_deref(),
         ));
+    }
+
+    fn deleted(&mut self) {
+        self.deleted = true;
     }
 
     fn settle(&mut self) {

@@ -10,6 +10,7 @@ mod failover;
 mod fencing;
 mod fencing_lease;
 mod fencing_survey;
+mod hibernation;
 mod managed;
 mod network_policy;
 mod parameters;
@@ -67,6 +68,7 @@ fn spec(version: &str) -> PostgresClusterSpec {
         bootstrap: None,
         restore: None,
         network_policy: Default::default(),
+        hibernate: false,
         database: Some("app".to_owned()),
         roles: Vec::new(),
         databases: Vec::new(),
