@@ -47,8 +47,8 @@ enum Command {
     /// then run `<dir>/lockstep instance`).
     InstallInstance(InstallArgs),
     /// The kubectl plugin's commands (`kubectl lockstep …` when this binary is installed
-    /// as `kubectl-lockstep`): status, history, switchover, backup, restore, retry,
-    /// skip-final-backup, psql.
+    /// as `kubectl-lockstep`): status, history, switchover, backup, restore, hibernate,
+    /// retry, skip-final-backup, psql.
     Kubectl(KubectlArgs),
 }
 

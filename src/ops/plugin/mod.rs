@@ -8,6 +8,7 @@
 //! | `switchover NAME POD` | sets `lockstep.dev/switchover=<POD>:<token>` and waits until `POD` is primary and the cluster Ready, or the request is refused |
 //! | `backup NAME` | sets `lockstep.dev/backup-now=<token>` and waits for that backup's outcome in `status.lastBackup` |
 //! | `restore NAME [--time T \| --lsn L \| --restore-point N \| --immediate]` | sets `spec.restore` to a new token and the target (none: the end of the archive), and waits until the cluster is Ready after the in-place restore, or the restore is refused or fails |
+//! | `hibernate NAME on\|off` | sets `spec.hibernate`, and waits until the cluster is asleep (`on`) or `Ready` again (`off`), or `Degraded` |
 //! | `retry NAME` | when a promotion or a hook failed (`Degraded`), a new `lockstep.dev/retry-promote` (PostgresCluster) or `lockstep.dev/retry-hook` (DistributedDB) token, and waits until the step takes it on; refused when nothing waits for one |
 //! | `skip-final-backup NAME` | `lockstep.dev/skip-final-backup=true`, and, if the object is being deleted, waits until it is gone |
 //! | `psql NAME [--replica] [-- ARGS]` | `kubectl exec` into the primary's (or a replica's) `postgres` container, running `psql ARGS` (with a terminal when stdin is one) |
@@ -19,7 +20,8 @@
 //! # Guarantees
 //! - It only reads objects and pods, and writes the one annotation a command names (a
 //!   merge patch of `metadata.annotations`), or, for `restore`, `spec.restore` (a merge
-//!   patch of that one field): never the rest of the spec, never the status.
+//!   patch of that one field), for `hibernate`, `spec.hibernate`: never the rest of the
+//!   spec, never the status.
 //! - A wait ends: with the outcome (exit 0), a refusal or failure (exit 1, its message
 //!   printed), or the timeout (exit 1).
 //! - It prints no Secret.
@@ -139,6 +141,19 @@ pub enum PluginCommand {
         #[arg(long, group = "target")]
         immediate: bool,
         /// When to return (a restore replays the archive: allow for it).
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Stop every instance of a PostgresCluster and keep its volumes (`on`), or wake it
+    /// with the primary it had (`off`): `spec.hibernate`. Waits for the cluster to be
+    /// asleep, or `Ready` again.
+    Hibernate {
+        /// `NAME` or `postgrescluster/NAME`.
+        name: String,
+        /// `on` or `off`.
+        #[arg(value_parser = ["on", "off"])]
+        switch: String,
+        /// When to return.
         #[command(flatten)]
         wait: WaitArgs,
     },
@@ -484,6 +499,30 @@ pub async fn run(
                     (served == Some(value.as_str()) && phase == Some("Ready"))
                         .then(|| Ok(format!("{} is Ready, restored", found.name)))
                 })
+                .await?;
+            Ok(report(out, outcome))
+        }
+        PluginCommand::Hibernate { name, switch, wait } => {
+            let found = find(&client, &namespace, &name).await?;
+            if !found.is_postgres() {
+                return Err(Error::Resolve(format!("{name} is not a PostgresCluster")));
+            }
+            let on = switch == "on";
+            let patch = json!({"spec": {"hibernate": on}});
+            found
+                .api
+                .patch(&found.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|source| Error::Api {
+                    what: format!("setting spec.hibernate of {}", found.name),
+                    source,
+                })?;
+            let _ = writeln!(out, "spec.hibernate={on} set on {}", found.name);
+            if wait.no_wait {
+                return Ok(0);
+            }
+            let outcome = found
+                .wait(wait.timeout, |o| view::hibernation_settled(o, on))
                 .await?;
             Ok(report(out, outcome))
         }

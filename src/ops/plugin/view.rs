@@ -384,6 +384,41 @@ pub fn render_history(transitions: &[TransitionView]) -> String {
         .collect()
 }
 
+/// Where `hibernate on|off` ends, once the status is of the current generation: asleep
+/// (`on`) or `Ready` (`off`), or `Degraded` while hibernating (its message); `None`
+/// while the change goes on.
+pub fn hibernation_settled(object: &Value, on: bool) -> Option<Result<String, String>> {
+    let at = |p: &str| object.pointer(p).and_then(Value::as_str);
+    let generation = object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let observed = object
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    if generation.is_none() || observed < generation {
+        return None;
+    }
+    let name = at("/metadata/name").unwrap_or_default();
+    let (phase, step) = (at("/status/phase"), at("/status/step"));
+    if phase == Some("Hibernating")
+        && let Some(degraded) = conditions(object)
+            .into_iter()
+            .find(|c| c.type_ == "Degraded" && c.status == "True")
+    {
+        return Some(Err(format!("{}: {}", degraded.reason, degraded.message)));
+    }
+    match (on, phase, step) {
+        (true, Some("Hibernating"), Some("Asleep")) => Some(Ok(format!(
+            "{name} is asleep: no instance runs, the volumes are kept"
+        ))),
+        (false, Some("Ready"), _) => Some(Ok(format!(
+            "{name} is Ready, {} primary",
+            at("/status/primaryPod").unwrap_or("its")
+        ))),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,5 +584,49 @@ mod tests {
         assert!(retry_taken(&degraded("HookFailed"), "t2"));
         assert!(!retry_taken(&degraded("HookFailed"), "t3"));
         assert!(!retry_taken(&json!({"metadata": {"retryAck": "t2"}}), "t2"));
+    }
+
+    #[test]
+    fn hibernate_waits_for_the_current_generation_to_be_asleep_or_ready() {
+        let object = |generation: i64, phase: &str, step: &str, degraded: bool| {
+            serde_json::json!({
+                "metadata": {"name": "pg", "generation": generation},
+                "status": {
+                    "observedGeneration": 2,
+                    "phase": phase,
+                    "step": step,
+                    "primaryPod": "pg-2",
+                    "conditions": [{
+                        "type": "Degraded",
+                        "status": if degraded { "True" } else { "False" },
+                        "reason": "PrimaryVolumeEmpty",
+                        "message": "waking: primary pg-2 reports that its volume holds no database",
+                    }],
+                },
+            })
+        };
+        // Ready from before the request: not yet taken on.
+        assert_eq!(
+            hibernation_settled(&object(3, "Ready", "", false), false),
+            None
+        );
+        assert_eq!(
+            hibernation_settled(&object(2, "Hibernating", "Stopping", false), true),
+            None
+        );
+        assert_eq!(
+            hibernation_settled(&object(2, "Hibernating", "Asleep", false), true),
+            Some(Ok(
+                "pg is asleep: no instance runs, the volumes are kept".to_owned()
+            ))
+        );
+        assert_eq!(
+            hibernation_settled(&object(2, "Ready", "", false), false),
+            Some(Ok("pg is Ready, pg-2 primary".to_owned()))
+        );
+        assert!(matches!(
+            hibernation_settled(&object(2, "Hibernating", "Waking", true), false),
+            Some(Err(m)) if m.starts_with("PrimaryVolumeEmpty")
+        ));
     }
 }

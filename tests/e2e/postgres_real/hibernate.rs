@@ -1,5 +1,6 @@
-//! Hibernation on real PostgreSQL: `spec.hibernate` stops every instance cleanly and
-//! keeps its volume; waking brings back the same primary with every row.
+//! Hibernation on real PostgreSQL: `kubectl lockstep hibernate on` (`spec.hibernate`)
+//! stops every instance cleanly and keeps its volume; `off` brings back the same primary
+//! with every row.
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::ListParams;
@@ -26,9 +27,11 @@ pub(super) async fn sleeps_and_wakes_with_its_primary(
     rows: usize,
 ) {
     let clock = std::time::Instant::now();
-    real.pg
-        .merge_patch(name, json!({"spec": {"hibernate": true}}))
-        .await;
+    let (code, said) =
+        crate::postgres::plugin(&["hibernate", name, "on", "-n", real.ns(), "--timeout", "300"])
+            .await;
+    assert_eq!(code, 0, "kubectl lockstep hibernate {name} on: {said}");
+    assert!(said.contains("is asleep"), "{said}");
     let pg = real
         .cluster_until(name, "asleep", |pg| hibernating_at(pg, "Asleep"))
         .await;
@@ -78,9 +81,18 @@ pub(super) async fn sleeps_and_wakes_with_its_primary(
         Some(("False".to_owned(), "Hibernating".to_owned()))
     );
     let clock = std::time::Instant::now();
-    real.pg
-        .merge_patch(name, json!({"spec": {"hibernate": false}}))
-        .await;
+    let (code, said) = crate::postgres::plugin(&[
+        "hibernate",
+        name,
+        "off",
+        "-n",
+        real.ns(),
+        "--timeout",
+        "300",
+    ])
+    .await;
+    assert_eq!(code, 0, "kubectl lockstep hibernate {name} off: {said}");
+    assert!(said.contains(&format!("{primary} primary")), "{said}");
     let want = primary.to_owned();
     let pg = real
         .cluster_until(name, "awake, with the primary it had", move |pg| {
