@@ -94,6 +94,7 @@ use crate::postgres::{Transitions, history};
 use crate::support::{kubeconfig_path, restricted, wait_for_all_within};
 use lockstep::machines::postgres::render::POSTGRES_UID;
 
+mod api_token;
 mod app;
 mod archive;
 mod hibernate;
@@ -376,6 +377,8 @@ async fn switchover_on_demand_loses_no_acknowledged_commit() {
         )
         .await;
     }
+    // Its manager reaches the API server with a token that lasts ten minutes.
+    api_token::the_manager_reads_a_ten_minute_token_bound_to_its_pod(&real, target);
     // Then it hibernates and wakes with the same primary and every row.
     hibernate::sleeps_and_wakes_with_its_primary(&real, name, target, rows.len()).await;
     real.finish().await;

@@ -119,14 +119,15 @@ pub fn lease_survey(token: &str) -> serde_json::Value {
     serde_json::json!({"metadata": {"annotations": {SURVEY: token}}})
 }
 
-/// The pods' ServiceAccount `<name>-instance`.
+/// The pods' ServiceAccount `<name>-instance`. It mounts no token by default: the pods
+/// project a short-lived one into the manager's container only ([`super::api_access`]).
 ///
 /// # Errors
 /// [`Error`] if the owner has no UID or the object does not serialize.
 pub fn service_account(pg: &PostgresCluster) -> Result<ServiceAccount, Error> {
     let sa = ServiceAccount {
         metadata: metadata(pg, instance_name(pg))?,
-        automount_service_account_token: Some(true),
+        automount_service_account_token: Some(false),
         ..ServiceAccount::default()
     };
     with_applied_hash(sa, |s| &mut s.metadata)

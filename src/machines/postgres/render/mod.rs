@@ -66,6 +66,7 @@ use crate::machines::common::security;
 use crate::machines::common::storage;
 use crate::pod::settings;
 
+pub mod api_access;
 pub mod app;
 pub mod archive;
 mod jobs;
@@ -478,6 +479,7 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                 mount(manager::BIN_VOLUME, BIN_PATH, true),
                 mount(PODINFO_VOLUME, PODINFO_PATH, true),
                 token::volume(pg).1,
+                api_access::volume().1,
             ]
             .into_iter()
             .chain(archive::ca_volume(pg).map(|(_, m)| m))
@@ -546,15 +548,22 @@ pub fn statefulset(pg: &PostgresCluster, image: &str, replicas: i32) -> Result<S
                             init_containers: Some(vec![manager::install_container()]),
                             containers: vec![container],
                             service_account_name: Some(instance_name(pg)),
-                            automount_service_account_token: Some(true),
+                            // Only the manager's container gets a token, short-lived
+                            // (`api_access`).
+                            automount_service_account_token: Some(false),
                             termination_grace_period_seconds: Some(60),
                             volumes: Some(
-                                [manager::bin_volume(), podinfo, token::volume(pg).0]
-                                    .into_iter()
-                                    .chain(archive::ca_volume(pg).map(|(v, _)| v))
-                                    .chain([tls::volume(pg).0])
-                                    .chain(tls::server_volume(pg).map(|(v, _)| v))
-                                    .collect(),
+                                [
+                                    manager::bin_volume(),
+                                    podinfo,
+                                    token::volume(pg).0,
+                                    api_access::volume().0,
+                                ]
+                                .into_iter()
+                                .chain(archive::ca_volume(pg).map(|(v, _)| v))
+                                .chain([tls::volume(pg).0])
+                                .chain(tls::server_volume(pg).map(|(v, _)| v))
+                                .collect(),
                             ),
                             ..PodSpec::default()
                         }),

@@ -506,3 +506,42 @@ fn a_scale_down_deletes_the_removed_claims_but_a_statefulset_of_no_pod_keeps_eve
         "a hibernating cluster wakes on its own volumes"
     );
 }
+
+#[test]
+fn only_the_managers_container_gets_a_token_and_it_lasts_ten_minutes() {
+    let pg = object(spec("16.3"));
+    let sts = render::statefulset(&pg, V1, 3).expect("renders");
+    let pod = sts.spec.template.spec.unwrap_or_default();
+    assert_eq!(
+        pod.automount_service_account_token,
+        Some(false),
+        "the pod mounts no token of its own"
+    );
+    let projected = pod
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|v| v.projected)
+        .and_then(|p| p.sources)
+        .unwrap_or_default();
+    let token = projected
+        .iter()
+        .find_map(|s| s.service_account_token.clone())
+        .expect("a projected token");
+    assert_eq!(
+        (token.expiration_seconds, token.audience),
+        (Some(render::api_access::TOKEN_SECONDS), None)
+    );
+    assert_eq!(render::api_access::TOKEN_SECONDS, 600);
+    let mounts_at = |c: &Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == render::api_access::PATH)
+    };
+    assert!(pod.containers.iter().all(mounts_at));
+    assert!(
+        !pod.init_containers.iter().flatten().any(mounts_at),
+        "the init container that copies the manager in gets no token"
+    );
+}
