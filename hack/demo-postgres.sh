@@ -228,10 +228,11 @@ spec:
     imagePullPolicy: IfNotPresent
     securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
     env:
-    - {name: PGPASSWORD, valueFrom: {secretKeyRef: {name: $NAME-credentials, key: superuserPassword}}}
+    # The application role, from $NAME-app (as an application would): no superuser.
+    - {name: PGUSER, valueFrom: {secretKeyRef: {name: $NAME-app, key: username}}}
+    - {name: PGPASSWORD, valueFrom: {secretKeyRef: {name: $NAME-app, key: password}}}
+    - {name: PGDATABASE, valueFrom: {secretKeyRef: {name: $NAME-app, key: dbname}}}
     - {name: PGHOST, value: $NAME-rw}
-    - {name: PGUSER, value: postgres}
-    - {name: PGDATABASE, value: $DB}
     - {name: PGCONNECT_TIMEOUT, value: "3"}
     # TLS, verified: the server's certificate must chain to the cluster's CA and name
     # $NAME-rw (the CA's certificate only; its key never leaves the Secret).
@@ -261,7 +262,8 @@ spec:
   volumes:
   - {name: ca, secret: {secretName: $NAME-tls, items: [{key: ca.crt, path: ca.crt}]}}
 WRITER
-explain "The writer connects with sslmode=verify-full against the cluster's CA (Secret $NAME-tls):"
+explain "The writer connects as the application role, from Secret $NAME-app (no superuser),"
+explain "with sslmode=verify-full against the cluster's CA (Secret $NAME-tls):"
 explain "the operator issued it with the server's and the replication role's certificates."
 explain "Each INSERT is its own transaction (psql, at most 10 s); the writer logs \"ack <id>\" only"
 explain "for a commit the server acknowledged, which with spec.synchronous means a standby has it."
@@ -428,8 +430,10 @@ writer_sql "INSERT INTO marks (name) VALUES ('before')" >/dev/null || fail "cann
 MOMENT="$(writer_sql "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")" ||
   fail "cannot read the server's clock"
 writer_sql "INSERT INTO marks (name) VALUES ('after')" >/dev/null || fail "cannot insert the row 'after'"
-LAST_WAL="$(writer_sql "SELECT pg_walfile_name(pg_switch_wal())")" || fail "cannot switch the WAL file"
-explain "'before' committed, the moment $MOMENT, 'after' committed; pg_switch_wal() completes $LAST_WAL"
+# pg_switch_wal() is the superuser's: on the primary's own socket.
+LAST_WAL="$(psql_on "$(pg_field '{.status.primaryPod}')" "SELECT pg_walfile_name(pg_switch_wal())" -A -t)" ||
+  fail "cannot switch the WAL file"
+explain "'before' committed, the moment $MOMENT, 'after' committed; pg_switch_wal() (the superuser's, on the primary) completes $LAST_WAL"
 archived_last() {
   local wal
   wal="$(pg_field '{.status.lastArchived.wal}')"

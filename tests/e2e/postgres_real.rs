@@ -1366,7 +1366,9 @@ async fn backup_to_s3_and_restore() {
         .await
         .expect("create the S3 Secret");
     let prefix = real.ns().to_owned();
-    let backup = json!({"backup": {
+    // The writer's rows are in `postgres`: named as the application's database, it is
+    // what a `Dump` backup dumps (the default would be `app`, empty here).
+    let backup = json!({"database": "postgres", "backup": {
         "s3Endpoint": s3["S3_ENDPOINT"],
         "bucket": bucket,
         "prefix": prefix,

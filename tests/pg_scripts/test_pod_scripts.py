@@ -415,6 +415,28 @@ def test_backup_uploads_a_dump_and_restore_brings_the_row_back(s3env):
     assert fresh.sql("SELECT string_agg(v, ',') FROM items", db="app") == "precious"
 
 
+def test_backup_of_a_missing_database_dumps_the_fallback_and_says_so_or_fails_without_one(s3env):
+    env = s3env
+    env.cluster = "pg-backup-fallback"
+    # A cluster created before its application database: the data is in postgres.
+    primary = env.pod("pg-0").start("primary")
+    primary.sql("CREATE TABLE items (v text); INSERT INTO items VALUES ('older')")
+
+    r = env.run_script("backup.sh", **backup_env(env, primary, BACKUP_DATABASE="app",
+                                                 BACKUP_DATABASE_FALLBACK="postgres"))
+    assert r.returncode == 0, r.stderr
+    assert "database 'app' does not exist" in r.stderr
+    fresh = env.pod("pg-restore-0").start("primary")
+    r = env.run_script("restore.sh", **restore_env(env, fresh, RESTORE_DATABASE="postgres"))
+    assert r.returncode == 0, r.stderr
+    assert fresh.sql("SELECT v FROM items") == "older"
+
+    # Without a fallback, a missing database fails the backup: nothing is uploaded.
+    r = env.run_script("backup.sh", **backup_env(env, primary, BACKUP_DATABASE="app"))
+    assert r.returncode == 3
+    assert "pg_dump of 'app'" in r.stderr
+
+
 def test_backup_without_s3_endpoint_fails_naming_the_variable_and_hides_the_secret(s3env):
     env = s3env
     primary = env.pod("pg-0").start("primary")

@@ -233,8 +233,9 @@ pub struct PostgresClusterSpec {
     /// The application's database, created at bootstrap and owned by the application
     /// role `<name>-app` (whose Secret `<name>-app` names it): default `app` for clusters
     /// created by an operator that has the application role (before it, none was created;
-    /// changing this field later creates nothing). `Dump` backups dump it (default there:
-    /// `postgres`).
+    /// changing this field later creates nothing). `Dump` backups dump it (a cluster
+    /// created before the application role, without this field, has no `app` database:
+    /// its `Dump` backups dump `postgres`).
     #[schemars(length(min = 1, max = 63), regex(pattern = "^[A-Za-z_][A-Za-z0-9_]*$"))]
     pub database: Option<String>,
     /// Roles the primary keeps as described (`CREATE`, `ALTER` or `DROP ROLE`), applied

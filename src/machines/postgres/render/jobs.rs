@@ -77,11 +77,13 @@ pub fn backup_env(pg: &PostgresCluster, backup: &BackupSpec, kind: BackupKind) -
         plain("PRIMARY_PORT", PORT.to_string()),
     ]);
     env.extend(superuser_env(pg));
+    // The application's database, where its data is; a cluster created before the
+    // application role has none by its default name, and its data in `postgres`.
+    env.push(plain("BACKUP_DATABASE", super::app::database(pg)));
+    if pg.spec.database.is_none() {
+        env.push(plain("BACKUP_DATABASE_FALLBACK", "postgres"));
+    }
     env.extend([
-        plain(
-            "BACKUP_DATABASE",
-            pg.spec.database.as_deref().unwrap_or("postgres"),
-        ),
         plain("S3_REGION", backup.region.as_deref().unwrap_or("us-east-1")),
         plain(
             "S3_FORCE_PATH_STYLE",

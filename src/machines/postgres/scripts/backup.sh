@@ -30,6 +30,9 @@
 #   POSTGRES_USER           user for pg_dump (default postgres).
 #   POSTGRES_PASSWORD       required. Its password (Secret).
 #   BACKUP_DATABASE         database to dump (default $POSTGRES_DB, else postgres).
+#   BACKUP_DATABASE_FALLBACK  optional: the database to dump instead when
+#                           BACKUP_DATABASE does not exist (a cluster created before
+#                           its application database was; said in the log).
 #   S3_ENDPOINT             required. e.g. https://s3.eu-west-1.amazonaws.com
 #                           or http://minio.minio:9000 .
 #   S3_BUCKET               required. Bucket name.
@@ -82,6 +85,16 @@ dump="$WORK/$ts.dump"
 
 export PGPASSWORD="$POSTGRES_PASSWORD"
 why=$(await_primary "$PRIMARY_HOST" "$PRIMARY_PORT" "$BACKUP_WAIT_SECONDS" BACKUP_WAIT_SECONDS) || die 3 "$why"
+if [[ -n "${BACKUP_DATABASE_FALLBACK:-}" ]]; then
+	exists=$(PGCONNECT_TIMEOUT=10 psql -X -A -t -q -w -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" \
+		-U "$POSTGRES_USER" -d postgres -v db="$BACKUP_DATABASE" \
+		<<<"SELECT count(*) FROM pg_database WHERE datname = :'db'") ||
+		die 3 "could not ask $PRIMARY_HOST:$PRIMARY_PORT whether database '$BACKUP_DATABASE' exists"
+	if [[ "$exists" == 0 ]]; then
+		log "database '$BACKUP_DATABASE' does not exist (a cluster created before its application database); dumping '$BACKUP_DATABASE_FALLBACK' instead"
+		BACKUP_DATABASE=$BACKUP_DATABASE_FALLBACK
+	fi
+fi
 log "dumping database '$BACKUP_DATABASE' from $PRIMARY_HOST:$PRIMARY_PORT as $POSTGRES_USER"
 PGCONNECT_TIMEOUT=10 pg_dump -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" \
 	-U "$POSTGRES_USER" -w -d "$BACKUP_DATABASE" -Fc -f "$dump" >&2 ||

@@ -545,3 +545,27 @@ fn only_the_managers_container_gets_a_token_and_it_lasts_ten_minutes() {
         "the init container that copies the manager in gets no token"
     );
 }
+
+#[test]
+fn a_dump_backup_dumps_the_application_database_falling_back_to_postgres_only_by_default() {
+    let env_of = |database: Option<&str>| {
+        let mut s = with_backups(spec("16.3"), None);
+        s.database = database.map(str::to_owned);
+        let job = render::backup_job(&object(s), "backup-1", BackupKind::OnDemand)
+            .ok()
+            .flatten()
+            .expect("renders");
+        let env = job_pod(&job).containers[0].env.clone().unwrap_or_default();
+        ["BACKUP_DATABASE", "BACKUP_DATABASE_FALLBACK"].map(|name| {
+            env.iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value.clone())
+        })
+    };
+    assert_eq!(
+        env_of(None),
+        [Some("app".to_owned()), Some("postgres".to_owned())],
+        "the default application database, else (a cluster older than it) postgres"
+    );
+    assert_eq!(env_of(Some("orders")), [Some("orders".to_owned()), None]);
+}
