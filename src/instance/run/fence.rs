@@ -66,6 +66,8 @@ struct State {
     guarded: Option<Guarded>,
     last_renewal: Option<Moment>,
     fired: Option<Fired>,
+    /// The kill of the last [`State::fired`] is done (its processes were signalled).
+    killed: bool,
     shutdown: bool,
 }
 
@@ -189,6 +191,13 @@ impl Fence {
         self.shared.lock().fired.clone()
     }
 
+    /// A handle that waits for the fence's kill from another thread
+    /// ([`FenceWaiter::fenced`]; `tokio::task::spawn_blocking` in async code).
+    #[must_use]
+    pub fn waiter(&self) -> FenceWaiter {
+        FenceWaiter(Arc::clone(&self.shared))
+    }
+
     /// The deadline of the guarded server: `None` if nothing is guarded, `Some(None)` if
     /// it is to be killed at once.
     #[must_use]
@@ -209,6 +218,38 @@ impl Drop for Fence {
         self.shared.wake.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+/// Waits on the fence from another thread ([`Fence::waiter`]).
+#[derive(Debug, Clone)]
+pub struct FenceWaiter(Arc<Shared>);
+
+impl FenceWaiter {
+    /// Blocks until the fence has fired and its kill is done (the guarded server and its
+    /// children signalled), for at most `within`: what it recorded, or `None` if it
+    /// had not by then. Woken by the fence thread, not by polling.
+    #[must_use]
+    pub fn fenced(&self, within: Duration) -> Option<Fired> {
+        let until = Moment::now() + within;
+        let mut state = self.0.lock();
+        loop {
+            if state.killed
+                && let Some(fired) = &state.fired
+            {
+                return Some(fired.clone());
+            }
+            let now = Moment::now();
+            if now >= until {
+                return None;
+            }
+            state = self
+                .0
+                .wake
+                .wait_timeout(state, until.since(now))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 }
@@ -235,6 +276,7 @@ fn run(shared: &Shared) {
         });
         if let Some((postmaster, deadline, reason)) = due {
             state.guarded = None;
+            state.killed = false;
             // Recorded before the kill, so that whoever sees the server die sees why.
             state.fired = Some(Fired {
                 pid: postmaster.pid(),
@@ -259,6 +301,8 @@ fn run(shared: &Shared) {
             let killed = kill_tree(&postmaster);
             tracing::error!(pid = postmaster.pid(), %reason, ?killed, "FENCED: killed the postmaster and its children");
             state = shared.lock();
+            state.killed = true;
+            shared.wake.notify_all();
             continue;
         }
         let wait = state
@@ -424,5 +468,24 @@ mod tests {
         let status = exit_within(&mut child, Duration::from_secs(10)).expect("fenced");
         assert!(!status.success());
         assert!(fence.fired().is_some());
+    }
+
+    #[test]
+    fn a_waiter_returns_once_the_ordered_kill_is_done_and_not_before() {
+        let fence = Fence::start(Duration::from_secs(600)).unwrap();
+        let (mut child, pidfd) = server();
+        fence.renewed(Moment::now());
+        fence.guard(pidfd);
+        let waiter = fence.waiter();
+        // Nothing ordered: the wait runs out.
+        assert!(waiter.fenced(Duration::from_millis(50)).is_none());
+        fence.fence_now("the local promotion failed");
+        let fired = waiter
+            .fenced(Duration::from_secs(10))
+            .expect("the fence reports its kill");
+        assert_eq!(fired.reason, "the local promotion failed");
+        // Signalled before the waiter returned: the child exits by a signal.
+        let status = exit_within(&mut child, Duration::from_secs(10)).expect("killed");
+        assert!(!status.success());
     }
 }

@@ -264,11 +264,16 @@ impl Manager {
                         // A failed promotion's temporary server may still run (its stop
                         // failed too): killed now, before the guard is dropped.
                         self.fence.fence_now("the local promotion failed");
-                        for _ in 0..50 {
-                            if self.fence.fired().is_some() {
-                                break;
-                            }
-                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        let waiter = self.fence.waiter();
+                        let within = std::time::Duration::from_secs(5);
+                        let fenced = tokio::task::spawn_blocking(move || waiter.fenced(within))
+                            .await
+                            .ok()
+                            .flatten();
+                        if fenced.is_none() {
+                            tracing::warn!(
+                                "the fence did not report the failed promotion's server killed within 5 s"
+                            );
                         }
                     }
                     self.fence.release();
