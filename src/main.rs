@@ -48,7 +48,7 @@ enum Command {
     InstallInstance(InstallArgs),
     /// The kubectl plugin's commands (`kubectl lockstep …` when this binary is installed
     /// as `kubectl-lockstep`): status, history, switchover, backup, restore, hibernate,
-    /// retry, skip-final-backup, psql.
+    /// rotate-password, retry, skip-final-backup, psql.
     Kubectl(KubectlArgs),
 }
 

@@ -32,6 +32,7 @@
 //!   which the docs name).
 
 pub mod answers;
+pub mod app_password;
 pub mod applied;
 pub mod archived;
 pub mod archiving;

@@ -175,6 +175,7 @@ async fn replication_then_upgrade_switchover() {
     tls::a_renewal_reaches_the_server_without_a_restart(&real, name, &primary, replicas.len())
         .await;
     app::the_application_secret_connects_as_a_role_that_is_not_a_superuser(&real, name);
+    app::a_rotated_password_reaches_the_role_and_the_old_uri_is_refused(&real, name).await;
     app::declared_roles_and_databases_are_kept_and_passwords_follow_their_secret(&real, name).await;
 
     // (b) Upgrade under the writer.

@@ -6,7 +6,8 @@
 //! - **Never in the Lease's way:** the work runs on its own task ([`Objects::start`]);
 //!   the manager's round hands it what is wanted and reads the last report without
 //!   waiting.
-//! - **Only on the writable server**, and only for the entries listed.
+//! - **Only on the writable server**, and only for the entries listed (and the
+//!   application role's password, [`super::app_password`], first at each pass).
 //! - **One entry's failure stops no other:** each runs as its own script (a role's in
 //!   one transaction); a refused entry is reported with PostgreSQL's reason. Roles to
 //!   keep come first, then databases, then roles to drop (so a database's owner exists,
@@ -54,6 +55,9 @@ pub struct Wanted {
     pub judged: String,
     /// Whether this server is writable (nothing is done otherwise).
     pub writable: bool,
+    /// The application role, whose password follows the Secret of the same name
+    /// ([`super::app_password`]), if the pod has one.
+    pub app_role: Option<String>,
 }
 
 /// The task keeping the entries, as the round sees it.
@@ -61,6 +65,8 @@ pub struct Wanted {
 pub struct Objects {
     wanted: watch::Sender<Wanted>,
     report: watch::Receiver<Option<ObjectsReport>>,
+    /// The version of the application role's Secret its password follows.
+    app_password: watch::Receiver<Option<String>>,
 }
 
 impl Objects {
@@ -70,8 +76,13 @@ impl Objects {
     pub fn start(psql: Psql, secrets: Option<Api<Secret>>) -> Self {
         let (wanted, wanted_rx) = watch::channel(Wanted::default());
         let (report_tx, report) = watch::channel(None);
-        tokio::spawn(keep(psql, secrets, wanted_rx, report_tx));
-        Self { wanted, report }
+        let (app_tx, app_password) = watch::channel(None);
+        tokio::spawn(keep(psql, secrets, wanted_rx, (report_tx, app_tx)));
+        Self {
+            wanted,
+            report,
+            app_password,
+        }
     }
 
     /// Hands the task what this round wants (it acts only when that changed, or at its
@@ -89,17 +100,36 @@ impl Objects {
     pub fn report(&self) -> Option<ObjectsReport> {
         self.report.borrow().clone()
     }
+
+    /// The version of the application role's Secret its password follows, while this
+    /// server is writable ([`super::app_password`]).
+    #[must_use]
+    pub fn app_password(&self) -> Option<String> {
+        self.app_password.borrow().clone()
+    }
 }
 
 async fn keep(
     psql: Psql,
     secrets: Option<Api<Secret>>,
     mut wanted: watch::Receiver<Wanted>,
-    report: watch::Sender<Option<ObjectsReport>>,
+    (report, app_password): (
+        watch::Sender<Option<ObjectsReport>>,
+        watch::Sender<Option<String>>,
+    ),
 ) {
     let mut passwords = Passwords::default();
     loop {
         let now = wanted.borrow_and_update().clone();
+        let follows = match (&now.app_role, now.writable) {
+            (Some(role), true) => super::app_password::keep(&psql, secrets.as_ref(), role).await,
+            _ => None,
+        };
+        app_password.send_if_modified(|v| {
+            let changed = *v != follows;
+            *v = follows;
+            changed
+        });
         let idle = !now.writable || (now.roles.is_empty() && now.databases.is_empty());
         let mut next = RESYNC;
         if idle {
@@ -255,7 +285,7 @@ async fn keep_database(
 
 /// Runs `sql` in `database` with statement logging off; PostgreSQL's reason on one
 /// line if it fails.
-async fn run(psql: &Psql, database: &str, sql: &str) -> Result<(), String> {
+pub(super) async fn run(psql: &Psql, database: &str, sql: &str) -> Result<(), String> {
     let script =
         format!("SET log_statement = 'none';\nSET log_min_duration_statement = -1;\n{sql}");
     psql.script(database, &script)
@@ -274,7 +304,7 @@ fn reason(error: &str) -> String {
 }
 
 /// The password in `secret` and the Secret's `resourceVersion`.
-async fn read_password(
+pub(super) async fn read_password(
     secrets: Option<&Api<Secret>>,
     secret: &str,
 ) -> Result<(String, String), String> {

@@ -29,6 +29,7 @@
 //! watchdog: `docs/instance-manager.md`.
 
 pub mod app;
+pub mod app_password;
 pub mod archive;
 pub mod args;
 pub mod auth;

@@ -7,7 +7,9 @@
 //! ([`crate::pod::synchronous`]), and whether its volume holds a database
 //! ([`crate::pod::volume`]), and a standby's answer to a failover's
 //! survey ([`crate::pod::answers`]), and for the writable server what it
-//! made of `spec.roles` and `spec.databases` ([`crate::pod::managed`]).
+//! made of `spec.roles` and `spec.databases` ([`crate::pod::managed`]) and which
+//! version of the application role's Secret its password follows
+//! ([`crate::pod::app_password`]).
 //!
 //! # Guarantees
 //! - **A write never delays a round of the manager** (its Lease renewals): the writes
@@ -36,6 +38,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::pod::answers::{Answer, SURVEYED};
+use crate::pod::app_password::{self, APP_PASSWORD};
 use crate::pod::applied::{SETTINGS_APPLIED, SettingsReport};
 use crate::pod::archived::ARCHIVED;
 use crate::pod::archived::LastArchived;
@@ -78,6 +81,9 @@ pub struct Round<'a> {
     /// For the writable server with `spec.roles` or `spec.databases`, what it made of
     /// them ([`crate::pod::managed`]).
     pub objects: Option<&'a ObjectsReport>,
+    /// For the writable server, the version of the application role's Secret its
+    /// password follows ([`crate::pod::app_password`]).
+    pub app_password: Option<&'a str>,
 }
 
 /// This round's report, by condition type.
@@ -110,6 +116,9 @@ pub fn report(round: &Round<'_>) -> Report {
     }
     if let Some(objects) = round.objects {
         report.insert(OBJECTS_APPLIED, objects.condition());
+    }
+    if let Some(version) = round.app_password {
+        report.insert(APP_PASSWORD, app_password::condition(version));
     }
     report
 }

@@ -9,6 +9,7 @@
 //! | `backup NAME` | sets `lockstep.dev/backup-now=<token>` and waits for that backup's outcome in `status.lastBackup` |
 //! | `restore NAME [--time T \| --lsn L \| --restore-point N \| --immediate]` | sets `spec.restore` to a new token and the target (none: the end of the archive), and waits until the cluster is Ready after the in-place restore, or the restore is refused or fails |
 //! | `hibernate NAME on\|off` | sets `spec.hibernate`, and waits until the cluster is asleep (`on`) or `Ready` again (`off`), or `Degraded` |
+//! | `rotate-password NAME` | writes a new random password into `<name>-app` with every key made from it, and waits until the primary's role has it |
 //! | `retry NAME` | when a promotion or a hook failed (`Degraded`), a new `lockstep.dev/retry-promote` (PostgresCluster) or `lockstep.dev/retry-hook` (DistributedDB) token, and waits until the step takes it on; refused when nothing waits for one |
 //! | `skip-final-backup NAME` | `lockstep.dev/skip-final-backup=true`, and, if the object is being deleted, waits until it is gone |
 //! | `psql NAME [--replica] [-- ARGS]` | `kubectl exec` into the primary's (or a replica's) `postgres` container, running `psql ARGS` (with a terminal when stdin is one) |
@@ -20,8 +21,9 @@
 //! # Guarantees
 //! - It only reads objects and pods, and writes the one annotation a command names (a
 //!   merge patch of `metadata.annotations`), or, for `restore`, `spec.restore` (a merge
-//!   patch of that one field), for `hibernate`, `spec.hibernate`: never the rest of the
-//!   spec, never the status.
+//!   patch of that one field), for `hibernate`, `spec.hibernate`, for `rotate-password`,
+//!   the keys of `<name>-app` (printing none of them): never the rest of the spec, never
+//!   the status.
 //! - A wait ends: with the outcome (exit 0), a refusal or failure (exit 1, its message
 //!   printed), or the timeout (exit 1).
 //! - It prints no Secret.
@@ -153,6 +155,15 @@ pub enum PluginCommand {
         /// `on` or `off`.
         #[arg(value_parser = ["on", "off"])]
         switch: String,
+        /// When to return.
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// Give a PostgresCluster's application role a new random password: every key of
+    /// `<name>-app` made from it, then wait until the primary's role has it.
+    RotatePassword {
+        /// `NAME` or `postgrescluster/NAME`.
+        name: String,
         /// When to return.
         #[command(flatten)]
         wait: WaitArgs,
@@ -525,6 +536,56 @@ pub async fn run(
                 .wait(wait.timeout, |o| view::hibernation_settled(o, on))
                 .await?;
             Ok(report(out, outcome))
+        }
+        PluginCommand::RotatePassword { name, wait } => {
+            let found = find(&client, &namespace, &name).await?;
+            if !found.is_postgres() {
+                return Err(Error::Resolve(format!("{name} is not a PostgresCluster")));
+            }
+            let pg: crate::machines::postgres::PostgresCluster =
+                serde_json::from_value(found.get().await?)
+                    .map_err(|e| Error::Resolve(format!("reading {name}: {e}")))?;
+            let secret = crate::machines::postgres::render::app::app_name(&pg);
+            let keys = crate::machines::postgres::render::app::rotated_keys(&pg);
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                Api::namespaced(client.clone(), &namespace);
+            let written = secrets
+                .patch(
+                    &secret,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"stringData": keys})),
+                )
+                .await
+                .map_err(|source| Error::Api {
+                    what: format!("writing a new password into {secret}"),
+                    source,
+                })?;
+            let version = written.metadata.resource_version.unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{secret}: a new password and every key made from it (version {version})"
+            );
+            if wait.no_wait {
+                return Ok(0);
+            }
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(wait.timeout);
+            loop {
+                let follows = view::app_password_version(&found.pods(&client).await?);
+                if follows.as_deref() == Some(version.as_str()) {
+                    let _ = writeln!(out, "the primary's role {secret} has the new password");
+                    return Ok(0);
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    let _ = writeln!(
+                        out,
+                        "the primary's role does not have the new password after {}s (it follows version {}); its manager applies it within a minute of the write",
+                        wait.timeout,
+                        follows.as_deref().unwrap_or("none reported")
+                    );
+                    return Ok(1);
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
         PluginCommand::Retry { name, wait } => {
             let found = find(&client, &namespace, &name).await?;

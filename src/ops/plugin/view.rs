@@ -419,6 +419,23 @@ pub fn hibernation_settled(object: &Value, on: bool) -> Option<Result<String, St
     }
 }
 
+/// The version of the application role's Secret the Ready primary among `pods` says
+/// its password follows (the pod condition `lockstep.dev/AppPassword`), if it says one.
+pub fn app_password_version(pods: &[Value]) -> Option<String> {
+    let primary = pods.iter().find(|p| {
+        p.pointer("/metadata/labels/lockstep.dev~1role")
+            .and_then(Value::as_str)
+            == Some("primary")
+    })?;
+    primary
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| text(c, &["type"]).as_deref() == Some(crate::pod::app_password::APP_PASSWORD))
+        .and_then(|c| text(c, &["message"]))
+        .and_then(|m| crate::pod::app_password::version(&m).map(str::to_owned))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,9 @@
 
 use super::*;
 
-/// The bytes of base64url text (JWT segments: no padding).
-fn base64url(text: &str) -> Vec<u8> {
+/// The bytes of base64url text (JWT segments: no padding), or of base64 (a Secret's
+/// data: its padding is skipped).
+pub(super) fn base64url(text: &str) -> Vec<u8> {
     let value = |c: u8| match c {
         b'A'..=b'Z' => Some(c - b'A'),
         b'a'..=b'z' => Some(c - b'a' + 26),

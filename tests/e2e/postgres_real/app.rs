@@ -63,6 +63,49 @@ pub(super) fn the_application_secret_connects_as_a_role_that_is_not_a_superuser(
     );
 }
 
+/// `kubectl lockstep rotate-password`: a new password in every key of `<name>-app`,
+/// printed nowhere; the plugin returns once the primary's role has it; the new `uri`
+/// connects, the old one is refused.
+pub(super) async fn a_rotated_password_reaches_the_role_and_the_old_uri_is_refused(
+    real: &Real,
+    name: &str,
+) {
+    let secret = format!("{name}-app");
+    let read = |key: &str| {
+        let (ok, value) = real.kubectl(&[
+            "get",
+            "secret",
+            &secret,
+            "-o",
+            &format!("jsonpath={{.data.{key}}}"),
+        ]);
+        assert!(
+            ok && !value.trim().is_empty(),
+            "{secret} has no {key}: {value}"
+        );
+        value.trim().to_owned()
+    };
+    let old = read("uri");
+    let (code, said) =
+        crate::postgres::plugin(&["rotate-password", name, "-n", real.ns(), "--timeout", "150"])
+            .await;
+    assert_eq!(code, 0, "kubectl lockstep rotate-password {name}: {said}");
+    let new = read("uri");
+    assert_ne!(old, new, "the uri follows the new password");
+    let password =
+        String::from_utf8(super::api_token::base64url(&read("password"))).expect("a text password");
+    assert!(!said.contains(&password), "the plugin printed the password");
+    let (ok, out) = psql_uri(real, &new, "SELECT current_user");
+    assert!(ok, "the new uri: {out}");
+    assert_eq!(out.trim(), secret);
+    let (ok, out) = psql_uri(real, &old, "SELECT 1");
+    assert!(
+        !ok && out.contains("password authentication failed"),
+        "the old uri still connects: {out}"
+    );
+    eprintln!("application password rotated: the new uri connects, the old one is refused");
+}
+
 /// psql from the client pod as `user` with `password` (in the child's environment, not
 /// argv) into `database` through `<name>-rw`, TLS required, running `sql`.
 fn psql_as(

@@ -449,8 +449,10 @@ impl Manager {
             databases: wanted.databases.clone(),
             judged: digest_of(wanted),
             writable,
+            app_role: self.args.app_user.clone(),
         });
         let objects = self.objects.report();
+        let app_password = writable.then(|| self.objects.app_password()).flatten();
         let synchronous = writable
             .then(|| self.synchronous_waiting(in_files))
             .flatten();
@@ -469,6 +471,7 @@ impl Manager {
                 server,
                 answer: answer.as_ref(),
                 objects: objects.as_ref(),
+                app_password: app_password.as_deref(),
             }));
         }
     }

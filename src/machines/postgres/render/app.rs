@@ -22,9 +22,14 @@
 //!   under the same name finds the claims and the Secret that matches them.
 //! - Generated whether or not `spec.credentialsSecret` is set: it is another Secret.
 //!
+//! - **Its password is the role's**: the writable server's manager applies a changed
+//!   `password` by `ALTER ROLE` (`instance::run::app_password`), so a person rotates it
+//!   by writing the Secret: `kubectl lockstep rotate-password` writes a new password and
+//!   every key made from it ([`rotated_keys`]).
+//!
 //! # Assumptions
-//! - Nobody edits the Secret: its password is set in the database only at bootstrap and
-//!   after a restore (no rotation yet).
+//! - Whoever edits `password` by hand also edits the keys made from it (`uri`,
+//!   `jdbc-uri`, `pgpass`): the operator never re-renders the Secret.
 //!
 //! # Errors
 //! None: rendering is infallible.
@@ -131,6 +136,14 @@ pub fn app_secret(pg: &PostgresCluster) -> Secret {
         type_: Some("kubernetes.io/basic-auth".to_owned()),
         ..Secret::default()
     }
+}
+
+/// Every key of the application Secret with a new random password (what
+/// `kubectl lockstep rotate-password` writes: the password and the keys made from it
+/// change together).
+#[must_use]
+pub fn rotated_keys(pg: &PostgresCluster) -> BTreeMap<String, String> {
+    keys(&app_name(pg), &password(), &primary_host(pg), &database(pg))
 }
 
 /// The instance manager's settings: the role, its password (from the Secret) and its

@@ -165,11 +165,12 @@ pub fn instance_role(pg: &PostgresCluster) -> Result<RbacRole, Error> {
         ]),
     };
     let mut role = role;
-    let secrets = password_secrets(&pg.spec.roles);
-    if !secrets.is_empty()
-        && let Some(rules) = role.rules.as_mut()
-    {
-        // The primary's manager reads the passwords of `spec.roles` (and only those).
+    let mut secrets = password_secrets(&pg.spec.roles);
+    // The application role's password follows its Secret (`instance::run::app_password`).
+    secrets.insert(super::app::app_name(pg));
+    if let Some(rules) = role.rules.as_mut() {
+        // The primary's manager reads the passwords of `spec.roles` and of the
+        // application role (and only those).
         rules.push(PolicyRule {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["secrets".to_owned()]),

@@ -392,7 +392,8 @@ fn the_pods_may_only_get_update_and_patch_their_own_lease_and_patch_their_own_st
     let pg = rendering::object(spec("16.3"));
     let role = render::instance_role(&pg).expect("renders");
     let rules = role.rules.unwrap_or_default();
-    assert_eq!(rules.len(), 2);
+    // The third: the password Secrets (`managed.rs`'s test).
+    assert_eq!(rules.len(), 3);
     assert_eq!(
         rules[1].resources.as_deref(),
         Some(&["pods/status".to_owned()][..])

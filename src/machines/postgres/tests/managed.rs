@@ -34,15 +34,20 @@ fn refused_database(name: &str, why: &str) -> ObjectsReport {
 }
 
 #[test]
-fn the_pods_may_read_exactly_the_password_secrets_the_roles_name() {
+fn the_pods_may_read_exactly_the_password_secrets_the_roles_name_and_the_applications() {
     let plain = render::instance_role(&object(spec("16.3"))).expect("renders");
-    assert!(
-        plain
-            .rules
+    let read = |role: &k8s_openapi::api::rbac::v1::Role| {
+        role.rules
             .iter()
             .flatten()
-            .all(|r| !r.resources.iter().flatten().any(|x| x == "secrets")),
-        "{plain:?}"
+            .filter(|r| r.resources.iter().flatten().any(|x| x == "secrets"))
+            .flat_map(|r| r.resource_names.clone().unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        read(&plain),
+        ["pg-app"],
+        "the application role's password follows its Secret"
     );
     let mut s = spec("16.3");
     s.roles = vec![
@@ -60,7 +65,7 @@ fn the_pods_may_read_exactly_the_password_secrets_the_roles_name() {
     assert_eq!(secrets[0].verbs, ["get"]);
     assert_eq!(
         secrets[0].resource_names.as_deref(),
-        Some(&["reporter-password".to_owned()][..])
+        Some(&["pg-app".to_owned(), "reporter-password".to_owned()][..])
     );
 }
 
