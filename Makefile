@@ -100,6 +100,7 @@ model-deep: ## The shipped machines' model checks with MODEL_DEEP_CASES (20,000)
 	LOCKSTEP_CHECK_SEED='$(LOCKSTEP_CHECK_SEED)' LOCKSTEP_CHECK_CASES='$(MODEL_DEEP_CASES)' \
 	  $(CARGO) test --lib -- --exact --nocapture --test-threads=2 \
 	  machines::postgres::model::scenarios::the_postgres_machine_keeps_one_primary_converges_under_faults_and_takes_every_edge \
+	  machines::postgres::model::hibernation::hibernation_keeps_one_writer_sleeps_with_no_server_and_wakes_with_its_primary \
 	  machines::distributeddb::model::scenarios::distributeddb_is_safe_and_live_under_faults_and_takes_every_edge
 
 .PHONY: docs
