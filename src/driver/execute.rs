@@ -8,6 +8,9 @@
 //! - [`Op::Delete`] carries a UID precondition, and may carry a resourceVersion one;
 //!   `NotFound` and a failed precondition (409) both mean the object as read is gone,
 //!   which is success (a changed object's watch event brings the next decision).
+//! - [`Op::Evict`] carries a UID precondition; `NotFound` and a failed precondition
+//!   mean the pod as read is gone (success). A PodDisruptionBudget's refusal (429) is
+//!   returned as [`Error::Api`] and retried: nothing was done.
 //! - [`Op::Label`] is a JSON merge patch of `metadata.labels`; NotFound counts as success
 //!   (machines relabel whatever replaces the object from their persisted state). With a
 //!   precondition the patch also carries the UID and resourceVersion read, so the server
@@ -21,6 +24,9 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{self as meta, DeleteOptions, ObjectMeta};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::ApiResource;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -78,6 +84,7 @@ pub(crate) fn describe_op(op: &Op) -> String {
             format!("create {}/{}", resource.kind, object.name_any())
         }
         Op::Delete { resource, name, .. } => format!("delete {}/{name}", resource.kind),
+        Op::Evict { name, .. } => format!("evict Pod/{name}"),
         Op::Label { resource, name, .. } => format!("label {}/{name}", resource.kind),
         Op::Patch { resource, name, .. } => format!("patch {}/{name}", resource.kind),
     }
@@ -158,6 +165,27 @@ pub async fn execute(
                 Err(e) => return Err(api_error(what)(e)),
             }
         }
+        Op::Evict { name, uid } => {
+            let params = PostParams {
+                field_manager: Some(field_manager.to_owned()),
+                ..PostParams::default()
+            };
+            // The Eviction built here, not by `Api::evict`, whose body names the field
+            // `delete_options`: the API server reads only `deleteOptions`, and would
+            // evict without the UID precondition.
+            let eviction = eviction(name, namespace, uid);
+            match Api::<Pod>::namespaced(client.clone(), namespace)
+                .create_subresource::<_, Value>("eviction", name, &params, &eviction)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if matches!(status_code(&e), Some(404 | 409)) => {
+                    tracing::debug!("{what}: already gone (or replaced by another pod)");
+                    return Ok(Executed::AlreadySo);
+                }
+                Err(e) => return Err(api_error(what)(e)),
+            }
+        }
         Op::Label {
             resource,
             name,
@@ -201,6 +229,26 @@ pub async fn execute(
         }
     }
     Ok(Executed::Taken)
+}
+
+/// The Eviction of pod `name` in `namespace`, only while it has `uid` (background
+/// propagation, as the machines' deletes).
+pub(crate) fn eviction(name: &str, namespace: &str, uid: &str) -> Eviction {
+    Eviction {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectMeta::default()
+        },
+        delete_options: Some(DeleteOptions {
+            preconditions: Some(meta::Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            propagation_policy: Some("Background".to_owned()),
+            ..DeleteOptions::default()
+        }),
+    }
 }
 
 /// `patch` carrying the object's UID and resourceVersion as read (the API server refuses
@@ -392,6 +440,16 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_eviction_carries_its_uid_precondition_where_the_api_server_reads_it() {
+        let body = serde_json::to_value(eviction("db-2", "prod", "u-7")).expect("serializes");
+        assert_eq!(body["apiVersion"], "policy/v1");
+        assert_eq!(body["kind"], "Eviction");
+        assert_eq!(body["metadata"]["name"], "db-2");
+        assert_eq!(body["deleteOptions"]["preconditions"]["uid"], "u-7");
+        assert_eq!(body["deleteOptions"]["propagationPolicy"], "Background");
+    }
 
     #[test]
     fn the_first_finalizer_creates_the_list() {

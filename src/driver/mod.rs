@@ -244,6 +244,17 @@ pub enum Op {
         /// and the change's watch event brings the next decision.
         version: Option<String>,
     },
+    /// Evict pod `name` if it still has `uid`, through the eviction API: the
+    /// PodDisruptionBudgets over the pod decide with the API server's own count of
+    /// healthy pods, which a decision made on a lagging cache cannot see. NotFound and a
+    /// failed UID precondition count as success; a budget's refusal (429) is an error,
+    /// retried with backoff (the watch event of the pod the budget waits for comes first).
+    Evict {
+        /// The pod's name (in the owner's namespace).
+        name: String,
+        /// The UID precondition.
+        uid: String,
+    },
     /// A JSON merge patch of metadata labels (for example moving a role label); NotFound
     /// counts as success, since machines relabel whatever replaces the object.
     Label {
@@ -381,6 +392,14 @@ impl Op {
             name: name.into(),
             uid: Some(uid.into()),
             version: None,
+        }
+    }
+
+    /// Evict a pod by name, preconditioned on its UID ([`Op::Evict`]).
+    pub fn evict(name: impl Into<String>, uid: impl Into<String>) -> Self {
+        Op::Evict {
+            name: name.into(),
+            uid: uid.into(),
         }
     }
 

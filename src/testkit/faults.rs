@@ -112,7 +112,7 @@ pub struct Record {
     /// The object it concerns: the name in the path, else `metadata.name` of the body
     /// (a create), else `metadata.generateName` followed by `*`.
     pub object: Option<String>,
-    /// The UID precondition of a delete.
+    /// The UID precondition of a delete or an eviction.
     pub uid_precondition: Option<String>,
     /// How it ended.
     pub outcome: Outcome,

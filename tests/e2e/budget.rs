@@ -2,7 +2,7 @@
 //! control plane: nothing per idle or forced reconcile; during a hooked upgrade of three
 //! pods at most one status write per transition or change of the pods the status counts
 //! (`replicas` and `readyReplicas` follow the pods in every state, coalesced with the
-//! transitions' own writes), three pod deletes, no GET on the hot path.
+//! transitions' own writes), three pod evictions, no GET on the hot path.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -57,11 +57,10 @@ fn what(r: &Request) -> String {
         .position(|p| *p == "namespaces")
         .map_or(parts.len().saturating_sub(1), |i| i + 2);
     let resource = parts.get(at).copied().unwrap_or("?");
-    let sub = if r.path.ends_with("/status") {
-        "/status"
-    } else {
-        ""
-    };
+    let sub = ["/status", "/eviction"]
+        .into_iter()
+        .find(|s| r.path.ends_with(s))
+        .unwrap_or_default();
     format!("{} {resource}{sub}", r.method)
 }
 
@@ -238,9 +237,14 @@ async fn one_lifecycle_costs_nothing_idle_and_a_status_write_per_transition_or_r
         "status writes ({status_writes}) ≤ transitions ({taken}) + changes of the pods counted ({changes}): {counted:#?}"
     );
     assert_eq!(
-        counted.get("DELETE pods").copied(),
+        counted.get("POST pods/eviction").copied(),
         Some(3),
-        "each pod replaced once: {counted:#?}"
+        "each pod replaced once, through the eviction API: {counted:#?}"
+    );
+    assert_eq!(
+        counted.get("DELETE pods"),
+        None,
+        "no pod deleted past its budget: {counted:#?}"
     );
     let gets: Vec<&String> = counted.keys().filter(|k| k.starts_with("GET ")).collect();
     assert!(gets.is_empty(), "no GET on the hot path: {counted:#?}");

@@ -4,15 +4,15 @@
 //! an on-demand backup (`lockstep.dev/backup-now`), delete with a final backup. It runs
 //! once without faults, which makes `M` mutating requests; then once per `k` in `1..=M`
 //! with the operator crashed right after the request that is the `k`-th of the
-//! fault-free run (named by what it does and which occurrence it is: "delete pods
+//! fault-free run (named by what it does and which occurrence it is: "create pods/eviction
 //! ledger-1 #1", "patch distributeddbs/status ledger #7", since positions shift by a
 //! request or two between runs) reached the server, and a fresh operator (fresh client,
 //! fresh caches) started at once to finish it. Every run is compared with the
 //! fault-free one:
 //! - the same transitions, in the same order (as the test's own watch saw them);
 //! - the same objects created (a `201` answer), each exactly once, and the same objects
-//!   deleted, each pod incarnation at most once (a `2xx` answer to a `DELETE`; UIDs from
-//!   the delete's precondition), from both operators' request logs;
+//!   deleted, each pod incarnation at most once (a `2xx` answer to a `DELETE` or a pod's
+//!   eviction; UIDs from its precondition), from both operators' request logs;
 //! - the end state: Ready at the new image with every pod at it, `lastBackup` from the
 //!   on-demand Job, and the object's last version before it vanished records the final
 //!   backup as Succeeded (the finalizer went only after it).
@@ -481,7 +481,8 @@ fn effects(
     let mut deleted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for record in log.iter().filter(|r| r.took_effect()) {
         let request = &record.request;
-        if request.resource == "events" || request.subresource.is_some() {
+        let evicts = removes_pod(record);
+        if request.resource == "events" || (request.subresource.is_some() && !evicts) {
             continue;
         }
         let key = format!(
@@ -492,7 +493,7 @@ fn effects(
         if record.server_status() == Some(201) {
             *created.entry(key.clone()).or_insert(0) += 1;
         }
-        if request.verb == Verb::Delete {
+        if request.verb == Verb::Delete || evicts {
             let incarnation = record
                 .uid_precondition
                 .clone()
@@ -564,8 +565,18 @@ fn check_protocol(effects: &Effects, last: Option<&DistributedDB>) -> Result<(),
     }
 }
 
-/// Database pods seen terminating that no operator deleted (by the UID precondition of
-/// its deletes). On this control plane KWOK plays the fake kubelet, and it deletes pods
+/// Whether the request removes a pod: a delete, or an eviction (the upgrade's way).
+fn removes_pod(record: &Record) -> bool {
+    let r = &record.request;
+    r.resource == "pods"
+        && match r.subresource.as_deref() {
+            None => r.verb == Verb::Delete,
+            Some(sub) => sub == "eviction",
+        }
+}
+
+/// Database pods seen terminating that no operator deleted or evicted (by the UID
+/// precondition of its requests). On this control plane KWOK plays the fake kubelet, and it deletes pods
 /// by name without a UID precondition (`deleteResource` in kwok v0.8.0's
 /// pod_controller.go): a late delete meant for a pod can hit its same-named replacement.
 /// The test cluster refuses those (`tools/cluster/kwok/guard.yaml`: KWOK may delete only
@@ -574,7 +585,7 @@ fn check_protocol(effects: &Effects, last: Option<&DistributedDB>) -> Result<(),
 fn foreign_deletions(terminated: &BTreeSet<String>, log: &[Record]) -> Vec<String> {
     let deleted: BTreeSet<&str> = log
         .iter()
-        .filter(|r| r.request.resource == "pods" && r.request.verb == Verb::Delete)
+        .filter(|r| removes_pod(r))
         .filter_map(|r| r.uid_precondition.as_deref())
         .collect();
     terminated

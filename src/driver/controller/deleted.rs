@@ -10,7 +10,7 @@ use crate::driver::{Cache, Op};
 /// How long a reconcile waits for the pod store to show a pod it deleted going.
 pub const DELETE_SEEN_WITHIN: Duration = Duration::from_secs(10);
 
-/// After the API server took `op`, a deletion of a pod by UID, wait until the pod store
+/// After the API server took `op`, a deletion or eviction of a pod by UID, wait until the pod store
 /// shows it going, for at most [`DELETE_SEEN_WITHIN`]: the next decision must not read
 /// the pod as live and serving (an upgrade would take a pod it is replacing for one it
 /// may leave, and report the upgrade complete while the pod goes). Only a deletion the
@@ -27,18 +27,16 @@ pub(super) async fn until_pod_seen_going(
     if executed != Executed::Taken {
         return true;
     }
-    let Op::Delete {
-        resource,
-        name,
-        uid: Some(uid),
-        ..
-    } = op
-    else {
-        return true;
+    let (name, uid) = match op {
+        Op::Delete {
+            resource,
+            name,
+            uid: Some(uid),
+            ..
+        } if resource.kind == "Pod" => (name, uid),
+        Op::Evict { name, uid } => (name, uid),
+        _ => return true,
     };
-    if resource.kind != "Pod" {
-        return true;
-    }
     let ns = Some(target.namespace);
     let seen = cache
         .pods

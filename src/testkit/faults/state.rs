@@ -65,8 +65,12 @@ impl State {
                 None => Some(format!("{}*", meta.get("generateName")?.as_str()?)),
             }
         });
+        // A delete carries its preconditions at the top; an eviction in its deleteOptions.
         let uid_precondition = body
-            .and_then(|b| b.pointer("/preconditions/uid"))
+            .and_then(|b| {
+                b.pointer("/preconditions/uid")
+                    .or_else(|| b.pointer("/deleteOptions/preconditions/uid"))
+            })
             .and_then(Value::as_str)
             .map(str::to_owned);
         let seq = self.log.len() + 1;
