@@ -54,10 +54,14 @@ comes from is said in examples/deploy/rbac.yaml, which the e2e tests prove suffi
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["list", "watch", "create", "patch", "delete"]
-# Upgrades delete pods one ordinal at a time; PostgresCluster moves its role label.
+# Upgrades replace pods one ordinal at a time (PostgresCluster deletes them, DistributedDB
+# evicts them through its PodDisruptionBudget); PostgresCluster moves its role label.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods/eviction"]
+  verbs: ["create"]
 # Granted on to the PostgreSQL pods' Role (each instance reports on its own pod).
 - apiGroups: [""]
   resources: ["pods/status"]

@@ -56,8 +56,10 @@ pub enum DdbAction {
     EnsurePdb,
     /// Apply the StatefulSet in this shape.
     EnsureStatefulSet(Shape),
-    /// Delete pod `ordinal` if it still has `uid`.
-    DeletePod {
+    /// Evict pod `ordinal` if it still has `uid`, through the eviction API: the
+    /// PodDisruptionBudget refuses it while another member is down by the API server's
+    /// count, which a decision made on a lagging cache may not have seen yet.
+    EvictPod {
         /// The ordinal.
         ordinal: i32,
         /// The UID precondition.

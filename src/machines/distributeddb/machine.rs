@@ -13,7 +13,7 @@
 //! ```text
 //!  PreHook(k, uid)  pre-hook Job succeeds (or none is configured, or pod k is already down)
 //!     │ PreHookSucceeded / PreHookSkipped
-//!  Restart(k, uid)  the uid is persisted first; then pod k is deleted with a UID
+//!  Restart(k, uid)  the uid is persisted first; then pod k is evicted with a UID
 //!     │             precondition, only while every other pod is Ready and the
 //!     │             StatefulSet's template is at the target and seen by its controller
 //!     │ PodReplaced (the recreated pod is Ready at the target image)
@@ -23,9 +23,10 @@
 //! ```
 //!
 //! # Guarantees
-//! - **One pod down at a time, deliberately.** A pod is deleted only when every other
+//! - **One pod down at a time, deliberately.** A pod is evicted only when every other
 //!   pod is Ready, the StatefulSet holds the target image and its controller has seen
-//!   it. A pod that is already down and needs replacing is replaced first; otherwise
+//!   it; the eviction goes through the PodDisruptionBudget, so a member someone else
+//!   evicted a moment before (which a lagging cache may not show) refuses it. A pod that is already down and needs replacing is replaced first; otherwise
 //!   ordinals go strictly descending. (Before the cluster first served, Creating replaces
 //!   pods at a superseded `spec.image` that it sees not Ready; through a stale cache
 //!   such a pod may have just become Ready. Nothing has served yet, so this is allowed.)
@@ -40,7 +41,7 @@
 //! - **Pods stay at the version.** At rest, a pod running another image (made from a
 //!   template someone edited) is replaced through the same hooked protocol.
 //! - **No pod is deleted twice.** The pod's UID is persisted in the state before it is
-//!   deleted, and the delete carries it as a precondition: after a crash the delete is
+//!   evicted, and the eviction carries it as a precondition: after a crash it is
 //!   re-issued against the same UID and cannot hit the recreated pod. A pod already at
 //!   the target image is never deleted.
 //! - **Hooks are ordered and run once per attempt.** The pre-hook Job succeeds before
@@ -69,6 +70,10 @@
 //!   of `image` during Scaling waits until it finishes. Creating follows `spec.image`
 //!   directly (nothing has served yet): pods that never became Ready at an earlier image
 //!   are replaced, and Ready ones are upgraded once creation finishes (`MixedImages`).
+//! - The PodDisruptionBudget ([`super::render::pdb`]) exists when an upgrade evicts, and
+//!   the disruption controller's count of healthy members is current: a member deleted
+//!   directly (not evicted) or failing at that moment is one more failure the budget
+//!   cannot see, as it is to any operator.
 //!
 //! # Errors
 //! `decide` has no error path. A failing hook or backup is a Degraded stay naming the pod,
@@ -76,7 +81,8 @@
 //! ends it ([`crate::machines::common::annotations`]). A `Restart` step that waits
 //! longer than the readiness window (a replacement that does not become Ready, a pod that
 //! is not recreated, another pod that is not Ready) is a Degraded stay naming the pod and
-//! what it waits for; the upgrade keeps waiting. States have deadlines
+//! what it waits for; the upgrade keeps waiting. An eviction the budget refuses (429) is
+//! the driver's error, retried with backoff and shown in `lastError`. States have deadlines
 //! ([`Machine::deadline`]) after which a silent stall is reported.
 
 use super::actions::DdbAction;

@@ -126,8 +126,8 @@ impl Operator for DistributedDb {
             DdbAction::EnsureStatefulSet(shape) => {
                 vec![Op::apply(&render::statefulset(object, shape)?)?]
             }
-            DdbAction::DeletePod { ordinal, uid } => {
-                vec![Op::delete::<Pod>(format!("{name}-{ordinal}"), uid)]
+            DdbAction::EvictPod { ordinal, uid } => {
+                vec![Op::evict(format!("{name}-{ordinal}"), uid)]
             }
             DdbAction::DeleteUnstarted {
                 ordinal,

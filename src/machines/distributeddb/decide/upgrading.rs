@@ -56,7 +56,7 @@ fn within_window(mut d: D, waited: Duration) -> D {
     let deletes = d
         .actions()
         .iter()
-        .any(|a| matches!(a, DdbAction::DeletePod { .. }));
+        .any(|a| matches!(a, DdbAction::EvictPod { .. }));
     if let Decision::Stay {
         message,
         wait,
@@ -328,7 +328,7 @@ pub(crate) fn overtaken(u: &Upgrade, o: &Observed) -> Option<D> {
     }
 }
 
-/// Replace the step's pod: delete it (UID-preconditioned) once no other is down, then
+/// Replace the step's pod: evict it (UID-preconditioned) once no other is down, then
 /// wait for its replacement at the target.
 pub(crate) fn restart(u: &Upgrade, o: &Observed, pre_hook: bool, actions: Vec<DdbAction>) -> D {
     let k = u.ordinal;
@@ -358,7 +358,7 @@ pub(crate) fn restart(u: &Upgrade, o: &Observed, pre_hook: bool, actions: Vec<Dd
                     replace::deleting(&name, &u.pod_uid, &u.to),
                     actions,
                 )
-                .with_actions([DdbAction::DeletePod {
+                .with_actions([DdbAction::EvictPod {
                     ordinal: k,
                     uid: u.pod_uid.clone(),
                 }]),

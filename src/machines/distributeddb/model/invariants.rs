@@ -164,7 +164,7 @@ fn the_model_catches_a_delete_of_an_upgraded_pod() {
     ask_statefulset(&mut world, "db:1", 1);
     world.settle();
     let uid = pod_uid(&world, 0);
-    world.apply(&DdbAction::DeletePod { ordinal: 0, uid });
+    world.apply(&DdbAction::EvictPod { ordinal: 0, uid });
     assert!(world.invariants(&DdbState::Creating).is_err());
 }
 
@@ -176,7 +176,7 @@ fn the_model_catches_a_delete_before_the_pre_hook() {
     world.edit_spec(&Edit::Image(1));
     ask_statefulset(&mut world, "db:2", 2);
     let uid = pod_uid(&world, 1);
-    world.apply(&DdbAction::DeletePod { ordinal: 1, uid });
+    world.apply(&DdbAction::EvictPod { ordinal: 1, uid });
     let why = violation(&world);
     assert!(why.contains("before its pre-hook succeeded"), "{why}");
 }
@@ -213,7 +213,7 @@ fn the_model_catches_a_delete_while_another_pod_is_drained() {
     world.step_environment(&Move::JobFinishes(0, true));
     world.step_environment(&Move::PodFails(0));
     let uid = pod_uid(&world, 0);
-    world.apply(&DdbAction::DeletePod { ordinal: 0, uid });
+    world.apply(&DdbAction::EvictPod { ordinal: 0, uid });
     let why = violation(&world);
     assert!(why.contains("drained by its pre-hook"), "{why}");
 }

@@ -9,6 +9,10 @@
 //! asks for backups or to skip the final one. Crashes, stale caches, 409s, lost writes,
 //! failing actions, spec edits and deletion come from the harness.
 //!
+//! The upgrade's evictions go through the PodDisruptionBudget the world keeps (when it
+//! exists): the API server refuses to evict a Ready pod while fewer pods are healthy
+//! than the StatefulSet's replicas, whatever the operator's cache shows.
+//!
 //! Invariants, checked after every event:
 //! - a pod is taken down (a Ready pod deleted, or removed by a scale-down) only while
 //!   every other pod is Ready (for deletes) and no other pod taken down is still down,
@@ -420,6 +424,22 @@ impl Cluster {
             };
             done && j.key.as_deref().is_some_and(|k| k.starts_with(prefix))
         })
+    }
+
+    /// Whether the PodDisruptionBudget (`maxUnavailable: 1`, unhealthy pods always
+    /// evictable) refuses to evict `pod`, as the API server decides: with its own count
+    /// of healthy pods (Ready, not terminating, any ordinal) against the StatefulSet's
+    /// replicas. The world's count is current: the disruption controller's own lag is
+    /// not played (an eviction it let through on a lagging count is a failure at the
+    /// same moment, which no operator can hold).
+    fn budget_refuses(&self, pod: &Pod) -> bool {
+        let expected = self.sts.as_ref().map_or(0, |s| s.replicas);
+        let healthy = self
+            .pods
+            .values()
+            .filter(|p| p.ready && !p.terminating)
+            .count();
+        self.pdb && pod.ready && !pod.terminating && i32::try_from(healthy).unwrap_or(0) < expected
     }
 
     /// Bookkeeping after any change.

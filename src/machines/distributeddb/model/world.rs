@@ -157,16 +157,18 @@ impl WorldModel<DistributedDb> for Cluster {
                     }
                 }
             }
-            DdbAction::DeletePod { ordinal, uid }
+            DdbAction::EvictPod { ordinal, uid }
             | DdbAction::DeleteUnstarted { ordinal, uid, .. } => {
                 let as_read = match action {
                     DdbAction::DeleteUnstarted { version, .. } => Some(version),
                     _ => None,
                 };
+                let evicting = matches!(action, DdbAction::EvictPod { .. });
                 if let Some(pod) = self.pods.get(ordinal).cloned()
                     && pod.uid == *uid
                     && as_read.is_none_or(|v| *v == pod.version())
                     && !pod.terminating
+                    && !(evicting && self.budget_refuses(&pod))
                 {
                     self.check_delete(*ordinal, &pod);
                     if let Some(p) = self.pods.get_mut(ordinal) {

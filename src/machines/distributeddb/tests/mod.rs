@@ -95,8 +95,8 @@ fn upgrading(to: &str, ordinal: i32, step: UpgradeStep, pod_uid: &str) -> DdbSta
     })
 }
 
-fn deletes(d: &Decision<DdbState, DdbAction>) -> Vec<(i32, String)> {
-    picked!(d.actions(), DdbAction::DeletePod { ordinal, uid } => (*ordinal, uid.clone()))
+fn evictions(d: &Decision<DdbState, DdbAction>) -> Vec<(i32, String)> {
+    picked!(d.actions(), DdbAction::EvictPod { ordinal, uid } => (*ordinal, uid.clone()))
 }
 
 /// Decide with the persisted state entered `secs` seconds ago.

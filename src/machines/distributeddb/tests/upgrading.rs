@@ -119,7 +119,7 @@ fn the_pre_hook_runs_before_the_pod_is_deleted() {
     assert!(
         matches!(d.actions(), [DdbAction::RunHook { phase: HookPhase::Pre, ordinal: 2, key, .. }] if *key == pre_hook_key(1))
     );
-    assert!(deletes(&d).is_empty());
+    assert!(evictions(&d).is_empty());
     let d = decide(&s, &state, mid_upgrade().with_job(pre_hook(1, succeeded())));
     // The pod is drained now: it is replaced next, whatever else goes down.
     let restart = drained(upgrade_of(2, UpgradeStep::Restart));
@@ -134,18 +134,18 @@ fn the_pre_hook_runs_before_the_pod_is_deleted() {
 fn the_statefulset_template_moves_to_the_target_before_any_pod_goes_down() {
     let d = restarting(at_rest("db:1"));
     assert!(matches!(d.actions(), [DdbAction::EnsureStatefulSet(s)] if s.image == "db:2"));
-    assert!(deletes(&d).is_empty());
+    assert!(evictions(&d).is_empty());
 }
 
 #[test]
 fn the_pod_is_deleted_with_its_recorded_uid_only_while_the_others_are_ready() {
     assert_eq!(
-        deletes(&restarting(mid_upgrade())),
+        evictions(&restarting(mid_upgrade())),
         vec![(2, uid(2, "db:1"))]
     );
     // Pod 0 is down but already at the target: pod 2 waits for it.
     let d = restarting(mid_upgrade().with_pod(0, "db:2", false));
-    assert!(deletes(&d).is_empty());
+    assert!(evictions(&d).is_empty());
     assert_eq!(d.reason(), WAITING_FOR_PODS);
 }
 
@@ -179,7 +179,7 @@ fn a_pod_going_down_or_coming_back_replans_the_upgrade_before_any_delete() {
     ];
     for (case, s, from, seen, to) in cases {
         let d = decide(&s, &from, seen);
-        assert!(deletes(&d).is_empty(), "{case}: {d:?}");
+        assert!(evictions(&d).is_empty(), "{case}: {d:?}");
         assert_eq!(d.reason(), REPLANNED, "{case}");
         assert_eq!(target(&d), Some(&to), "{case}");
     }
@@ -197,7 +197,7 @@ fn upgrade_never_deletes_a_pod_twice_after_restart() {
     let recreated = mid_upgrade().with_pod(2, "db:2", false);
     for o in [terminating, gone, recreated] {
         let d = restarting(o);
-        assert!(deletes(&d).is_empty(), "{d:?}");
+        assert!(evictions(&d).is_empty(), "{d:?}");
     }
     let d = restarting(mid_upgrade().with_pod(2, "db:2", true));
     assert_goes(
@@ -329,7 +329,7 @@ fn a_retarget_back_to_the_image_a_pod_was_replaced_at_runs_its_post_hook_before_
     // It waits for pod 2 to be Ready, then runs the hook; nothing else goes down.
     let d = decide(&s, &post, o);
     assert_stays(&d, WAITING_FOR_PODS);
-    assert!(deletes(&d).is_empty());
+    assert!(evictions(&d).is_empty());
 }
 
 #[test]
@@ -361,7 +361,7 @@ fn a_replacement_that_does_not_become_ready_is_degraded_after_the_readiness_wind
     );
     let d = decide_after(&spec("db:2"), &state, o, 1000);
     assert!(is_degraded(&d), "{d:?}");
-    assert!(target(&d).is_none() && deletes(&d).is_empty());
+    assert!(target(&d).is_none() && evictions(&d).is_empty());
     assert_says(&d, &["db-2", "Ready"]);
 }
 
@@ -373,7 +373,7 @@ fn a_new_image_waits_while_the_replacement_starts_at_the_previous_target() {
     let starting = mid_upgrade().with_pod(2, "db:2", false);
     let d = decide_after(&spec("db:3"), &state, starting, 30);
     assert!(target(&d).is_none(), "{d:?}");
-    assert!(deletes(&d).is_empty());
+    assert!(evictions(&d).is_empty());
     assert!(!moves_template_to(&d, "db:3"));
     // Once it is Ready, the retarget replaces it from its pre-hook.
     let started = mid_upgrade().with_pod(2, "db:2", true);
@@ -393,7 +393,7 @@ fn a_drained_pod_is_not_passed_over_when_another_goes_down() {
     let restart = target(&d).cloned().unwrap_or_else(|| panic!("{d:?}"));
     let d = decide(&s, &restart, o.with_pod(0, "db:1", false));
     assert_stays(&d, WAITING_FOR_PODS);
-    assert!(deletes(&d).is_empty());
+    assert!(evictions(&d).is_empty());
     assert_says(&d, &["db-0"]);
 }
 
@@ -413,7 +413,7 @@ fn a_new_image_waits_while_the_pod_is_drained() {
     let state = drained(upgrade_of(1, UpgradeStep::Restart));
     let d = decide_after(&spec("db:3"), &state, o, 30);
     assert!(target(&d).is_none(), "{d:?}");
-    assert_eq!(deletes(&d), vec![(1, uid(1, "db:1"))]);
+    assert_eq!(evictions(&d), vec![(1, uid(1, "db:1"))]);
 }
 
 #[test]
