@@ -93,6 +93,7 @@
 pub mod action;
 pub mod decide;
 pub mod machine;
+pub mod objects;
 pub mod observe;
 /// The runtime (`lockstep instance`): the I/O edge that runs [`decide()`].
 #[cfg(target_os = "linux")]

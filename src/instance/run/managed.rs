@@ -1,6 +1,6 @@
 //! `spec.roles` and `spec.databases` on the writable server
-//! ([`crate::pod::managed`]): compared with the catalog, and what differs
-//! applied by `CREATE`, `ALTER` or `DROP`, each entry on its own.
+//! ([`crate::pod::managed`]): the catalog read, what differs planned
+//! ([`crate::instance::objects`], pure) and run as SQL, each entry on its own.
 //!
 //! # Guarantees
 //! - **Never in the Lease's way:** the work runs on its own task ([`Objects::start`]);
@@ -8,10 +8,9 @@
 //!   waiting.
 //! - **Only on the writable server**, and only for the entries listed (and the
 //!   application role's password, [`super::app_password`], first at each pass).
-//! - **One entry's failure stops no other:** each runs as its own script (a role's in
-//!   one transaction); a refused entry is reported with PostgreSQL's reason. Roles to
-//!   keep come first, then databases, then roles to drop (so a database's owner exists,
-//!   and a role's databases can go before it).
+//! - **One entry's failure stops no other:** each runs as its own scripts, in the
+//!   plan's order ([`crate::instance::objects`]'s guarantees); a refused entry is
+//!   reported with PostgreSQL's reason.
 //! - **Passwords never reach argv or the server's log:** a script goes through `psql`'s
 //!   stdin ([`Psql::script`]) and turns statement logging off for its session first.
 //! - A password Secret is read again every [`RESYNC`]; a changed one (another
@@ -24,7 +23,7 @@
 //! None escape: a catalog that cannot be read reports nothing this pass (the last
 //! report stands) and is tried again after [`RETRY`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -33,6 +32,9 @@ use tokio::sync::watch;
 
 use super::quote::{sql_ident, sql_literal};
 use super::sql::Psql;
+use crate::instance::objects::{
+    Attributes, Catalog, RoleRow, Script, Statement, plan, role_statements,
+};
 use crate::pod::managed::{
     DatabaseSpec, Ensure, Kind, ObjectsReport, Outcome, PASSWORD_KEY, RoleSpec, State, one_line,
 };
@@ -151,37 +153,47 @@ async fn keep(
 #[derive(Debug, Default)]
 struct Passwords(BTreeMap<String, String>);
 
-/// One pass over every entry; `None` if the catalog could not be read.
+/// One pass over every entry ([`crate::instance::objects::plan`]); `None` if the
+/// catalog could not be read.
 async fn pass(
     psql: &Psql,
     secrets: Option<&Api<Secret>>,
     wanted: &Wanted,
     passwords: &mut Passwords,
 ) -> Option<ObjectsReport> {
-    let roles = read_roles(psql, &wanted.roles).await?;
-    let databases = read_databases(psql, &wanted.databases).await?;
-    let mut outcomes = BTreeMap::new();
+    let catalog = Catalog {
+        roles: read_roles(psql, &wanted.roles).await?,
+        databases: read_databases(psql, &wanted.databases).await?,
+    };
+    let mut read = BTreeMap::new();
     for role in wanted.roles.iter().filter(|r| r.ensure == Ensure::Present) {
-        let outcome = keep_role(psql, secrets, role, roles.get(&role.name), passwords).await;
-        outcomes.insert((Kind::Role, role.name.clone()), outcome);
+        if let Some(secret) = &role.password_secret {
+            read.insert(role.name.clone(), read_password(secrets, secret).await);
+        }
     }
-    for db in &wanted.databases {
-        let outcome = keep_database(psql, db, databases.get(&db.name)).await;
-        outcomes.insert((Kind::Database, db.name.clone()), outcome);
-    }
-    for role in wanted.roles.iter().filter(|r| r.ensure == Ensure::Absent) {
-        let outcome = match roles.get(&role.name) {
-            None => Ok(State::Absent),
-            Some(_) => run(
-                psql,
-                "postgres",
-                &format!("DROP ROLE {};", sql_ident(&role.name)),
-            )
-            .await
-            .map(|()| State::Absent),
+    let planned = plan(
+        &wanted.roles,
+        &wanted.databases,
+        &catalog,
+        &read,
+        &passwords.0,
+    );
+    let mut outcomes = BTreeMap::new();
+    for entry in planned {
+        let outcome = match entry.work {
+            Err(why) => Err(why),
+            Ok(scripts) => run_all(psql, &scripts).await.map(|()| entry.then),
         };
-        passwords.0.remove(&role.name);
-        outcomes.insert((Kind::Role, role.name.clone()), outcome);
+        match (&outcome, entry.then, entry.password_version) {
+            (Ok(_), _, Some(version)) => {
+                passwords.0.insert(entry.name.clone(), version);
+            }
+            (Ok(_), State::Absent, None) if entry.kind == Kind::Role => {
+                passwords.0.remove(&entry.name);
+            }
+            _ => {}
+        }
+        outcomes.insert((entry.kind, entry.name), outcome);
     }
     let order = wanted
         .roles
@@ -216,71 +228,71 @@ async fn pass(
     })
 }
 
-async fn keep_role(
-    psql: &Psql,
-    secrets: Option<&Api<Secret>>,
-    role: &RoleSpec,
-    row: Option<&RoleRow>,
-    passwords: &mut Passwords,
-) -> Result<State, String> {
-    let password = match &role.password_secret {
-        Some(secret) => Some(read_password(secrets, secret).await?),
-        None => None,
-    };
-    let fresh = password
-        .as_ref()
-        .filter(|(version, _)| row.is_none() || passwords.0.get(&role.name) != Some(version));
-    let sql = role_sql(role, row, fresh.map(|(_, p)| p.as_str()));
-    if !sql.is_empty() {
-        run(psql, "postgres", &format!("BEGIN;\n{sql}COMMIT;\n")).await?;
+/// Runs `scripts` in order, stopping at the first that fails (PostgreSQL's reason).
+async fn run_all(psql: &Psql, scripts: &[Script]) -> Result<(), String> {
+    for script in scripts {
+        run(psql, &script.database, &script_sql(script)).await?;
     }
-    if let Some((version, _)) = password {
-        passwords.0.insert(role.name.clone(), version);
-    }
-    Ok(State::Present)
+    Ok(())
 }
 
-async fn keep_database(
-    psql: &Psql,
-    db: &DatabaseSpec,
-    row: Option<&String>,
-) -> Result<State, String> {
-    let name = sql_ident(&db.name);
-    match (db.ensure, row) {
-        (Ensure::Absent, None) => return Ok(State::Absent),
-        (Ensure::Absent, Some(_)) => {
-            run(psql, "postgres", &format!("DROP DATABASE {name};")).await?;
-            return Ok(State::Absent);
-        }
-        (Ensure::Present, None) => {
-            let owner = sql_ident(&db.owner);
-            run(
-                psql,
-                "postgres",
-                &format!("CREATE DATABASE {name} OWNER {owner};"),
-            )
-            .await?;
-        }
-        (Ensure::Present, Some(owner)) if *owner != db.owner => {
-            let owner = sql_ident(&db.owner);
-            run(
-                psql,
-                "postgres",
-                &format!("ALTER DATABASE {name} OWNER TO {owner};"),
-            )
-            .await?;
-        }
-        (Ensure::Present, Some(_)) => {}
+/// A script's SQL: its statements, one per line, in `BEGIN`/`COMMIT` when it is a
+/// transaction.
+#[must_use]
+pub fn script_sql(script: &Script) -> String {
+    let body: String = script.statements.iter().map(statement_sql).collect();
+    if script.transaction {
+        format!("BEGIN;\n{body}COMMIT;\n")
+    } else {
+        body
     }
-    let extensions: String = db
-        .extensions
-        .iter()
-        .map(|e| format!("CREATE EXTENSION IF NOT EXISTS {};\n", sql_ident(e)))
-        .collect();
-    if !extensions.is_empty() {
-        run(psql, &db.name, &extensions).await?;
-    }
-    Ok(State::Present)
+}
+
+/// One statement's SQL, with its line end.
+#[must_use]
+pub fn statement_sql(statement: &Statement) -> String {
+    let password = |p: &str| format!(" PASSWORD {}", sql_literal(p));
+    let sql = match statement {
+        Statement::CreateRole {
+            name,
+            attributes: a,
+            password: p,
+        } => format!(
+            "CREATE ROLE {} WITH {}{}",
+            sql_ident(name),
+            attributes(a),
+            p.as_deref().map(password).unwrap_or_default()
+        ),
+        Statement::AlterRole {
+            name,
+            attributes: a,
+        } => format!("ALTER ROLE {} WITH {}", sql_ident(name), attributes(a)),
+        Statement::SetPassword { name, password: p } => {
+            format!("ALTER ROLE {} WITH{}", sql_ident(name), password(p))
+        }
+        Statement::Grant { role, member } => {
+            format!("GRANT {} TO {}", sql_ident(role), sql_ident(member))
+        }
+        Statement::Revoke { role, member } => {
+            format!("REVOKE {} FROM {}", sql_ident(role), sql_ident(member))
+        }
+        Statement::DropRole { name } => format!("DROP ROLE {}", sql_ident(name)),
+        Statement::CreateDatabase { name, owner } => format!(
+            "CREATE DATABASE {} OWNER {}",
+            sql_ident(name),
+            sql_ident(owner)
+        ),
+        Statement::SetOwner { name, owner } => format!(
+            "ALTER DATABASE {} OWNER TO {}",
+            sql_ident(name),
+            sql_ident(owner)
+        ),
+        Statement::DropDatabase { name } => format!("DROP DATABASE {}", sql_ident(name)),
+        Statement::CreateExtension { name } => {
+            format!("CREATE EXTENSION IF NOT EXISTS {}", sql_ident(name))
+        }
+    };
+    format!("{sql};\n")
 }
 
 /// Runs `sql` in `database` with statement logging off; PostgreSQL's reason on one
@@ -326,18 +338,6 @@ pub(super) async fn read_password(
     ))
 }
 
-/// A role as the catalog has it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoleRow {
-    /// `rolsuper`, `rolinherit`, `rolcreaterole`, `rolcreatedb`, `rolcanlogin`,
-    /// `rolreplication`.
-    pub flags: [bool; 6],
-    /// `rolconnlimit`.
-    pub connection_limit: i32,
-    /// The roles it is a member of.
-    pub member_of: BTreeSet<String>,
-}
-
 fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
     let listed: Vec<String> = names.map(|n| sql_literal(n)).collect();
     if listed.is_empty() {
@@ -361,12 +361,13 @@ async fn read_roles(psql: &Psql, roles: &[RoleSpec]) -> Option<BTreeMap<String, 
         rows.into_iter()
             .filter_map(|row| {
                 let [name, flags @ .., limit, member_of]: [String; 9] = row.try_into().ok()?;
-                let flags: [bool; 6] = flags.map(|f| f == "t");
                 Some((
                     name,
                     RoleRow {
-                        flags,
-                        connection_limit: limit.parse().ok()?,
+                        attributes: Attributes {
+                            flags: flags.map(|f| f == "t"),
+                            connection_limit: limit.parse().ok()?,
+                        },
                         member_of: member_of
                             .split(',')
                             .filter(|m| !m.is_empty())
@@ -411,20 +412,8 @@ async fn catalog(psql: &Psql, sql: &str) -> Option<Vec<Vec<String>>> {
     }
 }
 
-/// The attributes `role` asks for, in the catalog's order ([`RoleRow::flags`]).
-fn flags(role: &RoleSpec) -> [bool; 6] {
-    [
-        role.superuser,
-        role.inherit,
-        role.createrole,
-        role.createdb,
-        role.login,
-        role.replication,
-    ]
-}
-
-/// The `WITH` clause for `role`'s attributes.
-fn attributes(role: &RoleSpec) -> String {
+/// The `WITH` clause for a role's attributes.
+fn attributes(a: &Attributes) -> String {
     const NAMES: [&str; 6] = [
         "SUPERUSER",
         "INHERIT",
@@ -435,7 +424,7 @@ fn attributes(role: &RoleSpec) -> String {
     ];
     let mut words: Vec<String> = NAMES
         .iter()
-        .zip(flags(role))
+        .zip(a.flags)
         .map(|(name, on)| {
             if on {
                 (*name).to_owned()
@@ -444,42 +433,18 @@ fn attributes(role: &RoleSpec) -> String {
             }
         })
         .collect();
-    words.push(format!("CONNECTION LIMIT {}", role.connection_limit));
+    words.push(format!("CONNECTION LIMIT {}", a.connection_limit));
     words.join(" ")
 }
 
-/// The statements that bring a role to be kept from `row` (`None`: it does not exist) to
+/// The SQL that brings a role to be kept from `row` (`None`: it does not exist) to
 /// `role`, with `password` if one is to be set; empty when nothing differs.
 #[must_use]
 pub fn role_sql(role: &RoleSpec, row: Option<&RoleRow>, password: Option<&str>) -> String {
-    let name = sql_ident(&role.name);
-    let mut sql = String::new();
-    let password = password
-        .map(|p| format!(" PASSWORD {}", sql_literal(p)))
-        .unwrap_or_default();
-    let member_of = match row {
-        None => {
-            sql += &format!("CREATE ROLE {name} WITH {}{password};\n", attributes(role));
-            BTreeSet::new()
-        }
-        Some(row) => {
-            if row.flags != flags(role) || row.connection_limit != role.connection_limit {
-                sql += &format!("ALTER ROLE {name} WITH {};\n", attributes(role));
-            }
-            if !password.is_empty() {
-                sql += &format!("ALTER ROLE {name} WITH{password};\n");
-            }
-            row.member_of.clone()
-        }
-    };
-    let wanted: BTreeSet<&String> = role.in_roles.iter().collect();
-    for granted in wanted.iter().filter(|g| !member_of.contains(**g)) {
-        sql += &format!("GRANT {} TO {name};\n", sql_ident(granted));
-    }
-    for extra in member_of.iter().filter(|m| !wanted.contains(m)) {
-        sql += &format!("REVOKE {} FROM {name};\n", sql_ident(extra));
-    }
-    sql
+    role_statements(role, row, password.map(str::to_owned))
+        .iter()
+        .map(statement_sql)
+        .collect()
 }
 
 #[cfg(test)]
@@ -495,8 +460,7 @@ mod tests {
 
     fn row_of(role: &RoleSpec) -> RoleRow {
         RoleRow {
-            flags: flags(role),
-            connection_limit: role.connection_limit,
+            attributes: Attributes::of(role),
             member_of: role.in_roles.iter().cloned().collect(),
         }
     }
