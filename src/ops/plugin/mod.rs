@@ -33,11 +33,14 @@ pub mod view;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::runtime::wait::await_condition;
 use kube::runtime::wait::conditions::is_deleted;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::{Value, json};
 
 use super::Error;
@@ -223,15 +226,18 @@ impl Found {
         serde_json::to_value(object).map_err(|e| Error::Resolve(e.to_string()))
     }
 
-    async fn pods(&self, client: &Client) -> Result<Vec<Value>, Error> {
-        let pods: Api<k8s_openapi::api::core::v1::Pod> =
-            Api::namespaced(client.clone(), &self.namespace);
-        let selector = format!(
+    /// The label selector of its database pods.
+    fn pod_selector(&self) -> String {
+        format!(
             "app.kubernetes.io/instance={},lockstep.dev/component=database",
             self.name
-        );
+        )
+    }
+
+    async fn pods(&self, client: &Client) -> Result<Vec<Value>, Error> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
         let list = pods
-            .list(&ListParams::default().labels(&selector))
+            .list(&ListParams::default().labels(&self.pod_selector()))
             .await
             .map_err(|source| Error::Api {
                 what: format!("listing the pods of {}", self.name),
@@ -242,6 +248,56 @@ impl Found {
             .into_iter()
             .filter_map(|p| serde_json::to_value(p).ok())
             .collect())
+    }
+
+    /// Set `spec.<field>` to `value` (a merge patch).
+    async fn set_spec(&self, field: &str, value: Value) -> Result<(), Error> {
+        let patch = json!({"spec": {field: value}});
+        self.api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::Api {
+                what: format!("setting spec.{field} of {}", self.name),
+                source,
+            })?;
+        Ok(())
+    }
+
+    /// Watch its database pods until `read` of them is `wanted`, or `timeout` passes.
+    /// Returns what `read` last saw (`Ok` once it is `wanted`, `Err` otherwise).
+    async fn wait_pods(
+        &self,
+        client: &Client,
+        timeout: u64,
+        read: impl Fn(&[Value]) -> Option<String>,
+        wanted: &str,
+    ) -> Result<Option<String>, Option<String>> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
+        let config = watcher::Config::default().labels(&self.pod_selector());
+        let (store, writer) = reflector::store();
+        let mut events = std::pin::pin!(watcher(pods, config).default_backoff().reflect(writer));
+        let mut last = None;
+        let deadline = tokio::time::sleep(Duration::from_secs(timeout));
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                () = &mut deadline => return Err(last),
+                event = events.next() => {
+                    if event.is_none() {
+                        return Err(last);
+                    }
+                    let seen: Vec<Value> = store
+                        .state()
+                        .iter()
+                        .filter_map(|p| serde_json::to_value(p.as_ref()).ok())
+                        .collect();
+                    last = read(&seen);
+                    if last.as_deref() == Some(wanted) {
+                        return Ok(last);
+                    }
+                }
+            }
+        }
     }
 
     async fn annotate(&self, key: &str, value: &str) -> Result<(), Error> {
@@ -482,15 +538,9 @@ pub async fn run(
                 (None, None, None, false) => Value::Null,
             };
             let value = token();
-            let patch = json!({"spec": {"restore": {"token": value, "target": target}}});
             found
-                .api
-                .patch(&found.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|source| Error::Api {
-                    what: format!("setting spec.restore of {}", found.name),
-                    source,
-                })?;
+                .set_spec("restore", json!({"token": value, "target": target}))
+                .await?;
             let _ = writeln!(out, "spec.restore.token={value} set on {}", found.name);
             if wait.no_wait {
                 return Ok(0);
@@ -519,15 +569,7 @@ pub async fn run(
                 return Err(Error::Resolve(format!("{name} is not a PostgresCluster")));
             }
             let on = switch == "on";
-            let patch = json!({"spec": {"hibernate": on}});
-            found
-                .api
-                .patch(&found.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|source| Error::Api {
-                    what: format!("setting spec.hibernate of {}", found.name),
-                    source,
-                })?;
+            found.set_spec("hibernate", json!(on)).await?;
             let _ = writeln!(out, "spec.hibernate={on} set on {}", found.name);
             if wait.no_wait {
                 return Ok(0);
@@ -568,24 +610,18 @@ pub async fn run(
             if wait.no_wait {
                 return Ok(0);
             }
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(wait.timeout);
-            loop {
-                let follows = view::app_password_version(&found.pods(&client).await?);
-                if follows.as_deref() == Some(version.as_str()) {
-                    let _ = writeln!(out, "the primary's role {secret} has the new password");
-                    return Ok(0);
-                }
-                if tokio::time::Instant::now() >= deadline {
-                    let _ = writeln!(
-                        out,
-                        "the primary's role does not have the new password after {}s (it follows version {}); its manager applies it within a minute of the write",
-                        wait.timeout,
-                        follows.as_deref().unwrap_or("none reported")
-                    );
-                    return Ok(1);
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
+            let followed = found
+                .wait_pods(&client, wait.timeout, view::app_password_version, &version)
+                .await;
+            let outcome = match followed {
+                Ok(_) => Ok(format!("the primary's role {secret} has the new password")),
+                Err(follows) => Err(format!(
+                    "the primary's role does not have the new password after {}s (it follows version {}); its manager applies it within a minute of the write",
+                    wait.timeout,
+                    follows.as_deref().unwrap_or("none reported")
+                )),
+            };
+            Ok(report(out, outcome))
         }
         PluginCommand::Retry { name, wait } => {
             let found = find(&client, &namespace, &name).await?;

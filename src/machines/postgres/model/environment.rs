@@ -40,12 +40,7 @@ impl World {
                     .copied()
                     .filter(|k| ordinal(*k) < n)
                     .collect();
-                let removed: Vec<i32> = self
-                    .pods
-                    .keys()
-                    .copied()
-                    .filter(|k| *k >= n && *k < GONE)
-                    .collect();
+                let removed = self.pods_beyond(n);
                 if !removed.is_empty() {
                     for k in streaming {
                         self.replicate(k);
@@ -205,6 +200,16 @@ impl World {
 }
 
 impl World {
+    /// The ordinals of the pods a StatefulSet of `n` replicas removes (a force-deleted
+    /// pod, [`GONE`] and above, is the kubelet's, not the StatefulSet's).
+    pub(super) fn pods_beyond(&self, n: i32) -> Vec<i32> {
+        self.pods
+            .keys()
+            .copied()
+            .filter(|k| *k >= n && *k < GONE)
+            .collect()
+    }
+
     /// The StatefulSet's claim retention policy (`whenScaled`), as the operator renders
     /// it ([`crate::machines::postgres::render::when_scaled`]): with `Delete`, the
     /// claims of the pods `removed` by a scale-down to `n` go with them.

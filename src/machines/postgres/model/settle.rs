@@ -113,12 +113,7 @@ impl World {
         }
         // Partitioned nodes answer: the kubelet kills the containers of pods that no
         // longer exist (force-deleted ones, [`GONE`]).
-        let removed: Vec<i32> = self
-            .pods
-            .keys()
-            .copied()
-            .filter(|k| *k >= n && *k < GONE)
-            .collect();
+        let removed = self.pods_beyond(n);
         self.pods.retain(|k, p| *k < n && !p.terminating);
         self.claims_scaled_away(&removed, n);
         // Partitions heal (a cut holder still writable renews again), paused pods
