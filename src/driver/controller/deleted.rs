@@ -10,15 +10,15 @@ use crate::driver::{Cache, Op};
 /// How long a reconcile waits for the pod store to show a pod it deleted going.
 pub const DELETE_SEEN_WITHIN: Duration = Duration::from_secs(10);
 
-/// After the API server took `op`, a deletion or eviction of a pod by UID, wait until the pod store
-/// shows it going, for at most [`DELETE_SEEN_WITHIN`]: the next decision must not read
-/// the pod as live and serving (an upgrade would take a pod it is replacing for one it
-/// may leave, and report the upgrade complete while the pod goes). Only a deletion the
-/// server took ([`Executed::Taken`]) is waited for: one it refused on its preconditions
-/// (the pod gone, replaced, or changed since it was read) leaves the pod as the store
-/// shows it. Past the bound (a watch that lags) the
-/// reconcile goes on, as it did before this wait. Says whether the store shows what the
-/// op did (always, for any other op).
+/// After the API server took `op`, a deletion or eviction of a pod by UID, wait until
+/// the pod store shows it going, for at most [`DELETE_SEEN_WITHIN`]: the next decision
+/// must not read the pod as live and serving (an upgrade would take a pod it is
+/// replacing for one it may leave, and report the upgrade complete while the pod goes).
+/// Only a removal the server took ([`Executed::Taken`]) is waited for: one it refused on
+/// its preconditions (the pod gone, replaced, or changed since it was read) leaves the
+/// pod as the store shows it. Past the bound (a watch that lags) the reconcile goes on,
+/// as it did before this wait. Says whether the store shows what the op did (always,
+/// for any other op).
 pub(super) async fn until_pod_seen_going(
     cache: &Cache,
     target: &Target<'_>,
