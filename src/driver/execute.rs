@@ -10,7 +10,8 @@
 //!   which is success (a changed object's watch event brings the next decision).
 //! - [`Op::Evict`] carries a UID precondition; `NotFound` and a failed precondition
 //!   mean the pod as read is gone (success). A PodDisruptionBudget's refusal (429) is
-//!   returned as [`Error::Api`] and retried: nothing was done.
+//!   returned as [`Error::Api`] and retried: nothing was done. So is a `Failure` status
+//!   in a successful answer's body (two budgets over the pod), never taken as done.
 //! - [`Op::Label`] is a JSON merge patch of `metadata.labels`; NotFound counts as success
 //!   (machines relabel whatever replaces the object from their persisted state). With a
 //!   precondition the patch also carries the UID and resourceVersion read, so the server
@@ -174,11 +175,12 @@ pub async fn execute(
             // `delete_options`: the API server reads only `deleteOptions`, and would
             // evict without the UID precondition.
             let eviction = eviction(name, namespace, uid);
-            match Api::<Pod>::namespaced(client.clone(), namespace)
+            let answer = Api::<Pod>::namespaced(client.clone(), namespace)
                 .create_subresource::<_, Value>("eviction", name, &params, &eviction)
                 .await
-            {
-                Ok(_) => {}
+                .and_then(|body| failure(&body).map_or(Ok(()), Err));
+            match answer {
+                Ok(()) => {}
                 Err(e) if matches!(status_code(&e), Some(404 | 409)) => {
                     tracing::debug!("{what}: already gone (or replaced by another pod)");
                     return Ok(Executed::AlreadySo);
@@ -229,6 +231,18 @@ pub async fn execute(
         }
     }
     Ok(Executed::Taken)
+}
+
+/// The failure a successful answer may carry: the eviction subresource answers some
+/// refusals (a pod that more than one PodDisruptionBudget selects) with a `Status` of
+/// `Failure` in its body, whatever the HTTP code.
+pub(crate) fn failure(body: &Value) -> Option<kube::Error> {
+    let is_failure = body.get("kind").and_then(Value::as_str) == Some("Status")
+        && body.get("status").and_then(Value::as_str) == Some("Failure");
+    let status: kube::core::Status = serde_json::from_value(body.clone())
+        .ok()
+        .filter(|_| is_failure)?;
+    Some(kube::Error::Api(status.boxed()))
 }
 
 /// The Eviction of pod `name` in `namespace`, only while it has `uid` (background
@@ -440,6 +454,19 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_eviction_answered_with_a_failure_status_is_a_failure_with_its_code() {
+        let body = json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+            "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+        });
+        let error = failure(&body).expect("a failure");
+        assert_eq!(status_code(&error), Some(500));
+        let taken = json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201});
+        assert!(failure(&taken).is_none());
+        assert!(failure(&json!({"kind": "Eviction"})).is_none());
+    }
 
     #[test]
     fn an_eviction_carries_its_uid_precondition_where_the_api_server_reads_it() {

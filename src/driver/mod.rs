@@ -142,15 +142,20 @@ pub enum Error {
 
 impl Error {
     /// Whether retrying cannot help until a person acts: the API server found an
-    /// object invalid (400, 422) or the verb forbidden (403), or the action could not
-    /// be rendered at all. Such errors are reported as `Degraded` with a Warning Event,
-    /// not only as `lastError`.
+    /// object invalid (400, 422) or the verb forbidden (403), cannot decide an eviction
+    /// because more than one PodDisruptionBudget selects the pod (someone else's budget
+    /// over the members: 500, naming it), or the action could not be rendered at all.
+    /// Such errors are reported as `Degraded` with a Warning Event, not only as
+    /// `lastError`.
     pub fn is_refusal(&self) -> bool {
         match self {
             Error::Api {
                 source: kube::Error::Api(status),
                 ..
-            } => matches!(status.code, 400 | 403 | 422),
+            } => {
+                matches!(status.code, 400 | 403 | 422)
+                    || (status.code == 500 && status.message.contains(SEVERAL_BUDGETS))
+            }
             Error::Render(_) => true,
             _ => false,
         }
@@ -200,6 +205,10 @@ impl Error {
         text[..end].to_owned()
     }
 }
+
+/// What the API server says when it cannot evict a pod that more than one
+/// PodDisruptionBudget selects (the eviction subresource decides with one budget only).
+const SEVERAL_BUDGETS: &str = "more than one PodDisruptionBudget";
 
 /// Whether `error` is the API server refusing a write only because its namespace is
 /// being deleted (a `NamespaceTerminating` cause).
@@ -633,6 +642,23 @@ mod tests {
         }
         assert!(Error::Render("no name".into()).is_refusal());
         assert!(!Error::Conflict.is_refusal());
+    }
+
+    #[test]
+    fn an_eviction_that_two_budgets_select_is_a_refusal_and_a_full_budget_is_not() {
+        let status = |code, message: &str| Error::Api {
+            what: "evict Pod/db-2".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure(message, "InternalError")
+                    .with_code(code)
+                    .boxed(),
+            ),
+        };
+        let several = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
+        assert!(status(500, several).is_refusal());
+        let full = "Cannot evict pod as it would violate the pod's disruption budget.";
+        assert!(!status(429, full).is_refusal());
+        assert!(!status(500, "etcdserver: request timed out").is_refusal());
     }
 
     #[test]

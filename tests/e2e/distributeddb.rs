@@ -1,6 +1,6 @@
 //! DistributedDB end to end, on the real control plane with KWOK pods: creation, the
-//! ordered hooked upgrade (asserted from watched pod deletions and Job creations), a
-//! failing pre-hook, an operator killed mid-upgrade, drift and scaling, backups, a
+//! ordered hooked upgrade (asserted from watched pod deletions and Job creations), an
+//! upgrade held by someone else's disruption budget, a failing pre-hook, an operator killed mid-upgrade, drift and scaling, backups, a
 //! failing final backup, and the API server's validation.
 //!
 //! KWOK runs no containers: database pods become Ready on their own, Job pods complete
@@ -14,6 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -298,6 +299,69 @@ async fn a_new_distributeddb_becomes_ready_and_an_image_change_replaces_pods_2_1
         .map(ToString::to_string)
         .unwrap_or_default();
     assert!(history.contains("UpgradeCompleted"), "{history}");
+    operator.stop().await;
+    db.env.finish().await;
+}
+
+#[tokio::test]
+async fn an_upgrade_under_someone_elses_disruption_budget_is_degraded_naming_it_and_goes_on_once_it_is_gone()
+ {
+    // The upgrade evicts through the members' PodDisruptionBudget. A second budget over
+    // the same pods makes every eviction impossible (the API server decides with one
+    // budget only): the machine says so and evicts nothing until it goes.
+    let db = Db::new("ddb-two-budgets").await;
+    let operator = db.operator();
+    let three = spec(json!({
+        "replicas": 3,
+        "image": "registry.example/db:1",
+        "storage": {"size": "1Gi"},
+    }));
+    db.create("stock", three).await;
+    db.ready_at("stock", "registry.example/db:1").await;
+    let pdbs: Api<PodDisruptionBudget> = db.env.api();
+    let theirs: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "theirs"},
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": {"app.kubernetes.io/instance": "stock"}},
+        },
+    }))
+    .expect("a budget");
+    pdbs.create(&PostParams::default(), &theirs)
+        .await
+        .expect("create a second budget");
+
+    db.merge_patch("stock", json!({"spec": {"image": "registry.example/db:2"}}))
+        .await;
+    let held = db
+        .degraded("stock", conditions::reason::REQUEST_REFUSED)
+        .await;
+    let message = &condition(Some(&held), conditions::DEGRADED)
+        .expect("Degraded")
+        .message;
+    assert!(
+        message.contains("evict Pod/stock-2")
+            && message.contains("more than one PodDisruptionBudget"),
+        "names the pod and why: {message}"
+    );
+    let pods: Api<Pod> = db.env.api();
+    for k in 0..3 {
+        let pod = pods.get(&format!("stock-{k}")).await.expect("the pod");
+        assert!(
+            pod.metadata.deletion_timestamp.is_none(),
+            "stock-{k} was not evicted"
+        );
+    }
+
+    pdbs.delete("theirs", &DeleteParams::default())
+        .await
+        .expect("delete the second budget");
+    let upgraded = db.ready_at("stock", "registry.example/db:2").await;
+    assert!(
+        condition(Some(&upgraded), conditions::DEGRADED)
+            .is_none_or(|c| c.status != conditions::status::TRUE),
+        "Degraded clears once the upgrade goes on"
+    );
     operator.stop().await;
     db.env.finish().await;
 }
