@@ -343,11 +343,12 @@ pub struct WalStall {
 
 impl WalStall {
     /// The stall as read `now`: the insert and flush positions of a writable server,
-    /// and the stall read before. `None` once everything written is flushed; a new
-    /// flush position starts the count again.
+    /// and the stall read before. `None` once everything written is flushed, or when
+    /// all that lies between is the header of the page the flush position starts
+    /// ([`header_only`]); a new flush position starts the count again.
     #[must_use]
     pub fn next(before: Option<WalStall>, inserted: Lsn, flushed: Lsn, now: Mono) -> Option<Self> {
-        (inserted > flushed).then(|| WalStall {
+        (inserted > flushed && !header_only(inserted, flushed)).then(|| WalStall {
             since: before
                 .filter(|b| b.flushed == flushed)
                 .map_or(now, |b| b.since),
@@ -355,6 +356,21 @@ impl WalStall {
             inserted,
         })
     }
+}
+
+/// The size of a WAL page (PostgreSQL's `XLOG_BLCKSZ`, 8 kB as Debian builds it).
+const WAL_PAGE: u64 = 8192;
+
+/// The size of a WAL segment's first page header (`SizeOfXLogLongPHD`); every other
+/// page's is shorter.
+const LONG_PAGE_HEADER: u64 = 40;
+
+/// Whether `inserted` is only past the header of the page that begins at `flushed`:
+/// after a WAL switch (a failover's new timeline, `pg_switch_wal()`) an idle server's
+/// insert position points past the new page's header, which nothing is flushed for
+/// until the next record. No commit waits on it.
+fn header_only(inserted: Lsn, flushed: Lsn) -> bool {
+    flushed.0 % WAL_PAGE == 0 && inserted.0.saturating_sub(flushed.0) <= LONG_PAGE_HEADER
 }
 
 impl Observation {

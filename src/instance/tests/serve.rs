@@ -533,3 +533,20 @@ fn a_wal_stall_counts_from_when_the_flush_position_last_moved() {
     assert_eq!(moved.map(|s| s.since), Some(at(30)));
     assert_eq!(WalStall::next(moved, Lsn(700), Lsn(700), at(40)), None);
 }
+
+#[test]
+fn an_idle_server_after_a_wal_switch_is_not_stalled_by_the_new_pages_header() {
+    // Seen on the real node: after a failover's switch to a new timeline the idle
+    // primary's insert position stood at 0/9000028, its flush position at 0/9000000,
+    // and the manager fenced a healthy primary 31 s later.
+    let (segment, header) = (Lsn(0x9_000_000), Lsn(0x9_000_028));
+    assert_eq!(WalStall::next(None, header, segment, at(10)), None);
+    let short_header = Lsn(0x9_002_000 + 0x18);
+    assert_eq!(
+        WalStall::next(None, short_header, Lsn(0x9_002_000), at(10)),
+        None
+    );
+    // A record past the header is WAL to flush.
+    let record = Lsn(0x9_000_060);
+    assert!(WalStall::next(None, record, segment, at(10)).is_some());
+}
