@@ -370,7 +370,7 @@ const LONG_PAGE_HEADER: u64 = 40;
 /// insert position points past the new page's header, which nothing is flushed for
 /// until the next record. No commit waits on it.
 fn header_only(inserted: Lsn, flushed: Lsn) -> bool {
-    flushed.0 % WAL_PAGE == 0 && inserted.0.saturating_sub(flushed.0) <= LONG_PAGE_HEADER
+    flushed.0.is_multiple_of(WAL_PAGE) && inserted.0.saturating_sub(flushed.0) <= LONG_PAGE_HEADER
 }
 
 impl Observation {
