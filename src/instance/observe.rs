@@ -345,7 +345,7 @@ impl WalStall {
     /// The stall as read `now`: the insert and flush positions of a writable server,
     /// and the stall read before. `None` once everything written is flushed, or when
     /// all that lies between is the header of the page the flush position starts
-    /// ([`header_only`]); a new flush position starts the count again.
+    /// (a WAL switch on an idle server); a new flush position starts the count again.
     #[must_use]
     pub fn next(before: Option<WalStall>, inserted: Lsn, flushed: Lsn, now: Mono) -> Option<Self> {
         (inserted > flushed && !header_only(inserted, flushed)).then(|| WalStall {
