@@ -84,6 +84,7 @@ fn db_spec(image: &str) -> DistributedDBSpec {
             pre_hook: Some(hook()),
             post_hook: Some(hook()),
         }),
+        scaling: None,
         resources: None,
         ports: vec![DbPort {
             name: "db".to_owned(),

@@ -5,7 +5,9 @@
 //! - [`etcd_lifecycle_on_the_real_node`]: the DistributedDB of `examples/etcd.yaml` created → 3 members
 //!   healthy → upgraded 3.6 → 3.7 pod by pod with the hooks while a writer writes
 //!   through the Service (quorum never lost, every acknowledged write readable, write
-//!   errors only around a restart, cluster version 3.7) → `lockstep.dev/backup-now`:
+//!   errors only around a restart, cluster version 3.7) → scaled 3 → 5 → 3 through the
+//!   membership hooks under another writer, one member killed at 3
+//!   ([`scaling::scale_under_a_writer`]) → `lockstep.dev/backup-now`:
 //!   the snapshot is in S3 and restores into a fresh etcd that holds every key → delete:
 //!   the final snapshot is in S3 before the finalizer goes.
 //! - [`the_deploy_manifests_run_the_operator_on_the_real_node`]: the overlay
@@ -44,6 +46,9 @@ use lockstep::machines::distributeddb::actions::backup_key;
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
 
 use crate::support::{Env, Fixture, RESTRICTED, TEST_MANAGER, kubeconfig_path, restricted};
+
+#[path = "etcd_scaling.rs"]
+mod scaling;
 use lockstep::machines::common::security::NON_ROOT_UID;
 
 /// The label (and taint key) of the real node (tools/node/node.sh).
@@ -577,7 +582,7 @@ pub(crate) async fn assert_all_healthy(ns: &str, version: &str) {
 /// The writer: one key per put through the Service, logging `ack N <time>` or
 /// `err N <time>`; alongside, every half second, `q <healthy members> <time>` from an
 /// `endpoint health` of the three members. Stops at `/tmp/stop`, then logs `done`.
-fn writer_pod(ns: &str) -> Pod {
+fn writer_pod(ns: &str, name: &str, prefix: &str) -> Pod {
     let script = format!(
         r#"svc=http://{NAME}.{ns}.svc:2379
 eps={eps}
@@ -592,7 +597,7 @@ quorum &
 i=0
 while [ ! -f /tmp/stop ]; do
   i=$((i + 1))
-  if etcdctl --endpoints=$svc --dial-timeout=1s --command-timeout=3s put key-$i v$i >/dev/null 2>&1; then
+  if etcdctl --endpoints=$svc --dial-timeout=1s --command-timeout=3s put {prefix}-$i v$i >/dev/null 2>&1; then
     echo "ack $i $(date +%s.%N)"
   else
     echo "err $i $(date +%s.%N)"
@@ -607,7 +612,7 @@ sleep infinity
     );
     restricted(
         serde_json::from_value(json!({
-            "metadata": {"name": "writer"},
+            "metadata": {"name": name},
             "spec": {
                 "terminationGracePeriodSeconds": 1,
                 "containers": [{
@@ -780,9 +785,12 @@ async fn etcd_lifecycle_on_the_real_node() {
     assert_all_healthy(&ns, "3.6.16").await;
 
     // 2. Upgrade under a writer.
-    pods.create(&PostParams::default(), &placed(writer_pod(&ns), &object))
-        .await
-        .expect("create the writer");
+    pods.create(
+        &PostParams::default(),
+        &placed(writer_pod(&ns, "writer", "key"), &object),
+    )
+    .await
+    .expect("create the writer");
     wait_long(
         &pods,
         "writer",
@@ -798,13 +806,13 @@ async fn etcd_lifecycle_on_the_real_node() {
     let log = follow_log(pods.clone(), "writer");
     let (restarts, recorder) = record_restarts(pods.clone());
     // Some writes before the upgrade starts.
-    wait_for_log_acks(&pods, 20).await;
+    wait_for_log_acks(&pods, "writer", 20).await;
     let upgrade_started = now();
     db.merge_patch(NAME, json!({"spec": {"image": TO}})).await;
     wait_ready_at(&db.api, TO).await;
     let upgrade_done = now();
     // Some writes after the last restart.
-    wait_for_log_acks(&pods, 20).await;
+    wait_for_log_acks(&pods, "writer", 20).await;
     kubectl(
         &["-n", &ns, "exec", "writer", "--", "touch", "/tmp/stop"],
         None,
@@ -917,6 +925,10 @@ async fn etcd_lifecycle_on_the_real_node() {
         "cluster version: {version}"
     );
 
+    // 2b. Scaling 3 -> 5 -> 3 through the membership hooks, under a writer; one member
+    // killed at 3.
+    scaling::scale_under_a_writer(&db, &object, &pods, &ns).await;
+
     // 3. On-demand backup: in S3, and a fresh etcd restored from it holds every key.
     let token = format!("e2e-{}", std::process::id());
     db.merge_patch(
@@ -1007,10 +1019,10 @@ async fn etcd_lifecycle_on_the_real_node() {
 
 /// Wait until the writer has acknowledged `n` more writes than when called (read from
 /// its log: polled under the deadline, a log has no watch).
-async fn wait_for_log_acks(pods: &Api<Pod>, n: usize) {
+async fn wait_for_log_acks(pods: &Api<Pod>, writer: &str, n: usize) {
     let count = |log: &str| log.lines().filter(|l| l.starts_with("ack ")).count();
     let logs = || async {
-        pods.logs("writer", &LogParams::default())
+        pods.logs(writer, &LogParams::default())
             .await
             .unwrap_or_default()
     };

@@ -6,31 +6,48 @@ use super::state::DdbState;
 pub use crate::machines::common::actions::JobAction;
 use crate::machines::common::meta::short_hash;
 
-/// Both hooks, for messages and Job keys.
+/// Every hook, for messages, Job keys and the hook's `HOOK` variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
-#[strum(serialize_all = "lowercase")]
+#[strum(serialize_all = "kebab-case")]
 pub enum HookPhase {
-    /// Before the pod is deleted.
+    /// Before the pod is replaced (an upgrade).
     Pre,
-    /// After its replacement is Ready.
+    /// After its replacement is Ready (an upgrade).
     Post,
+    /// Before a member's pod is created.
+    PreScaleUp,
+    /// After the added member's pod is Ready.
+    PostScaleUp,
+    /// Before a member's pod is removed.
+    PreScaleDown,
+    /// After the removed member's pod is gone.
+    PostScaleDown,
 }
 
 impl HookPhase {
-    /// `pre-upgrade hook` / `post-upgrade hook`.
+    /// `pre-upgrade hook`, `pre-scale-up hook`, ...
     pub fn describe(self) -> &'static str {
         match self {
             HookPhase::Pre => "pre-upgrade hook",
             HookPhase::Post => "post-upgrade hook",
+            HookPhase::PreScaleUp => "pre-scale-up hook",
+            HookPhase::PostScaleUp => "post-scale-up hook",
+            HookPhase::PreScaleDown => "pre-scale-down hook",
+            HookPhase::PostScaleDown => "post-scale-down hook",
         }
     }
 
     /// The hook's spec, if configured.
     pub fn of(self, spec: &DistributedDBSpec) -> Option<&Hook> {
-        let upgrade = spec.upgrade.as_ref()?;
+        let upgrade = || spec.upgrade.as_ref();
+        let scaling = || spec.scaling.as_ref();
         match self {
-            HookPhase::Pre => upgrade.pre_hook.as_ref(),
-            HookPhase::Post => upgrade.post_hook.as_ref(),
+            HookPhase::Pre => upgrade()?.pre_hook.as_ref(),
+            HookPhase::Post => upgrade()?.post_hook.as_ref(),
+            HookPhase::PreScaleUp => scaling()?.pre_scale_up.as_ref(),
+            HookPhase::PostScaleUp => scaling()?.post_scale_up.as_ref(),
+            HookPhase::PreScaleDown => scaling()?.pre_scale_down.as_ref(),
+            HookPhase::PostScaleDown => scaling()?.post_scale_down.as_ref(),
         }
     }
 }

@@ -145,6 +145,9 @@ pub struct DistributedDBSpec {
     pub backup_policy: Option<BackupPolicy>,
     /// Hooks run around each pod's replacement during an upgrade.
     pub upgrade: Option<UpgradePolicy>,
+    /// Hooks run around each member added or removed when `replicas` changes (for
+    /// example, to add it to the database's membership before its pod starts).
+    pub scaling: Option<ScalingPolicy>,
     /// Resources of the database container.
     pub resources: Option<ResourceRequirements>,
     /// The ports the database listens on; the headless Service exposes the same (at
@@ -235,10 +238,33 @@ pub struct UpgradePolicy {
     pub post_hook: Option<Hook>,
 }
 
+/// Scaling hooks: each runs once per member added or removed, with that member's
+/// ordinal (`TARGET_ORDINAL`) in its environment. Members are added one at a time in
+/// ascending order (pre-hook, the StatefulSet grows by one, the pod becomes Ready,
+/// post-hook) and removed one at a time in descending order (pre-hook, the StatefulSet
+/// shrinks by one, the pod is gone, post-hook).
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingPolicy {
+    /// Runs before a member's pod is created (for example, to add it to the membership).
+    pub pre_scale_up: Option<Hook>,
+    /// Runs once the added member's pod is Ready (for example, to promote it to a
+    /// voting member once it has caught up).
+    pub post_scale_up: Option<Hook>,
+    /// Runs before a member's pod is removed (for example, to move the leadership away
+    /// and remove it from the membership).
+    pub pre_scale_down: Option<Hook>,
+    /// Runs once the removed member's pod is gone.
+    pub post_scale_down: Option<Hook>,
+}
+
 /// A container run to completion as one Job per pod and attempt.
 ///
 /// It gets `TARGET_POD`, `TARGET_ORDINAL`, `TARGET_HOST` (the pod's stable DNS name),
-/// `FROM_IMAGE`, `TO_IMAGE` and `HOOK` (`pre` or `post`) in its environment.
+/// `FROM_IMAGE`, `TO_IMAGE` and `HOOK` (`pre`, `post`, `pre-scale-up`, `post-scale-up`,
+/// `pre-scale-down` or `post-scale-down`) in its environment (a scaling hook's
+/// `FROM_IMAGE` and `TO_IMAGE` are both the cluster's image).
 #[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use super::api::{BackupPolicy, DbPort, DistributedDBSpec, Hook, Storage, UpgradePolicy};
+use super::api::{
+    BackupPolicy, DbPort, DistributedDBSpec, Hook, ScalingPolicy, Storage, UpgradePolicy,
+};
 
 /// A spec of `replicas` pods at `image`, without hooks or backups.
 pub(crate) fn spec(image: &str, replicas: i32) -> DistributedDBSpec {
@@ -15,6 +17,7 @@ pub(crate) fn spec(image: &str, replicas: i32) -> DistributedDBSpec {
         },
         backup_policy: None,
         upgrade: None,
+        scaling: None,
         resources: None,
         ports: vec![DbPort {
             name: "db".to_owned(),
@@ -48,6 +51,17 @@ pub(crate) fn with_hooks(mut s: DistributedDBSpec, retry_limit: i32) -> Distribu
     s.upgrade = Some(UpgradePolicy {
         pre_hook: Some(hook(retry_limit)),
         post_hook: Some(hook(retry_limit)),
+    });
+    s
+}
+
+/// `s` with every scaling hook, each retried `retry_limit` times.
+pub(crate) fn with_scaling_hooks(mut s: DistributedDBSpec, retry_limit: i32) -> DistributedDBSpec {
+    s.scaling = Some(ScalingPolicy {
+        pre_scale_up: Some(hook(retry_limit)),
+        post_scale_up: Some(hook(retry_limit)),
+        pre_scale_down: Some(hook(retry_limit)),
+        post_scale_down: Some(hook(retry_limit)),
     });
     s
 }

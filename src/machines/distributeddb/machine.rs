@@ -22,6 +22,18 @@
 //!  PreHook(j, …)    the next ordinal j < k   …   UpgradeCompleted → Ready(version = target)
 //! ```
 //!
+//! Within `Scaling { replicas, hook }`, each member added (ascending) or removed
+//! (descending) is one step, its hooks optional (`spec.scaling`):
+//!
+//! ```text
+//!  hook PreScaleUp(k)    StatefulSet at k; the hook adds member k      ScaleHookSucceeded
+//!  hook PostScaleUp(k)   StatefulSet at k+1; runs once pod k exists    ScaleHookSucceeded
+//!  no hook               StatefulSet at k+1; every pod Ready → next step (NextReplica)
+//!                        or ScalingComplete → Ready
+//!  hook PreScaleDown(k)  StatefulSet at k+1; the hook removes member k ScaleHookSucceeded
+//!  hook PostScaleDown(k) StatefulSet at k; runs once pod k is gone     ScaleHookSucceeded
+//! ```
+//!
 //! # Guarantees
 //! - **One pod down at a time, deliberately.** A pod is evicted only when every other
 //!   pod is Ready, the StatefulSet holds the target image and its controller has seen
@@ -38,6 +50,12 @@
 //!   Scaling adds or removes one replica at a time, each once every pod is Ready and the
 //!   previous one is gone (a replica that is not Ready may be removed at once: it serves
 //!   nothing).
+//! - **The membership before the pods.** With scaling hooks, the StatefulSet grows only
+//!   after the member's pre-scale-up hook succeeded (the database knows the member before
+//!   its pod starts) and shrinks only after its pre-scale-down hook succeeded (the
+//!   database no longer counts it in its quorum when its pod goes). The hooks' Jobs are
+//!   named from (hook, ordinal, a token persisted when the step began, attempt): a
+//!   restart adopts them, and each runs once per step and attempt.
 //! - **Pods stay at the version.** At rest, a pod running another image (made from a
 //!   template someone edited) is replaced through the same hooked protocol.
 //! - **No pod is deleted twice.** The pod's UID is persisted in the state before it is
@@ -65,7 +83,9 @@
 //! # Assumptions
 //! - The StatefulSet controller recreates deleted pods from the current template
 //!   (`OnDelete`), and names them `<name>-<ordinal>`.
-//! - Hook and backup images are idempotent enough to be retried as new attempts.
+//! - Hook and backup images are idempotent enough to be retried as new attempts; a
+//!   scaling hook finds its work done when run again (a member already added, already
+//!   removed).
 //! - A change of `replicas` during an upgrade waits for the upgrade to finish; a change
 //!   of `image` during Scaling waits until it finishes. Creating follows `spec.image`
 //!   directly (nothing has served yet): pods that never became Ready at an earlier image
@@ -143,14 +163,22 @@ impl Machine for DistributedDb {
                     *replicas,
                     on_demand::Served::of(world),
                     lost,
-                    o,
+                    world,
                 )
             }
             DdbState::Scaling {
                 version,
                 from_replicas,
                 replicas,
-            } => scaling(spec, version, *from_replicas, *replicas, o),
+                hook,
+            } => scaling(
+                spec,
+                version,
+                *from_replicas,
+                *replicas,
+                hook.as_ref(),
+                world,
+            ),
             DdbState::Upgrading(u) => upgrading(spec, u, world),
             DdbState::BackingUp {
                 version,
@@ -173,6 +201,7 @@ impl Machine for DistributedDb {
 
     fn deadline(state: &DdbState) -> Deadline {
         match state {
+            DdbState::Scaling { hook: Some(_), .. } => Deadline::minutes(60, HOOK_WAY_OUT),
             DdbState::Creating | DdbState::Scaling { .. } => Deadline::minutes(15, PODS_WAY_OUT),
             DdbState::Upgrading(u) => match u.step {
                 UpgradeStep::Restart => Deadline::minutes(15, RESTART_WAY_OUT),
@@ -205,8 +234,24 @@ impl Machine for DistributedDb {
             DdbState::Scaling {
                 from_replicas,
                 replicas,
+                hook: None,
                 ..
             } => Some(format!("{from_replicas}->{replicas}")),
+            DdbState::Scaling {
+                from_replicas,
+                replicas,
+                hook: Some(h),
+                ..
+            } => Some(format!(
+                "{from_replicas}->{replicas}/{}:{}{}",
+                h.phase,
+                h.ordinal,
+                if h.attempt > 1 {
+                    format!("#{}", h.attempt)
+                } else {
+                    String::new()
+                }
+            )),
             DdbState::Upgrading(u) if u.attempt > 1 => {
                 Some(format!("{}/{}#{}", u.ordinal, u.step, u.attempt))
             }

@@ -461,6 +461,55 @@ mod tests {
     }
 
     #[test]
+    fn a_scaling_hook_job_is_told_its_hook_and_member_and_is_restricted() {
+        let mut db = db();
+        let hook = db
+            .spec
+            .upgrade
+            .as_ref()
+            .and_then(|u| u.pre_hook.clone())
+            .expect("a pre-hook");
+        db.spec.scaling = Some(crate::machines::distributeddb::api::ScalingPolicy {
+            pre_scale_up: Some(hook),
+            ..Default::default()
+        });
+        let job = hook_job(
+            &db,
+            HookPhase::PreScaleUp,
+            3,
+            "pre-scale-up-3-x-1",
+            "etcd:1",
+            "etcd:1",
+        )
+        .expect("a hook Job")
+        .expect("a pre-scale-up hook");
+        let pod = testing::job_pod(&job);
+        testing::assert_restricted(&pod, "a scaling hook Job");
+        let env: BTreeMap<String, String> = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+            .collect();
+        assert_eq!(env.get("HOOK").map(String::as_str), Some("pre-scale-up"));
+        assert_eq!(env.get("TARGET_ORDINAL").map(String::as_str), Some("3"));
+        assert_eq!(env.get("TARGET_POD").map(String::as_str), Some("etcd-3"));
+        let none = hook_job(
+            &db,
+            HookPhase::PostScaleUp,
+            3,
+            "post-scale-up-3-x-1",
+            "etcd:1",
+            "etcd:1",
+        )
+        .expect("no error");
+        assert!(
+            none.is_none(),
+            "a hook that is not configured renders nothing"
+        );
+    }
+
+    #[test]
     fn every_pod_it_renders_is_admitted_under_the_restricted_pod_security_standard() {
         let mut db = db();
         if let Some(upgrade) = db.spec.upgrade.as_mut() {

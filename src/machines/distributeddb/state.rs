@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strum::EnumDiscriminants;
 
+use super::actions::HookPhase;
 use crate::machines::common::retry::RetryBudget;
 
 /// The persisted state of a DistributedDB (`status.machine.state`). Its CRD schema is
@@ -35,6 +36,11 @@ pub enum DdbState {
         /// The replicas the StatefulSet now holds: one step away from the replicas
         /// before it (the next step is taken once every pod is Ready at this one).
         replicas: i32,
+        /// The scaling hook of the member being added or removed, while one is due:
+        /// a pre-hook runs with the StatefulSet still at `replicas`, a post-hook once
+        /// it holds them. (Absent in records written before scaling hooks: none due.)
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hook: Option<ScaleHook>,
     },
     /// Pods are being replaced one ordinal at a time.
     Upgrading(Upgrade),
@@ -103,6 +109,68 @@ pub enum UpgradeStep {
     Restart,
     /// Running the post-hook.
     PostHook,
+}
+
+/// A scaling hook due for one member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleHook {
+    /// Which hook.
+    pub phase: ScalePhase,
+    /// The member added or removed.
+    pub ordinal: i32,
+    /// Chosen when the step began (before any Job of it exists), so that the hook's
+    /// Jobs are this step's alone: a member added, removed and added again runs its
+    /// hooks again.
+    pub token: String,
+    /// The hook attempt, from 1.
+    pub attempt: u32,
+    /// The hook's retry budget, renewed by a `retry-hook` token.
+    #[serde(flatten)]
+    pub budget: RetryBudget,
+    /// The last `skip-hook` token acted on (or present when the step began).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_ack: Option<String>,
+}
+
+/// The scaling hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
+pub enum ScalePhase {
+    /// `scaling.preScaleUp`: the StatefulSet does not hold the member yet.
+    PreScaleUp,
+    /// `scaling.postScaleUp`: the StatefulSet holds the member; it runs once it is Ready.
+    PostScaleUp,
+    /// `scaling.preScaleDown`: the StatefulSet still holds the member.
+    PreScaleDown,
+    /// `scaling.postScaleDown`: the StatefulSet no longer holds the member; it runs once
+    /// its pod is gone.
+    PostScaleDown,
+}
+
+impl ScalePhase {
+    /// The hook's phase ([`HookPhase`]: its spec, Job key and messages).
+    pub fn hook(self) -> HookPhase {
+        match self {
+            ScalePhase::PreScaleUp => HookPhase::PreScaleUp,
+            ScalePhase::PostScaleUp => HookPhase::PostScaleUp,
+            ScalePhase::PreScaleDown => HookPhase::PreScaleDown,
+            ScalePhase::PostScaleDown => HookPhase::PostScaleDown,
+        }
+    }
+
+    /// The hooks of a step from `from` to `to` replicas: (pre, post).
+    pub fn of_step(from: i32, to: i32) -> (ScalePhase, ScalePhase) {
+        if to > from {
+            (ScalePhase::PreScaleUp, ScalePhase::PostScaleUp)
+        } else {
+            (ScalePhase::PreScaleDown, ScalePhase::PostScaleDown)
+        }
+    }
+
+    /// A pre-hook (the StatefulSet does not take the step until it succeeds).
+    pub fn is_pre(self) -> bool {
+        matches!(self, ScalePhase::PreScaleUp | ScalePhase::PreScaleDown)
+    }
 }
 
 crate::machines::common::finalize::impl_states!(DdbState);

@@ -39,6 +39,13 @@ pub mod reason {
     pub const NEXT_REPLICA: &str = "NextReplica";
     /// Edge: every wanted replica exists and is Ready, and no other does.
     pub const SCALING_COMPLETE: &str = "ScalingComplete";
+    /// Edge: a scaling hook Job succeeded: after a pre-hook the StatefulSet takes the
+    /// step; after a post-hook the step is done.
+    pub const SCALE_HOOK_SUCCEEDED: &str = "ScaleHookSucceeded";
+    /// Edge: a scaling hook due is not run: it was removed from the spec, or (a
+    /// post-scale-up hook) `spec.replicas` went below the member before the hook
+    /// started or after it failed.
+    pub const SCALE_HOOK_DROPPED: &str = "ScaleHookDropped";
     /// Edge: the pre-hook Job succeeded.
     pub const PRE_HOOK_SUCCEEDED: &str = "PreHookSucceeded";
     /// Edge: no pre-hook runs (none configured, or the pod is already down).
@@ -105,6 +112,11 @@ pub static TABLE: &[Edge<DdbKind>] = crate::edges![DdbKind;
     Scaling -> {
         Scaling: NEXT_REPLICA, "the StatefulSet holds the step's replicas, all Ready, none beyond: one replica more or fewer towards spec.replicas", by::SCALING;
         Scaling: REPLICAS_CHANGED, "spec.replicas is below the step's replicas and the replica to remove is not Ready: it is removed without waiting", by::SCALING;
+        Scaling: SCALE_HOOK_SUCCEEDED, "the step's pre-hook succeeded (the StatefulSet takes the step) or its post-hook did (the step is done)", by::SCALING;
+        Scaling: SCALE_HOOK_DROPPED, "the hook due was removed from spec.scaling, or spec.replicas went below a member added whose post-scale-up hook has not started or failed (it is removed without it)", by::SCALING;
+        Scaling: HOOK_RETRIED, "a failed scaling hook's backoff is over and its retry budget is not spent", by::HOOKS;
+        Scaling: HOOK_RETRY_REQUESTED, "a scaling hook exhausted its retries and lockstep.dev/retry-hook has a new token", by::HOOKS;
+        Scaling: HOOK_SKIPPED, "a scaling hook exhausted its retries and lockstep.dev/skip-hook has a new token: the step goes on without it", by::HOOKS;
         Ready: SCALING_COMPLETE, "exactly spec.replicas pods exist and all are Ready", by::SCALING;
     }
     Ready -> {

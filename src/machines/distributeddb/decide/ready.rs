@@ -8,9 +8,9 @@
 
 use std::ops::ControlFlow;
 
-use super::scaling::{Step, describe_step, next_step};
+use super::scaling::{Step, begin_step, describe_step, next_step};
 use super::{D, Next, next_pod, shape_at, stay, upkeep};
-use crate::engine::Decision;
+use crate::engine::{Decision, World};
 use crate::machines::common::actions::{self, JobActions};
 use crate::machines::common::annotations;
 use crate::machines::common::jobs::{self, Purpose};
@@ -30,12 +30,13 @@ pub(crate) fn ready(
     replicas: i32,
     served: on_demand::Served<'_>,
     lost: Option<String>,
-    o: &Observed,
+    world: &World<Observed>,
 ) -> D {
+    let o = &world.observed;
     let shape = shape_at(spec, version, replicas, o);
     let mut actions = upkeep(spec, &shape, o);
     if spec.replicas != replicas {
-        return rescale(spec, version, &shape, o, actions);
+        return rescale(spec, version, &shape, world, actions);
     }
     if spec.image != version {
         return upgrade(spec, version, replicas, o, actions);
@@ -64,23 +65,22 @@ fn rescale(
     spec: &DistributedDBSpec,
     version: &str,
     shape: &Shape,
-    o: &Observed,
+    world: &World<Observed>,
     actions: Vec<DdbAction>,
 ) -> D {
+    let o = &world.observed;
     let replicas = shape.replicas;
     match next_step(shape, spec.replicas, o, !actions.is_empty()) {
-        Step::Next { replicas: next, .. } => Decision::go(
-            DdbState::Scaling {
-                version: version.to_owned(),
-                from_replicas: replicas,
-                replicas: next,
-            },
+        Step::Next { replicas: next, .. } => begin_step(
+            spec,
+            (version, replicas, replicas, next),
             REPLICAS_CHANGED,
             format!(
                 "scaling from {replicas} to {} replicas, one at a time: {}",
                 spec.replicas,
                 describe_step(o, replicas, next, spec.replicas)
             ),
+            world,
         ),
         Step::Wait(why) => {
             let pending = stay(

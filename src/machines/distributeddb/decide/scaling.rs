@@ -1,14 +1,20 @@
 //! Scaling: replicas are added or removed one at a time, each step behind the readiness
 //! gate of upgrades, by stepping the StatefulSet's `spec.replicas` (its
 //! `podManagementPolicy` is `Parallel` and immutable on a live StatefulSet, so the
-//! machine, not the StatefulSet controller, keeps it to one member at a time).
+//! machine, not the StatefulSet controller, keeps it to one member at a time). Each
+//! step may run hooks (`spec.scaling`): a pre-hook before the StatefulSet takes the
+//! step, a post-hook once it is done ([`hooked`]).
 
+use super::hooks::{HookedScale, hook_step};
 use super::{D, shape_at, stay, upkeep};
-use crate::engine::Decision;
-use crate::machines::distributeddb::actions::Shape;
+use crate::engine::{Decision, World};
+use crate::machines::common::jobs::JobOutcome;
+use crate::machines::common::meta::short_hash;
+use crate::machines::common::retry::RetryBudget;
+use crate::machines::distributeddb::actions::{DdbAction, Shape, hook_key};
 use crate::machines::distributeddb::api::DistributedDBSpec;
 use crate::machines::distributeddb::observe::Observed;
-use crate::machines::distributeddb::state::DdbState;
+use crate::machines::distributeddb::state::{DdbState, ScaleHook, ScalePhase};
 use crate::machines::distributeddb::table::reason::*;
 
 /// The next step of scaling from the StatefulSet's `replicas` towards `wanted`.
@@ -80,15 +86,28 @@ pub(crate) fn describe_step(o: &Observed, from: i32, to: i32, wanted: i32) -> St
     }
 }
 
+/// Decide in Scaling: the StatefulSet holds `replicas`; `hook` is the scaling hook due,
+/// if one is.
 pub(crate) fn scaling(
     spec: &DistributedDBSpec,
     version: &str,
     from_replicas: i32,
     replicas: i32,
-    o: &Observed,
+    hook: Option<&ScaleHook>,
+    world: &World<Observed>,
 ) -> D {
+    let o = &world.observed;
     let shape = shape_at(spec, version, replicas, o);
     let actions = upkeep(spec, &shape, o);
+    if let Some(hook) = hook {
+        let s = HookedScale {
+            version: version.to_owned(),
+            from_replicas,
+            replicas,
+            hook: hook.clone(),
+        };
+        return hooked(spec, &s, &shape, world, actions);
+    }
     match next_step(&shape, spec.replicas, o, !actions.is_empty()) {
         Step::Next { settled: true, .. } if spec.replicas == replicas => Decision::go(
             DdbState::Ready {
@@ -101,18 +120,16 @@ pub(crate) fn scaling(
         Step::Next {
             replicas: next,
             settled,
-        } if next != replicas => Decision::go(
-            DdbState::Scaling {
-                version: version.to_owned(),
-                from_replicas,
-                replicas: next,
-            },
+        } if next != replicas => begin_step(
+            spec,
+            (version, from_replicas, replicas, next),
             if settled {
                 NEXT_REPLICA
             } else {
                 REPLICAS_CHANGED
             },
             describe_step(o, replicas, next, spec.replicas),
+            world,
         ),
         Step::Next { .. } => stay(WAITING_FOR_PODS, format!("{replicas} replicas"), actions),
         Step::Wait(why) => stay(
@@ -121,4 +138,139 @@ pub(crate) fn scaling(
             actions,
         ),
     }
+}
+
+/// The step of `(version, from_replicas, replicas, next)`: the StatefulSet goes from
+/// `replicas` to `next` after the step's pre-hook (at once if none is configured),
+/// with its post-hook due if one is configured. The hooks' token is chosen here, so
+/// the step's Jobs are named before any of them exists.
+pub(crate) fn begin_step(
+    spec: &DistributedDBSpec,
+    (version, from_replicas, replicas, next): (&str, i32, i32, i32),
+    reason: &'static str,
+    message: String,
+    world: &World<Observed>,
+) -> D {
+    let (pre, post) = ScalePhase::of_step(replicas, next);
+    let ordinal = replicas.max(next) - 1;
+    let token = short_hash(&[version, &ordinal.to_string(), &world.now.to_rfc3339()]);
+    let due = |phase: ScalePhase| {
+        phase
+            .hook()
+            .of(spec)
+            .map(|_| ScaleHook::begin(phase, ordinal, token.clone(), &world.observed))
+    };
+    let (replicas, hook) = match due(pre) {
+        Some(hook) => (replicas, Some(hook)),
+        None => (next, due(post)),
+    };
+    Decision::go(
+        DdbState::Scaling {
+            version: version.to_owned(),
+            from_replicas,
+            replicas,
+            hook,
+        },
+        reason,
+        message,
+    )
+}
+
+impl ScaleHook {
+    /// `phase`'s hook for member `ordinal`, from its first attempt; the escape-hatch
+    /// tokens already set are acknowledged, so only new ones act.
+    fn begin(phase: ScalePhase, ordinal: i32, token: String, o: &Observed) -> Self {
+        let requests = &o.own.requests;
+        ScaleHook {
+            phase,
+            ordinal,
+            token,
+            attempt: 1,
+            budget: RetryBudget::begin(requests.retry_hook.clone()),
+            skip_ack: requests.skip_hook.clone(),
+        }
+    }
+}
+
+/// A step with its hook due. A pre-hook runs at once (the step was begun once a member
+/// could be added or removed) and, once it succeeds or is skipped, the StatefulSet
+/// takes the step, with the post-hook due if one is configured. A post-hook runs once
+/// the step is done (the added member's pod created, the removed one's gone). When
+/// `spec.replicas` goes back below a member added whose post-scale-up hook has not
+/// started or has failed, the hook is dropped, so that the member can be removed
+/// (through its pre-scale-down hook) without waiting for a person.
+fn hooked(
+    spec: &DistributedDBSpec,
+    s: &HookedScale,
+    shape: &Shape,
+    world: &World<Observed>,
+    actions: Vec<DdbAction>,
+) -> D {
+    let o = &world.observed;
+    let h = &s.hook;
+    let phase = h.phase.hook();
+    let name = o.pod_name(h.ordinal);
+    let key = hook_key(phase, h.ordinal, &s.version, &h.token, h.attempt);
+    let job = o.job(&key);
+    let up = matches!(h.phase, ScalePhase::PreScaleUp | ScalePhase::PostScaleUp);
+    if h.phase.is_pre() {
+        let next = if up { s.replicas + 1 } else { s.replicas - 1 };
+        let take_step = |s: &HookedScale, reason, message| {
+            let (_, post) = ScalePhase::of_step(s.replicas, next);
+            let post = post
+                .hook()
+                .of(spec)
+                .map(|_| ScaleHook::begin(post, h.ordinal, h.token.clone(), o));
+            Decision::go(s.state(next, post), reason, message)
+        };
+        let Some(hook) = phase.of(spec) else {
+            let message = format!("{name}: the {} was removed from the spec", phase.describe());
+            return take_step(s, SCALE_HOOK_DROPPED, message);
+        };
+        return hook_step(s, world, phase, hook, key, job, actions, |s, message, _| {
+            take_step(s, SCALE_HOOK_SUCCEEDED, message)
+        });
+    }
+    let failed = job.is_some_and(|j| matches!(j.outcome, JobOutcome::Failed { .. }));
+    if up && spec.replicas < s.replicas && (job.is_none() || failed) {
+        return Decision::go(
+            s.state(s.replicas, None),
+            SCALE_HOOK_DROPPED,
+            format!(
+                "spec.replicas is {}: {name} is removed without its {}",
+                spec.replicas,
+                phase.describe()
+            ),
+        );
+    }
+    if job.is_none() && !step_done(shape, o, h.ordinal, up, !actions.is_empty()) {
+        let what = if up { "to be created" } else { "to go" };
+        return stay(
+            WAITING_FOR_PODS,
+            format!("waiting for {name} {what} before its {}", phase.describe()),
+            actions,
+        );
+    }
+    let Some(hook) = phase.of(spec) else {
+        let message = format!("{name}: the {} was removed from the spec", phase.describe());
+        return Decision::go(s.state(s.replicas, None), SCALE_HOOK_DROPPED, message);
+    };
+    hook_step(s, world, phase, hook, key, job, actions, |s, message, _| {
+        Decision::go(s.state(s.replicas, None), SCALE_HOOK_SUCCEEDED, message)
+    })
+}
+
+/// The step that added or removed member `ordinal` is done: the StatefulSet holds
+/// `shape` and its controller has seen it, no pod is left beyond it, and an added
+/// member's pod exists. (Not Ready: a database may only call a member Ready once the
+/// post-scale-up hook has made it a full one, as etcd does of a learner. The step's
+/// end, like every next step, still waits for every pod to be Ready.)
+fn step_done(shape: &Shape, o: &Observed, ordinal: i32, up: bool, upkeep_pending: bool) -> bool {
+    let seen = !upkeep_pending
+        && o.statefulset
+            .as_ref()
+            .is_some_and(|s| s.holds(&shape.image, shape.replicas) && s.caught_up);
+    let beyond = o.pods.keys().any(|k| *k >= shape.replicas);
+    let member_started = o.pods.get(&ordinal).is_some_and(|p| !p.terminating);
+    seen && !beyond && (!up || member_started)
 }

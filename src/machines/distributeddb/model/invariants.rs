@@ -116,8 +116,59 @@ impl Cluster {
         self.down.insert(k);
     }
 
-    /// A hook Job succeeded: a pre-hook drains its pod.
+    /// The StatefulSet goes from `from` to `to` replicas: with scaling hooks, once the
+    /// cluster is bootstrapped, no pod it drops may still be a member (the pre-scale-down
+    /// hook removes the member first); before, the membership is the StatefulSet's.
+    pub(super) fn check_resize(&mut self, from: i32, to: i32) {
+        if self.spec.scaling.is_none() {
+            return;
+        }
+        if !self.bootstrapped.get() {
+            self.members = (0..to).collect();
+            return;
+        }
+        for k in (to..from).filter(|k| self.members.contains(k)) {
+            if !self.scale_hook_failed.contains(&k) {
+                self.violations.push(format!(
+                    "shrank the StatefulSet to {to} while db-{k} is still a member: the quorum counts a member that is gone"
+                ));
+            }
+        }
+    }
+
+    /// The StatefulSet controller creates pod `k`: with scaling hooks, once the cluster
+    /// is bootstrapped, its member must have been added first.
+    pub(super) fn check_creation(&mut self, k: i32) {
+        let known = self.members.contains(&k) || self.scale_hook_failed.contains(&k);
+        if self.spec.scaling.is_some() && self.bootstrapped.get() && !known {
+            self.violations.push(format!(
+                "created db-{k} before its member was added: it cannot join"
+            ));
+        }
+    }
+
+    /// A scaling hook Job with `key` finished: a pre-hook that succeeded changes the
+    /// membership; one that failed may be skipped.
+    pub(super) fn scale_hook_finished(&mut self, key: &str, ok: bool) {
+        for (prefix, add) in [("pre-scale-up-", true), ("pre-scale-down-", false)] {
+            let ordinal = key
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|k| k.parse::<i32>().ok());
+            if let Some(k) = ordinal {
+                match (ok, add) {
+                    (true, true) => drop(self.members.insert(k)),
+                    (true, false) => drop(self.members.remove(&k)),
+                    (false, _) => drop(self.scale_hook_failed.insert(k)),
+                }
+            }
+        }
+    }
+
+    /// A hook Job succeeded: a pre-hook drains its pod; a pre-scale hook changes the
+    /// membership.
     pub(super) fn hook_succeeded(&mut self, key: &str) {
+        self.scale_hook_finished(key, true);
         let drained = self.pods.iter().find_map(|(k, p)| {
             self.asked.iter().find_map(|image| {
                 let prefix = format!("pre-{k}-{}-", short_hash(&[image, &p.uid]));
@@ -132,11 +183,14 @@ impl Cluster {
 
 /// The machine asks for the StatefulSet at `image` with `replicas`.
 fn ask_statefulset(world: &mut Cluster, image: &str, replicas: i32) {
-    world.apply(&DdbAction::EnsureStatefulSet(Shape {
-        image: image.to_owned(),
-        replicas,
-        claim_size: "1Gi".to_owned(),
-    }));
+    WorldModel::<DistributedDb>::apply(
+        world,
+        &DdbAction::EnsureStatefulSet(Shape {
+            image: image.to_owned(),
+            replicas,
+            claim_size: "1Gi".to_owned(),
+        }),
+    );
 }
 
 /// The UID of the world's pod `k` (empty without one).
@@ -150,8 +204,7 @@ fn pod_uid(world: &Cluster, k: i32) -> String {
 
 /// Why the world breaks an invariant (empty if it does not).
 fn violation(world: &Cluster) -> String {
-    world
-        .invariants(&DdbState::Creating)
+    WorldModel::<DistributedDb>::invariants(world, &DdbState::Creating)
         .err()
         .unwrap_or_default()
 }
@@ -162,21 +215,21 @@ fn the_model_catches_a_delete_of_an_upgraded_pod() {
     // pod that was just upgraded is reported.
     let mut world = Cluster::new(1, None, false);
     ask_statefulset(&mut world, "db:1", 1);
-    world.settle();
+    WorldModel::<DistributedDb>::settle(&mut world);
     let uid = pod_uid(&world, 0);
-    world.apply(&DdbAction::EvictPod { ordinal: 0, uid });
-    assert!(world.invariants(&DdbState::Creating).is_err());
+    WorldModel::<DistributedDb>::apply(&mut world, &DdbAction::EvictPod { ordinal: 0, uid });
+    assert!(WorldModel::<DistributedDb>::invariants(&world, &DdbState::Creating).is_err());
 }
 
 #[test]
 fn the_model_catches_a_delete_before_the_pre_hook() {
     let mut world = Cluster::new(2, Some(0), false);
     ask_statefulset(&mut world, "db:1", 2);
-    world.settle();
-    world.edit_spec(&Edit::Image(1));
+    WorldModel::<DistributedDb>::settle(&mut world);
+    WorldModel::<DistributedDb>::edit_spec(&mut world, &Edit::Image(1));
     ask_statefulset(&mut world, "db:2", 2);
     let uid = pod_uid(&world, 1);
-    world.apply(&DdbAction::EvictPod { ordinal: 1, uid });
+    WorldModel::<DistributedDb>::apply(&mut world, &DdbAction::EvictPod { ordinal: 1, uid });
     let why = violation(&world);
     assert!(why.contains("before its pre-hook succeeded"), "{why}");
 }
@@ -200,20 +253,23 @@ fn the_model_catches_two_members_removed_at_once() {
 #[test]
 fn the_model_catches_a_delete_while_another_pod_is_drained() {
     let mut world = Cluster::existing(3, Some(0), false);
-    world.edit_spec(&Edit::Image(1));
+    WorldModel::<DistributedDb>::edit_spec(&mut world, &Edit::Image(1));
     ask_statefulset(&mut world, "db:2", 3);
     let key = hook_key(HookPhase::Pre, 2, "db:2", &pod_uid(&world, 2), 1);
-    world.apply(&DdbAction::RunHook {
-        phase: HookPhase::Pre,
-        ordinal: 2,
-        key,
-        from: "db:1".to_owned(),
-        to: "db:2".to_owned(),
-    });
-    world.step_environment(&Move::JobFinishes(0, true));
-    world.step_environment(&Move::PodFails(0));
+    WorldModel::<DistributedDb>::apply(
+        &mut world,
+        &DdbAction::RunHook {
+            phase: HookPhase::Pre,
+            ordinal: 2,
+            key,
+            from: "db:1".to_owned(),
+            to: "db:2".to_owned(),
+        },
+    );
+    WorldModel::<DistributedDb>::step_environment(&mut world, &Move::JobFinishes(0, true));
+    WorldModel::<DistributedDb>::step_environment(&mut world, &Move::PodFails(0));
     let uid = pod_uid(&world, 0);
-    world.apply(&DdbAction::EvictPod { ordinal: 0, uid });
+    WorldModel::<DistributedDb>::apply(&mut world, &DdbAction::EvictPod { ordinal: 0, uid });
     let why = violation(&world);
     assert!(why.contains("drained by its pre-hook"), "{why}");
 }

@@ -13,7 +13,14 @@
 //! exists): the API server refuses to evict a Ready pod while fewer pods are healthy
 //! than the StatefulSet's replicas, whatever the operator's cache shows.
 //!
+//! With scaling hooks, the world keeps the database's own membership (etcd's member
+//! list): a pre-scale-up hook adds its member, a pre-scale-down hook removes it.
+//!
 //! Invariants, checked after every event:
+//! - with scaling hooks, the StatefulSet never drops a pod whose member the database
+//!   still counts, and never creates one for a member it does not know (unless that
+//!   member's hook failed and the user may have skipped it); at rest, the membership is
+//!   the pods;
 //! - a pod is taken down (a Ready pod deleted, or removed by a scale-down) only while
 //!   every other pod is Ready (for deletes) and no other pod taken down is still down,
 //!   and no pod is deleted, removed or has its pre-hook started while another pod,
@@ -52,6 +59,7 @@ use super::fixtures::{self, policy};
 use super::machine::DistributedDb;
 use super::observe::{CronJobView, HookRequests, Observed, Own, Requests, StatefulSetView};
 use super::state::DdbState;
+use crate::engine::Machine;
 use crate::engine::check::{
     CheckConfig, Event, Reconcile, Scenario, WorldModel, assert_every_edge_taken, check_machine,
 };
@@ -180,6 +188,16 @@ pub(super) struct Cluster {
     /// pod that just became Ready).
     served: bool,
     pass: Option<Pass>,
+    /// The database's own membership (the members its quorum counts), when the spec
+    /// has scaling hooks: the StatefulSet's replicas while the machine creates the
+    /// cluster, then changed only by the hooks (a pre-scale-up hook adds its member, a
+    /// pre-scale-down hook removes it).
+    members: BTreeSet<i32>,
+    /// The persisted state has left Creating: the membership is the hooks' from now on.
+    bootstrapped: std::cell::Cell<bool>,
+    /// Ordinals whose scaling hook failed at some point: the user may go on without it
+    /// (`skip-hook`), so their membership is theirs to mend.
+    scale_hook_failed: BTreeSet<i32>,
     /// The keys of the Jobs whose outcome finalizer the operator removed while the
     /// persisted state read their outcome. (One released before a state read it, such
     /// as the Job of a token whose serving write was lost, released at rest and asked
@@ -318,7 +336,7 @@ fn spec(replicas: i32, hooks: Option<i32>, backups: bool) -> DistributedDBSpec {
     let mut spec = fixtures::spec(IMAGES[0], replicas);
     spec.backup_policy = backups.then(fixtures::policy);
     match hooks {
-        Some(retry) => fixtures::with_hooks(spec, retry),
+        Some(retry) => fixtures::with_scaling_hooks(fixtures::with_hooks(spec, retry), retry),
         None => spec,
     }
 }
@@ -351,6 +369,9 @@ impl Cluster {
             pass: None,
             released: BTreeSet::new(),
             reading: std::cell::RefCell::default(),
+            members: BTreeSet::new(),
+            bootstrapped: std::cell::Cell::new(false),
+            scale_hook_failed: BTreeSet::new(),
             violations: Vec::new(),
         }
     }
@@ -484,6 +505,7 @@ impl Cluster {
         }
         for k in 0..s.synced_replicas {
             if !self.pods.contains_key(&k) {
+                self.check_creation(k);
                 let uid = self.uid("p");
                 self.pods.insert(
                     k,
@@ -542,7 +564,8 @@ impl Cluster {
             synced_image: IMAGES[0].to_owned(),
             synced_replicas: replicas,
         });
-        world.settle();
+        world.members = (0..replicas).collect();
+        WorldModel::<DistributedDb>::settle(&mut world);
         world.hook_requests.retry_hook = None;
         world
     }

@@ -63,6 +63,12 @@ fn upgrade_begun() -> Events {
     )
 }
 
+/// Ready with two replicas and scaling hooks, spec.replicas becomes 3: the step's
+/// pre-scale-up hook starts.
+fn scale_up_begun() -> Events {
+    then(adopted(), [Event::Edit(Edit::Replicas(3)), r(), r()])
+}
+
 /// ... the pre-hook succeeds, pod 0 is replaced and Ready at db:2, and its post-hook
 /// starts.
 fn post_hook_started() -> Events {
@@ -122,6 +128,31 @@ fn scenarios() -> Vec<Scenario<Cluster, Move, Edit>> {
             then(
                 then(upgrade_begun(), failed_hook_out_of_retries.clone()),
                 [env(SkipHook(1)), r()],
+            ),
+        ),
+        (
+            // A pre-scale-up hook out of retries, and skip-hook is set: the StatefulSet
+            // grows without it.
+            "Scaling -> Scaling (HookSkipped)",
+            Cluster::existing(2, Some(0), false),
+            then(
+                then(scale_up_begun(), failed_hook_out_of_retries.clone()),
+                [env(SkipHook(1)), r()],
+            ),
+        ),
+        (
+            // The member added never becomes Ready and spec.replicas goes back: it is
+            // removed without its post-scale-up hook.
+            "Scaling -> Scaling (ScaleHookDropped)",
+            Cluster::existing(2, Some(0), false),
+            then(
+                scale_up_begun(),
+                [
+                    env(JobFinishes(0, true)),
+                    r(),
+                    Event::Edit(Edit::Replicas(2)),
+                    r(),
+                ],
             ),
         ),
         (
@@ -382,4 +413,97 @@ fn a_backup_job_deleted_before_its_outcome_was_read_is_kept_by_its_finalizer_and
             .transitions
             .contains_key("BackingUp -> Ready (BackupLost)")
     );
+}
+
+/// The planted bug: a scale-down shrinks the StatefulSet first and removes the member
+/// after, its pre-scale-down hook run as a post-scale-down one.
+struct ShrinkBeforeRemoving;
+
+impl crate::engine::planted::Bug<DistributedDb> for ShrinkBeforeRemoving {
+    const NAME: &'static str = "distributeddb-shrink-before-removing";
+
+    fn alter(
+        _: &DdbState,
+        decision: crate::engine::Decision<DdbState, DdbAction>,
+    ) -> crate::engine::Decision<DdbState, DdbAction> {
+        use crate::engine::Decision;
+        use crate::machines::distributeddb::state::{ScaleHook, ScalePhase};
+        match decision {
+            Decision::Go {
+                to:
+                    DdbState::Scaling {
+                        version,
+                        from_replicas,
+                        replicas,
+                        hook: Some(h),
+                    },
+                reason,
+                message,
+                actions,
+            } if h.phase == ScalePhase::PreScaleDown => Decision::Go {
+                to: DdbState::Scaling {
+                    version,
+                    from_replicas,
+                    replicas: replicas - 1,
+                    hook: Some(ScaleHook {
+                        phase: ScalePhase::PostScaleDown,
+                        ..h
+                    }),
+                },
+                reason,
+                message,
+                actions,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Three members with scaling hooks, scaled to two.
+fn scaled_down_by_one() -> Events {
+    then(adopted(), [Event::Edit(Edit::Replicas(2)), r(), r(), r()])
+}
+
+#[test]
+fn a_scale_down_removes_the_member_before_the_statefulset_drops_its_pod() {
+    holds(Cluster::existing(3, Some(1), false), &scaled_down_by_one());
+}
+
+#[test]
+fn the_model_finds_a_scale_down_that_shrinks_the_statefulset_before_removing_the_member() {
+    type Planted = crate::engine::planted::Planted<DistributedDb, ShrinkBeforeRemoving>;
+    let failure = crate::engine::check::check_scenario::<Planted, Cluster>(
+        &config(),
+        Cluster::existing(3, Some(1), false),
+        &scaled_down_by_one(),
+    )
+    .expect_err("the planted bug is found");
+    assert!(
+        failure.to_string().contains("while db-2 is still a member"),
+        "{failure}"
+    );
+}
+
+#[test]
+fn a_scale_up_and_back_down_with_hooks_ends_with_the_membership_equal_to_the_pods() {
+    use Move::*;
+    let story = then(
+        scale_up_begun(),
+        [
+            env(JobFinishes(0, true)),
+            r(),
+            env(StsObserves),
+            env(StsCreatesPods),
+            env(PodReady(2)),
+            r(),
+            r(),
+            env(JobFinishes(0, true)),
+            r(),
+            r(),
+            Event::Edit(Edit::Replicas(2)),
+            r(),
+            r(),
+        ],
+    );
+    holds(Cluster::existing(2, Some(1), false), &story);
 }

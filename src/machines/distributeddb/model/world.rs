@@ -3,7 +3,12 @@
 use super::*;
 use crate::machines::distributeddb::observe::PodView;
 
-impl WorldModel<DistributedDb> for Cluster {
+/// Any machine with DistributedDB's types runs in this world (the real one, and the
+/// planted bugs of the scenarios).
+impl<M> WorldModel<M> for Cluster
+where
+    M: Machine<Spec = DistributedDBSpec, State = DdbState, Observed = Observed, Action = DdbAction>,
+{
     type Move = Move;
     type Edit = Edit;
 
@@ -134,6 +139,10 @@ impl WorldModel<DistributedDb> for Cluster {
                         "wrote {} into the StatefulSet template, an image no spec asked for",
                         shape.image
                     ));
+                }
+                let from = self.sts.as_ref().map_or(0, |s| s.replicas);
+                if from != shape.replicas {
+                    self.check_resize(from, shape.replicas);
                 }
                 match &mut self.sts {
                     None => {
@@ -283,6 +292,7 @@ impl WorldModel<DistributedDb> for Cluster {
             Move::SkipHook(n) => self.hook_requests.skip_hook = Some(format!("s{n}")),
             Move::JobFinishes(n, ok) => {
                 let mut succeeded = None;
+                let mut finished_failed = None;
                 let mut final_done = false;
                 if let Some(j) = self.running_job(n) {
                     j.outcome = if ok {
@@ -292,6 +302,12 @@ impl WorldModel<DistributedDb> for Cluster {
                     };
                     final_done = ok && j.purpose == Purpose::FinalBackup;
                     succeeded = j.key.clone().filter(|_| ok);
+                    if !ok && let Some(key) = j.key.clone() {
+                        finished_failed = Some(key);
+                    }
+                }
+                if let Some(key) = finished_failed {
+                    self.scale_hook_finished(&key, false);
                 }
                 self.final_backup_done |= final_done;
                 if let Some(key) = succeeded {
@@ -357,6 +373,9 @@ impl WorldModel<DistributedDb> for Cluster {
     fn invariants(&self, state: &DdbState) -> Result<(), String> {
         if let Some(first) = self.violations.first() {
             return Err(first.clone());
+        }
+        if *state != DdbState::Creating {
+            self.bootstrapped.set(true);
         }
         if let DdbState::BackingUp { request, job, .. } = state {
             self.persisted_keys
@@ -436,8 +455,14 @@ impl WorldModel<DistributedDb> for Cluster {
             .jobs
             .iter()
             .all(|j| !j.held || j.outcome == Outcome::Running);
+        // The membership is the pods, unless a scaling hook failed (and may have been
+        // skipped by the user, who then owns the membership).
+        let members_ok = spec.scaling.is_none()
+            || !self.scale_hook_failed.is_empty()
+            || self.members == (0..spec.replicas).collect::<BTreeSet<_>>();
         *version == spec.image
             && *replicas == spec.replicas
+            && members_ok
             && released
             && self.service == Some(true)
             && self.pdb

@@ -54,6 +54,7 @@ fn a_replicas_change_is_tracked_in_scaling_one_replica_at_a_time() {
         version: "db:1".to_owned(),
         from_replicas: 3,
         replicas,
+        hook: None,
     };
     assert_goes(&d, REPLICAS_CHANGED, &scaling(4));
     let d = decide(&s, &scaling(4), at_rest("db:1"));

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use super::actions::{DdbAction, HookPhase, JobAction, Shape, backup_key, hook_key};
 use super::api::{DistributedDB, DistributedDBSpec};
-use super::fixtures::{policy, with_hooks};
+use super::fixtures::{self, policy, with_hooks};
 use super::machine::DistributedDb;
 use super::observe::{
     CronJobView, HookRequests, Observed, Own, PodView, Requests, StatefulSetView,

@@ -30,6 +30,86 @@ fn scale(spec: &DistributedDBSpec, mut state: DdbState, mut o: Observed) -> Vec<
     panic!("no Ready at {} replicas: {state:?}", spec.replicas)
 }
 
+/// Decide from `state` until Ready, as [`scale`] does, with every hook Job succeeding
+/// as soon as it is created; returns what happened, in order: `sts N` for a replicas
+/// write, `<hook> K` for the hook of member `K`.
+fn scale_with_hooks(spec: &DistributedDBSpec, mut state: DdbState, mut o: Observed) -> Vec<String> {
+    let mut story = Vec::new();
+    for _ in 0..40 {
+        let d = decide(spec, &state, o.clone());
+        assert_declared(&state, &d);
+        for a in d.actions() {
+            match a {
+                DdbAction::EnsureStatefulSet(shape) => {
+                    story.push(format!("sts {}", shape.replicas));
+                    if let Some(sts) = &mut o.statefulset {
+                        sts.replicas = shape.replicas;
+                    }
+                    o.pods.retain(|k, _| *k < shape.replicas);
+                    for k in 0..shape.replicas {
+                        o.pods.entry(k).or_insert_with(|| pod(k, "db:1", true));
+                    }
+                }
+                DdbAction::RunHook {
+                    phase,
+                    ordinal,
+                    key,
+                    ..
+                } => {
+                    let phase: &str = phase.into();
+                    story.push(format!("{phase} {ordinal}"));
+                    let done = JobOutcome::Succeeded {
+                        at: testing::epoch(),
+                    };
+                    o.jobs.push(job(key, Purpose::Hook, done));
+                }
+                _ => {}
+            }
+        }
+        if let Some(to) = target(&d) {
+            state = to.clone();
+        }
+        if matches!(state, DdbState::Ready { replicas, .. } if replicas == spec.replicas) {
+            return story;
+        }
+    }
+    panic!("no Ready at {} replicas: {state:?}", spec.replicas)
+}
+
+#[test]
+fn a_member_is_added_by_its_pre_hook_before_its_pod_and_promoted_by_its_post_hook_after() {
+    let mut s = fixtures::with_scaling_hooks(spec("db:1"), 1);
+    s.replicas = 5;
+    assert_eq!(
+        scale_with_hooks(&s, ready("db:1"), at_rest("db:1")),
+        [
+            "pre-scale-up 3",
+            "sts 4",
+            "post-scale-up 3",
+            "pre-scale-up 4",
+            "sts 5",
+            "post-scale-up 4"
+        ]
+    );
+}
+
+#[test]
+fn a_member_is_removed_by_its_pre_hook_before_its_pod_goes() {
+    let mut s = fixtures::with_scaling_hooks(spec("db:1"), 1);
+    s.replicas = 1;
+    assert_eq!(
+        scale_with_hooks(&s, ready("db:1"), at_rest("db:1")),
+        [
+            "pre-scale-down 2",
+            "sts 2",
+            "post-scale-down 2",
+            "pre-scale-down 1",
+            "sts 1",
+            "post-scale-down 1"
+        ]
+    );
+}
+
 #[test]
 fn scaling_down_removes_one_replica_at_a_time() {
     // A scale 3 -> 1 once removed two pods at once (podManagementPolicy Parallel).
@@ -54,6 +134,7 @@ fn the_next_replica_waits_until_every_pod_is_ready() {
         version: "db:1".to_owned(),
         from_replicas: 3,
         replicas: 2,
+        hook: None,
     };
     let mut o = at_rest("db:1");
     o.pods.remove(&2);
@@ -90,6 +171,7 @@ fn a_new_replica_that_never_becomes_ready_can_be_scaled_away() {
         version: "db:1".to_owned(),
         from_replicas: 3,
         replicas: 4,
+        hook: None,
     };
     let mut o = at_rest("db:1");
     if let Some(sts) = &mut o.statefulset {

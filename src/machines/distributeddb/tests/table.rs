@@ -22,6 +22,20 @@ fn every_state_round_trips_and_fits_the_schema() {
             version: "v".to_owned(),
             from_replicas: 1,
             replicas: 2,
+            hook: None,
+        },
+        DdbState::Scaling {
+            version: "v".to_owned(),
+            from_replicas: 3,
+            replicas: 4,
+            hook: Some(crate::machines::distributeddb::state::ScaleHook {
+                phase: crate::machines::distributeddb::state::ScalePhase::PostScaleUp,
+                ordinal: 3,
+                token: "t".to_owned(),
+                attempt: 2,
+                budget: crate::machines::common::retry::RetryBudget::begin(Some("r".into())),
+                skip_ack: Some("s".to_owned()),
+            }),
         },
         upgrading("db:2", 1, UpgradeStep::Restart, "u"),
         DdbState::BackingUp {
