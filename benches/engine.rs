@@ -80,6 +80,7 @@ fn db_spec(image: &str) -> DistributedDBSpec {
             pod_labels: BTreeMap::new(),
             pod_annotations: BTreeMap::new(),
         }),
+        bootstrap: None,
         upgrade: Some(UpgradePolicy {
             pre_hook: Some(hook()),
             post_hook: Some(hook()),

@@ -792,6 +792,16 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
     );
     let e = rejected(&db.api, &"n".repeat(41), base.clone()).await;
     assert!(e.contains("metadata.name"), "{e}");
+    let e = rejected(
+        &db.api,
+        "nowhere",
+        with(json!({"bootstrap": {"fromBackup": {"key": "snap.db"}}})),
+    )
+    .await;
+    assert!(
+        e.contains("spec.bootstrap.fromBackup") && e.contains("needs a store"),
+        "{e}"
+    );
 
     // Storage may grow, but neither shrink nor move to another class.
     db.create(
@@ -819,6 +829,17 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
     patch(&db.api, json!({"spec": {"storage": {"size": "2Gi"}}}))
         .await
         .expect("growing is allowed");
+    // How the cluster was created cannot change afterwards.
+    let e = patch(
+        &db.api,
+        json!({"spec": {"bootstrap": {"fromBackup": {"key": "snap.db", "s3Endpoint": "http://s3", "bucket": "b", "s3CredentialsSecret": "s3"}}}}),
+    )
+    .await
+    .expect_err("a bootstrap added later is refused");
+    assert!(
+        e.contains("spec.bootstrap") && e.contains("immutable"),
+        "{e}"
+    );
     db.env.finish().await;
 }
 

@@ -9,7 +9,9 @@
 //!   membership hooks under another writer, one member killed at 3
 //!   ([`scaling::scale_under_a_writer`]) → `lockstep.dev/backup-now`:
 //!   the snapshot is in S3 and restores into a fresh etcd that holds every key → delete:
-//!   the final snapshot is in S3 before the finalizer goes.
+//!   the final snapshot is in S3 before the finalizer goes → a new DistributedDB with
+//!   `spec.bootstrap.fromBackup` naming it holds every acknowledged key
+//!   ([`restore::restore_into_a_new_cluster`]).
 //! - [`the_deploy_manifests_run_the_operator_on_the_real_node`]: the overlay
 //!   `examples/deploy-real-node` of `examples/deploy` runs the operator image as a pod on the real node, as its
 //!   own ServiceAccount, and that pod creates the etcd cluster (members healthy) and
@@ -47,6 +49,8 @@ use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
 
 use crate::support::{Env, Fixture, RESTRICTED, TEST_MANAGER, kubeconfig_path, restricted};
 
+#[path = "etcd_restore.rs"]
+mod restore;
 #[path = "etcd_scaling.rs"]
 mod scaling;
 use lockstep::machines::common::security::NON_ROOT_UID;
@@ -927,7 +931,7 @@ async fn etcd_lifecycle_on_the_real_node() {
 
     // 2b. Scaling 3 -> 5 -> 3 through the membership hooks, under a writer; one member
     // killed at 3.
-    scaling::scale_under_a_writer(&db, &object, &pods, &ns).await;
+    let scaled_keys = scaling::scale_under_a_writer(&db, &object, &pods, &ns).await;
 
     // 3. On-demand backup: in S3, and a fresh etcd restored from it holds every key.
     let token = format!("e2e-{}", std::process::id());
@@ -1012,6 +1016,15 @@ async fn etcd_lifecycle_on_the_real_node() {
     let size = s3.size(&key).await;
     assert!(size > 0, "s3://{BUCKET}/{key} is empty");
     eprintln!("final backup: s3://{BUCKET}/{key} ({size} bytes), written at {time}");
+
+    // 5. Declarative restore: a new cluster from the final backup holds every key.
+    let acked: BTreeSet<String> = tally
+        .acked
+        .iter()
+        .map(|(n, _)| format!("key-{n}"))
+        .chain(scaled_keys)
+        .collect();
+    restore::restore_into_a_new_cluster(&db, &object, &ns, &key, &acked).await;
 
     operator.stop().await;
     db.env.finish().await;

@@ -12,13 +12,13 @@ const WRITER: &str = "writer-scale";
 const PREFIX: &str = "scale";
 
 /// Scale the running 3-member etcd to 5 and back to 3 under a writer, kill a member,
-/// and check the data.
+/// and check the data; the keys the writer had acknowledged.
 pub(super) async fn scale_under_a_writer(
     db: &Fixture<DistributedDb>,
     object: &DistributedDB,
     pods: &Api<Pod>,
     ns: &str,
-) {
+) -> BTreeSet<String> {
     pods.create(
         &PostParams::default(),
         &placed(writer_pod(ns, WRITER, PREFIX), object),
@@ -131,10 +131,15 @@ pub(super) async fn scale_under_a_writer(
         tally.acked.len(),
         tally.failed.len()
     );
+    tally
+        .acked
+        .iter()
+        .map(|(n, _)| format!("{PREFIX}-{n}"))
+        .collect()
 }
 
 /// Ready, with `n` replicas all Ready, for the current generation.
-fn ready_with(n: i32) -> impl Fn(Option<&DistributedDB>) -> bool + Send + 'static {
+pub(super) fn ready_with(n: i32) -> impl Fn(Option<&DistributedDB>) -> bool + Send + 'static {
     move |db: Option<&DistributedDB>| {
         let Some(db) = db else { return false };
         let Some(status) = &db.status else {

@@ -130,6 +130,19 @@ fn default_backup_timeout() -> i64 {
         ,
     validation = Rule::new(NAME_RULE).message(NAME_MESSAGE),
 )]
+#[x_kube(
+    validation = Rule::new(
+        "has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)"
+    )
+    .message("spec.bootstrap is immutable: it only says how the cluster was created")
+    .field_path(".bootstrap")
+    .reason(Reason::FieldValueForbidden),
+    validation = Rule::new(
+        "!has(self.bootstrap) || !has(self.bootstrap.fromBackup) || has(self.backupPolicy) || (has(self.bootstrap.fromBackup.s3Endpoint) && has(self.bootstrap.fromBackup.bucket) && has(self.bootstrap.fromBackup.s3CredentialsSecret))"
+    )
+    .message("spec.bootstrap.fromBackup needs a store: set its s3Endpoint, bucket and s3CredentialsSecret, or a spec.backupPolicy whose store it reads")
+    .field_path(".bootstrap.fromBackup")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct DistributedDBSpec {
     /// The number of database pods.
@@ -143,6 +156,9 @@ pub struct DistributedDBSpec {
     pub storage: Storage,
     /// Scheduled, on-demand and final backups. Without it, no backups are taken.
     pub backup_policy: Option<BackupPolicy>,
+    /// How the cluster's members get their first data (immutable): without it, they
+    /// start empty.
+    pub bootstrap: Option<Bootstrap>,
     /// Hooks run around each pod's replacement during an upgrade.
     pub upgrade: Option<UpgradePolicy>,
     /// Hooks run around each member added or removed when `replicas` changes (for
@@ -236,6 +252,47 @@ pub struct UpgradePolicy {
     /// Runs after each replaced pod is Ready at the new image (for example, to verify it
     /// rejoined), before the next pod is touched.
     pub post_hook: Option<Hook>,
+}
+
+/// How a new cluster's members get their first data.
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Bootstrap {
+    /// Restore every member from a backup before its first start.
+    pub from_backup: Option<FromBackup>,
+}
+
+/// A backup to restore a new cluster from: each member's pod runs a `restore` init
+/// container (the image's restore command) before the database starts. It gets
+/// `RESTORE_KEY`, `S3_ENDPOINT`, `S3_BUCKET`, the credentials as `AWS_ACCESS_KEY_ID` and
+/// `AWS_SECRET_ACCESS_KEY` (secret references), the database container's `POD_NAME`,
+/// `DB_SERVICE` and `DB_REPLICAS`, and the data volume; it must do nothing for a member
+/// that already has data or joins a running cluster as a new member (it runs at every
+/// start of every pod).
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FromBackup {
+    /// The backup's key in the bucket (as the backup Job logged it, for example
+    /// `etcd/etcd-final-backup-1-20261207T171734Z.db`).
+    #[schemars(length(min = 1))]
+    pub key: String,
+    /// The S3-compatible endpoint (default: `spec.backupPolicy`'s).
+    pub s3_endpoint: Option<String>,
+    /// The bucket (default: `spec.backupPolicy`'s).
+    pub bucket: Option<String>,
+    /// The Secret holding the S3 credentials under `accessKey` and `secretKey` (default:
+    /// `spec.backupPolicy`'s).
+    pub s3_credentials_secret: Option<String>,
+    /// The restore container's image (default: the database's).
+    pub image: Option<String>,
+    /// Its entrypoint (default: the image's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
 }
 
 /// Scaling hooks: each runs once per member added or removed, with that member's

@@ -16,6 +16,7 @@ pub(crate) fn spec(image: &str, replicas: i32) -> DistributedDBSpec {
             size: "1Gi".to_owned(),
         },
         backup_policy: None,
+        bootstrap: None,
         upgrade: None,
         scaling: None,
         resources: None,

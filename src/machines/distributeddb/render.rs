@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
+    Container, ContainerPort, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec,
     PodTemplateSpec, Service, ServicePort, ServiceSpec, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -44,7 +44,7 @@ use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};
 use crate::machines::common::disruption;
-use crate::machines::common::env::{from_field, plain};
+use crate::machines::common::env::{from_field, from_secret, plain};
 use crate::machines::common::jobs::{PodRecipe, Purpose, RunOnce};
 use crate::machines::common::meta::{self, Owner};
 use crate::machines::common::security;
@@ -141,12 +141,18 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
     let spec = &db.spec;
     let mut pod_labels = spec.pod_labels.clone();
     pod_labels.extend(selector(db));
-    let mut env = vec![
+    let member_env = vec![
         from_field("POD_NAME", "metadata.name"),
         plain("DB_SERVICE", meta::service_host(&name, &namespace(db))),
         plain("DB_REPLICAS", shape.replicas.to_string()),
     ];
+    let mut env = member_env.clone();
     env.extend(spec.env.iter().cloned());
+    let data_mount = VolumeMount {
+        name: VOLUME.to_owned(),
+        mount_path: DATA_PATH.to_owned(),
+        ..VolumeMount::default()
+    };
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(shape.image.clone()),
@@ -155,13 +161,10 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
         resources: spec.resources.clone(),
         readiness_probe: spec.readiness_probe.clone(),
         liveness_probe: spec.liveness_probe.clone(),
-        volume_mounts: Some(vec![VolumeMount {
-            name: VOLUME.to_owned(),
-            mount_path: DATA_PATH.to_owned(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(vec![data_mount.clone()]),
         ..Container::default()
     };
+    let restore = restore_container(db, &shape.image, member_env, data_mount);
     let sts = StatefulSet {
         metadata: Owner::of(db)?.child(name.clone(), labels(db)),
         spec: StatefulSetSpec {
@@ -185,6 +188,7 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
                 }),
                 spec: Some(placed(
                     restricted(PodSpec {
+                        init_containers: restore.map(|c| vec![c]),
                         containers: vec![container],
                         ..PodSpec::default()
                     }),
@@ -303,6 +307,50 @@ fn place_job(job: &mut JobSpec, db: &DistributedDB) {
     if let Some(pod) = job.template.spec.take() {
         job.template.spec = Some(placed(restricted(pod), db));
     }
+}
+
+/// The `restore` init container of `spec.bootstrap.fromBackup`, if set: the member's
+/// environment (`member_env`) and data volume (`data`), the backup's key and store, the
+/// credentials as secret references ([`FromBackup`]'s contract). A store that names
+/// neither itself nor a backup policy (the CRD refuses it) renders empty values, which
+/// the restore command reports.
+fn restore_container(
+    db: &DistributedDB,
+    image: &str,
+    member_env: Vec<EnvVar>,
+    data: VolumeMount,
+) -> Option<Container> {
+    let from = db.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
+    let policy = db.spec.backup_policy.as_ref().map(destination);
+    let or_policy = |own: &Option<String>, of: fn(&Destination) -> String| {
+        own.clone()
+            .or_else(|| policy.as_ref().map(of))
+            .unwrap_or_default()
+    };
+    let secret = or_policy(&from.s3_credentials_secret, |d| {
+        d.credentials_secret.clone()
+    });
+    let mut env = member_env;
+    env.extend([
+        plain("RESTORE_KEY", &from.key),
+        plain(
+            "S3_ENDPOINT",
+            or_policy(&from.s3_endpoint, |d| d.s3_endpoint.clone()),
+        ),
+        plain("S3_BUCKET", or_policy(&from.bucket, |d| d.bucket.clone())),
+        from_secret("AWS_ACCESS_KEY_ID", &secret, backup::ACCESS_KEY_KEY),
+        from_secret("AWS_SECRET_ACCESS_KEY", &secret, backup::SECRET_KEY_KEY),
+    ]);
+    Some(Container {
+        name: "restore".to_owned(),
+        image: Some(from.image.clone().unwrap_or_else(|| image.to_owned())),
+        command: (!from.command.is_empty()).then(|| from.command.clone()),
+        args: (!from.args.is_empty()).then(|| from.args.clone()),
+        env: Some(env),
+        resources: db.spec.resources.clone(),
+        volume_mounts: Some(vec![data]),
+        ..Container::default()
+    })
 }
 
 fn destination(policy: &BackupPolicy) -> Destination {
@@ -458,6 +506,57 @@ mod tests {
                 .and_then(|s| s.template.spec.as_ref()),
             "the CronJob",
         );
+    }
+
+    #[test]
+    fn a_cluster_bootstrapped_from_a_backup_restores_each_member_in_an_init_container() {
+        let mut db = db();
+        let shape = Shape {
+            image: "etcd:1".to_owned(),
+            replicas: 3,
+            claim_size: "1Gi".to_owned(),
+        };
+        let plain_pod = statefulset(&db, &shape)
+            .expect("a StatefulSet")
+            .spec
+            .template
+            .spec;
+        assert_eq!(plain_pod.and_then(|p| p.init_containers), None);
+        db.spec.bootstrap = serde_json::from_value(json!({"fromBackup": {
+            "key": "etcd/final.db", "command": ["etcd-restore"],
+        }}))
+        .expect("a bootstrap");
+        let pod = statefulset(&db, &shape)
+            .expect("a StatefulSet")
+            .spec
+            .template
+            .spec
+            .expect("a pod");
+        testing::assert_restricted(&pod, "a member restored from a backup");
+        let init = pod.init_containers.as_deref().unwrap_or_default();
+        assert_eq!(init.len(), 1, "{init:?}");
+        let restore = &init[0];
+        assert_eq!(restore.image.as_deref(), Some("etcd:1"));
+        assert_eq!(restore.volume_mounts, pod.containers[0].volume_mounts);
+        let env = |name: &str| {
+            restore
+                .env
+                .iter()
+                .flatten()
+                .find(|e| e.name == name)
+                .cloned()
+                .unwrap_or_else(|| panic!("{name} in {:?}", restore.env))
+        };
+        assert_eq!(env("RESTORE_KEY").value.as_deref(), Some("etcd/final.db"));
+        // The store is the backup policy's; the credentials stay secret references.
+        assert_eq!(env("S3_ENDPOINT").value.as_deref(), Some("http://s3"));
+        assert_eq!(env("S3_BUCKET").value.as_deref(), Some("b"));
+        let secret = env("AWS_SECRET_ACCESS_KEY")
+            .value_from
+            .and_then(|v| v.secret_key_ref)
+            .expect("a secret reference");
+        assert_eq!(secret.name, "s3");
+        assert!(env("POD_NAME").value_from.is_some());
     }
 
     #[test]

@@ -16,3 +16,20 @@ member_endpoints() {
 }
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+
+# running_members: the running cluster's member list (`etcdctl member list -w
+# simple`), from the first member other than this pod (POD_NAME, of DB_REPLICAS
+# behind DB_SERVICE) that answers; fails if none does.
+running_members() {
+  local i set_name="${POD_NAME%-*}"
+  for i in $(seq 0 $((DB_REPLICAS - 1))); do
+    [ "$set_name-$i" = "$POD_NAME" ] && continue
+    etcdctl --endpoints="http://$set_name-$i.$DB_SERVICE:2379" --dial-timeout=1s \
+      --command-timeout=3s member list -w simple 2>/dev/null && return 0
+  done
+  return 1
+}
+
+# member_status URL: this peer URL's status in the member list on stdin
+# (started, unstarted), or nothing if it is not listed.
+member_status() { awk -F', ' -v url="$1" '$4 == url {print $2}'; }
