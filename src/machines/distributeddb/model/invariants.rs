@@ -118,7 +118,10 @@ impl Cluster {
 
     /// The StatefulSet goes from `from` to `to` replicas: with scaling hooks, once the
     /// cluster is bootstrapped, no pod it drops may still be a member (the pre-scale-down
-    /// hook removes the member first); before, the membership is the StatefulSet's.
+    /// hook removes the member first) and every pod it adds must be one already (the
+    /// pre-scale-up hook adds it first); before, the membership is the StatefulSet's.
+    /// (The StatefulSet controller may still recreate a pod whose member was just
+    /// removed, before the shrink: that pod cannot join and goes with the shrink.)
     pub(super) fn check_resize(&mut self, from: i32, to: i32) {
         if self.spec.scaling.is_none() {
             return;
@@ -127,22 +130,15 @@ impl Cluster {
             self.members = (0..to).collect();
             return;
         }
-        for k in (to..from).filter(|k| self.members.contains(k)) {
-            if !self.scale_hook_failed.contains(&k) {
-                self.violations.push(format!(
-                    "shrank the StatefulSet to {to} while db-{k} is still a member: the quorum counts a member that is gone"
-                ));
-            }
-        }
-    }
-
-    /// The StatefulSet controller creates pod `k`: with scaling hooks, once the cluster
-    /// is bootstrapped, its member must have been added first.
-    pub(super) fn check_creation(&mut self, k: i32) {
-        let known = self.members.contains(&k) || self.scale_hook_failed.contains(&k);
-        if self.spec.scaling.is_some() && self.bootstrapped.get() && !known {
+        let excused = |k: &i32| self.scale_hook_failed.contains(k);
+        for k in (to..from).filter(|k| self.members.contains(k) && !excused(k)) {
             self.violations.push(format!(
-                "created db-{k} before its member was added: it cannot join"
+                "shrank the StatefulSet to {to} while db-{k} is still a member: the quorum counts a member that is gone"
+            ));
+        }
+        for k in (from..to).filter(|k| !self.members.contains(k) && !excused(k)) {
+            self.violations.push(format!(
+                "grew the StatefulSet to {to} before db-{k}'s member was added: it cannot join"
             ));
         }
     }

@@ -17,10 +17,10 @@
 //! list): a pre-scale-up hook adds its member, a pre-scale-down hook removes it.
 //!
 //! Invariants, checked after every event:
-//! - with scaling hooks, the StatefulSet never drops a pod whose member the database
-//!   still counts, and never creates one for a member it does not know (unless that
-//!   member's hook failed and the user may have skipped it); at rest, the membership is
-//!   the pods;
+//! - with scaling hooks, the operator never shrinks the StatefulSet past a member the
+//!   database still counts, nor grows it over one the database does not know (unless
+//!   that member's hook failed and the user may have skipped it); at rest, the
+//!   membership is the pods;
 //! - a pod is taken down (a Ready pod deleted, or removed by a scale-down) only while
 //!   every other pod is Ready (for deletes) and no other pod taken down is still down,
 //!   and no pod is deleted, removed or has its pre-hook started while another pod,
@@ -505,7 +505,6 @@ impl Cluster {
         }
         for k in 0..s.synced_replicas {
             if !self.pods.contains_key(&k) {
-                self.check_creation(k);
                 let uid = self.uid("p");
                 self.pods.insert(
                     k,

@@ -507,3 +507,23 @@ fn a_scale_up_and_back_down_with_hooks_ends_with_the_membership_equal_to_the_pod
     );
     holds(Cluster::existing(2, Some(1), false), &story);
 }
+
+#[test]
+fn a_pod_recreated_after_its_member_was_removed_goes_with_the_shrink() {
+    // Found by the deep check: scaling 3 -> 1, db-2 evicted as the step began; its
+    // pre-scale-down hook removed the member and the StatefulSet controller recreated
+    // the pod before the shrink. The pod cannot join and goes with the shrink; the
+    // operator grew nothing over a non-member (the invariant had blamed the controller).
+    use Move::*;
+    let story = then(
+        adopted(),
+        [
+            Event::Edit(Edit::Replicas(1)),
+            env(PodEvicted(2)),
+            r(),
+            r(),
+            env(JobFinishes(0, true)),
+        ],
+    );
+    holds(Cluster::existing(3, Some(1), false), &story);
+}

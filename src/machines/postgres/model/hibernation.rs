@@ -45,8 +45,16 @@ impl World {
         let PgState::Hibernating(h) = state else {
             return Ok(());
         };
+        // A force-deleted pod's process is invisible to any operator; what asleep
+        // promises of one still running is that its fence has passed: paused, it is
+        // killed as it resumes (found by the deep check: a paused primary force-deleted
+        // while the cluster stopped, its server still up, fenced).
+        let fenced = |p: &Pod| p.paused && p.agent.guarded() && self.fence_passed(p);
         if h.hibernate_step == HibernateStep::Asleep
-            && let Some((k, _)) = self.pods.iter().find(|(_, p)| p.server != Srv::Down)
+            && let Some((k, _)) = self
+                .pods
+                .iter()
+                .find(|(_, p)| p.server != Srv::Down && !fenced(p))
         {
             return Err(format!(
                 "pod {} runs a server while the cluster is asleep",
@@ -233,4 +241,38 @@ fn hibernation_keeps_one_writer_sleeps_with_no_server_and_wakes_with_its_primary
             report.transitions.keys().collect::<Vec<_>>()
         );
     }
+}
+
+#[test]
+fn a_paused_primary_force_deleted_while_the_cluster_stops_is_asleep_only_once_fenced() {
+    // Found by the deep check: the primary paused, hibernation asked for, the pod
+    // force-deleted (its process runs on, unseen), the Lease waited out: asleep with a
+    // server still up. It is paused past its fence, so it is killed as it resumes.
+    use Move::*;
+    use story::r;
+    let env = Event::Env;
+    let story = vec![
+        r(),
+        env(Pause(0)),
+        Event::Edit(Edit::Hibernate(true)),
+        r(),
+        r(),
+        r(),
+        env(ForceDeleted(0)),
+        Event::Tick(26),
+        r(),
+    ];
+    let report = crate::engine::check::check_scenario::<Postgres, World>(
+        &config(),
+        running(1, false),
+        &story,
+    )
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(
+        report
+            .transitions
+            .contains_key("Hibernating -> Hibernating (InstancesStopped)"),
+        "{}",
+        report.trace.join("\n")
+    );
 }
