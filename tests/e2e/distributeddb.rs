@@ -104,16 +104,8 @@ fn condition<'a>(
 }
 
 fn is_ready_at(db: &DistributedDB, image: &str) -> bool {
-    let Some(status) = &db.status else {
-        return false;
-    };
-    status.version.as_deref() == Some(image)
-        && status.engine.phase.as_deref() == Some("Ready")
-        && status.engine.observed_generation == db.metadata.generation
-        && status
-            .engine
-            .condition(conditions::READY)
-            .is_some_and(|c| c.status == conditions::status::TRUE)
+    crate::support::at_rest(db)
+        && db.status.as_ref().and_then(|s| s.version.as_deref()) == Some(image)
 }
 
 /// What happened to a DistributedDB's pods and Jobs, in the order the watches saw it:

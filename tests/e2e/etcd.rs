@@ -43,7 +43,6 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-use lockstep::engine::conditions;
 use lockstep::machines::distributeddb::actions::backup_key;
 use lockstep::machines::distributeddb::{DistributedDB, DistributedDb};
 
@@ -421,17 +420,10 @@ where
 fn ready_at(image: &str) -> impl Fn(Option<&DistributedDB>) -> bool + Send + 'static {
     let image = image.to_owned();
     move |db: Option<&DistributedDB>| {
-        let Some(db) = db else { return false };
-        let Some(status) = &db.status else {
-            return false;
-        };
-        status.version.as_deref() == Some(image.as_str())
-            && status.engine.phase.as_deref() == Some("Ready")
-            && status.engine.observed_generation == db.metadata.generation
-            && status
-                .engine
-                .condition(conditions::READY)
-                .is_some_and(|c| c.status == conditions::status::TRUE)
+        db.is_some_and(|db| {
+            crate::support::at_rest(db)
+                && db.status.as_ref().and_then(|s| s.version.as_deref()) == Some(image.as_str())
+        })
     }
 }
 
@@ -632,6 +624,55 @@ sleep infinity
     )
 }
 
+/// A writer pod ([`writer_pod`]) running next to the database, its log followed.
+struct Writer {
+    name: &'static str,
+    log: JoinHandle<Vec<String>>,
+}
+
+impl Writer {
+    /// Start the writer `name` of keys `<prefix>-N`, placed as `db`'s pods are, and
+    /// follow its log once it runs.
+    async fn start(
+        pods: &Api<Pod>,
+        db: &DistributedDB,
+        ns: &str,
+        name: &'static str,
+        prefix: &str,
+    ) -> Self {
+        pods.create(
+            &PostParams::default(),
+            &placed(writer_pod(ns, name, prefix), db),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create the writer {name}: {e}"));
+        wait_long(pods, name, "the writer to run", STEP, |p: Option<&Pod>| {
+            p.and_then(|p| p.status.as_ref())
+                .and_then(|s| s.phase.as_deref())
+                == Some("Running")
+        })
+        .await;
+        Writer {
+            name,
+            log: follow_log(pods.clone(), name),
+        }
+    }
+
+    /// Stop it and read what it logged.
+    async fn stop(self, ns: &str) -> Tally {
+        kubectl(
+            &["-n", ns, "exec", self.name, "--", "touch", "/tmp/stop"],
+            None,
+        )
+        .await;
+        let lines = tokio::time::timeout(STEP, self.log)
+            .await
+            .expect("the writer stops")
+            .expect("the writer's log");
+        Tally::of(&lines)
+    }
+}
+
 /// The writer's log as it is written, until `done`.
 fn follow_log(pods: Api<Pod>, name: &str) -> JoinHandle<Vec<String>> {
     let name = name.to_owned();
@@ -789,25 +830,7 @@ async fn etcd_lifecycle_on_the_real_node() {
     assert_all_healthy(&ns, "3.6.16").await;
 
     // 2. Upgrade under a writer.
-    pods.create(
-        &PostParams::default(),
-        &placed(writer_pod(&ns, "writer", "key"), &object),
-    )
-    .await
-    .expect("create the writer");
-    wait_long(
-        &pods,
-        "writer",
-        "the writer to run",
-        STEP,
-        |p: Option<&Pod>| {
-            p.and_then(|p| p.status.as_ref())
-                .and_then(|s| s.phase.as_deref())
-                == Some("Running")
-        },
-    )
-    .await;
-    let log = follow_log(pods.clone(), "writer");
+    let writer = Writer::start(&pods, &object, &ns, "writer", "key").await;
     let (restarts, recorder) = record_restarts(pods.clone());
     // Some writes before the upgrade starts.
     wait_for_log_acks(&pods, "writer", 20).await;
@@ -817,17 +840,8 @@ async fn etcd_lifecycle_on_the_real_node() {
     let upgrade_done = now();
     // Some writes after the last restart.
     wait_for_log_acks(&pods, "writer", 20).await;
-    kubectl(
-        &["-n", &ns, "exec", "writer", "--", "touch", "/tmp/stop"],
-        None,
-    )
-    .await;
-    let lines = tokio::time::timeout(STEP, log)
-        .await
-        .expect("the writer stops")
-        .expect("the writer's log");
+    let tally = writer.stop(&ns).await;
     recorder.abort();
-    let tally = Tally::of(&lines);
     let restarts = restarts.lock().expect("restarts").clone();
 
     let pods_restarted: BTreeSet<&str> = restarts.iter().map(|r| r.pod.as_str()).collect();

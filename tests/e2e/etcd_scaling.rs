@@ -19,25 +19,7 @@ pub(super) async fn scale_under_a_writer(
     pods: &Api<Pod>,
     ns: &str,
 ) -> BTreeSet<String> {
-    pods.create(
-        &PostParams::default(),
-        &placed(writer_pod(ns, WRITER, PREFIX), object),
-    )
-    .await
-    .expect("create the scaling writer");
-    wait_long(
-        pods,
-        WRITER,
-        "the scaling writer to run",
-        STEP,
-        |p: Option<&Pod>| {
-            p.and_then(|p| p.status.as_ref())
-                .and_then(|s| s.phase.as_deref())
-                == Some("Running")
-        },
-    )
-    .await;
-    let log = follow_log(pods.clone(), WRITER);
+    let writer = Writer::start(pods, object, ns, WRITER, PREFIX).await;
     wait_for_log_acks(pods, WRITER, 20).await;
     let started = now();
     for n in [5, 3] {
@@ -92,16 +74,7 @@ pub(super) async fn scale_under_a_writer(
     .await;
     assert_membership_is_the_pods(pods, ns, 3).await;
 
-    kubectl(
-        &["-n", ns, "exec", WRITER, "--", "touch", "/tmp/stop"],
-        None,
-    )
-    .await;
-    let lines = tokio::time::timeout(STEP, log)
-        .await
-        .expect("the scaling writer stops")
-        .expect("the scaling writer's log");
-    let tally = Tally::of(&lines);
+    let tally = writer.stop(ns).await;
     let during = tally
         .acked
         .iter()
@@ -141,18 +114,12 @@ pub(super) async fn scale_under_a_writer(
 /// Ready, with `n` replicas all Ready, for the current generation.
 pub(super) fn ready_with(n: i32) -> impl Fn(Option<&DistributedDB>) -> bool + Send + 'static {
     move |db: Option<&DistributedDB>| {
-        let Some(db) = db else { return false };
-        let Some(status) = &db.status else {
-            return false;
-        };
-        status.replicas == Some(n)
-            && status.ready_replicas == Some(n)
-            && status.engine.phase.as_deref() == Some("Ready")
-            && status.engine.observed_generation == db.metadata.generation
-            && status
-                .engine
-                .condition(conditions::READY)
-                .is_some_and(|c| c.status == conditions::status::TRUE)
+        db.is_some_and(|db| {
+            let status = db.status.as_ref();
+            crate::support::at_rest(db)
+                && status.and_then(|s| s.replicas) == Some(n)
+                && status.and_then(|s| s.ready_replicas) == Some(n)
+        })
     }
 }
 

@@ -706,6 +706,21 @@ pub async fn events_about(
 
 /// Merge the JSON object `extra` into `base`, key by key (a JSON merge patch without
 /// deletions): how tests vary a base spec.
+/// A DistributedDB at rest for its current generation: phase `Ready`, condition
+/// `Ready` True.
+pub(crate) fn at_rest(db: &lockstep::machines::distributeddb::DistributedDB) -> bool {
+    use lockstep::engine::conditions;
+    let Some(status) = &db.status else {
+        return false;
+    };
+    status.engine.phase.as_deref() == Some("Ready")
+        && status.engine.observed_generation == db.metadata.generation
+        && status
+            .engine
+            .condition(conditions::READY)
+            .is_some_and(|c| c.status == conditions::status::TRUE)
+}
+
 pub fn merge_json(base: &mut serde_json::Value, extra: serde_json::Value) {
     match (base, extra) {
         (serde_json::Value::Object(b), serde_json::Value::Object(e)) => {

@@ -527,3 +527,22 @@ fn a_pod_recreated_after_its_member_was_removed_goes_with_the_shrink() {
     );
     holds(Cluster::existing(3, Some(1), false), &story);
 }
+
+#[test]
+fn a_statefulset_created_on_a_stale_read_of_creating_bootstraps_its_membership() {
+    // Found by the deep check: deleted while Creating, finalized, then a reconcile on a
+    // read two events old created the StatefulSet; the model took that creation for a
+    // growth over members never added. A StatefulSet's creation is its bootstrap.
+    let crashes = Event::Reconcile(Reconcile {
+        fault: crate::engine::check::Fault::CrashAfterWrite,
+        ..Reconcile::FRESH
+    });
+    let behind = Event::Reconcile(Reconcile {
+        object_lag: 2,
+        ..Reconcile::FRESH
+    });
+    holds(
+        Cluster::new(1, Some(1), false),
+        &vec![r(), Event::Delete, crashes, behind],
+    );
+}

@@ -140,9 +140,14 @@ where
                         shape.image
                     ));
                 }
-                let from = self.sts.as_ref().map_or(0, |s| s.replicas);
-                if from != shape.replicas {
-                    self.check_resize(from, shape.replicas);
+                match self.sts.as_ref().map(|s| s.replicas) {
+                    // Its creation bootstraps the membership, whatever the persisted
+                    // state (a reconcile on a stale read of Creating may create it after).
+                    None => self.members = (0..shape.replicas).collect(),
+                    Some(from) if from != shape.replicas => {
+                        self.check_resize(from, shape.replicas);
+                    }
+                    Some(_) => {}
                 }
                 match &mut self.sts {
                     None => {
