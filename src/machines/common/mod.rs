@@ -32,6 +32,8 @@
 //!   spread of one object's instances over nodes.
 //! - [`security`]: the security context that admits every rendered pod under the
 //!   `restricted` Pod Security Standard.
+//! - [`tls`]: a certificate authority per cluster, the leaves it signs, their renewal,
+//!   and their projection into pods.
 //!
 //! The files import each other without a cycle, from the bottom up: `meta`, `jobs`,
 //! `backup`, `observe`, then `replace`, `actions` and `retry`, then the sub-machines
@@ -77,6 +79,7 @@ pub mod subset;
 pub(crate) mod table_sources;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod tls;
 
 /// The errors of the shared parts.
 #[derive(Debug, thiserror::Error)]

@@ -622,3 +622,41 @@ pub fn assert_restricted(pod: &PodSpec, what: &str) {
         );
     }
 }
+
+/// The issued Secret's data as the API server stores it and the operator's cache keeps
+/// it (only the keys it names).
+pub fn cached(secret: &k8s_openapi::api::core::v1::Secret) -> k8s_openapi::api::core::v1::Secret {
+    use crate::driver::cache::Project;
+    let mut stored = secret.clone();
+    stored.data = stored.string_data.take().map(|data| {
+        data.into_iter()
+            .map(|(k, v)| (k, k8s_openapi::ByteString(v.into_bytes())))
+            .collect()
+    });
+    stored.metadata.uid = Some("tls-uid".to_owned());
+    stored.metadata.resource_version = Some("7".to_owned());
+    stored.project(&crate::driver::cache::Keep::NOTHING);
+    stored
+}
+
+pub fn der(pem_text: &str) -> rustls_pki_types::CertificateDer<'static> {
+    rustls_pki_types::CertificateDer::from(pem::parse(pem_text).expect("PEM").into_contents())
+}
+
+/// `leaf` chains to `ca` for `usage`, as a TLS peer checks it.
+pub fn verifies(ca: &str, leaf: &str, usage: webpki::KeyUsage) -> Result<(), webpki::Error> {
+    let ca = der(ca);
+    let anchor = webpki::anchor_from_trusted_cert(&ca)?;
+    let leaf = der(leaf);
+    let cert = webpki::EndEntityCert::try_from(&leaf)?;
+    cert.verify_for_usage(
+        webpki::ALL_VERIFICATION_ALGS,
+        &[anchor],
+        &[],
+        rustls_pki_types::UnixTime::now(),
+        usage,
+        None,
+        None,
+    )
+    .map(|_| ())
+}

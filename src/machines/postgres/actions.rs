@@ -49,14 +49,7 @@ pub enum PgAction {
     /// Create the generated credentials Secret (random passwords) if absent.
     CreateCredentials,
     /// Renew the leaves of `<name>-tls` (the Secret as read), signed by its CA.
-    RenewCertificates {
-        /// The Secret's UID.
-        uid: String,
-        /// Its resourceVersion.
-        version: String,
-        /// The CA to sign with.
-        ca: crate::machines::postgres::render::tls::CaMaterial,
-    },
+    RenewCertificates(crate::machines::common::tls::Renewal),
     /// Apply the ConfigMap holding the pod scripts.
     EnsureScripts,
     /// Apply a Service.

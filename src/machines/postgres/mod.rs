@@ -172,10 +172,10 @@ impl Operator for Postgres {
                 ops.push(Op::create(&render::tls::secret(object)?)?);
                 ops
             }
-            PgAction::RenewCertificates { uid, version, ca } => vec![Op::patch_if::<Secret>(
+            PgAction::RenewCertificates(due) => vec![Op::patch_if::<Secret>(
                 render::tls::secret_name(object),
-                read(uid, version),
-                render::tls::renewal(object, ca)?,
+                read(&due.uid, &due.version),
+                render::tls::renewal(object, &due.ca)?,
             )],
             PgAction::EnsureScripts => vec![Op::apply(&render::scripts(object)?)?],
             PgAction::EnsureService(kind) => vec![Op::apply(&render::service(object, *kind)?)?],

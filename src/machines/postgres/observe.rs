@@ -253,47 +253,7 @@ pub struct Own {
     pub certificates: Option<CertificatesView>,
 }
 
-/// The cluster's certificates Secret as observed: when its leaves are due, and the CA
-/// that signs their renewal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertificatesView {
-    /// Its UID.
-    pub uid: String,
-    /// Its resourceVersion: a renewal is written on the Secret as read.
-    pub version: String,
-    /// [`render::tls::RENEW_AT`], if it parses.
-    pub renew_at: Option<DateTime<Utc>>,
-    /// The CA, if the cache holds its key.
-    pub ca: Option<render::tls::CaMaterial>,
-}
-
-impl CertificatesView {
-    fn of(secret: &k8s_openapi::api::core::v1::Secret) -> Self {
-        Self {
-            uid: secret.uid().unwrap_or_default(),
-            version: secret.resource_version().unwrap_or_default(),
-            renew_at: secret
-                .annotations()
-                .get(render::tls::RENEW_AT)
-                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                .map(|t| t.with_timezone(&Utc)),
-            ca: render::tls::CaMaterial::of(secret),
-        }
-    }
-
-    /// The action that renews the leaves, if they are due at `now` and the CA is at
-    /// hand. A Secret that says nothing of its renewal is not renewed.
-    #[must_use]
-    pub fn renewal(&self, now: DateTime<Utc>) -> Option<PgAction> {
-        let due = self.renew_at.is_some_and(|at| at <= now);
-        let ca = self.ca.clone().filter(|_| due)?;
-        Some(PgAction::RenewCertificates {
-            uid: self.uid.clone(),
-            version: self.version.clone(),
-            ca,
-        })
-    }
-}
+pub use crate::machines::common::tls::CertificatesView;
 
 impl Observed {
     /// The pod at `ordinal` if it exists and is not terminating.

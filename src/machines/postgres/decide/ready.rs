@@ -103,7 +103,13 @@ pub(crate) fn ready(
     actions.extend(actions::release_finished::<PgAction>(&o.jobs));
     actions.extend(prune_promote_jobs(o));
     // The server's and the replication certificates, renewed at rest only.
-    actions.extend(o.own.certificates.as_ref().and_then(|c| c.renewal(now)));
+    actions.extend(
+        o.own
+            .certificates
+            .as_ref()
+            .and_then(|c| c.renewal(now))
+            .map(PgAction::RenewCertificates),
+    );
     actions.extend(
         on_demand::prune(&o.jobs)
             .into_iter()

@@ -152,7 +152,7 @@ where
     fn apply(&mut self, action: &PgAction) {
         self.quiet_settles = 0;
         match action {
-            PgAction::CreateCredentials | PgAction::RenewCertificates { .. } => {}
+            PgAction::CreateCredentials | PgAction::RenewCertificates(_) => {}
             PgAction::EnsureScripts => self.in_sync.scripts = true,
             PgAction::EnsureService(kind) => match kind {
                 ServiceKind::Headless => self.in_sync.headless = true,

@@ -26,36 +26,26 @@
 //! [`Error::Certificate`] if a certificate cannot be issued (a name the X.509 encoding
 //! refuses).
 
-use std::collections::BTreeMap;
+use chrono::Utc;
 
-use chrono::{DateTime, Utc};
-
-use k8s_openapi::api::core::v1::{KeyToPath, Secret, SecretVolumeSource, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{Secret, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::ExtendedKeyUsagePurpose;
 
 use super::{labels, namespace, service_name};
-use crate::driver::cache::CACHED_KEYS;
 use crate::machines::common::Error;
+use crate::machines::common::tls::{self as common, Leaf, Wait, projected};
 use crate::machines::postgres::actions::ServiceKind;
 use crate::machines::postgres::api::{PostgresCluster, REPLICATION_USER};
 
+pub use crate::machines::common::tls::{CaMaterial, RENEW_AT, renew_at};
 pub use crate::pod::tls::{
     CA_CERT, CA_KEY, MOUNTED, REPLICATION_CERT, REPLICATION_KEY, SERVER_CERT, SERVER_KEY,
     TLS_DIR_ENV, TLS_PATH,
 };
 
-/// The Secret's annotation: when its leaves are due for renewal (RFC 3339). A person
-/// may set it to an earlier time to renew them now.
-pub const RENEW_AT: &str = "lockstep.dev/renew-at";
-
 const VOLUME: &str = "tls";
-const CA_YEARS: i64 = 10;
-const LEAF_DAYS: i64 = 365;
 
 /// `<name>-tls`.
 #[must_use]
@@ -91,109 +81,30 @@ pub fn server_names(pg: &PostgresCluster) -> Vec<String> {
     names
 }
 
-fn certificate_error(what: &str, e: &rcgen::Error) -> Error {
-    Error::Certificate(format!("{what}: {e}"))
+/// The subject of the cluster's CA: the same at issuance and at every renewal, so that
+/// a renewed leaf names the same issuer (and key identifier) as the first.
+fn subject(pg: &PostgresCluster) -> String {
+    common::ca_subject(&namespace(pg), &pg.name_any())
 }
 
-/// Validity from one hour ago (a node's clock a little behind the operator's) for `days`.
-fn valid_for(params: &mut CertificateParams, days: i64) {
-    let now = time_now();
-    params.not_before = now - time::Duration::hours(1);
-    params.not_after = now + time::Duration::days(days);
-}
-
-fn time_now() -> time::OffsetDateTime {
-    time::OffsetDateTime::now_utc()
-}
-
-fn named(common_name: String) -> DistinguishedName {
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::OrganizationName, "lockstep");
-    dn.push(DnType::CommonName, common_name);
-    dn
-}
-
-/// A leaf certificate for `names` (and `common_name`), signed by `issuer`: its PEM and
-/// its key's PEM.
-fn leaf(
-    issuer: &Issuer<'_, KeyPair>,
-    common_name: String,
-    names: Vec<String>,
-    usage: ExtendedKeyUsagePurpose,
-) -> Result<(String, String), Error> {
-    let key = KeyPair::generate().map_err(|e| certificate_error("a leaf key", &e))?;
-    let mut params =
-        CertificateParams::new(names).map_err(|e| certificate_error("a leaf's names", &e))?;
-    params.distinguished_name = named(common_name);
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![usage];
-    params.use_authority_key_identifier_extension = true;
-    valid_for(&mut params, LEAF_DAYS);
-    let cert = params
-        .signed_by(&key, issuer)
-        .map_err(|e| certificate_error("signing a leaf", &e))?;
-    Ok((cert.pem(), key.serialize_pem()))
-}
-
-/// The CA's parameters: the same at issuance and at every renewal, so that a renewed
-/// leaf names the same issuer (and key identifier) as the first.
-fn ca_params(pg: &PostgresCluster) -> CertificateParams {
-    let mut ca = CertificateParams::default();
-    ca.distinguished_name = named(format!("{}/{} CA", namespace(pg), pg.name_any()));
-    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    ca
-}
-
-/// The server's and the replication role's certificates and keys, signed by `issuer`,
-/// by their keys in the Secret.
-fn leaves(
-    pg: &PostgresCluster,
-    issuer: &Issuer<'_, KeyPair>,
-) -> Result<[(&'static str, String); 4], Error> {
-    let (server, server_key) = leaf(
-        issuer,
-        service_name(pg, ServiceKind::ReadWrite),
-        server_names(pg),
-        ExtendedKeyUsagePurpose::ServerAuth,
-    )?;
-    let (replication, replication_key) = leaf(
-        issuer,
-        REPLICATION_USER.to_owned(),
-        Vec::new(),
-        ExtendedKeyUsagePurpose::ClientAuth,
-    )?;
-    Ok([
-        (SERVER_CERT, server),
-        (SERVER_KEY, server_key),
-        (REPLICATION_CERT, replication),
-        (REPLICATION_KEY, replication_key),
-    ])
-}
-
-/// When leaves issued now are due for renewal: two thirds into their validity.
-#[must_use]
-pub fn renew_at(now: DateTime<Utc>) -> DateTime<Utc> {
-    now + chrono::Duration::days(LEAF_DAYS * 2 / 3)
-}
-
-/// The Secret's annotations: when its leaves are due ([`RENEW_AT`]), and the keys the
-/// operator's cache keeps ([`CACHED_KEYS`]: the CA, to sign renewals with).
-fn annotations(now: DateTime<Utc>) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            RENEW_AT.to_owned(),
-            renew_at(now).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        ),
-        (CACHED_KEYS.to_owned(), format!("{CA_CERT},{CA_KEY}")),
-    ])
+/// The server's and the replication role's certificates.
+fn leaves(pg: &PostgresCluster) -> Vec<Leaf> {
+    vec![
+        Leaf {
+            cert: SERVER_CERT,
+            key: SERVER_KEY,
+            common_name: service_name(pg, ServiceKind::ReadWrite),
+            names: server_names(pg),
+            usages: vec![ExtendedKeyUsagePurpose::ServerAuth],
+        },
+        Leaf {
+            cert: REPLICATION_CERT,
+            key: REPLICATION_KEY,
+            common_name: REPLICATION_USER.to_owned(),
+            names: Vec::new(),
+            usages: vec![ExtendedKeyUsagePurpose::ClientAuth],
+        },
+    ]
 }
 
 /// The Secret, freshly issued: a new CA, the server's and the replication role's
@@ -205,57 +116,19 @@ fn annotations(now: DateTime<Utc>) -> BTreeMap<String, String> {
 /// [`Error::Certificate`] if a certificate cannot be issued; [`Error`] if the owner has
 /// no UID.
 pub fn secret(pg: &PostgresCluster) -> Result<Secret, Error> {
-    let ca_key = KeyPair::generate().map_err(|e| certificate_error("the CA key", &e))?;
-    let mut ca = ca_params(pg);
-    valid_for(&mut ca, CA_YEARS * 365);
-    let ca_cert = ca
-        .self_signed(&ca_key)
-        .map_err(|e| certificate_error("the CA", &e))?;
-    let ca_pem = ca_cert.pem();
-    let ca_key_pem = ca_key.serialize_pem();
-    let issuer = Issuer::new(ca, ca_key);
-    let mut data = BTreeMap::from([
-        (CA_CERT.to_owned(), ca_pem),
-        (CA_KEY.to_owned(), ca_key_pem),
-    ]);
-    data.extend(leaves(pg, &issuer)?.map(|(k, v)| (k.to_owned(), v)));
     Ok(Secret {
         metadata: ObjectMeta {
             name: Some(secret_name(pg)),
             namespace: Some(namespace(pg)),
             labels: Some(labels(pg)),
-            annotations: Some(annotations(Utc::now())),
+            annotations: Some(common::annotations(Utc::now())),
             owner_references: super::metadata(pg, secret_name(pg))?.owner_references,
             ..ObjectMeta::default()
         },
-        string_data: Some(data),
+        string_data: Some(common::issue(&subject(pg), leaves(pg))?),
         type_: Some("Opaque".to_owned()),
         ..Secret::default()
     })
-}
-
-/// The CA as the operator's cache holds it (from the Secret's data), to sign renewals
-/// with. Its `Debug` shows no key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct CaMaterial {
-    /// The CA's private key, PEM.
-    key: String,
-}
-
-impl CaMaterial {
-    /// The CA key read from the Secret's data (`None` without one).
-    #[must_use]
-    pub fn of(secret: &Secret) -> Option<Self> {
-        let data = secret.data.as_ref()?;
-        let key = String::from_utf8(data.get(CA_KEY)?.0.clone()).ok()?;
-        Some(Self { key })
-    }
-}
-
-impl std::fmt::Debug for CaMaterial {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CaMaterial(..)")
-    }
 }
 
 /// The merge patch that renews the leaves of `<name>-tls`: new server and replication
@@ -265,24 +138,7 @@ impl std::fmt::Debug for CaMaterial {
 /// # Errors
 /// [`Error::Certificate`] if the CA key does not parse or a leaf cannot be issued.
 pub fn renewal(pg: &PostgresCluster, ca: &CaMaterial) -> Result<serde_json::Value, Error> {
-    let key = KeyPair::from_pem(&ca.key).map_err(|e| certificate_error("the CA key", &e))?;
-    let issuer = Issuer::new(ca_params(pg), key);
-    let mut data = serde_json::Map::new();
-    for (k, v) in leaves(pg, &issuer)? {
-        // base64, as `data` wants it (never null: a null would delete the key).
-        let encoded =
-            serde_json::to_value(k8s_openapi::ByteString(v.into_bytes())).map_err(|source| {
-                Error::Serialize {
-                    what: format!("{} {k}", secret_name(pg)),
-                    source,
-                }
-            })?;
-        data.insert(k.to_owned(), encoded);
-    }
-    Ok(serde_json::json!({
-        "metadata": {"annotations": {RENEW_AT: annotations(Utc::now())[RENEW_AT]}},
-        "data": data,
-    }))
+    common::renewal(&secret_name(pg), &subject(pg), ca, leaves(pg))
 }
 
 /// Where the instances find a person's own server certificate (`spec.certificates`).
@@ -302,39 +158,8 @@ pub fn server_volume(pg: &PostgresCluster) -> Option<(Volume, VolumeMount)> {
         secret,
         &[SERVER_CERT, SERVER_KEY, CA_CERT],
         SERVER_TLS_PATH,
+        Wait::Optional,
     ))
-}
-
-/// An optional, read-only volume of `keys` of the Secret `secret` at `path`, mode 0440
-/// (the server and libpq accept a root-owned key file readable by its group only).
-fn projected(volume: &str, secret: String, keys: &[&str], path: &str) -> (Volume, VolumeMount) {
-    (
-        Volume {
-            name: volume.to_owned(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret),
-                items: Some(
-                    keys.iter()
-                        .map(|k| KeyToPath {
-                            key: (*k).to_owned(),
-                            path: (*k).to_owned(),
-                            ..KeyToPath::default()
-                        })
-                        .collect(),
-                ),
-                default_mode: Some(0o440),
-                optional: Some(true),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        VolumeMount {
-            name: volume.to_owned(),
-            mount_path: path.to_owned(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        },
-    )
 }
 
 /// The instances' volume (every key but the CA's, readable by PostgreSQL's group only)
@@ -342,5 +167,5 @@ fn projected(volume: &str, secret: String, keys: &[&str], path: &str) -> (Volume
 /// has no Secret, and its instances keep serving without TLS (the manager says so).
 #[must_use]
 pub fn volume(pg: &PostgresCluster) -> (Volume, VolumeMount) {
-    projected(VOLUME, secret_name(pg), &MOUNTED, TLS_PATH)
+    projected(VOLUME, secret_name(pg), &MOUNTED, TLS_PATH, Wait::Optional)
 }

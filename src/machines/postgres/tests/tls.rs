@@ -2,6 +2,7 @@
 
 use super::rendering::object;
 use super::*;
+use crate::machines::common::testing::{cached, der, verifies};
 use crate::machines::postgres::render::tls::*;
 
 fn pg() -> PostgresCluster {
@@ -53,44 +54,6 @@ fn the_server_certificate_names_every_service_and_every_pod() {
     ] {
         assert!(names.contains(&name.to_owned()), "{name} in {names:?}");
     }
-}
-
-/// The issued Secret's data as the API server stores it and the operator's cache keeps
-/// it (only the keys it names).
-fn cached(secret: &k8s_openapi::api::core::v1::Secret) -> k8s_openapi::api::core::v1::Secret {
-    use crate::driver::cache::Project;
-    let mut stored = secret.clone();
-    stored.data = stored.string_data.take().map(|data| {
-        data.into_iter()
-            .map(|(k, v)| (k, k8s_openapi::ByteString(v.into_bytes())))
-            .collect()
-    });
-    stored.metadata.uid = Some("tls-uid".to_owned());
-    stored.metadata.resource_version = Some("7".to_owned());
-    stored.project(&crate::driver::cache::Keep::NOTHING);
-    stored
-}
-
-fn der(pem_text: &str) -> rustls_pki_types::CertificateDer<'static> {
-    rustls_pki_types::CertificateDer::from(pem::parse(pem_text).expect("PEM").into_contents())
-}
-
-/// `leaf` chains to `ca` for `usage`, as a TLS peer checks it.
-fn verifies(ca: &str, leaf: &str, usage: webpki::KeyUsage) -> Result<(), webpki::Error> {
-    let ca = der(ca);
-    let anchor = webpki::anchor_from_trusted_cert(&ca)?;
-    let leaf = der(leaf);
-    let cert = webpki::EndEntityCert::try_from(&leaf)?;
-    cert.verify_for_usage(
-        webpki::ALL_VERIFICATION_ALGS,
-        &[anchor],
-        &[],
-        rustls_pki_types::UnixTime::now(),
-        usage,
-        None,
-        None,
-    )
-    .map(|_| ())
 }
 
 #[test]
@@ -183,7 +146,7 @@ fn certificates_are_renewed_at_rest_once_due_and_only_then() {
     let renews = |d: &Decision<PgState, PgAction>| {
         d.actions()
             .iter()
-            .any(|a| matches!(a, PgAction::RenewCertificates { uid, .. } if uid == "tls-uid"))
+            .any(|a| matches!(a, PgAction::RenewCertificates(r) if r.uid == "tls-uid"))
     };
     let d = decide_at(&spec("16.3"), &ready(V1, 0), o.clone(), now, 0);
     assert!(!renews(&d), "not yet due");
