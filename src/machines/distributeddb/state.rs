@@ -171,6 +171,11 @@ impl ScalePhase {
     pub fn is_pre(self) -> bool {
         matches!(self, ScalePhase::PreScaleUp | ScalePhase::PreScaleDown)
     }
+
+    /// A hook of a step that adds a member.
+    pub fn is_up(self) -> bool {
+        matches!(self, ScalePhase::PreScaleUp | ScalePhase::PostScaleUp)
+    }
 }
 
 crate::machines::common::finalize::impl_states!(DdbState);

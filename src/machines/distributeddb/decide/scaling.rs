@@ -212,51 +212,50 @@ fn hooked(
     let name = o.pod_name(h.ordinal);
     let key = hook_key(phase, h.ordinal, &s.version, &h.token, h.attempt);
     let job = o.job(&key);
-    let up = matches!(h.phase, ScalePhase::PreScaleUp | ScalePhase::PostScaleUp);
-    if h.phase.is_pre() {
+    let up = h.phase.is_up();
+    // Where the scaling goes once this hook is behind it (done, or dropped): after a
+    // pre-hook, the StatefulSet's step (and the post-hook, if configured); after a
+    // post-hook, the next step.
+    let after = |s: &HookedScale, reason, message| {
+        if !h.phase.is_pre() {
+            return Decision::go(s.state(s.replicas, None), reason, message);
+        }
         let next = if up { s.replicas + 1 } else { s.replicas - 1 };
-        let take_step = |s: &HookedScale, reason, message| {
-            let (_, post) = ScalePhase::of_step(s.replicas, next);
-            let post = post
-                .hook()
-                .of(spec)
-                .map(|_| ScaleHook::begin(post, h.ordinal, h.token.clone(), o));
-            Decision::go(s.state(next, post), reason, message)
-        };
-        let Some(hook) = phase.of(spec) else {
-            let message = format!("{name}: the {} was removed from the spec", phase.describe());
-            return take_step(s, SCALE_HOOK_DROPPED, message);
-        };
-        return hook_step(s, world, phase, hook, key, job, actions, |s, message, _| {
-            take_step(s, SCALE_HOOK_SUCCEEDED, message)
-        });
-    }
-    let failed = job.is_some_and(|j| matches!(j.outcome, JobOutcome::Failed { .. }));
-    if up && spec.replicas < s.replicas && (job.is_none() || failed) {
-        return Decision::go(
-            s.state(s.replicas, None),
-            SCALE_HOOK_DROPPED,
-            format!(
-                "spec.replicas is {}: {name} is removed without its {}",
-                spec.replicas,
-                phase.describe()
-            ),
-        );
-    }
-    if job.is_none() && !step_done(shape, o, h.ordinal, up, !actions.is_empty()) {
-        let what = if up { "to be created" } else { "to go" };
-        return stay(
-            WAITING_FOR_PODS,
-            format!("waiting for {name} {what} before its {}", phase.describe()),
-            actions,
-        );
+        let (_, post) = ScalePhase::of_step(s.replicas, next);
+        let post = post
+            .hook()
+            .of(spec)
+            .map(|_| ScaleHook::begin(post, h.ordinal, h.token.clone(), o));
+        Decision::go(s.state(next, post), reason, message)
+    };
+    if !h.phase.is_pre() {
+        let failed = job.is_some_and(|j| matches!(j.outcome, JobOutcome::Failed { .. }));
+        if up && spec.replicas < s.replicas && (job.is_none() || failed) {
+            return Decision::go(
+                s.state(s.replicas, None),
+                SCALE_HOOK_DROPPED,
+                format!(
+                    "spec.replicas is {}: {name} is removed without its {}",
+                    spec.replicas,
+                    phase.describe()
+                ),
+            );
+        }
+        if job.is_none() && !step_done(shape, o, h.ordinal, up, !actions.is_empty()) {
+            let what = if up { "to be created" } else { "to go" };
+            return stay(
+                WAITING_FOR_PODS,
+                format!("waiting for {name} {what} before its {}", phase.describe()),
+                actions,
+            );
+        }
     }
     let Some(hook) = phase.of(spec) else {
         let message = format!("{name}: the {} was removed from the spec", phase.describe());
-        return Decision::go(s.state(s.replicas, None), SCALE_HOOK_DROPPED, message);
+        return after(s, SCALE_HOOK_DROPPED, message);
     };
     hook_step(s, world, phase, hook, key, job, actions, |s, message, _| {
-        Decision::go(s.state(s.replicas, None), SCALE_HOOK_SUCCEEDED, message)
+        after(s, SCALE_HOOK_SUCCEEDED, message)
     })
 }
 
