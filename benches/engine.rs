@@ -86,6 +86,7 @@ fn db_spec(image: &str) -> DistributedDBSpec {
             post_hook: Some(hook()),
         }),
         scaling: None,
+        tls: None,
         resources: None,
         ports: vec![DbPort {
             name: "db".to_owned(),
@@ -141,6 +142,7 @@ fn db_at_rest(image: &str) -> ddb::Observed {
                 claims: BTreeMap::new(),
             },
             requests: ddb::HookRequests::default(),
+            certificates: None,
         },
     }
 }

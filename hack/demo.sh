@@ -110,9 +110,12 @@ k delete pod writer -n "$NS" --ignore-not-found --wait=true >/dev/null 2>&1 || t
 # retention): a new cluster must not start from an earlier run's data.
 k delete pvc -n "$NS" -l "app.kubernetes.io/instance=$NAME" --wait=true >/dev/null 2>&1 || true
 
-# etcdctl in member 0 (the etcd images carry it).
-etcdctl() { k exec -n "$NS" "$NAME-0" -c db -- etcdctl "$@"; }
-members() { echo "http://$NAME-0.$NAME.$NS.svc:2379,http://$NAME-1.$NAME.$NS.svc:2379,http://$NAME-2.$NAME.$NS.svc:2379"; }
+# etcdctl in member 0 (the etcd images carry it), after the image's etcd-lib.sh: with
+# spec.tls (examples/etcd.yaml sets it) etcdctl presents the client certificate the
+# operator issued, and the members' URLs are https.
+etcdctl() { k exec -n "$NS" "$NAME-0" -c db -- bash -c '. /usr/local/bin/etcd-lib.sh && etcdctl "$@"' etcdctl "$@"; }
+in_member() { k exec -n "$NS" "$NAME-0" -c db -- bash -c ". /usr/local/bin/etcd-lib.sh && $1"; }
+members() { echo "https://$NAME-0.$NAME.$NS.svc:2379,https://$NAME-1.$NAME.$NS.svc:2379,https://$NAME-2.$NAME.$NS.svc:2379"; }
 
 step "3. Create distributeddb/$NAME ($EXAMPLE)"
 start_narrator "distributeddb/$NAME"
@@ -126,13 +129,15 @@ wait_until "distributeddb/$NAME to be Ready" condition_true Ready "distributeddb
 k get distributeddb "$NAME" -n "$NS" | show
 if [ "$REAL" = 1 ]; then
   explain "The pods run etcd on the real node; each derives its flags from its name and the"
-  explain "headless Service. Asked of etcd itself (etcdctl endpoint health / status):"
+  explain "headless Service. spec.tls: the operator issued a CA and the certificates (Secret"
+  explain "$NAME-tls); clients and peers speak https and must present a certificate of that CA."
+  explain "Asked of etcd itself (etcdctl endpoint health / status):"
   healthy() { [ "$(etcdctl --endpoints="$(members)" endpoint health 2>/dev/null | grep -c 'is healthy')" = 3 ]; }
   wait_until "3 healthy etcd members" healthy
   etcdctl --endpoints="$(members)" endpoint health 2>&1 | show
   etcdctl --endpoints="$(members)" endpoint status -w table 2>&1 | show
 
-  step "4. A writer: one key per put, through the Service $NAME.$NS.svc"
+  step "4. A writer: one key per put, through the Service $NAME.$NS.svc, over TLS"
   WRITER_IMAGE="$(tools/images/build.sh --name backup)"
   k apply -n "$NS" -f - >/dev/null <<WRITER
 apiVersion: v1
@@ -143,19 +148,23 @@ spec:
   nodeSelector: {lockstep.dev/real-node: "true"}
   tolerations: [{key: lockstep.dev/real-node, operator: Exists, effect: NoSchedule}]
   # restricted, as the namespace enforces.
-  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
   containers:
   - name: writer
     image: $WRITER_IMAGE
     imagePullPolicy: IfNotPresent
     securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+    # The client certificate of the cluster's CA (etcd-lib.sh hands it to etcdctl).
+    env: [{name: DB_TLS_DIR, value: /etc/lockstep/tls}]
+    volumeMounts: [{name: tls, mountPath: /etc/lockstep/tls, readOnly: true}]
     command: [/bin/bash, -c]
     args:
     - |
+      . /usr/local/bin/etcd-lib.sh
       i=0
       while [ ! -f /tmp/stop ]; do
         i=\$((i + 1))
-        if etcdctl --endpoints=http://$NAME.$NS.svc:2379 --dial-timeout=1s --command-timeout=3s put key-\$i v\$i >/dev/null 2>&1; then
+        if etcdctl --endpoints=https://$NAME.$NS.svc:2379 --dial-timeout=1s --command-timeout=3s put key-\$i v\$i >/dev/null 2>&1; then
           echo "ack \$i"
         else
           echo "err \$i"
@@ -164,6 +173,12 @@ spec:
       done
       echo done
       sleep infinity
+  volumes:
+  - name: tls
+    secret:
+      secretName: $NAME-tls
+      defaultMode: 0440
+      items: [{key: ca.crt, path: ca.crt}, {key: client.crt, path: client.crt}, {key: client.key, path: client.key}]
 WRITER
   wait_until "the writer pod to be Ready" condition_true Ready pod/writer -n "$NS"
   acks() { k logs -n "$NS" writer 2>/dev/null | grep -c '^ack'; }
@@ -210,10 +225,10 @@ k get pods -n "$NS" -l "app.kubernetes.io/instance=$NAME,lockstep.dev/component=
 
 if [ "$REAL" = 1 ]; then
   explain "etcd after the upgrade:"
-  cluster_37() { k exec -n "$NS" "$NAME-0" -c db -- curl -s http://localhost:2379/version | grep -q '"etcdcluster":"3.7'; }
+  cluster_37() { in_member 'etcd_curl version' | grep -q '"etcdcluster":"3.7'; }
   wait_until "the cluster version to reach 3.7" cluster_37
   etcdctl --endpoints="$(members)" endpoint status -w table 2>&1 | show
-  explain "version: $(k exec -n "$NS" "$NAME-0" -c db -- curl -s http://localhost:2379/version)"
+  explain "version: $(in_member 'etcd_curl version')"
   k exec -n "$NS" writer -- touch /tmp/stop
   writer_done() { k logs -n "$NS" writer | grep -qx 'done'; }
   wait_until "the writer to stop" writer_done

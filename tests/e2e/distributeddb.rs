@@ -832,6 +832,11 @@ async fn invalid_specs_are_rejected_by_the_api_server_naming_the_field() {
         e.contains("spec.bootstrap") && e.contains("immutable"),
         "{e}"
     );
+    // Nor whether its members speak TLS (their URLs are in the membership).
+    let e = patch(&db.api, json!({"spec": {"tls": {}}}))
+        .await
+        .expect_err("TLS turned on later is refused");
+    assert!(e.contains("spec.tls") && e.contains("immutable"), "{e}");
     db.env.finish().await;
 }
 
@@ -855,6 +860,8 @@ async fn an_idle_distributeddb_with_hooks_and_backups_makes_no_mutating_request(
         "resources": {"requests": {"cpu": "0.5", "memory": "256Mi"}},
         "env": [{"name": "EMPTY", "value": ""}],
         "upgrade": {"preHook": {"command": ["drain"]}, "postHook": {"command": ["verify"]}},
+        // Its certificates are issued once, then nothing is written for them at rest.
+        "tls": {},
     });
     // Suspended: a run spanning 03:00 UTC would otherwise count a scheduled backup's writes.
     let mut backup = policy("0 3 * * *");
@@ -862,6 +869,24 @@ async fn an_idle_distributeddb_with_hooks_and_backups_makes_no_mutating_request(
     merge_json(&mut s, json!({"backupPolicy": backup}));
     db.create("quiet", spec(s)).await;
     db.ready_at("quiet", "registry.example/db:1").await;
+    let issued = db
+        .env
+        .api::<k8s_openapi::api::core::v1::Secret>()
+        .get("quiet-tls")
+        .await
+        .expect("the operator issued quiet-tls");
+    let keys: Vec<&String> = issued.data.as_ref().expect("its data").keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "ca.crt",
+            "ca.key",
+            "client.crt",
+            "client.key",
+            "tls.crt",
+            "tls.key"
+        ]
+    );
     let settled = counts_until(&mut counts, "reconciles to finish", |c| {
         c.started == c.finished
     })

@@ -209,15 +209,19 @@ pub(crate) async fn kubectl(args: &[&str], stdin: Option<String>) -> String {
     out
 }
 
-/// `kubectl exec` of `script` (sh -c) in container `db` of pod `pod`; `None` if it
-/// failed.
+/// `kubectl exec` of `script` (bash) in container `db` of pod `pod`, after the image's
+/// `etcd-lib.sh` (so etcdctl presents the client certificate, and `$scheme` is the
+/// members' URL scheme); `None` if it failed.
 pub(crate) async fn exec_db(ns: &str, pod: &str, script: &str) -> Option<String> {
+    let script = format!(". /usr/local/bin/etcd-lib.sh && {script}");
     let (ok, out) = run(
         cluster_dir().join("bin/kubectl"),
-        ["-n", ns, "exec", pod, "-c", "db", "--", "sh", "-c", script]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect(),
+        [
+            "-n", ns, "exec", pod, "-c", "db", "--", "bash", "-c", &script,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect(),
         Vec::new(),
         None,
         Duration::from_secs(120),
@@ -499,10 +503,54 @@ fn placed(mut pod: Pod, db: &DistributedDB) -> Pod {
     pod
 }
 
-/// The three members' client URLs.
+/// The members speak TLS only, and only to a holder of a certificate of the cluster's
+/// CA (`spec.tls` of `examples/etcd.yaml`): plain http to the client port is refused,
+/// https without a client certificate fails its handshake, the client certificate the
+/// operator issued is served; the membership's peer URLs are https.
+async fn assert_tls_only(ns: &str) {
+    let pod = format!("{NAME}-0");
+    let plain = exec_db(ns, &pod, "curl -s http://localhost:2379/version").await;
+    assert!(
+        !plain.as_deref().unwrap_or_default().contains("etcdserver"),
+        "plain http was served: {plain:?}"
+    );
+    let anonymous = exec_db(
+        ns,
+        &pod,
+        "curl -s --cacert $DB_TLS_DIR/ca.crt https://localhost:2379/version",
+    )
+    .await;
+    assert!(
+        !anonymous
+            .as_deref()
+            .unwrap_or_default()
+            .contains("etcdserver"),
+        "https without a client certificate was served: {anonymous:?}"
+    );
+    let served = exec_db(ns, &pod, "etcd_curl version").await;
+    assert!(
+        served.as_deref().unwrap_or_default().contains("etcdserver"),
+        "with the client certificate: {served:?}"
+    );
+    let members = exec_db(ns, &pod, "etcdctl member list -w simple")
+        .await
+        .unwrap_or_default();
+    let peers: Vec<&str> = members
+        .lines()
+        .filter_map(|l| l.split(", ").nth(3))
+        .collect();
+    assert!(
+        peers.len() == 3 && peers.iter().all(|u| u.starts_with("https://")),
+        "peer URLs: {members}"
+    );
+    eprintln!("TLS: plain http and certificate-less https refused; peers {peers:?}");
+}
+
+/// The three members' client URLs (`$scheme` is the etcd image's `etcd-lib.sh`'s:
+/// `https` with `spec.tls`).
 fn endpoints(ns: &str) -> String {
     (0..3)
-        .map(|i| format!("http://{NAME}-{i}.{NAME}.{ns}.svc:2379"))
+        .map(|i| format!("$scheme://{NAME}-{i}.{NAME}.{ns}.svc:2379"))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -580,7 +628,8 @@ pub(crate) async fn assert_all_healthy(ns: &str, version: &str) {
 /// `endpoint health` of the three members. Stops at `/tmp/stop`, then logs `done`.
 fn writer_pod(ns: &str, name: &str, prefix: &str) -> Pod {
     let script = format!(
-        r#"svc=http://{NAME}.{ns}.svc:2379
+        r#". /usr/local/bin/etcd-lib.sh
+svc=$scheme://{NAME}.{ns}.svc:2379
 eps={eps}
 quorum() {{
   while [ ! -f /tmp/stop ]; do
@@ -616,7 +665,19 @@ sleep infinity
                     "image": TOOLS_IMAGE,
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["/bin/bash", "-c", script],
-                }]
+                    "env": [{"name": "DB_TLS_DIR", "value": "/etc/lockstep/tls"}],
+                    "volumeMounts": [{"name": "tls", "mountPath": "/etc/lockstep/tls", "readOnly": true}],
+                }],
+                // The client certificate the operator issued (spec.tls).
+                "volumes": [{"name": "tls", "secret": {
+                    "secretName": format!("{NAME}-tls"),
+                    "defaultMode": 0o440,
+                    "items": [
+                        {"key": "ca.crt", "path": "ca.crt"},
+                        {"key": "client.crt", "path": "client.crt"},
+                        {"key": "client.key", "path": "client.key"},
+                    ],
+                }}],
             }
         }))
         .expect("a Pod"),
@@ -823,6 +884,7 @@ async fn etcd_lifecycle_on_the_real_node() {
     wait_ready_at(&db.api, FROM).await;
     assert_all_healthy(&ns, "3.6.16").await;
     eprintln!("created: 3 members healthy at 3.6.16 in {:?}", t0.elapsed());
+    assert_tls_only(&ns).await;
 
     // 1b. The PodDisruptionBudget keeps the quorum through evictions (a node drain):
     // one member may go, a second is refused while the first is away.
@@ -934,7 +996,7 @@ async fn etcd_lifecycle_on_the_real_node() {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     while Instant::now() < deadline && !version.contains("\"etcdcluster\":\"3.7.0\"") {
         tick.tick().await;
-        version = exec_db(&ns, "etcd-0", "curl -s http://localhost:2379/version")
+        version = exec_db(&ns, "etcd-0", "etcd_curl version")
             .await
             .unwrap_or_default();
     }

@@ -288,8 +288,8 @@ async fn a_helm_install_runs_databases_through_a_switchover_an_operator_upgrade_
         &ns,
         &format!("{}-0", etcd::NAME),
         &format!(
-            "etcdctl --endpoints=http://{}.{ns}.svc:2379 put after-uninstall yes && \
-             etcdctl --endpoints=http://{}.{ns}.svc:2379 get --print-value-only after-uninstall",
+            "etcdctl --endpoints=$scheme://{}.{ns}.svc:2379 put after-uninstall yes && \
+             etcdctl --endpoints=$scheme://{}.{ns}.svc:2379 get --print-value-only after-uninstall",
             etcd::NAME,
             etcd::NAME
         ),

@@ -5,6 +5,7 @@ use super::api::{DistributedDBSpec, Hook};
 use super::state::DdbState;
 pub use crate::machines::common::actions::JobAction;
 use crate::machines::common::meta::short_hash;
+use crate::machines::common::tls::Renewal;
 
 /// Every hook, for messages, Job keys and the hook's `HOOK` variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
@@ -67,6 +68,10 @@ pub struct Shape {
 /// A side effect of the DistributedDB machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DdbAction {
+    /// Create `<name>-tls` (a new CA, the member and client certificates) if absent.
+    CreateCertificates,
+    /// Renew the leaves of `<name>-tls` (the Secret as read), signed by its CA.
+    RenewCertificates(Renewal),
     /// Apply the headless Service.
     EnsureService,
     /// Apply the PodDisruptionBudget.

@@ -141,7 +141,13 @@ fn default_backup_timeout() -> i64 {
         "!has(self.bootstrap) || !has(self.bootstrap.fromBackup) || has(self.backupPolicy) || (has(self.bootstrap.fromBackup.s3Endpoint) && has(self.bootstrap.fromBackup.bucket) && has(self.bootstrap.fromBackup.s3CredentialsSecret))"
     )
     .message("spec.bootstrap.fromBackup needs a store: set its s3Endpoint, bucket and s3CredentialsSecret, or a spec.backupPolicy whose store it reads")
-    .field_path(".bootstrap.fromBackup")
+    .field_path(".bootstrap.fromBackup"),
+    validation = Rule::new(
+        "has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)"
+    )
+    .message("spec.tls is immutable: the members' URLs (http or https) are part of the database's membership, set when the cluster is created")
+    .field_path(".tls")
+    .reason(Reason::FieldValueForbidden)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DistributedDBSpec {
@@ -164,6 +170,9 @@ pub struct DistributedDBSpec {
     /// Hooks run around each member added or removed when `replicas` changes (for
     /// example, to add it to the database's membership before its pod starts).
     pub scaling: Option<ScalingPolicy>,
+    /// Transport security (immutable): the members, hooks and backups get a CA, a
+    /// member certificate and a client certificate. Without it, none.
+    pub tls: Option<DdbTls>,
     /// Resources of the database container.
     pub resources: Option<ResourceRequirements>,
     /// The ports the database listens on; the headless Service exposes the same (at
@@ -254,6 +263,23 @@ pub struct UpgradePolicy {
     pub post_hook: Option<Hook>,
 }
 
+/// Transport security of a DistributedDB. The database pods find, in the directory
+/// `DB_TLS_DIR` (`/etc/lockstep/tls`), `ca.crt`, the member certificate `tls.crt` and
+/// `tls.key` (for serving clients and peers, and as a peer's client), and the client
+/// certificate `client.crt` and `client.key`; the hook and backup Jobs find `ca.crt`,
+/// `client.crt` and `client.key` there. The image decides how to use them (the etcd
+/// image serves `https` with client-certificate authentication, peer and client).
+#[skip_serializing_none]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DdbTls {
+    /// A Secret of your own holding those five keys (cert-manager can issue it).
+    /// Without it, Lockstep issues a CA for the cluster and the certificates, in
+    /// `<name>-tls`, and renews them before they expire.
+    #[schemars(length(min = 1))]
+    pub secret_name: Option<String>,
+}
+
 /// How a new cluster's members get their first data.
 #[skip_serializing_none]
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, JsonSchema)]
@@ -267,7 +293,8 @@ pub struct Bootstrap {
 /// container (the image's restore command) before the database starts. It gets
 /// `RESTORE_KEY`, `S3_ENDPOINT`, `S3_BUCKET`, the credentials as `AWS_ACCESS_KEY_ID` and
 /// `AWS_SECRET_ACCESS_KEY` (secret references), the database container's `POD_NAME`,
-/// `DB_SERVICE` and `DB_REPLICAS`, and the data volume; it must do nothing for a member
+/// `DB_SERVICE` and `DB_REPLICAS` (and `DB_TLS_DIR` with the certificates, with
+/// `spec.tls`), and the data volume; it must do nothing for a member
 /// that already has data or joins a running cluster as a new member (it runs at every
 /// start of every pod).
 #[skip_serializing_none]

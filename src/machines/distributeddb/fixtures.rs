@@ -19,6 +19,7 @@ pub(crate) fn spec(image: &str, replicas: i32) -> DistributedDBSpec {
         bootstrap: None,
         upgrade: None,
         scaling: None,
+        tls: None,
         resources: None,
         ports: vec![DbPort {
             name: "db".to_owned(),

@@ -79,6 +79,9 @@
 //!   reconcile makes no request.
 //! - **Backups.** S3 credentials only travel as secret references. The finalizer is held
 //!   until a final backup succeeded or the user skipped it.
+//! - **Certificates before members.** With `spec.tls` and no Secret of the user's, the
+//!   certificates are issued before the StatefulSet is applied, and their leaves renewed
+//!   at rest only, on the Secret as read ([`super::tls`]).
 //!
 //! # Assumptions
 //! - The StatefulSet controller recreates deleted pods from the current template

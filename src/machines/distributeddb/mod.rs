@@ -7,7 +7,8 @@
 //! - [`state`]: the persisted state; [`table`]: the declared edges and their reasons,
 //!   each edge naming the file that takes it (the generated statechart is
 //!   `machines/distributeddb.md`); [`actions`]: the side effects, as data.
-//! - [`observe`] and [`render`]: the bridge to Kubernetes objects, both pure;
+//! - [`observe`] and [`render`]: the bridge to Kubernetes objects, both pure
+//!   ([`tls`]: the certificates of `spec.tls`);
 //!   [`status`]: the kind's own status fields.
 //!
 //! This module binds them into an [`Operator`] the driver runs.
@@ -82,8 +83,9 @@ pub mod status;
 pub mod table;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 
 pub use actions::DdbAction;
@@ -121,6 +123,15 @@ impl Operator for DistributedDb {
     fn render(object: &DistributedDB, action: &DdbAction) -> Result<Vec<Op>, Error> {
         let name = object.name_any();
         Ok(match action {
+            DdbAction::CreateCertificates => vec![Op::create(&tls::secret(object)?)?],
+            DdbAction::RenewCertificates(due) => vec![Op::patch_if::<Secret>(
+                tls::issued_name(object),
+                Precondition {
+                    uid: due.uid.clone(),
+                    resource_version: due.version.clone(),
+                },
+                tls::renewal(object, &due.ca)?,
+            )],
             DdbAction::EnsureService => vec![Op::apply(&render::service(object)?)?],
             DdbAction::EnsurePdb => vec![Op::apply(&render::pdb(object)?)?],
             DdbAction::EnsureStatefulSet(shape) => {

@@ -16,11 +16,13 @@ use kube::ResourceExt;
 use super::actions::Shape;
 use super::api::DistributedDB;
 use super::render::{self, CONTAINER, KIND_LABEL, VOLUME};
+use super::tls;
 use crate::driver::Cache;
 use crate::machines::common::annotations::{self, RETRY_HOOK, SKIP_HOOK};
 use crate::machines::common::observe::{self as common, Reading};
 pub use crate::machines::common::observe::{CronJobView, Requests, StatefulSetView, ordinal_of};
 use crate::machines::common::quantity;
+use crate::machines::common::tls::CertificatesView;
 
 /// Everything the machine sees of the world.
 pub type Observed = common::Observed<(), Own>;
@@ -65,6 +67,9 @@ pub struct Own {
     pub volumes: Volumes,
     /// The hook requests.
     pub requests: HookRequests,
+    /// The certificates Lockstep issued (`<name>-tls`), if it issues them and the
+    /// Secret exists.
+    pub certificates: Option<CertificatesView>,
 }
 
 /// The data volumes as observed: the size the StatefulSet's claim template asks for and
@@ -182,6 +187,10 @@ pub fn observe(db: &DistributedDB, cache: &Cache) -> Observed {
         pdb_in_sync: common::in_sync(pdb.as_deref(), render::pdb(db).ok()),
         volumes,
         requests: HookRequests::from_annotations(db.annotations()),
+        certificates: tls::issues(&db.spec)
+            .then(|| read.named(&cache.secrets, &tls::issued_name(db)))
+            .flatten()
+            .map(|s| CertificatesView::of(&s)),
     };
     read.observed(
         statefulset,

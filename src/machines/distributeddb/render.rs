@@ -40,6 +40,7 @@ use kube::ResourceExt;
 
 use super::actions::{HookPhase, Shape};
 use super::api::{BackupPolicy, DbPort, DistributedDB};
+use super::tls;
 use crate::machines::common::Error;
 use crate::machines::common::applied::with_applied_hash;
 use crate::machines::common::backup::{self, BackupKind, Destination};
@@ -141,11 +142,13 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
     let spec = &db.spec;
     let mut pod_labels = spec.pod_labels.clone();
     pod_labels.extend(selector(db));
-    let member_env = vec![
+    let tls = tls::member_volume(db);
+    let mut member_env = vec![
         from_field("POD_NAME", "metadata.name"),
         plain("DB_SERVICE", meta::service_host(&name, &namespace(db))),
         plain("DB_REPLICAS", shape.replicas.to_string()),
     ];
+    member_env.extend(tls.as_ref().map(|_| tls::env()));
     let mut env = member_env.clone();
     env.extend(spec.env.iter().cloned());
     let data_mount = VolumeMount {
@@ -153,6 +156,8 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
         mount_path: DATA_PATH.to_owned(),
         ..VolumeMount::default()
     };
+    let mut mounts = vec![data_mount];
+    mounts.extend(tls.as_ref().map(|(_, m)| m.clone()));
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(shape.image.clone()),
@@ -161,10 +166,10 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
         resources: spec.resources.clone(),
         readiness_probe: spec.readiness_probe.clone(),
         liveness_probe: spec.liveness_probe.clone(),
-        volume_mounts: Some(vec![data_mount.clone()]),
+        volume_mounts: Some(mounts.clone()),
         ..Container::default()
     };
-    let restore = restore_container(db, &shape.image, member_env, data_mount);
+    let restore = restore_container(db, &shape.image, member_env, mounts);
     let sts = StatefulSet {
         metadata: Owner::of(db)?.child(name.clone(), labels(db)),
         spec: StatefulSetSpec {
@@ -190,6 +195,7 @@ pub fn statefulset(db: &DistributedDB, shape: &Shape) -> Result<StatefulSet, Err
                     restricted(PodSpec {
                         init_containers: restore.map(|c| vec![c]),
                         containers: vec![container],
+                        volumes: tls.map(|(v, _)| vec![v]),
                         ..PodSpec::default()
                     }),
                     db,
@@ -296,29 +302,45 @@ fn placed(pod: PodSpec, db: &DistributedDB) -> PodSpec {
     }
 }
 
+/// `pod` with the client certificate's volume mounted in each container, and
+/// [`tls::TLS_DIR_ENV`] naming it, if `spec.tls` is set.
+fn with_client_tls(mut pod: PodSpec, db: &DistributedDB) -> PodSpec {
+    if let Some((volume, mount)) = tls::client_volume(db) {
+        for c in &mut pod.containers {
+            c.volume_mounts
+                .get_or_insert_with(Vec::new)
+                .push(mount.clone());
+            c.env.get_or_insert_with(Vec::new).push(tls::env());
+        }
+        pod.volumes.get_or_insert_with(Vec::new).push(volume);
+    }
+    pod
+}
+
 /// `pod`, `restricted` ([`security::restrict`]).
 fn restricted(mut pod: PodSpec) -> PodSpec {
     security::restrict(&mut pod, security::NON_ROOT_UID);
     pod
 }
 
-/// A hook or backup Job's pod template, `restricted`, with `spec.placement` of `db`.
+/// A hook or backup Job's pod template, `restricted`, with `spec.placement` of `db`,
+/// and the client certificate if `spec.tls` is set.
 fn place_job(job: &mut JobSpec, db: &DistributedDB) {
     if let Some(pod) = job.template.spec.take() {
-        job.template.spec = Some(placed(restricted(pod), db));
+        job.template.spec = Some(placed(restricted(with_client_tls(pod, db)), db));
     }
 }
 
 /// The `restore` init container of `spec.bootstrap.fromBackup`, if set: the member's
-/// environment (`member_env`) and data volume (`data`), the backup's key and store, the
-/// credentials as secret references ([`FromBackup`]'s contract). A store that names
-/// neither itself nor a backup policy (the CRD refuses it) renders empty values, which
-/// the restore command reports.
+/// environment (`member_env`) and volumes (`mounts`: data, certificates), the backup's
+/// key and store, the credentials as secret references ([`FromBackup`]'s contract). A
+/// store that names neither itself nor a backup policy (the CRD refuses it) renders
+/// empty values, which the restore command reports.
 fn restore_container(
     db: &DistributedDB,
     image: &str,
     member_env: Vec<EnvVar>,
-    data: VolumeMount,
+    mounts: Vec<VolumeMount>,
 ) -> Option<Container> {
     let from = db.spec.bootstrap.as_ref()?.from_backup.as_ref()?;
     let policy = db.spec.backup_policy.as_ref().map(destination);
@@ -348,7 +370,7 @@ fn restore_container(
         args: (!from.args.is_empty()).then(|| from.args.clone()),
         env: Some(env),
         resources: db.spec.resources.clone(),
-        volume_mounts: Some(vec![data]),
+        volume_mounts: Some(mounts),
         ..Container::default()
     })
 }

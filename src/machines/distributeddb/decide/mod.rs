@@ -23,6 +23,7 @@ use super::actions::{DdbAction, HookPhase, Shape, hook_key};
 use super::api::DistributedDBSpec;
 use super::observe::Observed;
 use super::state::{DdbState, Upgrade, UpgradeStep};
+use super::tls;
 use crate::engine::Decision;
 use crate::machines::common::actions::cronjob_upkeep;
 use crate::machines::common::jobs::JobOutcome;
@@ -171,6 +172,10 @@ pub(crate) fn hold_before_delete(o: &Observed, k: i32, replicas: i32, to: &str) 
 /// Owned objects to restore in a state whose StatefulSet has `shape`.
 pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> Vec<DdbAction> {
     let mut actions = Vec::new();
+    // The certificates before the StatefulSet: its pods wait for them.
+    if tls::issues(spec) && o.own.certificates.is_none() {
+        actions.push(DdbAction::CreateCertificates);
+    }
     if !o.own.service_in_sync {
         actions.push(DdbAction::EnsureService);
     }

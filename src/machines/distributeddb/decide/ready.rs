@@ -53,6 +53,14 @@ pub(crate) fn ready(
             .or(lost.map(|m| (BACKUP_OUTCOME_UNKNOWN, m))),
     };
     actions.extend(grow_volumes(spec, replicas, o));
+    // The member and client certificates, renewed at rest only.
+    actions.extend(
+        o.own
+            .certificates
+            .as_ref()
+            .and_then(|c| c.renewal(world.now))
+            .map(DdbAction::RenewCertificates),
+    );
     actions.extend(actions::release_finished::<DdbAction>(&o.jobs));
     actions.extend(prune_hook_jobs(o));
     actions.extend(prune_backup_jobs(o));

@@ -198,6 +198,14 @@ fn pod_uid(world: &Cluster, k: i32) -> String {
         .unwrap_or_default()
 }
 
+#[test]
+fn the_model_catches_a_statefulset_created_before_its_certificates() {
+    let mut world = Cluster::new(3, Some(0), false);
+    ask_statefulset(&mut world, "db:1", 3);
+    let why = violation(&world);
+    assert!(why.contains("before its certificates"), "{why}");
+}
+
 /// Why the world breaks an invariant (empty if it does not).
 fn violation(world: &Cluster) -> String {
     WorldModel::<DistributedDb>::invariants(world, &DdbState::Creating)
@@ -220,6 +228,7 @@ fn the_model_catches_a_delete_of_an_upgraded_pod() {
 #[test]
 fn the_model_catches_a_delete_before_the_pre_hook() {
     let mut world = Cluster::new(2, Some(0), false);
+    WorldModel::<DistributedDb>::apply(&mut world, &DdbAction::CreateCertificates);
     ask_statefulset(&mut world, "db:1", 2);
     WorldModel::<DistributedDb>::settle(&mut world);
     WorldModel::<DistributedDb>::edit_spec(&mut world, &Edit::Image(1));

@@ -156,6 +156,8 @@ pub(super) struct Cluster {
     next_uid: u64,
     /// A final backup Job succeeded (its Job may have been deleted since).
     final_backup_done: bool,
+    /// `<name>-tls` exists (issued by the operator).
+    certificates: bool,
     /// Every on-demand backup Job key ever created.
     backup_keys: BTreeSet<String>,
     /// The keys of the on-demand backup Jobs whose token a persisted state served
@@ -331,12 +333,17 @@ pub(super) enum Edit {
 }
 
 /// The spec a model run starts from: `replicas` at the first image, with hooks retried
-/// `hooks` times and a backup policy if asked.
+/// `hooks` times and a backup policy if asked. With hooks it is configured as the etcd
+/// example is: scaling hooks too, and certificates the operator issues (`spec.tls`).
 fn spec(replicas: i32, hooks: Option<i32>, backups: bool) -> DistributedDBSpec {
     let mut spec = fixtures::spec(IMAGES[0], replicas);
     spec.backup_policy = backups.then(fixtures::policy);
     match hooks {
-        Some(retry) => fixtures::with_scaling_hooks(fixtures::with_hooks(spec, retry), retry),
+        Some(retry) => {
+            let mut spec = fixtures::with_scaling_hooks(fixtures::with_hooks(spec, retry), retry);
+            spec.tls = Some(crate::machines::distributeddb::api::DdbTls::default());
+            spec
+        }
         None => spec,
     }
 }
@@ -358,6 +365,7 @@ impl Cluster {
             persisted_keys: std::cell::RefCell::default(),
             persisted_token: std::cell::RefCell::default(),
             final_backup_done: false,
+            certificates: false,
             asked: BTreeSet::from([IMAGES[0].to_owned()]),
             ever_without_policy: !backups,
             down: BTreeSet::new(),

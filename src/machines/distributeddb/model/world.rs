@@ -1,7 +1,9 @@
 //! How the simulated cluster answers the harness: spec edits, actions, environment moves, invariants.
 
 use super::*;
+use crate::machines::common::tls::CertificatesView;
 use crate::machines::distributeddb::observe::PodView;
+use crate::machines::distributeddb::tls;
 
 /// Any machine with DistributedDB's types runs in this world (the real one, and the
 /// planted bugs of the scenarios).
@@ -125,6 +127,12 @@ where
                     claims: BTreeMap::new(),
                 },
                 requests: self.hook_requests.clone(),
+                certificates: self.certificates.then(|| CertificatesView {
+                    uid: "uid-tls".to_owned(),
+                    version: "1".to_owned(),
+                    renew_at: None,
+                    ca: None,
+                }),
             },
         }
     }
@@ -139,6 +147,11 @@ where
                         "wrote {} into the StatefulSet template, an image no spec asked for",
                         shape.image
                     ));
+                }
+                if self.sts.is_none() && tls::issues(&self.spec) && !self.certificates {
+                    self.violations.push(
+                        "created the StatefulSet before its certificates: its members would start without TLS, or wait".to_owned(),
+                    );
                 }
                 match self.sts.as_ref().map(|s| s.replicas) {
                     // Its creation bootstraps the membership, whatever the persisted
@@ -228,7 +241,8 @@ where
                     self.cron = None;
                 }
             }
-            DdbAction::ExpandVolume { .. } => {}
+            DdbAction::CreateCertificates => self.certificates = true,
+            DdbAction::ExpandVolume { .. } | DdbAction::RenewCertificates(_) => {}
             DdbAction::Jobs(JobAction::DeleteJob { uid, .. }) => self.delete_job(uid),
             DdbAction::Jobs(JobAction::ReleaseJob { uid, .. }) => self.release_job(uid),
         }

@@ -8,6 +8,7 @@ mod objects;
 mod records;
 mod scaling;
 mod table;
+mod tls;
 mod upgrading;
 
 use std::collections::BTreeMap;
@@ -69,6 +70,7 @@ fn at_rest(image: &str) -> Observed {
                 claims: BTreeMap::new(),
             },
             requests: HookRequests::default(),
+            certificates: None,
         },
     }
 }
