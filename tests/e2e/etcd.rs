@@ -532,18 +532,25 @@ async fn assert_tls_only(ns: &str) {
         served.as_deref().unwrap_or_default().contains("etcdserver"),
         "with the client certificate: {served:?}"
     );
-    let members = exec_db(ns, &pod, "etcdctl member list -w simple")
-        .await
-        .unwrap_or_default();
-    let peers: Vec<&str> = members
-        .lines()
-        .filter_map(|l| l.split(", ").nth(3))
-        .collect();
+    let (members, peers) = member_column(ns, &pod, 3).await;
     assert!(
         peers.len() == 3 && peers.iter().all(|u| u.starts_with("https://")),
         "peer URLs: {members}"
     );
     eprintln!("TLS: plain http and certificate-less https refused; peers {peers:?}");
+}
+
+/// `etcdctl member list -w simple` in `pod`, and its `column` (from 0: 2 the names, 3
+/// the peer URLs) of every member.
+pub(crate) async fn member_column(ns: &str, pod: &str, column: usize) -> (String, Vec<String>) {
+    let members = exec_db(ns, pod, "etcdctl member list -w simple")
+        .await
+        .unwrap_or_default();
+    let values = members
+        .lines()
+        .filter_map(|l| l.split(", ").nth(column).map(str::to_owned))
+        .collect();
+    (members, values)
 }
 
 /// The three members' client URLs (`$scheme` is the etcd image's `etcd-lib.sh`'s:

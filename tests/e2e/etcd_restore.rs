@@ -62,13 +62,8 @@ pub(super) async fn restore_into_a_new_cluster(
         missing.is_empty(),
         "the cluster restored from s3://{BUCKET}/{key} lacks acknowledged keys: {missing:?}"
     );
-    let members = exec_db(ns, &pod, "etcdctl member list -w simple")
-        .await
-        .unwrap_or_default();
-    let names: BTreeSet<&str> = members
-        .lines()
-        .filter_map(|l| l.split(", ").nth(2))
-        .collect();
+    let (members, names) = member_column(ns, &pod, 2).await;
+    let names: BTreeSet<&str> = names.iter().map(String::as_str).collect();
     assert_eq!(
         names,
         BTreeSet::from(["etcd-restored-0", "etcd-restored-1", "etcd-restored-2"]),

@@ -153,28 +153,23 @@ pub fn renewal(db: &DistributedDB, ca: &CaMaterial) -> Result<serde_json::Value,
 /// The database pods' volume and mount (every key but the CA's), if `spec.tls` is set.
 #[must_use]
 pub fn member_volume(db: &DistributedDB) -> Option<(Volume, VolumeMount)> {
-    let keys = [CA_CERT, MEMBER_CERT, MEMBER_KEY, CLIENT_CERT, CLIENT_KEY];
-    Some(projected(
-        VOLUME,
-        secret_name(db)?,
-        &keys,
-        TLS_PATH,
-        Wait::Required,
-    ))
+    volume(
+        db,
+        &[CA_CERT, MEMBER_CERT, MEMBER_KEY, CLIENT_CERT, CLIENT_KEY],
+    )
 }
 
 /// The hook and backup Jobs' volume and mount (the CA and the client certificate), if
 /// `spec.tls` is set.
 #[must_use]
 pub fn client_volume(db: &DistributedDB) -> Option<(Volume, VolumeMount)> {
-    let keys = [CA_CERT, CLIENT_CERT, CLIENT_KEY];
-    Some(projected(
-        VOLUME,
-        secret_name(db)?,
-        &keys,
-        TLS_PATH,
-        Wait::Required,
-    ))
+    volume(db, &[CA_CERT, CLIENT_CERT, CLIENT_KEY])
+}
+
+/// `keys` of the Secret at [`TLS_PATH`]; the pod waits for the Secret.
+fn volume(db: &DistributedDB, keys: &[&str]) -> Option<(Volume, VolumeMount)> {
+    let secret = secret_name(db)?;
+    Some(projected(VOLUME, secret, keys, TLS_PATH, Wait::Required))
 }
 
 /// [`TLS_DIR_ENV`], for a container that has one of the volumes.
