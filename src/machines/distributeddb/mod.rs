@@ -61,8 +61,8 @@
 //!
 //! # Assumptions
 //! The driver's cache watches pods, Jobs, CronJobs, StatefulSets, Services,
-//! PodDisruptionBudgets and volume claims carrying the standard labels, which every rendered object (and every pod and
-//! claim made from them) carries.
+//! PodDisruptionBudgets, volume claims and Secrets (`<name>-tls`) carrying the standard
+//! labels, which every rendered object (and every pod and claim made from them) carries.
 //!
 //! # Errors
 //! Rendering fails only for an owner without a UID (never for an object read from the
