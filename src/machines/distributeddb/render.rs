@@ -70,7 +70,8 @@ pub fn selector(db: &DistributedDB) -> BTreeMap<String, String> {
     meta::component_labels(KIND_LABEL, &db.name_any(), "database")
 }
 
-fn namespace(db: &DistributedDB) -> String {
+/// The DistributedDB's namespace (its children's).
+pub(super) fn namespace(db: &DistributedDB) -> String {
     db.namespace().unwrap_or_default()
 }
 

@@ -32,7 +32,7 @@ use kube::ResourceExt;
 use rcgen::ExtendedKeyUsagePurpose;
 
 use super::api::DistributedDB;
-use super::render::KIND_LABEL;
+use super::render::{KIND_LABEL, namespace};
 use crate::machines::common::env::plain;
 use crate::machines::common::tls::{self as common, CA_CERT, CaMaterial, Leaf, Wait, projected};
 use crate::machines::common::{Error, meta};
@@ -71,10 +71,6 @@ pub fn issued_name(db: &DistributedDB) -> String {
 #[must_use]
 pub fn issues(spec: &super::api::DistributedDBSpec) -> bool {
     spec.tls.as_ref().is_some_and(|t| t.secret_name.is_none())
-}
-
-fn namespace(db: &DistributedDB) -> String {
-    db.namespace().unwrap_or_default()
 }
 
 /// Every name a member or a client may reach a member by: the headless Service (short,
