@@ -358,3 +358,35 @@ fn a_switchover_keeps_its_promoting_target_labelled_while_the_old_primary_is_uns
     )));
     assert_took(&report, "SwitchingOver -> Ready (SwitchoverCompleted)");
 }
+
+/// An upgrade's target is promoted by hand just after the old primary was demoted: its
+/// history forks and its agent fences it, and the old primary, stopped, has no primary
+/// to rewind against either. The switchover waits for the target a bounded time, then
+/// goes back to the old primary (the Lease never left it: it has every commit), and the
+/// upgrade moves the role again once the target has rewound against it.
+#[test]
+fn an_upgrade_whose_target_was_promoted_by_hand_goes_back_to_the_old_primary() {
+    use Move::*;
+    let env = Event::Env;
+    let report = passes(running_n(
+        2,
+        vec![
+            Event::Edit(Edit::Version(1)),
+            r(),
+            r(),
+            r(),
+            r(),
+            env(Recreate(1)),
+            r(),
+            env(TaskFails(1)),
+            env(BecomesReady(1)),
+            r(),
+            r(),
+            r(),
+            env(PromotedByHand(1)),
+        ],
+    ));
+    assert_took(&report, "SwitchingOver -> PrimaryLost (BackToOldPrimary)");
+    assert_took(&report, "SwitchingOver -> Upgrading (SwitchoverCompleted)");
+    assert_took(&report, "Upgrading -> Ready (UpgradeCompleted)");
+}

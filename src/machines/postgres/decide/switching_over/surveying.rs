@@ -639,7 +639,45 @@ pub(crate) fn retarget(
                     format!("{message} among those its survey read: surveying again"),
                 );
             }
-            stay(NO_PROMOTION_TARGET, message, actions).degraded()
+            not_ready_for_long(s, world, &message, actions)
         }
     }
+}
+
+/// The target is merely not Ready (`message`), and no other can be promoted: it is
+/// waited for up to [`TARGET_RETURN_SECONDS`] in this step, Degraded; then the old primary
+/// is taken back when [`abandon`] may (it has every commit, and the role is moved again
+/// from `Ready`), or the member a person names is adopted; else the wait goes on, looked
+/// at again every 10 s. Found by the deep model check: an upgrade's target promoted by
+/// hand forked its history and was fenced by its agent, and the demoted old primary and
+/// it each waited for the other to become the primary to rewind against.
+fn not_ready_for_long(
+    s: &Switchover,
+    world: &World<Observed>,
+    message: &str,
+    actions: Vec<PgAction>,
+) -> D {
+    let o = &world.observed;
+    let old = o.pod_name(s.cluster.primary);
+    let left = std::time::Duration::from_secs(TARGET_RETURN_SECONDS)
+        .checked_sub(world.in_state_for())
+        .filter(|left| !left.is_zero());
+    if let Some(left) = left {
+        let message = format!(
+            "{message}; waiting up to {TARGET_RETURN_SECONDS}s for it, then going back to {old} if the Lease never left it"
+        );
+        return stay(NO_PROMOTION_TARGET, message, actions)
+            .degraded()
+            .requeue(left);
+    }
+    abandon(s, o, message)
+        .or_else(|| adoption_requested(o, None, message))
+        .unwrap_or_else(|| {
+            let message = format!(
+                "{message}; if a member holds the data but cannot start as a standby (no primary to follow), set {ADOPT_PRIMARY}=<pod> to make it the primary"
+            );
+            stay(NO_PROMOTION_TARGET, message, actions)
+                .degraded()
+                .requeue(std::time::Duration::from_secs(10))
+        })
 }
