@@ -86,7 +86,14 @@ fn moves(o: &Observed, primary: Option<i32>, restart: bool) -> Vec<PgAction> {
     let mut demotions = Vec::new();
     let mut promotion = Vec::new();
     let mut restarts = Vec::new();
-    for (k, pod) in o.pods.iter().filter(|(_, p)| !p.terminating) {
+    // A terminating pod is neither promoted nor restarted, but loses a `primary` label it
+    // should not have: the `-rw` Service may route to a terminating endpoint while no
+    // other is Ready (found by the deep model check: a failover's first target, deleted
+    // as it promoted, kept the label while the second was labelled primary).
+    let keeps = |k: i32, pod: &PodView| {
+        pod.terminating && (pod.role != Some(Role::Primary) || Some(k) == primary)
+    };
+    for (k, pod) in o.pods.iter().filter(|(k, p)| !keeps(**k, p)) {
         let want = if Some(*k) == primary {
             Role::Primary
         } else if may_be_writable(pod) {
@@ -94,7 +101,7 @@ fn moves(o: &Observed, primary: Option<i32>, restart: bool) -> Vec<PgAction> {
         } else {
             Role::Replica
         };
-        if want == Role::Demoted && restart {
+        if want == Role::Demoted && restart && !pod.terminating {
             restarts.push(PgAction::DeletePod {
                 ordinal: *k,
                 uid: pod.uid.clone(),

@@ -390,3 +390,33 @@ fn an_upgrade_whose_target_was_promoted_by_hand_goes_back_to_the_old_primary() {
     assert_took(&report, "SwitchingOver -> Upgrading (SwitchoverCompleted)");
     assert_took(&report, "Upgrading -> Ready (UpgradeCompleted)");
 }
+
+/// A failover's first target is deleted as it promotes, labelled primary: the failover
+/// promotes the next member, and the deleted pod, terminating, loses its `primary` label
+/// before the next is labelled (the `-rw` Service may still route to a terminating pod).
+#[test]
+fn a_failover_target_deleted_as_it_promotes_loses_its_primary_label() {
+    use Move::*;
+    let env = Event::Env;
+    let report = passes(running_three(vec![
+        env(ForceDeleted(0)),
+        r(),
+        Event::Tick(30),
+        r(),
+        r(),
+        r(),
+        r(),
+        Event::Tick(2),
+        r(),
+        r(),
+        Event::Tick(26),
+        env(Recreate(0)),
+        r(),
+        env(Deleted(1)),
+        r(),
+        r(),
+        r(),
+    ]));
+    assert_took(&report, "SwitchingOver -> SwitchingOver (TargetChanged)");
+    assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
+}
