@@ -171,6 +171,39 @@ pub(crate) fn hold_before_delete(o: &Observed, k: i32, replicas: i32, to: &str) 
 
 /// Owned objects to restore in a state whose StatefulSet has `shape`.
 pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> Vec<DdbAction> {
+    upkeep_at(spec, shape, cut_back_step(shape, o), o)
+}
+
+/// [`upkeep`] mid-scaling: a StatefulSet one replica above `shape` holds the member the
+/// machine's own step removes, which may have left the database already (its
+/// pre-scale-down hook): the step is written as it is, never held back as a replica
+/// added by hand is ([`cut_back_step`]), so that a stale read of the StatefulSet cannot
+/// grow it back (found by the deep model check: a crash after the step's write, then a
+/// read two events old, grew it back over a member already removed).
+pub(crate) fn scaling_upkeep(
+    spec: &DistributedDBSpec,
+    shape: &Shape,
+    o: &Observed,
+) -> Vec<DdbAction> {
+    let own_step = o
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| s.replicas == shape.replicas + 1);
+    let replicas = if own_step {
+        shape.replicas
+    } else {
+        cut_back_step(shape, o)
+    };
+    upkeep_at(spec, shape, replicas, o)
+}
+
+/// The owned objects to restore, with the StatefulSet at `shape` but `replicas`.
+fn upkeep_at(
+    spec: &DistributedDBSpec,
+    shape: &Shape,
+    replicas: i32,
+    o: &Observed,
+) -> Vec<DdbAction> {
     let mut actions = Vec::new();
     // The certificates before the StatefulSet: its pods wait for them.
     if tls::issues(spec) && o.own.certificates.is_none() {
@@ -183,7 +216,7 @@ pub(crate) fn upkeep(spec: &DistributedDBSpec, shape: &Shape, o: &Observed) -> V
         actions.push(DdbAction::EnsurePdb);
     }
     let step = Shape {
-        replicas: cut_back_step(shape, o),
+        replicas,
         ..shape.clone()
     };
     if !o

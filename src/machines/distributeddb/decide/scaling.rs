@@ -6,7 +6,7 @@
 //! step, a post-hook once it is done ([`hooked`]).
 
 use super::hooks::{HookedScale, hook_step};
-use super::{D, shape_at, stay, upkeep};
+use super::{D, scaling_upkeep, shape_at, stay};
 use crate::engine::{Decision, World};
 use crate::machines::common::jobs::JobOutcome;
 use crate::machines::common::meta::short_hash;
@@ -98,7 +98,7 @@ pub(crate) fn scaling(
 ) -> D {
     let o = &world.observed;
     let shape = shape_at(spec, version, replicas, o);
-    let actions = upkeep(spec, &shape, o);
+    let actions = scaling_upkeep(spec, &shape, o);
     if let Some(hook) = hook {
         let s = HookedScale {
             version: version.to_owned(),

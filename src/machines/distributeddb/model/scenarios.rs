@@ -546,3 +546,36 @@ fn a_statefulset_created_on_a_stale_read_of_creating_bootstraps_its_membership()
         &vec![r(), Event::Delete, crashes, behind],
     );
 }
+
+#[test]
+fn a_stale_read_after_a_scale_down_step_does_not_grow_the_statefulset_back() {
+    // Found by the deep check: scaling 2 -> 1, the pre-scale-down hook removed db-1's
+    // member; the operator shrank the StatefulSet and crashed before its write, and the
+    // next reconcile read the StatefulSet two events old (drifted, not yet observed by
+    // its controller): holding it at 2 as a hand-made drift is held, it grew it back
+    // over a member already removed.
+    use Move::*;
+    let crashes = Event::Reconcile(Reconcile {
+        fault: crate::engine::check::Fault::Crash { after: 1 },
+        ..Reconcile::FRESH
+    });
+    let behind = Event::Reconcile(Reconcile {
+        world_lag: 2,
+        ..Reconcile::FRESH
+    });
+    let story = then(
+        adopted(),
+        [
+            Event::Edit(Edit::Replicas(1)),
+            r(),
+            r(),
+            env(JobFinishes(0, true)),
+            r(),
+            env(StsDrifts),
+            env(StsObserves),
+            crashes,
+            behind,
+        ],
+    );
+    holds(Cluster::existing(2, Some(1), false), &story);
+}
