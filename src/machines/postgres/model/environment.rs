@@ -188,6 +188,11 @@ impl World {
                     .iter()
                     .filter(|j| j.done.is_some())
                     .filter(|j| matches!(j.kind, JobKind::Backup | JobKind::Final))
+                    // An on-demand one only once a persisted state served its token.
+                    .filter(|j| {
+                        !self.backup_keys.contains(&j.key)
+                            || self.persisted_keys.borrow().contains(&j.key)
+                    })
                     .map(|j| j.uid)
                     .collect();
                 if !finished.is_empty() {

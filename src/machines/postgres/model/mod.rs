@@ -587,6 +587,13 @@ pub(super) struct World {
     final_backup_succeeded: bool,
     /// Every on-demand backup Job key ever created.
     backup_keys: BTreeSet<String>,
+    /// The keys of the on-demand backup Jobs whose token a persisted state served
+    /// (noted as the invariants read it). Until then nobody deletes the Job outright:
+    /// the sub-machine's assumption ([`crate::machines::common::on_demand`]), which a
+    /// status write lost after the Job's creation would otherwise break (found by the
+    /// deep model check: the token served again, its Job created a second time; the
+    /// DistributedDB model keeps the same rule).
+    persisted_keys: std::cell::RefCell<BTreeSet<String>>,
     /// `spec.backup` was unset at some point (releasing the finalizer without a final
     /// backup is then allowed).
     ever_without_backup: bool,

@@ -148,6 +148,7 @@ impl World {
             upgrade_deletes: BTreeMap::new(),
             final_backup_succeeded: false,
             backup_keys: BTreeSet::new(),
+            persisted_keys: std::cell::RefCell::default(),
             ever_without_backup: !backup,
             violations: Vec::new(),
             quiet_settles: 0,

@@ -420,3 +420,34 @@ fn a_failover_target_deleted_as_it_promotes_loses_its_primary_label() {
     assert_took(&report, "SwitchingOver -> SwitchingOver (TargetChanged)");
     assert_took(&report, "SwitchingOver -> Ready (FailoverCompleted)");
 }
+
+/// The status write after an on-demand backup Job's creation is lost (409): the Job
+/// finishes, and the next reconcile follows it rather than run the token again. (The
+/// deep model check once deleted that Job outright in between, which the on-demand
+/// sub-machine assumes nobody does before the write that records it.)
+#[test]
+fn a_backup_job_whose_recording_write_was_lost_is_followed_not_run_twice() {
+    use Move::*;
+    let env = Event::Env;
+    let conflict = Event::Reconcile(crate::engine::check::Reconcile {
+        fault: crate::engine::check::Fault::Conflict,
+        ..crate::engine::check::Reconcile::FRESH
+    });
+    let mut world = World::fresh(1, true, 0);
+    world.running();
+    let report = passes((
+        world,
+        vec![
+            r(),
+            r(),
+            r(),
+            env(RequestBackup),
+            conflict,
+            env(JobFinishes { nth: 0, ok: true }),
+            env(BackupJobDeleted(0)),
+            r(),
+            r(),
+        ],
+    ));
+    assert_took(&report, "BackingUp -> Ready (BackupSucceeded)");
+}

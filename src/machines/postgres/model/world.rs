@@ -364,7 +364,13 @@ where
             self.switchover_served
                 .set(self.switchover_served.get().max(serial));
         }
-        if let PgState::BackingUp { request, .. } = state {
+        if let PgState::BackingUp { request, job, .. } = state {
+            self.persisted_keys
+                .borrow_mut()
+                .insert(crate::machines::common::on_demand::serving(
+                    request,
+                    job.as_deref(),
+                ));
             self.backup_served.replace(Some(request.clone()));
         }
         self.note_restore(state);
