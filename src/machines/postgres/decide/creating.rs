@@ -213,8 +213,8 @@ pub(crate) fn ordinal_named(o: &Observed, name: &str) -> Option<i32> {
 ///   the pod named by `lockstep.dev/adopt-primary`; the ordinal the Lease (or its last
 ///   releaser) named, whose pod was recreated; pod 0 if no pod carries a role label
 ///   (a new cluster); the one pod labelled primary; with none labelled primary, the one
-///   pod not labelled `replica`. Anything else is ambiguous: a Degraded wait for the
-///   annotation.
+///   pod not labelled `replica`, while every ordinal has a live pod on a volume that
+///   holds data. Anything else is ambiguous: a Degraded wait for the annotation.
 ///
 /// Without a Lease, see [`missing_lease`].
 pub(crate) fn choose_primary(
@@ -252,7 +252,13 @@ pub(crate) fn choose_primary(
         .and_then(|l| l.holder.as_deref().or(l.released_by.as_deref()))
         .and_then(|h| ordinal_named(o, h));
     // With nobody labelled primary, the one pod not labelled `replica` (a recreated
-    // primary waits unlabelled) is the primary's ordinal.
+    // primary waits unlabelled) is the primary's ordinal, but only while every ordinal
+    // has a live pod on a volume that holds data: a primary whose pod is gone, or was
+    // recreated on an empty volume, leaves a recreated standby the one unlabelled pod
+    // (found by the deep model check: the status, the Lease and the primary's volume
+    // lost, a standby recreated behind the other, and the Lease handed to it).
+    let members = o.statefulset.as_ref().map_or(spec.replicas, |s| s.replicas);
+    let whole = (0..members).all(|k| o.live(k).is_some() && !o.own.empty.contains(&k));
     let unlabelled: Vec<i32> = o
         .pods
         .iter()
@@ -261,7 +267,8 @@ pub(crate) fn choose_primary(
         .collect();
     let wanted = hatch.or(last).or((!roles).then_some(0)).or(
         match (labelled.as_slice(), unlabelled.as_slice()) {
-            ([k], _) | ([], [k]) => Some(*k),
+            ([k], _) => Some(*k),
+            ([], [k]) if whole => Some(*k),
             _ => None,
         },
     );

@@ -451,3 +451,34 @@ fn a_backup_job_whose_recording_write_was_lost_is_followed_not_run_twice() {
     ));
     assert_took(&report, "BackingUp -> Ready (BackupSucceeded)");
 }
+
+/// The status, the Lease and the primary's volume are lost, and a standby that had
+/// received less than the other was recreated: adoption does not take the recreated
+/// standby (the one pod not labelled `replica`) for the primary while an ordinal has no
+/// pod; it waits for a person to name the member that holds the data.
+#[test]
+fn adoption_does_not_take_a_recreated_standby_for_a_primary_that_is_gone() {
+    use Move::*;
+    let env = Event::Env;
+    let mut world = World::fresh(3, false, 0);
+    world.running();
+    let report = passes((
+        world,
+        vec![
+            env(Write),
+            env(Replicate(1)),
+            env(Deleted(2)),
+            Event::Tick(122),
+            env(VolumeLost(0)),
+            env(Recreate(2)),
+            env(LeaseDeleted),
+            r(),
+            r(),
+            r(),
+            Event::Tick(131),
+            r(),
+            r(),
+        ],
+    ));
+    assert_took(&report, "Creating -> Ready (Adopted)");
+}
