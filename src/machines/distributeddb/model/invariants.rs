@@ -5,12 +5,13 @@ use super::*;
 use crate::machines::distributeddb::actions::Shape;
 
 impl Cluster {
-    /// The checks of a delete that takes effect on pod `k`.
-    pub(super) fn check_delete(&mut self, k: i32, pod: &Pod) {
+    /// The checks of a delete that takes effect on pod `k` (`unstarted`: Creating's
+    /// replacement of a pod that was not Ready as read, preconditioned on that read).
+    pub(super) fn check_delete(&mut self, k: i32, pod: &Pod, unstarted: bool) {
         let Some(template) = self.sts.as_ref().map(|s| s.image.clone()) else {
             return;
         };
-        if pod.image == template {
+        if pod.image == template && !unstarted {
             self.violations.push(format!(
                 "deleted db-{k} ({}) although it already runs the target image {template}",
                 pod.uid

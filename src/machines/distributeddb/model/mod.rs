@@ -26,7 +26,12 @@
 //!   and no pod is deleted, removed or has its pre-hook started while another pod,
 //!   drained by its pre-hook, waits: at most one member is deliberately out of service;
 //! - no pod already running the target image is ever deleted (so no pod is replaced
-//!   twice, and a restarted operator cannot delete the replacement);
+//!   twice, and a restarted operator cannot delete the replacement), but for one that
+//!   never became Ready while Creating: read from a cache behind the operator's own
+//!   last write of the template (the spec's image changed back and forth), such a pod
+//!   may be replaced once more than needed, which costs its start and nothing else
+//!   (found by the deep model check; the delete is preconditioned on the pod as read,
+//!   so it never takes a pod that became Ready);
 //! - within one pass over a target image, the ordinals taken down never go up; a pod
 //!   that is already down may be replaced out of order;
 //! - a Ready pod is deleted only after its pre-hook Job succeeded, and the next pod only

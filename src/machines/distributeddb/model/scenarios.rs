@@ -579,3 +579,30 @@ fn a_stale_read_after_a_scale_down_step_does_not_grow_the_statefulset_back() {
     );
     holds(Cluster::existing(2, Some(1), false), &story);
 }
+
+#[test]
+fn a_starting_pod_replaced_on_a_stale_read_while_creating_costs_only_its_start() {
+    // Found by the deep check: the spec's image changed back and forth while Creating,
+    // and a reconcile read the StatefulSet from before the operator's own last write of
+    // its template: it replaced starting pods that already ran the template's image. They
+    // had never been Ready (the deletes are preconditioned on that read); creation ends.
+    use Move::*;
+    let behind = Event::Reconcile(Reconcile {
+        world_lag: 2,
+        ..Reconcile::FRESH
+    });
+    let story = vec![
+        r(),
+        r(),
+        env(StsObserves),
+        env(StsCreatesPods),
+        Event::Edit(Edit::Image(2)),
+        r(),
+        Event::Edit(Edit::Image(0)),
+        env(StsObserves),
+        r(),
+        Event::Edit(Edit::Image(2)),
+        behind,
+    ];
+    holds(Cluster::new(2, None, false), &story);
+}

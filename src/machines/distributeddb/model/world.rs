@@ -197,7 +197,7 @@ where
                     && !pod.terminating
                     && !(evicting && self.budget_refuses(&pod))
                 {
-                    self.check_delete(*ordinal, &pod);
+                    self.check_delete(*ordinal, &pod, as_read.is_some());
                     if let Some(p) = self.pods.get_mut(ordinal) {
                         p.terminating = true;
                     }
