@@ -137,16 +137,21 @@ pub(super) fn survey(
                     .with_actions(actions);
             }
             // Nothing to go back to: a person who knows where the data is names it.
-            back_or_adopted(s, o, (what, &surveyed), &message).unwrap_or_else(|| {
-                    let message = format!(
-                        "{message}; if a member holds the data but cannot start as a standby (no primary to follow), set {ADOPT_PRIMARY}=<pod> to make it the primary"
-                    );
-                    stay(NO_PROMOTION_TARGET, message, actions)
-                        .degraded()
-                        .requeue(std::time::Duration::from_secs(10))
-                })
+            back_or_adopted(s, o, (what, &surveyed), &message)
+                .unwrap_or_else(|| for_a_person(&message, actions))
         }
     }
+}
+
+/// No member can be promoted and the old primary cannot be taken back (`message`): a
+/// Degraded wait, looked at every 10 s, naming the way out.
+fn for_a_person(message: &str, actions: Vec<PgAction>) -> D {
+    let message = format!(
+        "{message}; if a member holds the data but cannot start as a standby (no primary to follow), set {ADOPT_PRIMARY}=<pod> to make it the primary"
+    );
+    stay(NO_PROMOTION_TARGET, message, actions)
+        .degraded()
+        .requeue(std::time::Duration::from_secs(10))
 }
 
 /// No standby can be promoted (`what`, with what the surveys read): back to the old
@@ -672,12 +677,5 @@ fn not_ready_for_long(
     }
     abandon(s, o, message)
         .or_else(|| adoption_requested(o, None, message))
-        .unwrap_or_else(|| {
-            let message = format!(
-                "{message}; if a member holds the data but cannot start as a standby (no primary to follow), set {ADOPT_PRIMARY}=<pod> to make it the primary"
-            );
-            stay(NO_PROMOTION_TARGET, message, actions)
-                .degraded()
-                .requeue(std::time::Duration::from_secs(10))
-        })
+        .unwrap_or_else(|| for_a_person(message, actions))
 }
